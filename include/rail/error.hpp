@@ -1,0 +1,41 @@
+// rail::Error: the one exception type rail throws, always on a cold path (configuration, queue
+// declaration, shutdown, journal I/O). Hot-path operations report full/duplicate/rejected through
+// return values instead; see AddStatus in queue.hpp.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace rail {
+
+enum class ErrorCode {
+  invalid_option,   // an option is out of range or inconsistent with another
+  unknown_queue,    // a queue name that was never declared
+  queue_exists,     // a queue declared twice with a different payload type or options
+  type_mismatch,    // a queue looked up with a payload type other than its own
+  shutting_down,    // an operation after Engine::shutdown() began
+  capacity,         // a fixed-size table (names, observers, dedup window) is full
+  wrong_mode,       // an inline-only call on a threaded engine, or the reverse
+  journal,          // the DLQ journal could not be opened, written or read
+  internal,         // a broken invariant inside rail: always a bug, please report it
+};
+
+/// to_string(code) names the code as it is spelled in the enum, for messages and logs.
+[[nodiscard]] std::string_view to_string(ErrorCode code) noexcept;
+
+/// Error carries a code a program can branch on and a message a human can act on: the message
+/// says what was wrong and what was expected, e.g.
+/// "invalid_option: JobOptions.attempts is 0; expected 1 or more".
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message);
+
+  /// code() is the machine-readable class of the failure.
+  [[nodiscard]] ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+}  // namespace rail

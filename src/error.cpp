@@ -1,0 +1,23 @@
+#include "rail/error.hpp"
+
+namespace rail {
+
+std::string_view to_string(ErrorCode code) noexcept {
+  switch (code) {
+    case ErrorCode::invalid_option: return "invalid_option";
+    case ErrorCode::unknown_queue: return "unknown_queue";
+    case ErrorCode::queue_exists: return "queue_exists";
+    case ErrorCode::type_mismatch: return "type_mismatch";
+    case ErrorCode::shutting_down: return "shutting_down";
+    case ErrorCode::capacity: return "capacity";
+    case ErrorCode::wrong_mode: return "wrong_mode";
+    case ErrorCode::journal: return "journal";
+    case ErrorCode::internal: return "internal";
+  }
+  return "unknown_error";
+}
+
+Error::Error(ErrorCode code, const std::string& message)
+    : std::runtime_error(std::string(to_string(code)) + ": " + message), code_(code) {}
+
+}  // namespace rail

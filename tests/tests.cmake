@@ -1,0 +1,1 @@
+# One line per component test; CONCURRENCY marks the ones ThreadSanitizer must run.
