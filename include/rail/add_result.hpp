@@ -1,0 +1,60 @@
+// AddResult: what Queue::add reports. A full queue or a duplicate is an expected outcome, not an
+// exception: the status says which, and no job is ever dropped without one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "rail/event.hpp"
+
+namespace rail {
+
+enum class AddStatus : std::uint8_t {
+  added,          // a new job was created; `id` is its id
+  duplicate,      // merged into the live job `id` by its dedup id (nothing created)
+  debounced,      // replaced the payload of the delayed job `id` and restarted its delay
+  full,           // the queue held `capacity` unfinished jobs; nothing was created
+  dead_lettered,  // the queue was full and its policy sent the new job `id` to the DLQ
+  dedup_full,     // the dedup window held its maximum of live ids; nothing was created
+};
+
+std::string_view to_string(AddStatus status) noexcept;
+
+struct AddResult {
+  JobId id = 0;
+  AddStatus status = AddStatus::added;
+  /// duplicate is true when the add was merged into an existing job (status duplicate or
+  /// debounced): BullMQ's "first.id === second.id".
+  [[nodiscard]] bool duplicate() const noexcept {
+    return status == AddStatus::duplicate || status == AddStatus::debounced;
+  }
+  /// accepted is true when the job exists in the queue now (new or merged).
+  [[nodiscard]] bool accepted() const noexcept {
+    return status == AddStatus::added || duplicate();
+  }
+};
+
+/// BulkAddResult: add_bulk is all-or-nothing under OverflowPolicy::reject and ::block; the jobs it
+/// creates get the consecutive ids first_id .. first_id + count - 1.
+struct BulkAddResult {
+  AddStatus status = AddStatus::added;
+  JobId first_id = 0;
+  std::size_t count = 0;
+};
+
+/// QueueCounts: a snapshot of a queue's jobs by state, readable while workers run. Gauges
+/// (waiting, delayed, active) are exact when the queue is quiescent and may be off by the jobs in
+/// transit while it is not; totals only grow.
+struct QueueCounts {
+  std::uint64_t waiting = 0;
+  std::uint64_t delayed = 0;
+  std::uint64_t active = 0;
+  std::uint64_t added = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t failed_attempts = 0;
+  std::uint64_t dead_lettered = 0;
+  std::uint64_t deduplicated = 0;
+};
+
+}  // namespace rail

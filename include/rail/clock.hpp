@@ -1,0 +1,106 @@
+// Clocks: where an Engine reads the time. SteadyClock is the real monotonic clock; ManualClock is
+// a clock that only moves when a test (or a simulation) calls advance(), so retries, delays and
+// dedup windows can be unit-tested to the nanosecond without a single sleep.
+//
+// Guarantee: now() never decreases.
+// Threading: now() may be called from any thread at any time. ManualClock::advance() may be called
+// from any thread; listeners run on the advancing thread, after the new time is visible.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+namespace rail {
+
+/// Duration is rail's unit of time everywhere: nanoseconds.
+using Duration = std::chrono::nanoseconds;
+/// TimePoint is a point on the engine clock's timeline (steady, not wall time).
+using TimePoint = std::chrono::time_point<std::chrono::steady_clock, Duration>;
+
+/// Clock is the engine's source of time.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  /// now() is the current time; monotonic.
+  [[nodiscard]] virtual TimePoint now() const noexcept = 0;
+  /// is_manual() tells an engine to wait for advance() rather than for real time to pass.
+  [[nodiscard]] virtual bool is_manual() const noexcept { return false; }
+};
+
+/// SteadyClock reads std::chrono::steady_clock.
+class SteadyClock final : public Clock {
+ public:
+  [[nodiscard]] TimePoint now() const noexcept override {
+    return std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
+  }
+  /// instance() is the process-wide steady clock engines use when given none.
+  static SteadyClock& instance() noexcept {
+    static SteadyClock clock;
+    return clock;
+  }
+};
+
+/// ManualClock starts at `start` and moves only when advance() or set() is called.
+/// Engines that use it subscribe to be told when time moves, so `clock.advance(500ms)` makes
+/// exactly the timers that became due fire (an inline engine moves their jobs to ready at once;
+/// a threaded engine's timer thread wakes and does the same).
+class ManualClock final : public Clock {
+ public:
+  using Listener = std::function<void(TimePoint)>;
+
+  explicit ManualClock(TimePoint start = TimePoint{}) : now_ns_(start.time_since_epoch().count()) {}
+
+  [[nodiscard]] TimePoint now() const noexcept override {
+    // acquire pairs with the release in set(): whoever sees the new time also sees the writes
+    // the advancing thread made before moving the clock (e.g. a test's setup).
+    return TimePoint{Duration{now_ns_.load(std::memory_order_acquire)}};
+  }
+  [[nodiscard]] bool is_manual() const noexcept override { return true; }
+
+  /// advance(d) moves time forward by d (d < 0 is ignored: time never goes back) and runs the
+  /// listeners on this thread.
+  void advance(Duration d) {
+    if (d.count() <= 0) return;
+    set(now() + d);
+  }
+
+  /// set(t) moves time to t if t is later than now.
+  void set(TimePoint t) {
+    std::int64_t target = t.time_since_epoch().count();
+    std::int64_t cur = now_ns_.load(std::memory_order_relaxed);
+    // A CAS loop keeps time monotonic when several threads advance at once.
+    while (cur < target &&
+           !now_ns_.compare_exchange_weak(cur, target, std::memory_order_release,
+                                          std::memory_order_relaxed)) {
+    }
+    // The lock is held across the calls so that unsubscribe() (an engine's destructor) waits for
+    // a call in flight instead of racing it; it is recursive so a listener may (un)subscribe.
+    std::lock_guard lock(mu_);
+    auto listeners = listeners_;
+    for (auto& [token, fn] : listeners) fn(now());
+  }
+
+  /// subscribe(fn) calls fn(now) after every advance; returns a token for unsubscribe().
+  std::uint64_t subscribe(Listener fn) {
+    std::lock_guard lock(mu_);
+    listeners_.emplace_back(++next_token_, std::move(fn));
+    return next_token_;
+  }
+  /// unsubscribe(token) stops the calls; it waits for a call running on another thread.
+  void unsubscribe(std::uint64_t token) {
+    std::lock_guard lock(mu_);
+    std::erase_if(listeners_, [token](const auto& l) { return l.first == token; });
+  }
+
+ private:
+  std::atomic<std::int64_t> now_ns_;
+  std::recursive_mutex mu_;
+  std::vector<std::pair<std::uint64_t, Listener>> listeners_;
+  std::uint64_t next_token_ = 0;
+};
+
+}  // namespace rail

@@ -1,0 +1,211 @@
+// EngineCore: the parts of an Engine that its queues call back into — clock, id sequence,
+// observers, and the timing wheel with its owner thread — kept apart from Engine so that the
+// typed queue implementation can use them without seeing the whole public class.
+//
+// Timer ownership: the wheel is single-owner (rail::detail::TimingWheel). In threaded mode the
+// timer thread owns it; in inline mode the thread calling run_until_idle() or advancing the
+// ManualClock does. Both paths hold wheel_mu_ while touching it, so the two inline entry points
+// cannot overlap; the lock is never taken on a producer or worker path — those hand slots to the
+// wheel through each queue's timer inbox (an MPMC ring) and signal().
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <typeindex>
+
+#include "rail/add_result.hpp"
+#include "rail/clock.hpp"
+#include "rail/error.hpp"
+#include "rail/event.hpp"
+#include "rail/options.hpp"
+#include "rail/shutdown_report.hpp"
+#include "rail/detail/name_table.hpp"
+#include "rail/detail/timing_wheel.hpp"
+
+namespace rail::detail {
+
+using Wheel = TimingWheel<>;
+
+/// QueueBase: what the engine needs of a queue whatever its payload type.
+class QueueBase {
+ public:
+  virtual ~QueueBase() = default;
+  [[nodiscard]] virtual const std::string& name() const noexcept = 0;
+  [[nodiscard]] virtual std::type_index payload_type() const noexcept = 0;
+  /// drain_timer_inbox(wheel, now): link every slot handed to the timer since the last call.
+  virtual void drain_timer_inbox(Wheel& wheel) noexcept = 0;
+  /// fire(slot, now, wheel): slot's timer came due (or may have: debounce moves deadlines).
+  virtual void fire(std::uint32_t slot, std::int64_t now_ns, Wheel& wheel) noexcept = 0;
+  /// run_ready(max): inline mode: run up to max ready jobs on this thread; returns how many.
+  virtual std::size_t run_ready(std::size_t max) = 0;
+  /// stop_workers(): workers finish their current job and exit; join_workers() waits for them.
+  virtual void stop_workers() noexcept = 0;
+  virtual void join_workers() noexcept = 0;
+  [[nodiscard]] virtual QueueCounts counts() const noexcept = 0;
+  /// collect_leftovers(report): append every unfinished job (cold: scans all slots).
+  virtual void collect_leftovers(ShutdownReport& report) const = 0;
+};
+
+class EngineCore {
+ public:
+  static constexpr std::size_t kMaxQueues = 256;
+  static constexpr std::size_t kMaxObservers = 16;
+
+  explicit EngineCore(const EngineOptions& options)
+      : clock_(options.clock ? *options.clock : SteadyClock::instance()),
+        mode_(options.mode),
+        seed_(options.seed),
+        wheel_(options.timer_tick.count(), clock_.now().time_since_epoch().count()) {}
+
+  [[nodiscard]] Clock& clock() const noexcept { return clock_; }
+  [[nodiscard]] std::int64_t now_ns() const noexcept {
+    return clock_.now().time_since_epoch().count();
+  }
+  [[nodiscard]] Mode mode() const noexcept { return mode_; }
+  [[nodiscard]] std::uint64_t seed() const noexcept { return seed_; }
+  [[nodiscard]] NameTable& names() noexcept { return names_; }
+
+  /// next_ids(n): reserves n consecutive job ids. relaxed: ids need uniqueness, not ordering.
+  [[nodiscard]] std::uint64_t next_ids(std::uint64_t n = 1) noexcept {
+    return next_id_.fetch_add(n, std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint64_t last_id() const noexcept {
+    return next_id_.load(std::memory_order_relaxed) - 1;
+  }
+
+  /// accepting(): false once shutdown began. acquire pairs with stop_accepting()'s release so a
+  /// producer that sees false also sees the shutdown's earlier writes.
+  [[nodiscard]] bool accepting() const noexcept {
+    return accepting_.load(std::memory_order_acquire);
+  }
+  void stop_accepting() noexcept { accepting_.store(false, std::memory_order_release); }
+
+  // --- observers -------------------------------------------------------------------------------
+  void add_observer(Observer fn) {
+    std::lock_guard lock(observer_mu_);
+    std::size_t n = observer_count_.load(std::memory_order_relaxed);
+    if (n == kMaxObservers)
+      throw Error(ErrorCode::capacity, "an engine takes at most " +
+                                           std::to_string(kMaxObservers) + " observers");
+    observers_[n] = std::move(fn);
+    // release: publishes observers_[n] to emit()'s acquire load of the count.
+    observer_count_.store(n + 1, std::memory_order_release);
+  }
+  [[nodiscard]] bool observed() const noexcept {
+    return observer_count_.load(std::memory_order_relaxed) != 0;  // a hint; emit() re-loads
+  }
+  void emit(const Event& e) const noexcept {
+    std::size_t n = observer_count_.load(std::memory_order_acquire);
+    for (std::size_t i = 0; i < n; ++i) {
+      try {
+        observers_[i](e);
+      } catch (...) {
+        // An observer must not throw (event.hpp); swallowing keeps one bad observer from
+        // corrupting a job's state transition halfway.
+      }
+    }
+  }
+
+  // --- queues ----------------------------------------------------------------------------------
+  std::uint16_t register_queue(QueueBase* q) {
+    std::size_t n = queue_count_.load(std::memory_order_relaxed);
+    if (n == kMaxQueues)
+      throw Error(ErrorCode::capacity,
+                  "an engine holds at most " + std::to_string(kMaxQueues) + " queues");
+    queues_[n] = q;
+    // release: the timer thread's acquire load of the count sees a fully built queue.
+    queue_count_.store(n + 1, std::memory_order_release);
+    return static_cast<std::uint16_t>(n);
+  }
+  [[nodiscard]] std::size_t queue_count() const noexcept {
+    return queue_count_.load(std::memory_order_acquire);
+  }
+  [[nodiscard]] QueueBase* queue_at(std::size_t i) const noexcept { return queues_[i]; }
+
+  // --- timers ----------------------------------------------------------------------------------
+  /// process_timers(): link newly delayed slots, then fire everything due at the clock's now.
+  /// Returns the number of timers fired.
+  std::size_t process_timers() {
+    std::lock_guard lock(wheel_mu_);
+    return process_timers_locked();
+  }
+  /// next_timer_ns(): when the earliest pending timer may fire (see TimingWheel::next_event_ns).
+  [[nodiscard]] std::optional<std::int64_t> next_timer_ns() {
+    std::lock_guard lock(wheel_mu_);
+    std::size_t n = queue_count();
+    for (std::size_t i = 0; i < n; ++i) queues_[i]->drain_timer_inbox(wheel_);
+    return wheel_.next_event_ns();
+  }
+
+  /// signal_timer(): a slot was handed to the timer (or time moved). Producers call it after
+  /// pushing to a timer inbox; the exchange makes repeated signals between two timer-thread
+  /// passes cost one RMW each and no syscall.
+  void signal_timer() noexcept {
+    // acq_rel: the release half publishes the inbox push to the timer thread's exchange(0).
+    if (timer_signal_.exchange(1, std::memory_order_acq_rel) == 0) {
+      std::lock_guard lock(timer_mu_);
+      timer_cv_.notify_one();
+    }
+  }
+
+  /// timer_loop(stop): the timer thread's body.
+  void timer_loop(const std::atomic<bool>& stop) {
+    while (!stop.load(std::memory_order_acquire)) {
+      std::optional<std::int64_t> next;
+      {
+        std::lock_guard lock(wheel_mu_);
+        process_timers_locked();
+        next = wheel_.next_event_ns();
+      }
+      std::unique_lock lock(timer_mu_);
+      auto woken = [&] {
+        // acq_rel: consumes a signal and acquires the pushes made before it.
+        return timer_signal_.exchange(0, std::memory_order_acq_rel) != 0 ||
+               stop.load(std::memory_order_acquire);
+      };
+      if (!next || clock_.is_manual()) {
+        // A manual clock moves only through advance(), which signals us.
+        timer_cv_.wait(lock, woken);
+      } else {
+        auto wait_ns = *next - now_ns();
+        if (wait_ns > 0) timer_cv_.wait_for(lock, std::chrono::nanoseconds(wait_ns), woken);
+      }
+    }
+  }
+
+ private:
+  std::size_t process_timers_locked() {
+    std::size_t n = queue_count();
+    for (std::size_t i = 0; i < n; ++i) queues_[i]->drain_timer_inbox(wheel_);
+    std::int64_t now = now_ns();
+    return wheel_.advance(now, [&](TimerNode& node) {
+      queues_[node.tag >> 32]->fire(static_cast<std::uint32_t>(node.tag), now, wheel_);
+    });
+  }
+
+  Clock& clock_;
+  Mode mode_;
+  std::uint64_t seed_;
+  NameTable names_;
+  alignas(64) std::atomic<std::uint64_t> next_id_{1};
+  alignas(64) std::atomic<bool> accepting_{true};
+
+  std::mutex observer_mu_;
+  std::array<Observer, kMaxObservers> observers_{};
+  std::atomic<std::size_t> observer_count_{0};
+
+  std::array<QueueBase*, kMaxQueues> queues_{};
+  std::atomic<std::size_t> queue_count_{0};
+
+  std::mutex wheel_mu_;
+  Wheel wheel_;
+  alignas(64) std::atomic<std::uint32_t> timer_signal_{0};
+  std::mutex timer_mu_;
+  std::condition_variable timer_cv_;
+};
+
+}  // namespace rail::detail

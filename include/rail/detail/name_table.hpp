@@ -1,0 +1,88 @@
+// NameTable: interns job names ("charge-card") so a job slot stores a 16-bit index instead of a
+// string: adds allocate nothing, and events hand out string_views that live as long as the
+// engine. Names are job kinds, not per-job data; the table holds kMaxNames of them.
+//
+// Guarantee: intern(s) returns the same index for equal strings, for the table's lifetime.
+// Algorithm: open addressing over an array of atomic pointers; entries are never removed.
+// Readers are lock-free (a probe of acquire loads); a new name is inserted under a mutex, which
+// is a cold path (first sighting of a name only).
+// Memory ordering: the inserter constructs the std::string, then publishes its pointer with a
+// release store; readers' acquire load of the pointer makes the string's bytes visible.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rail/error.hpp"
+
+namespace rail::detail {
+
+inline std::uint64_t fnv1a(std::string_view s) noexcept {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+class NameTable {
+ public:
+  static constexpr std::size_t kMaxNames = 1024;
+  static constexpr std::size_t kSlots = 2048;  // load factor <= 0.5 keeps probes short
+  static_assert((kSlots & (kSlots - 1)) == 0 && kSlots >= 2 * kMaxNames);
+
+  /// intern(name) returns name's index; throws Error(capacity) past kMaxNames distinct names.
+  std::uint16_t intern(std::string_view name) {
+    if (auto idx = find(name); idx >= 0) return static_cast<std::uint16_t>(idx);
+    std::lock_guard lock(mu_);
+    if (auto idx = find(name); idx >= 0) return static_cast<std::uint16_t>(idx);
+    if (names_.size() >= kMaxNames) {
+      throw Error(ErrorCode::capacity,
+                  "job name '" + std::string(name) + "' would be distinct name number " +
+                      std::to_string(kMaxNames + 1) +
+                      "; job names are job kinds and at most " + std::to_string(kMaxNames) +
+                      " are supported (put per-job data in the payload)");
+    }
+    auto& entry = names_.emplace_back(std::make_unique<Entry>(
+        Entry{std::string(name), static_cast<std::uint16_t>(names_.size())}));
+    std::size_t i = fnv1a(name) & (kSlots - 1);
+    // relaxed: slots are only written under mu_, which orders writers among themselves.
+    while (slots_[i].load(std::memory_order_relaxed) != nullptr) i = (i + 1) & (kSlots - 1);
+    by_index_[entry->index].store(entry.get(), std::memory_order_release);
+    slots_[i].store(entry.get(), std::memory_order_release);  // publishes entry's string
+    return entry->index;
+  }
+
+  /// name(index) is the interned string; valid for the table's lifetime.
+  [[nodiscard]] std::string_view name(std::uint16_t index) const noexcept {
+    // acquire pairs with intern()'s release store; entries are immutable once published.
+    return by_index_[index].load(std::memory_order_acquire)->text;
+  }
+
+ private:
+  struct Entry {
+    std::string text;
+    std::uint16_t index;
+  };
+
+  [[nodiscard]] int find(std::string_view name) const noexcept {
+    std::size_t i = fnv1a(name) & (kSlots - 1);
+    for (;;) {
+      const Entry* e = slots_[i].load(std::memory_order_acquire);  // see file comment
+      if (e == nullptr) return -1;
+      if (e->text == name) return e->index;
+      i = (i + 1) & (kSlots - 1);
+    }
+  }
+
+  std::array<std::atomic<const Entry*>, kSlots> slots_{};
+  std::array<std::atomic<const Entry*>, kMaxNames> by_index_{};
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Entry>> names_;
+};
+
+}  // namespace rail::detail

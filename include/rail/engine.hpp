@@ -1,0 +1,114 @@
+// Engine: owns the clock binding, the timing wheel and its thread, the queues and their worker
+// pools. Embed one per process (or one per test).
+//
+// Guarantee: every job a queue accepts ends exactly once — completed or dead-lettered — or is
+// listed by shutdown(); destroying an engine never loses track of a job silently (its events
+// and its shutdown report say where each went).
+// Threading: all members are thread-safe. queue() declarations and on_event() are cold (locked);
+// add/process paths are lock-free (see detail/queue_impl.hpp).
+// Shutdown: shutdown(grace) stops accepting, lets running handlers finish until `grace` passes
+// and reports what was left. The destructor does the same with no grace for queued work, then
+// waits for running handlers to return (a handler that never returns blocks destruction — rail
+// cannot kill a thread).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "rail/clock.hpp"
+#include "rail/error.hpp"
+#include "rail/event.hpp"
+#include "rail/options.hpp"
+#include "rail/queue.hpp"
+#include "rail/shutdown_report.hpp"
+#include "rail/detail/engine_core.hpp"
+
+namespace rail {
+
+class Engine {
+ public:
+  /// Engine(options) validates options (Error(invalid_option)) and, in threaded mode, starts the
+  /// timer thread. Worker threads start with Queue::process.
+  explicit Engine(EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// queue<T>(name, options) declares a queue of payload type T. Error(queue_exists) if `name`
+  /// is already declared; Error(invalid_option) for bad options.
+  template <class T>
+  Queue<T> queue(std::string_view name, QueueOptions options) {
+    detail::validate_queue_options(options, name);
+    std::lock_guard lock(mu_);
+    if (!accepting_declarations_)
+      throw Error(ErrorCode::shutting_down,
+                  "queue '" + std::string(name) + "' declared after shutdown began");
+    if (queues_.count(std::string(name)))
+      throw Error(ErrorCode::queue_exists,
+                  "queue '" + std::string(name) +
+                      "' is already declared; declare it once, then look it up with queue<T>(name)");
+    auto impl = std::make_unique<detail::QueueImpl<T>>(*core_, std::string(name), std::move(options));
+    auto* raw = impl.get();
+    queues_.emplace(std::string(name), std::move(impl));
+    return Queue<T>(raw);
+  }
+
+  /// queue<T>(name) looks up a declared queue. Error(unknown_queue) if there is none;
+  /// Error(type_mismatch) if it was declared with another payload type.
+  template <class T>
+  Queue<T> queue(std::string_view name) {
+    std::lock_guard lock(mu_);
+    auto it = queues_.find(std::string(name));
+    if (it == queues_.end())
+      throw Error(ErrorCode::unknown_queue, "no queue named '" + std::string(name) +
+                                                "'; declare it first with queue<T>(name, options)");
+    if (it->second->payload_type() != std::type_index(typeid(T)))
+      throw Error(ErrorCode::type_mismatch,
+                  "queue '" + std::string(name) + "' holds payloads of another type than requested");
+    return Queue<T>(static_cast<detail::QueueImpl<T>*>(it->second.get()));
+  }
+
+  /// on_event(observer) adds an observer of every job stage on every queue (at most 16). Add
+  /// observers before adding jobs to see every event; they cannot be removed.
+  void on_event(Observer observer) { core_->add_observer(std::move(observer)); }
+
+  /// clock() is the engine's clock.
+  [[nodiscard]] Clock& clock() const noexcept { return core_->clock(); }
+  [[nodiscard]] Mode mode() const noexcept { return core_->mode(); }
+
+  /// run_until_idle() (inline mode only): fires the timers that are due at the clock's current
+  /// time and runs ready jobs on this thread until none is ready; returns how many attempts ran.
+  /// Error(wrong_mode) on a threaded engine.
+  std::size_t run_until_idle();
+
+  /// next_timer_in(): how far the clock may move before the next timer can fire (0 if one is due
+  /// already), or nullopt if no job is delayed. With a ManualClock, advancing by this amount
+  /// and calling run_until_idle() in a loop replays a whole scenario in virtual time.
+  [[nodiscard]] std::optional<Duration> next_timer_in();
+
+  /// shutdown(grace) stops accepting adds (they throw Error(shutting_down)), stops workers from
+  /// starting new jobs, waits up to `grace` (real time) for running handlers, and reports what
+  /// was left. Idempotent: a second call reports again without waiting.
+  ShutdownReport shutdown(Duration grace = std::chrono::seconds(30));
+
+ private:
+  ShutdownReport collect_leftovers();
+  void stop_timer_thread();
+
+  std::unique_ptr<detail::EngineCore> core_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<detail::QueueBase>, std::less<>> queues_;
+  bool accepting_declarations_ = true;
+  std::atomic<bool> timer_stop_{false};
+  std::thread timer_thread_;
+  std::uint64_t clock_subscription_ = 0;
+};
+
+}  // namespace rail

@@ -1,0 +1,64 @@
+// Events: every stage of a job, delivered to observers with the job's id, name and attempt, so one
+// job can be traced from add to its end (the seed's "log the job id at every stage").
+//
+// Observers run synchronously on the thread where the stage happened (a producer for `added`, a
+// worker for `started`/`completed`, the timer thread for `retry_due`...). They must be fast and
+// must not throw; views in Event are valid only during the call.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+#include "rail/clock.hpp"
+
+namespace rail {
+
+/// JobId is unique per engine, assigned in add order starting at 1; 0 means "no job".
+using JobId = std::uint64_t;
+
+enum class EventKind : std::uint8_t {
+  added,           // a job was created (delay > 0: it waits on the timing wheel first)
+  deduplicated,    // an add was merged into job_id (dedup_id names the window; no job created)
+  debounced,       // an add replaced job_id's payload and restarted its delay
+  started,         // a worker began attempt `attempt`
+  attempt_failed,  // attempt `attempt` failed with `error`; `delay` is the wait before the
+                   // next attempt, or negative when there is none (dead-lettered next)
+  retry_due,       // a delayed job or a retry's backoff elapsed; the job is ready again
+  completed,       // attempt `attempt` succeeded; the job is finished
+  dead_lettered,   // the job moved to the DLQ for `reason`
+  redriven,        // a DLQ entry was sent back to its queue with attempts reset
+  dlq_evicted,     // a DLQ entry was dropped by the DLQ's bound or retention
+  dlq_alert,       // the DLQ reached DlqOptions::alert_depth (`attempt` holds the depth)
+};
+
+enum class DeadLetterReason : std::uint8_t {
+  none,
+  attempts_exhausted,  // every allowed attempt failed
+  permanent_failure,   // the handler returned Outcome::fail
+  backoff_stopped,     // a custom backoff returned a negative delay
+  overflow,            // the queue was full and its policy is OverflowPolicy::dead_letter
+};
+
+/// to_string(kind) / to_string(reason) are the snake_case names used in logs.
+std::string_view to_string(EventKind kind) noexcept;
+std::string_view to_string(DeadLetterReason reason) noexcept;
+
+struct Event {
+  EventKind kind = EventKind::added;
+  TimePoint at{};                 // engine clock time of the stage
+  std::string_view queue;
+  JobId job_id = 0;
+  std::string_view job_name;
+  std::uint32_t attempt = 0;      // 1-based attempt the stage belongs to (0: not started yet)
+  std::uint32_t max_attempts = 0;
+  Duration delay{0};              // added: initial delay; attempt_failed: the next delay
+  std::string_view error;         // attempt_failed / dead_lettered: the (last) failure
+  DeadLetterReason reason = DeadLetterReason::none;
+  std::string_view dedup_id;      // deduplicated / debounced: the window's id
+};
+
+/// Observer: a callable receiving each event.
+using Observer = std::function<void(const Event&)>;
+
+}  // namespace rail

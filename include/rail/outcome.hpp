@@ -1,0 +1,49 @@
+// Outcome: what a handler tells the engine about one attempt. Returning is the normal path; a
+// handler may also throw, which counts as Outcome::retry(e.what()).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "rail/clock.hpp"
+
+namespace rail {
+
+class Outcome {
+ public:
+  enum class Kind : std::uint8_t {
+    done,         // the job completed
+    retry,        // the attempt failed; retry after the job's backoff if attempts remain
+    retry_after,  // the attempt failed; retry after delay() (overrides backoff) if attempts remain
+    fail,         // permanent failure: skip remaining attempts, dead-letter now (UnrecoverableError)
+  };
+
+  /// done() completes the job. Outcome{} is done() too.
+  static Outcome done() noexcept { return Outcome{}; }
+  /// retry(reason) records a failed attempt; the job's backoff decides when it runs again.
+  static Outcome retry(std::string_view reason) { return Outcome{Kind::retry, reason, Duration{0}}; }
+  /// retry_after(d, reason) records a failed attempt and runs the next one after d (d >= 0), e.g.
+  /// when the downstream answered "429, retry after 30 s".
+  static Outcome retry_after(Duration d, std::string_view reason) {
+    return Outcome{Kind::retry_after, reason, d < Duration{0} ? Duration{0} : d};
+  }
+  /// fail(reason) dead-letters the job without using its remaining attempts.
+  static Outcome fail(std::string_view reason) { return Outcome{Kind::fail, reason, Duration{0}}; }
+
+  Outcome() noexcept = default;
+
+  [[nodiscard]] Kind kind() const noexcept { return kind_; }
+  [[nodiscard]] const std::string& reason() const noexcept { return reason_; }
+  [[nodiscard]] Duration delay() const noexcept { return delay_; }
+  [[nodiscard]] bool ok() const noexcept { return kind_ == Kind::done; }
+  /// take_reason() moves the reason out (the engine keeps it in the job's error log).
+  [[nodiscard]] std::string take_reason() noexcept { return std::move(reason_); }
+
+ private:
+  Outcome(Kind k, std::string_view reason, Duration d) : kind_(k), reason_(reason), delay_(d) {}
+  Kind kind_ = Kind::done;
+  std::string reason_;
+  Duration delay_{0};
+};
+
+}  // namespace rail

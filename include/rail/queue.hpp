@@ -1,0 +1,84 @@
+// Queue<T>: the handle producers and workers use for one named, typed, bounded queue. Cheap to
+// copy (a pointer); valid while its Engine lives.
+#pragma once
+
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include "rail/add_result.hpp"
+#include "rail/dead_letter_queue.hpp"
+#include "rail/job.hpp"
+#include "rail/options.hpp"
+#include "rail/outcome.hpp"
+#include "rail/detail/queue_impl.hpp"
+
+namespace rail {
+
+class Engine;
+
+template <class T>
+class Queue {
+ public:
+  /// name() is the queue's name.
+  [[nodiscard]] const std::string& name() const noexcept { return impl_->name(); }
+
+  /// add(name, data, options) creates a job, or merges it into a live job with the same dedup id.
+  /// Never blocks unless the queue is full under OverflowPolicy::block. Throws Error only for bad
+  /// options or after shutdown began; a full queue is AddStatus::full (or dead_lettered).
+  AddResult add(std::string_view job_name, T data, const JobOptions& options) {
+    return impl_->add(job_name, std::move(data), options);
+  }
+  /// add(name, data) uses QueueOptions::defaults.
+  AddResult add(std::string_view job_name, T data) {
+    return impl_->add(job_name, std::move(data), impl_->options().defaults);
+  }
+
+  /// add_bulk(name, items, options) creates one job per item (payloads are moved from) with
+  /// consecutive ids, all or nothing under OverflowPolicy::reject/block. One pass over the rings
+  /// for the whole batch: the fast way to enqueue many jobs.
+  BulkAddResult add_bulk(std::string_view job_name, std::span<T> items,
+                         const JobOptions& options) {
+    return impl_->add_bulk(job_name, items, options);
+  }
+  BulkAddResult add_bulk(std::string_view job_name, std::span<T> items) {
+    return impl_->add_bulk(job_name, items, impl_->options().defaults);
+  }
+
+  /// process(options, handler) starts the queue's worker pool: `options.concurrency` threads in a
+  /// threaded engine (none in an inline one: run_until_idle() runs the handler). The handler is
+  /// `Outcome(Job<T>&)` or `void(Job<T>&)` (void means done); a throw is a retryable failure
+  /// carrying what(). Call once per queue.
+  template <class F>
+  void process(const WorkerOptions& options, F&& handler) {
+    using R = std::invoke_result_t<F&, Job<T>&>;
+    if constexpr (std::is_void_v<R>) {
+      impl_->set_handler(
+          [h = std::forward<F>(handler)](Job<T>& job) mutable {
+            h(job);
+            return Outcome::done();
+          },
+          options);
+    } else {
+      static_assert(std::is_convertible_v<R, Outcome>,
+                    "a handler returns rail::Outcome or void");
+      impl_->set_handler(std::forward<F>(handler), options);
+    }
+  }
+
+  /// dlq() is this queue's dead-letter queue.
+  [[nodiscard]] DeadLetterQueue<T>& dlq() const noexcept { return impl_->dlq(); }
+
+  /// counts() is a snapshot of the queue's jobs by state.
+  [[nodiscard]] QueueCounts counts() const noexcept { return impl_->counts(); }
+
+  /// capacity() is QueueOptions::capacity.
+  [[nodiscard]] std::size_t capacity() const noexcept { return impl_->options().capacity; }
+
+ private:
+  friend class Engine;
+  explicit Queue(detail::QueueImpl<T>* impl) noexcept : impl_(impl) {}
+  detail::QueueImpl<T>* impl_;
+};
+
+}  // namespace rail

@@ -1,0 +1,28 @@
+// ShutdownReport: what Engine::shutdown() found unfinished, so the caller can persist or replay it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rail/event.hpp"
+
+namespace rail {
+
+/// LeftoverJob: a job that shutdown() found unfinished.
+struct LeftoverJob {
+  std::string queue;
+  JobId id = 0;
+  std::string name;
+  std::uint32_t attempts_made = 0;
+};
+
+/// ShutdownReport: jobs that never started (waiting or delayed) and jobs whose handler was still
+/// running when the grace period ended.
+struct ShutdownReport {
+  std::vector<LeftoverJob> not_started;
+  std::vector<LeftoverJob> still_running;
+  [[nodiscard]] bool clean() const noexcept { return not_started.empty() && still_running.empty(); }
+};
+
+}  // namespace rail

@@ -1,0 +1,104 @@
+#include "rail/engine.hpp"
+
+#include <chrono>
+#include <thread>
+
+namespace rail {
+
+Engine::Engine(EngineOptions options) {
+  if (options.timer_tick.count() <= 0)
+    throw Error(ErrorCode::invalid_option,
+                "EngineOptions.timer_tick is " + std::to_string(options.timer_tick.count()) +
+                    " ns; expected a positive duration (1 ms is a good default)");
+  core_ = std::make_unique<detail::EngineCore>(options);
+  Clock& clock = core_->clock();
+  if (clock.is_manual()) {
+    // Inline: the advancing thread fires what became due (jobs move to ready; handlers run in
+    // run_until_idle). Threaded: the timer thread is woken to do the same.
+    auto* manual = static_cast<ManualClock*>(&clock);
+    clock_subscription_ = manual->subscribe([this](TimePoint) {
+      if (core_->mode() == Mode::inlined) {
+        core_->process_timers();
+      } else {
+        core_->signal_timer();
+      }
+    });
+  }
+  if (core_->mode() == Mode::threaded) {
+    timer_thread_ = std::thread([this] { core_->timer_loop(timer_stop_); });
+  }
+}
+
+Engine::~Engine() {
+  if (clock_subscription_ != 0)
+    static_cast<ManualClock&>(core_->clock()).unsubscribe(clock_subscription_);
+  core_->stop_accepting();
+  {
+    std::lock_guard lock(mu_);
+    accepting_declarations_ = false;
+  }
+  for (auto& [name, q] : queues_) q->stop_workers();
+  for (auto& [name, q] : queues_) q->join_workers();
+  stop_timer_thread();
+  queues_.clear();  // destroys the payloads of whatever was left
+}
+
+void Engine::stop_timer_thread() {
+  timer_stop_.store(true, std::memory_order_release);  // timer_loop's acquire load sees it
+  core_->signal_timer();
+  if (timer_thread_.joinable()) timer_thread_.join();
+}
+
+std::size_t Engine::run_until_idle() {
+  if (core_->mode() != Mode::inlined)
+    throw Error(ErrorCode::wrong_mode,
+                "run_until_idle() runs jobs on the caller's thread and needs an engine built with "
+                "EngineOptions.mode = Mode::inlined; this engine runs its own worker threads");
+  std::size_t ran = 0;
+  for (;;) {
+    core_->process_timers();
+    std::size_t round = 0;
+    std::size_t n = core_->queue_count();
+    for (std::size_t i = 0; i < n; ++i) round += core_->queue_at(i)->run_ready(64);
+    ran += round;
+    if (round == 0 && core_->process_timers() == 0) {
+      // Nothing ran and nothing became due: but a timer fired just now may have made a job ready.
+      std::size_t again = 0;
+      for (std::size_t i = 0; i < n; ++i) again += core_->queue_at(i)->run_ready(64);
+      ran += again;
+      if (again == 0) return ran;
+    }
+  }
+}
+
+std::optional<Duration> Engine::next_timer_in() {
+  auto next = core_->next_timer_ns();
+  if (!next) return std::nullopt;
+  std::int64_t d = *next - core_->now_ns();
+  return Duration{d > 0 ? d : 0};
+}
+
+ShutdownReport Engine::shutdown(Duration grace) {
+  core_->stop_accepting();
+  {
+    std::lock_guard lock(mu_);
+    accepting_declarations_ = false;
+  }
+  for (auto& [name, q] : queues_) q->stop_workers();
+  auto deadline = std::chrono::steady_clock::now() + grace;
+  auto running = [&] {
+    for (auto& [name, q] : queues_)
+      if (q->counts().active != 0) return true;
+    return false;
+  };
+  while (running() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ShutdownReport report;
+  for (auto& [name, q] : queues_) q->collect_leftovers(report);
+  if (report.still_running.empty()) {
+    for (auto& [name, q] : queues_) q->join_workers();
+  }
+  return report;
+}
+
+}  // namespace rail

@@ -1,0 +1,73 @@
+// Option validation: every message names the field, the value given and what is expected.
+#include <string>
+
+#include "rail/backoff.hpp"
+#include "rail/error.hpp"
+#include "rail/options.hpp"
+
+namespace rail {
+namespace {
+
+std::string ns(Duration d) { return std::to_string(d.count()) + " ns"; }
+
+[[noreturn]] void bad(std::string_view where, std::string_view field, const std::string& value,
+                      std::string_view expected) {
+  throw Error(ErrorCode::invalid_option, std::string(where) + "." + std::string(field) + " is " +
+                                             value + "; expected " + std::string(expected));
+}
+
+}  // namespace
+
+void validate(const Backoff& b, std::string_view where) {
+  if (b.delay.count() < 0) bad(where, "backoff.delay", ns(b.delay), "a duration >= 0");
+  if (b.cap.count() < 0) bad(where, "backoff.cap", ns(b.cap), "a duration >= 0");
+  if ((b.kind == BackoffKind::fixed || b.kind == BackoffKind::exponential) &&
+      b.delay.count() == 0 && b.jitter == Jitter::decorrelated)
+    bad(where, "backoff.delay", "0 with decorrelated jitter",
+        "a positive base delay (decorrelated jitter draws from [delay, 3 * previous])");
+  if (b.kind == BackoffKind::none && b.jitter != Jitter::none)
+    bad(where, "backoff.jitter", "set with backoff kind none",
+        "a fixed or exponential backoff to apply jitter to");
+}
+
+namespace detail {
+
+void validate_job_options(const JobOptions& o, std::string_view where) {
+  // The common case (defaults) must cost a few compares: this runs on every add.
+  if (o.attempts < 1) [[unlikely]]
+    bad(where, "attempts", std::to_string(o.attempts),
+        "1 or more (attempts counts every try, including the first)");
+  if (o.delay.count() < 0) [[unlikely]]
+    bad(where, "delay", ns(o.delay), "a duration >= 0");
+  if (o.backoff.kind != BackoffKind::none || o.backoff.jitter != Jitter::none) [[unlikely]]
+    validate(o.backoff, where);
+  if (!o.dedup.id.empty()) {
+    if (o.dedup.ttl && o.dedup.ttl->count() <= 0)
+      bad(where, "dedup.ttl", ns(*o.dedup.ttl), "a positive window, or no ttl");
+    if (o.dedup.mode == DedupMode::debounce && !o.dedup.ttl)
+      bad(where, "dedup.ttl", "unset with mode debounce",
+          "a ttl: debounce restarts a window, so it needs one");
+  } else if (o.dedup.ttl || o.dedup.mode != DedupMode::merge) [[unlikely]] {
+    bad(where, "dedup.id", "empty while dedup.ttl or dedup.mode is set",
+        "a dedup id to deduplicate on");
+  }
+}
+
+void validate_queue_options(const QueueOptions& o, std::string_view queue) {
+  std::string where = "QueueOptions('" + std::string(queue) + "')";
+  if (queue.empty()) bad("QueueOptions", "name", "empty", "a non-empty queue name");
+  if (o.capacity == 0 || o.capacity > (std::size_t{1} << 30))
+    bad(where, "capacity", std::to_string(o.capacity), "1 .. 2^30 unfinished jobs");
+  if (o.block_timeout.count() < 0) bad(where, "block_timeout", ns(o.block_timeout), ">= 0");
+  if (o.dlq.max_entries == 0)
+    bad(where, "dlq.max_entries", "0", "1 or more (a DLQ that holds nothing loses jobs)");
+  if (o.dlq.retention && o.dlq.retention->count() <= 0)
+    bad(where, "dlq.retention", ns(*o.dlq.retention), "a positive duration, or none");
+  validate_job_options(o.defaults, where + ".defaults");
+  if (o.defaults.backoff.kind == BackoffKind::custom && !o.custom_backoff)
+    bad(where, "custom_backoff", "empty while defaults.backoff is custom",
+        "a function computing the delay");
+}
+
+}  // namespace detail
+}  // namespace rail

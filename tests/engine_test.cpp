@@ -1,0 +1,377 @@
+// Engine behaviour under the manual clock in inline mode: deterministic, no threads, no sleeps.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+#include "rail/rail.hpp"
+
+namespace rail {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Fixture : ::testing::Test {
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+  std::vector<Event> events;
+  void SetUp() override {
+    engine.on_event([this](const Event& e) {
+      Event copy = e;
+      copy.queue = {};  // views die after the call; keep only value fields
+      copy.job_name = {};
+      copy.error = {};
+      copy.dedup_id = {};
+      events.push_back(copy);
+    });
+  }
+  Duration since_start(const Event& e) const { return e.at.time_since_epoch(); }
+  std::vector<Event> of(EventKind k, JobId id = 0) const {
+    std::vector<Event> out;
+    for (const auto& e : events)
+      if (e.kind == k && (id == 0 || e.job_id == id)) out.push_back(e);
+    return out;
+  }
+  /// replay(): runs everything in virtual time until nothing is ready or delayed.
+  void replay() {
+    engine.run_until_idle();
+    while (auto next = engine.next_timer_in()) {
+      clock.advance(*next);
+      engine.run_until_idle();
+    }
+  }
+};
+
+TEST_F(Fixture, JobIdsStartAtOneAndIncrease) {
+  auto q = engine.queue<int>("q", {});
+  EXPECT_EQ(q.add("a", 1).id, 1u);
+  EXPECT_EQ(q.add("a", 2).id, 2u);
+}
+
+TEST_F(Fixture, HandlerRunsOnlyInRunUntilIdle) {
+  auto q = engine.queue<int>("q", {});
+  int sum = 0;
+  q.process({}, [&](Job<int>& j) { sum += j.data(); });
+  (void)q.add("a", 5);
+  EXPECT_EQ(sum, 0);
+  EXPECT_EQ(engine.run_until_idle(), 1u);
+  EXPECT_EQ(sum, 5);
+  EXPECT_EQ(q.counts().completed, 1u);
+}
+
+TEST_F(Fixture, DefaultAttemptsIsOneSoAFailureDeadLettersAtOnce) {
+  auto q = engine.queue<int>("q", {});
+  q.process({}, [](Job<int>&) { return Outcome::retry("nope"); });
+  auto r = q.add("a", 1);
+  engine.run_until_idle();
+  ASSERT_EQ(q.dlq().size(), 1u);
+  auto e = q.dlq().get(r.id);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->reason, DeadLetterReason::attempts_exhausted);
+  EXPECT_EQ(e->attempts_made, 1u);
+  EXPECT_EQ(e->last_error(), "nope");
+}
+
+TEST_F(Fixture, ExponentialBackoffDelaysAreExact) {
+  auto q = engine.queue<int>("q", {});
+  q.process({}, [](Job<int>&) { return Outcome::retry("boom"); });
+  JobOptions o{.attempts = 4, .backoff = Backoff::exponential(500ms)};
+  auto r = q.add("a", 1, o);
+  replay();
+  auto starts = of(EventKind::started, r.id);
+  ASSERT_EQ(starts.size(), 4u);
+  EXPECT_EQ(since_start(starts[0]), 0ms);
+  EXPECT_EQ(since_start(starts[1]), 500ms);
+  EXPECT_EQ(since_start(starts[2]), 1500ms);
+  EXPECT_EQ(since_start(starts[3]), 3500ms);
+  auto fails = of(EventKind::attempt_failed, r.id);
+  ASSERT_EQ(fails.size(), 4u);
+  EXPECT_EQ(fails[0].delay, 500ms);
+  EXPECT_EQ(fails[1].delay, 1000ms);
+  EXPECT_EQ(fails[2].delay, 2000ms);
+  EXPECT_LT(fails[3].delay, 0ns);  // no next attempt
+  auto dead = of(EventKind::dead_lettered, r.id);
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].reason, DeadLetterReason::attempts_exhausted);
+  auto e = q.dlq().get(r.id);
+  ASSERT_TRUE(e);
+  ASSERT_EQ(e->errors.size(), 4u);
+  EXPECT_EQ(e->errors[2].attempt, 3u);
+  EXPECT_EQ(e->errors[2].at.time_since_epoch(), 1500ms);
+}
+
+TEST_F(Fixture, TimerNeverFiresEarly) {
+  auto q = engine.queue<int>("q", {});
+  int runs = 0;
+  q.process({}, [&](Job<int>&) { ++runs; });
+  (void)q.add("a", 1, JobOptions{.delay = 250ms});
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 0);
+  clock.advance(249ms);
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 0);
+  clock.advance(1ms);
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 1);
+}
+
+TEST_F(Fixture, ThrownExceptionIsARetryableFailureCarryingWhat) {
+  auto q = engine.queue<int>("q", {});
+  q.process({}, [](Job<int>& j) -> Outcome {
+    if (j.attempt() == 1) throw std::runtime_error("gateway timeout");
+    EXPECT_EQ(j.last_error(), "gateway timeout");
+    return Outcome::done();
+  });
+  auto r = q.add("a", 1, JobOptions{.attempts = 2});
+  engine.run_until_idle();  // no backoff: the retry is ready at once
+  EXPECT_EQ(q.counts().completed, 1u);
+  ASSERT_EQ(of(EventKind::completed, r.id).size(), 1u);
+  EXPECT_EQ(of(EventKind::completed, r.id)[0].attempt, 2u);
+}
+
+TEST_F(Fixture, PermanentFailureSkipsRemainingAttempts) {
+  auto q = engine.queue<int>("q", {});
+  q.process({}, [](Job<int>&) { return Outcome::fail("card declined"); });
+  auto r = q.add("a", 1, JobOptions{.attempts = 5, .backoff = Backoff::fixed(1s)});
+  engine.run_until_idle();
+  auto e = q.dlq().get(r.id);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->reason, DeadLetterReason::permanent_failure);
+  EXPECT_EQ(e->attempts_made, 1u);
+  EXPECT_FALSE(engine.next_timer_in().has_value());
+}
+
+TEST_F(Fixture, RetryAfterOverridesBackoff) {
+  auto q = engine.queue<int>("q", {});
+  q.process({}, [](Job<int>& j) {
+    return j.attempt() == 1 ? Outcome::retry_after(7s, "429") : Outcome::done();
+  });
+  auto r = q.add("a", 1, JobOptions{.attempts = 2, .backoff = Backoff::fixed(1s)});
+  replay();
+  auto starts = of(EventKind::started, r.id);
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_EQ(since_start(starts[1]), 7s);
+}
+
+TEST_F(Fixture, CustomBackoffNegativeStopsRetrying) {
+  QueueOptions qo;
+  qo.custom_backoff = [](const RetryContext& c) {
+    return c.error == "fatal" ? Duration{-1} : Duration{c.attempts_made * 100ms};
+  };
+  auto q = engine.queue<int>("q", qo);
+  q.process({}, [](Job<int>& j) {
+    return Outcome::retry(j.attempt() < 3 ? "transient" : "fatal");
+  });
+  auto r = q.add("a", 1, JobOptions{.attempts = 10, .backoff = Backoff::custom()});
+  replay();
+  auto starts = of(EventKind::started, r.id);
+  ASSERT_EQ(starts.size(), 3u);
+  EXPECT_EQ(since_start(starts[1]), 100ms);
+  EXPECT_EQ(since_start(starts[2]), 300ms);
+  auto e = q.dlq().get(r.id);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->reason, DeadLetterReason::backoff_stopped);
+}
+
+TEST_F(Fixture, DuplicateWithinTtlIsMergedAndOneAfterIsNot) {
+  auto q = engine.queue<int>("q", {});
+  int runs = 0;
+  q.process({}, [&](Job<int>&) { ++runs; });
+  JobOptions o;
+  o.dedup = {.id = "order-4-email", .ttl = 5min};
+  auto first = q.add("email", 1, o);
+  auto second = q.add("email", 2, o);
+  EXPECT_EQ(first.status, AddStatus::added);
+  EXPECT_EQ(second.status, AddStatus::duplicate);
+  EXPECT_TRUE(second.duplicate());
+  EXPECT_EQ(second.id, first.id);
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 1);
+  // With a ttl the id stays tracked after completion (SQS), until the window ends.
+  clock.advance(5min - 1ns);
+  EXPECT_EQ(q.add("email", 3, o).status, AddStatus::duplicate);
+  clock.advance(1ns);
+  auto third = q.add("email", 4, o);
+  EXPECT_EQ(third.status, AddStatus::added);
+  EXPECT_NE(third.id, first.id);
+  ASSERT_EQ(of(EventKind::deduplicated).size(), 2u);
+  EXPECT_EQ(of(EventKind::deduplicated)[0].job_id, first.id);
+}
+
+TEST_F(Fixture, DedupWithoutTtlHeldUntilJobEnds) {
+  auto q = engine.queue<int>("q", {});
+  q.process({}, [](Job<int>&) {});
+  JobOptions o;
+  o.dedup.id = "k";
+  auto first = q.add("a", 1, o);
+  EXPECT_EQ(q.add("a", 1, o).status, AddStatus::duplicate);
+  clock.advance(24h);
+  EXPECT_EQ(q.add("a", 1, o).id, first.id);
+  engine.run_until_idle();  // completes: the id is released (BullMQ simple mode)
+  auto again = q.add("a", 1, o);
+  EXPECT_EQ(again.status, AddStatus::added);
+  EXPECT_NE(again.id, first.id);
+}
+
+TEST_F(Fixture, DebounceReplacesPayloadAndRestartsDelay) {
+  auto q = engine.queue<int>("q", {});
+  std::vector<int> seen;
+  q.process({}, [&](Job<int>& j) { seen.push_back(j.data()); });
+  JobOptions o;
+  o.delay = 1s;
+  o.dedup = {.id = "search", .ttl = 1s, .mode = DedupMode::debounce};
+  auto first = q.add("a", 1, o);
+  clock.advance(600ms);
+  auto second = q.add("a", 2, o);
+  EXPECT_EQ(second.status, AddStatus::debounced);
+  EXPECT_EQ(second.id, first.id);
+  clock.advance(500ms);  // t = 1.1 s: the original delay has passed, the restarted one not
+  engine.run_until_idle();
+  EXPECT_TRUE(seen.empty());
+  clock.advance(500ms);  // t = 1.6 s
+  engine.run_until_idle();
+  EXPECT_EQ(seen, std::vector<int>{2});
+}
+
+TEST_F(Fixture, FullQueueRejectsWithStatusAndCreatesNothing) {
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = 2});
+  EXPECT_EQ(q.add("a", 1).status, AddStatus::added);
+  EXPECT_EQ(q.add("a", 2).status, AddStatus::added);
+  auto r = q.add("a", 3);
+  EXPECT_EQ(r.status, AddStatus::full);
+  EXPECT_EQ(r.id, 0u);
+  EXPECT_EQ(q.counts().added, 2u);
+}
+
+TEST_F(Fixture, FullQueueCanSendTheNewJobToTheDlq) {
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = 1, .on_full = OverflowPolicy::dead_letter});
+  (void)q.add("a", 1);
+  auto r = q.add("a", 2);
+  EXPECT_EQ(r.status, AddStatus::dead_lettered);
+  auto e = q.dlq().get(r.id);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->reason, DeadLetterReason::overflow);
+  EXPECT_EQ(e->data, 2);
+}
+
+TEST_F(Fixture, AddBulkIsAllOrNothingWithConsecutiveIds) {
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = 4});
+  std::vector<int> three{1, 2, 3};
+  auto r = q.add_bulk("a", std::span<int>(three));
+  EXPECT_EQ(r.status, AddStatus::added);
+  EXPECT_EQ(r.count, 3u);
+  std::vector<int> two{4, 5};
+  auto full = q.add_bulk("a", std::span<int>(two));
+  EXPECT_EQ(full.status, AddStatus::full);
+  EXPECT_EQ(q.counts().added, 3u);
+  int sum = 0;
+  q.process({}, [&](Job<int>& j) { sum += j.data(); });
+  engine.run_until_idle();
+  EXPECT_EQ(sum, 6);
+}
+
+TEST_F(Fixture, RedriveResetsAttemptsAndKeepsTheId) {
+  auto q = engine.queue<int>("q", {});
+  bool healthy = false;
+  q.process({}, [&](Job<int>&) { return healthy ? Outcome::done() : Outcome::retry("down"); });
+  auto r = q.add("a", 7, JobOptions{.attempts = 2});
+  engine.run_until_idle();
+  ASSERT_EQ(q.dlq().size(), 1u);
+  healthy = true;
+  EXPECT_EQ(q.dlq().redrive(r.id), RedriveStatus::redriven);
+  EXPECT_EQ(q.dlq().size(), 0u);
+  engine.run_until_idle();
+  auto done = of(EventKind::completed, r.id);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].attempt, 1u);  // attempts reset
+  EXPECT_EQ(q.dlq().redrive(r.id), RedriveStatus::not_found);
+}
+
+TEST_F(Fixture, DlqAlertFiresAtThresholdAndRearms) {
+  std::vector<std::size_t> alerts;
+  QueueOptions qo;
+  qo.dlq.alert_depth = 2;
+  qo.dlq.on_alert = [&](std::size_t d) { alerts.push_back(d); };
+  auto q = engine.queue<int>("q", qo);
+  q.process({}, [](Job<int>&) { return Outcome::fail("x"); });
+  for (int i = 0; i < 3; ++i) (void)q.add("a", i);
+  engine.run_until_idle();
+  EXPECT_EQ(alerts, std::vector<std::size_t>{2});
+  q.dlq().purge();
+  for (int i = 0; i < 2; ++i) (void)q.add("a", i);
+  engine.run_until_idle();
+  EXPECT_EQ(alerts, (std::vector<std::size_t>{2, 2}));
+}
+
+TEST_F(Fixture, DlqBoundAndRetentionEvictWithEvents) {
+  QueueOptions qo;
+  qo.dlq.max_entries = 2;
+  qo.dlq.retention = 1h;
+  auto q = engine.queue<int>("q", qo);
+  q.process({}, [](Job<int>&) { return Outcome::fail("x"); });
+  for (int i = 0; i < 3; ++i) (void)q.add("a", i);
+  engine.run_until_idle();
+  EXPECT_EQ(q.dlq().size(), 2u);
+  EXPECT_EQ(of(EventKind::dlq_evicted).size(), 1u);
+  EXPECT_EQ(of(EventKind::dlq_evicted)[0].job_id, 1u);  // the oldest goes first
+  clock.advance(1h);
+  EXPECT_EQ(q.dlq().size(), 0u);
+  EXPECT_EQ(of(EventKind::dlq_evicted).size(), 3u);
+}
+
+TEST_F(Fixture, UnknownQueueAndTypeMismatchAreClearErrors) {
+  (void)engine.queue<int>("q", {});
+  try {
+    (void)engine.queue<int>("nope");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unknown_queue);
+    EXPECT_NE(std::string(e.what()).find("nope"), std::string::npos);
+  }
+  EXPECT_THROW((void)engine.queue<double>("q"), Error);
+  EXPECT_THROW((void)engine.queue<int>("q", {}), Error);
+}
+
+TEST_F(Fixture, RunUntilIdleOnThreadedEngineIsWrongMode) {
+  Engine threaded;
+  try {
+    threaded.run_until_idle();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::wrong_mode);
+  }
+}
+
+TEST_F(Fixture, ShutdownRejectsAddsAndReportsUnstartedJobs) {
+  auto q = engine.queue<int>("q", {});
+  auto a = q.add("a", 1);
+  auto b = q.add("a", 2, JobOptions{.delay = 1s});
+  auto report = engine.shutdown(0s);
+  ASSERT_EQ(report.not_started.size(), 2u);
+  EXPECT_TRUE(report.still_running.empty());
+  std::vector<JobId> ids{report.not_started[0].id, report.not_started[1].id};
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<JobId>{a.id, b.id}));
+  try {
+    (void)q.add("a", 3);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::shutting_down);
+  }
+}
+
+TEST_F(Fixture, EventsTraceEveryStageByJobId) {
+  auto q = engine.queue<int>("q", {});
+  q.process({}, [](Job<int>& j) { return j.attempt() < 2 ? Outcome::retry("x") : Outcome::done(); });
+  auto r = q.add("a", 1, JobOptions{.attempts = 2, .backoff = Backoff::fixed(10ms)});
+  replay();
+  std::vector<EventKind> kinds;
+  for (const auto& e : events)
+    if (e.job_id == r.id) kinds.push_back(e.kind);
+  EXPECT_EQ(kinds, (std::vector<EventKind>{EventKind::added, EventKind::started,
+                                           EventKind::attempt_failed, EventKind::retry_due,
+                                           EventKind::started, EventKind::completed}));
+}
+
+}  // namespace
+}  // namespace rail

@@ -1,0 +1,93 @@
+#include "orders/orders_scenario.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+#include <thread>
+
+namespace rail::orders {
+namespace {
+
+using namespace std::chrono_literals;
+
+JobOptions retry_policy(Scenario s) {
+  JobOptions o;
+  o.attempts = 3;
+  o.backoff = s == Scenario::bullmq ? Backoff::exponential(500ms) : Backoff::fixed(2000ms);
+  return o;
+}
+
+}  // namespace
+
+Scenario parse_scenario(std::string_view name) {
+  if (name == "bullmq") return Scenario::bullmq;
+  if (name == "rabbitmq") return Scenario::rabbitmq;
+  throw Error(ErrorCode::invalid_option,
+              "scenario '" + std::string(name) + "' is unknown; expected bullmq or rabbitmq");
+}
+
+Queue<Order> declare(Engine& engine, Scenario scenario) {
+  QueueOptions q;
+  q.capacity = 1024;
+  q.defaults = retry_policy(scenario);
+  auto queue = engine.queue<Order>("orders", q);
+  queue.process(WorkerOptions{.concurrency = 1}, [](Job<Order>& job) -> Outcome {
+    const Order& o = job.data();
+    if (o.fail_times > 0 && static_cast<int>(job.attempts_made()) < o.fail_times) {
+      // A thrown exception is a retryable failure carrying what(), like a rejected promise.
+      throw std::runtime_error("Simulated payment gateway timeout (attempt " +
+                               std::to_string(job.attempt()) + ")");
+    }
+    return Outcome::done();
+  });
+  return queue;
+}
+
+std::vector<AddResult> add_orders(Queue<Order>& queue, Scenario scenario) {
+  std::vector<AddResult> ids;
+  ids.push_back(queue.add("charge-card", Order{"order-1", 49.99, 0}));
+  ids.push_back(queue.add("charge-card", Order{"order-2", 19.99, 2}));
+  ids.push_back(queue.add("charge-card", Order{"order-3", 99.00, 99}));
+  JobOptions email = retry_policy(scenario);
+  email.dedup.id = scenario == Scenario::bullmq ? "order-4-email" : "order-4-confirmation";
+  ids.push_back(queue.add("send-confirmation-email", Order{"order-4", 0, 0}, email));
+  ids.push_back(queue.add("send-confirmation-email", Order{"order-4", 0, 0}, email));
+  return ids;
+}
+
+void settle(Engine& engine, Queue<Order>& queue, ManualClock* manual) {
+  auto done = [&] {
+    QueueCounts c = queue.counts();
+    return c.completed + c.dead_lettered == c.added;
+  };
+  if (manual && engine.mode() == Mode::inlined) {
+    engine.run_until_idle();
+    while (!done()) {
+      auto next = engine.next_timer_in();
+      if (!next) break;
+      manual->advance(*next);
+      engine.run_until_idle();
+    }
+    return;
+  }
+  while (!done()) std::this_thread::sleep_for(1ms);
+}
+
+void inspect_dlq(Queue<Order>& queue, std::ostream& out) {
+  for (const auto& e : queue.dlq().list()) {
+    char amount[32];
+    std::snprintf(amount, sizeof amount, "%g", e.data.amount);
+    out << "🔎 DLQ INSPECTOR received permanently-failed job (original id " << e.id << ")\n"
+        << "  DLQ entry: {\"orderId\":\"" << e.data.order_id << "\",\"amount\":" << amount
+        << ",\"failTimes\":" << e.data.fail_times << "} reason=" << to_string(e.reason)
+        << " attempts=" << e.attempts_made << "/" << e.max_attempts << "\n";
+    for (const auto& err : e.errors) out << "    attempt " << err.attempt << ": " << err.message << "\n";
+  }
+}
+
+Summary summarize(Queue<Order>& queue) {
+  QueueCounts c = queue.counts();
+  return Summary{c.added, c.completed, c.failed_attempts, c.dead_lettered, c.deduplicated};
+}
+
+}  // namespace rail::orders

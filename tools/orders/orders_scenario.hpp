@@ -1,0 +1,58 @@
+// The seed's orders scenarios, as one piece of code the demo program and the tests share.
+//   bullmq:   order-1 succeeds; order-2 fails twice (attempts 3, exponential 500 ms) and completes
+//             on attempt 3; order-3 exhausts 3 attempts and lands in the DLQ; order-4's
+//             confirmation email is added twice under one dedup id and runs once.
+//   rabbitmq: the same orders with the RabbitMQ retry-queue pattern: a fixed 2000 ms delay, the
+//             attempt count carried with the job, DLQ on the 3rd failure, a duplicate dropped by
+//             its dedup id.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rail/rail.hpp"
+
+namespace rail::orders {
+
+enum class Scenario { bullmq, rabbitmq };
+
+/// Order: the payload of every job in the scenario.
+struct Order {
+  std::string order_id;
+  double amount = 0;
+  int fail_times = 0;  // the handler fails this many attempts first (99: always)
+};
+
+struct Summary {
+  std::uint64_t added = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t failed_attempts = 0;
+  std::uint64_t dead_lettered = 0;
+  std::uint64_t deduplicated = 0;
+};
+
+/// parse_scenario("bullmq" | "rabbitmq"); throws rail::Error(invalid_option) otherwise.
+Scenario parse_scenario(std::string_view name);
+
+/// declare(engine, scenario) declares the "orders" queue with the scenario's retry policy and
+/// starts its worker (concurrency 1, like the seed's single worker).
+Queue<Order> declare(Engine& engine, Scenario scenario);
+
+/// add_orders(queue, scenario) adds the four orders (order-4's email twice).
+std::vector<AddResult> add_orders(Queue<Order>& queue, Scenario scenario);
+
+/// settle(engine, queue, manual) waits until every added job has ended. With a ManualClock and
+/// an inline engine it replays the scenario in virtual time (advancing to each timer); otherwise
+/// it polls the queue's counts in real time.
+void settle(Engine& engine, Queue<Order>& queue, ManualClock* manual);
+
+/// inspect_dlq(queue, out) prints every DLQ entry as the seed's DLQ inspector does.
+void inspect_dlq(Queue<Order>& queue, std::ostream& out);
+
+/// summarize(queue) reads the final counts.
+Summary summarize(Queue<Order>& queue);
+
+}  // namespace rail::orders
