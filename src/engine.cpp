@@ -37,8 +37,10 @@ Engine::~Engine() {
     std::lock_guard lock(mu_);
     accepting_declarations_ = false;
   }
-  for (auto& [name, q] : queues_) q->stop_workers();
-  for (auto& [name, q] : queues_) q->join_workers();
+  for (auto& [name, q] : queues_)
+    q->stop_workers();
+  for (auto& [name, q] : queues_)
+    q->join_workers();
   stop_timer_thread();
   queues_.clear();  // destroys the payloads of whatever was left
 }
@@ -59,12 +61,14 @@ std::size_t Engine::run_until_idle() {
     core_->process_timers();
     std::size_t round = 0;
     std::size_t n = core_->queue_count();
-    for (std::size_t i = 0; i < n; ++i) round += core_->queue_at(i)->run_ready(64);
+    for (std::size_t i = 0; i < n; ++i)
+      round += core_->queue_at(i)->run_ready(64);
     ran += round;
     if (round == 0 && core_->process_timers() == 0) {
       // Nothing ran and nothing became due: but a timer fired just now may have made a job ready.
       std::size_t again = 0;
-      for (std::size_t i = 0; i < n; ++i) again += core_->queue_at(i)->run_ready(64);
+      for (std::size_t i = 0; i < n; ++i)
+        again += core_->queue_at(i)->run_ready(64);
       ran += again;
       if (again == 0) return ran;
     }
@@ -84,7 +88,8 @@ ShutdownReport Engine::shutdown(Duration grace) {
     std::lock_guard lock(mu_);
     accepting_declarations_ = false;
   }
-  for (auto& [name, q] : queues_) q->stop_workers();
+  for (auto& [name, q] : queues_)
+    q->stop_workers();
   auto deadline = std::chrono::steady_clock::now() + grace;
   auto running = [&] {
     for (auto& [name, q] : queues_)
@@ -94,9 +99,11 @@ ShutdownReport Engine::shutdown(Duration grace) {
   while (running() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ShutdownReport report;
-  for (auto& [name, q] : queues_) q->collect_leftovers(report);
+  for (auto& [name, q] : queues_)
+    q->collect_leftovers(report);
   if (report.still_running.empty()) {
-    for (auto& [name, q] : queues_) q->join_workers();
+    for (auto& [name, q] : queues_)
+      q->join_workers();
   }
   return report;
 }

@@ -4,15 +4,24 @@ namespace rail {
 
 std::string_view to_string(ErrorCode code) noexcept {
   switch (code) {
-    case ErrorCode::invalid_option: return "invalid_option";
-    case ErrorCode::unknown_queue: return "unknown_queue";
-    case ErrorCode::queue_exists: return "queue_exists";
-    case ErrorCode::type_mismatch: return "type_mismatch";
-    case ErrorCode::shutting_down: return "shutting_down";
-    case ErrorCode::capacity: return "capacity";
-    case ErrorCode::wrong_mode: return "wrong_mode";
-    case ErrorCode::journal: return "journal";
-    case ErrorCode::internal: return "internal";
+    case ErrorCode::invalid_option:
+      return "invalid_option";
+    case ErrorCode::unknown_queue:
+      return "unknown_queue";
+    case ErrorCode::queue_exists:
+      return "queue_exists";
+    case ErrorCode::type_mismatch:
+      return "type_mismatch";
+    case ErrorCode::shutting_down:
+      return "shutting_down";
+    case ErrorCode::capacity:
+      return "capacity";
+    case ErrorCode::wrong_mode:
+      return "wrong_mode";
+    case ErrorCode::journal:
+      return "journal";
+    case ErrorCode::internal:
+      return "internal";
   }
   return "unknown_error";
 }

@@ -80,8 +80,8 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
               " replaced the payload of job " + id + " and restarted its delay";
       break;
     case EventKind::started:
-      line += "WORKER picked up job " + id + " (" + name + ") - attempt #" +
-              std::to_string(e.attempt);
+      line +=
+          "WORKER picked up job " + id + " (" + name + ") - attempt #" + std::to_string(e.attempt);
       break;
     case EventKind::attempt_failed:
       line += icon("❌") + "FAILED job " + id + " attempt " + std::to_string(e.attempt) + "/" +
@@ -93,7 +93,8 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
       break;
     case EventKind::retry_due:
       if (!o.verbose) return {};
-      line += "DUE job " + id + " (" + name + ") is ready for attempt #" + std::to_string(e.attempt);
+      line +=
+          "DUE job " + id + " (" + name + ") is ready for attempt #" + std::to_string(e.attempt);
       break;
     case EventKind::completed:
       line += icon("✅") + "COMPLETED job " + id + " (" + name + ") after " +
@@ -104,8 +105,8 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
         line += icon("💀") + "Job " + id + " exhausted all " + std::to_string(e.max_attempts) +
                 " attempts -> moving to DLQ";
       else
-        line += icon("💀") + "Job " + id + " (" + name + ") -> DLQ: " +
-                std::string(to_string(e.reason)) +
+        line += icon("💀") + "Job " + id + " (" + name +
+                ") -> DLQ: " + std::string(to_string(e.reason)) +
                 (e.error.empty() ? std::string() : " (" + std::string(e.error) + ")");
       break;
     case EventKind::redriven:

@@ -6,40 +6,62 @@ namespace rail {
 
 std::string_view to_string(EventKind kind) noexcept {
   switch (kind) {
-    case EventKind::added: return "added";
-    case EventKind::deduplicated: return "deduplicated";
-    case EventKind::debounced: return "debounced";
-    case EventKind::started: return "started";
-    case EventKind::attempt_failed: return "attempt_failed";
-    case EventKind::retry_due: return "retry_due";
-    case EventKind::completed: return "completed";
-    case EventKind::dead_lettered: return "dead_lettered";
-    case EventKind::redriven: return "redriven";
-    case EventKind::dlq_evicted: return "dlq_evicted";
-    case EventKind::dlq_alert: return "dlq_alert";
+    case EventKind::added:
+      return "added";
+    case EventKind::deduplicated:
+      return "deduplicated";
+    case EventKind::debounced:
+      return "debounced";
+    case EventKind::started:
+      return "started";
+    case EventKind::attempt_failed:
+      return "attempt_failed";
+    case EventKind::retry_due:
+      return "retry_due";
+    case EventKind::completed:
+      return "completed";
+    case EventKind::dead_lettered:
+      return "dead_lettered";
+    case EventKind::redriven:
+      return "redriven";
+    case EventKind::dlq_evicted:
+      return "dlq_evicted";
+    case EventKind::dlq_alert:
+      return "dlq_alert";
   }
   return "unknown_event";
 }
 
 std::string_view to_string(DeadLetterReason reason) noexcept {
   switch (reason) {
-    case DeadLetterReason::none: return "none";
-    case DeadLetterReason::attempts_exhausted: return "attempts_exhausted";
-    case DeadLetterReason::permanent_failure: return "permanent_failure";
-    case DeadLetterReason::backoff_stopped: return "backoff_stopped";
-    case DeadLetterReason::overflow: return "overflow";
+    case DeadLetterReason::none:
+      return "none";
+    case DeadLetterReason::attempts_exhausted:
+      return "attempts_exhausted";
+    case DeadLetterReason::permanent_failure:
+      return "permanent_failure";
+    case DeadLetterReason::backoff_stopped:
+      return "backoff_stopped";
+    case DeadLetterReason::overflow:
+      return "overflow";
   }
   return "unknown_reason";
 }
 
 std::string_view to_string(AddStatus status) noexcept {
   switch (status) {
-    case AddStatus::added: return "added";
-    case AddStatus::duplicate: return "duplicate";
-    case AddStatus::debounced: return "debounced";
-    case AddStatus::full: return "full";
-    case AddStatus::dead_lettered: return "dead_lettered";
-    case AddStatus::dedup_full: return "dedup_full";
+    case AddStatus::added:
+      return "added";
+    case AddStatus::duplicate:
+      return "duplicate";
+    case AddStatus::debounced:
+      return "debounced";
+    case AddStatus::full:
+      return "full";
+    case AddStatus::dead_lettered:
+      return "dead_lettered";
+    case AddStatus::dedup_full:
+      return "dedup_full";
   }
   return "unknown_status";
 }

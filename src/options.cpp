@@ -1,14 +1,17 @@
 // Option validation: every message names the field, the value given and what is expected.
+#include "rail/options.hpp"
+
 #include <string>
 
 #include "rail/backoff.hpp"
 #include "rail/error.hpp"
-#include "rail/options.hpp"
 
 namespace rail {
 namespace {
 
-std::string ns(Duration d) { return std::to_string(d.count()) + " ns"; }
+std::string ns(Duration d) {
+  return std::to_string(d.count()) + " ns";
+}
 
 [[noreturn]] void bad(std::string_view where, std::string_view field, const std::string& value,
                       std::string_view expected) {

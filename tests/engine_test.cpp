@@ -159,9 +159,8 @@ TEST_F(Fixture, CustomBackoffNegativeStopsRetrying) {
     return c.error == "fatal" ? Duration{-1} : Duration{c.attempts_made * 100ms};
   };
   auto q = engine.queue<int>("q", qo);
-  q.process({}, [](Job<int>& j) {
-    return Outcome::retry(j.attempt() < 3 ? "transient" : "fatal");
-  });
+  q.process({},
+            [](Job<int>& j) { return Outcome::retry(j.attempt() < 3 ? "transient" : "fatal"); });
   auto r = q.add("a", 1, JobOptions{.attempts = 10, .backoff = Backoff::custom()});
   replay();
   auto starts = of(EventKind::started, r.id);
@@ -244,7 +243,8 @@ TEST_F(Fixture, FullQueueRejectsWithStatusAndCreatesNothing) {
 }
 
 TEST_F(Fixture, FullQueueCanSendTheNewJobToTheDlq) {
-  auto q = engine.queue<int>("q", QueueOptions{.capacity = 1, .on_full = OverflowPolicy::dead_letter});
+  auto q =
+      engine.queue<int>("q", QueueOptions{.capacity = 1, .on_full = OverflowPolicy::dead_letter});
   (void)q.add("a", 1);
   auto r = q.add("a", 2);
   EXPECT_EQ(r.status, AddStatus::dead_lettered);
@@ -294,11 +294,13 @@ TEST_F(Fixture, DlqAlertFiresAtThresholdAndRearms) {
   qo.dlq.on_alert = [&](std::size_t d) { alerts.push_back(d); };
   auto q = engine.queue<int>("q", qo);
   q.process({}, [](Job<int>&) { return Outcome::fail("x"); });
-  for (int i = 0; i < 3; ++i) (void)q.add("a", i);
+  for (int i = 0; i < 3; ++i)
+    (void)q.add("a", i);
   engine.run_until_idle();
   EXPECT_EQ(alerts, std::vector<std::size_t>{2});
   q.dlq().purge();
-  for (int i = 0; i < 2; ++i) (void)q.add("a", i);
+  for (int i = 0; i < 2; ++i)
+    (void)q.add("a", i);
   engine.run_until_idle();
   EXPECT_EQ(alerts, (std::vector<std::size_t>{2, 2}));
 }
@@ -309,7 +311,8 @@ TEST_F(Fixture, DlqBoundAndRetentionEvictWithEvents) {
   qo.dlq.retention = 1h;
   auto q = engine.queue<int>("q", qo);
   q.process({}, [](Job<int>&) { return Outcome::fail("x"); });
-  for (int i = 0; i < 3; ++i) (void)q.add("a", i);
+  for (int i = 0; i < 3; ++i)
+    (void)q.add("a", i);
   engine.run_until_idle();
   EXPECT_EQ(q.dlq().size(), 2u);
   EXPECT_EQ(of(EventKind::dlq_evicted).size(), 1u);
@@ -362,7 +365,8 @@ TEST_F(Fixture, ShutdownRejectsAddsAndReportsUnstartedJobs) {
 
 TEST_F(Fixture, EventsTraceEveryStageByJobId) {
   auto q = engine.queue<int>("q", {});
-  q.process({}, [](Job<int>& j) { return j.attempt() < 2 ? Outcome::retry("x") : Outcome::done(); });
+  q.process({},
+            [](Job<int>& j) { return j.attempt() < 2 ? Outcome::retry("x") : Outcome::done(); });
   auto r = q.add("a", 1, JobOptions{.attempts = 2, .backoff = Backoff::fixed(10ms)});
   replay();
   std::vector<EventKind> kinds;

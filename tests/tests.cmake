@@ -1,1 +1,10 @@
 # One line per component test; CONCURRENCY marks the ones ThreadSanitizer must run.
+rail_add_test(mpmc_ring CONCURRENCY)
+rail_add_test(engine)
+rail_add_test(orders_scenario)
+target_link_libraries(orders_scenario_test PRIVATE rail_orders_scenario)
+rail_add_test(backoff)
+rail_add_test(options)
+rail_add_test(dedup_set CONCURRENCY)
+rail_add_test(timing_wheel)
+rail_add_test(engine_stress CONCURRENCY)

@@ -1,15 +1,15 @@
 // orders_demo: replays the seed's orders through rail with the real clock and prints the
 // timestamped log. `--scenario bullmq` (default) or `--scenario rabbitmq`.
-#include <iostream>
-
 #include <CLI/CLI.hpp>
+#include <iostream>
 
 #include "orders/orders_scenario.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"Replays the seed's four orders through rail and prints what happened"};
   std::string scenario_name = "bullmq";
-  app.add_option("--scenario", scenario_name, "bullmq (exponential 500 ms) or rabbitmq (fixed 2000 ms)")
+  app.add_option("--scenario", scenario_name,
+                 "bullmq (exponential 500 ms) or rabbitmq (fixed 2000 ms)")
       ->check(CLI::IsMember({"bullmq", "rabbitmq"}));
   CLI11_PARSE(app, argc, argv);
 

@@ -30,9 +30,7 @@ struct AddResult {
     return status == AddStatus::duplicate || status == AddStatus::debounced;
   }
   /// accepted is true when the job exists in the queue now (new or merged).
-  [[nodiscard]] bool accepted() const noexcept {
-    return status == AddStatus::added || duplicate();
-  }
+  [[nodiscard]] bool accepted() const noexcept { return status == AddStatus::added || duplicate(); }
 };
 
 /// BulkAddResult: add_bulk is all-or-nothing under OverflowPolicy::reject and ::block; the jobs it

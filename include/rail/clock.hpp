@@ -73,15 +73,15 @@ class ManualClock final : public Clock {
     std::int64_t target = t.time_since_epoch().count();
     std::int64_t cur = now_ns_.load(std::memory_order_relaxed);
     // A CAS loop keeps time monotonic when several threads advance at once.
-    while (cur < target &&
-           !now_ns_.compare_exchange_weak(cur, target, std::memory_order_release,
-                                          std::memory_order_relaxed)) {
+    while (cur < target && !now_ns_.compare_exchange_weak(cur, target, std::memory_order_release,
+                                                          std::memory_order_relaxed)) {
     }
     // The lock is held across the calls so that unsubscribe() (an engine's destructor) waits for
     // a call in flight instead of racing it; it is recursive so a listener may (un)subscribe.
     std::lock_guard lock(mu_);
     auto listeners = listeners_;
-    for (auto& [token, fn] : listeners) fn(now());
+    for (auto& [token, fn] : listeners)
+      fn(now());
   }
 
   /// subscribe(fn) calls fn(now) after every advance; returns a token for unsubscribe().

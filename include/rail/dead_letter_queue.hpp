@@ -40,8 +40,8 @@ struct DeadLetter {
   DeadLetterReason reason = DeadLetterReason::none;
   std::uint32_t attempts_made = 0;
   std::uint32_t max_attempts = 0;
-  TimePoint added_at{};       // when the job was first added
-  TimePoint dead_at{};        // when it entered the DLQ
+  TimePoint added_at{};              // when the job was first added
+  TimePoint dead_at{};               // when it entered the DLQ
   std::vector<AttemptError> errors;  // every failed attempt, oldest first
   [[nodiscard]] std::string_view last_error() const noexcept {
     return errors.empty() ? std::string_view{} : std::string_view{errors.back().message};

@@ -23,12 +23,12 @@
 #include <vector>
 
 #include "rail/clock.hpp"
+#include "rail/detail/engine_core.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
 #include "rail/options.hpp"
 #include "rail/queue.hpp"
 #include "rail/shutdown_report.hpp"
-#include "rail/detail/engine_core.hpp"
 
 namespace rail {
 
@@ -51,10 +51,12 @@ class Engine {
       throw Error(ErrorCode::shutting_down,
                   "queue '" + std::string(name) + "' declared after shutdown began");
     if (queues_.count(std::string(name)))
-      throw Error(ErrorCode::queue_exists,
-                  "queue '" + std::string(name) +
-                      "' is already declared; declare it once, then look it up with queue<T>(name)");
-    auto impl = std::make_unique<detail::QueueImpl<T>>(*core_, std::string(name), std::move(options));
+      throw Error(
+          ErrorCode::queue_exists,
+          "queue '" + std::string(name) +
+              "' is already declared; declare it once, then look it up with queue<T>(name)");
+    auto impl =
+        std::make_unique<detail::QueueImpl<T>>(*core_, std::string(name), std::move(options));
     auto* raw = impl.get();
     queues_.emplace(std::string(name), std::move(impl));
     return Queue<T>(raw);
@@ -70,8 +72,8 @@ class Engine {
       throw Error(ErrorCode::unknown_queue, "no queue named '" + std::string(name) +
                                                 "'; declare it first with queue<T>(name, options)");
     if (it->second->payload_type() != std::type_index(typeid(T)))
-      throw Error(ErrorCode::type_mismatch,
-                  "queue '" + std::string(name) + "' holds payloads of another type than requested");
+      throw Error(ErrorCode::type_mismatch, "queue '" + std::string(name) +
+                                                "' holds payloads of another type than requested");
     return Queue<T>(static_cast<detail::QueueImpl<T>*>(it->second.get()));
   }
 

@@ -46,16 +46,16 @@ std::string_view to_string(DeadLetterReason reason) noexcept;
 
 struct Event {
   EventKind kind = EventKind::added;
-  TimePoint at{};                 // engine clock time of the stage
+  TimePoint at{};  // engine clock time of the stage
   std::string_view queue;
   JobId job_id = 0;
   std::string_view job_name;
-  std::uint32_t attempt = 0;      // 1-based attempt the stage belongs to (0: not started yet)
+  std::uint32_t attempt = 0;  // 1-based attempt the stage belongs to (0: not started yet)
   std::uint32_t max_attempts = 0;
-  Duration delay{0};              // added: initial delay; attempt_failed: the next delay
-  std::string_view error;         // attempt_failed / dead_lettered: the (last) failure
+  Duration delay{0};       // added: initial delay; attempt_failed: the next delay
+  std::string_view error;  // attempt_failed / dead_lettered: the (last) failure
   DeadLetterReason reason = DeadLetterReason::none;
-  std::string_view dedup_id;      // deduplicated / debounced: the window's id
+  std::string_view dedup_id;  // deduplicated / debounced: the window's id
 };
 
 /// Observer: a callable receiving each event.

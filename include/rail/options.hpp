@@ -28,16 +28,16 @@ enum class DedupMode : std::uint8_t {
 
 /// DedupOptions: `JobOptions.dedup = {.id = "order-4-email", .ttl = 5min}`.
 struct DedupOptions {
-  std::string id;                   // empty: no deduplication
-  std::optional<Duration> ttl;      // window length; nullopt: held until the job finishes
+  std::string id{};               // empty: no deduplication
+  std::optional<Duration> ttl{};  // window length; nullopt: held until the job finishes
   DedupMode mode = DedupMode::merge;
 };
 
 /// JobOptions: per-add settings.
 struct JobOptions {
-  std::int32_t attempts = 1;        // total tries including the first; must be >= 1
-  Backoff backoff{};                // delay policy between tries
-  Duration delay{0};                // run no earlier than now + delay
+  std::int32_t attempts = 1;  // total tries including the first; must be >= 1
+  Backoff backoff{};          // delay policy between tries
+  Duration delay{0};          // run no earlier than now + delay
   DedupOptions dedup{};
 };
 
@@ -50,28 +50,28 @@ enum class OverflowPolicy : std::uint8_t {
 
 /// DlqOptions: bounds and alerting for a queue's dead-letter queue.
 struct DlqOptions {
-  std::size_t max_entries = 100'000;        // at the bound the oldest entry is evicted (evented)
-  std::optional<Duration> retention;         // entries older than this are evicted (evented)
-  std::size_t alert_depth = 0;               // 0: no alert; else call on_alert at this depth
+  std::size_t max_entries = 100'000;    // at the bound the oldest entry is evicted (evented)
+  std::optional<Duration> retention{};  // entries older than this are evicted (evented)
+  std::size_t alert_depth = 0;          // 0: no alert; else call on_alert at this depth
   /// on_alert(depth) is called on the thread that dead-letters the job that brings the depth to
   /// alert_depth; it re-arms once the depth falls below alert_depth again.
-  std::function<void(std::size_t depth)> on_alert;
+  std::function<void(std::size_t depth)> on_alert{};
 };
 
 /// QueueOptions: per-queue settings, fixed at declaration.
 struct QueueOptions {
-  std::size_t capacity = 65'536;            // max unfinished jobs (waiting+delayed+active)
+  std::size_t capacity = 65'536;  // max unfinished jobs (waiting+delayed+active)
   OverflowPolicy on_full = OverflowPolicy::reject;
   Duration block_timeout = std::chrono::seconds(1);  // for OverflowPolicy::block (real time)
-  JobOptions defaults{};                     // used by add() calls that pass no JobOptions
-  CustomBackoff custom_backoff;              // used by Backoff::custom()
-  std::size_t dedup_capacity = 0;            // max live dedup ids; 0: same as capacity
+  JobOptions defaults{};                             // used by add() calls that pass no JobOptions
+  CustomBackoff custom_backoff{};                    // used by Backoff::custom()
+  std::size_t dedup_capacity = 0;                    // max live dedup ids; 0: same as capacity
   DlqOptions dlq{};
 };
 
 /// WorkerOptions: the pool that drains a queue, sized to what the downstream service can take.
 struct WorkerOptions {
-  std::uint32_t concurrency = 1;             // handler calls in flight at once (threads)
+  std::uint32_t concurrency = 1;  // handler calls in flight at once (threads)
 };
 
 /// Mode: whether the engine runs its own threads.
@@ -82,10 +82,10 @@ enum class Mode : std::uint8_t {
 
 /// EngineOptions: fixed at construction.
 struct EngineOptions {
-  Clock* clock = nullptr;                    // nullptr: SteadyClock; must outlive the engine
+  Clock* clock = nullptr;  // nullptr: SteadyClock; must outlive the engine
   Mode mode = Mode::threaded;
   Duration timer_tick = std::chrono::milliseconds(1);  // timing-wheel granularity
-  std::uint64_t seed = 0x5EEDu;              // jitter randomness (per-thread streams derive from it)
+  std::uint64_t seed = 0x5EEDu;  // jitter randomness (per-thread streams derive from it)
 };
 
 }  // namespace rail

@@ -15,13 +15,15 @@ class Outcome {
     done,         // the job completed
     retry,        // the attempt failed; retry after the job's backoff if attempts remain
     retry_after,  // the attempt failed; retry after delay() (overrides backoff) if attempts remain
-    fail,         // permanent failure: skip remaining attempts, dead-letter now (UnrecoverableError)
+    fail,  // permanent failure: skip remaining attempts, dead-letter now (UnrecoverableError)
   };
 
   /// done() completes the job. Outcome{} is done() too.
   static Outcome done() noexcept { return Outcome{}; }
   /// retry(reason) records a failed attempt; the job's backoff decides when it runs again.
-  static Outcome retry(std::string_view reason) { return Outcome{Kind::retry, reason, Duration{0}}; }
+  static Outcome retry(std::string_view reason) {
+    return Outcome{Kind::retry, reason, Duration{0}};
+  }
   /// retry_after(d, reason) records a failed attempt and runs the next one after d (d >= 0), e.g.
   /// when the downstream answered "429, retry after 30 s".
   static Outcome retry_after(Duration d, std::string_view reason) {

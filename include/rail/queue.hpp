@@ -8,10 +8,10 @@
 
 #include "rail/add_result.hpp"
 #include "rail/dead_letter_queue.hpp"
+#include "rail/detail/queue_impl.hpp"
 #include "rail/job.hpp"
 #include "rail/options.hpp"
 #include "rail/outcome.hpp"
-#include "rail/detail/queue_impl.hpp"
 
 namespace rail {
 
@@ -37,8 +37,7 @@ class Queue {
   /// add_bulk(name, items, options) creates one job per item (payloads are moved from) with
   /// consecutive ids, all or nothing under OverflowPolicy::reject/block. One pass over the rings
   /// for the whole batch: the fast way to enqueue many jobs.
-  BulkAddResult add_bulk(std::string_view job_name, std::span<T> items,
-                         const JobOptions& options) {
+  BulkAddResult add_bulk(std::string_view job_name, std::span<T> items, const JobOptions& options) {
     return impl_->add_bulk(job_name, items, options);
   }
   BulkAddResult add_bulk(std::string_view job_name, std::span<T> items) {
@@ -60,8 +59,7 @@ class Queue {
           },
           options);
     } else {
-      static_assert(std::is_convertible_v<R, Outcome>,
-                    "a handler returns rail::Outcome or void");
+      static_assert(std::is_convertible_v<R, Outcome>, "a handler returns rail::Outcome or void");
       impl_->set_handler(std::forward<F>(handler), options);
     }
   }

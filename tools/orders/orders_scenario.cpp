@@ -70,7 +70,8 @@ void settle(Engine& engine, Queue<Order>& queue, ManualClock* manual) {
     }
     return;
   }
-  while (!done()) std::this_thread::sleep_for(1ms);
+  while (!done())
+    std::this_thread::sleep_for(1ms);
 }
 
 void inspect_dlq(Queue<Order>& queue, std::ostream& out) {
@@ -81,7 +82,8 @@ void inspect_dlq(Queue<Order>& queue, std::ostream& out) {
         << "  DLQ entry: {\"orderId\":\"" << e.data.order_id << "\",\"amount\":" << amount
         << ",\"failTimes\":" << e.data.fail_times << "} reason=" << to_string(e.reason)
         << " attempts=" << e.attempts_made << "/" << e.max_attempts << "\n";
-    for (const auto& err : e.errors) out << "    attempt " << err.attempt << ": " << err.message << "\n";
+    for (const auto& err : e.errors)
+      out << "    attempt " << err.attempt << ": " << err.message << "\n";
   }
 }
 

@@ -19,12 +19,12 @@
 
 #include "rail/add_result.hpp"
 #include "rail/clock.hpp"
+#include "rail/detail/name_table.hpp"
+#include "rail/detail/timing_wheel.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
 #include "rail/options.hpp"
 #include "rail/shutdown_report.hpp"
-#include "rail/detail/name_table.hpp"
-#include "rail/detail/timing_wheel.hpp"
 
 namespace rail::detail {
 
@@ -89,8 +89,8 @@ class EngineCore {
     std::lock_guard lock(observer_mu_);
     std::size_t n = observer_count_.load(std::memory_order_relaxed);
     if (n == kMaxObservers)
-      throw Error(ErrorCode::capacity, "an engine takes at most " +
-                                           std::to_string(kMaxObservers) + " observers");
+      throw Error(ErrorCode::capacity,
+                  "an engine takes at most " + std::to_string(kMaxObservers) + " observers");
     observers_[n] = std::move(fn);
     // release: publishes observers_[n] to emit()'s acquire load of the count.
     observer_count_.store(n + 1, std::memory_order_release);
@@ -137,7 +137,8 @@ class EngineCore {
   [[nodiscard]] std::optional<std::int64_t> next_timer_ns() {
     std::lock_guard lock(wheel_mu_);
     std::size_t n = queue_count();
-    for (std::size_t i = 0; i < n; ++i) queues_[i]->drain_timer_inbox(wheel_);
+    for (std::size_t i = 0; i < n; ++i)
+      queues_[i]->drain_timer_inbox(wheel_);
     return wheel_.next_event_ns();
   }
 
@@ -180,7 +181,8 @@ class EngineCore {
  private:
   std::size_t process_timers_locked() {
     std::size_t n = queue_count();
-    for (std::size_t i = 0; i < n; ++i) queues_[i]->drain_timer_inbox(wheel_);
+    for (std::size_t i = 0; i < n; ++i)
+      queues_[i]->drain_timer_inbox(wheel_);
     std::int64_t now = now_ns();
     return wheel_.advance(now, [&](TimerNode& node) {
       queues_[node.tag >> 32]->fire(static_cast<std::uint32_t>(node.tag), now, wheel_);

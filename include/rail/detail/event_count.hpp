@@ -13,7 +13,16 @@
 // item, which the consumer's re-check will find. No standalone fence is needed (TSan-friendly).
 // Threading: any number of producers and consumers.
 // Shutdown: set your stop flag, then notify_all(); waiters re-check it after waking.
+//
+// Sleeping is a raw Linux futex on epoch_, not std::atomic::wait: libstdc++ 12 implements
+// atomic::wait with its own spin phase and a process-wide hashed waiter pool (another shared
+// counter per notify), both redundant with waiters_ here. The futex only parks and unparks; all
+// memory ordering is carried by the atomics above, so TSan needs to understand nothing about it.
 #pragma once
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -33,7 +42,12 @@ class EventCount {
   void cancel_wait() noexcept { waiters_.fetch_sub(1, std::memory_order_relaxed); }
   /// wait(key) sleeps until notified after prepare_wait() returned key.
   void wait(std::uint32_t key) noexcept {
-    epoch_.wait(key, std::memory_order_acquire);
+    // FUTEX_WAIT sleeps only if epoch_ still equals key (checked atomically by the kernel), so a
+    // notify between our epoch load and this call makes it return at once. Spurious returns are
+    // fine: the caller loops and re-checks its condition.
+    static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&epoch_), FUTEX_WAIT_PRIVATE, key, nullptr,
+            nullptr, 0);
     waiters_.fetch_sub(1, std::memory_order_relaxed);
   }
   /// notify() wakes one waiter if there is one. Call after publishing.
@@ -43,13 +57,15 @@ class EventCount {
     // with the consumer's fetch_add in waiters_'s modification order (see file comment).
     if (waiters_.fetch_add(0, std::memory_order_acq_rel) != 0) {
       epoch_.fetch_add(1, std::memory_order_release);
-      epoch_.notify_one();
+      syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&epoch_), FUTEX_WAKE_PRIVATE, 1, nullptr,
+              nullptr, 0);
     }
   }
   /// notify_all() wakes every waiter (shutdown, pause/resume).
   void notify_all() noexcept {
     epoch_.fetch_add(1, std::memory_order_acq_rel);
-    epoch_.notify_all();
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&epoch_), FUTEX_WAKE_PRIVATE, INT32_MAX,
+            nullptr, nullptr, 0);
   }
 
  private:

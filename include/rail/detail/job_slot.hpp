@@ -41,7 +41,9 @@ constexpr std::uint64_t make_ctl(std::uint64_t seq, SlotState s) noexcept {
 constexpr SlotState ctl_state(std::uint64_t ctl) noexcept {
   return static_cast<SlotState>(ctl & 0xFF);
 }
-constexpr std::uint64_t ctl_seq(std::uint64_t ctl) noexcept { return ctl >> 8; }
+constexpr std::uint64_t ctl_seq(std::uint64_t ctl) noexcept {
+  return ctl >> 8;
+}
 /// next_ctl(c, s): the transition from c to state s.
 constexpr std::uint64_t next_ctl(std::uint64_t c, SlotState s) noexcept {
   return make_ctl(ctl_seq(c) + 1, s);
@@ -67,17 +69,17 @@ struct alignas(64) JobSlot {
   // id is atomic only because cold-path scanners (state(), cancel) read it while the holder may
   // rewrite it on reuse; they validate with ctl. Holder writes are relaxed, published by ctl/ring.
   std::atomic<std::uint64_t> id{0};
-  TimerNode timer{};                     // links for the timing wheel (delays and backoff)
-  std::atomic<std::int64_t> due_ns{0};   // delayed: run no earlier than this (debounce moves it)
+  TimerNode timer{};                    // links for the timing wheel (delays and backoff)
+  std::atomic<std::int64_t> due_ns{0};  // delayed: run no earlier than this (debounce moves it)
   std::int64_t added_ns = 0;
-  std::int64_t started_ns = 0;           // start of the current/last attempt
-  std::int64_t prev_delay_ns = 0;        // for decorrelated jitter
+  std::int64_t started_ns = 0;     // start of the current/last attempt
+  std::int64_t prev_delay_ns = 0;  // for decorrelated jitter
   std::int64_t backoff_delay_ns = 0;
   std::int64_t backoff_cap_ns = 0;
-  SlotExtra* extra = nullptr;            // owned by the queue's slot array
-  std::uint32_t attempts_made = 0;       // failed attempts so far
+  SlotExtra* extra = nullptr;       // owned by the queue's slot array
+  std::uint32_t attempts_made = 0;  // failed attempts so far
   std::uint32_t max_attempts = 1;
-  std::uint16_t name = 0;                // NameTable index
+  std::uint16_t name = 0;  // NameTable index
   BackoffKind backoff_kind = BackoffKind::none;
   Jitter jitter = Jitter::none;
   bool has_dedup = false;

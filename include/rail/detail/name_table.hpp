@@ -25,7 +25,8 @@ namespace rail::detail {
 
 inline std::uint64_t fnv1a(std::string_view s) noexcept {
   std::uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  for (unsigned char c : s)
+    h = (h ^ c) * 1099511628211ULL;
   return h;
 }
 
@@ -43,15 +44,16 @@ class NameTable {
     if (names_.size() >= kMaxNames) {
       throw Error(ErrorCode::capacity,
                   "job name '" + std::string(name) + "' would be distinct name number " +
-                      std::to_string(kMaxNames + 1) +
-                      "; job names are job kinds and at most " + std::to_string(kMaxNames) +
+                      std::to_string(kMaxNames + 1) + "; job names are job kinds and at most " +
+                      std::to_string(kMaxNames) +
                       " are supported (put per-job data in the payload)");
     }
     auto& entry = names_.emplace_back(std::make_unique<Entry>(
         Entry{std::string(name), static_cast<std::uint16_t>(names_.size())}));
     std::size_t i = fnv1a(name) & (kSlots - 1);
     // relaxed: slots are only written under mu_, which orders writers among themselves.
-    while (slots_[i].load(std::memory_order_relaxed) != nullptr) i = (i + 1) & (kSlots - 1);
+    while (slots_[i].load(std::memory_order_relaxed) != nullptr)
+      i = (i + 1) & (kSlots - 1);
     by_index_[entry->index].store(entry.get(), std::memory_order_release);
     slots_[i].store(entry.get(), std::memory_order_release);  // publishes entry's string
     return entry->index;

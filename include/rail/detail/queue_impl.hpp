@@ -29,6 +29,8 @@
 // Shutdown: stop_workers() makes workers exit after their current handler; join_workers() waits.
 #pragma once
 
+#include <mimalloc.h>
+
 #include <chrono>
 #include <exception>
 #include <memory>
@@ -39,21 +41,19 @@
 #include <type_traits>
 #include <vector>
 
-#include <mimalloc.h>
-
 #include "rail/add_result.hpp"
 #include "rail/dead_letter_queue.hpp"
-#include "rail/error.hpp"
-#include "rail/event.hpp"
-#include "rail/job.hpp"
-#include "rail/options.hpp"
-#include "rail/outcome.hpp"
 #include "rail/detail/dedup_set.hpp"
 #include "rail/detail/engine_core.hpp"
 #include "rail/detail/event_count.hpp"
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/mpmc_ring.hpp"
 #include "rail/detail/striped_counter.hpp"
+#include "rail/error.hpp"
+#include "rail/event.hpp"
+#include "rail/job.hpp"
+#include "rail/options.hpp"
+#include "rail/outcome.hpp"
 
 namespace rail::detail {
 
@@ -92,17 +92,19 @@ class QueueImpl final : public QueueBase {
         options_(std::move(options)),
         capacity_(options_.capacity),
         slots_(std::make_unique<JobSlot[]>(capacity_)),
-        payload_(static_cast<Storage*>(::operator new[](sizeof(Storage) * capacity_,
-                                                        std::align_val_t{alignof(Storage)}))),
+        payload_(static_cast<Storage*>(
+            ::operator new[](sizeof(Storage) * capacity_, std::align_val_t{alignof(Storage)}))),
         free_(capacity_),
         ready_(capacity_),
         inbox_(capacity_),
-        dedup_(options_.dedup_capacity ? options_.dedup_capacity : capacity_),
         dlq_(*this, options_.dlq) {
     for (std::uint32_t i = 0; i < capacity_; ++i) {
       if (!free_.try_push(i)) throw Error(ErrorCode::internal, "free ring smaller than capacity");
     }
     index_ = core_.register_queue(this);
+    // The wheel hands back only the node; its tag routes the firing to this queue's slot.
+    for (std::uint32_t i = 0; i < capacity_; ++i)
+      slots_[i].timer.tag = (std::uint64_t{index_} << 32) | i;
   }
 
   ~QueueImpl() override {
@@ -156,7 +158,8 @@ class QueueImpl final : public QueueBase {
     }
   }
 
-  // --- adding --------------------------------------------------------------------------------------
+  // --- adding
+  // --------------------------------------------------------------------------------------
   AddResult add(std::string_view job_name, T&& data, const JobOptions& o) {
     if (!core_.accepting()) throw_shutting_down();
     validate_job_options(o, "JobOptions");
@@ -172,7 +175,7 @@ class QueueImpl final : public QueueBase {
     std::uint64_t id;
     if (!o.dedup.id.empty()) {
       std::int64_t expires = o.dedup.ttl ? now + o.dedup.ttl->count() : DedupSet::kNoExpiry;
-      auto claim = dedup_.try_claim(o.dedup.id, now, expires, [&]() noexcept {
+      auto claim = dedup().try_claim(o.dedup.id, now, expires, [&]() noexcept {
         return std::pair<std::uint64_t, std::uint64_t>{core_.next_ids(1), idx};
       });
       if (claim.result != DedupSet::Claim::Result::inserted) {
@@ -205,9 +208,9 @@ class QueueImpl final : public QueueBase {
                       "'; one dedup id cannot cover several jobs — use add() per job for dedup");
     if (items.empty()) return {AddStatus::added, 0, 0};
     if (items.size() > capacity_)
-      throw Error(ErrorCode::invalid_option,
-                  "add_bulk: " + std::to_string(items.size()) + " jobs exceed queue '" + name_ +
-                      "' capacity " + std::to_string(capacity_));
+      throw Error(ErrorCode::invalid_option, "add_bulk: " + std::to_string(items.size()) +
+                                                 " jobs exceed queue '" + name_ + "' capacity " +
+                                                 std::to_string(capacity_));
     std::uint16_t name_id = core_.names().intern(job_name);
     constexpr std::size_t kChunk = 256;
     std::uint32_t idx[kChunk];
@@ -239,18 +242,20 @@ class QueueImpl final : public QueueBase {
     }
     counters_.add(kAdded, items.size());
     if (o.delay.count() > 0) {
-      for (std::size_t i = 0; i < items.size(); ++i) publish_new(held[i], now, o.delay);
+      for (std::size_t i = 0; i < items.size(); ++i)
+        publish_new(held[i], now, o.delay);
     } else {
       for (std::size_t i = 0; i < items.size(); ++i)
-        slots_[held[i]].ctl.store(next_ctl(slots_[held[i]].ctl.load(std::memory_order_relaxed),
-                                           SlotState::waiting),
-                                  std::memory_order_relaxed);  // published by the ring push
+        slots_[held[i]].ctl.store(
+            next_ctl(slots_[held[i]].ctl.load(std::memory_order_relaxed), SlotState::waiting),
+            std::memory_order_relaxed);  // published by the ring push
       push_ready_bulk(held, items.size());
     }
     return {AddStatus::added, first, items.size()};
   }
 
-  // --- workers -------------------------------------------------------------------------------------
+  // --- workers
+  // -------------------------------------------------------------------------------------
   void set_handler(Handler h, const WorkerOptions& w) {
     if (handler_)
       throw Error(ErrorCode::invalid_option,
@@ -287,7 +292,8 @@ class QueueImpl final : public QueueBase {
       if (t.joinable()) t.join();
   }
 
-  // --- timers --------------------------------------------------------------------------------------
+  // --- timers
+  // --------------------------------------------------------------------------------------
   void drain_timer_inbox(Wheel& wheel) noexcept override {
     std::uint32_t idx;
     while (inbox_.try_pop(idx)) {
@@ -321,7 +327,8 @@ class QueueImpl final : public QueueBase {
     }
   }
 
-  // --- DLQ support ----------------------------------------------------------------------------------
+  // --- DLQ support
+  // ----------------------------------------------------------------------------------
   RedriveStatus redrive(DeadLetter<T>&& e) {
     if (!core_.accepting()) return RedriveStatus::shutting_down;
     std::uint32_t idx;
@@ -358,11 +365,27 @@ class QueueImpl final : public QueueBase {
     SplitMix64 rng;
   };
 
-  T& payload(std::uint32_t idx) noexcept { return *std::launder(reinterpret_cast<T*>(&payload_[idx])); }
+  T& payload(std::uint32_t idx) noexcept {
+    return *std::launder(reinterpret_cast<T*>(&payload_[idx]));
+  }
 
   SlotExtra& extra(JobSlot& s) {
-    if (!s.extra) s.extra = ::new (mi_malloc_aligned(sizeof(SlotExtra), alignof(SlotExtra))) SlotExtra();
+    if (!s.extra)
+      s.extra = ::new (mi_malloc_aligned(sizeof(SlotExtra), alignof(SlotExtra))) SlotExtra();
     return *s.extra;
+  }
+
+  DedupSet& dedup() {
+    // acquire: pairs with the release below, so a reader sees a fully built set.
+    if (DedupSet* d = dedup_.load(std::memory_order_acquire)) [[likely]]
+      return *d;
+    std::lock_guard lock(dedup_init_mu_);  // cold: once per queue
+    if (!dedup_owner_) {
+      dedup_owner_ =
+          std::make_unique<DedupSet>(options_.dedup_capacity ? options_.dedup_capacity : capacity_);
+      dedup_.store(dedup_owner_.get(), std::memory_order_release);
+    }
+    return *dedup_owner_;
   }
 
   [[noreturn]] void throw_shutting_down() const {
@@ -395,11 +418,21 @@ class QueueImpl final : public QueueBase {
       got += k;
     }
     if (got == n) return true;
-    for (std::size_t i = 0; i < got; ++i) (void)free_.try_push(out[i]);  // cannot fail
+    for (std::size_t i = 0; i < got; ++i)
+      push_held(free_, out[i]);
     return false;
   }
 
-  void release_unused_slot(std::uint32_t idx) noexcept { (void)free_.try_push(idx); }
+  void release_unused_slot(std::uint32_t idx) noexcept { push_held(free_, idx); }
+
+  /// push_held(ring, idx): hands an index we hold to a ring. Every ring has room for every index,
+  /// so a failed try_push is never "full": it is the Vyukov ring's transient report when the
+  /// consumer of that cell's previous lap claimed it but has not yet released it. The consumer is
+  /// a few instructions from done, so retry rather than drop — dropping would lose the job.
+  static void push_held(MpmcRing<std::uint32_t>& ring, std::uint32_t idx) noexcept {
+    while (!ring.try_push(idx))
+      std::this_thread::yield();
+  }
 
   void init_slot(std::uint32_t idx, std::uint64_t id, std::uint16_t name_id, std::int64_t now,
                  const JobOptions& o) noexcept {
@@ -432,19 +465,24 @@ class QueueImpl final : public QueueBase {
 
   void push_ready(std::uint32_t idx) noexcept {
     counters_.add(kToReady);
-    (void)ready_.try_push(idx);  // cannot fail: ring capacity == slot count
+    push_held(ready_, idx);
     ready_ec_.notify();
   }
   void push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexcept {
     counters_.add(kToReady, n);
     std::size_t done = 0;
-    while (done < n) done += ready_.try_push_bulk(idx + done, n - done);
-    for (std::size_t i = 0; i < n && i < workers_.size(); ++i) ready_ec_.notify();
+    while (done < n) {
+      std::size_t k = ready_.try_push_bulk(idx + done, n - done);
+      if (k == 0) std::this_thread::yield();  // transient, as in push_held
+      done += k;
+    }
+    for (std::size_t i = 0; i < n && i < workers_.size(); ++i)
+      ready_ec_.notify();
     if (workers_.empty()) ready_ec_.notify();
   }
   void push_delayed(std::uint32_t idx) noexcept {
     counters_.add(kToDelayed);
-    (void)inbox_.try_push(idx);  // cannot fail: ring capacity == slot count
+    push_held(inbox_, idx);
     core_.signal_timer();
   }
 
@@ -452,9 +490,15 @@ class QueueImpl final : public QueueBase {
     if (options_.on_full != OverflowPolicy::dead_letter) return {0, AddStatus::full};
     std::uint64_t id = core_.next_ids(1);
     TimePoint now{Duration{core_.now_ns()}};
-    DeadLetter<T> e{id, std::string(core_.names().name(name_id)), std::move(data),
-                    DeadLetterReason::overflow, 0, static_cast<std::uint32_t>(o.attempts), now,
-                    now, {}};
+    DeadLetter<T> e{id,
+                    std::string(core_.names().name(name_id)),
+                    std::move(data),
+                    DeadLetterReason::overflow,
+                    0,
+                    static_cast<std::uint32_t>(o.attempts),
+                    now,
+                    now,
+                    {}};
     counters_.add(kAdded);
     counters_.add(kDeadLettered);
     if (core_.observed()) {
@@ -478,9 +522,9 @@ class QueueImpl final : public QueueBase {
     using R = DedupSet::Claim::Result;
     if (claim.result == R::full) return {0, AddStatus::dedup_full};
     if (claim.result == R::key_too_long)
-      throw Error(ErrorCode::invalid_option,
-                  "JobOptions.dedup.id is " + std::to_string(o.dedup.id.size()) +
-                      " bytes; expected at most 256");
+      throw Error(ErrorCode::invalid_option, "JobOptions.dedup.id is " +
+                                                 std::to_string(o.dedup.id.size()) +
+                                                 " bytes; expected at most 256");
     AddStatus status = AddStatus::duplicate;
     if (o.dedup.mode == DedupMode::debounce && try_debounce(claim, std::move(data), o, now))
       status = AddStatus::debounced;
@@ -501,8 +545,7 @@ class QueueImpl final : public QueueBase {
 
   /// try_debounce: while the kept job is still delayed, replace its payload and restart its
   /// delay (the timer re-arms lazily: fire() sees due_ns moved and reschedules).
-  bool try_debounce(const DedupSet::Claim& claim, T&& data, const JobOptions& o,
-                    std::int64_t now) {
+  bool try_debounce(const DedupSet::Claim& claim, T&& data, const JobOptions& o, std::int64_t now) {
     auto idx = static_cast<std::uint32_t>(claim.value);
     if (idx >= capacity_) return false;
     JobSlot& s = slots_[idx];
@@ -517,7 +560,7 @@ class QueueImpl final : public QueueBase {
     payload(idx) = std::move(data);
     std::int64_t due = std::max(s.due_ns.load(std::memory_order_relaxed), now + o.delay.count());
     s.due_ns.store(due, std::memory_order_relaxed);
-    if (o.dedup.ttl) (void)dedup_.set_expiry(o.dedup.id, claim.owner, now + o.dedup.ttl->count());
+    if (o.dedup.ttl) (void)dedup().set_expiry(o.dedup.id, claim.owner, now + o.dedup.ttl->count());
     // release: the timer's acquire load of ctl sees the new payload and due time.
     s.ctl.store(next_ctl(next_ctl(c, SlotState::updating), SlotState::delayed),
                 std::memory_order_release);
@@ -623,6 +666,7 @@ class QueueImpl final : public QueueBase {
     }
     if (core_.observed()) {
       Event e = make_event(EventKind::attempt_failed, s, now);
+      e.attempt = s.attempts_made;  // the attempt that just failed
       e.error = error;
       e.delay = reason == DeadLetterReason::none ? delay : Duration{-1};
       core_.emit(e);
@@ -675,10 +719,11 @@ class QueueImpl final : public QueueBase {
   void end_job(std::uint32_t idx, std::uint64_t active) noexcept {
     JobSlot& s = slots_[idx];
     if (s.has_dedup && !s.dedup_has_ttl)
-      (void)dedup_.release(s.extra->dedup_key, s.id.load(std::memory_order_relaxed));
+      (void)dedup_.load(std::memory_order_acquire)
+          ->release(s.extra->dedup_key, s.id.load(std::memory_order_relaxed));
     payload(idx).~T();
     s.ctl.store(next_ctl(active, SlotState::free), std::memory_order_release);
-    (void)free_.try_push(idx);  // cannot fail: ring capacity == slot count
+    push_held(free_, idx);
   }
 
   Event make_event(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept {
@@ -713,7 +758,11 @@ class QueueImpl final : public QueueBase {
   MpmcRing<std::uint32_t> ready_;
   MpmcRing<std::uint32_t> inbox_;
   EventCount ready_ec_;
-  DedupSet dedup_;
+  // The dedup window is built on the first add that carries a dedup id: a queue that never
+  // deduplicates should not pay its memory (capacity x max key bytes).
+  std::atomic<DedupSet*> dedup_{nullptr};
+  std::unique_ptr<DedupSet> dedup_owner_;
+  std::mutex dedup_init_mu_;
   DeadLetterQueue<T> dlq_;
   StripedCounters<kCounterKinds> counters_;
   Handler handler_;
@@ -766,7 +815,8 @@ TimePoint DeadLetterQueue<T>::clock_now() const {
 
 template <class T>
 void DeadLetterQueue<T>::report(const std::vector<Evicted>& evicted) {
-  for (const auto& e : evicted) queue_.emit_dlq(EventKind::dlq_evicted, e.id, e.name, 0);
+  for (const auto& e : evicted)
+    queue_.emit_dlq(EventKind::dlq_evicted, e.id, e.name, 0);
 }
 
 template <class T>

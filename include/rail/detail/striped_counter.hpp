@@ -34,7 +34,8 @@ class StripedCounters {
   }
   [[nodiscard]] std::uint64_t read(std::size_t kind) const noexcept {
     std::uint64_t sum = 0;
-    for (const auto& s : stripes_) sum += s.v[kind].load(std::memory_order_relaxed);
+    for (const auto& s : stripes_)
+      sum += s.v[kind].load(std::memory_order_relaxed);
     return sum;
   }
 

@@ -1,0 +1,604 @@
+// DedupSet: rail's deduplication window. It maps dedup ids (BullMQ `deduplication.id`, SQS FIFO
+// `MessageDeduplicationId`) to the job that owns them, each with its own expiry time. The engine
+// claims an id when a job is added. A live claim makes the add a duplicate that resolves to the
+// existing job; the id is released when that job completes, or kept until its TTL runs out.
+//
+// Guarantee: for any key, at most one live owner at a time. A try_claim of a live key never
+// inserts, and after expiry or release the next try_claim inserts. "Live" means present with
+// expires_at_ns > now_ns. An entry with expires_at_ns <= now_ns is expired, and every operation
+// that takes a clock treats it as absent.
+//
+// Algorithm: S shards, chosen by the key's 64-bit hash. Each shard is an open-addressing table with
+// linear probing under a test-and-test-and-set spin lock. Deletion is by backward shift (Knuth,
+// TAOCP vol. 3, 6.4 Algorithm R; it is also the usual deletion for Celis's Robin Hood hashing and
+// is described in the Robin Hood notes that followed it), so there are no tombstones: memory and
+// probe lengths depend only on the entries stored now, never on how many expired ids passed
+// through. Expired entries are reclaimed lazily when a try_claim's probe meets them, when a full
+// shard is swept before answering `full`, and by sweep().
+//
+// Why a sharded lock and not lock-free. A check-and-insert of a variable-length key has two
+// lock-free options, and neither is acceptable here:
+//   (a) Identify a key by its hash alone, so that one CAS on a 64-bit word both checks and claims.
+//       Two different ids that share a hash would then merge, and a job would be dropped as a
+//       "duplicate" of an unrelated one. This is a silent false merge, so it is ruled out.
+//   (b) Publish a slot first and write the key bytes after it. A concurrent claimer of the same key
+//       finds a half-written entry and must wait for the bytes before it can decide. That wait is a
+//       lock by another name, and it has no owner to help or to time out.
+// So the table is locked honestly. The critical section is one bounded probe: load <= 1/2, and
+// expired entries are reclaimed as the probe meets them. With 64 shards, two threads contend only
+// when their keys land in the same shard, on about 1/64 of operations for uniformly hashed keys.
+//
+// Threading contract: every member function may be called from any thread at the same time as any
+// other. make_owner runs under the shard lock. It must be noexcept and cheap, and it must not call
+// back into this set (the lock is not re-entrant; doing so deadlocks). Holding the lock while
+// make_owner runs is what makes owner ids follow claim order for a key.
+//
+// Memory-ordering contract: each shard lock's acquire (exchange) pairs with the previous holder's
+// release (store), so every write to a shard's entries, key bytes, free stack and min_expiry
+// happens-before the next holder reads them. No entry field is read outside the lock. The per-shard
+// `count` is atomic only so that size() can read it without the lock. Those reads are relaxed and
+// give a snapshot that orders nothing.
+//
+// Shutdown idiom: none. There are no threads and no blocking waits. Destroy the set once no caller
+// remains.
+//
+// Memory layout. One allocation at construction holds every shard's region. No operation allocates
+// afterwards: key bytes go to a fixed slot taken from a per-shard free stack, and entries are
+// reused.
+//
+// clang-format off
+//   shards_[s]: one cache line             storage_ + s * region (64-byte aligned)
+//   +-----------------------------+        +-------------------------------------------------+
+//   | lock        TTAS flag       |        | Entry    table[table_size]  open addressing     |
+//   | count       entries stored  |   +--->| uint32   free_slots[cap]    free key-slot stack |
+//   | free_top    free stack top  |   |    | char     keys[cap][max_key] one slot per key    |
+//   | min_expiry  <= each expiry  |   |    +-------------------------------------------------+
+//   | table, free_slots, keys ----+---+
+//   +-----------------------------+
+//
+//   struct Entry {            // 40 bytes; key_slot == kEmptySlot marks an empty table slot
+//     uint64 hash;            // hash_bytes(key): bits 32.. pick the shard, low bits the home slot
+//     uint64 owner;           // id returned by make_owner
+//     uint64 value;           // caller's payload (the engine stores a slot index)
+//     int64  expires_at_ns;   // live iff expires_at_ns > now_ns
+//     uint32 key_slot;        // index into keys[]
+//     uint32 key_len;         // bytes used in that key slot
+//   };
+// clang-format on
+//
+// Sizes: cap = ceil(capacity / shards) keys per shard, and table_size = max(8, bit_ceil(2 * cap)),
+// so load <= 1/2 and a minimum table is five whole cache lines. Per shard that is
+// table_size * 40 + cap * (4 + max_key_bytes) bytes. With capacity 100'000, 64 shards and 256-byte
+// keys, the total is about 10.5 MB of tables plus 25.6 MB of key slots. `full` is per shard: with
+// skewed keys one shard can fill before capacity() keys are live in total.
+//
+// Hash: hash_bytes is MurmurHash3's x64 block mix, run over 8-byte words on a single lane, with a
+// murmur3 fmix64 finalizer. It is fast and spreads sequential ids well, but it is not keyed. If
+// clients can choose dedup ids adversarially, they can aim every id at one shard. They cannot cause
+// false merges, because keys are compared byte for byte. The damage stops at that shard reporting
+// `full`, plus probes of at most its table length.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+#include "rail/error.hpp"
+
+namespace rail::detail {
+
+/// hash_bytes(bytes) is a 64-bit non-cryptographic hash of `bytes`, the same in every run of a
+/// process (it is not keyed). All 64 bits are mixed, so callers can slice any bits out of it.
+inline std::uint64_t hash_bytes(std::string_view bytes) noexcept {
+  // MurmurHash3_x64_128 constants and mixing steps (Austin Appleby, public domain). A
+  // word-at-a-time FNV-style step `(h ^ w) * P` is not enough here. Multiplication carries only
+  // upward, so ids that differ only in their last character, which sits in a word's top byte on
+  // little-endian machines, would differ only in the top bits of h. The rotations below carry every
+  // input bit into the low half, which picks the home slot.
+  constexpr std::uint64_t kC1 = 0x87c37b91114253d5ULL;
+  constexpr std::uint64_t kC2 = 0x4cf5ad432745937fULL;
+  const auto mix_word = [](std::uint64_t k) noexcept {
+    k *= kC1;
+    k = std::rotl(k, 31);
+    return k * kC2;
+  };
+  const char* p = bytes.data();
+  std::size_t n = bytes.size();
+  std::uint64_t h = 0x9e3779b97f4a7c15ULL;  // nonzero seed: all-zero words do not leave h at zero
+  for (; n >= 8; p += 8, n -= 8) {
+    std::uint64_t word;
+    std::memcpy(&word, p, 8);  // memcpy: ids are not aligned; compiles to a single load
+    h ^= mix_word(word);
+    h = std::rotl(h, 27) * 5 + 0x52dce729;
+  }
+  if (n != 0) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, p, n);
+    h ^= mix_word(word);
+  }
+  // Mix in the length, so that "a" and "a\0" (the same zero-padded tail word) still differ.
+  h ^= bytes.size();
+  // murmur3 fmix64: full avalanche, so the shard bits and the home-slot bits are independent.
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ULL;
+  h ^= h >> 33;
+  return h;
+}
+
+/// DedupSet: see the contract at the top of this file.
+class DedupSet {
+ public:
+  /// kNoExpiry: an expires_at_ns that never expires at any now_ns < kNoExpiry. Simple-mode dedup
+  /// ("until the job completes") uses it, and set_expiry() turns it into a TTL at completion.
+  static constexpr std::int64_t kNoExpiry = std::numeric_limits<std::int64_t>::max();
+
+  /// DedupSet(capacity, shards, max_key_bytes) allocates every table and key slot now. No
+  /// operation allocates afterwards. `capacity` is the number of live keys to hold (>= 1). Each
+  /// shard gets ceil(capacity / shards) of them, so capacity() may round up. `shards` is a power of
+  /// two from 1 to 65536. `max_key_bytes` is the longest key accepted (1 to 65536). On a bad value
+  /// it throws rail::Error(invalid_option), and std::bad_alloc if the memory is not there.
+  DedupSet(std::size_t capacity, std::size_t shards = 64, std::size_t max_key_bytes = 256);
+
+  DedupSet(const DedupSet&) = delete;
+  DedupSet& operator=(const DedupSet&) = delete;
+
+  struct Claim {
+    enum class Result : std::uint8_t { inserted, duplicate, full, key_too_long };
+    Result result;
+    std::uint64_t owner;  // inserted: the id make_owner() returned; duplicate: the existing owner
+    std::uint64_t value;  // inserted: make_owner()'s value; duplicate: the existing entry's value
+  };
+
+  /// try_claim(key, now_ns, expires_at_ns, make_owner) claims `key` for a new owner unless it is
+  /// live at now_ns. If live, it returns {duplicate, owner, value} of the existing entry and does
+  /// not call make_owner. Otherwise it calls make_owner() exactly once, under the shard lock, which
+  /// returns std::pair{owner, value}. It stores the key with those values and expires_at_ns, then
+  /// returns {inserted, owner, value}. It returns {full, 0, 0} when the shard holds `cap` live keys
+  /// (expired ones are reclaimed first), and {key_too_long, 0, 0} when key.size() > max_key_bytes.
+  /// The last two never call make_owner. Owners should be unique and nonzero: release() and
+  /// set_expiry() trust the owner to tell claims apart, and 0 is Claim's "no owner". Never blocks
+  /// except on the shard spin lock.
+  template <class MakeOwner>
+  [[nodiscard]] Claim try_claim(std::string_view key, std::int64_t now_ns,
+                                std::int64_t expires_at_ns, MakeOwner&& make_owner) noexcept;
+
+  /// release(key, owner) removes `key` only if its stored owner is `owner`, so a finishing job
+  /// releases its own id and never a newer job's claim. It returns whether an entry was removed.
+  /// It takes no clock, so it also removes the owner's expired entry if that is still stored.
+  /// False means someone else owns the key, or it was already released or reclaimed; callers may
+  /// ignore that.
+  bool release(std::string_view key, std::uint64_t owner) noexcept;
+
+  /// set_expiry(key, owner, expires_at_ns) sets the expiry of the entry for `key` if `owner` owns
+  /// it. This covers debounce extend and simple mode switching to "keep for a TTL after
+  /// completion". It returns whether the entry was found. It takes no clock, so it can also revive
+  /// the owner's own expired entry that no claim has replaced yet. A claim by anyone else replaces
+  /// the entry with a new owner, so no other owner's claim is ever overridden.
+  bool set_expiry(std::string_view key, std::uint64_t owner, std::int64_t expires_at_ns) noexcept;
+
+  /// find(key, now_ns) returns the live {owner, value} of `key` at now_ns, or nullopt. Read-only:
+  /// it skips expired entries without reclaiming them.
+  [[nodiscard]] std::optional<std::pair<std::uint64_t, std::uint64_t>> find(
+      std::string_view key, std::int64_t now_ns) const noexcept;
+
+  /// sweep(now_ns) removes every entry expired at now_ns and returns how many it removed. It locks
+  /// one shard at a time, for one pass over that shard's table.
+  std::size_t sweep(std::int64_t now_ns) noexcept;
+
+  /// size() counts stored entries, live or expired but not yet reclaimed. While operations run it
+  /// is a snapshot, not a linearizable count. It is exact once they stop.
+  [[nodiscard]] std::size_t size() const noexcept;
+
+  /// capacity() is the most entries size() can reach: shards * ceil(capacity / shards).
+  [[nodiscard]] std::size_t capacity() const noexcept {
+    return shard_capacity_ * (shard_mask_ + 1);
+  }
+
+ private:
+  friend struct DedupSetTestPeer;  // tests force hash collisions and check the table invariants
+
+  static constexpr std::size_t kCacheLine = 64;
+  static constexpr std::uint32_t kEmptySlot = std::numeric_limits<std::uint32_t>::max();
+  // Bit budget: the shard index comes from hash bits 32..47 and the home slot from bits 0..30, so
+  // the two never overlap. That caps shards at 2^16 and a shard's table at 2^31 slots.
+  static constexpr std::size_t kMaxShards = std::size_t{1} << 16;
+  static constexpr std::size_t kMaxShardCapacity = std::size_t{1} << 30;
+  static constexpr std::size_t kMaxKeyBytes = std::size_t{1} << 16;
+  static constexpr std::size_t kMinTableSize = 8;
+  // Pause this many times before yielding. A critical section is about 100 ns. After some
+  // microseconds of spinning the holder has most likely been preempted, and on an oversubscribed
+  // machine, spinning on would burn the quantum the holder needs to finish.
+  static constexpr std::uint32_t kSpinsBeforeYield = 64;
+
+  using HashFn = std::uint64_t (*)(std::string_view) noexcept;
+
+  static void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    // pause: yields the core to a sibling hyperthread and avoids the memory-order mis-speculation
+    // flush on leaving the spin.
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+    // Other targets: spin without a hint; the yield after kSpinsBeforeYield still bounds waste.
+  }
+
+  // Test-and-test-and-set spin lock. The Atom seam (STYLE rule 5) lets a test substitute a
+  // deterministic atomic and run this exact kernel. The table code that uses it is plain sequential
+  // code under the lock, so the lock is the only concurrent kernel here.
+  template <template <class> class Atom = std::atomic>
+  class SpinLock {
+   public:
+    void lock() noexcept {
+      for (std::uint32_t spins = 0;;) {
+        // acquire: pairs with unlock()'s release, so the previous holder's writes to this shard
+        // (entries, key bytes, free stack, min_expiry) happen-before our reads of them.
+        if (!locked_.exchange(true, std::memory_order_acquire)) return;
+        // relaxed: this load only decides when to retry the exchange and publishes nothing. The
+        // exchange above re-establishes order. Spinning on a load keeps the line Shared among
+        // waiters, instead of passing it around in Modified state on every attempt.
+        while (locked_.load(std::memory_order_relaxed)) {
+          if (spins < kSpinsBeforeYield) {
+            ++spins;
+            cpu_relax();
+          } else {
+            std::this_thread::yield();
+          }
+        }
+      }
+    }
+    // release: publishes every write made under the lock to the next acquirer.
+    void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+   private:
+    Atom<bool> locked_{false};
+  };
+
+  struct Entry {
+    std::uint64_t hash;
+    std::uint64_t owner;
+    std::uint64_t value;
+    std::int64_t expires_at_ns;
+    std::uint32_t key_slot;  // kEmptySlot: this table slot is empty
+    std::uint32_t key_len;
+  };
+  static_assert(std::is_trivially_copyable_v<Entry>,
+                "backward shift moves entries by assignment; Entry must stay a plain record");
+  static_assert(sizeof(Entry) == 40, "Entry layout is documented at the top of this file");
+  static_assert(kMinTableSize * sizeof(Entry) % kCacheLine == 0,
+                "every table size (a power of two >= kMinTableSize) must be whole cache lines, so "
+                "no two shards' tables share a line");
+
+  struct alignas(kCacheLine) Shard {
+    SpinLock<> lock;
+    // Written only under `lock`, as a plain load + store; it is atomic only so that size() can
+    // read it without the lock (relaxed, a snapshot).
+    std::atomic<std::uint32_t> count{0};
+    std::uint32_t free_top = 0;  // free_slots[0, free_top) are the unused key slots
+    // A lower bound on every stored expires_at_ns. When a full shard gets a claim at now_ns below
+    // it, nothing can have expired, so the O(table) sweep is skipped. Otherwise every claim to a
+    // shard that is full of live keys would rescan the whole shard.
+    std::int64_t min_expiry = kNoExpiry;
+    Entry* table = nullptr;
+    std::uint32_t* free_slots = nullptr;
+    char* keys = nullptr;
+  };
+  static_assert(alignof(Shard) == kCacheLine && sizeof(Shard) % kCacheLine == 0,
+                "each shard's lock and header must own whole cache lines, so that threads working "
+                "on neighbouring shards do not false-share");
+  static_assert(std::is_trivially_destructible_v<Entry>,
+                "the region is freed without running Entry destructors");
+
+  class Guard {
+   public:
+    explicit Guard(SpinLock<>& lock) noexcept : lock_(lock) { lock_.lock(); }
+    ~Guard() { lock_.unlock(); }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+
+   private:
+    SpinLock<>& lock_;
+  };
+
+  struct AlignedDelete {
+    void operator()(std::byte* p) const noexcept {
+      ::operator delete (p, std::align_val_t{kCacheLine});
+    }
+  };
+
+  std::uint64_t hash_of(std::string_view key) const noexcept {
+    // A null check, not an indirect call, so that hash_bytes inlines in production (the branch is
+    // always predicted).
+    return test_hash_ == nullptr ? hash_bytes(key) : test_hash_(key);
+  }
+  std::size_t shard_index(std::uint64_t hash) const noexcept {
+    return (hash >> 32) & shard_mask_;
+  }
+  Shard& shard_for(std::uint64_t hash) const noexcept {
+    return shards_[shard_index(hash)];
+  }
+  std::size_t home(std::uint64_t hash) const noexcept {
+    return hash & table_mask_;
+  }
+  std::size_t next(std::size_t i) const noexcept {
+    return (i + 1) & table_mask_;
+  }
+  char* key_bytes(const Shard& s, std::uint32_t slot) const noexcept {
+    return s.keys + std::size_t{slot} * max_key_bytes_;
+  }
+
+  bool matches(const Shard& s, const Entry& e, std::uint64_t hash,
+               std::string_view key) const noexcept {
+    // Hash first: it rejects almost every other key in the chain without touching key bytes. Then
+    // length and bytes, so that equal hashes never merge different keys. The empty() test avoids
+    // passing memcmp a null data() (UB even when the length is 0).
+    return e.hash == hash && e.key_len == key.size() &&
+           (key.empty() || std::memcmp(key_bytes(s, e.key_slot), key.data(), key.size()) == 0);
+  }
+
+  // locate: index of `key`'s entry in `s` (live or expired), or npos. At most one entry per key
+  // exists, because try_claim inserts only after its probe found no entry for the key.
+  std::size_t locate(const Shard& s, std::uint64_t hash, std::string_view key) const noexcept {
+    for (std::size_t i = home(hash);; i = next(i)) {
+      const Entry& e = s.table[i];
+      // Terminates: load <= 1/2, so an empty slot exists.
+      if (e.key_slot == kEmptySlot) return npos;
+      if (matches(s, e, hash, key)) return i;
+    }
+  }
+
+  // erase_at: removes the entry at `i` by backward shift (Algorithm R). Walk the cluster after
+  // the hole. An entry at j whose home is not cyclically inside (hole, j] may legally sit in the
+  // hole, so move it there and continue with the hole at j. The walk stops at the first empty
+  // slot, and the hole left at that point becomes empty. Afterwards every entry is again reachable
+  // from its home without crossing an empty slot, with no tombstone left behind. Entries only move
+  // to slots at or (cyclically) after i within the same cluster, which sweep_locked relies on.
+  void erase_at(Shard& s, std::size_t i) noexcept {
+    s.free_slots[s.free_top++] = s.table[i].key_slot;
+    std::size_t hole = i;
+    for (std::size_t j = next(i); s.table[j].key_slot != kEmptySlot; j = next(j)) {
+      const std::size_t dist_home = (j - home(s.table[j].hash)) & table_mask_;
+      const std::size_t dist_hole = (j - hole) & table_mask_;
+      if (dist_home >= dist_hole) {
+        s.table[hole] = s.table[j];
+        hole = j;
+      }
+    }
+    s.table[hole].key_slot = kEmptySlot;
+    // relaxed: we hold the lock, so no other writer exists; size() only wants a snapshot.
+    s.count.store(s.count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  }
+
+  // sweep_locked: removes every entry of `s` with expires_at_ns <= now_ns and recomputes
+  // min_expiry exactly. It starts just past an empty slot and walks one full turn, so no cluster
+  // straddles the starting point. A backward shift at i then moves entries only into slots >= i
+  // that the walk has not passed, and slot i is examined again.
+  std::size_t sweep_locked(Shard& s, std::int64_t now_ns) noexcept {
+    if (s.count.load(std::memory_order_relaxed) == 0) {  // relaxed: we hold the lock
+      s.min_expiry = kNoExpiry;
+      return 0;
+    }
+    std::size_t start = 0;  // an empty slot; one exists because load <= 1/2
+    while (s.table[start].key_slot != kEmptySlot)
+      ++start;
+    std::size_t removed = 0;
+    std::int64_t min_expiry = kNoExpiry;
+    std::size_t i = next(start);
+    for (std::size_t visited = 1; visited <= table_mask_;) {
+      const Entry& e = s.table[i];
+      if (e.key_slot != kEmptySlot && e.expires_at_ns <= now_ns) {
+        erase_at(s, i);
+        ++removed;
+        continue;  // slot i now holds a shifted successor or is empty: examine it again
+      }
+      if (e.key_slot != kEmptySlot) min_expiry = std::min(min_expiry, e.expires_at_ns);
+      i = next(i);
+      ++visited;
+    }
+    s.min_expiry = min_expiry;
+    return removed;
+  }
+
+  static constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
+
+  std::unique_ptr<Shard[]> shards_;
+  std::unique_ptr<std::byte, AlignedDelete> storage_;
+  std::size_t shard_mask_ = 0;
+  std::size_t shard_capacity_ = 0;
+  std::size_t table_mask_ = 0;
+  std::size_t max_key_bytes_ = 0;
+  HashFn test_hash_ = nullptr;  // null in production; DedupSetTestPeer sets it before any use
+};
+
+inline DedupSet::DedupSet(std::size_t capacity, std::size_t shards, std::size_t max_key_bytes) {
+  if (capacity == 0) {
+    throw Error(ErrorCode::invalid_option, "DedupSet capacity is 0; expected 1 or more keys");
+  }
+  if (shards == 0 || !std::has_single_bit(shards) || shards > kMaxShards) {
+    throw Error(ErrorCode::invalid_option, "DedupSet shards is " + std::to_string(shards) +
+                                               "; expected a power of two from 1 to " +
+                                               std::to_string(kMaxShards));
+  }
+  if (max_key_bytes == 0 || max_key_bytes > kMaxKeyBytes) {
+    throw Error(ErrorCode::invalid_option, "DedupSet max_key_bytes is " +
+                                               std::to_string(max_key_bytes) + "; expected 1 to " +
+                                               std::to_string(kMaxKeyBytes));
+  }
+  const std::size_t per_shard = capacity / shards + (capacity % shards != 0 ? 1 : 0);
+  if (per_shard > kMaxShardCapacity) {
+    throw Error(ErrorCode::invalid_option,
+                "DedupSet capacity is " + std::to_string(capacity) + " over " +
+                    std::to_string(shards) + " shards, " + std::to_string(per_shard) +
+                    " keys per shard; expected at most " + std::to_string(kMaxShardCapacity) +
+                    " per shard (use more shards)");
+  }
+  const std::size_t table_size = std::max(kMinTableSize, std::bit_ceil(2 * per_shard));
+  // Region: table, then free stack (4-byte aligned after a 320-byte multiple), then key slots,
+  // rounded up to a cache line so that the next shard's table starts on its own line.
+  const std::size_t table_bytes = table_size * sizeof(Entry);
+  const std::size_t free_bytes = per_shard * sizeof(std::uint32_t);
+  const std::size_t key_bytes = per_shard * max_key_bytes;  // <= 2^46: per_shard, key limits
+  const std::size_t region =
+      (table_bytes + free_bytes + key_bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
+  if (region > std::numeric_limits<std::size_t>::max() / shards) {
+    throw Error(ErrorCode::invalid_option, "DedupSet capacity " + std::to_string(capacity) +
+                                               " with max_key_bytes " +
+                                               std::to_string(max_key_bytes) +
+                                               " needs more bytes than size_t can count; "
+                                               "expected a smaller capacity or key limit");
+  }
+
+  const std::size_t total_bytes = region * shards;
+  storage_.reset(
+      static_cast<std::byte*>(::operator new (total_bytes, std::align_val_t{kCacheLine})));
+  shards_ = std::make_unique<Shard[]>(shards);
+  shard_mask_ = shards - 1;
+  shard_capacity_ = per_shard;
+  table_mask_ = table_size - 1;
+  max_key_bytes_ = max_key_bytes;
+
+  for (std::size_t s = 0; s < shards; ++s) {
+    std::byte* base = storage_.get() + s * region;
+    Shard& shard = shards_[s];
+    shard.table = reinterpret_cast<Entry*>(base);
+    for (std::size_t i = 0; i < table_size; ++i) {
+      new (&shard.table[i]) Entry{0, 0, 0, 0, kEmptySlot, 0};
+    }
+    shard.free_slots = reinterpret_cast<std::uint32_t*>(base + table_bytes);
+    for (std::size_t i = 0; i < per_shard; ++i) {
+      // Pop order 0, 1, 2, ...: the first keys use the first key slots, which keeps a lightly
+      // loaded shard's key bytes on few pages.
+      new (&shard.free_slots[i]) std::uint32_t(static_cast<std::uint32_t>(per_shard - 1 - i));
+    }
+    shard.free_top = static_cast<std::uint32_t>(per_shard);
+    shard.keys = reinterpret_cast<char*>(base + table_bytes + free_bytes);
+  }
+  // The shards are published to other threads by however the caller shares `this`, e.g. a thread
+  // start or a release store of a pointer. No operation can run before the constructor returns.
+}
+
+template <class MakeOwner>
+DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
+                                    std::int64_t expires_at_ns, MakeOwner&& make_owner) noexcept {
+  static_assert(
+      std::is_nothrow_invocable_r_v<std::pair<std::uint64_t, std::uint64_t>, MakeOwner&&>,
+      "make_owner must be callable as `std::pair<uint64_t, uint64_t> () noexcept`: it runs under "
+      "the shard lock, and try_claim is noexcept");
+  if (key.size() > max_key_bytes_) return {Claim::Result::key_too_long, 0, 0};
+  const std::uint64_t hash = hash_of(key);
+  Shard& s = shard_for(hash);
+  const Guard guard(s.lock);
+
+  // Probe the chain from the key's home. Expired entries are removed as they are met, so
+  // stale ids never lengthen later probes. An erase can shift a later entry of this chain into
+  // slot i, so slot i is examined again. When the loop ends, i is an empty slot where the key may
+  // go.
+  std::size_t i = home(hash);
+  for (;;) {
+    const Entry& e = s.table[i];
+    if (e.key_slot == kEmptySlot) break;
+    if (e.expires_at_ns <= now_ns) {
+      erase_at(s, i);
+      continue;
+    }
+    if (matches(s, e, hash, key)) return {Claim::Result::duplicate, e.owner, e.value};
+    i = next(i);
+  }
+
+  // relaxed: we hold the lock, which orders every write to count.
+  if (s.count.load(std::memory_order_relaxed) == shard_capacity_) {
+    // Reclaim first, so `full` means "cap live keys", not "cap stored entries". The min_expiry
+    // test skips the O(table) pass when no stored entry can be expired yet.
+    if (now_ns < s.min_expiry) return {Claim::Result::full, 0, 0};
+    sweep_locked(s, now_ns);
+    if (s.count.load(std::memory_order_relaxed) == shard_capacity_) {
+      return {Claim::Result::full, 0, 0};
+    }
+    // The sweep moved entries. The key is still absent (it was not live before the sweep), so the
+    // end of its chain is the first empty slot from its home.
+    for (i = home(hash); s.table[i].key_slot != kEmptySlot; i = next(i)) {
+    }
+  }
+
+  const auto [owner, value] = std::forward<MakeOwner>(make_owner)();
+  const std::uint32_t slot = s.free_slots[--s.free_top];  // count < cap, so the stack is non-empty
+  if (!key.empty()) std::memcpy(key_bytes(s, slot), key.data(), key.size());
+  s.table[i] =
+      Entry{hash, owner, value, expires_at_ns, slot, static_cast<std::uint32_t>(key.size())};
+  s.min_expiry = std::min(s.min_expiry, expires_at_ns);
+  // relaxed: the lock orders every write to count.
+  s.count.store(s.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  return {Claim::Result::inserted, owner, value};
+}
+
+inline bool DedupSet::release(std::string_view key, std::uint64_t owner) noexcept {
+  if (key.size() > max_key_bytes_) return false;
+  const std::uint64_t hash = hash_of(key);
+  Shard& s = shard_for(hash);
+  const Guard guard(s.lock);
+  const std::size_t i = locate(s, hash, key);
+  if (i == npos || s.table[i].owner != owner) return false;
+  erase_at(s, i);
+  return true;
+}
+
+inline bool DedupSet::set_expiry(std::string_view key, std::uint64_t owner,
+                                 std::int64_t expires_at_ns) noexcept {
+  if (key.size() > max_key_bytes_) return false;
+  const std::uint64_t hash = hash_of(key);
+  Shard& s = shard_for(hash);
+  const Guard guard(s.lock);
+  const std::size_t i = locate(s, hash, key);
+  if (i == npos || s.table[i].owner != owner) return false;
+  s.table[i].expires_at_ns = expires_at_ns;
+  s.min_expiry = std::min(s.min_expiry, expires_at_ns);  // keep it a lower bound when shortening
+  return true;
+}
+
+inline std::optional<std::pair<std::uint64_t, std::uint64_t>> DedupSet::find(
+    std::string_view key, std::int64_t now_ns) const noexcept {
+  if (key.size() > max_key_bytes_) return std::nullopt;
+  const std::uint64_t hash = hash_of(key);
+  // shards_ is a pointer member, so a const method still reaches the lock. That is the intent:
+  // find reads only, but it must exclude writers.
+  Shard& s = shard_for(hash);
+  const Guard guard(s.lock);
+  const std::size_t i = locate(s, hash, key);
+  if (i == npos || s.table[i].expires_at_ns <= now_ns) return std::nullopt;
+  return std::pair{s.table[i].owner, s.table[i].value};
+}
+
+inline std::size_t DedupSet::sweep(std::int64_t now_ns) noexcept {
+  std::size_t removed = 0;
+  for (std::size_t k = 0; k <= shard_mask_; ++k) {
+    Shard& s = shards_[k];
+    const Guard guard(s.lock);
+    removed += sweep_locked(s, now_ns);
+  }
+  return removed;
+}
+
+inline std::size_t DedupSet::size() const noexcept {
+  std::size_t total = 0;
+  for (std::size_t k = 0; k <= shard_mask_; ++k) {
+    // relaxed: a diagnostic snapshot; it publishes and consumes nothing.
+    total += shards_[k].count.load(std::memory_order_relaxed);
+  }
+  return total;
+}
+
+}  // namespace rail::detail

@@ -1,0 +1,113 @@
+// The seed's acceptance logs, replayed in virtual time: the exact delays and the final state.
+#include "orders/orders_scenario.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace rail::orders {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Replay {
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+  std::vector<std::pair<EventKind, std::pair<JobId, Duration>>> trace;
+  std::ostringstream log;
+
+  explicit Replay(Scenario s) : queue_(nullptr) {
+    engine.on_event([this](const Event& e) {
+      trace.push_back({e.kind, {e.job_id, e.at.time_since_epoch()}});
+    });
+    engine.on_event(make_log_observer(log, clock));
+    queue_ = std::make_unique<Queue<Order>>(declare(engine, s));
+    results = add_orders(*queue_, s);
+    settle(engine, *queue_, &clock);
+  }
+  std::vector<Duration> times(EventKind k, JobId id) const {
+    std::vector<Duration> out;
+    for (const auto& [kind, v] : trace)
+      if (kind == k && v.first == id) out.push_back(v.second);
+    return out;
+  }
+  Queue<Order>& queue() { return *queue_; }
+  std::vector<AddResult> results;
+
+ private:
+  std::unique_ptr<Queue<Order>> queue_;
+};
+
+TEST(OrdersScenario, BullmqOrder2CompletesOnThirdAttemptAfter500And1000ms) {
+  Replay r(Scenario::bullmq);
+  EXPECT_EQ(r.times(EventKind::started, 2), (std::vector<Duration>{0ms, 500ms, 1500ms}));
+  EXPECT_EQ(r.times(EventKind::completed, 2), (std::vector<Duration>{1500ms}));
+}
+
+TEST(OrdersScenario, BullmqOrder3ExhaustsThreeAttemptsIntoTheDlq) {
+  Replay r(Scenario::bullmq);
+  EXPECT_EQ(r.times(EventKind::started, 3), (std::vector<Duration>{0ms, 500ms, 1500ms}));
+  EXPECT_EQ(r.times(EventKind::dead_lettered, 3), (std::vector<Duration>{1500ms}));
+  auto dlq = r.queue().dlq().list();
+  ASSERT_EQ(dlq.size(), 1u);
+  EXPECT_EQ(dlq[0].id, 3u);
+  EXPECT_EQ(dlq[0].data.order_id, "order-3");
+  EXPECT_EQ(dlq[0].errors.size(), 3u);
+  EXPECT_EQ(dlq[0].errors[0].message, "Simulated payment gateway timeout (attempt 1)");
+}
+
+TEST(OrdersScenario, BullmqOrder4EmailAddedTwiceIsOneJob) {
+  Replay r(Scenario::bullmq);
+  ASSERT_EQ(r.results.size(), 5u);
+  EXPECT_EQ(r.results[3].id, 4u);
+  EXPECT_EQ(r.results[4].id, 4u);
+  EXPECT_TRUE(r.results[4].duplicate());
+  EXPECT_EQ(r.times(EventKind::completed, 4).size(), 1u);
+  Summary s = summarize(r.queue());
+  EXPECT_EQ(s.added, 4u);
+  EXPECT_EQ(s.completed, 3u);
+  EXPECT_EQ(s.failed_attempts, 5u);
+  EXPECT_EQ(s.dead_lettered, 1u);
+  EXPECT_EQ(s.deduplicated, 1u);
+}
+
+TEST(OrdersScenario, BullmqLogReadsLikeTheSeed) {
+  Replay r(Scenario::bullmq);
+  std::string log = r.log.str();
+  EXPECT_NE(log.find("[00:00:00.500] WORKER picked up job 2 (charge-card) - attempt #2"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("FAILED job 2 attempt 1/3: Simulated payment gateway timeout (attempt 1) - "
+                     "retry in 500ms"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("[00:00:01.500] ✅ COMPLETED job 2 (charge-card) after 3 attempt(s)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("💀 Job 3 exhausted all 3 attempts -> moving to DLQ"), std::string::npos);
+  EXPECT_NE(log.find("DEDUP: add of send-confirmation-email with dedup id=order-4-email merged "
+                     "into job 4"),
+            std::string::npos);
+}
+
+TEST(OrdersScenario, RabbitmqRetriesEveryTwoSecondsAndDeadLettersOnThirdFailure) {
+  Replay r(Scenario::rabbitmq);
+  EXPECT_EQ(r.times(EventKind::started, 3), (std::vector<Duration>{0s, 2s, 4s}));
+  EXPECT_EQ(r.times(EventKind::dead_lettered, 3), (std::vector<Duration>{4s}));
+  EXPECT_EQ(r.times(EventKind::completed, 2), (std::vector<Duration>{4s}));
+  EXPECT_TRUE(r.results[4].duplicate());
+  EXPECT_EQ(summarize(r.queue()).deduplicated, 1u);
+}
+
+TEST(OrdersScenario, UnknownScenarioIsAClearError) {
+  try {
+    (void)parse_scenario("kafka");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("kafka"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace rail::orders
