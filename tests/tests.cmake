@@ -8,3 +8,13 @@ rail_add_test(options)
 rail_add_test(dedup_set CONCURRENCY)
 rail_add_test(timing_wheel)
 rail_add_test(engine_stress CONCURRENCY)
+rail_add_test(allocation)
+rail_add_test(engine_threaded CONCURRENCY)
+# The package test installs this build, so only the plain (unsanitized) build runs it.
+if(RAIL_INSTALL AND RAIL_SANITIZER STREQUAL "")
+  add_test(NAME package.find_package_and_add_subdirectory
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/package/check.sh ${PROJECT_SOURCE_DIR}
+                   ${PROJECT_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/package-scratch)
+  set_tests_properties(package.find_package_and_add_subdirectory PROPERTIES LABELS package
+                       TIMEOUT 600)
+endif()

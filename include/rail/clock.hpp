@@ -78,10 +78,11 @@ class ManualClock final : public Clock {
     }
     // The lock is held across the calls so that unsubscribe() (an engine's destructor) waits for
     // a call in flight instead of racing it; it is recursive so a listener may (un)subscribe.
+    // Iterating by index (not over a copy) keeps advance() allocation-free.
     std::lock_guard lock(mu_);
-    auto listeners = listeners_;
-    for (auto& [token, fn] : listeners)
-      fn(now());
+    const TimePoint moved_to = now();
+    for (std::size_t i = 0; i < listeners_.size(); ++i)
+      listeners_[i].second(moved_to);
   }
 
   /// subscribe(fn) calls fn(now) after every advance; returns a token for unsubscribe().
