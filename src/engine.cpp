@@ -82,6 +82,23 @@ std::optional<Duration> Engine::next_timer_in() {
   return Duration{d > 0 ? d : 0};
 }
 
+JobState Engine::state(JobId id) {
+  std::lock_guard lock(mu_);
+  JobState best;
+  for (auto& [name, q] : queues_) {
+    JobState s = q->job_state(id);
+    if (s.status != JobStatus::unknown) return s;
+  }
+  return best;
+}
+
+bool Engine::cancel(JobId id) {
+  std::lock_guard lock(mu_);
+  for (auto& [name, q] : queues_)
+    if (q->cancel_job(id)) return true;
+  return false;
+}
+
 ShutdownReport Engine::shutdown(Duration grace) {
   core_->stop_accepting();
   {

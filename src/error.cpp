@@ -30,3 +30,18 @@ Error::Error(ErrorCode code, const std::string& message)
     : std::runtime_error(std::string(to_string(code)) + ": " + message), code_(code) {}
 
 }  // namespace rail
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "rail/detail/assert.hpp"
+
+namespace rail::detail {
+
+void invariant_failed(const char* file, int line, const char* cond, const char* message) noexcept {
+  std::fprintf(stderr, "rail: internal invariant broken at %s:%d: %s (%s). Please report this.\n",
+               file, line, message, cond);
+  std::abort();
+}
+
+}  // namespace rail::detail

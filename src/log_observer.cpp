@@ -118,7 +118,20 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
       break;
     case EventKind::dlq_alert:
       line += icon("🚨") + "DLQ of " + std::string(e.queue) + " reached depth " +
-              std::to_string(e.attempt);
+              std::to_string(e.depth);
+      break;
+    case EventKind::stalled:
+      line += icon("⏰") + "STALLED job " + id + " (" + name + ") delivery #" +
+              std::to_string(e.deliveries) + ": lease lapsed after " + human(e.elapsed) +
+              " in the handler";
+      break;
+    case EventKind::late_outcome:
+      line += icon("🚧") + "LATE outcome of job " + id + " delivery #" +
+              std::to_string(e.deliveries) + " after " + human(e.elapsed) +
+              " ignored (its lease had lapsed)";
+      break;
+    case EventKind::cancelled:
+      line += icon("🛑") + "CANCELLED job " + id + " (" + name + ")";
       break;
   }
   return line;

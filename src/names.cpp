@@ -67,3 +67,29 @@ std::string_view to_string(AddStatus status) noexcept {
 }
 
 }  // namespace rail
+
+#include "rail/job_state.hpp"
+
+namespace rail {
+
+std::string_view to_string(JobStatus status) noexcept {
+  switch (status) {
+    case JobStatus::waiting:
+      return "waiting";
+    case JobStatus::delayed:
+      return "delayed";
+    case JobStatus::active:
+      return "active";
+    case JobStatus::completed:
+      return "completed";
+    case JobStatus::dead_lettered:
+      return "dead_lettered";
+    case JobStatus::cancelled:
+      return "cancelled";
+    case JobStatus::unknown:
+      return "unknown";
+  }
+  return "unknown";
+}
+
+}  // namespace rail

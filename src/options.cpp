@@ -40,6 +40,11 @@ void validate_job_options(const JobOptions& o, std::string_view where) {
   if (o.attempts < 1) [[unlikely]]
     bad(where, "attempts", std::to_string(o.attempts),
         "1 or more (attempts counts every try, including the first)");
+  if (o.attempts > 65535) [[unlikely]]
+    bad(where, "attempts", std::to_string(o.attempts), "at most 65535 (SQS allows 1000)");
+  if (o.visibility_timeout && o.visibility_timeout->count() <= 0) [[unlikely]]
+    bad(where, "visibility_timeout", ns(*o.visibility_timeout),
+        "a positive lease length (Duration::max() for none)");
   if (o.delay.count() < 0) [[unlikely]]
     bad(where, "delay", ns(o.delay), "a duration >= 0");
   if (o.backoff.kind != BackoffKind::none || o.backoff.jitter != Jitter::none) [[unlikely]]
@@ -61,6 +66,9 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
   if (queue.empty()) bad("QueueOptions", "name", "empty", "a non-empty queue name");
   if (o.capacity == 0 || o.capacity > (std::size_t{1} << 30))
     bad(where, "capacity", std::to_string(o.capacity), "1 .. 2^30 unfinished jobs");
+  if (o.visibility_timeout.count() <= 0)
+    bad(where, "visibility_timeout", ns(o.visibility_timeout),
+        "a positive lease length (Duration::max() for none)");
   if (o.block_timeout.count() < 0) bad(where, "block_timeout", ns(o.block_timeout), ">= 0");
   if (o.dlq.max_entries == 0)
     bad(where, "dlq.max_entries", "0", "1 or more (a DLQ that holds nothing loses jobs)");

@@ -18,3 +18,4 @@ if(RAIL_INSTALL AND RAIL_SANITIZER STREQUAL "")
   set_tests_properties(package.find_package_and_add_subdirectory PROPERTIES LABELS package
                        TIMEOUT 600)
 endif()
+rail_add_test(lease)

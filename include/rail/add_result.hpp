@@ -43,7 +43,8 @@ struct BulkAddResult {
 
 /// QueueCounts: a snapshot of a queue's jobs by state, readable while workers run. Gauges
 /// (waiting, delayed, active) are exact when the queue is quiescent and may be off by the jobs in
-/// transit while it is not; totals only grow.
+/// transit while it is not; totals only grow. `active` counts handlers running, including ones
+/// whose lease lapsed and that have not returned yet.
 struct QueueCounts {
   std::uint64_t waiting = 0;
   std::uint64_t delayed = 0;
@@ -52,7 +53,11 @@ struct QueueCounts {
   std::uint64_t completed = 0;
   std::uint64_t failed_attempts = 0;
   std::uint64_t dead_lettered = 0;
+  std::uint64_t cancelled = 0;
   std::uint64_t deduplicated = 0;
+  std::uint64_t stalled = 0;        // lease lapses
+  std::uint64_t late_outcomes = 0;  // outcomes of lapsed deliveries, ignored
+  bool paused = false;
 };
 
 }  // namespace rail

@@ -95,6 +95,14 @@ class DeadLetterQueue {
     return std::nullopt;
   }
 
+  /// contains(id) tells whether job `id` is in the DLQ (no copy: any payload type).
+  [[nodiscard]] bool contains(JobId id) {
+    std::lock_guard lock(mu_);
+    for (const auto& e : entries_)
+      if (e.id == id) return true;
+    return false;
+  }
+
   /// remove(id) takes the entry of job `id` out of the DLQ and returns it (no event: the caller
   /// now owns the job).
   std::optional<DeadLetter<T>> remove(JobId id) {

@@ -95,6 +95,11 @@ class Engine {
   /// and calling run_until_idle() in a loop replays a whole scenario in virtual time.
   [[nodiscard]] std::optional<Duration> next_timer_in();
 
+  /// state(id) asks every queue where job `id` is (see Queue::state); cold.
+  [[nodiscard]] JobState state(JobId id);
+  /// cancel(id) cancels job `id` in whichever queue holds it (see Queue::cancel); cold.
+  bool cancel(JobId id);
+
   /// shutdown(grace) stops accepting adds (they throw Error(shutting_down)), stops workers from
   /// starting new jobs, waits up to `grace` (real time) for running handlers, and reports what
   /// was left. Idempotent: a second call reports again without waiting.

@@ -29,7 +29,11 @@ enum class EventKind : std::uint8_t {
   dead_lettered,   // the job moved to the DLQ for `reason`
   redriven,        // a DLQ entry was sent back to its queue with attempts reset
   dlq_evicted,     // a DLQ entry was dropped by the DLQ's bound or retention
-  dlq_alert,       // the DLQ reached DlqOptions::alert_depth (`attempt` holds the depth)
+  dlq_alert,       // the DLQ reached DlqOptions::alert_depth (`depth` holds it)
+  stalled,         // delivery `attempt`'s lease lapsed after `elapsed` in the handler; the job
+                   // is delivered again, or dead-lettered if its deliveries reached attempts
+  late_outcome,    // a handler whose lease had lapsed returned; its outcome was ignored
+  cancelled,       // cancel() removed the job (or its running handler's outcome was discarded)
 };
 
 enum class DeadLetterReason : std::uint8_t {
@@ -38,6 +42,7 @@ enum class DeadLetterReason : std::uint8_t {
   permanent_failure,   // the handler returned Outcome::fail
   backoff_stopped,     // a custom backoff returned a negative delay
   overflow,            // the queue was full and its policy is OverflowPolicy::dead_letter
+  lease_expired,       // the last allowed delivery's lease lapsed (SQS maxReceiveCount)
 };
 
 /// to_string(kind) / to_string(reason) are the snake_case names used in logs.
@@ -52,8 +57,11 @@ struct Event {
   std::string_view job_name;
   std::uint32_t attempt = 0;  // 1-based attempt the stage belongs to (0: not started yet)
   std::uint32_t max_attempts = 0;
-  Duration delay{0};       // added: initial delay; attempt_failed: the next delay
-  std::string_view error;  // attempt_failed / dead_lettered: the (last) failure
+  std::uint32_t deliveries = 0;  // handler starts so far (SQS ApproximateReceiveCount)
+  std::size_t depth = 0;         // dlq_alert: the DLQ's depth
+  Duration elapsed{0};           // stalled / late_outcome: how long the handler had been running
+  Duration delay{0};             // added: initial delay; attempt_failed: the next delay
+  std::string_view error;        // attempt_failed / dead_lettered: the (last) failure
   DeadLetterReason reason = DeadLetterReason::none;
   std::string_view dedup_id;  // deduplicated / debounced: the window's id
 };

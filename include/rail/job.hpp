@@ -2,10 +2,13 @@
 // call; copy out what you need to keep.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string_view>
 
 #include "rail/clock.hpp"
+#include "rail/detail/job_slot.hpp"
+#include "rail/detail/lease_tracker.hpp"
 #include "rail/event.hpp"
 
 namespace rail {
@@ -24,19 +27,42 @@ class Job {
   [[nodiscard]] std::string_view name() const noexcept { return name_; }
   /// queue() is the queue's name.
   [[nodiscard]] std::string_view queue() const noexcept { return queue_; }
-  /// data() is the payload.
+  /// data() is the payload. Read-only: after a lease lapse two handlers may read it at once.
   [[nodiscard]] const T& data() const noexcept { return *data_; }
   /// attempt() is this attempt's number, 1-based (BullMQ's attemptsMade + 1).
   [[nodiscard]] std::uint32_t attempt() const noexcept { return attempts_made_ + 1; }
-  /// attempts_made() counts the failed attempts before this one (BullMQ's attemptsMade).
+  /// attempts_made() counts the failed attempts before this one (BullMQ's attemptsMade),
+  /// including deliveries whose lease lapsed.
   [[nodiscard]] std::uint32_t attempts_made() const noexcept { return attempts_made_; }
-  /// max_attempts() is JobOptions::attempts.
+  /// deliveries() counts handler starts including this one (SQS ApproximateReceiveCount).
+  [[nodiscard]] std::uint32_t deliveries() const noexcept { return deliveries_; }
+  /// max_attempts() is JobOptions::attempts (SQS maxReceiveCount).
   [[nodiscard]] std::uint32_t max_attempts() const noexcept { return max_attempts_; }
-  /// added_at() / started_at(): when the job was added and when this attempt began.
+  /// added_at() / started_at(): when the job was added and when this delivery began.
   [[nodiscard]] TimePoint added_at() const noexcept { return added_at_; }
   [[nodiscard]] TimePoint started_at() const noexcept { return started_at_; }
   /// last_error() is the previous attempt's failure, empty on a first attempt.
   [[nodiscard]] std::string_view last_error() const noexcept { return last_error_; }
+
+  /// cancelled() is true once the handler's work no longer counts: cancel() was called for this
+  /// job, or this delivery's lease lapsed (the job went to another worker or to the DLQ).
+  /// Long handlers should poll it and return early.
+  [[nodiscard]] bool cancelled() const noexcept {
+    // acquire: pairs with the CAS (cancel or lapse) that changed ctl.
+    std::uint64_t c = ctl_->load(std::memory_order_acquire);
+    return detail::ctl::state(c) != detail::SlotState::active ||
+           static_cast<std::uint32_t>(detail::ctl::seq(c)) != token_ ||
+           (detail::ctl::flags(c) & detail::ctl::kCancelRequested) != 0;
+  }
+
+  /// extend_lease(d) renews this delivery's lease to end d from now (SQS ChangeMessageVisibility,
+  /// BullMQ extendLock): a heartbeat for handlers that outlive the visibility timeout. Returns
+  /// false if the lease had already lapsed (the job was delivered again; stop working on it).
+  bool extend_lease(Duration d) noexcept {
+    if (record_ == nullptr) return !cancelled();  // leases disabled (visibility max)
+    std::int64_t deadline = clock_->now().time_since_epoch().count() + d.count();
+    return detail::LeaseTracker::renew(*record_, lease_, deadline) && !cancelled();
+  }
 
  private:
   friend class detail::QueueImpl<T>;
@@ -46,10 +72,16 @@ class Job {
   std::string_view queue_;
   const T* data_ = nullptr;
   std::uint32_t attempts_made_ = 0;
+  std::uint32_t deliveries_ = 0;
   std::uint32_t max_attempts_ = 0;
   TimePoint added_at_{};
   TimePoint started_at_{};
   std::string_view last_error_;
+  const std::atomic<std::uint64_t>* ctl_ = nullptr;
+  std::uint32_t token_ = 0;
+  detail::LeaseRecord* record_ = nullptr;
+  std::uint64_t lease_ = 0;
+  const Clock* clock_ = nullptr;
 };
 
 }  // namespace rail

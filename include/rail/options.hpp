@@ -39,6 +39,8 @@ struct JobOptions {
   Backoff backoff{};          // delay policy between tries
   Duration delay{0};          // run no earlier than now + delay
   DedupOptions dedup{};
+  /// Lease length of each delivery of this job; unset: QueueOptions::visibility_timeout.
+  std::optional<Duration> visibility_timeout{};
 };
 
 /// What add() does when the queue holds `capacity` unfinished jobs.
@@ -67,6 +69,11 @@ struct QueueOptions {
   CustomBackoff custom_backoff{};                    // used by Backoff::custom()
   std::size_t dedup_capacity = 0;                    // max live dedup ids; 0: same as capacity
   DlqOptions dlq{};
+  /// Lease length of each delivery (SQS visibility timeout, BullMQ lockDuration; both default
+  /// to 30 s). A handler still running when it lapses has its job delivered again, or
+  /// dead-lettered (reason lease_expired) once deliveries reach attempts; its late outcome is
+  /// ignored. Duration::max(): leases never lapse.
+  Duration visibility_timeout = std::chrono::seconds(30);
 };
 
 /// WorkerOptions: the pool that drains a queue, sized to what the downstream service can take.

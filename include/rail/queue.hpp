@@ -10,8 +10,10 @@
 #include "rail/dead_letter_queue.hpp"
 #include "rail/detail/queue_impl.hpp"
 #include "rail/job.hpp"
+#include "rail/job_state.hpp"
 #include "rail/options.hpp"
 #include "rail/outcome.hpp"
+#include "rail/shutdown_report.hpp"
 
 namespace rail {
 
@@ -63,6 +65,32 @@ class Queue {
       impl_->set_handler(std::forward<F>(handler), options);
     }
   }
+
+  /// pause() stops workers from starting jobs (running ones finish); adds are still accepted and
+  /// delayed jobs still become ready. resume() lets workers start again.
+  void pause() noexcept { impl_->pause(); }
+  void resume() noexcept { impl_->resume(); }
+  [[nodiscard]] bool paused() const noexcept { return impl_->paused(); }
+
+  /// drain(timeout) blocks until nothing is waiting, delayed or running on this queue (a paused
+  /// queue with jobs never drains); returns false if `timeout` (real time) passed first.
+  /// Threaded engines only (Error(wrong_mode) inline: use Engine::run_until_idle).
+  bool drain(Duration timeout = Duration::max()) { return impl_->drain(timeout); }
+
+  /// cancel(id) removes a waiting or delayed job (its dedup id is released; event `cancelled`),
+  /// or flags a running one: its handler sees Job::cancelled() and its outcome is recorded as
+  /// cancelled. Returns false if the job is not in this queue or has already ended. Cold path:
+  /// scans the queue's slots.
+  bool cancel(JobId id) { return impl_->cancel(id); }
+
+  /// state(id) tells where job `id` is now (waiting, delayed until T, active since T with its
+  /// deliveries, completed, dead-lettered, cancelled, or unknown). Cold path: scans the slots,
+  /// then a history of ended jobs as large as the queue's capacity (rounded up, >= 1024).
+  [[nodiscard]] JobState state(JobId id) const { return impl_->state(id); }
+
+  /// take_leftovers() (after Engine::shutdown) moves out the jobs that never started, payload
+  /// included, so the caller can persist them.
+  [[nodiscard]] std::vector<Leftover<T>> take_leftovers() { return impl_->take_leftovers(); }
 
   /// dlq() is this queue's dead-letter queue.
   [[nodiscard]] DeadLetterQueue<T>& dlq() const noexcept { return impl_->dlq(); }

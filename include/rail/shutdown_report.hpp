@@ -17,6 +17,17 @@ struct LeftoverJob {
   std::uint32_t attempts_made = 0;
 };
 
+/// Leftover<T>: a job that never started, taken out of a queue after shutdown with its payload
+/// (Queue::take_leftovers), so the caller can persist it or hand it to another engine.
+template <class T>
+struct Leftover {
+  JobId id = 0;
+  std::string name;
+  T data;
+  std::uint32_t attempts_made = 0;
+  bool was_delayed = false;
+};
+
 /// ShutdownReport: jobs that never started (waiting or delayed) and jobs whose handler was still
 /// running when the grace period ended.
 struct ShutdownReport {

@@ -23,6 +23,7 @@
 #include "rail/detail/timing_wheel.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
+#include "rail/job_state.hpp"
 #include "rail/options.hpp"
 #include "rail/shutdown_report.hpp"
 
@@ -46,6 +47,12 @@ class QueueBase {
   virtual void stop_workers() noexcept = 0;
   virtual void join_workers() noexcept = 0;
   [[nodiscard]] virtual QueueCounts counts() const noexcept = 0;
+  [[nodiscard]] virtual bool idle() const noexcept = 0;
+  /// cancel_job(id) / job_state(id): Queue::cancel / Queue::state, type-erased for Engine.
+  virtual bool cancel_job(std::uint64_t id) = 0;
+  [[nodiscard]] virtual JobState job_state(std::uint64_t id) const = 0;
+  /// sweep_inline(now): inline mode only: check leases (threaded engines use a wheel timer).
+  virtual void sweep_inline(std::int64_t now_ns) = 0;
   /// collect_leftovers(report): append every unfinished job (cold: scans all slots).
   virtual void collect_leftovers(ShutdownReport& report) const = 0;
 };
@@ -184,9 +191,13 @@ class EngineCore {
     for (std::size_t i = 0; i < n; ++i)
       queues_[i]->drain_timer_inbox(wheel_);
     std::int64_t now = now_ns();
-    return wheel_.advance(now, [&](TimerNode& node) {
+    std::size_t fired = wheel_.advance(now, [&](TimerNode& node) {
       queues_[node.tag >> 32]->fire(static_cast<std::uint32_t>(node.tag), now, wheel_);
     });
+    if (mode_ == Mode::inlined)
+      for (std::size_t i = 0; i < n; ++i)
+        queues_[i]->sweep_inline(now);
+    return fired;
   }
 
   Clock& clock_;

@@ -1,5 +1,5 @@
 // MpmcRing<T, Atom>: a bounded, lock-free, multi-producer multi-consumer FIFO ring of trivially
-// copyable values. It is the engine's ready queue; it never allocates after construction.
+// copyable values (the engine keeps slot indices in it). It never allocates after construction.
 //
 // Guarantee: each value that try_push/try_push_bulk accepts is returned by exactly one
 // try_pop/try_pop_bulk, and successful operations are linearizable as a FIFO at their CAS on
@@ -15,8 +15,8 @@
 //     (free: p, full: p + 1) makes "full for p" equal "free for p + 1" when capacity is 1, so his
 //     queue requires capacity >= 2; ours is exact for every power of two including 1.
 //   * try_push_bulk/try_pop_bulk claim up to n consecutive positions with one CAS (see there).
-// Positions are 64-bit and only grow; at 10^9 operations per second 2^63 half-steps last ~290
-// years, so wrap-around is not handled.
+// Positions are 64-bit and only grow (seq holds 2 * position, so 2^63 positions are usable); at
+// 10^9 operations per second that lasts ~290 years, so wrap-around is not handled.
 //
 // Threading contract: any number of threads may call any member concurrently, except the
 // constructor and destructor, which must not overlap any other call. The owner publishes the ring
@@ -278,12 +278,13 @@ class MpmcRing {
                 "MpmcRing: cells must tile cache lines for the index remap to separate neighbours");
 
   // Index remap (atomic_queue's remap_index): swap the low kShuffleBits bits of the cell index
-  // with the next kShuffleBits, so positions p and p + 1 land 2^kShuffleBits cells = one line
-  // apart. Without it, up to 64 / sizeof(Cell) producers (or consumers) working on consecutive
-  // positions write the same line and bounce it between cores on every operation. The cost: a
-  // bulk operation of k values touches k lines instead of k * sizeof(Cell) / 64. rail's bulk
-  // batches are short and its single operations are the common case under contention, so the
-  // remap is always on; it is a compile-time property of T, not a tuning knob.
+  // with the next kShuffleBits, so positions p and p + 1 land a multiple of 2^kShuffleBits cells
+  // (at least one line) apart. Without it, up to 64 / sizeof(Cell) producers (or consumers) working
+  // on consecutive positions write the same line and bounce it between cores on every operation.
+  // The cost: a bulk operation of k values touches k lines instead of k * sizeof(Cell) / 64. rail's
+  // bulk batches are short and its single operations are the common case under contention, so the
+  // remap is on for every ring big enough to swap the bits (see the constructor); it is a
+  // compile-time property of T, not a tuning knob.
   static constexpr unsigned kShuffleBits =
       sizeof(Cell) >= kRingCacheLine
           ? 0u
@@ -323,8 +324,8 @@ class MpmcRing {
     return cells_[index ^ mix ^ (mix << shuffle_bits_)];
   }
 
-  // Read-only after construction, shared by every thread: one line of their own, so the hot
-  // head_/tail_ lines never evict them.
+  // Read-only after construction and read by every operation: a line of their own, so writes to
+  // head_ and tail_ never invalidate it.
   alignas(kRingCacheLine) const std::size_t capacity_;
   const std::size_t mask_;
   const unsigned shuffle_bits_;

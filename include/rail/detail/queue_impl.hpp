@@ -1,40 +1,48 @@
 // QueueImpl<T>: one named, typed, bounded queue with its worker pool — the engine's hot path.
 //
-// Guarantee: every accepted job reaches exactly one end — completed, or dead-lettered — or is
-// reported by shutdown; none is lost and none ends twice.
+// Guarantee: every accepted job reaches exactly one end — completed, dead-lettered or cancelled —
+// or is reported by shutdown; none is lost, none ends twice, and exactly one outcome per
+// delivery counts (a handler whose lease lapsed is fenced by its token: job_slot.hpp).
 //
 // Structure (C = capacity):
 //   slots_[C], payload_[C]  preallocated job records (detail/job_slot.hpp)
 //   free_      MPMC ring of free slot indices (initially all)
 //   ready_     MPMC ring of slot indices whose job may start now
-//   inbox_     MPMC ring of slot indices waiting to be linked into the timing wheel
+//   inbox_     MPMC ring of indices to link into the timing wheel (+1 cell: the lease sweep)
+//   leases_    one lease record per worker (detail/lease_tracker.hpp)
 // Each index is in exactly one ring or held by exactly one thread (job_slot.hpp's ownership
-// invariant); every ring has capacity C, so pushing an index one holds never fails.
+// invariant); every ring has room for every index, so pushing a held index never fails for
+// long (push_held).
 //
 // Add:   pop free -> fill slot and payload -> push ready (or inbox when delayed) -> wake.
-// Work:  pop ready -> CAS waiting->active -> handler -> one of:
-//          done            -> release dedup id, destroy payload, push free
-//          retry (+delay)  -> delayed: inbox (timer thread links it) | no delay: ready
-//          out of attempts -> DLQ entry (payload moved), push free
-// Timer: the wheel owner drains inbox_ into the wheel and, when a slot's time comes, CASes
-//        delayed->waiting and pushes it to ready_.
+// Work:  pop ready -> CAS waiting->active (pin) -> lease -> handler -> CAS active->finishing:
+//          done            -> end (completed)
+//          retry (+delay)  -> delayed: inbox (the timer links it) | no delay: ready
+//          out of attempts -> end (dead-lettered: DLQ entry with the payload moved)
+//        An end frees the slot at once if no stale handler still pins it, else the last one
+//        to return frees it (and files the DLQ entry).
+// Timer: the wheel owner drains inbox_ into the wheel; when a slot's time comes it CASes
+//        delayed->waiting and pushes ready. The lease sweep (one wheel timer per queue) CASes
+//        active->finishing for lapsed leases and redelivers or dead-letters them.
 //
 // Memory ordering: a slot's plain fields and payload are written by their holder before the
-// index is pushed to a ring and read by the next holder after popping it; MpmcRing's
-// release-publish/acquire-consume per cell carries that happens-before. See job_slot.hpp for the
-// control word used by non-holders.
+// index is pushed to a ring (release) and read by the next holder after popping it (acquire).
+// Non-holders go through ctl with acq_rel CASes (job_slot.hpp).
 //
-// Threading: add/add_bulk from any thread; `concurrency` worker threads per queue (threaded
-// mode) or the run_until_idle() caller (inline mode) run handlers.
+// Threading: add/add_bulk/cancel/state/pause from any thread; `concurrency` worker threads per
+// queue (threaded mode) or the run_until_idle() caller (inline mode) run handlers.
 // Shutdown: stop_workers() makes workers exit after their current handler; join_workers() waits.
 #pragma once
 
 #include <mimalloc.h>
 
+#include <bit>
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -43,15 +51,18 @@
 
 #include "rail/add_result.hpp"
 #include "rail/dead_letter_queue.hpp"
+#include "rail/detail/assert.hpp"
 #include "rail/detail/dedup_set.hpp"
 #include "rail/detail/engine_core.hpp"
 #include "rail/detail/event_count.hpp"
 #include "rail/detail/job_slot.hpp"
+#include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/mpmc_ring.hpp"
 #include "rail/detail/striped_counter.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
 #include "rail/job.hpp"
+#include "rail/job_state.hpp"
 #include "rail/options.hpp"
 #include "rail/outcome.hpp"
 
@@ -68,7 +79,10 @@ enum Counter : std::size_t {
   kCompleted,
   kFailedAttempts,
   kDeadLettered,
+  kCancelled,
   kDeduplicated,
+  kStalled,
+  kLateOutcomes,
   kToReady,
   kFromReady,
   kToDelayed,
@@ -83,6 +97,8 @@ class QueueImpl final : public QueueBase {
                 "the queue, the DLQ and redrive on paths that must not fail halfway");
   static_assert(std::is_move_assignable_v<T>, "debounce replaces payloads by move assignment");
 
+  static constexpr std::uint32_t kLeaseSweep = 0xFFFF'FFFFu;  // inbox/timer tag of the sweep
+
  public:
   using Handler = std::function<Outcome(Job<T>&)>;
 
@@ -96,15 +112,19 @@ class QueueImpl final : public QueueBase {
             ::operator new[](sizeof(Storage) * capacity_, std::align_val_t{alignof(Storage)}))),
         free_(capacity_),
         ready_(capacity_),
-        inbox_(capacity_),
+        inbox_(capacity_ + 1),
+        history_mask_(std::bit_ceil(std::max<std::size_t>(capacity_, 1024)) - 1),
+        history_(std::make_unique<std::atomic<std::uint64_t>[]>(history_mask_ + 1)),
+        min_visibility_ns_(options_.visibility_timeout.count()),
         dlq_(*this, options_.dlq) {
     for (std::uint32_t i = 0; i < capacity_; ++i) {
-      if (!free_.try_push(i)) throw Error(ErrorCode::internal, "free ring smaller than capacity");
+      RAIL_INVARIANT(free_.try_push(i), "the free ring holds every slot index");
     }
     index_ = core_.register_queue(this);
     // The wheel hands back only the node; its tag routes the firing to this queue's slot.
     for (std::uint32_t i = 0; i < capacity_; ++i)
       slots_[i].timer.tag = (std::uint64_t{index_} << 32) | i;
+    sweep_node_.tag = (std::uint64_t{index_} << 32) | kLeaseSweep;
   }
 
   ~QueueImpl() override {
@@ -112,7 +132,7 @@ class QueueImpl final : public QueueBase {
     join_workers();
     // Whatever is still unfinished dies with the queue: destroy the payloads it holds.
     for (std::size_t i = 0; i < capacity_; ++i) {
-      if (ctl_state(slots_[i].ctl.load(std::memory_order_acquire)) != SlotState::free)
+      if (ctl::state(slots_[i].ctl.load(std::memory_order_acquire)) != SlotState::free)
         payload(static_cast<std::uint32_t>(i)).~T();
       if (slots_[i].extra) {
         slots_[i].extra->~SlotExtra();
@@ -140,21 +160,28 @@ class QueueImpl final : public QueueBase {
     c.completed = r(kCompleted);
     c.failed_attempts = r(kFailedAttempts);
     c.dead_lettered = r(kDeadLettered);
+    c.cancelled = r(kCancelled);
     c.deduplicated = r(kDeduplicated);
+    c.stalled = r(kStalled);
+    c.late_outcomes = r(kLateOutcomes);
     c.waiting = gauge(r(kToReady), r(kFromReady));
     c.delayed = gauge(r(kToDelayed), r(kFromDelayed));
     c.active = gauge(r(kStarted), r(kAttemptEnded));
+    c.paused = paused_.load(std::memory_order_relaxed);
     return c;
   }
 
   void collect_leftovers(ShutdownReport& report) const override {
     for (std::size_t i = 0; i < capacity_; ++i) {
       const JobSlot& s = slots_[i];
-      SlotState st = ctl_state(s.ctl.load(std::memory_order_acquire));
-      if (st == SlotState::free) continue;
+      SlotState st = ctl::state(s.ctl.load(std::memory_order_acquire));
+      if (st != SlotState::waiting && st != SlotState::delayed && st != SlotState::active &&
+          st != SlotState::updating && st != SlotState::finishing)
+        continue;
       LeftoverJob j{name_, s.id.load(std::memory_order_relaxed),
                     std::string(core_.names().name(s.name)), s.attempts_made};
-      (st == SlotState::active ? report.still_running : report.not_started).push_back(std::move(j));
+      bool running = st == SlotState::active || st == SlotState::finishing;
+      (running ? report.still_running : report.not_started).push_back(std::move(j));
     }
   }
 
@@ -162,11 +189,7 @@ class QueueImpl final : public QueueBase {
   // --------------------------------------------------------------------------------------
   AddResult add(std::string_view job_name, T&& data, const JobOptions& o) {
     if (!core_.accepting()) throw_shutting_down();
-    validate_job_options(o, "JobOptions");
-    if (o.backoff.kind == BackoffKind::custom && !options_.custom_backoff) [[unlikely]]
-      throw Error(ErrorCode::invalid_option,
-                  "JobOptions.backoff is custom but queue '" + name_ +
-                      "' has no QueueOptions.custom_backoff; expected one to compute delays");
+    check_options(o);
     std::uint16_t name_id = core_.names().intern(job_name);
     std::uint32_t idx;
     if (!acquire_slots(&idx, 1)) return overflow(name_id, std::move(data), o);
@@ -179,7 +202,7 @@ class QueueImpl final : public QueueBase {
         return std::pair<std::uint64_t, std::uint64_t>{core_.next_ids(1), idx};
       });
       if (claim.result != DedupSet::Claim::Result::inserted) {
-        release_unused_slot(idx);
+        push_held(free_, idx);
         return on_dedup_conflict(claim, job_name, std::move(data), o, now);
       }
       id = claim.owner;
@@ -201,7 +224,7 @@ class QueueImpl final : public QueueBase {
   /// add_bulk: all payloads get one name and one set of options (no dedup: ids differ per job).
   BulkAddResult add_bulk(std::string_view job_name, std::span<T> items, const JobOptions& o) {
     if (!core_.accepting()) throw_shutting_down();
-    validate_job_options(o, "JobOptions");
+    check_options(o);
     if (!o.dedup.id.empty())
       throw Error(ErrorCode::invalid_option,
                   "add_bulk: JobOptions.dedup.id is '" + o.dedup.id +
@@ -245,10 +268,12 @@ class QueueImpl final : public QueueBase {
       for (std::size_t i = 0; i < items.size(); ++i)
         publish_new(held[i], now, o.delay);
     } else {
-      for (std::size_t i = 0; i < items.size(); ++i)
-        slots_[held[i]].ctl.store(
-            next_ctl(slots_[held[i]].ctl.load(std::memory_order_relaxed), SlotState::waiting),
-            std::memory_order_relaxed);  // published by the ring push
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        JobSlot& s = slots_[held[i]];
+        // relaxed: we hold these slots; the ring push below publishes the store.
+        s.ctl.store(ctl::to(s.ctl.load(std::memory_order_relaxed), SlotState::waiting),
+                    std::memory_order_relaxed);
+      }
       push_ready_bulk(held, items.size());
     }
     return {AddStatus::added, first, items.size()};
@@ -257,6 +282,7 @@ class QueueImpl final : public QueueBase {
   // --- workers
   // -------------------------------------------------------------------------------------
   void set_handler(Handler h, const WorkerOptions& w) {
+    std::lock_guard lock(handler_mu_);
     if (handler_)
       throw Error(ErrorCode::invalid_option,
                   "queue '" + name_ + "' already has a processor; call process() once per queue");
@@ -264,6 +290,12 @@ class QueueImpl final : public QueueBase {
       throw Error(ErrorCode::invalid_option,
                   "WorkerOptions.concurrency is 0 for queue '" + name_ + "'; expected 1 or more");
     handler_ = std::move(h);
+    std::uint32_t workers = core_.mode() == Mode::threaded ? w.concurrency : 1;
+    leases_ = std::make_unique<LeaseTracker>(workers);
+    // Threaded: the sweep is a self-re-arming wheel timer. Inline: time moves only through
+    // ManualClock::advance, whose process_timers() calls sweep_inline() directly, so no timer is
+    // left on the wheel for next_timer_in() to chase forever.
+    if (leases_enabled() && core_.mode() == Mode::threaded) arm_sweep();
     if (core_.mode() == Mode::threaded) {
       for (std::uint32_t i = 0; i < w.concurrency; ++i)
         workers_.emplace_back([this, i] { worker_loop(i); });
@@ -271,14 +303,13 @@ class QueueImpl final : public QueueBase {
   }
 
   std::size_t run_ready(std::size_t max) override {
-    if (!handler_) return 0;
-    Worker w{SplitMix64(core_.seed() ^ index_)};
+    if (!handler_ || paused_.load(std::memory_order_acquire)) return 0;
+    if (!inline_rng_) inline_rng_.emplace(core_.seed() ^ index_);
     std::size_t ran = 0;
     std::uint32_t idx;
     while (ran < max && ready_.try_pop(idx)) {
       counters_.add(kFromReady);
-      run(idx, w);
-      ++ran;
+      if (deliver(idx, leases_->record(0), *inline_rng_)) ++ran;
     }
     return ran;
   }
@@ -292,11 +323,158 @@ class QueueImpl final : public QueueBase {
       if (t.joinable()) t.join();
   }
 
+  // --- lifecycle
+  // -----------------------------------------------------------------------------------
+  void pause() noexcept { paused_.store(true, std::memory_order_release); }
+  void resume() noexcept {
+    paused_.store(false, std::memory_order_release);  // workers' acquire load sees it
+    ready_ec_.notify_all();
+  }
+  [[nodiscard]] bool paused() const noexcept { return paused_.load(std::memory_order_acquire); }
+
+  /// idle(): nothing waiting, delayed or running (stale handlers included).
+  [[nodiscard]] bool idle() const noexcept override {
+    QueueCounts c = counts();
+    return c.waiting == 0 && c.delayed == 0 && c.active == 0;
+  }
+
+  bool drain(Duration timeout) {
+    if (core_.mode() != Mode::threaded)
+      throw Error(ErrorCode::wrong_mode, "drain() on queue '" + name_ +
+                                             "' waits for worker threads; an inline engine has "
+                                             "none (use Engine::run_until_idle)");
+    // Cold path: poll with a growing sleep. A drained queue stays drained only if nobody adds.
+    auto start = std::chrono::steady_clock::now();
+    auto pause = std::chrono::microseconds(10);
+    while (!idle()) {
+      if (timeout != Duration::max() && std::chrono::steady_clock::now() - start >= timeout)
+        return false;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(2000));
+    }
+    return true;
+  }
+
+  bool cancel_job(std::uint64_t id) override { return cancel(id); }
+  JobState job_state(std::uint64_t id) const override { return state(id); }
+
+  /// cancel(id): see Queue::cancel.
+  bool cancel(JobId id) {
+    for (std::uint32_t i = 0; i < capacity_; ++i) {
+      JobSlot& s = slots_[i];
+      if (s.id.load(std::memory_order_relaxed) != id) continue;
+      std::uint64_t c = s.ctl.load(std::memory_order_acquire);
+      for (;;) {
+        // The id is re-checked after every ctl read: a CAS against that ctl fails if the slot
+        // was reused in between, so acting on a matching id is safe.
+        if (s.id.load(std::memory_order_relaxed) != id) break;
+        switch (ctl::state(c)) {
+          case SlotState::waiting:
+          case SlotState::delayed:
+            // acq_rel: takes the job from whoever holds its index; they see `cancelled` and
+            // reclaim the slot (reclaim_cancelled).
+            if (s.ctl.compare_exchange_weak(c, ctl::to(c, SlotState::cancelled),
+                                            std::memory_order_acq_rel)) {
+              std::int64_t now = core_.now_ns();
+              if (ctl::state(c) == SlotState::waiting)
+                counters_.add(kFromReady);
+              else
+                counters_.add(kFromDelayed);
+              record_end(s, EndKind::cancelled, DeadLetterReason::none, now);
+              return true;
+            }
+            continue;
+          case SlotState::active:
+            if (ctl::flags(c) & ctl::kCancelRequested) return true;
+            if (s.ctl.compare_exchange_weak(c, ctl::with_flag(c, ctl::kCancelRequested),
+                                            std::memory_order_acq_rel))
+              return true;
+            continue;
+          case SlotState::finishing:
+          case SlotState::updating:
+            std::this_thread::yield();  // a transition of a few stores is in progress
+            c = s.ctl.load(std::memory_order_acquire);
+            continue;
+          default:
+            return false;  // free, cancelled or ended: nothing left to cancel
+        }
+      }
+    }
+    return false;
+  }
+
+  /// state(id): see Queue::state. Cold: scans the slots, then the history of ended jobs.
+  JobState state(JobId id) const {
+    for (std::uint32_t i = 0; i < capacity_; ++i) {
+      const JobSlot& s = slots_[i];
+      if (s.id.load(std::memory_order_relaxed) != id) continue;
+      std::uint64_t c = s.ctl.load(std::memory_order_acquire);
+      JobState st;
+      switch (ctl::state(c)) {
+        case SlotState::waiting:
+          st.status = JobStatus::waiting;
+          break;
+        case SlotState::delayed:
+        case SlotState::updating:
+          st.status = JobStatus::delayed;
+          st.since = TimePoint{Duration{s.due_ns.load(std::memory_order_relaxed)}};
+          break;
+        case SlotState::active:
+        case SlotState::finishing:
+          st.status = JobStatus::active;
+          st.since = TimePoint{Duration{s.started_ns}};
+          break;
+        default:
+          continue;  // ended or reused: the history below knows
+      }
+      st.deliveries = s.deliveries;
+      st.attempts_made = s.attempts_made;
+      if (s.id.load(std::memory_order_relaxed) == id) return st;  // still the same job
+    }
+    std::uint64_t h = history_[id & history_mask_].load(std::memory_order_relaxed);
+    if ((h >> 4) == id) return JobState{static_cast<JobStatus>(h & 0xF)};
+    if (dlq_.contains(id)) return JobState{JobStatus::dead_lettered};
+    return JobState{};
+  }
+
+  /// take_leftovers(): after shutdown, moves out every job that never started.
+  std::vector<Leftover<T>> take_leftovers() {
+    if (core_.accepting())
+      throw Error(ErrorCode::wrong_mode,
+                  "take_leftovers() on queue '" + name_ + "' needs Engine::shutdown() first");
+    std::vector<Leftover<T>> out;
+    for (std::uint32_t i = 0; i < capacity_; ++i) {
+      JobSlot& s = slots_[i];
+      std::uint64_t c = s.ctl.load(std::memory_order_acquire);
+      SlotState st = ctl::state(c);
+      if (st != SlotState::waiting && st != SlotState::delayed) continue;
+      if (!s.ctl.compare_exchange_strong(c, ctl::to(c, SlotState::finishing),
+                                         std::memory_order_acq_rel))
+        continue;
+      out.push_back(Leftover<T>{s.id.load(std::memory_order_relaxed),
+                                std::string(core_.names().name(s.name)), std::move(payload(i)),
+                                s.attempts_made, st == SlotState::delayed});
+      // The index stays in a ring nobody drains after shutdown; marking the slot free lets the
+      // destructor skip its payload, which now belongs to the caller.
+      payload(i).~T();
+      s.ctl.store(ctl::make(ctl::seq(c) + 2, 0, 0, SlotState::free), std::memory_order_release);
+    }
+    return out;
+  }
+
   // --- timers
   // --------------------------------------------------------------------------------------
   void drain_timer_inbox(Wheel& wheel) noexcept override {
     std::uint32_t idx;
     while (inbox_.try_pop(idx)) {
+      if (idx == kLeaseSweep) {
+        // (Re)arm the sweep no later than one shortest visibility timeout from now.
+        std::int64_t at = wheel.now_ns() + min_visibility_ns_.load(std::memory_order_relaxed);
+        if (sweep_node_.linked() && sweep_node_.deadline <= at) continue;
+        wheel.cancel(sweep_node_);
+        wheel.schedule(sweep_node_, at);
+        continue;
+      }
       JobSlot& s = slots_[idx];
       // relaxed: due_ns was written by the pusher before the inbox push (ring acquire).
       wheel.schedule(s.timer, s.due_ns.load(std::memory_order_relaxed));
@@ -304,20 +482,30 @@ class QueueImpl final : public QueueBase {
   }
 
   void fire(std::uint32_t idx, std::int64_t now, Wheel& wheel) noexcept override {
+    if (idx == kLeaseSweep) {
+      sweep_leases(now, wheel);
+      return;
+    }
     JobSlot& s = slots_[idx];
     for (;;) {
       std::uint64_t c = s.ctl.load(std::memory_order_acquire);  // sees a debounce's writes
-      if (ctl_state(c) == SlotState::updating) {
+      SlotState st = ctl::state(c);
+      if (st == SlotState::updating) {
         std::this_thread::yield();  // a debounce is replacing the payload: a few stores
         continue;
       }
+      if (st == SlotState::cancelled) {
+        reclaim_cancelled(idx, c);
+        return;
+      }
+      RAIL_INVARIANT(st == SlotState::delayed, "a slot on the wheel is delayed or cancelled");
       std::int64_t due = s.due_ns.load(std::memory_order_relaxed);  // ordered by ctl acquire
       if (due > now) {  // a debounce moved the deadline later
         wheel.schedule(s.timer, due);
         return;
       }
-      // acq_rel: wins the slot against a concurrent debounce.
-      if (s.ctl.compare_exchange_strong(c, next_ctl(c, SlotState::waiting),
+      // acq_rel: wins the slot against a concurrent debounce or cancel.
+      if (s.ctl.compare_exchange_strong(c, ctl::to(c, SlotState::waiting),
                                         std::memory_order_acq_rel)) {
         counters_.add(kFromDelayed);
         if (core_.observed()) emit(EventKind::retry_due, s, now);
@@ -346,7 +534,7 @@ class QueueImpl final : public QueueBase {
     return RedriveStatus::redriven;
   }
 
-  void emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::uint32_t depth) {
+  void emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth) {
     if (!core_.observed()) return;
     Event e;
     e.kind = kind;
@@ -354,16 +542,12 @@ class QueueImpl final : public QueueBase {
     e.queue = name_;
     e.job_id = id;
     e.job_name = job_name;
-    e.attempt = depth;
+    e.depth = depth;
     core_.emit(e);
   }
 
  private:
   using Storage = std::aligned_storage_t<sizeof(T), alignof(T)>;
-
-  struct Worker {
-    SplitMix64 rng;
-  };
 
   T& payload(std::uint32_t idx) noexcept {
     return *std::launder(reinterpret_cast<T*>(&payload_[idx]));
@@ -386,6 +570,28 @@ class QueueImpl final : public QueueBase {
       dedup_.store(dedup_owner_.get(), std::memory_order_release);
     }
     return *dedup_owner_;
+  }
+
+  [[nodiscard]] bool leases_enabled() const noexcept {
+    return options_.visibility_timeout != Duration::max();
+  }
+
+  void check_options(const JobOptions& o) {
+    validate_job_options(o, "JobOptions");
+    if (o.backoff.kind == BackoffKind::custom && !options_.custom_backoff) [[unlikely]]
+      throw Error(ErrorCode::invalid_option,
+                  "JobOptions.backoff is custom but queue '" + name_ +
+                      "' has no QueueOptions.custom_backoff; expected one to compute delays");
+    if (o.visibility_timeout) [[unlikely]] {
+      // A shorter lease than the queue's must pull the lease sweep earlier (lease_tracker.hpp).
+      std::int64_t v = o.visibility_timeout->count();
+      std::int64_t cur = min_visibility_ns_.load(std::memory_order_relaxed);
+      bool lowered = false;
+      while (v < cur && !(lowered = min_visibility_ns_.compare_exchange_weak(
+                              cur, v, std::memory_order_relaxed))) {
+      }
+      if (lowered && handler_ && leases_enabled() && core_.mode() == Mode::threaded) arm_sweep();
+    }
   }
 
   [[noreturn]] void throw_shutting_down() const {
@@ -423,8 +629,6 @@ class QueueImpl final : public QueueBase {
     return false;
   }
 
-  void release_unused_slot(std::uint32_t idx) noexcept { push_held(free_, idx); }
-
   /// push_held(ring, idx): hands an index we hold to a ring. Every ring has room for every index,
   /// so a failed try_push is never "full": it is the Vyukov ring's transient report when the
   /// consumer of that cell's previous lap claimed it but has not yet released it. The consumer is
@@ -443,7 +647,11 @@ class QueueImpl final : public QueueBase {
     s.started_ns = 0;
     s.prev_delay_ns = 0;
     s.attempts_made = 0;
-    s.max_attempts = static_cast<std::uint32_t>(o.attempts);
+    s.deliveries = 0;
+    s.max_attempts = static_cast<std::uint16_t>(o.attempts);
+    s.visibility_ns = o.visibility_timeout.value_or(options_.visibility_timeout).count();
+    s.end_kind = EndKind::none;
+    s.end_reason = DeadLetterReason::none;
     s.set_backoff(o.backoff);
     if (s.extra) s.extra->errors.clear();
   }
@@ -454,11 +662,11 @@ class QueueImpl final : public QueueBase {
     std::uint64_t c = s.ctl.load(std::memory_order_relaxed);  // we hold the slot
     if (delay.count() > 0) {
       s.due_ns.store(now + delay.count(), std::memory_order_relaxed);
-      // release: a debounce that finds this slot through the dedup set sees a complete job.
-      s.ctl.store(next_ctl(c, SlotState::delayed), std::memory_order_release);
+      // release: a debounce or cancel that finds this slot sees a complete job.
+      s.ctl.store(ctl::to(c, SlotState::delayed), std::memory_order_release);
       push_delayed(idx);
     } else {
-      s.ctl.store(next_ctl(c, SlotState::waiting), std::memory_order_release);
+      s.ctl.store(ctl::to(c, SlotState::waiting), std::memory_order_release);
       push_ready(idx);
     }
   }
@@ -476,13 +684,17 @@ class QueueImpl final : public QueueBase {
       if (k == 0) std::this_thread::yield();  // transient, as in push_held
       done += k;
     }
-    for (std::size_t i = 0; i < n && i < workers_.size(); ++i)
+    std::size_t wake = std::max<std::size_t>(1, std::min(n, workers_.size()));
+    for (std::size_t i = 0; i < wake; ++i)
       ready_ec_.notify();
-    if (workers_.empty()) ready_ec_.notify();
   }
   void push_delayed(std::uint32_t idx) noexcept {
     counters_.add(kToDelayed);
     push_held(inbox_, idx);
+    core_.signal_timer();
+  }
+  void arm_sweep() noexcept {
+    push_held(inbox_, kLeaseSweep);
     core_.signal_timer();
   }
 
@@ -501,6 +713,7 @@ class QueueImpl final : public QueueBase {
                     {}};
     counters_.add(kAdded);
     counters_.add(kDeadLettered);
+    remember(id, JobStatus::dead_lettered);
     if (core_.observed()) {
       Event ev;
       ev.kind = EventKind::dead_lettered;
@@ -550,30 +763,29 @@ class QueueImpl final : public QueueBase {
     if (idx >= capacity_) return false;
     JobSlot& s = slots_[idx];
     std::uint64_t c = s.ctl.load(std::memory_order_acquire);
-    if (ctl_state(c) != SlotState::delayed) return false;
+    if (ctl::state(c) != SlotState::delayed) return false;
     if (s.id.load(std::memory_order_relaxed) != claim.owner) return false;
     // acq_rel: takes the slot from the timer (which CASes delayed->waiting) and acquires the
     // job's fields; if the slot was reused since `c`, its seq moved and this fails.
-    if (!s.ctl.compare_exchange_strong(c, next_ctl(c, SlotState::updating),
-                                       std::memory_order_acq_rel))
-      return false;
+    std::uint64_t updating = ctl::to(c, SlotState::updating);
+    if (!s.ctl.compare_exchange_strong(c, updating, std::memory_order_acq_rel)) return false;
     payload(idx) = std::move(data);
     std::int64_t due = std::max(s.due_ns.load(std::memory_order_relaxed), now + o.delay.count());
     s.due_ns.store(due, std::memory_order_relaxed);
     if (o.dedup.ttl) (void)dedup().set_expiry(o.dedup.id, claim.owner, now + o.dedup.ttl->count());
-    // release: the timer's acquire load of ctl sees the new payload and due time.
-    s.ctl.store(next_ctl(next_ctl(c, SlotState::updating), SlotState::delayed),
-                std::memory_order_release);
+    // release: the timer's acquire load of ctl sees the new payload and due time. A plain store
+    // is safe: in `updating` nobody else changes ctl (cancel and the timer wait it out).
+    s.ctl.store(ctl::to(updating, SlotState::delayed), std::memory_order_release);
     return true;
   }
 
-  void worker_loop(std::uint32_t worker_index) {
-    Worker w{SplitMix64(core_.seed() ^ (std::uint64_t{index_} << 32) ^ worker_index)};
+  void worker_loop(std::uint32_t w) {
+    SplitMix64 rng(core_.seed() ^ (std::uint64_t{index_} << 32) ^ w);
+    LeaseRecord& record = leases_->record(w);
     std::uint32_t idx;
     while (!stop_.load(std::memory_order_acquire)) {
-      if (ready_.try_pop(idx)) {
-        counters_.add(kFromReady);
-        run(idx, w);
+      if (!paused_.load(std::memory_order_acquire) && ready_.try_pop(idx)) {
+        deliver(idx, record, rng);
         continue;
       }
       // Spin briefly: at high rates the next job arrives within a hand-off (~100 ns), far
@@ -581,18 +793,16 @@ class QueueImpl final : public QueueBase {
       bool got = false;
       for (int spin = 0; spin < 64 && !got; ++spin) {
         std::this_thread::yield();
-        got = ready_.try_pop(idx);
+        got = !paused_.load(std::memory_order_acquire) && ready_.try_pop(idx);
       }
       if (got) {
-        counters_.add(kFromReady);
-        run(idx, w);
+        deliver(idx, record, rng);
         continue;
       }
       std::uint32_t key = ready_ec_.prepare_wait();
-      if (ready_.try_pop(idx)) {
+      if (!paused_.load(std::memory_order_acquire) && ready_.try_pop(idx)) {
         ready_ec_.cancel_wait();
-        counters_.add(kFromReady);
-        run(idx, w);
+        deliver(idx, record, rng);
         continue;
       }
       if (stop_.load(std::memory_order_acquire)) {
@@ -603,13 +813,27 @@ class QueueImpl final : public QueueBase {
     }
   }
 
-  void run(std::uint32_t idx, Worker& w) {
+  /// deliver(idx): we popped idx from the ready ring. Runs the handler unless the job was
+  /// cancelled meanwhile; returns whether a handler ran.
+  bool deliver(std::uint32_t idx, LeaseRecord& record, SplitMix64& rng) {
     JobSlot& s = slots_[idx];
     std::uint64_t c = s.ctl.load(std::memory_order_acquire);
-    std::uint64_t active = next_ctl(c, SlotState::active);
-    s.ctl.store(active, std::memory_order_release);  // holder transition (state() readers)
+    std::uint64_t active;
+    for (;;) {
+      if (ctl::state(c) == SlotState::cancelled) {
+        reclaim_cancelled(idx, c);
+        return false;
+      }
+      RAIL_INVARIANT(ctl::state(c) == SlotState::waiting, "a ready slot is waiting or cancelled");
+      active = ctl::to(c, SlotState::active, +1);
+      // acq_rel: wins the job against cancel(); acquires the fields of whoever made it ready.
+      if (s.ctl.compare_exchange_weak(c, active, std::memory_order_acq_rel)) break;
+    }
+    counters_.add(kFromReady);
+    const auto token = static_cast<std::uint32_t>(ctl::seq(active));
     std::int64_t now = core_.now_ns();
     s.started_ns = now;
+    ++s.deliveries;
     counters_.add(kStarted);
     Job<T> job;
     job.id_ = s.id.load(std::memory_order_relaxed);
@@ -617,10 +841,21 @@ class QueueImpl final : public QueueBase {
     job.queue_ = name_;
     job.data_ = &payload(idx);
     job.attempts_made_ = s.attempts_made;
+    job.deliveries_ = s.deliveries;
     job.max_attempts_ = s.max_attempts;
     job.added_at_ = TimePoint{Duration{s.added_ns}};
     job.started_at_ = TimePoint{Duration{now}};
     if (s.extra && !s.extra->errors.empty()) job.last_error_ = s.extra->errors.back().message;
+    job.ctl_ = &s.ctl;
+    job.token_ = token;
+    job.clock_ = &core_.clock();
+    bool leased = leases_enabled() && s.visibility_ns != Duration::max().count();
+    if (leased) {
+      job.record_ = &record;
+      job.lease_ = make_lease(idx, token);
+      // After the plain fields above: the sweep reads them after acquiring this lease word.
+      LeaseTracker::grant(record, job.lease_, now + s.visibility_ns);
+    }
     if (core_.observed()) emit(EventKind::started, s, now);
 
     Outcome out;
@@ -631,99 +866,280 @@ class QueueImpl final : public QueueBase {
     } catch (...) {
       out = Outcome::retry("handler threw a non-std::exception");
     }
+    if (leased) LeaseTracker::release(record);
+    finish(idx, token, std::move(out), rng, job.started_at_);
     counters_.add(kAttemptEnded);
-    finish(idx, active, std::move(out), w);
+    return true;
   }
 
-  void finish(std::uint32_t idx, std::uint64_t active, Outcome&& out, Worker& w) {
+  /// finish: the handler of delivery `token` returned. Exactly one of it and a lease lapse wins
+  /// the slot (the CAS on ctl); the loser's outcome does not count.
+  void finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, SplitMix64& rng,
+              TimePoint started) {
     JobSlot& s = slots_[idx];
+    std::uint64_t c = s.ctl.load(std::memory_order_acquire);
+    for (;;) {
+      bool live =
+          ctl::state(c) == SlotState::active && static_cast<std::uint32_t>(ctl::seq(c)) == token;
+      if (live) {
+        // acq_rel: fences the lease sweep (which CASes the same word) and cancel().
+        if (s.ctl.compare_exchange_weak(c, ctl::to(c, SlotState::finishing, -1),
+                                        std::memory_order_acq_rel))
+          break;
+        continue;
+      }
+      // Stale: the lease lapsed and the job moved on. Drop our pin; if the job has ended and we
+      // were the last handler on it, its deferred end is ours to complete.
+      std::uint64_t unpinned = ctl::unpin(c);
+      if (s.ctl.compare_exchange_weak(c, unpinned, std::memory_order_acq_rel)) {
+        counters_.add(kLateOutcomes);
+        if (core_.observed()) {
+          Event e;
+          e.kind = EventKind::late_outcome;
+          e.at = TimePoint{Duration{core_.now_ns()}};
+          e.queue = name_;
+          e.job_id = s.id.load(std::memory_order_relaxed);
+          e.job_name = core_.names().name(s.name);
+          e.elapsed = e.at - started;
+          e.error = out.reason();
+          core_.emit(e);
+        }
+        if (ctl::state(unpinned) == SlotState::ended && ctl::pins(unpinned) == 0)
+          final_end(idx, unpinned);
+        return;
+      }
+    }
+    // We hold the slot in `finishing`.
     std::int64_t now = core_.now_ns();
-    if (out.kind() == Outcome::Kind::done) {
-      counters_.add(kCompleted);
-      if (core_.observed()) emit(EventKind::completed, s, now);
-      end_job(idx, active);
+    if (ctl::flags(c) & ctl::kCancelRequested) {
+      end_job(idx, EndKind::cancelled, DeadLetterReason::none, now);
       return;
     }
+    if (out.kind() == Outcome::Kind::done) {
+      end_job(idx, EndKind::completed, DeadLetterReason::none, now);
+      return;
+    }
+    FailKind kind = out.kind() == Outcome::Kind::fail          ? FailKind::permanent
+                    : out.kind() == Outcome::Kind::retry_after ? FailKind::retry_after
+                                                               : FailKind::retry;
+    fail_attempt(idx, out.take_reason(), kind, out.delay(), rng, now);
+  }
+
+  /// FailKind: why an attempt failed, as far as what happens next is concerned.
+  enum class FailKind : std::uint8_t {
+    retry,        // backoff decides the delay
+    retry_after,  // the handler gave the delay
+    permanent,    // dead-letter now
+    lapse,        // the lease lapsed: redeliver at once (SQS), lease_expired when exhausted
+  };
+
+  /// fail_attempt: the holder (in `finishing`) records a failed attempt and retries or ends it.
+  void fail_attempt(std::uint32_t idx, std::string reason, FailKind kind, Duration explicit_delay,
+                    SplitMix64& rng, std::int64_t now) {
+    JobSlot& s = slots_[idx];
     ++s.attempts_made;
     counters_.add(kFailedAttempts);
     auto& log = extra(s).errors;
-    log.push_back(AttemptRecord{s.attempts_made, now, out.take_reason()});
+    if (log.capacity() < s.max_attempts) log.reserve(s.max_attempts);  // see SlotExtra
+    log.push_back(AttemptRecord{s.attempts_made, now, std::move(reason)});
     const std::string& error = log.back().message;
 
-    DeadLetterReason reason = DeadLetterReason::none;
+    DeadLetterReason dead = DeadLetterReason::none;
     Duration delay{0};
-    if (out.kind() == Outcome::Kind::fail) {
-      reason = DeadLetterReason::permanent_failure;
+    if (kind == FailKind::permanent) {
+      dead = DeadLetterReason::permanent_failure;
     } else if (s.attempts_made >= s.max_attempts) {
-      reason = DeadLetterReason::attempts_exhausted;
-    } else if (out.kind() == Outcome::Kind::retry_after) {
-      delay = out.delay();
-    } else {
+      dead = kind == FailKind::lapse ? DeadLetterReason::lease_expired
+                                     : DeadLetterReason::attempts_exhausted;
+    } else if (kind == FailKind::retry_after) {
+      delay = explicit_delay;
+    } else if (kind == FailKind::retry) {
       RetryContext ctx{s.id.load(std::memory_order_relaxed), s.attempts_made, error,
                        Duration{s.prev_delay_ns}};
-      delay = next_delay(s.backoff(), ctx, &options_.custom_backoff, w.rng);
-      if (delay.count() < 0) reason = DeadLetterReason::backoff_stopped;
+      delay = next_delay(s.backoff(), ctx, &options_.custom_backoff, rng);
+      if (delay.count() < 0) dead = DeadLetterReason::backoff_stopped;
     }
     if (core_.observed()) {
       Event e = make_event(EventKind::attempt_failed, s, now);
       e.attempt = s.attempts_made;  // the attempt that just failed
       e.error = error;
-      e.delay = reason == DeadLetterReason::none ? delay : Duration{-1};
+      e.delay = dead == DeadLetterReason::none ? delay : Duration{-1};
       core_.emit(e);
     }
-    if (reason != DeadLetterReason::none) {
-      dead_letter(idx, active, reason, now);
+    if (dead != DeadLetterReason::none) {
+      end_job(idx, EndKind::dead_lettered, dead, now);
       return;
     }
     s.prev_delay_ns = delay.count();
     if (delay.count() > 0) {
       s.due_ns.store(now + delay.count(), std::memory_order_relaxed);
-      s.ctl.store(next_ctl(active, SlotState::delayed), std::memory_order_release);
+      leave_finishing(s, SlotState::delayed);
       push_delayed(idx);
     } else {
-      s.ctl.store(next_ctl(active, SlotState::waiting), std::memory_order_release);
+      leave_finishing(s, SlotState::waiting);
       push_ready(idx);
     }
   }
 
-  void dead_letter(std::uint32_t idx, std::uint64_t active, DeadLetterReason reason,
-                   std::int64_t now) {
-    JobSlot& s = slots_[idx];
-    DeadLetter<T> e{s.id.load(std::memory_order_relaxed),
-                    std::string(core_.names().name(s.name)),
-                    std::move(payload(idx)),
-                    reason,
-                    s.attempts_made,
-                    s.max_attempts,
-                    TimePoint{Duration{s.added_ns}},
-                    TimePoint{Duration{now}},
-                    {}};
-    if (s.extra) {
-      e.errors.reserve(s.extra->errors.size());
-      for (auto& r : s.extra->errors)
-        e.errors.push_back(AttemptError{r.attempt, TimePoint{Duration{r.at_ns}}, r.message});
+  /// leave_finishing(s, to): the holder moves the slot out of `finishing`. A CAS loop, because a
+  /// stale handler may drop its pin meanwhile (the only change anyone else makes in finishing).
+  static std::uint64_t leave_finishing(JobSlot& s, SlotState to) noexcept {
+    std::uint64_t c = s.ctl.load(std::memory_order_relaxed);
+    // release: publishes the slot's fields to whoever takes it next from ctl or a ring.
+    while (!s.ctl.compare_exchange_weak(c, ctl::to(c, to), std::memory_order_acq_rel)) {
     }
-    counters_.add(kDeadLettered);
-    if (core_.observed()) {
-      Event ev = make_event(EventKind::dead_lettered, s, now);
-      ev.reason = reason;
-      ev.error = e.last_error();
-      ev.attempt = s.attempts_made;
-      core_.emit(ev);
-    }
-    end_job(idx, active);
-    dlq_.push(std::move(e));
+    return ctl::to(c, to);
   }
 
-  /// end_job: the job is finished (completed or dead-lettered): free everything it held.
-  void end_job(std::uint32_t idx, std::uint64_t active) noexcept {
+  /// sweep_inline(now): inline mode's lease check, called whenever timers are processed.
+  void sweep_inline(std::int64_t now) override {
+    if (!leases_ || core_.mode() != Mode::inlined || !leases_enabled()) return;
+    leases_->sweep(now, [&](std::uint64_t lease, std::int64_t) { lapse(lease, now); });
+  }
+
+  /// sweep_leases: the wheel owner's lease check (lease_tracker.hpp); re-arms itself.
+  void sweep_leases(std::int64_t now, Wheel& wheel) {
+    std::int64_t next = now + min_visibility_ns_.load(std::memory_order_relaxed);
+    if (leases_) {
+      std::int64_t earliest =
+          leases_->sweep(now, [&](std::uint64_t lease, std::int64_t) { lapse(lease, now); });
+      next = std::min(next, earliest);
+    }
+    wheel.schedule(sweep_node_, next);
+  }
+
+  /// lapse: a lease ran out. If its delivery is still the live one, take the slot from the
+  /// handler (which keeps its pin: it is still reading the payload) and redeliver or end it.
+  void lapse(std::uint64_t lease, std::int64_t now) {
+    std::uint32_t idx = lease_slot(lease);
     JobSlot& s = slots_[idx];
+    std::uint64_t c = s.ctl.load(std::memory_order_acquire);
+    for (;;) {
+      if (ctl::state(c) != SlotState::active ||
+          static_cast<std::uint32_t>(ctl::seq(c)) != lease_token(lease))
+        return;  // the handler's outcome won
+      // acq_rel: against the handler's own finish CAS on the same word; exactly one wins.
+      if (s.ctl.compare_exchange_weak(c, ctl::to(c, SlotState::finishing),
+                                      std::memory_order_acq_rel))
+        break;
+    }
+    Duration elapsed{now - s.started_ns};
+    counters_.add(kStalled);  // `active` keeps counting the stale handler until it returns
+    if (core_.observed()) {
+      Event e = make_event(EventKind::stalled, s, now);
+      e.elapsed = elapsed;
+      core_.emit(e);
+    }
+    std::string reason = "lease expired after " + std::to_string(elapsed.count() / 1'000'000) +
+                         " ms (visibility timeout " + std::to_string(s.visibility_ns / 1'000'000) +
+                         " ms)";
+    SplitMix64 unused(0);  // a lapse redelivers at once (SQS): no backoff, no randomness
+    fail_attempt(idx, std::move(reason), FailKind::lapse, Duration{0}, unused, now);
+  }
+
+  /// end_job: the holder (in `finishing`) ends the job: record it, then free the slot now, or
+  /// leave it `ended` for the last stale handler to free.
+  void end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std::int64_t now) {
+    JobSlot& s = slots_[idx];
+    record_end(s, kind, reason, now);
+    s.end_kind = kind;
+    s.end_reason = reason;
+    std::uint64_t c = s.ctl.load(std::memory_order_acquire);
+    for (;;) {
+      if (ctl::pins(c) == 0) {
+        final_end(idx, c);
+        return;
+      }
+      // release: the last unpinner acquires end_kind and the fields the DLQ entry needs.
+      if (s.ctl.compare_exchange_weak(c, ctl::to(c, SlotState::ended), std::memory_order_acq_rel))
+        return;
+    }
+  }
+
+  /// record_end: the logical end of a job — counters, events, dedup release, history. Exactly
+  /// once per job, by whoever decided the end.
+  void record_end(JobSlot& s, EndKind kind, DeadLetterReason reason, std::int64_t now) {
+    JobId id = s.id.load(std::memory_order_relaxed);
     if (s.has_dedup && !s.dedup_has_ttl)
-      (void)dedup_.load(std::memory_order_acquire)
-          ->release(s.extra->dedup_key, s.id.load(std::memory_order_relaxed));
+      (void)dedup_.load(std::memory_order_acquire)->release(s.extra->dedup_key, id);
+    switch (kind) {
+      case EndKind::completed:
+        counters_.add(kCompleted);
+        remember(id, JobStatus::completed);
+        if (core_.observed()) emit(EventKind::completed, s, now);
+        break;
+      case EndKind::dead_lettered: {
+        counters_.add(kDeadLettered);
+        remember(id, JobStatus::dead_lettered);
+        if (core_.observed()) {
+          Event ev = make_event(EventKind::dead_lettered, s, now);
+          ev.reason = reason;
+          ev.attempt = s.attempts_made;
+          if (s.extra && !s.extra->errors.empty()) ev.error = s.extra->errors.back().message;
+          core_.emit(ev);
+        }
+        break;
+      }
+      case EndKind::cancelled:
+        counters_.add(kCancelled);
+        remember(id, JobStatus::cancelled);
+        if (core_.observed()) emit(EventKind::cancelled, s, now);
+        break;
+      case EndKind::none:
+        RAIL_INVARIANT(false, "a job ends as completed, dead-lettered or cancelled");
+    }
+  }
+
+  /// reclaim_cancelled: the holder of a cancelled slot's index frees it (cancel() recorded the
+  /// end already); with stale handlers still pinning it, the last of them frees it.
+  void reclaim_cancelled(std::uint32_t idx, std::uint64_t c) {
+    JobSlot& s = slots_[idx];
+    s.end_kind = EndKind::cancelled;
+    for (;;) {
+      if (ctl::pins(c) == 0) {
+        final_end(idx, c);
+        return;
+      }
+      if (s.ctl.compare_exchange_weak(c, ctl::to(c, SlotState::ended), std::memory_order_acq_rel))
+        return;
+    }
+  }
+
+  /// final_end: nobody pins the slot and its job has ended: file the DLQ entry, destroy the
+  /// payload, and return the index to the free ring.
+  void final_end(std::uint32_t idx, std::uint64_t c) {
+    JobSlot& s = slots_[idx];
+    std::optional<DeadLetter<T>> entry;
+    if (s.end_kind == EndKind::dead_lettered) {
+      entry.emplace(DeadLetter<T>{s.id.load(std::memory_order_relaxed),
+                                  std::string(core_.names().name(s.name)),
+                                  std::move(payload(idx)),
+                                  s.end_reason,
+                                  s.attempts_made,
+                                  s.max_attempts,
+                                  TimePoint{Duration{s.added_ns}},
+                                  TimePoint{Duration{core_.now_ns()}},
+                                  {}});
+      if (s.extra) {
+        entry->errors.reserve(s.extra->errors.size());
+        for (auto& r : s.extra->errors)
+          entry->errors.push_back(AttemptError{r.attempt, TimePoint{Duration{r.at_ns}}, r.message});
+      }
+    }
     payload(idx).~T();
-    s.ctl.store(next_ctl(active, SlotState::free), std::memory_order_release);
+    // release: the next holder (a producer popping the free ring) sees a clean slot; nobody
+    // else writes ctl in `ended`/`finishing` with zero pins, so a plain store is enough.
+    s.ctl.store(ctl::make(ctl::seq(c) + 1, 0, 0, SlotState::free), std::memory_order_release);
     push_held(free_, idx);
+    if (entry) dlq_.push(std::move(*entry));
+  }
+
+  /// remember(id, status): the history of ended jobs that state() consults, direct-mapped by id
+  /// (a newer job with the same low bits overwrites an older one: then state() says unknown).
+  void remember(JobId id, JobStatus status) noexcept {
+    // relaxed: a hint for a cold-path reader; it orders nothing.
+    history_[id & history_mask_].store((id << 4) | static_cast<std::uint64_t>(status),
+                                       std::memory_order_relaxed);
   }
 
   Event make_event(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept {
@@ -733,8 +1149,9 @@ class QueueImpl final : public QueueBase {
     e.queue = name_;
     e.job_id = s.id.load(std::memory_order_relaxed);
     e.job_name = core_.names().name(s.name);
-    e.attempt = s.attempts_made + 1;
+    e.attempt = s.attempts_made + 1u;
     e.max_attempts = s.max_attempts;
+    e.deliveries = s.deliveries;
     return e;
   }
   void emit(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept {
@@ -758,16 +1175,24 @@ class QueueImpl final : public QueueBase {
   MpmcRing<std::uint32_t> ready_;
   MpmcRing<std::uint32_t> inbox_;
   EventCount ready_ec_;
+  std::size_t history_mask_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> history_;
+  std::atomic<std::int64_t> min_visibility_ns_;
+  TimerNode sweep_node_{};  // owned by the wheel owner, like the slots' nodes
   // The dedup window is built on the first add that carries a dedup id: a queue that never
   // deduplicates should not pay its memory (capacity x max key bytes).
   std::atomic<DedupSet*> dedup_{nullptr};
   std::unique_ptr<DedupSet> dedup_owner_;
   std::mutex dedup_init_mu_;
-  DeadLetterQueue<T> dlq_;
+  mutable DeadLetterQueue<T> dlq_;
   StripedCounters<kCounterKinds> counters_;
+  std::mutex handler_mu_;
   Handler handler_;
+  std::unique_ptr<LeaseTracker> leases_;
+  std::optional<SplitMix64> inline_rng_;
   std::vector<std::thread> workers_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> paused_{false};
 };
 
 }  // namespace rail::detail

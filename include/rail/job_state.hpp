@@ -1,0 +1,30 @@
+// JobState: where a job is now, by id (Queue::state / Engine::state).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "rail/clock.hpp"
+
+namespace rail {
+
+enum class JobStatus : std::uint8_t {
+  waiting,  // ready to start, or paused
+  delayed,  // on the timing wheel until `since` (a delay or a retry's backoff)
+  active,   // a handler has been running it since `since`
+  completed,
+  dead_lettered,
+  cancelled,
+  unknown,  // never added, or finished so long ago that the queue's history forgot it
+};
+
+std::string_view to_string(JobStatus status) noexcept;
+
+struct JobState {
+  JobStatus status = JobStatus::unknown;
+  TimePoint since{};                // delayed: due time; active: start of this delivery
+  std::uint32_t deliveries = 0;     // handler starts so far (live jobs only)
+  std::uint32_t attempts_made = 0;  // failed attempts so far (live jobs only)
+};
+
+}  // namespace rail

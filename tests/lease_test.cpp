@@ -1,0 +1,257 @@
+// Leases (visibility timeouts), cancellation, pause/resume and job state, under the manual clock
+// in inline mode. A handler "overruns" its lease by advancing the clock from inside itself: the
+// lease sweep runs on that advance, exactly as a timer thread would find the lapse.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "rail/rail.hpp"
+
+namespace rail {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Lease : ::testing::Test {
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+  std::vector<Event> events;
+  void SetUp() override {
+    engine.on_event([this](const Event& e) {
+      Event copy = e;
+      copy.queue = copy.job_name = copy.error = copy.dedup_id = {};
+      events.push_back(copy);
+    });
+  }
+  std::size_t count(EventKind k) const {
+    std::size_t n = 0;
+    for (const auto& e : events)
+      n += e.kind == k;
+    return n;
+  }
+  const Event& first(EventKind k) const {
+    for (const auto& e : events)
+      if (e.kind == k) return e;
+    throw std::runtime_error("no such event");
+  }
+  Queue<int> queue(Duration visibility = 2s) {
+    QueueOptions o;
+    o.visibility_timeout = visibility;
+    return engine.queue<int>("q", o);
+  }
+};
+
+TEST_F(Lease, LapsedDeliveryIsRedeliveredAndItsLateOutcomeIgnored) {
+  auto q = queue();
+  std::vector<std::uint32_t> deliveries;
+  q.process({}, [&](Job<int>& j) {
+    deliveries.push_back(j.deliveries());
+    if (j.deliveries() == 1) {
+      // Overrun the 2 s lease in 10 ms steps, as a slow handler would, then a little more.
+      while (!j.cancelled())
+        clock.advance(10ms);
+      clock.advance(1s);
+      return Outcome::done();  // late: must not complete the job
+    }
+    return Outcome::done();
+  });
+  auto r = q.add("a", 1, JobOptions{.attempts = 3});
+  engine.run_until_idle();
+  EXPECT_EQ(deliveries, (std::vector<std::uint32_t>{1, 2}));
+  EXPECT_EQ(count(EventKind::stalled), 1u);
+  EXPECT_EQ(first(EventKind::stalled).elapsed, 2s);  // found on the first advance at the lapse
+  EXPECT_EQ(count(EventKind::late_outcome), 1u);
+  EXPECT_EQ(first(EventKind::late_outcome).elapsed, 3s);
+  EXPECT_EQ(count(EventKind::completed), 1u);
+  auto c = q.counts();
+  EXPECT_EQ(c.completed, 1u);
+  EXPECT_EQ(c.stalled, 1u);
+  EXPECT_EQ(c.late_outcomes, 1u);
+  EXPECT_EQ(c.active, 0u);
+  EXPECT_EQ(q.state(r.id).status, JobStatus::completed);
+}
+
+TEST_F(Lease, LapseOnLastAllowedDeliveryDeadLettersWithLeaseExpired) {
+  auto q = queue();
+  q.process({}, [&](Job<int>&) {
+    clock.advance(3s);
+    return Outcome::fail("late failure must not count");
+  });
+  auto r = q.add("a", 1, JobOptions{.attempts = 3});
+  engine.run_until_idle();
+  EXPECT_EQ(count(EventKind::started), 3u);
+  EXPECT_EQ(count(EventKind::stalled), 3u);
+  EXPECT_EQ(count(EventKind::late_outcome), 3u);
+  ASSERT_EQ(count(EventKind::dead_lettered), 1u);
+  EXPECT_EQ(first(EventKind::dead_lettered).reason, DeadLetterReason::lease_expired);
+  auto e = q.dlq().get(r.id);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->reason, DeadLetterReason::lease_expired);
+  EXPECT_EQ(e->attempts_made, 3u);
+  ASSERT_EQ(e->errors.size(), 3u);
+  EXPECT_NE(e->errors[0].message.find("lease expired"), std::string::npos);
+  EXPECT_EQ(q.state(r.id).status, JobStatus::dead_lettered);
+}
+
+TEST_F(Lease, ExtendLeaseKeepsASlowHandlerAlive) {
+  auto q = queue();
+  bool renewed = false;
+  q.process({}, [&](Job<int>& j) {
+    clock.advance(1500ms);
+    renewed = j.extend_lease(2s);
+    clock.advance(1500ms);  // 3 s in total: past the original lease, within the renewed one
+    EXPECT_FALSE(j.cancelled());
+    return Outcome::done();
+  });
+  (void)q.add("a", 1);
+  engine.run_until_idle();
+  EXPECT_TRUE(renewed);
+  EXPECT_EQ(count(EventKind::stalled), 0u);
+  EXPECT_EQ(q.counts().completed, 1u);
+}
+
+TEST_F(Lease, ExtendLeaseAfterLapseReportsFalse) {
+  auto q = queue();
+  std::vector<bool> renewals;
+  q.process({}, [&](Job<int>& j) {
+    if (j.deliveries() == 1) {
+      clock.advance(2s);
+      renewals.push_back(j.extend_lease(10s));
+    }
+    return Outcome::done();
+  });
+  (void)q.add("a", 1, JobOptions{.attempts = 2});
+  engine.run_until_idle();
+  EXPECT_EQ(renewals, std::vector<bool>{false});
+}
+
+TEST_F(Lease, PerJobVisibilityOverridesTheQueue) {
+  auto q = queue(30s);
+  q.process({}, [&](Job<int>& j) {
+    if (j.deliveries() == 1) clock.advance(600ms);
+    return Outcome::done();
+  });
+  (void)q.add("a", 1, JobOptions{.attempts = 2, .visibility_timeout = 500ms});
+  engine.run_until_idle();
+  EXPECT_EQ(count(EventKind::stalled), 1u);
+  EXPECT_EQ(first(EventKind::stalled).elapsed, 600ms);  // the clock jumped past the 500 ms lease
+}
+
+TEST_F(Lease, LeasesCanBeDisabled) {
+  auto q = queue(Duration::max());
+  q.process({}, [&](Job<int>&) {
+    clock.advance(24h);
+    return Outcome::done();
+  });
+  (void)q.add("a", 1);
+  engine.run_until_idle();
+  EXPECT_EQ(count(EventKind::stalled), 0u);
+  EXPECT_EQ(q.counts().completed, 1u);
+}
+
+TEST_F(Lease, PauseHoldsJobsAndResumeRunsThem) {
+  auto q = queue();
+  int runs = 0;
+  q.process({}, [&](Job<int>&) { ++runs; });
+  q.pause();
+  EXPECT_TRUE(q.paused());
+  (void)q.add("a", 1);  // adds are accepted while paused
+  EXPECT_EQ(engine.run_until_idle(), 0u);
+  EXPECT_EQ(q.counts().waiting, 1u);
+  EXPECT_TRUE(q.counts().paused);
+  q.resume();
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 1);
+}
+
+TEST_F(Lease, CancelWaitingJobRemovesItAndReleasesItsDedupId) {
+  auto q = queue();
+  int runs = 0;
+  q.process({}, [&](Job<int>&) { ++runs; });
+  JobOptions o;
+  o.dedup.id = "k";
+  auto r = q.add("a", 1, o);
+  EXPECT_TRUE(q.cancel(r.id));
+  EXPECT_FALSE(q.cancel(r.id));  // already gone
+  EXPECT_EQ(q.state(r.id).status, JobStatus::cancelled);
+  auto again = q.add("a", 2, o);  // the dedup id was released
+  EXPECT_EQ(again.status, AddStatus::added);
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 1);
+  auto c = q.counts();
+  EXPECT_EQ(c.cancelled, 1u);
+  EXPECT_EQ(c.waiting, 0u);
+  EXPECT_EQ(count(EventKind::cancelled), 1u);
+}
+
+TEST_F(Lease, CancelDelayedJobNeverRuns) {
+  auto q = queue();
+  int runs = 0;
+  q.process({}, [&](Job<int>&) { ++runs; });
+  auto r = q.add("a", 1, JobOptions{.delay = 5s});
+  EXPECT_EQ(q.state(r.id).status, JobStatus::delayed);
+  EXPECT_EQ(q.state(r.id).since.time_since_epoch(), 5s);
+  EXPECT_TRUE(q.cancel(r.id));
+  clock.advance(5s);
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(q.counts().delayed, 0u);
+  // The slot came back: a queue of capacity 1 accepts a new job.
+  auto small = engine.queue<int>("small", QueueOptions{.capacity = 1});
+  auto a = small.add("a", 1, JobOptions{.delay = 1s});
+  EXPECT_TRUE(small.cancel(a.id));
+  clock.advance(1s);
+  engine.run_until_idle();
+  EXPECT_EQ(small.add("a", 2).status, AddStatus::added);
+}
+
+TEST_F(Lease, CancelRunningJobFlagsItAndRecordsCancelled) {
+  auto q = queue();
+  JobId id = 0;
+  bool seen_cancel = false;
+  q.process({}, [&](Job<int>& j) {
+    EXPECT_EQ(q.state(j.id()).status, JobStatus::active);
+    EXPECT_EQ(q.state(j.id()).deliveries, 1u);
+    EXPECT_FALSE(j.cancelled());
+    EXPECT_TRUE(q.cancel(j.id()));
+    seen_cancel = j.cancelled();
+    return Outcome::retry("would retry, but it was cancelled");
+  });
+  id = q.add("a", 1, JobOptions{.attempts = 3}).id;
+  engine.run_until_idle();
+  EXPECT_TRUE(seen_cancel);
+  EXPECT_EQ(q.state(id).status, JobStatus::cancelled);
+  EXPECT_EQ(count(EventKind::started), 1u);
+  EXPECT_EQ(q.counts().cancelled, 1u);
+}
+
+TEST_F(Lease, StateOfUnknownIdIsUnknown) {
+  auto q = queue();
+  EXPECT_EQ(q.state(12345).status, JobStatus::unknown);
+}
+
+TEST_F(Lease, TakeLeftoversReturnsUnstartedPayloadsAfterShutdown) {
+  auto q = queue();
+  (void)q.add("a", 10);
+  (void)q.add("b", 20, JobOptions{.delay = 1h});
+  EXPECT_THROW((void)q.take_leftovers(), Error);  // not shut down yet
+  auto report = engine.shutdown(0s);
+  EXPECT_EQ(report.not_started.size(), 2u);
+  auto left = q.take_leftovers();
+  ASSERT_EQ(left.size(), 2u);
+  int sum = left[0].data + left[1].data;
+  EXPECT_EQ(sum, 30);
+  EXPECT_TRUE(left[0].was_delayed || left[1].was_delayed);
+}
+
+TEST_F(Lease, BadVisibilityIsRejected) {
+  QueueOptions o;
+  o.visibility_timeout = 0s;
+  EXPECT_THROW((void)engine.queue<int>("bad", o), Error);
+  auto q = queue();
+  EXPECT_THROW((void)q.add("a", 1, JobOptions{.visibility_timeout = -1s}), Error);
+  EXPECT_THROW((void)q.add("a", 1, JobOptions{.attempts = 70000}), Error);
+}
+
+}  // namespace
+}  // namespace rail
