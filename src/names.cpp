@@ -28,6 +28,12 @@ std::string_view to_string(EventKind kind) noexcept {
       return "dlq_evicted";
     case EventKind::dlq_alert:
       return "dlq_alert";
+    case EventKind::stalled:
+      return "stalled";
+    case EventKind::late_outcome:
+      return "late_outcome";
+    case EventKind::cancelled:
+      return "cancelled";
   }
   return "unknown_event";
 }
@@ -44,6 +50,8 @@ std::string_view to_string(DeadLetterReason reason) noexcept {
       return "backoff_stopped";
     case DeadLetterReason::overflow:
       return "overflow";
+    case DeadLetterReason::lease_expired:
+      return "lease_expired";
   }
   return "unknown_reason";
 }

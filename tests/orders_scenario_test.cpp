@@ -21,7 +21,7 @@ struct Replay {
       trace.push_back({e.kind, {e.job_id, e.at.time_since_epoch()}});
     });
     engine.on_event(make_log_observer(log, clock));
-    queue_ = std::make_unique<Queue<Order>>(declare(engine, s));
+    queue_ = std::make_unique<Queue<Order>>(declare(engine, s, &clock));
     results = add_orders(*queue_, s);
     settle(engine, *queue_, &clock);
   }
@@ -97,6 +97,27 @@ TEST(OrdersScenario, RabbitmqRetriesEveryTwoSecondsAndDeadLettersOnThirdFailure)
   EXPECT_EQ(r.times(EventKind::completed, 2), (std::vector<Duration>{4s}));
   EXPECT_TRUE(r.results[4].duplicate());
   EXPECT_EQ(summarize(r.queue()).deduplicated, 1u);
+}
+
+TEST(OrdersScenario, SqsOverrunningHandlerIsRedeliveredThenDeadLetteredWithLeaseExpired) {
+  // Inline, the next delivery starts when the overrunning handler returns (one thread), so
+  // deliveries are 3 s apart here; each lapse is still found at exactly 2 s into its delivery.
+  Replay r(Scenario::sqs);
+  EXPECT_EQ(r.times(EventKind::started, 3), (std::vector<Duration>{0s, 3s, 6s}));
+  EXPECT_EQ(r.times(EventKind::stalled, 3), (std::vector<Duration>{2s, 5s, 8s}));
+  EXPECT_EQ(r.times(EventKind::late_outcome, 3), (std::vector<Duration>{3s, 6s, 9s}));
+  EXPECT_EQ(r.times(EventKind::dead_lettered, 3), (std::vector<Duration>{8s}));
+  EXPECT_TRUE(r.times(EventKind::completed, 3).empty());  // no late outcome completed it
+  auto dlq = r.queue().dlq().list();
+  ASSERT_EQ(dlq.size(), 1u);
+  EXPECT_EQ(dlq[0].reason, DeadLetterReason::lease_expired);
+  EXPECT_EQ(dlq[0].attempts_made, 3u);
+  EXPECT_TRUE(r.results[4].duplicate());  // the FIFO case: one job for one dedup id
+  Summary s = summarize(r.queue());
+  EXPECT_EQ(s.deduplicated, 1u);
+  EXPECT_EQ(s.stalled, 3u);
+  EXPECT_EQ(s.late_outcomes, 3u);
+  EXPECT_EQ(s.completed, 3u);
 }
 
 TEST(OrdersScenario, UnknownScenarioIsAClearError) {

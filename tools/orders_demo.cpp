@@ -9,8 +9,9 @@ int main(int argc, char** argv) {
   CLI::App app{"Replays the seed's four orders through rail and prints what happened"};
   std::string scenario_name = "bullmq";
   app.add_option("--scenario", scenario_name,
-                 "bullmq (exponential 500 ms) or rabbitmq (fixed 2000 ms)")
-      ->check(CLI::IsMember({"bullmq", "rabbitmq"}));
+                 "bullmq (exponential 500 ms), rabbitmq (fixed 2000 ms) or sqs (visibility timeout "
+                 "2 s, an overrunning handler, maxReceiveCount 3)")
+      ->check(CLI::IsMember({"bullmq", "rabbitmq", "sqs"}));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -28,7 +29,10 @@ int main(int argc, char** argv) {
     auto s = rail::orders::summarize(queue);
     std::cout << "--- SUMMARY: completed " << s.completed << ", retried (failed attempts) "
               << s.failed_attempts << ", dead-lettered " << s.dead_lettered << ", deduplicated "
-              << s.deduplicated << " ---\n";
+              << s.deduplicated;
+    if (scenario == rail::orders::Scenario::sqs)
+      std::cout << ", lease lapses " << s.stalled << ", late outcomes fenced " << s.late_outcomes;
+    std::cout << " ---\n";
     engine.shutdown();
   } catch (const rail::Error& e) {
     std::cerr << "orders_demo: " << e.what() << "\n";

@@ -19,6 +19,14 @@
 // on a state no other thread will change, e.g. inside a noexcept try_pop), and no thread can be
 // cancelled, so it prints its seed and policy and aborts: a loud failure that names its replay,
 // instead of a hang that a CTest timeout kills without one.
+//
+// Use:
+//   MpmcRing<std::uint64_t, DeterministicAtomic> ring(2);
+//   DeterministicSchedule sched(seed, SchedulePolicy::uniform);
+//   std::uint64_t out = 0;
+//   sched.run({[&] { while (!ring.try_push(1)) {} },
+//              [&] { while (!ring.try_pop(out)) {} }});
+//   // then check invariants on the main thread, printing `seed` on failure
 #pragma once
 
 #include <algorithm>
@@ -43,6 +51,7 @@ enum class SchedulePolicy {
   uniform,  // every step picks uniformly among the unfinished threads
   subset,   // every step picks among a random pair of them, re-drawn every 64 steps: long runs of
             // two threads racing, which uniform choice rarely produces with three or more threads
+            // (with exactly two threads it is uniform)
 };
 
 namespace detail {

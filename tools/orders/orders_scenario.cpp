@@ -12,34 +12,54 @@ using namespace std::chrono_literals;
 
 JobOptions retry_policy(Scenario s) {
   JobOptions o;
-  o.attempts = 3;
+  o.attempts = 3;  // SQS: maxReceiveCount 3
+  // SQS has no backoff: an undeleted message reappears when its visibility timeout (2 s) ends.
   o.backoff = s == Scenario::bullmq ? Backoff::exponential(500ms) : Backoff::fixed(2000ms);
   return o;
 }
+
+constexpr Duration kSqsVisibility = 2s;
+constexpr Duration kSqsOverrun = 3s;
 
 }  // namespace
 
 Scenario parse_scenario(std::string_view name) {
   if (name == "bullmq") return Scenario::bullmq;
   if (name == "rabbitmq") return Scenario::rabbitmq;
+  if (name == "sqs") return Scenario::sqs;
   throw Error(ErrorCode::invalid_option,
-              "scenario '" + std::string(name) + "' is unknown; expected bullmq or rabbitmq");
+              "scenario '" + std::string(name) + "' is unknown; expected bullmq, rabbitmq or sqs");
 }
 
-Queue<Order> declare(Engine& engine, Scenario scenario) {
+Queue<Order> declare(Engine& engine, Scenario scenario, ManualClock* manual) {
   QueueOptions q;
   q.capacity = 1024;
   q.defaults = retry_policy(scenario);
+  if (scenario == Scenario::sqs) q.visibility_timeout = kSqsVisibility;
+  std::uint32_t concurrency = scenario == Scenario::sqs ? 3 : 1;
   auto queue = engine.queue<Order>("orders", q);
-  queue.process(WorkerOptions{.concurrency = 1}, [](Job<Order>& job) -> Outcome {
-    const Order& o = job.data();
-    if (o.fail_times > 0 && static_cast<int>(job.attempts_made()) < o.fail_times) {
-      // A thrown exception is a retryable failure carrying what(), like a rejected promise.
-      throw std::runtime_error("Simulated payment gateway timeout (attempt " +
-                               std::to_string(job.attempt()) + ")");
-    }
-    return Outcome::done();
-  });
+  queue.process(WorkerOptions{.concurrency = concurrency},
+                [scenario, manual](Job<Order>& job) -> Outcome {
+                  const Order& o = job.data();
+                  if (scenario == Scenario::sqs && o.order_id == "order-3") {
+                    // Overruns its lease every time: the outcome arrives after the job was
+                    // redelivered and is fenced (a late_outcome event), never completing the job.
+                    if (manual) {
+                      while (manual->now() - job.started_at() < kSqsOverrun)
+                        manual->advance(10ms);
+                    } else {
+                      std::this_thread::sleep_for(kSqsOverrun);
+                    }
+                    return Outcome::done();
+                  }
+                  if (o.fail_times > 0 && static_cast<int>(job.attempts_made()) < o.fail_times) {
+                    // A thrown exception is a retryable failure carrying what(), like a rejected
+                    // promise.
+                    throw std::runtime_error("Simulated payment gateway timeout (attempt " +
+                                             std::to_string(job.attempt()) + ")");
+                  }
+                  return Outcome::done();
+                });
   return queue;
 }
 
@@ -50,6 +70,7 @@ std::vector<AddResult> add_orders(Queue<Order>& queue, Scenario scenario) {
   ids.push_back(queue.add("charge-card", Order{"order-3", 99.00, 99}));
   JobOptions email = retry_policy(scenario);
   email.dedup.id = scenario == Scenario::bullmq ? "order-4-email" : "order-4-confirmation";
+  if (scenario == Scenario::sqs) email.dedup.ttl = 5min;  // SQS FIFO's deduplication interval
   ids.push_back(queue.add("send-confirmation-email", Order{"order-4", 0, 0}, email));
   ids.push_back(queue.add("send-confirmation-email", Order{"order-4", 0, 0}, email));
   return ids;
@@ -58,7 +79,8 @@ std::vector<AddResult> add_orders(Queue<Order>& queue, Scenario scenario) {
 void settle(Engine& engine, Queue<Order>& queue, ManualClock* manual) {
   auto done = [&] {
     QueueCounts c = queue.counts();
-    return c.completed + c.dead_lettered == c.added;
+    // Ended, and no overrunning handler still running (its late outcome is part of the story).
+    return c.completed + c.dead_lettered == c.added && c.active == 0;
   };
   if (manual && engine.mode() == Mode::inlined) {
     engine.run_until_idle();
@@ -89,7 +111,8 @@ void inspect_dlq(Queue<Order>& queue, std::ostream& out) {
 
 Summary summarize(Queue<Order>& queue) {
   QueueCounts c = queue.counts();
-  return Summary{c.added, c.completed, c.failed_attempts, c.dead_lettered, c.deduplicated};
+  return Summary{c.added,        c.completed, c.failed_attempts, c.dead_lettered,
+                 c.deduplicated, c.stalled,   c.late_outcomes};
 }
 
 }  // namespace rail::orders

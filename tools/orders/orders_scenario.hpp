@@ -5,6 +5,11 @@
 //   rabbitmq: the same orders with the RabbitMQ retry-queue pattern: a fixed 2000 ms delay, the
 //             attempt count carried with the job, DLQ on the 3rd failure, a duplicate dropped by
 //             its dedup id.
+//   sqs:      the SQS example: visibility timeout 2 s and a handler that overruns its lease on
+//             order-3 every time (it returns only after 3 s), so order-3 is delivered with
+//             receive counts 1, 2, 3 about 2 s apart, each overrun's late outcome is fenced, and
+//             rail moves it to the DLQ after maxReceiveCount (attempts) 3; the FIFO case: the
+//             same deduplication id sent twice leaves one job (a 5-minute window).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +22,7 @@
 
 namespace rail::orders {
 
-enum class Scenario { bullmq, rabbitmq };
+enum class Scenario { bullmq, rabbitmq, sqs };
 
 /// Order: the payload of every job in the scenario.
 struct Order {
@@ -32,14 +37,18 @@ struct Summary {
   std::uint64_t failed_attempts = 0;
   std::uint64_t dead_lettered = 0;
   std::uint64_t deduplicated = 0;
+  std::uint64_t stalled = 0;
+  std::uint64_t late_outcomes = 0;
 };
 
-/// parse_scenario("bullmq" | "rabbitmq"); throws rail::Error(invalid_option) otherwise.
+/// parse_scenario("bullmq" | "rabbitmq" | "sqs"); throws rail::Error(invalid_option) otherwise.
 Scenario parse_scenario(std::string_view name);
 
-/// declare(engine, scenario) declares the "orders" queue with the scenario's retry policy and
-/// starts its worker (concurrency 1, like the seed's single worker).
-Queue<Order> declare(Engine& engine, Scenario scenario);
+/// declare(engine, scenario, manual) declares the "orders" queue with the scenario's retry
+/// policy and starts its worker (concurrency 1 like the seed's single worker; 3 for sqs, so a
+/// redelivery finds a free worker while the overrunning handler still runs). With a ManualClock
+/// the sqs handler "takes 3 s" by advancing it in 10 ms steps instead of sleeping.
+Queue<Order> declare(Engine& engine, Scenario scenario, ManualClock* manual = nullptr);
 
 /// add_orders(queue, scenario) adds the four orders (order-4's email twice).
 std::vector<AddResult> add_orders(Queue<Order>& queue, Scenario scenario);

@@ -867,7 +867,7 @@ class QueueImpl final : public QueueBase {
       out = Outcome::retry("handler threw a non-std::exception");
     }
     if (leased) LeaseTracker::release(record);
-    finish(idx, token, std::move(out), rng, job.started_at_);
+    finish(idx, token, std::move(out), rng, job.started_at_, job.deliveries_);
     counters_.add(kAttemptEnded);
     return true;
   }
@@ -875,7 +875,7 @@ class QueueImpl final : public QueueBase {
   /// finish: the handler of delivery `token` returned. Exactly one of it and a lease lapse wins
   /// the slot (the CAS on ctl); the loser's outcome does not count.
   void finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, SplitMix64& rng,
-              TimePoint started) {
+              TimePoint started, std::uint32_t delivery) {
     JobSlot& s = slots_[idx];
     std::uint64_t c = s.ctl.load(std::memory_order_acquire);
     for (;;) {
@@ -901,6 +901,8 @@ class QueueImpl final : public QueueBase {
           e.job_id = s.id.load(std::memory_order_relaxed);
           e.job_name = core_.names().name(s.name);
           e.elapsed = e.at - started;
+          e.deliveries = delivery;
+          e.attempt = delivery;
           e.error = out.reason();
           core_.emit(e);
         }
