@@ -67,7 +67,7 @@ struct QueueOptions {
   Duration block_timeout = std::chrono::seconds(1);  // for OverflowPolicy::block (real time)
   JobOptions defaults{};                             // used by add() calls that pass no JobOptions
   CustomBackoff custom_backoff{};                    // used by Backoff::custom()
-  std::size_t dedup_capacity = 0;                    // max live dedup ids; 0: same as capacity
+  std::size_t dedup_capacity = 0;                    // max live dedup ids; 0: max(capacity, 4096)
   DlqOptions dlq{};
   /// Lease length of each delivery (SQS visibility timeout, BullMQ lockDuration; both default
   /// to 30 s). A handler still running when it lapses has its job delivered again, or

@@ -565,8 +565,11 @@ class QueueImpl final : public QueueBase {
       return *d;
     std::lock_guard lock(dedup_init_mu_);  // cold: once per queue
     if (!dedup_owner_) {
-      dedup_owner_ =
-          std::make_unique<DedupSet>(options_.dedup_capacity ? options_.dedup_capacity : capacity_);
+      // Default: room for the queue's jobs and at least 4096 ids, because ids with a ttl outlive
+      // their jobs (a small queue's window would otherwise fill at once).
+      dedup_owner_ = std::make_unique<DedupSet>(options_.dedup_capacity
+                                                    ? options_.dedup_capacity
+                                                    : std::max<std::size_t>(capacity_, 4096));
       dedup_.store(dedup_owner_.get(), std::memory_order_release);
     }
     return *dedup_owner_;
@@ -1031,6 +1034,11 @@ class QueueImpl final : public QueueBase {
       Event e = make_event(EventKind::stalled, s, now);
       e.elapsed = elapsed;
       core_.emit(e);
+    }
+    if (ctl::flags(c) & ctl::kCancelRequested) {
+      // cancel() already answered "flagged": the job ends cancelled, not redelivered.
+      end_job(idx, EndKind::cancelled, DeadLetterReason::none, now);
+      return;
     }
     std::string reason = "lease expired after " + std::to_string(elapsed.count() / 1'000'000) +
                          " ms (visibility timeout " + std::to_string(s.visibility_ns / 1'000'000) +

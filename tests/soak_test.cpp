@@ -1,0 +1,55 @@
+// The soak harness's short run, in the normal suite and under ThreadSanitizer: >= 200,000 jobs
+// with every fault kind (failures, throws, permanent failures, hangs past the lease), duplicate
+// adds, delayed jobs, cancels, pauses and resumes, on the real and on a manual clock.
+#include "soak/soak.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace rail::soak {
+namespace {
+
+void expect_clean(const Config& c) {
+  Report r = run(c);
+  std::ostringstream out;
+  print(r, c, out);
+  EXPECT_TRUE(r.ok()) << out.str();
+  EXPECT_GE(r.accepted, 200'000u) << out.str();
+  // Every fault kind actually happened (a soak that injects nothing proves nothing).
+  EXPECT_GT(r.dead_lettered, 0u) << out.str();
+  EXPECT_GT(r.stalls, 0u) << out.str();
+  EXPECT_GT(r.cancelled, 0u) << out.str();
+  EXPECT_GT(r.duplicates_merged, 0u) << out.str();
+  EXPECT_GT(r.failed_attempts, r.stalls) << out.str();
+  std::cout << out.str();
+}
+
+TEST(Soak, InvariantsHoldOnTheRealClock) {
+  Config c;
+  c.jobs = 200'000;
+  c.seed = 11;
+  expect_clean(c);
+}
+
+TEST(Soak, InvariantsHoldOnAManualClock) {
+  Config c;
+  c.jobs = 200'000;
+  c.manual_clock = true;
+  c.visibility = std::chrono::milliseconds(20);
+  c.seed = 12;
+  expect_clean(c);
+}
+
+TEST(Soak, InvariantsHoldWithFewWorkersAndATinyQueue) {
+  Config c;
+  c.jobs = 200'000;
+  c.workers = 1;
+  c.producers = 8;
+  c.capacity = 64;
+  c.seed = 13;
+  expect_clean(c);
+}
+
+}  // namespace
+}  // namespace rail::soak

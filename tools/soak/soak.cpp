@@ -1,0 +1,368 @@
+#include "soak/soak.hpp"
+
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "rail/rail.hpp"
+
+namespace rail::soak {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Payload {
+  std::uint64_t plan = 0;  // seeds the fate of every delivery
+};
+
+enum class Fate { ok, fail, throw_, permanent, hang };
+
+Fate fate(const Config& c, std::uint64_t plan, std::uint32_t delivery) {
+  SplitMix64 r(plan ^ (std::uint64_t{delivery} * 0x9E3779B97F4A7C15ULL));
+  double x = static_cast<double>(r.next() >> 11) / 9007199254740992.0;
+  if ((x -= c.hang) < 0) return Fate::hang;
+  if ((x -= c.permanent) < 0) return Fate::permanent;
+  if ((x -= c.throw_) < 0) return Fate::throw_;
+  if ((x -= c.fail) < 0) return Fate::fail;
+  return Fate::ok;
+}
+
+/// Everything the events said about one job id.
+struct Track {
+  std::atomic<std::uint8_t> accepted{0}, cancel_accepted{0};
+  std::atomic<std::uint16_t> started{0}, max_delivery{0}, failed{0}, stalled{0}, late{0};
+  std::atomic<std::uint16_t> completed{0}, dead{0}, cancelled{0}, completed_delivery{0};
+  std::atomic<std::uint64_t> stalled_mask{0};
+};
+
+struct Violations {
+  std::atomic<std::uint64_t> count{0};
+  std::mutex mu;
+  std::vector<std::string> first;
+  void add(std::string what) {
+    count.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lock(mu);
+    if (first.size() < 10) first.push_back(std::move(what));
+  }
+};
+
+}  // namespace
+
+Report run(const Config& cfg) {
+  const std::uint64_t max_id = cfg.jobs * 2 + 1024;
+  auto track = std::make_unique<Track[]>(max_id + 1);
+  Violations v;
+  ManualClock manual;
+  EngineOptions eo;
+  eo.seed = cfg.seed;
+  if (cfg.manual_clock) eo.clock = &manual;
+  Engine engine(eo);
+  Clock& clock = engine.clock();
+
+  engine.on_event([&](const Event& e) {
+    if (e.job_id == 0) return;
+    if (e.job_id > max_id) {
+      v.add("event for job " + std::to_string(e.job_id) + " beyond every id the soak could add");
+      return;
+    }
+    Track& t = track[e.job_id];
+    auto bump = [](std::atomic<std::uint16_t>& a) { a.fetch_add(1, std::memory_order_relaxed); };
+    switch (e.kind) {
+      case EventKind::started: {
+        bump(t.started);
+        auto d = static_cast<std::uint16_t>(e.deliveries);
+        std::uint16_t cur = t.max_delivery.load(std::memory_order_relaxed);
+        while (d > cur && !t.max_delivery.compare_exchange_weak(cur, d)) {
+        }
+        break;
+      }
+      case EventKind::attempt_failed:
+        bump(t.failed);
+        break;
+      case EventKind::stalled:
+        bump(t.stalled);
+        if (e.deliveries >= 1 && e.deliveries <= 64)
+          t.stalled_mask.fetch_or(std::uint64_t{1} << (e.deliveries - 1));
+        break;
+      case EventKind::late_outcome:
+        bump(t.late);
+        break;
+      case EventKind::completed:
+        bump(t.completed);
+        t.completed_delivery.store(static_cast<std::uint16_t>(e.deliveries));
+        break;
+      case EventKind::dead_lettered:
+        bump(t.dead);
+        break;
+      case EventKind::cancelled:
+        bump(t.cancelled);
+        break;
+      default:
+        break;
+    }
+  });
+
+  QueueOptions qo;
+  qo.capacity = cfg.capacity;
+  qo.visibility_timeout = cfg.visibility;
+  qo.defaults.attempts = 3;
+  qo.defaults.backoff = Backoff::fixed(1ms).with_jitter(Jitter::full);
+  qo.dlq.max_entries = max_id;
+  auto q = engine.queue<Payload>("soak", qo);
+  q.process(WorkerOptions{.concurrency = cfg.workers}, [&](Job<Payload>& j) -> Outcome {
+    switch (fate(cfg, j.data().plan, j.deliveries())) {
+      case Fate::ok:
+        return Outcome::done();
+      case Fate::fail:
+        return Outcome::retry("flaky downstream");
+      case Fate::throw_:
+        throw std::runtime_error("handler threw");
+      case Fate::permanent:
+        return Outcome::fail("permanent failure");
+      case Fate::hang:
+        // Outlive the lease: wait until this delivery is fenced, then claim success. The
+        // engine must ignore it (a late outcome).
+        while (!j.cancelled())
+          std::this_thread::sleep_for(cfg.manual_clock ? 10us : 1ms);
+        return Outcome::done();
+    }
+    return Outcome::done();
+  });
+
+  std::atomic<bool> producing{true}, settled{false};
+  std::atomic<std::uint64_t> dup_merged{0}, dup_new{0}, cancels_ok{0}, pauses{0};
+  std::thread driver;
+  if (cfg.manual_clock) {
+    driver = std::thread([&] {
+      while (!settled.load()) {
+        manual.advance(1ms);
+        std::this_thread::sleep_for(20us);
+      }
+    });
+  }
+  std::thread pauser;
+  if (cfg.pauses) {
+    pauser = std::thread([&] {
+      while (producing.load()) {
+        std::this_thread::sleep_for(5ms);
+        q.pause();
+        pauses.fetch_add(1);
+        std::this_thread::sleep_for(1ms);
+        q.resume();
+      }
+      q.resume();
+    });
+  }
+
+  const Duration window = 200ms;
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> producers;
+  const std::uint64_t per = cfg.jobs / cfg.producers;
+  for (std::uint32_t p = 0; p < cfg.producers; ++p) {
+    producers.emplace_back([&, p] {
+      std::mt19937_64 rng(cfg.seed * 1000003 + p);
+      std::uniform_real_distribution<double> u(0, 1);
+      struct Later {
+        std::string key;
+        JobId first;
+        TimePoint after;  // re-adding at or after this time must create a new job
+      };
+      std::vector<Later> later;
+      std::vector<JobId> to_cancel;
+      auto accept = [&](const AddResult& r) {
+        if (r.id > max_id) return v.add("job id " + std::to_string(r.id) + " out of range");
+        track[r.id].accepted.store(1);
+      };
+      auto add = [&](const JobOptions& o) {
+        for (;;) {
+          AddResult r = q.add("soak", Payload{rng()}, o);
+          if (r.status != AddStatus::full && r.status != AddStatus::dedup_full) return r;
+          std::this_thread::yield();  // back-pressure: the queue (or its window) is full
+        }
+      };
+      for (std::uint64_t n = 0; n < per; ++n) {
+        JobOptions o = qo.defaults;  // attempts 3, jittered backoff
+        if (u(rng) < cfg.delayed) o.delay = std::chrono::milliseconds(1 + rng() % 5);
+        bool dup = u(rng) < cfg.duplicate;
+        if (dup) o.dedup = {.id = "p" + std::to_string(p) + "-" + std::to_string(n), .ttl = window};
+        TimePoint before = clock.now();
+        AddResult r = add(o);
+        if (r.status != AddStatus::added) {
+          v.add("a fresh add returned " + std::string(to_string(r.status)));
+          continue;
+        }
+        accept(r);
+        if (dup) {
+          TimePoint after_first = clock.now();
+          AddResult again = add(o);
+          TimePoint after_second = clock.now();
+          if (after_second < before + window) {  // certainly inside the window
+            if (!again.duplicate() || again.id != r.id)
+              v.add("duplicate add of job " + std::to_string(r.id) + " inside its window got " +
+                    std::string(to_string(again.status)) + " id " + std::to_string(again.id));
+            else
+              dup_merged.fetch_add(1);
+          } else if (again.status == AddStatus::added) {
+            // Ambiguous timing: the window may have ended; a new job is legal and now owns the
+            // id for a window of its own.
+            accept(again);
+            if (later.size() < 64) later.push_back({o.dedup.id, again.id, after_second + window});
+            continue;
+          }
+          if (later.size() < 64) later.push_back({o.dedup.id, r.id, after_first + window});
+        }
+        if (u(rng) < cfg.cancel) to_cancel.push_back(r.id);
+        if (to_cancel.size() > 8 || (n + 1 == per && !to_cancel.empty())) {
+          for (JobId id : to_cancel)
+            if (q.cancel(id)) {
+              track[id].cancel_accepted.store(1);
+              cancels_ok.fetch_add(1);
+            }
+          to_cancel.clear();
+        }
+        // Re-add dedup ids whose window has certainly passed: each must create a new job.
+        for (std::size_t i = 0; i < later.size();) {
+          if (clock.now() < later[i].after) {
+            ++i;
+            continue;
+          }
+          JobOptions lo = qo.defaults;
+          lo.dedup = {.id = later[i].key, .ttl = window};
+          AddResult r2 = add(lo);
+          if (r2.status != AddStatus::added || r2.id == later[i].first)
+            v.add("add of dedup id " + later[i].key + " after its window got " +
+                  std::string(to_string(r2.status)));
+          else {
+            accept(r2);
+            dup_new.fetch_add(1);
+          }
+          later[i] = later.back();
+          later.pop_back();
+        }
+      }
+    });
+  }
+  for (auto& t : producers)
+    t.join();
+  producing.store(false);
+  if (pauser.joinable()) pauser.join();
+  q.resume();
+
+  auto deadline = std::chrono::steady_clock::now() + 10min;
+  for (;;) {
+    QueueCounts c = q.counts();
+    if (c.completed + c.dead_lettered + c.cancelled == c.added && c.active == 0 && c.waiting == 0 &&
+        c.delayed == 0)
+      break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      v.add("jobs did not settle within 10 minutes: added " + std::to_string(c.added) + ", ended " +
+            std::to_string(c.completed + c.dead_lettered + c.cancelled));
+      break;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  settled.store(true);
+  if (driver.joinable()) driver.join();
+  ShutdownReport sr = engine.shutdown(10s);
+  if (!sr.clean())
+    v.add("shutdown found " + std::to_string(sr.not_started.size()) + " unstarted and " +
+          std::to_string(sr.still_running.size()) + " running jobs after the drain");
+
+  Report rep;
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (std::uint64_t id = 1; id <= max_id; ++id) {
+    Track& t = track[id];
+    std::uint32_t ends = t.completed + t.dead + t.cancelled;
+    std::string job = "job " + std::to_string(id) + ": ";
+    if (!t.accepted) {
+      if (ends || t.started) v.add(job + "events for a job never accepted");
+      continue;
+    }
+    ++rep.accepted;
+    rep.completed += t.completed;
+    rep.dead_lettered += t.dead;
+    rep.cancelled += t.cancelled;
+    rep.stalls += t.stalled;
+    rep.late_outcomes += t.late;
+    rep.deliveries += t.started;
+    rep.failed_attempts += t.failed;
+    if (ends != 1) {
+      v.add(job + "ended " + std::to_string(ends) + " times");
+      continue;
+    }
+    if (t.cancel_accepted && !t.cancelled)
+      v.add(job + "cancel() accepted but it did not end cancelled");
+    if (t.completed && t.completed_delivery >= 1 && t.completed_delivery <= 64 &&
+        (t.stalled_mask >> (t.completed_delivery - 1) & 1))
+      v.add(job + "completed by delivery " + std::to_string(t.completed_delivery) +
+            " whose lease had lapsed");
+    if (t.late != t.stalled)
+      v.add(job + std::to_string(t.stalled) + " lapses but " + std::to_string(t.late) +
+            " late outcomes");
+    if (t.started != t.max_delivery)
+      v.add(job + std::to_string(t.started) + " starts but deliveries numbered up to " +
+            std::to_string(t.max_delivery));
+    if (t.completed && t.failed + 1 != t.started)
+      v.add(job + "completed after " + std::to_string(t.started) + " deliveries with " +
+            std::to_string(t.failed) + " failures");
+    if (t.dead) {
+      if (t.failed != t.started)
+        v.add(job + "dead-lettered after " + std::to_string(t.started) + " deliveries with " +
+              std::to_string(t.failed) + " failures");
+      auto entry = q.dlq().get(id);
+      if (!entry)
+        v.add(job + "dead-lettered but not in the DLQ");
+      else if (entry->attempts_made != t.failed)
+        v.add(job + "DLQ entry says " + std::to_string(entry->attempts_made) +
+              " attempts, events say " + std::to_string(t.failed));
+    }
+  }
+  QueueCounts c = q.counts();
+  if (c.added != rep.accepted)
+    v.add("queue counted " + std::to_string(c.added) + " adds, producers " +
+          std::to_string(rep.accepted));
+  rep.duplicates_merged = dup_merged;
+  rep.duplicates_new = dup_new;
+  rep.cancels_accepted = cancels_ok;
+  rep.pauses = pauses;
+  rep.violations = v.count;
+  rep.first_violations = v.first;
+  return rep;
+}
+
+void print(const Report& r, const Config& c, std::ostream& out) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "soak: %llu jobs accepted in %.1f s (%s clock, %u producers, %u workers, seed "
+                "%llu)\n",
+                static_cast<unsigned long long>(r.accepted), r.seconds,
+                c.manual_clock ? "manual" : "real", c.producers, c.workers,
+                static_cast<unsigned long long>(c.seed));
+  out << line;
+  std::snprintf(
+      line, sizeof line,
+      "  ended: %llu completed, %llu dead-lettered, %llu cancelled\n"
+      "  deliveries %llu, failed attempts %llu, lease lapses %llu, late outcomes fenced "
+      "%llu\n"
+      "  duplicates merged %llu, re-adds after the window %llu, cancels accepted %llu, "
+      "pauses %llu\n",
+      static_cast<unsigned long long>(r.completed),
+      static_cast<unsigned long long>(r.dead_lettered),
+      static_cast<unsigned long long>(r.cancelled), static_cast<unsigned long long>(r.deliveries),
+      static_cast<unsigned long long>(r.failed_attempts), static_cast<unsigned long long>(r.stalls),
+      static_cast<unsigned long long>(r.late_outcomes),
+      static_cast<unsigned long long>(r.duplicates_merged),
+      static_cast<unsigned long long>(r.duplicates_new),
+      static_cast<unsigned long long>(r.cancels_accepted),
+      static_cast<unsigned long long>(r.pauses));
+  out << line;
+  for (const auto& s : r.first_violations)
+    out << "  VIOLATION " << s << "\n";
+  out << (r.ok() ? "invariants: all hold\n"
+                 : "invariants: " + std::to_string(r.violations) + " violations\n");
+}
+
+}  // namespace rail::soak

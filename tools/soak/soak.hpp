@@ -1,0 +1,63 @@
+// The soak harness: a configurable mix of producers, workers and faults run against one
+// engine, then an account of every job (Jepsen's total-queue check, in-process). Shared by the
+// `soak` program and tests/soak_test.cpp.
+//
+// Faults, per delivery, chosen by a seeded plan carried in the payload: a retryable failure, a
+// thrown exception, a permanent failure, or a hang past the lease (the handler waits until its
+// delivery is fenced, then returns an outcome that must be ignored). Besides: duplicate adds
+// inside and outside their dedup window, delayed jobs, cancellations, pauses and resumes.
+//
+// Invariants checked at the end (each violation is counted and the first few are described):
+//   1. every accepted job ended exactly once — completed, dead-lettered or cancelled — and no
+//      event names a job that was never accepted (none lost, none twice, none invented);
+//   2. every duplicate add inside its window was merged into the first job, none outside it;
+//   3. no late outcome changed a job: a completion never comes from a delivery whose lease
+//      lapsed, a successful cancel() always ends in `cancelled`, and late outcomes == lapses;
+//   4. deliveries and attempts agree with the events: starts are numbered 1..n without gaps,
+//      a completed job failed n-1 times, a dead-lettered one failed n times (or 0 for overflow),
+//      and the DLQ entry's attempt count equals the failures observed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace rail::soak {
+
+struct Config {
+  std::uint64_t jobs = 200'000;  // jobs to add (distinct adds, duplicates not counted)
+  std::uint32_t producers = 4;
+  std::uint32_t workers = 8;
+  bool manual_clock = false;  // a driver thread advances a ManualClock
+  std::uint64_t seed = 1;
+  double fail = 0.05;       // per delivery: retryable failure
+  double throw_ = 0.02;     // per delivery: exception
+  double permanent = 0.01;  // per delivery: Outcome::fail
+  double hang = 0.002;      // per delivery: outlives its lease
+  double duplicate = 0.05;  // per add: re-add with the same dedup id
+  double delayed = 0.05;    // per add: a delay of 1-5 ms
+  double cancel = 0.01;     // per add: try to cancel it later
+  bool pauses = true;       // a thread pauses and resumes the queue
+  std::chrono::milliseconds visibility{50};
+  std::size_t capacity = 8192;
+};
+
+struct Report {
+  std::uint64_t accepted = 0, completed = 0, dead_lettered = 0, cancelled = 0;
+  std::uint64_t duplicates_merged = 0, duplicates_new = 0, stalls = 0, late_outcomes = 0;
+  std::uint64_t deliveries = 0, failed_attempts = 0, cancels_accepted = 0, pauses = 0;
+  std::uint64_t violations = 0;
+  std::vector<std::string> first_violations;
+  double seconds = 0;
+  [[nodiscard]] bool ok() const noexcept { return violations == 0; }
+};
+
+/// run(config) runs the mix to the end, drains, checks the invariants.
+Report run(const Config& config);
+
+/// print(report, out) prints the figures and the verdict.
+void print(const Report& report, const Config& config, std::ostream& out);
+
+}  // namespace rail::soak
