@@ -370,20 +370,24 @@ class QueueImpl final : public QueueBase {
         if (s.id.load(std::memory_order_relaxed) != id) break;
         switch (ctl::state(c)) {
           case SlotState::waiting:
-          case SlotState::delayed:
+          case SlotState::delayed: {
             // acq_rel: takes the job from whoever holds its index; they see `cancelled` and
-            // reclaim the slot (reclaim_cancelled).
-            if (s.ctl.compare_exchange_weak(c, ctl::to(c, SlotState::cancelled),
-                                            std::memory_order_acq_rel)) {
-              std::int64_t now = core_.now_ns();
-              if (ctl::state(c) == SlotState::waiting)
-                counters_.add(kFromReady);
-              else
-                counters_.add(kFromDelayed);
-              record_end(s, EndKind::cancelled, DeadLetterReason::none, now);
-              return true;
+            // reclaim the slot (reclaim_cancelled). The pin keeps them from freeing it while we
+            // still read it below; whoever drops the last pin of the ended job frees it.
+            std::uint64_t taken = ctl::to(c, SlotState::cancelled, +1);
+            if (!s.ctl.compare_exchange_weak(c, taken, std::memory_order_acq_rel)) continue;
+            std::int64_t now = core_.now_ns();
+            if (ctl::state(c) == SlotState::waiting)
+              counters_.add(kFromReady);
+            else
+              counters_.add(kFromDelayed);
+            record_end(s, EndKind::cancelled, DeadLetterReason::none, now);
+            std::uint64_t u = s.ctl.load(std::memory_order_acquire);
+            while (!s.ctl.compare_exchange_weak(u, ctl::unpin(u), std::memory_order_acq_rel)) {
             }
-            continue;
+            if (ctl::state(u) == SlotState::ended && ctl::pins(u) == 1) final_end(i, ctl::unpin(u));
+            return true;
+          }
           case SlotState::active:
             if (ctl::flags(c) & ctl::kCancelRequested) return true;
             if (s.ctl.compare_exchange_weak(c, ctl::with_flag(c, ctl::kCancelRequested),
@@ -852,6 +856,9 @@ class QueueImpl final : public QueueBase {
     job.ctl_ = &s.ctl;
     job.token_ = token;
     job.clock_ = &core_.clock();
+    // Everything that reads the slot's plain fields happens before the lease is granted: from
+    // the grant on, a lapse may take the slot (and write its attempt count) at any moment.
+    if (core_.observed()) emit(EventKind::started, s, now);
     bool leased = leases_enabled() && s.visibility_ns != Duration::max().count();
     if (leased) {
       job.record_ = &record;
@@ -859,7 +866,6 @@ class QueueImpl final : public QueueBase {
       // After the plain fields above: the sweep reads them after acquiring this lease word.
       LeaseTracker::grant(record, job.lease_, now + s.visibility_ns);
     }
-    if (core_.observed()) emit(EventKind::started, s, now);
 
     Outcome out;
     try {
