@@ -1,0 +1,99 @@
+// MoodycamelPool<Task>: the baseline thread pool of issue 4 — a moodycamel
+// BlockingConcurrentQueue of tasks drained by N worker threads, as people build it. Used by the
+// throughput, latency and memory benchmarks so all three measure the same pool.
+//
+// Task is std::function<void()> ("the bare callable") or PlainTask (a function pointer and a
+// context: no type erasure, trivially copyable). An empty task (operator bool false) is the stop
+// signal. Workers take one task at a time (wait_dequeue) or up to `dequeue_batch`
+// (wait_dequeue_bulk); producers use enqueue or enqueue_bulk, without producer tokens (tokens
+// would tie a producer to one thread for the pool's lifetime; rail's add() needs none either).
+// The queue is unbounded: it never makes a producer wait, and grows instead.
+//
+// Shutdown: the destructor enqueues one stop task per worker and joins them. A bulk-dequeuing
+// worker that takes several stop tasks in one batch puts the extra ones back, so every worker
+// gets one.
+#pragma once
+
+#include <concurrentqueue/blockingconcurrentqueue.h>
+
+#include <cstddef>
+#include <functional>
+#include <iterator>
+#include <thread>
+#include <vector>
+
+namespace bench {
+
+/// PlainTask: a task without type erasure (what "plain struct tasks" means in the issue).
+struct PlainTask {
+  void (*fn)(void*) = nullptr;
+  void* ctx = nullptr;
+  explicit operator bool() const noexcept { return fn != nullptr; }
+  void operator()() const { fn(ctx); }
+};
+
+template <class Task>
+class MoodycamelPool {
+ public:
+  /// MoodycamelPool(workers, dequeue_batch): dequeue_batch 1 uses wait_dequeue, more uses
+  /// wait_dequeue_bulk with that many tasks per call.
+  MoodycamelPool(int workers, std::size_t dequeue_batch) {
+    for (int i = 0; i < workers; ++i)
+      workers_.emplace_back([this, dequeue_batch] {
+        if (dequeue_batch > 1) {
+          loop_bulk(dequeue_batch);
+        } else {
+          loop();
+        }
+      });
+  }
+  ~MoodycamelPool() {
+    for (std::size_t i = 0; i < workers_.size(); ++i)
+      queue_.enqueue(Task{});
+    for (auto& t : workers_)
+      t.join();
+  }
+  MoodycamelPool(const MoodycamelPool&) = delete;
+  MoodycamelPool& operator=(const MoodycamelPool&) = delete;
+
+  void submit(Task task) { queue_.enqueue(std::move(task)); }
+  /// submit_bulk(tasks, n) moves n tasks in with one enqueue_bulk.
+  void submit_bulk(Task* tasks, std::size_t n) {
+    queue_.enqueue_bulk(std::make_move_iterator(tasks), n);
+  }
+
+  [[nodiscard]] moodycamel::BlockingConcurrentQueue<Task>& queue() noexcept { return queue_; }
+
+ private:
+  void loop() {
+    Task task;
+    for (;;) {
+      queue_.wait_dequeue(task);
+      if (!task) return;
+      task();
+    }
+  }
+  void loop_bulk(std::size_t max) {
+    std::vector<Task> batch(max);
+    for (;;) {
+      std::size_t n = queue_.wait_dequeue_bulk(batch.begin(), max);
+      std::size_t stops = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (batch[i]) {
+          batch[i]();
+        } else {
+          ++stops;
+        }
+      }
+      if (stops == 0) continue;
+      for (std::size_t i = 1; i < stops; ++i)
+        queue_.enqueue(Task{});  // another worker's stop signal
+      return;
+    }
+  }
+
+  moodycamel::BlockingConcurrentQueue<Task> queue_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace bench

@@ -1,0 +1,199 @@
+// rail's contender in the engine throughput workload: add -> worker -> handler -> completed, with
+// JobOptions.attempts = 3 on every job (retries configured, none taken unless a variant fails).
+//
+// Variants (each a ratio against plain `add` in the same run):
+//   add            one add() per job
+//   add_bulk:B     add_bulk() of B jobs per call
+//   add+fail10%    every tenth job fails its first attempt (Outcome::retry, no backoff delay so
+//                  the retry goes straight back to the ready ring) and completes on the second
+//   add+dedup      every job carries a unique dedup id (no ttl: held until the job ends)
+//   add+events     an observer (one relaxed atomic increment) sees every event
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <rail/rail.hpp>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/workload.hpp"
+
+namespace bench {
+namespace {
+
+struct NoOp {
+  std::uint64_t seq = 0;
+};
+
+enum class Feature { none, failures, dedup, events };
+
+struct RailCase {
+  int producers;
+  int workers;
+  std::size_t batch;  // 0: single add()
+  Feature feature;
+};
+
+/// DedupIds: preformatted ids, so the benchmark does not charge string formatting to rail. Two
+/// sets alternate between iterations: a job's id is released when the job ends, a few instructions
+/// after the handler that completed the batch, so the next batch uses the other set.
+class DedupIds {
+ public:
+  static constexpr std::size_t kWidth = 16;
+  explicit DedupIds(std::uint64_t n) : n_(n), text_(2 * n * kWidth) {
+    for (std::uint64_t set = 0; set < 2; ++set) {
+      for (std::uint64_t i = 0; i < n; ++i) {
+        char* p = &text_[(set * n + i) * kWidth];
+        int len = std::snprintf(p, kWidth, "%c%014llu", set == 0 ? 'a' : 'b',
+                                static_cast<unsigned long long>(i));
+        len_.push_back(static_cast<std::uint8_t>(len));
+      }
+    }
+  }
+  [[nodiscard]] std::string_view id(std::uint64_t set, std::uint64_t i) const noexcept {
+    std::size_t k = static_cast<std::size_t>(set * n_ + i);
+    return {&text_[k * kWidth], len_[k]};
+  }
+
+ private:
+  std::uint64_t n_;
+  std::vector<char> text_;
+  std::vector<std::uint8_t> len_;
+};
+
+/// Stats: what producers met besides `added`.
+struct AddStats {
+  std::atomic<std::uint64_t> errors{0};      // neither added nor back-pressure
+  std::atomic<std::uint64_t> full{0};        // AddStatus::full retries
+  std::atomic<std::uint64_t> dedup_full{0};  // AddStatus::dedup_full retries
+};
+
+/// add_one(q, o, seq, latch, stats): add, retrying (after a yield) while the queue or its dedup
+/// window is full: both are back-pressure, nothing was created. Any other status is counted as an
+/// error and the job counted done, so the batch still ends (the run is then flagged).
+void add_one(rail::Queue<NoOp>& q, const rail::JobOptions& o, std::uint64_t seq,
+             CompletionLatch& latch, AddStats& stats) {
+  for (;;) {
+    auto r = q.add("noop", NoOp{seq}, o);
+    if (r.status == rail::AddStatus::added) return;
+    if (r.status == rail::AddStatus::full) {
+      stats.full.fetch_add(1, std::memory_order_relaxed);
+    } else if (r.status == rail::AddStatus::dedup_full) {
+      stats.dedup_full.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      stats.errors.fetch_add(1, std::memory_order_relaxed);
+      latch.hit();
+      return;
+    }
+    std::this_thread::yield();
+  }
+}
+
+void rail_throughput(benchmark::State& state, const std::string& name, RailCase c) {
+  const Config& cfg = config();
+  rail::Engine engine;
+  auto q = engine.queue<NoOp>("bench", rail::QueueOptions{.capacity = cfg.capacity});
+  CompletionLatch latch;
+  AddStats stats;
+  std::atomic<std::uint64_t> events{0};
+  if (c.feature == Feature::events)
+    engine.on_event(
+        [&events](const rail::Event&) { events.fetch_add(1, std::memory_order_relaxed); });
+  const auto workers = static_cast<std::uint32_t>(c.workers);
+  if (c.feature == Feature::failures) {
+    q.process({.concurrency = workers}, [&latch](rail::Job<NoOp>& j) {
+      if (j.attempt() == 1 && j.data().seq % 10 == 0) return rail::Outcome::retry("x");
+      latch.hit();
+      return rail::Outcome::done();
+    });
+  } else {
+    q.process({.concurrency = workers}, [&latch](rail::Job<NoOp>&) { latch.hit(); });
+  }
+  std::unique_ptr<DedupIds> ids;
+  if (c.feature == Feature::dedup) ids = std::make_unique<DedupIds>(cfg.jobs);
+  std::uint64_t iteration = 0;
+
+  auto produce_range = [&](std::uint64_t begin, std::uint64_t end) {
+    rail::JobOptions o{.attempts = 3};
+    if (c.batch == 0) {
+      o.dedup.id.reserve(DedupIds::kWidth);
+      for (std::uint64_t i = begin; i < end; ++i) {
+        if (ids) o.dedup.id.assign(ids->id(iteration & 1, i));
+        add_one(q, o, i, latch, stats);
+      }
+      return;
+    }
+    std::vector<NoOp> batch(c.batch);
+    for (std::uint64_t i = begin; i < end; i += c.batch) {
+      std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(c.batch, end - i));
+      for (std::size_t k = 0; k < n; ++k)
+        batch[k].seq = i + k;
+      for (;;) {
+        auto r = q.add_bulk("noop", std::span<NoOp>(batch.data(), n), o);
+        if (r.status == rail::AddStatus::added) break;
+        if (r.status == rail::AddStatus::full) {
+          stats.full.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          stats.errors.fetch_add(n, std::memory_order_relaxed);
+          for (std::size_t k = 0; k < n; ++k)
+            latch.hit();
+          break;
+        }
+        std::this_thread::yield();
+      }
+    }
+  };
+  timed_batches(state, name, latch, [&] {
+    run_producers(c.producers, cfg.jobs, produce_range);
+    ++iteration;
+  });
+
+  // The handler's latch.hit() runs before the engine counts the completion, so give the last
+  // job's bookkeeping a moment before comparing totals.
+  const std::uint64_t expected = cfg.jobs * (static_cast<std::uint64_t>(state.iterations()) + 1);
+  auto counts = q.counts();
+  for (int spin = 0; spin < 1000 && counts.completed != expected; ++spin) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    counts = q.counts();
+  }
+  const std::uint64_t errors = stats.errors.load();
+  state.counters["failed_attempts"] = static_cast<double>(counts.failed_attempts);
+  state.counters["full_retries"] = static_cast<double>(stats.full.load());
+  if (c.feature == Feature::dedup)
+    state.counters["dedup_full_retries"] = static_cast<double>(stats.dedup_full.load());
+  if (c.feature == Feature::events) state.counters["events"] = static_cast<double>(events.load());
+  if (errors != 0 || counts.completed != expected)
+    Results::instance().record(name, 0);  // no ratio from a failed run
+  if (errors != 0) {
+    state.SkipWithError(
+        ("rail add returned an unexpected status for " + std::to_string(errors) + " jobs").c_str());
+  } else if (counts.completed != expected) {
+    state.SkipWithError("rail completed count differs from jobs added");
+  }
+}
+
+void add(const std::string& name, RailCase c) {
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [name, c](benchmark::State& s) { rail_throughput(s, name, c); })
+      ->UseManualTime()
+      ->Iterations(config().iterations)
+      ->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+
+void register_rail(int producers, int workers) {
+  add(case_name("rail", "add", producers, workers), {producers, workers, 0, Feature::none});
+  add(case_name("rail", "add_bulk:64", producers, workers),
+      {producers, workers, 64, Feature::none});
+}
+
+void register_rail_extras() {
+  add(case_name("rail", "add_bulk:256", 1, 2), {1, 2, 256, Feature::none});
+  add(case_name("rail", "add+fail10%", 1, 2), {1, 2, 0, Feature::failures});
+  add(case_name("rail", "add+dedup", 1, 2), {1, 2, 0, Feature::dedup});
+  add(case_name("rail", "add+events", 1, 2), {1, 2, 0, Feature::events});
+}
+
+}  // namespace bench

@@ -1,0 +1,131 @@
+// Engine throughput workload (issue 4, item 2): add -> handler -> completed for N no-op jobs,
+// the same for every contender (rail, a moodycamel BlockingConcurrentQueue pool, a mutex +
+// condvar + deque pool), so each figure is a ratio against baselines run in the same process.
+//
+// What "the same" means here:
+//   * the task body is CompletionLatch::hit() (engine/completion_latch.hpp) for every contender,
+//     so the ratios compare the schedulers, not the bodies;
+//   * every contender gets one untimed warm-up batch of N jobs first (steady state);
+//   * each timed iteration runs from the moment the producers start to the moment the last task
+//     has run (manual time: the engine or pool is built once per benchmark run, outside the
+//     timed region, because State::PauseTiming costs more than a small batch);
+//   * producers are threads spawned per iteration (a few tens of microseconds inside a window of
+//     hundreds of milliseconds), each adding its share of the N jobs; a full bounded queue is
+//     answered by yield-and-retry, which is what a real producer does.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/completion_latch.hpp"
+
+namespace bench {
+
+/// Config: the binary's own flags (parsed before Google Benchmark sees argv).
+struct Config {
+  std::uint64_t jobs = 1'000'000;  // --jobs=N: jobs per timed iteration
+  std::int64_t iterations = 3;     // --iterations=K: timed iterations per benchmark
+  std::size_t capacity = 65'536;   // --capacity=C: rail's queue capacity (its back-pressure)
+};
+Config& config();
+
+/// run_producers(p, n, fn) runs fn(begin, end) on p threads over [0, n) split evenly, and joins.
+inline void run_producers(int producers, std::uint64_t n,
+                          const std::function<void(std::uint64_t, std::uint64_t)>& fn) {
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(producers));
+  for (int p = 0; p < producers; ++p) {
+    std::uint64_t begin = n * static_cast<std::uint64_t>(p) / static_cast<std::uint64_t>(producers);
+    std::uint64_t end =
+        n * static_cast<std::uint64_t>(p + 1) / static_cast<std::uint64_t>(producers);
+    threads.emplace_back([&fn, begin, end] { fn(begin, end); });
+  }
+  for (auto& t : threads)
+    t.join();
+}
+
+/// Results keeps each benchmark's jobs/s so main() can print the ratios against the targets
+/// after the run (on stderr: stdout stays pure JSON under --benchmark_format=json).
+class Results {
+ public:
+  static Results& instance() {
+    static Results r;
+    return r;
+  }
+  void record(const std::string& name, double jobs_per_s) {
+    std::lock_guard lock(mu_);
+    rate_[name] = jobs_per_s;
+  }
+  [[nodiscard]] double rate(const std::string& name) const {
+    std::lock_guard lock(mu_);
+    auto it = rate_.find(name);
+    return it == rate_.end() ? 0.0 : it->second;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, double> rate_;
+};
+
+/// timed_batches(state, name, latch, produce): the common iteration loop. After one untimed
+/// warm-up batch, each iteration resets the latch to config().jobs, runs produce() (which returns
+/// once every job is submitted), waits for the last task and reports the wall time from start to
+/// that point. Files the median iteration's jobs/s under `name` in Results: this machine is
+/// shared, and the median shrugs off an iteration that a neighbour's burst slowed down.
+inline void timed_batches(benchmark::State& state, const std::string& name, CompletionLatch& latch,
+                          const std::function<void()>& produce) {
+  const std::uint64_t n = config().jobs;
+  // One untimed batch first: page faults on fresh rings and slots, moodycamel's first blocks,
+  // rail's lazily built dedup window and per-slot error logs all belong to warm-up, not to the
+  // steady state the targets are about.
+  latch.reset(n);
+  produce();
+  latch.wait();
+  std::vector<double> seconds;
+  for (auto _ : state) {
+    latch.reset(n);
+    auto t0 = std::chrono::steady_clock::now();
+    produce();
+    latch.wait();
+    auto t1 = std::chrono::steady_clock::now();
+    double s = std::chrono::duration<double>(t1 - t0).count();
+    seconds.push_back(s);
+    state.SetIterationTime(s);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(n) * state.iterations());
+  if (seconds.empty()) return;
+  std::sort(seconds.begin(), seconds.end());
+  double median = seconds[seconds.size() / 2];
+  if (seconds.size() % 2 == 0) median = (median + seconds[seconds.size() / 2 - 1]) / 2;
+  state.counters["median_jobs_per_s"] = static_cast<double>(n) / median;
+  Results::instance().record(name, static_cast<double>(n) / median);
+}
+
+/// Registration hooks, one per contender file: the producers x workers matrix, then the extra
+/// variants run at 1 producer + 2 workers (the configuration issue 4's targets name). main()
+/// interleaves contenders per configuration, so the runs a ratio compares are close in time.
+void register_rail(int producers, int workers);
+void register_rail_extras();
+void register_moodycamel(int producers, int workers);
+void register_moodycamel_extras();
+void register_mutex_pool(int producers, int workers);
+
+/// case_name(contender, variant, producers, workers): "rail/add/p:1/w:2".
+inline std::string case_name(const std::string& contender, const std::string& variant,
+                             int producers, int workers) {
+  return contender + "/" + variant + "/p:" + std::to_string(producers) +
+         "/w:" + std::to_string(workers);
+}
+
+}  // namespace bench

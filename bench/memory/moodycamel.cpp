@@ -1,0 +1,91 @@
+// The moodycamel BlockingConcurrentQueue pool in the memory workloads.
+//   bytes per waiting job: a BlockingConcurrentQueue<uint64_t> filled with C items (no workers).
+//   allocations per job: the engine workload's pool (engine/moodycamel_pool.hpp), 2 workers, with
+//   `fn` tasks (std::function<void()> whose capture — one pointer — fits its local buffer) and
+//   `struct` tasks (PlainTask: a function pointer and a context).
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "engine/completion_latch.hpp"
+#include "engine/moodycamel_pool.hpp"
+#include "memory/workload.hpp"
+
+namespace bench {
+namespace {
+
+void moodycamel_bytes_per_waiting_job(benchmark::State& state, const std::string& name) {
+  const std::size_t capacity = memory_config().capacity;
+  for (auto _ : state) {
+    const AllocSnapshot before = snapshot();
+    moodycamel::BlockingConcurrentQueue<std::uint64_t> q;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::uint64_t i = 0; i < capacity; ++i)
+      q.enqueue(i);
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const AllocSnapshot filled = snapshot();
+    report_bytes(state, before, filled, capacity, sizeof(std::uint64_t));
+    record_memory_result(name, static_cast<double>(filled.live_bytes - before.live_bytes) /
+                                       static_cast<double>(capacity) -
+                                   static_cast<double>(sizeof(std::uint64_t)));
+  }
+}
+
+void hit_latch(void* latch) {
+  static_cast<CompletionLatch*>(latch)->hit();
+}
+
+template <class Task, class Make>
+void moodycamel_allocs_per_job(benchmark::State& state, const std::string& name, Make make) {
+  const std::uint64_t jobs = memory_config().jobs;
+  CompletionLatch latch;
+  MoodycamelPool<Task> pool(2, 1);
+  auto run = [&](std::uint64_t n) {
+    latch.reset(n);
+    for (std::uint64_t i = 0; i < n; ++i)
+      pool.submit(make(latch));
+    latch.wait();
+  };
+  run(3 * 65'536);  // warm-up, as long as rail's
+  for (auto _ : state) {
+    const AllocSnapshot before = snapshot();
+    const auto t0 = std::chrono::steady_clock::now();
+    run(jobs);
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const AllocSnapshot after = snapshot();
+    report_allocs(state, before, after, jobs);
+    record_memory_result(
+        name, static_cast<double>(after.calls() - before.calls()) / static_cast<double>(jobs));
+  }
+}
+
+void add(const std::string& name, const std::function<void(benchmark::State&)>& body) {
+  benchmark::RegisterBenchmark(name.c_str(), body)
+      ->UseManualTime()
+      ->Iterations(1)
+      ->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+
+void register_moodycamel_memory() {
+  add("moodycamel/bytes_per_waiting_job", [](benchmark::State& s) {
+    moodycamel_bytes_per_waiting_job(s, "moodycamel/bytes_per_waiting_job");
+  });
+  add("moodycamel/allocs_per_job/fn", [](benchmark::State& s) {
+    moodycamel_allocs_per_job<std::function<void()>>(
+        s, "moodycamel/allocs_per_job/fn",
+        [](CompletionLatch& l) { return std::function<void()>([&l] { l.hit(); }); });
+  });
+  add("moodycamel/allocs_per_job/struct", [](benchmark::State& s) {
+    moodycamel_allocs_per_job<PlainTask>(s, "moodycamel/allocs_per_job/struct",
+                                         [](CompletionLatch& l) {
+                                           return PlainTask{&hit_latch, &l};
+                                         });
+  });
+}
+
+}  // namespace bench

@@ -1,0 +1,78 @@
+// The mutex + condvar + deque pool in the memory workloads.
+//   bytes per waiting job: a std::deque<uint64_t> filled with C items.
+//   allocations per job: the engine workload's pool (engine/mutex_pool.hpp), 2 workers,
+//   std::function<void()> tasks capturing one pointer.
+#include "engine/mutex_pool.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+
+#include "engine/completion_latch.hpp"
+#include "memory/workload.hpp"
+
+namespace bench {
+namespace {
+
+void deque_bytes_per_waiting_job(benchmark::State& state, const std::string& name) {
+  const std::size_t capacity = memory_config().capacity;
+  for (auto _ : state) {
+    const AllocSnapshot before = snapshot();
+    std::deque<std::uint64_t> q;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::uint64_t i = 0; i < capacity; ++i)
+      q.push_back(i);
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const AllocSnapshot filled = snapshot();
+    report_bytes(state, before, filled, capacity, sizeof(std::uint64_t));
+    record_memory_result(name, static_cast<double>(filled.live_bytes - before.live_bytes) /
+                                       static_cast<double>(capacity) -
+                                   static_cast<double>(sizeof(std::uint64_t)));
+  }
+}
+
+void mutex_pool_allocs_per_job(benchmark::State& state, const std::string& name) {
+  const std::uint64_t jobs = memory_config().jobs;
+  CompletionLatch latch;
+  MutexPool pool(2);
+  auto run = [&](std::uint64_t n) {
+    latch.reset(n);
+    for (std::uint64_t i = 0; i < n; ++i)
+      pool.submit([&latch] { latch.hit(); });
+    latch.wait();
+  };
+  run(3 * 65'536);  // warm-up, as long as rail's
+  for (auto _ : state) {
+    const AllocSnapshot before = snapshot();
+    const auto t0 = std::chrono::steady_clock::now();
+    run(jobs);
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const AllocSnapshot after = snapshot();
+    report_allocs(state, before, after, jobs);
+    record_memory_result(
+        name, static_cast<double>(after.calls() - before.calls()) / static_cast<double>(jobs));
+  }
+}
+
+void add(const std::string& name, const std::function<void(benchmark::State&)>& body) {
+  benchmark::RegisterBenchmark(name.c_str(), body)
+      ->UseManualTime()
+      ->Iterations(1)
+      ->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+
+void register_mutex_pool_memory() {
+  add("mutex_pool/bytes_per_waiting_job", [](benchmark::State& s) {
+    deque_bytes_per_waiting_job(s, "mutex_pool/bytes_per_waiting_job");
+  });
+  add("mutex_pool/allocs_per_job/fn",
+      [](benchmark::State& s) { mutex_pool_allocs_per_job(s, "mutex_pool/allocs_per_job/fn"); });
+}
+
+}  // namespace bench

@@ -1,0 +1,197 @@
+// rail's contender in the memory workloads.
+//
+// Bytes per waiting job: an Engine is built first (its wheel, name table and timer thread are a
+// per-engine constant, reported as engine_fixed_bytes), then a queue<uint64_t> of capacity C is
+// declared (rail preallocates every slot and ring cell here: declare_bytes_per_slot) and filled
+// with C jobs (fill_bytes_per_job: what adding them allocates on top). `+dedup` gives every job a
+// unique dedup id (the window is built on the first such add).
+//
+// Allocations per job: a queue of capacity 65,536 drained by 2 workers. Before the workers start,
+// every slot is filled once with a job that fails its first attempt (and carries a dedup id in the
+// dedup variant), so each slot's lazily created error log and dedup key exist — the state a
+// long-running queue reaches; then 2 x capacity warm-up jobs; then the measured --jobs=N.
+#include <charconv>
+#include <chrono>
+#include <rail/rail.hpp>
+#include <string>
+#include <thread>
+
+#include "engine/completion_latch.hpp"
+#include "memory/workload.hpp"
+
+namespace bench {
+namespace {
+
+enum class Variant { plain, bulk, failures, dedup, events };
+
+/// set_dedup_id(o, seq): a unique id without allocating (it fits the small-string buffer).
+void set_dedup_id(rail::JobOptions& o, std::uint64_t seq) {
+  char buf[24] = {'j'};
+  auto r = std::to_chars(buf + 1, buf + sizeof(buf), seq);
+  o.dedup.id.assign(buf, static_cast<std::size_t>(r.ptr - buf));
+}
+
+void rail_bytes_per_waiting_job(benchmark::State& state, const std::string& name, bool dedup) {
+  const std::size_t capacity = memory_config().capacity;
+  for (auto _ : state) {
+    const AllocSnapshot empty = snapshot();
+    rail::Engine engine;
+    const AllocSnapshot before = snapshot();
+    auto q = engine.queue<std::uint64_t>("memory", rail::QueueOptions{.capacity = capacity});
+    const AllocSnapshot declared = snapshot();
+    rail::JobOptions o;
+    o.dedup.id.reserve(32);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::uint64_t waiting = 0;
+    rail::AddStatus stopped = rail::AddStatus::added;
+    for (; waiting < capacity; ++waiting) {
+      if (dedup) set_dedup_id(o, waiting);
+      stopped = q.add("waiting", std::uint64_t{waiting}, o).status;
+      if (stopped != rail::AddStatus::added) break;
+    }
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const AllocSnapshot filled = snapshot();
+    if (waiting == 0) {
+      state.SkipWithError("rail add accepted no job");
+      return;
+    }
+    // With dedup ids the window (QueueOptions::dedup_capacity, by default the queue's capacity,
+    // split over 64 shards) can answer dedup_full before the queue is full: a shard fills first.
+    // The figures are then per job actually waiting; `filled_fraction` says how far it got.
+    state.counters["filled_fraction"] =
+        static_cast<double>(waiting) / static_cast<double>(capacity);
+    state.counters["stopped_by_dedup_full"] = stopped == rail::AddStatus::dedup_full ? 1 : 0;
+    report_bytes(state, before, filled, waiting, sizeof(std::uint64_t));
+    // RSS growth too, as a cross-check of the heap figure: rail touches every slot at declaration
+    // (value-initialised slots, ring cells), so the two agree when this runs first in a fresh
+    // process, as it does by default.
+    state.counters["rss_bytes_per_job"] =
+        static_cast<double>(filled.rss_bytes - before.rss_bytes) / static_cast<double>(waiting) -
+        static_cast<double>(sizeof(std::uint64_t));
+    const double c = static_cast<double>(capacity);
+    state.counters["declare_bytes_per_slot"] =
+        static_cast<double>(declared.live_bytes - before.live_bytes) / c;
+    state.counters["fill_bytes_per_job"] =
+        static_cast<double>(filled.live_bytes - declared.live_bytes) / static_cast<double>(waiting);
+    state.counters["engine_fixed_bytes"] =
+        static_cast<double>(before.live_bytes - empty.live_bytes);
+    record_memory_result(name, static_cast<double>(filled.live_bytes - before.live_bytes) /
+                                       static_cast<double>(waiting) -
+                                   static_cast<double>(sizeof(std::uint64_t)));
+  }
+}
+
+struct Work {
+  std::uint64_t seq = 0;
+  bool fail_first = false;
+};
+
+void rail_allocs_per_job(benchmark::State& state, const std::string& name, Variant v) {
+  constexpr std::size_t kCapacity = 65'536;
+  const std::uint64_t jobs = memory_config().jobs;
+  rail::Engine engine;
+  std::atomic<std::uint64_t> events{0};
+  if (v == Variant::events)
+    engine.on_event(
+        [&events](const rail::Event&) { events.fetch_add(1, std::memory_order_relaxed); });
+  auto q = engine.queue<Work>("alloc", rail::QueueOptions{.capacity = kCapacity});
+  rail::JobOptions o{.attempts = 3};
+  o.dedup.id.reserve(32);
+  std::uint64_t seq = 0;
+  // Warm every slot: one job per slot, all failing once, before any worker runs.
+  for (std::size_t i = 0; i < kCapacity; ++i, ++seq) {
+    if (v == Variant::dedup) set_dedup_id(o, seq);
+    rail::AddStatus s = q.add("work", Work{seq, true}, o).status;
+    if (s == rail::AddStatus::dedup_full) {  // a full shard of the window: warm the slot anyway
+      o.dedup.id.clear();
+      s = q.add("work", Work{seq, true}, o).status;
+    }
+    if (s != rail::AddStatus::added) {
+      state.SkipWithError("rail add did not return added while warming the slots");
+      return;
+    }
+  }
+  CompletionLatch latch;
+  latch.reset(kCapacity);
+  q.process({.concurrency = 2}, [&latch, v](rail::Job<Work>& j) {
+    if (j.attempt() == 1 &&
+        (j.data().fail_first || (v == Variant::failures && j.data().seq % 10 == 0)))
+      return rail::Outcome::retry("x");
+    latch.hit();
+    return rail::Outcome::done();
+  });
+  latch.wait();
+
+  Work batch[64];
+  auto run = [&](std::uint64_t n) {
+    latch.reset(n);
+    if (v == Variant::bulk) {
+      for (std::uint64_t i = 0; i < n; i += 64) {
+        const std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(64, n - i));
+        for (std::size_t b = 0; b < k; ++b)
+          batch[b] = Work{seq++, false};
+        while (q.add_bulk("work", std::span<Work>(batch, k), o).status == rail::AddStatus::full)
+          std::this_thread::yield();
+      }
+    } else {
+      for (std::uint64_t i = 0; i < n; ++i, ++seq) {
+        if (v == Variant::dedup) set_dedup_id(o, seq);
+        rail::AddStatus s;
+        while ((s = q.add("work", Work{seq, false}, o).status) != rail::AddStatus::added) {
+          if (s != rail::AddStatus::full && s != rail::AddStatus::dedup_full) std::abort();
+          std::this_thread::yield();
+        }
+      }
+    }
+    latch.wait();
+  };
+  if (v == Variant::bulk) o.dedup.id.clear();
+  run(2 * kCapacity);  // warm-up
+  // Let the last job's end-of-job bookkeeping finish before the snapshot.
+  auto settle = [&](std::uint64_t expected) {
+    for (int i = 0; i < 1000 && q.counts().completed != expected; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  settle(3 * kCapacity);
+  for (auto _ : state) {
+    const AllocSnapshot before = snapshot();
+    const auto t0 = std::chrono::steady_clock::now();
+    run(jobs);
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    settle(3 * kCapacity + jobs);
+    const AllocSnapshot after = snapshot();
+    report_allocs(state, before, after, jobs);
+    record_memory_result(
+        name, static_cast<double>(after.calls() - before.calls()) / static_cast<double>(jobs));
+  }
+  if (v == Variant::events) state.counters["events"] = static_cast<double>(events.load());
+}
+
+void add(const std::string& name, const std::function<void(benchmark::State&)>& body) {
+  benchmark::RegisterBenchmark(name.c_str(), body)
+      ->UseManualTime()
+      ->Iterations(1)
+      ->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+
+void register_rail_memory() {
+  for (bool dedup : {false, true}) {
+    std::string name = dedup ? "rail/bytes_per_waiting_job+dedup" : "rail/bytes_per_waiting_job";
+    add(name, [name, dedup](benchmark::State& s) { rail_bytes_per_waiting_job(s, name, dedup); });
+  }
+  const std::pair<Variant, const char*> variants[] = {{Variant::plain, "add"},
+                                                      {Variant::bulk, "add_bulk:64"},
+                                                      {Variant::failures, "add+fail10%"},
+                                                      {Variant::dedup, "add+dedup"},
+                                                      {Variant::events, "add+events"}};
+  for (auto [v, label] : variants) {
+    std::string name = std::string("rail/allocs_per_job/") + label;
+    add(name, [name, v = v](benchmark::State& s) { rail_allocs_per_job(s, name, v); });
+  }
+}
+
+}  // namespace bench

@@ -1,0 +1,56 @@
+// Memory workloads (issue 4, item 6), the same for each contender:
+//   bytes per waiting job  declare a queue of capacity C for an 8-byte payload, with no workers,
+//                          fill it, and divide the growth of the heap (and of RSS) by C, minus
+//                          the payload's 8 bytes: what the scheduler adds per waiting job.
+//   allocations per job    after a warm-up, run --jobs=N no-op jobs (1 producer, the benchmark
+//                          thread, and 2 workers) and divide the allocation calls made meanwhile
+//                          by every thread (operator new, malloc, mimalloc) by N.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <string>
+
+#include "memory/alloc_counter.hpp"
+
+namespace bench {
+
+struct MemoryConfig {
+  std::uint64_t jobs = 1'000'000;   // --jobs=N: measured jobs for allocations per job
+  std::size_t capacity = 1u << 20;  // --capacity=C: waiting jobs for bytes per job
+};
+MemoryConfig& memory_config();
+
+/// report_bytes(state, before, after, jobs, payload): the bytes-per-waiting-job counters, from
+/// the allocator's live usable bytes (RSS deltas are not comparable across benchmarks in one
+/// process: pages an earlier benchmark freed stay mapped in the allocator and are reused).
+inline void report_bytes(benchmark::State& state, const AllocSnapshot& before,
+                         const AllocSnapshot& after, std::uint64_t jobs, std::size_t payload) {
+  const double n = static_cast<double>(jobs);
+  state.counters["heap_bytes_per_job"] =
+      static_cast<double>(after.live_bytes - before.live_bytes) / n - static_cast<double>(payload);
+  state.counters["waiting_jobs"] = n;
+}
+
+/// report_allocs(state, before, after, jobs): the allocations-per-job counters.
+inline void report_allocs(benchmark::State& state, const AllocSnapshot& before,
+                          const AllocSnapshot& after, std::uint64_t jobs) {
+  const double n = static_cast<double>(jobs);
+  state.counters["allocs_per_job"] = static_cast<double>(after.calls() - before.calls()) / n;
+  state.counters["new_calls"] = static_cast<double>(after.new_calls - before.new_calls);
+  state.counters["malloc_calls"] = static_cast<double>(after.malloc_calls - before.malloc_calls);
+  state.counters["mi_calls"] = static_cast<double>(after.mi_calls - before.mi_calls);
+  state.counters["jobs"] = n;
+  state.SetItemsProcessed(static_cast<std::int64_t>(jobs));
+}
+
+/// MemoryResults: headline figures per benchmark name, for the summary on stderr.
+void record_memory_result(const std::string& name, double value);
+double memory_result(const std::string& name);
+
+void register_rail_memory();
+void register_moodycamel_memory();
+void register_mutex_pool_memory();
+
+}  // namespace bench
