@@ -1,46 +1,17 @@
 // Engine behaviour under the manual clock in inline mode: deterministic, no threads, no sleeps.
 #include <gtest/gtest.h>
 
-#include <map>
 #include <vector>
 
 #include "rail/rail.hpp"
+#include "support/inline_engine.hpp"
 
 namespace rail {
 namespace {
 
 using namespace std::chrono_literals;
 
-struct Fixture : ::testing::Test {
-  ManualClock clock;
-  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-  std::vector<Event> events;
-  void SetUp() override {
-    engine.on_event([this](const Event& e) {
-      Event copy = e;
-      copy.queue = {};  // views die after the call; keep only value fields
-      copy.job_name = {};
-      copy.error = {};
-      copy.dedup_id = {};
-      events.push_back(copy);
-    });
-  }
-  Duration since_start(const Event& e) const { return e.at.time_since_epoch(); }
-  std::vector<Event> of(EventKind k, JobId id = 0) const {
-    std::vector<Event> out;
-    for (const auto& e : events)
-      if (e.kind == k && (id == 0 || e.job_id == id)) out.push_back(e);
-    return out;
-  }
-  /// replay(): runs everything in virtual time until nothing is ready or delayed.
-  void replay() {
-    engine.run_until_idle();
-    while (auto next = engine.next_timer_in()) {
-      clock.advance(*next);
-      engine.run_until_idle();
-    }
-  }
-};
+using Fixture = test::InlineEngine;
 
 TEST_F(Fixture, JobIdsStartAtOneAndIncrease) {
   auto q = engine.queue<int>("q", {});

@@ -6,34 +6,14 @@
 #include <vector>
 
 #include "rail/rail.hpp"
+#include "support/inline_engine.hpp"
 
 namespace rail {
 namespace {
 
 using namespace std::chrono_literals;
 
-struct Lease : ::testing::Test {
-  ManualClock clock;
-  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-  std::vector<Event> events;
-  void SetUp() override {
-    engine.on_event([this](const Event& e) {
-      Event copy = e;
-      copy.queue = copy.job_name = copy.error = copy.dedup_id = {};
-      events.push_back(copy);
-    });
-  }
-  std::size_t count(EventKind k) const {
-    std::size_t n = 0;
-    for (const auto& e : events)
-      n += e.kind == k;
-    return n;
-  }
-  const Event& first(EventKind k) const {
-    for (const auto& e : events)
-      if (e.kind == k) return e;
-    throw std::runtime_error("no such event");
-  }
+struct Lease : test::InlineEngine {
   Queue<int> queue(Duration visibility = 2s) {
     QueueOptions o;
     o.visibility_timeout = visibility;
