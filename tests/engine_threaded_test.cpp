@@ -26,9 +26,9 @@ bool eventually(Pred pred, std::chrono::seconds limit = 30s) {
 
 TEST(ThreadedEngine, ManualClockAdvanceFiresDelayedJobsOnTheTimerThread) {
   ManualClock clock;
+  std::atomic<int> runs{0};
   Engine engine({.clock = &clock});
   auto q = engine.queue<int>("q", {});
-  std::atomic<int> runs{0};
   q.process({.concurrency = 2}, [&](Job<int>&) { runs.fetch_add(1); });
   (void)q.add("a", 1, JobOptions{.delay = 10s});
   (void)q.add("a", 2);
@@ -39,9 +39,9 @@ TEST(ThreadedEngine, ManualClockAdvanceFiresDelayedJobsOnTheTimerThread) {
 }
 
 TEST(ThreadedEngine, ConcurrencyBoundsHandlersInFlight) {
+  std::atomic<int> in_flight{0}, peak{0}, done{0};
   Engine engine;
   auto q = engine.queue<int>("q", {});
-  std::atomic<int> in_flight{0}, peak{0}, done{0};
   q.process({.concurrency = 3}, [&](Job<int>&) {
     int now = in_flight.fetch_add(1) + 1;
     int p = peak.load();
@@ -58,11 +58,11 @@ TEST(ThreadedEngine, ConcurrencyBoundsHandlersInFlight) {
 }
 
 TEST(ThreadedEngine, BlockPolicyWaitsForRoom) {
+  std::atomic<bool> release{false};
+  std::atomic<int> done{0};
   Engine engine;
   auto q = engine.queue<int>(
       "q", QueueOptions{.capacity = 1, .on_full = OverflowPolicy::block, .block_timeout = 30s});
-  std::atomic<bool> release{false};
-  std::atomic<int> done{0};
   q.process({}, [&](Job<int>&) {
     while (!release.load())
       std::this_thread::yield();
@@ -87,9 +87,10 @@ TEST(ThreadedEngine, BlockPolicyGivesUpAfterTimeoutWithFull) {
 }
 
 TEST(ThreadedEngine, ShutdownReportsStillRunningAfterGrace) {
+  // Declared before the engine: its destructor waits for the handler, which reads them.
+  std::atomic<bool> started{false}, release{false};
   Engine engine;
   auto q = engine.queue<int>("q", {});
-  std::atomic<bool> started{false}, release{false};
   q.process({}, [&](Job<int>&) {
     started.store(true);
     while (!release.load())
