@@ -4,7 +4,7 @@ install(TARGETS rail EXPORT railTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY include/rail DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT railTargets NAMESPACE rail:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/rail)
-configure_package_config_file(cmake/railConfig.cmake.in
+configure_package_config_file(tools/cmake/railConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/railConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/rail)
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/railConfigVersion.cmake
