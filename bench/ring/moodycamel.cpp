@@ -7,9 +7,10 @@
 // Like-for-like, with one deliberate difference: moodycamel is unbounded, and enqueue() allocates
 // a block when it runs out rather than reporting full. It is constructed with kCapacity as its
 // initial capacity (blocks pre-allocated) and used through enqueue(), its ordinary API, so a
-// producer that runs ahead never waits; blocks freed by consumers are recycled, so only the first
-// iteration of a run allocates. That favours moodycamel slightly against the bounded rings, which
-// is the right direction for a baseline. Tokens are created on the thread that uses them.
+// producer that runs ahead never waits; blocks freed by consumers are recycled, so allocation
+// happens almost only in the harness's untimed warm-up iteration. That favours moodycamel slightly
+// against the bounded rings, which is the right direction for a baseline. Tokens are created on
+// the thread that uses them.
 #include <concurrentqueue/concurrentqueue.h>
 
 #include <cstddef>

@@ -27,7 +27,17 @@
 //
 // Memory ordering: a slot's plain fields and payload are written by their holder before the
 // index is pushed to a ring (release) and read by the next holder after popping it (acquire).
-// Non-holders go through ctl with acq_rel CASes (job_slot.hpp).
+// Non-holders go through ctl with acq_rel CASes (job_slot.hpp). The conventions below hold for
+// every access in this file, so individual lines do not repeat them:
+//   * ctl loads are acquire: whoever acts on a state sees the fields of the party that set it;
+//     ctl CASes are acq_rel (they both take a slot and publish what was written before);
+//     plain ctl stores by the holder are release (they publish the fields to the next taker).
+//   * id loads are relaxed: a cold-path reader validates them against ctl (a CAS fails if the
+//     slot was reused), and a holder's id is already ordered by the ring or ctl hand-off.
+//   * due_ns is relaxed: it travels with the inbox push (ring release) or the ctl release.
+//   * stop_/paused_ are release on store, acquire on load: a worker that sees the flag also sees
+//     what the caller did before setting it. Counters, history and min_visibility_ns_ are
+//     relaxed: they publish no data, only numbers.
 //
 // Threading: add/add_bulk/cancel/state/pause from any thread; `concurrency` worker threads per
 // queue (threaded mode) or the run_until_idle() caller (inline mode) run handlers.
