@@ -6,6 +6,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <unordered_map>
 
 #include "rail/rail.hpp"
 
@@ -271,14 +272,19 @@ Report run(const Config& cfg) {
     v.add("shutdown found " + std::to_string(sr.not_started.size()) + " unstarted and " +
           std::to_string(sr.still_running.size()) + " running jobs after the drain");
 
+  // One pass over the DLQ (a per-id get() would be quadratic in a long soak).
+  std::unordered_map<JobId, std::uint32_t> dlq_attempts;
+  for (const auto& e : q.dlq().list())
+    dlq_attempts.emplace(e.id, e.attempts_made);
+
   Report rep;
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (std::uint64_t id = 1; id <= max_id; ++id) {
     Track& t = track[id];
     std::uint32_t ends = t.completed + t.dead + t.cancelled;
-    std::string job = "job " + std::to_string(id) + ": ";
+    auto job = [id] { return "job " + std::to_string(id) + ": "; };  // only on a violation
     if (!t.accepted) {
-      if (ends || t.started) v.add(job + "events for a job never accepted");
+      if (ends || t.started) v.add(job() + "events for a job never accepted");
       continue;
     }
     ++rep.accepted;
@@ -290,34 +296,34 @@ Report run(const Config& cfg) {
     rep.deliveries += t.started;
     rep.failed_attempts += t.failed;
     if (ends != 1) {
-      v.add(job + "ended " + std::to_string(ends) + " times");
+      v.add(job() + "ended " + std::to_string(ends) + " times");
       continue;
     }
     if (t.cancel_accepted && !t.cancelled)
-      v.add(job + "cancel() accepted but it did not end cancelled");
+      v.add(job() + "cancel() accepted but it did not end cancelled");
     if (t.completed && t.completed_delivery >= 1 && t.completed_delivery <= 64 &&
         (t.stalled_mask >> (t.completed_delivery - 1) & 1))
-      v.add(job + "completed by delivery " + std::to_string(t.completed_delivery) +
+      v.add(job() + "completed by delivery " + std::to_string(t.completed_delivery) +
             " whose lease had lapsed");
     if (t.late != t.stalled)
-      v.add(job + std::to_string(t.stalled) + " lapses but " + std::to_string(t.late) +
+      v.add(job() + std::to_string(t.stalled) + " lapses but " + std::to_string(t.late) +
             " late outcomes");
     if (t.started != t.max_delivery)
-      v.add(job + std::to_string(t.started) + " starts but deliveries numbered up to " +
+      v.add(job() + std::to_string(t.started) + " starts but deliveries numbered up to " +
             std::to_string(t.max_delivery));
     if (t.completed && t.failed + 1 != t.started)
-      v.add(job + "completed after " + std::to_string(t.started) + " deliveries with " +
+      v.add(job() + "completed after " + std::to_string(t.started) + " deliveries with " +
             std::to_string(t.failed) + " failures");
     if (t.dead) {
       if (t.failed != t.started)
-        v.add(job + "dead-lettered after " + std::to_string(t.started) + " deliveries with " +
+        v.add(job() + "dead-lettered after " + std::to_string(t.started) + " deliveries with " +
               std::to_string(t.failed) + " failures");
-      auto entry = q.dlq().get(id);
-      if (!entry)
-        v.add(job + "dead-lettered but not in the DLQ");
-      else if (entry->attempts_made != t.failed)
-        v.add(job + "DLQ entry says " + std::to_string(entry->attempts_made) +
-              " attempts, events say " + std::to_string(t.failed));
+      auto entry = dlq_attempts.find(id);
+      if (entry == dlq_attempts.end())
+        v.add(job() + "dead-lettered but not in the DLQ");
+      else if (entry->second != t.failed)
+        v.add(job() + "DLQ entry says " + std::to_string(entry->second) + " attempts, events say " +
+              std::to_string(t.failed));
     }
   }
   QueueCounts c = q.counts();
