@@ -12,17 +12,26 @@
 //   * Same items, split evenly over the producers (producer p pushes p*n+1 .. (p+1)*n), same
 //     capacity for the bounded queues (kCapacity), same retry policy on full/empty for everyone
 //     (Backoff: 64 pauses, then yield), same consumer bookkeeping.
-//   * Threads are created once per benchmark run, outside the timed loop, and a std::barrier
-//     starts and ends every iteration, so thread start-up is never timed and every iteration
-//     starts from an empty queue. One untimed warm-up iteration runs first, so allocations a
-//     contender makes while growing (moodycamel's blocks) are not charged to the timed ones.
+//   * Threads are created once per benchmark run, outside the timed loop, and a blocking
+//     rendezvous starts and ends every iteration, so thread start-up is never timed and every
+//     iteration starts from an empty queue. One untimed warm-up iteration runs first, so
+//     allocations a contender makes while growing (moodycamel's blocks) are not charged to the
+//     timed ones.
 //   * Conservation is checked on every iteration: the consumers' count, sum and sum of squares of
 //     the values must equal the producers'. A queue that loses or duplicates items is reported as
-//     an error (SkipWithError), not as a fast result; a queue that loses items trips the
-//     per-iteration deadline instead of hanging.
+//     an error (SkipWithError), not as a fast result.
+//   * A queue that loses items, or livelocks inside its own push/pop, cannot hang the suite: the
+//     benchmark thread waits for each iteration at most kDeadline. Past it, the run is reported
+//     as an error and abandoned: threads that come back see the abort flag and exit, threads
+//     stuck inside the queue are detached and demoted to SCHED_IDLE (they cannot be stopped from
+//     outside), and the queue is leaked with them. This is not hypothetical: boost::lockfree::queue
+//     at 2P2C livelocked inside push/pop once on this machine under a load average of ~11.
 //   * The consumers find out that the iteration is over through a shared counter they update
 //     every kFlushEvery items and whenever their pop fails, never per item, so the harness adds
 //     no shared read-modify-write to the per-item path.
+//   * Waiting threads sleep (mutex + condition variable), so the benchmark thread does not take
+//     CPU from the workers while an iteration runs. (libstdc++ 12's std::barrier spins in its
+//     wait, which on 2 vCPUs costs the workers most of a core.)
 //
 // Threads and SMT: nothing is pinned by default (2 shared vCPUs; see common/bench_main.hpp,
 // RAIL_BENCH_PIN=1 pins). SMT matters here: a producer and a consumer on two hyperthreads of one
@@ -35,13 +44,17 @@
 #pragma once
 
 #include <benchmark/benchmark.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,8 +67,8 @@ namespace rail_bench::ring {
 inline constexpr std::size_t kCapacity = 65536;
 /// kItemsPerIteration items move through the queue in each benchmark iteration.
 inline constexpr std::uint64_t kItemsPerIteration = std::uint64_t{1} << 20;
-/// kDeadline bounds one iteration; only a broken queue (lost items) or a stuck machine reaches it.
-inline constexpr std::chrono::seconds kDeadline{30};
+/// kDeadline bounds one iteration; only a broken queue (lost items, livelock) reaches it.
+inline constexpr std::chrono::seconds kDeadline{60};
 /// kMaxBatch bounds Contender::kBatch (the harness keeps one batch buffer on the stack).
 inline constexpr std::size_t kMaxBatch = 64;
 /// Consumers publish their count to the shared counter at least this often (in items).
@@ -87,6 +100,60 @@ class Backoff {
   unsigned spins_ = 0;
 };
 
+/// Rendezvous is a reusable barrier for `parties` threads that sleeps while it waits, can time out
+/// (for the benchmark thread's watchdog) and can be abandoned (every wait then returns false).
+class Rendezvous {
+ public:
+  explicit Rendezvous(unsigned parties) : parties_(parties) {}
+
+  /// arrive_and_wait() blocks until all parties have arrived; false when abandoned.
+  bool arrive_and_wait() {
+    std::unique_lock lock(mutex_);
+    if (abandoned_) return false;
+    const std::uint64_t generation = generation_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++generation_;
+      changed_.notify_all();
+      return true;
+    }
+    changed_.wait(lock, [&] { return generation_ != generation || abandoned_; });
+    return !abandoned_;
+  }
+
+  /// arrive_and_wait_for(timeout) is arrive_and_wait() giving up after timeout (returns false).
+  /// After a timeout the rendezvous is unusable; the caller abandons it.
+  bool arrive_and_wait_for(std::chrono::nanoseconds timeout) {
+    std::unique_lock lock(mutex_);
+    if (abandoned_) return false;
+    const std::uint64_t generation = generation_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++generation_;
+      changed_.notify_all();
+      return true;
+    }
+    return changed_.wait_for(lock, timeout, [&] {
+      return generation_ != generation || abandoned_;
+    }) && !abandoned_;
+  }
+
+  /// abandon() releases every waiter, now and later, with false.
+  void abandon() {
+    const std::lock_guard lock(mutex_);
+    abandoned_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  const unsigned parties_;
+  unsigned arrived_ = 0;
+  std::uint64_t generation_ = 0;
+  bool abandoned_ = false;
+};
+
 // A Contender wraps one queue behind this interface (see rail_ring.cpp for the smallest one):
 //
 //   static constexpr std::size_t kBatch;       values per push/pop call; 1 = the per-item API
@@ -102,7 +169,6 @@ struct alignas(64) ConsumerTally {
   std::uint64_t count = 0;
   std::uint64_t sum = 0;
   std::uint64_t sum_sq = 0;  // wraps mod 2^64, on both sides of the comparison
-  bool timed_out = false;
 };
 
 struct alignas(64) SharedCounter {
@@ -134,13 +200,11 @@ void produce(Contender& queue, typename Contender::Producer& handle, std::uint64
 
 template <class Contender>
 ConsumerTally consume(Contender& queue, typename Contender::Consumer& handle, std::uint64_t total,
-                      SharedCounter& consumed, std::atomic<bool>& abort) {
+                      SharedCounter& consumed, const std::atomic<bool>& abort) {
   std::uint64_t values[Contender::kBatch];
   ConsumerTally tally;
   Backoff backoff;
   std::uint64_t unflushed = 0;
-  std::uint64_t failures = 0;
-  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
   for (;;) {
     const std::size_t popped = queue.pop(handle, values, Contender::kBatch);
     if (popped != 0) {
@@ -163,16 +227,25 @@ ConsumerTally consume(Contender& queue, typename Contender::Consumer& handle, st
       unflushed = 0;
     }
     if (consumed.value.load(std::memory_order_relaxed) >= total) break;
-    if (++failures % 4096 == 0 && std::chrono::steady_clock::now() > deadline) {
-      tally.timed_out = true;
-      abort.store(true, std::memory_order_relaxed);
-      break;
-    }
+    // Relaxed: a stop hint, as in produce().
     if (abort.load(std::memory_order_relaxed)) break;
     backoff.wait();
   }
   return tally;
 }
+
+/// Everything the worker threads share, on the heap and owned jointly by them and the benchmark
+/// thread, so that a run abandoned with threads stuck inside the queue can leak it safely.
+template <class Contender>
+struct RunState {
+  RunState(unsigned producers, unsigned consumers)
+      : queue(kCapacity), sync(producers + consumers + 1), tallies(consumers) {}
+  Contender queue;
+  Rendezvous sync;
+  std::atomic<bool> abort{false};
+  SharedCounter consumed;
+  std::vector<ConsumerTally> tallies;
+};
 
 /// run<Contender>(state, producers, consumers) is the body of BM_Ring/<contender>/<P>x<C>.
 template <class Contender>
@@ -188,74 +261,81 @@ void run(benchmark::State& state, unsigned producers, unsigned consumers) {
     expected_sum_sq += v * v;
   }
 
-  Contender queue(kCapacity);
-  std::barrier sync(static_cast<std::ptrdiff_t>(producers + consumers + 1));
-  std::atomic<bool> stop{false};
-  std::atomic<bool> abort{false};
-  SharedCounter consumed;
-  std::vector<ConsumerTally> tallies(consumers);
+  const auto shared = std::make_shared<RunState<Contender>>(producers, consumers);
+  std::vector<std::thread> threads;
+  threads.reserve(producers + consumers);
+  for (unsigned p = 0; p < producers; ++p) {
+    threads.emplace_back([shared, p, per_producer] {
+      pin_thread(p);
+      auto handle = shared->queue.make_producer();
+      // Each iteration: start rendezvous, work, end rendezvous. false: stop, or abandoned.
+      while (shared->sync.arrive_and_wait()) {
+        produce(shared->queue, handle, p * per_producer + 1, (p + 1) * per_producer + 1,
+                shared->abort);
+        if (!shared->sync.arrive_and_wait()) return;
+      }
+    });
+  }
+  for (unsigned c = 0; c < consumers; ++c) {
+    threads.emplace_back([shared, c, total, producers] {
+      pin_thread(producers + c);
+      auto handle = shared->queue.make_consumer();
+      while (shared->sync.arrive_and_wait()) {
+        shared->tallies[c] = consume(shared->queue, handle, total, shared->consumed, shared->abort);
+        if (!shared->sync.arrive_and_wait()) return;
+      }
+    });
+  }
 
-  {
-    std::vector<std::jthread> threads;
-    threads.reserve(producers + consumers);
-    for (unsigned p = 0; p < producers; ++p) {
-      threads.emplace_back([&, p] {
-        pin_thread(p);
-        auto handle = queue.make_producer();
-        for (;;) {
-          sync.arrive_and_wait();  // start of an iteration, or the stop signal
-          if (stop.load(std::memory_order_relaxed)) return;
-          produce(queue, handle, p * per_producer + 1, (p + 1) * per_producer + 1, abort);
-          sync.arrive_and_wait();  // end of the iteration
-        }
-      });
+  // One iteration: nullptr when every item arrived exactly once, or what went wrong.
+  const auto iterate = [&]() -> const char* {
+    // Written before the start rendezvous, whose mutex orders it before every worker's reads.
+    shared->consumed.value.store(0, std::memory_order_relaxed);
+    shared->sync.arrive_and_wait();
+    if (!shared->sync.arrive_and_wait_for(kDeadline)) {
+      return "iteration took longer than kDeadline: the queue lost items or livelocked (run "
+             "abandoned; threads stuck inside the queue were detached at SCHED_IDLE)";
     }
-    for (unsigned c = 0; c < consumers; ++c) {
-      threads.emplace_back([&, c] {
-        pin_thread(producers + c);
-        auto handle = queue.make_consumer();
-        for (;;) {
-          sync.arrive_and_wait();
-          if (stop.load(std::memory_order_relaxed)) return;
-          tallies[c] = consume(queue, handle, total, consumed, abort);
-          sync.arrive_and_wait();
-        }
-      });
+    // The end rendezvous orders every consumer's tally before these reads.
+    ConsumerTally sum;
+    for (const ConsumerTally& t : shared->tallies) {
+      sum.count += t.count;
+      sum.sum += t.sum;
+      sum.sum_sq += t.sum_sq;
     }
+    if (sum.count != total || sum.sum != expected_sum || sum.sum_sq != expected_sum_sq) {
+      return "conservation check failed: items lost or duplicated";
+    }
+    return nullptr;
+  };
 
-    // One iteration: returns an error message, or nullptr when every item arrived exactly once.
-    const auto iterate = [&]() -> const char* {
-      // Written before the start barrier, which orders it before every worker's reads.
-      consumed.value.store(0, std::memory_order_relaxed);
-      sync.arrive_and_wait();
-      sync.arrive_and_wait();
-      // The end barrier orders every consumer's tally before these reads.
-      ConsumerTally sum;
-      for (const ConsumerTally& t : tallies) {
-        sum.count += t.count;
-        sum.sum += t.sum;
-        sum.sum_sq += t.sum_sq;
-        sum.timed_out = sum.timed_out || t.timed_out;
-      }
-      if (sum.timed_out) return "iteration deadline passed: items lost or the machine is stuck";
-      if (sum.count != total || sum.sum != expected_sum || sum.sum_sq != expected_sum_sq) {
-        return "conservation check failed: items lost or duplicated";
-      }
-      return nullptr;
-    };
-    // Untimed warm-up: moodycamel allocates its blocks, the deque its nodes, and every thread has
-    // run once, so the timed iterations measure the steady state.
-    const char* error = iterate();
-    if (error != nullptr) state.SkipWithError(error);
-    for (auto _ : state) {
-      error = iterate();
-      if (error != nullptr) {
-        state.SkipWithError(error);
-        break;
-      }
+  // Untimed warm-up: moodycamel allocates its blocks, the deque its nodes, and every thread has
+  // run once, so the timed iterations measure the steady state.
+  const char* error = iterate();
+  if (error != nullptr) state.SkipWithError(error);
+  for (auto _ : state) {
+    error = iterate();
+    if (error != nullptr) {
+      state.SkipWithError(error);
+      break;
     }
-    stop.store(true, std::memory_order_relaxed);
-    sync.arrive_and_wait();  // releases the workers into their stop check; jthreads join here
+  }
+
+  if (error == nullptr) {
+    shared->sync.abandon();  // the normal stop: every worker is at its start rendezvous
+    for (std::thread& t : threads)
+      t.join();
+  } else {
+    // Threads that return see abort or the abandoned rendezvous and exit; threads stuck inside
+    // the queue never will. Demote them all so a livelocked queue only burns idle time, and let
+    // them go: `shared` lives on as long as any of them.
+    shared->abort.store(true, std::memory_order_relaxed);
+    shared->sync.abandon();
+    for (std::thread& t : threads) {
+      const sched_param idle{};
+      pthread_setschedparam(t.native_handle(), SCHED_IDLE, &idle);
+      t.detach();
+    }
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * total));
   state.counters["producers"] = producers;
