@@ -21,8 +21,9 @@ struct Replay {
       trace.push_back({e.kind, {e.job_id, e.at.time_since_epoch()}});
     });
     engine.on_event(make_log_observer(log, clock));
-    queue_ = std::make_unique<Queue<Order>>(declare(engine, s, &clock));
+    queue_ = std::make_unique<Queue<Order>>(declare(engine, s));
     results = add_orders(*queue_, s);
+    start_worker(*queue_, s, &clock);
     settle(engine, *queue_, &clock);
   }
   std::vector<Duration> times(EventKind k, JobId id) const {

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     auto queue = rail::orders::declare(engine, scenario);
     std::cout << "rail orders demo - scenario " << scenario_name << "\n";
     auto results = rail::orders::add_orders(queue, scenario);
+    rail::orders::start_worker(queue, scenario);
     for (const auto& r : results)
       if (r.duplicate())
         std::cout << "add returned job " << r.id << " (duplicate: merged, nothing created)\n";

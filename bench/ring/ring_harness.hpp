@@ -41,6 +41,16 @@
 // With more threads than cores (2P2C, 4P4C here) the figures include preemption: a thread
 // descheduled between claiming a slot and publishing it stalls the others, which is exactly the
 // behaviour a job scheduler's ready queue must survive, so it is measured, not avoided.
+//
+// Reading the results on a shared 2-vCPU machine: cpu_time / real_time (process CPU per wall
+// second) should be close to 2, meaning both cores worked on the run. Close to 1 means another
+// process held a core and the threads were time-sliced on the other; that measures a different
+// thing (no cross-core hand-off at all: boost::lockfree looks ~10x faster, rail's 2x2 too), and
+// such runs should be discarded. Placement matters at 2x2 and above: when the two threads that
+// happen to share a core have the same role, the run behaves like 1x1; when each core holds a
+// producer and a consumer, same-role threads contend across cores on every operation. Unpinned
+// runs therefore scatter between the two (rail's 2x2 varied 11..47 M/s on a quiet machine);
+// RAIL_BENCH_PIN=1 fixes one producer and one consumer per core, the contended case.
 #pragma once
 
 #include <benchmark/benchmark.h>

@@ -31,13 +31,16 @@ Scenario parse_scenario(std::string_view name) {
               "scenario '" + std::string(name) + "' is unknown; expected bullmq, rabbitmq or sqs");
 }
 
-Queue<Order> declare(Engine& engine, Scenario scenario, ManualClock* manual) {
+Queue<Order> declare(Engine& engine, Scenario scenario) {
   QueueOptions q;
   q.capacity = 1024;
   q.defaults = retry_policy(scenario);
   if (scenario == Scenario::sqs) q.visibility_timeout = kSqsVisibility;
+  return engine.queue<Order>("orders", q);
+}
+
+void start_worker(Queue<Order>& queue, Scenario scenario, ManualClock* manual) {
   std::uint32_t concurrency = scenario == Scenario::sqs ? 3 : 1;
-  auto queue = engine.queue<Order>("orders", q);
   queue.process(WorkerOptions{.concurrency = concurrency},
                 [scenario, manual](Job<Order>& job) -> Outcome {
                   const Order& o = job.data();
@@ -60,7 +63,6 @@ Queue<Order> declare(Engine& engine, Scenario scenario, ManualClock* manual) {
                   }
                   return Outcome::done();
                 });
-  return queue;
 }
 
 std::vector<AddResult> add_orders(Queue<Order>& queue, Scenario scenario) {
@@ -110,9 +112,7 @@ void inspect_dlq(Queue<Order>& queue, std::ostream& out) {
 }
 
 Summary summarize(Queue<Order>& queue) {
-  QueueCounts c = queue.counts();
-  return Summary{c.added,        c.completed, c.failed_attempts, c.dead_lettered,
-                 c.deduplicated, c.stalled,   c.late_outcomes};
+  return queue.counts();
 }
 
 }  // namespace rail::orders

@@ -31,24 +31,22 @@ struct Order {
   int fail_times = 0;  // the handler fails this many attempts first (99: always)
 };
 
-struct Summary {
-  std::uint64_t added = 0;
-  std::uint64_t completed = 0;
-  std::uint64_t failed_attempts = 0;
-  std::uint64_t dead_lettered = 0;
-  std::uint64_t deduplicated = 0;
-  std::uint64_t stalled = 0;
-  std::uint64_t late_outcomes = 0;
-};
+/// Summary: the final counts of the scenario's queue.
+using Summary = QueueCounts;
 
 /// parse_scenario("bullmq" | "rabbitmq" | "sqs"); throws rail::Error(invalid_option) otherwise.
 Scenario parse_scenario(std::string_view name);
 
-/// declare(engine, scenario, manual) declares the "orders" queue with the scenario's retry
-/// policy and starts its worker (concurrency 1 like the seed's single worker; 3 for sqs, so a
-/// redelivery finds a free worker while the overrunning handler still runs). With a ManualClock
-/// the sqs handler "takes 3 s" by advancing it in 10 ms steps instead of sleeping.
-Queue<Order> declare(Engine& engine, Scenario scenario, ManualClock* manual = nullptr);
+/// declare(engine, scenario) declares the "orders" queue with the scenario's retry policy.
+Queue<Order> declare(Engine& engine, Scenario scenario);
+
+/// start_worker(queue, scenario, manual) starts the queue's worker: concurrency 1 like the
+/// seed's single worker (3 for sqs, so a redelivery finds a free worker while the overrunning
+/// handler still runs). Called after add_orders, so that both adds of order-4's email happen
+/// before anything runs, as in the seed (a simple-mode dedup id is released when its job
+/// completes; a fast worker could otherwise finish the email between the two adds). With a
+/// ManualClock the sqs handler "takes 3 s" by advancing it in 10 ms steps instead of sleeping.
+void start_worker(Queue<Order>& queue, Scenario scenario, ManualClock* manual = nullptr);
 
 /// add_orders(queue, scenario) adds the four orders (order-4's email twice).
 std::vector<AddResult> add_orders(Queue<Order>& queue, Scenario scenario);
