@@ -84,12 +84,11 @@ std::optional<Duration> Engine::next_timer_in() {
 
 JobState Engine::state(JobId id) {
   std::lock_guard lock(mu_);
-  JobState best;
   for (auto& [name, q] : queues_) {
     JobState s = q->job_state(id);
     if (s.status != JobStatus::unknown) return s;
   }
-  return best;
+  return JobState{};
 }
 
 bool Engine::cancel(JobId id) {

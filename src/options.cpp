@@ -4,6 +4,7 @@
 #include <string>
 
 #include "rail/backoff.hpp"
+#include "rail/detail/job_slot.hpp"
 #include "rail/error.hpp"
 
 namespace rail {
@@ -40,8 +41,10 @@ void validate_job_options(const JobOptions& o, std::string_view where) {
   if (o.attempts < 1) [[unlikely]]
     bad(where, "attempts", std::to_string(o.attempts),
         "1 or more (attempts counts every try, including the first)");
-  if (o.attempts > 65535) [[unlikely]]
-    bad(where, "attempts", std::to_string(o.attempts), "at most 65535 (SQS allows 1000)");
+  // The slot keeps attempt and delivery counts in 16 bits (job_slot.hpp): one bound, one place.
+  if (static_cast<std::uint32_t>(o.attempts) > detail::kMaxAttempts) [[unlikely]]
+    bad(where, "attempts", std::to_string(o.attempts),
+        "at most " + std::to_string(detail::kMaxAttempts) + " (SQS allows 1000)");
   if (o.visibility_timeout && o.visibility_timeout->count() <= 0) [[unlikely]]
     bad(where, "visibility_timeout", ns(*o.visibility_timeout),
         "a positive lease length (Duration::max() for none)");

@@ -102,7 +102,7 @@ constexpr std::uint64_t with_flag(std::uint64_t c, std::uint64_t f) noexcept {
 
 /// Pins count handlers on one slot: at most one per delivery, and a job has at most
 /// JobOptions::attempts (<= kMaxAttempts) deliveries, so 16 bits never overflow.
-constexpr std::uint32_t kMaxAttempts = 0xFFFF;
+constexpr std::uint32_t kMaxAttempts = 0xFFFF;  // validate_job_options enforces it
 
 /// AttemptRecord: one failed attempt, kept until the job ends (the DLQ keeps them all).
 struct AttemptRecord {
@@ -111,7 +111,7 @@ struct AttemptRecord {
   std::string message;
 };
 
-/// SlotExtra: the cold, variable-size part of a job (errors, dedup id, a visibility override).
+/// SlotExtra: the cold, variable-size part of a job (its error log and dedup id).
 /// Allocated the first time a slot's job fails or uses dedup, then kept with the slot and cleared
 /// on reuse, so a warm queue allocates only for error strings longer than the small-string
 /// buffer. `errors` reserves room for every attempt on first use so that a stale handler's view

@@ -1014,12 +1014,11 @@ class QueueImpl final : public QueueBase {
 
   /// leave_finishing(s, to): the holder moves the slot out of `finishing`. A CAS loop, because a
   /// stale handler may drop its pin meanwhile (the only change anyone else makes in finishing).
-  static std::uint64_t leave_finishing(JobSlot& s, SlotState to) noexcept {
+  static void leave_finishing(JobSlot& s, SlotState to) noexcept {
     std::uint64_t c = s.ctl.load(std::memory_order_relaxed);
     // release: publishes the slot's fields to whoever takes it next from ctl or a ring.
     while (!s.ctl.compare_exchange_weak(c, ctl::to(c, to), std::memory_order_acq_rel)) {
     }
-    return ctl::to(c, to);
   }
 
   /// sweep_inline(now): inline mode's lease check, called whenever timers are processed.
