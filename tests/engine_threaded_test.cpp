@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <span>
 #include <thread>
+#include <vector>
 
 #include "rail/rail.hpp"
 
@@ -118,6 +120,67 @@ TEST(ThreadedEngine, DestroyingWithQueuedWorkNeitherCrashesNorHangs) {
       (void)q.add("a", std::string(static_cast<std::size_t>(i % 40), 'x'),
                   JobOptions{.attempts = 3, .delay = (i % 2) ? 1ms : 0ms});
   }  // destructors with work in flight: ASan checks the payloads are destroyed exactly once
+}
+
+TEST(ThreadedEngine, IdleWorkerRunsJobsBatchedBehindABlockedHandler) {
+  // A worker with fast handlers takes ready jobs in batches; when the first job of a batch blocks,
+  // the other worker must run the rest (it steals them) instead of leaving them behind the block.
+  // The blocked handler waits for its 15 siblings, so without stealing this round never ends
+  // (the deadline turns that into a failure).
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int> fast_done{0};
+    std::atomic<bool> blocker_saw_all{false};
+    Engine engine;
+    auto q = engine.queue<int>("q", QueueOptions{.capacity = 1024});
+    q.process({.concurrency = 2}, [&](Job<int>& j) {
+      if (j.data() >= 0) {
+        fast_done.fetch_add(1);
+        return;
+      }
+      blocker_saw_all.store(eventually([&] { return fast_done.load() >= 15 + 512; }, 20s));
+    });
+    std::vector<int> warm(512, 0);  // fast handlers back to back: the workers batch
+    ASSERT_EQ(q.add_bulk("warm", std::span<int>(warm)).status, AddStatus::added);
+    ASSERT_TRUE(eventually([&] { return fast_done.load() == 512; }));
+    std::vector<int> batch(16, 1);
+    batch[0] = -1;  // the blocker leads the batch
+    ASSERT_EQ(q.add_bulk("batch", std::span<int>(batch)).status, AddStatus::added);
+    ASSERT_TRUE(eventually([&] { return q.counts().completed == 512 + 16; }));
+    EXPECT_TRUE(blocker_saw_all.load()) << "round " << round;
+  }
+}
+
+TEST(ThreadedEngine, CountsAddUpAfterBatchedWork) {
+  Engine engine;
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = 256});
+  std::atomic<int> runs{0};
+  q.process({.concurrency = 3}, [&](Job<int>& j) {
+    runs.fetch_add(1);
+    return j.data() % 7 == 0 && j.attempt() == 1 ? Outcome::retry("again") : Outcome::done();
+  });
+  constexpr int kJobs = 313 * 64;  // whole chunks
+  std::vector<int> chunk(64);
+  for (int i = 0; i < kJobs; i += 64) {
+    for (int k = 0; k < 64; ++k)
+      chunk[static_cast<std::size_t>(k)] = i + k;
+    while (q.add_bulk("a", std::span<int>(chunk), JobOptions{.attempts = 2}).status ==
+           AddStatus::full)
+      std::this_thread::yield();
+  }
+  ASSERT_TRUE(q.drain(60s));
+  QueueCounts c = q.counts();
+  EXPECT_EQ(c.added, std::uint64_t{kJobs});
+  EXPECT_EQ(c.completed, std::uint64_t{kJobs});
+  EXPECT_EQ(c.waiting, 0u);
+  EXPECT_EQ(c.active, 0u);
+  EXPECT_EQ(c.delayed, 0u);
+  const int retried = (kJobs + 6) / 7;
+  EXPECT_EQ(c.failed_attempts, std::uint64_t(retried));
+  EXPECT_EQ(runs.load(), kJobs + retried);
+  // Every slot came back: the queue takes a full capacity again.
+  q.pause();
+  std::vector<int> all(256, 1);
+  EXPECT_EQ(q.add_bulk("a", std::span<int>(all)).status, AddStatus::added);
 }
 
 }  // namespace

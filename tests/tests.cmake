@@ -1,5 +1,6 @@
 # One line per component test; CONCURRENCY marks the ones ThreadSanitizer must run.
 rail_add_test(mpmc_ring CONCURRENCY)
+rail_add_test(worker_stash CONCURRENCY)
 rail_add_test(engine)
 rail_add_test(orders_scenario)
 target_link_libraries(orders_scenario_test PRIVATE rail_orders_scenario)

@@ -10,17 +10,20 @@
 //   ready_     MPMC ring of slot indices whose job may start now
 //   inbox_     MPMC ring of indices to link into the timing wheel (+1 cell: the lease sweep)
 //   leases_    one lease record per worker (detail/lease_tracker.hpp)
+//   stashes_   one WorkerStash per worker: the rest of the batch it popped (worker_stash.hpp)
 // Each index is in exactly one ring or held by exactly one thread (job_slot.hpp's ownership
 // invariant); every ring has room for every index, so pushing a held index never fails for
 // long (push_held).
 //
 // Add:   pop free -> fill slot and payload -> push ready (or inbox when delayed) -> wake.
-// Work:  pop ready -> CAS waiting->active (pin) -> lease -> handler -> CAS active->finishing:
+// Work:  pop a batch of ready (the first job now, the rest into the worker's stash, stealable)
+//        -> CAS waiting->active (pin) -> lease -> handler -> CAS active->finishing:
 //          done            -> end (completed)
 //          retry (+delay)  -> delayed: inbox (the timer links it) | no delay: ready
 //          out of attempts -> end (dead-lettered: DLQ entry with the payload moved)
 //        An end frees the slot at once if no stale handler still pins it, else the last one
-//        to return frees it (and files the DLQ entry).
+//        to return frees it (and files the DLQ entry). A worker returns the slots it freed to
+//        the free ring in one bulk push per batch.
 // Timer: the wheel owner drains inbox_ into the wheel; when a slot's time comes it CASes
 //        delayed->waiting and pushes ready. The lease sweep (one wheel timer per queue) CASes
 //        active->finishing for lapsed leases and redelivers or dead-letters them.
@@ -37,7 +40,8 @@
 //   * due_ns is relaxed: it travels with the inbox push (ring release) or the ctl release.
 //   * stop_/paused_ are release on store, acquire on load: a worker that sees the flag also sees
 //     what the caller did before setting it. Counters, history and min_visibility_ns_ are
-//     relaxed: they publish no data, only numbers.
+//     relaxed: they publish no data, only numbers. Workers keep their own (OwnedCounters: plain
+//     stores, no locked instruction per job); counts() sums them with the shared stripes.
 //
 // Threading: add/add_bulk/cancel/state/pause from any thread; `concurrency` worker threads per
 // queue (threaded mode) or the run_until_idle() caller (inline mode) run handlers.
@@ -46,6 +50,7 @@
 
 #include <mimalloc.h>
 
+#include <array>
 #include <bit>
 #include <chrono>
 #include <exception>
@@ -69,6 +74,7 @@
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/mpmc_ring.hpp"
 #include "rail/detail/striped_counter.hpp"
+#include "rail/detail/worker_stash.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
 #include "rail/job.hpp"
@@ -163,7 +169,15 @@ class QueueImpl final : public QueueBase {
   [[nodiscard]] EngineCore& core() noexcept { return core_; }
 
   QueueCounts counts() const noexcept override {
-    auto r = [&](Counter c) { return counters_.read(c); };
+    // acquire: pairs with set_handler's release, so the array read is fully built.
+    const auto* owned = worker_counters_.load(std::memory_order_acquire);
+    const std::uint32_t owners = owned ? workers() : 0;
+    auto r = [&](Counter c) {
+      std::uint64_t sum = counters_.read(c);
+      for (std::uint32_t w = 0; w < owners; ++w)
+        sum += owned[w].read(c);
+      return sum;
+    };
     auto gauge = [](std::uint64_t in, std::uint64_t out) { return in > out ? in - out : 0; };
     QueueCounts c;
     c.added = r(kAdded);
@@ -302,6 +316,14 @@ class QueueImpl final : public QueueBase {
     handler_ = std::move(h);
     std::uint32_t workers = core_.mode() == Mode::threaded ? w.concurrency : 1;
     leases_ = std::make_unique<LeaseTracker>(workers);
+    stashes_ = std::make_unique<WorkerStash[]>(workers);
+    if (core_.mode() == Mode::threaded) {
+      worker_counters_owner_ = std::make_unique<OwnedCounters<kCounterKinds>[]>(workers);
+      // release: counts() on another thread sees the array built (its acquire load).
+      worker_counters_.store(worker_counters_owner_.get(), std::memory_order_release);
+    }
+    // relaxed: a sizing hint for wake-ups; the workers themselves see it through thread creation.
+    worker_count_.store(workers, std::memory_order_relaxed);
     // Threaded: the sweep is a self-re-arming wheel timer. Inline: time moves only through
     // ManualClock::advance, whose process_timers() calls sweep_inline() directly, so no timer is
     // left on the wheel for next_timer_in() to chase forever.
@@ -314,11 +336,13 @@ class QueueImpl final : public QueueBase {
 
   std::size_t run_ready(std::size_t max) override {
     if (!handler_ || paused_.load(std::memory_order_acquire)) return 0;
-    if (!inline_rng_) inline_rng_.emplace(core_.seed() ^ index_);
+    if (!inline_worker_)
+      inline_worker_.emplace(leases_->record(0), SplitMix64(core_.seed() ^ index_), nullptr,
+                             nullptr);
     std::size_t ran = 0;
     std::uint32_t idx;
     while (ran < max && ready_.try_pop(idx)) {
-      if (deliver(idx, leases_->record(0), *inline_rng_)) ++ran;
+      if (deliver(idx, *inline_worker_)) ++ran;
     }
     return ran;
   }
@@ -338,7 +362,7 @@ class QueueImpl final : public QueueBase {
   void resume() noexcept {
     paused_.store(false, std::memory_order_release);  // workers' acquire load sees it
     // One signal per worker: each may be between its paused check and its wait().
-    ready_ec_.notify_all(static_cast<std::int32_t>(std::max<std::size_t>(workers_.size(), 1)));
+    ready_ec_.notify_all(static_cast<std::int32_t>(std::max<std::uint32_t>(workers(), 1)));
   }
   [[nodiscard]] bool paused() const noexcept { return paused_.load(std::memory_order_acquire); }
 
@@ -391,11 +415,12 @@ class QueueImpl final : public QueueBase {
               counters_.add(kFromReady);
             else
               counters_.add(kFromDelayed);
-            record_end(s, EndKind::cancelled, DeadLetterReason::none, now);
+            record_end(s, EndKind::cancelled, DeadLetterReason::none, now, nullptr);
             std::uint64_t u = s.ctl.load(std::memory_order_acquire);
             while (!s.ctl.compare_exchange_weak(u, ctl::unpin(u), std::memory_order_acq_rel)) {
             }
-            if (ctl::state(u) == SlotState::ended && ctl::pins(u) == 1) final_end(i, ctl::unpin(u));
+            if (ctl::state(u) == SlotState::ended && ctl::pins(u) == 1)
+              final_end(i, ctl::unpin(u), nullptr);
             return true;
           }
           case SlotState::active:
@@ -445,7 +470,7 @@ class QueueImpl final : public QueueBase {
       st.attempts_made = s.attempts_made;
       if (s.id.load(std::memory_order_relaxed) == id) return st;  // still the same job
     }
-    std::uint64_t h = history_[id & history_mask_].load(std::memory_order_relaxed);
+    std::uint64_t h = history_[history_index(id)].load(std::memory_order_relaxed);
     if ((h >> 4) == id) return JobState{static_cast<JobStatus>(h & 0xF)};
     if (dlq_.contains(id)) return JobState{JobStatus::dead_lettered};
     return JobState{};
@@ -509,7 +534,7 @@ class QueueImpl final : public QueueBase {
         continue;
       }
       if (st == SlotState::cancelled) {
-        reclaim_cancelled(idx, c);
+        reclaim_cancelled(idx, c, nullptr);
         return;
       }
       RAIL_INVARIANT(st == SlotState::delayed, "a slot on the wheel is delayed or cancelled");
@@ -562,6 +587,25 @@ class QueueImpl final : public QueueBase {
 
  private:
   using Storage = std::aligned_storage_t<sizeof(T), alignof(T)>;
+
+  /// WorkerContext: what one worker thread keeps to itself (inline mode: the run_until_idle
+  /// caller's). Slots the worker frees collect in `freed` and reach the free ring in one bulk push
+  /// per batch (flush_freed), so a worker pays the free ring's shared tail and cells once per
+  /// batch rather than once per job. Producers cannot reuse those slots until the flush, which
+  /// comes at the end of each batch and before the worker waits.
+  struct WorkerContext {
+    WorkerContext(LeaseRecord& r, SplitMix64 g, WorkerStash* st,
+                  OwnedCounters<kCounterKinds>* c) noexcept
+        : record(r), rng(g), stash(st), counters(c) {}
+    LeaseRecord& record;
+    SplitMix64 rng;
+    WorkerStash* stash;  // null in inline mode: no batches, frees go straight to the ring
+    OwnedCounters<kCounterKinds>* counters;  // null in inline mode (any thread may run it)
+    std::array<std::uint32_t, WorkerStash::kCapacity> freed{};
+    std::size_t nfreed = 0;
+    std::int64_t last_start_ns = 0;
+    bool fast = false;  // the last delivery started within kFastHandlerNs of the one before
+  };
 
   T& payload(std::uint32_t idx) noexcept {
     return *std::launder(reinterpret_cast<T*>(&payload_[idx]));
@@ -701,7 +745,7 @@ class QueueImpl final : public QueueBase {
       if (k == 0) std::this_thread::yield();  // transient, as in push_held
       done += k;
     }
-    std::size_t wake = std::max<std::size_t>(1, std::min(n, workers_.size()));
+    std::size_t wake = std::max<std::size_t>(1, std::min<std::size_t>(n, workers()));
     for (std::size_t i = 0; i < wake; ++i)
       ready_ec_.notify();
   }
@@ -796,32 +840,104 @@ class QueueImpl final : public QueueBase {
     return true;
   }
 
+  /// Batches: a worker takes up to WorkerStash::kCapacity ready jobs with one bulk pop while its
+  /// handlers are fast, and one at a time once a handler was slow (kFastHandlerNs start to
+  /// start), so slow jobs are handed out one by one, in order, to whichever worker is free. Either
+  /// way an idle worker steals from a busy worker's stash before it waits (worker_stash.hpp).
+  static constexpr std::int64_t kFastHandlerNs = 20'000;
+
   void worker_loop(std::uint32_t w) {
-    SplitMix64 rng(core_.seed() ^ (std::uint64_t{index_} << 32) ^ w);
-    LeaseRecord& record = leases_->record(w);
-    std::uint32_t idx;
+    WorkerContext wc(leases_->record(w),
+                     SplitMix64(core_.seed() ^ (std::uint64_t{index_} << 32) ^ w), &stashes_[w],
+                     &worker_counters_owner_[w]);
+    std::uint32_t idx = 0;
     while (!stop_.load(std::memory_order_acquire)) {
-      if (!paused_.load(std::memory_order_acquire) && ready_.try_pop(idx)) {
-        deliver(idx, record, rng);
+      if (next_job(w, wc, idx)) {
+        deliver(idx, wc);
         continue;
       }
+      flush_freed(wc);  // about to go idle: let producers have the slots
       // Spin briefly with `pause` (not sched_yield, which on a busy machine hands the core away
       // for milliseconds): at high rates the next job arrives within a hand-off (~100 ns), far
       // cheaper than a futex sleep and wake (1-5 us).
       bool got = false;
       for (int spin = 0; spin < kSpins && !got; ++spin) {
         cpu_relax();
-        got = !paused_.load(std::memory_order_acquire) && ready_.try_pop(idx);
+        got = next_job(w, wc, idx);
       }
       if (got) {
-        deliver(idx, record, rng);
+        deliver(idx, wc);
         continue;
       }
       if (stop_.load(std::memory_order_acquire)) break;
-      // Returns at once if a producer signalled since; else sleeps until one does. Either way
-      // the loop re-checks the ring (event_count.hpp).
+      // Returns at once if a producer (or a worker filling its stash) signalled since; else sleeps
+      // until one does. Either way the loop re-checks the ring and the stashes (event_count.hpp).
       ready_ec_.wait();
     }
+    flush_freed(wc);
+  }
+
+  /// next_job(w, wc, idx): the next job for worker w — from its own stash, else a new batch from
+  /// the ready ring, else stolen from another worker's stash. False when there is none, or the
+  /// queue is paused (stashed jobs then wait with the rest: nothing new starts while paused).
+  bool next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept {
+    if (paused_.load(std::memory_order_acquire)) return false;
+    if (wc.stash->take(idx)) return true;
+    // A batch boundary: return this batch's freed slots before taking the next batch.
+    flush_freed(wc);
+    std::array<std::uint32_t, WorkerStash::kCapacity> batch;
+    const std::size_t want = wc.fast ? batch.size() : 1;
+    const std::size_t n = ready_.try_pop_bulk(batch.data(), want);
+    if (n == 0) return steal(w, idx);
+    // The slots were written on the producer's core: start every miss of the batch now, so they
+    // overlap instead of stalling one delivery each.
+    for (std::size_t i = 0; i < n; ++i) {
+      __builtin_prefetch(&slots_[batch[i]], 1);
+      __builtin_prefetch(&payload_[batch[i]], 0);
+    }
+    idx = batch[0];
+    if (n > 1) {
+      wc.stash->fill(batch.data() + 1, static_cast<std::uint32_t>(n - 1));
+      // A worker that found the ring empty just before our pop may be about to sleep: this
+      // signal makes its wait() return (or wakes it), and it then steals from the stash.
+      if (workers() > 1) ready_ec_.notify();
+    }
+    return true;
+  }
+
+  /// steal(w, idx): takes the oldest job of another worker's stash, trying each once.
+  bool steal(std::uint32_t w, std::uint32_t& idx) noexcept {
+    const std::size_t n = workers();
+    for (std::size_t k = 1; k < n; ++k) {
+      WorkerStash& victim = stashes_[(w + k) % n];
+      if (!victim.empty() && victim.take(idx)) return true;
+    }
+    return false;
+  }
+
+  /// flush_freed(wc): hands the slots wc freed to the free ring in one bulk push.
+  void flush_freed(WorkerContext& wc) noexcept {
+    std::size_t done = 0;
+    while (done < wc.nfreed) {
+      std::size_t k = free_.try_push_bulk(wc.freed.data() + done, wc.nfreed - done);
+      if (k == 0) std::this_thread::yield();  // transient, as in push_held
+      done += k;
+    }
+    wc.nfreed = 0;
+  }
+
+  /// count(wc, c): a worker bumps its own counters; anyone else (wc null) the shared stripes.
+  void count(WorkerContext* wc, Counter c, std::uint64_t n = 1) noexcept {
+    if (wc && wc->counters) {
+      wc->counters->add(c, n);
+    } else {
+      counters_.add(c, n);
+    }
+  }
+
+  /// workers(): worker threads of this queue (0 before process(), 1 in inline mode).
+  [[nodiscard]] std::uint32_t workers() const noexcept {
+    return worker_count_.load(std::memory_order_relaxed);  // see set_handler
   }
 
   static constexpr int kSpins = 256;
@@ -835,13 +951,13 @@ class QueueImpl final : public QueueBase {
 
   /// deliver(idx): we popped idx from the ready ring. Runs the handler unless the job was
   /// cancelled meanwhile; returns whether a handler ran.
-  bool deliver(std::uint32_t idx, LeaseRecord& record, SplitMix64& rng) {
+  bool deliver(std::uint32_t idx, WorkerContext& wc) {
     JobSlot& s = slots_[idx];
     std::uint64_t c = s.ctl.load(std::memory_order_acquire);
     std::uint64_t active;
     for (;;) {
       if (ctl::state(c) == SlotState::cancelled) {
-        reclaim_cancelled(idx, c);
+        reclaim_cancelled(idx, c, &wc);
         return false;
       }
       RAIL_INVARIANT(ctl::state(c) == SlotState::waiting, "a ready slot is waiting or cancelled");
@@ -849,12 +965,15 @@ class QueueImpl final : public QueueBase {
       // acq_rel: wins the job against cancel(); acquires the fields of whoever made it ready.
       if (s.ctl.compare_exchange_weak(c, active, std::memory_order_acq_rel)) break;
     }
-    counters_.add(kFromReady);
+    count(&wc, kFromReady);
     const auto token = static_cast<std::uint32_t>(ctl::seq(active));
     std::int64_t now = core_.now_ns();
+    // Start to start: the previous handler's run plus this worker's overhead (or idle time).
+    wc.fast = now - wc.last_start_ns < kFastHandlerNs;
+    wc.last_start_ns = now;
     s.started_ns = now;
     ++s.deliveries;
-    counters_.add(kStarted);
+    count(&wc, kStarted);
     Job<T> job;
     job.id_ = s.id.load(std::memory_order_relaxed);
     job.name_ = core_.names().name(s.name);
@@ -874,10 +993,10 @@ class QueueImpl final : public QueueBase {
     if (core_.observed()) emit(EventKind::started, s, now);
     bool leased = leases_enabled() && s.visibility_ns != Duration::max().count();
     if (leased) {
-      job.record_ = &record;
+      job.record_ = &wc.record;
       job.lease_ = make_lease(idx, token);
       // After the plain fields above: the sweep reads them after acquiring this lease word.
-      LeaseTracker::grant(record, job.lease_, now + s.visibility_ns);
+      LeaseTracker::grant(wc.record, job.lease_, now + s.visibility_ns);
     }
 
     Outcome out;
@@ -888,15 +1007,15 @@ class QueueImpl final : public QueueBase {
     } catch (...) {
       out = Outcome::retry("handler threw a non-std::exception");
     }
-    if (leased) LeaseTracker::release(record);
-    finish(idx, token, std::move(out), rng, job.started_at_, job.deliveries_);
-    counters_.add(kAttemptEnded);
+    if (leased) LeaseTracker::release(wc.record);
+    finish(idx, token, std::move(out), wc, job.started_at_, job.deliveries_);
+    count(&wc, kAttemptEnded);
     return true;
   }
 
   /// finish: the handler of delivery `token` returned. Exactly one of it and a lease lapse wins
   /// the slot (the CAS on ctl); the loser's outcome does not count.
-  void finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, SplitMix64& rng,
+  void finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, WorkerContext& wc,
               TimePoint started, std::uint32_t delivery) {
     JobSlot& s = slots_[idx];
     // Read while our pin still holds the slot: once a stale handler unpins, the slot may be freed
@@ -918,7 +1037,7 @@ class QueueImpl final : public QueueBase {
       // were the last handler on it, its deferred end is ours to complete.
       std::uint64_t unpinned = ctl::unpin(c);
       if (s.ctl.compare_exchange_weak(c, unpinned, std::memory_order_acq_rel)) {
-        counters_.add(kLateOutcomes);
+        count(&wc, kLateOutcomes);
         if (core_.observed()) {
           Event e;
           e.kind = EventKind::late_outcome;
@@ -933,7 +1052,7 @@ class QueueImpl final : public QueueBase {
           core_.emit(e);
         }
         if (ctl::state(unpinned) == SlotState::ended && ctl::pins(unpinned) == 0)
-          final_end(idx, unpinned);
+          final_end(idx, unpinned, &wc);
         return;
       }
     }
@@ -943,17 +1062,17 @@ class QueueImpl final : public QueueBase {
                       !(ctl::flags(c) & ctl::kCancelRequested) && !core_.observed();
     std::int64_t now = plain_done ? 0 : core_.now_ns();
     if (ctl::flags(c) & ctl::kCancelRequested) {
-      end_job(idx, EndKind::cancelled, DeadLetterReason::none, now);
+      end_job(idx, EndKind::cancelled, DeadLetterReason::none, now, &wc);
       return;
     }
     if (out.kind() == Outcome::Kind::done) {
-      end_job(idx, EndKind::completed, DeadLetterReason::none, now);
+      end_job(idx, EndKind::completed, DeadLetterReason::none, now, &wc);
       return;
     }
     FailKind kind = out.kind() == Outcome::Kind::fail          ? FailKind::permanent
                     : out.kind() == Outcome::Kind::retry_after ? FailKind::retry_after
                                                                : FailKind::retry;
-    fail_attempt(idx, out.take_reason(), kind, out.delay(), rng, now);
+    fail_attempt(idx, out.take_reason(), kind, out.delay(), wc.rng, now, &wc);
   }
 
   /// FailKind: why an attempt failed, as far as what happens next is concerned.
@@ -966,10 +1085,10 @@ class QueueImpl final : public QueueBase {
 
   /// fail_attempt: the holder (in `finishing`) records a failed attempt and retries or ends it.
   void fail_attempt(std::uint32_t idx, std::string reason, FailKind kind, Duration explicit_delay,
-                    SplitMix64& rng, std::int64_t now) {
+                    SplitMix64& rng, std::int64_t now, WorkerContext* wc) {
     JobSlot& s = slots_[idx];
     ++s.attempts_made;
-    counters_.add(kFailedAttempts);
+    count(wc, kFailedAttempts);
     auto& log = extra(s).errors;
     if (log.capacity() < s.max_attempts) log.reserve(s.max_attempts);  // see SlotExtra
     log.push_back(AttemptRecord{s.attempts_made, now, std::move(reason)});
@@ -998,7 +1117,7 @@ class QueueImpl final : public QueueBase {
       core_.emit(e);
     }
     if (dead != DeadLetterReason::none) {
-      end_job(idx, EndKind::dead_lettered, dead, now);
+      end_job(idx, EndKind::dead_lettered, dead, now, wc);
       return;
     }
     s.prev_delay_ns = delay.count();
@@ -1062,27 +1181,28 @@ class QueueImpl final : public QueueBase {
     }
     if (ctl::flags(c) & ctl::kCancelRequested) {
       // cancel() already answered "flagged": the job ends cancelled, not redelivered.
-      end_job(idx, EndKind::cancelled, DeadLetterReason::none, now);
+      end_job(idx, EndKind::cancelled, DeadLetterReason::none, now, nullptr);
       return;
     }
     std::string reason = "lease expired after " + std::to_string(elapsed.count() / 1'000'000) +
                          " ms (visibility timeout " + std::to_string(s.visibility_ns / 1'000'000) +
                          " ms)";
     SplitMix64 unused(0);  // a lapse redelivers at once (SQS): no backoff, no randomness
-    fail_attempt(idx, std::move(reason), FailKind::lapse, Duration{0}, unused, now);
+    fail_attempt(idx, std::move(reason), FailKind::lapse, Duration{0}, unused, now, nullptr);
   }
 
   /// end_job: the holder (in `finishing`) ends the job: record it, then free the slot now, or
   /// leave it `ended` for the last stale handler to free.
-  void end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std::int64_t now) {
+  void end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std::int64_t now,
+               WorkerContext* wc) {
     JobSlot& s = slots_[idx];
-    record_end(s, kind, reason, now);
+    record_end(s, kind, reason, now, wc);
     s.end_kind = kind;
     s.end_reason = reason;
     std::uint64_t c = s.ctl.load(std::memory_order_acquire);
     for (;;) {
       if (ctl::pins(c) == 0) {
-        final_end(idx, c);
+        final_end(idx, c, wc);
         return;
       }
       // release: the last unpinner acquires end_kind and the fields the DLQ entry needs.
@@ -1093,18 +1213,19 @@ class QueueImpl final : public QueueBase {
 
   /// record_end: the logical end of a job — counters, events, dedup release, history. Exactly
   /// once per job, by whoever decided the end.
-  void record_end(JobSlot& s, EndKind kind, DeadLetterReason reason, std::int64_t now) {
+  void record_end(JobSlot& s, EndKind kind, DeadLetterReason reason, std::int64_t now,
+                  WorkerContext* wc) {
     JobId id = s.id.load(std::memory_order_relaxed);
     if (s.has_dedup && !s.dedup_has_ttl)
       (void)dedup_.load(std::memory_order_acquire)->release(s.extra->dedup_key, id);
     switch (kind) {
       case EndKind::completed:
-        counters_.add(kCompleted);
+        count(wc, kCompleted);
         remember(id, JobStatus::completed);
         if (core_.observed()) emit(EventKind::completed, s, now);
         break;
       case EndKind::dead_lettered: {
-        counters_.add(kDeadLettered);
+        count(wc, kDeadLettered);
         remember(id, JobStatus::dead_lettered);
         if (core_.observed()) {
           Event ev = make_event(EventKind::dead_lettered, s, now);
@@ -1116,7 +1237,7 @@ class QueueImpl final : public QueueBase {
         break;
       }
       case EndKind::cancelled:
-        counters_.add(kCancelled);
+        count(wc, kCancelled);
         remember(id, JobStatus::cancelled);
         if (core_.observed()) emit(EventKind::cancelled, s, now);
         break;
@@ -1127,12 +1248,12 @@ class QueueImpl final : public QueueBase {
 
   /// reclaim_cancelled: the holder of a cancelled slot's index frees it (cancel() recorded the
   /// end already); with stale handlers still pinning it, the last of them frees it.
-  void reclaim_cancelled(std::uint32_t idx, std::uint64_t c) {
+  void reclaim_cancelled(std::uint32_t idx, std::uint64_t c, WorkerContext* wc) {
     JobSlot& s = slots_[idx];
     s.end_kind = EndKind::cancelled;
     for (;;) {
       if (ctl::pins(c) == 0) {
-        final_end(idx, c);
+        final_end(idx, c, wc);
         return;
       }
       if (s.ctl.compare_exchange_weak(c, ctl::to(c, SlotState::ended), std::memory_order_acq_rel))
@@ -1141,8 +1262,9 @@ class QueueImpl final : public QueueBase {
   }
 
   /// final_end: nobody pins the slot and its job has ended: file the DLQ entry, destroy the
-  /// payload, and return the index to the free ring.
-  void final_end(std::uint32_t idx, std::uint64_t c) {
+  /// payload, and return the index to the free ring (through the worker's batch when a worker
+  /// ends it: see WorkerContext).
+  void final_end(std::uint32_t idx, std::uint64_t c, WorkerContext* wc) {
     JobSlot& s = slots_[idx];
     std::optional<DeadLetter<T>> entry;
     if (s.end_kind == EndKind::dead_lettered) {
@@ -1165,16 +1287,32 @@ class QueueImpl final : public QueueBase {
     // release: the next holder (a producer popping the free ring) sees a clean slot; nobody
     // else writes ctl in `ended`/`finishing` with zero pins, so a plain store is enough.
     s.ctl.store(ctl::make(ctl::seq(c) + 1, 0, 0, SlotState::free), std::memory_order_release);
-    push_held(free_, idx);
+    if (wc && wc->stash) {
+      wc->freed[wc->nfreed++] = idx;
+      if (wc->nfreed == wc->freed.size()) flush_freed(*wc);
+    } else {
+      push_held(free_, idx);
+    }
     if (entry) dlq_.push(std::move(*entry));
+  }
+
+  /// history_index(id): id's entry, with consecutive ids on different cache lines. Workers end
+  /// neighbouring ids at the same moment; with ids mapped in order, eight of them share a line and
+  /// every end would pull it from the other worker's core. Swapping the id's low three bits to the
+  /// top of the index keeps the map a bijection on the table while separating neighbours.
+  [[nodiscard]] std::size_t history_index(JobId id) const noexcept {
+    const std::size_t bits = static_cast<std::size_t>(std::popcount(history_mask_));  // >= 10
+    const auto low = static_cast<std::size_t>(id & 7);
+    const auto rest = static_cast<std::size_t>(id >> 3) & (history_mask_ >> 3);
+    return (low << (bits - 3)) | rest;
   }
 
   /// remember(id, status): the history of ended jobs that state() consults, direct-mapped by id
   /// (a newer job with the same low bits overwrites an older one: then state() says unknown).
   void remember(JobId id, JobStatus status) noexcept {
     // relaxed: a hint for a cold-path reader; it orders nothing.
-    history_[id & history_mask_].store((id << 4) | static_cast<std::uint64_t>(status),
-                                       std::memory_order_relaxed);
+    history_[history_index(id)].store((id << 4) | static_cast<std::uint64_t>(status),
+                                      std::memory_order_relaxed);
   }
 
   Event make_event(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept {
@@ -1220,12 +1358,16 @@ class QueueImpl final : public QueueBase {
   std::unique_ptr<DedupSet> dedup_owner_;
   std::mutex dedup_init_mu_;
   mutable DeadLetterQueue<T> dlq_;
-  StripedCounters<kCounterKinds> counters_;
+  StripedCounters<kCounterKinds> counters_;  // producers, the timer, cancel(), inline mode
+  std::atomic<OwnedCounters<kCounterKinds>*> worker_counters_{nullptr};  // threaded workers
+  std::unique_ptr<OwnedCounters<kCounterKinds>[]> worker_counters_owner_;
   std::mutex handler_mu_;
   Handler handler_;
   std::unique_ptr<LeaseTracker> leases_;
-  std::optional<SplitMix64> inline_rng_;
+  std::optional<WorkerContext> inline_worker_;  // inline mode: the run_until_idle caller
+  std::unique_ptr<WorkerStash[]> stashes_;      // threaded mode: one per worker
   std::vector<std::thread> workers_;
+  std::atomic<std::uint32_t> worker_count_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> paused_{false};
 };

@@ -46,4 +46,25 @@ class StripedCounters {
   std::array<Stripe, Stripes> stripes_{};
 };
 
+/// OwnedCounters: the same statistics for a thread that owns them alone (a queue's worker). With
+/// one writer an increment needs no locked read-modify-write: a relaxed load and store of the
+/// writer's own value cannot lose an update, and cost a plain store instead of a locked
+/// instruction, which would also wait for the writer's pending cache misses to drain.
+/// Readers load relaxed and see each total whole (64-bit atomics do not tear), as above.
+template <std::size_t Kinds>
+class alignas(64) OwnedCounters {
+ public:
+  /// add(kind, n): by the owning thread only.
+  void add(std::size_t kind, std::uint64_t n = 1) noexcept {
+    auto& cell = v_[kind];
+    cell.store(cell.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint64_t read(std::size_t kind) const noexcept {
+    return v_[kind].load(std::memory_order_relaxed);
+  }
+
+ private:
+  std::array<std::atomic<std::uint64_t>, Kinds> v_{};
+};
+
 }  // namespace rail::detail
