@@ -1,0 +1,199 @@
+// peers_rail: rail's side of the peers benchmark (issue 4 item 7). bench/peers/run drives it next
+// to bench/peers/bullmq.mjs and bench/peers/rabbitmq.mjs; all three run the same two workloads,
+// time them the same way and print the same JSON object (one line on stdout per run):
+//   orders  N no-op jobs, payload {"order":i}; workers start first, then one producer adds while
+//           they drain. add_per_s = N / (last add returned - first add began); jobs_per_s =
+//           N / (last completion - first add began).
+//   retry   the same, but every job's first attempt fails and its second succeeds (attempts 2,
+//           fixed backoff); late_ms = second attempt's start - first attempt's failure - backoff,
+//           as p50 / p99 / max over the jobs.
+//   peers_rail --workload orders|retry [--jobs N] [--batch B] [--concurrency W] [--backoff-ms D]
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <rail/rail.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::int64_t now_ns() noexcept {
+  return std::chrono::steady_clock::now().time_since_epoch().count();
+}
+
+/// Finish counts completed jobs; the handler that completes the last one takes the time (as the
+/// JS drivers do at their last completion) and wakes the main thread. acq_rel on the count chains
+/// every handler's writes (late_ms) to that last one, and its release store passes them on.
+class Finish {
+ public:
+  explicit Finish(std::uint64_t target) noexcept : target_(target) {}
+  void hit() noexcept {
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 != target_) return;
+    at_ns_ = now_ns();
+    finished_.store(1, std::memory_order_release);
+    finished_.notify_one();
+  }
+  /// wait() blocks until the last job completed and returns when that was.
+  std::int64_t wait() const noexcept {
+    while (finished_.load(std::memory_order_acquire) == 0)
+      finished_.wait(0, std::memory_order_acquire);
+    return at_ns_;
+  }
+
+ private:
+  const std::uint64_t target_;
+  alignas(64) std::atomic<std::uint64_t> done_{0};
+  alignas(64) std::atomic<std::uint32_t> finished_{0};
+  std::int64_t at_ns_ = 0;  // written before finished_'s release store, read after its acquire
+};
+
+struct Config {
+  std::string workload = "orders";
+  std::uint64_t jobs = 50'000;
+  std::size_t batch = 1000;  // jobs per add_bulk; 1: one add() per job
+  std::uint32_t workers = 2;
+  int backoff_ms = 10;
+};
+
+/// payload(i) is the same bytes the peers carry (JSON.stringify({order: i})). A typed struct would
+/// be rail's idiomatic payload and cheaper; the text keeps the comparison like for like.
+std::string payload(std::uint64_t i) {
+  char buf[32] = "{\"order\":";
+  char* end = std::to_chars(buf + 9, buf + sizeof(buf) - 1, i).ptr;
+  *end++ = '}';
+  return {buf, end};
+}
+
+/// Nearest-rank quantile, the same definition as bench/peers/common.mjs.
+double quantile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  auto rank = static_cast<std::size_t>(q * static_cast<double>(sorted.size()) + 0.999999);
+  return sorted[std::clamp<std::size_t>(rank, 1, sorted.size()) - 1];
+}
+
+/// add_all(q, c, o) adds c.jobs jobs from this thread; false if any add was refused (the queue's
+/// capacity is c.jobs, so a refusal means the run is not the workload it claims to be).
+bool add_all(rail::Queue<std::string>& q, const Config& c, const rail::JobOptions& o) {
+  if (c.batch <= 1) {
+    for (std::uint64_t i = 0; i < c.jobs; ++i) {
+      if (q.add("order", payload(i), o).status != rail::AddStatus::added) return false;
+    }
+    return true;
+  }
+  std::vector<std::string> chunk;
+  chunk.reserve(c.batch);
+  for (std::uint64_t i = 0; i < c.jobs;) {
+    chunk.clear();
+    for (; i < c.jobs && chunk.size() < c.batch; ++i)
+      chunk.push_back(payload(i));
+    if (q.add_bulk("order", std::span<std::string>(chunk), o).status != rail::AddStatus::added)
+      return false;
+  }
+  return true;
+}
+
+int run(const Config& c) {
+  const bool retry = c.workload == "retry";
+  const rail::Duration backoff = std::chrono::milliseconds(c.backoff_ms);
+  // Per job: when its first attempt failed, and how late its second started. failed_at[k] is read
+  // by the second attempt's handler, after the engine's hand-off of the retried job; late_ms
+  // after Finish::wait(). All of it is declared before the engine, which is destroyed first and
+  // waits for its handlers while what they touch still lives.
+  std::vector<std::int64_t> failed_at(retry ? c.jobs : 0);
+  std::vector<double> late_ms(retry ? c.jobs : 0);
+  Finish finish(c.jobs);
+
+  rail::Engine engine;
+  // Capacity for every job at once: the producer never meets back-pressure, as with the peers'
+  // unbounded queues.
+  auto q = engine.queue<std::string>("orders", rail::QueueOptions{.capacity = c.jobs});
+  // A fresh engine numbers its jobs from 1 in add order, so a job's index is its id - 1.
+  q.process({.concurrency = c.workers}, [&](rail::Job<std::string>& job) {
+    if (!retry) {
+      finish.hit();
+      return rail::Outcome::done();
+    }
+    const std::int64_t started = now_ns();
+    const std::size_t k = job.id() - 1;
+    if (job.attempt() == 1) {
+      failed_at[k] = now_ns();
+      return rail::Outcome::retry("first attempt fails by design");
+    }
+    late_ms[k] = static_cast<double>(started - failed_at[k] - backoff.count()) / 1e6;
+    finish.hit();
+    return rail::Outcome::done();
+  });
+
+  const rail::JobOptions o{.attempts = retry ? 2 : 1,
+                           .backoff = retry ? rail::Backoff::fixed(backoff) : rail::Backoff{}};
+  const std::int64_t t0 = now_ns();
+  const bool added = add_all(q, c, o);
+  const std::int64_t t_added = now_ns();
+  if (!added) {
+    std::fprintf(stderr, "peers_rail: an add was refused with capacity %llu\n",
+                 static_cast<unsigned long long>(c.jobs));
+    return 2;
+  }
+  const std::int64_t t_done = finish.wait();
+  // The last handler's hit() comes just before the engine records its completion: let the
+  // bookkeeping finish before the counts are checked (untimed).
+  q.drain();
+  const rail::QueueCounts counts = q.counts();
+  if (counts.completed != c.jobs || counts.dead_lettered != 0) {
+    std::fprintf(stderr, "peers_rail: %llu of %llu jobs completed, %llu dead-lettered\n",
+                 static_cast<unsigned long long>(counts.completed),
+                 static_cast<unsigned long long>(c.jobs),
+                 static_cast<unsigned long long>(counts.dead_lettered));
+    return 2;
+  }
+
+  const auto n = static_cast<double>(c.jobs);
+  nlohmann::ordered_json out = {
+      {"system", "rail"},
+      {"workload", c.workload},
+      {"jobs", c.jobs},
+      {"batch", c.batch},
+      {"concurrency", c.workers},
+      {"add_s", static_cast<double>(t_added - t0) / 1e9},
+      {"total_s", static_cast<double>(t_done - t0) / 1e9},
+      {"add_per_s", n * 1e9 / static_cast<double>(t_added - t0)},
+      {"jobs_per_s", n * 1e9 / static_cast<double>(t_done - t0)},
+  };
+  if (retry) {
+    std::sort(late_ms.begin(), late_ms.end());
+    out["backoff_ms"] = c.backoff_ms;
+    out["failed_attempts"] = counts.failed_attempts;
+    out["late_ms"] = {{"p50", quantile(late_ms, 0.50)},
+                      {"p99", quantile(late_ms, 0.99)},
+                      {"max", quantile(late_ms, 1.0)}};
+  }
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  CLI::App app{"rail's side of bench/peers: the orders and retry workloads through rail::Engine"};
+  app.add_option("--workload", c.workload)->check(CLI::IsMember({"orders", "retry"}));
+  app.add_option("--jobs", c.jobs, "jobs to add")->check(CLI::Range(1u, 1u << 24));
+  app.add_option("--batch", c.batch, "jobs per add_bulk (1: add() per job)")
+      ->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--concurrency", c.workers, "worker threads")->check(CLI::Range(1u, 1024u));
+  app.add_option("--backoff-ms", c.backoff_ms, "retry workload's fixed backoff")
+      ->check(CLI::Range(0, 60'000));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(c);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "peers_rail: %s\n", e.what());
+    return 2;
+  }
+}
