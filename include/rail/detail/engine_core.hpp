@@ -2,17 +2,20 @@
 // observers, and the timing wheel with its owner thread — kept apart from Engine so that the
 // typed queue implementation can use them without seeing the whole public class.
 //
-// Timer ownership: the wheel is single-owner (rail::detail::TimingWheel). In threaded mode the
-// timer thread owns it; in inline mode the thread calling run_until_idle() or advancing the
-// ManualClock does. Both paths hold wheel_mu_ while touching it, so the two inline entry points
-// cannot overlap; the lock is never taken on a producer or worker path — those hand slots to the
-// wheel through each queue's timer inbox (an MPMC ring) and signal().
+// Timer ownership: the wheel is single-owner (rail::detail::TimingWheel): whoever holds wheel_mu_
+// owns it. In threaded mode that is the timer thread, or a worker between two batches that finds
+// a timer due (poll_timers): at full load the timer thread waits for a core like everyone else,
+// and a 10 ms backoff would fire milliseconds late, while a worker is on a core already. Workers
+// only try_lock, so they never wait for the wheel. In inline mode the thread calling
+// run_until_idle() or advancing the ManualClock owns it. Producers never take the lock: they hand
+// slots to the wheel through each queue's timer inbox (an MPMC ring) and signal_timer().
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <typeindex>
@@ -149,6 +152,20 @@ class EngineCore {
     return wheel_.next_event_ns();
   }
 
+  /// poll_timers(now): a worker's check between batches, with its latest clock reading. Cheap when
+  /// nothing is due (two relaxed loads); otherwise processes the wheel unless its owner is busy.
+  void poll_timers(std::int64_t now) {
+    // relaxed: both are hints; the work happens under wheel_mu_, which orders it.
+    if (now < next_due_ns_.load(std::memory_order_relaxed) &&
+        timer_signal_.load(std::memory_order_relaxed) == 0)
+      return;
+    std::unique_lock lock(wheel_mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return;  // the timer thread or another worker is on it now
+    // The signal is left set: the timer thread must still wake to recompute its own deadline,
+    // which may now be later than the earliest timer this call linked.
+    process_timers_locked();
+  }
+
   /// signal_timer(): a slot was handed to the timer (or time moved). Producers call it after
   /// pushing to a timer inbox; the exchange makes repeated signals between two timer-thread
   /// passes cost one RMW each and no syscall.
@@ -197,6 +214,10 @@ class EngineCore {
     if (mode_ == Mode::inlined)
       for (std::size_t i = 0; i < n; ++i)
         queues_[i]->sweep_inline(now);
+    // relaxed: a hint for poll_timers(); a stale value only makes a worker check early or leave
+    // the firing to the timer thread.
+    next_due_ns_.store(wheel_.next_event_ns().value_or(std::numeric_limits<std::int64_t>::max()),
+                       std::memory_order_relaxed);
     return fired;
   }
 
@@ -217,6 +238,9 @@ class EngineCore {
   std::mutex wheel_mu_;
   Wheel wheel_;
   alignas(64) std::atomic<std::uint32_t> timer_signal_{0};
+  // When the wheel's earliest timer may fire, as of the last processing; read by every worker
+  // between batches, written once per processing: a line of its own.
+  alignas(64) std::atomic<std::int64_t> next_due_ns_{std::numeric_limits<std::int64_t>::max()};
   std::mutex timer_mu_;
   std::condition_variable timer_cv_;
 };

@@ -883,8 +883,10 @@ class QueueImpl final : public QueueBase {
   bool next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept {
     if (paused_.load(std::memory_order_acquire)) return false;
     if (wc.stash->take(idx)) return true;
-    // A batch boundary: return this batch's freed slots before taking the next batch.
+    // A batch boundary: return this batch's freed slots before taking the next batch, and fire
+    // any timer that came due (backoffs, delays, lease sweeps) if the timer thread has not.
     flush_freed(wc);
+    core_.poll_timers(wc.last_start_ns);
     std::array<std::uint32_t, WorkerStash::kCapacity> batch;
     const std::size_t want = wc.fast ? batch.size() : 1;
     const std::size_t n = ready_.try_pop_bulk(batch.data(), want);
