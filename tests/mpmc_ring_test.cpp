@@ -63,15 +63,22 @@ constexpr auto kStressDeadline = std::chrono::seconds(60);
 constexpr auto kStressWatchdog = std::chrono::seconds(90);
 
 // An item names its producer and its index in that producer's sequence, so every consumer can check
-// per-producer FIFO order and the test can check that each item arrived exactly once.
-constexpr std::uint64_t make_item(std::uint64_t producer, std::uint64_t seq) {
-  return producer << 32 | seq;
+// per-producer FIFO order and the test can check that each item arrived exactly once. Kernels run
+// with 8-byte items (16-byte cells: seq beside the value) and 4-byte items (8-byte packed cells:
+// seq and value in one word); a 4-byte item keeps the producer in its top 8 bits.
+template <class Item>
+constexpr unsigned kProducerShift = sizeof(Item) == 4 ? 24 : 32;
+template <class Item>
+constexpr Item make_item(std::uint64_t producer, std::uint64_t seq) {
+  return static_cast<Item>(producer << kProducerShift<Item> | seq);
 }
-constexpr std::uint64_t producer_of(std::uint64_t item) {
-  return item >> 32;
+template <class Item>
+constexpr std::uint64_t producer_of(Item item) {
+  return std::uint64_t{item} >> kProducerShift<Item>;
 }
-constexpr std::uint64_t seq_of(std::uint64_t item) {
-  return item & 0xffff'ffffu;
+template <class Item>
+constexpr std::uint64_t seq_of(Item item) {
+  return std::uint64_t{item} & ((std::uint64_t{1} << kProducerShift<Item>)-1);
 }
 
 // Watchdog aborts the process, naming the test, if it is still alive after `limit`.
@@ -214,36 +221,36 @@ TEST(MpmcRing, BulkPopDrainsInOrder) {
 // bijection (a collision would overwrite a value).
 class MpmcRingLaps : public ::testing::TestWithParam<std::size_t> {};
 
-TEST_P(MpmcRingLaps, WrapsAroundManyLaps) {
-  const std::size_t capacity = GetParam();
-  MpmcRing<std::uint64_t> ring(capacity);
+template <class Item>
+void wraps_around_many_laps(std::size_t capacity) {
+  MpmcRing<Item> ring(capacity);
   ASSERT_EQ(ring.capacity(), capacity);
   std::mt19937_64 rng(capacity);
   std::uint64_t next_in = 0;
   std::uint64_t next_out = 0;
-  std::vector<std::uint64_t> buffer(capacity);
+  std::vector<Item> buffer(capacity);
   for (int lap = 0; lap < 2'000; ++lap) {
     // Fill completely, alternating single and bulk pushes.
     while (next_in - next_out < capacity) {
       if (rng() % 2 == 0) {
-        ASSERT_TRUE(ring.try_push(next_in));
+        ASSERT_TRUE(ring.try_push(static_cast<Item>(next_in)));
         ++next_in;
       } else {
         const std::size_t room = capacity - static_cast<std::size_t>(next_in - next_out);
         const std::size_t n = 1 + rng() % room;
         for (std::size_t i = 0; i < n; ++i)
-          buffer[i] = next_in + i;
+          buffer[i] = static_cast<Item>(next_in + i);
         ASSERT_EQ(ring.try_push_bulk(buffer.data(), n), n);
         next_in += n;
       }
     }
-    ASSERT_FALSE(ring.try_push(next_in)) << "lap " << lap;
+    ASSERT_FALSE(ring.try_push(static_cast<Item>(next_in))) << "lap " << lap;
     ASSERT_EQ(ring.size_approx(), capacity);
     // Drain a random amount (all of it every fourth lap), alternating single and bulk pops.
     const std::uint64_t keep = lap % 4 == 0 ? 0 : rng() % capacity;
     while (next_in - next_out > keep) {
       if (rng() % 2 == 0) {
-        std::uint64_t out = ~0u;
+        Item out = static_cast<Item>(~0u);
         ASSERT_TRUE(ring.try_pop(out));
         ASSERT_EQ(out, next_out) << "lap " << lap;
         ++next_out;
@@ -257,10 +264,17 @@ TEST_P(MpmcRingLaps, WrapsAroundManyLaps) {
       }
     }
     if (keep == 0) {
-      std::uint64_t out = 0;
+      Item out = 0;
       ASSERT_FALSE(ring.try_pop(out)) << "lap " << lap;
     }
   }
+}
+
+TEST_P(MpmcRingLaps, WrapsAroundManyLaps) {
+  wraps_around_many_laps<std::uint64_t>(GetParam());
+}
+TEST_P(MpmcRingLaps, PackedCellsWrapAroundManyLaps) {
+  wraps_around_many_laps<std::uint32_t>(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Capacities, MpmcRingLaps, ::testing::Values(1, 2, 4, 64),
@@ -270,7 +284,8 @@ INSTANTIATE_TEST_SUITE_P(Capacities, MpmcRingLaps, ::testing::Values(1, 2, 4, 64
                            return name;
                          });
 
-// Cells of other sizes: a 24-byte value gives 32-byte cells (two per line), a 4-byte one 16.
+// Cells of other sizes: a 24-byte value gives 32-byte cells (two per line); a 4-byte one is packed
+// with its seq into one 8-byte word.
 TEST(MpmcRing, CarriesValuesOfOtherSizes) {
   struct Triple {
     std::uint64_t a, b, c;
@@ -301,11 +316,8 @@ class MpmcRingStress
 // Every item is pushed once and must be popped exactly once; each consumer must see each
 // producer's items in increasing order. Bulk and single operations are mixed at random, and with
 // 4x4 there are 8 threads on a 2-core machine, so threads are preempted mid-operation.
-TEST_P(MpmcRingStress, EveryItemPoppedExactlyOnceInProducerOrder) {
-  // Plain variables, not structured bindings: clang 14 cannot capture bindings in lambdas.
-  const int producers = std::get<0>(GetParam()).first;
-  const int consumers = std::get<0>(GetParam()).second;
-  const std::size_t capacity = std::get<1>(GetParam());
+template <class Item>
+void every_item_popped_exactly_once(int producers, int consumers, std::size_t capacity) {
   const std::uint64_t items = capacity < 64 ? kStressItemsSmallRing : kStressItemsLargeRing;
   const std::uint64_t per_producer = items / static_cast<std::uint64_t>(producers);
   const std::uint64_t total = per_producer * static_cast<std::uint64_t>(producers);
@@ -314,7 +326,7 @@ TEST_P(MpmcRingStress, EveryItemPoppedExactlyOnceInProducerOrder) {
                           ::testing::UnitTest::GetInstance()->current_test_info()->name());
   constexpr std::size_t kMaxBulk = 8;
 
-  MpmcRing<std::uint64_t> ring(capacity);
+  MpmcRing<Item> ring(capacity);
   std::atomic<std::uint64_t> popped_total{0};
   std::atomic<bool> timed_out{false};
   // A failed attempt is where a hang would spin, so that is where the deadline is checked.
@@ -324,7 +336,7 @@ TEST_P(MpmcRingStress, EveryItemPoppedExactlyOnceInProducerOrder) {
   };
 
   struct ConsumerLog {
-    std::vector<std::uint64_t> items;
+    std::vector<Item> items;
     std::uint64_t order_violations = 0;
     std::uint64_t sum = 0;
     std::uint64_t xor_all = 0;
@@ -335,17 +347,17 @@ TEST_P(MpmcRingStress, EveryItemPoppedExactlyOnceInProducerOrder) {
   for (int p = 0; p < producers; ++p) {
     threads.emplace_back([&, p] {
       std::mt19937_64 rng(static_cast<std::uint64_t>(p) * 7919 + capacity);
-      std::array<std::uint64_t, kMaxBulk> batch{};
+      std::array<Item, kMaxBulk> batch{};
       std::uint64_t next = 0;
       while (next < per_producer && !timed_out.load(std::memory_order_relaxed)) {
         std::size_t accepted = 0;
         if (rng() % 2 == 0) {
-          accepted = ring.try_push(make_item(static_cast<std::uint64_t>(p), next)) ? 1 : 0;
+          accepted = ring.try_push(make_item<Item>(static_cast<std::uint64_t>(p), next)) ? 1 : 0;
         } else {
           const std::size_t n = static_cast<std::size_t>(
               std::min<std::uint64_t>(1 + rng() % kMaxBulk, per_producer - next));
           for (std::size_t i = 0; i < n; ++i) {
-            batch[i] = make_item(static_cast<std::uint64_t>(p), next + i);
+            batch[i] = make_item<Item>(static_cast<std::uint64_t>(p), next + i);
           }
           accepted = ring.try_push_bulk(batch.data(), n);
         }
@@ -360,7 +372,7 @@ TEST_P(MpmcRingStress, EveryItemPoppedExactlyOnceInProducerOrder) {
       log.items.reserve(total / static_cast<std::uint64_t>(consumers) + total / 4);
       std::vector<std::int64_t> last_seq(static_cast<std::size_t>(producers), -1);
       std::mt19937_64 rng(static_cast<std::uint64_t>(c) * 104729 + capacity);
-      std::array<std::uint64_t, kMaxBulk> batch{};
+      std::array<Item, kMaxBulk> batch{};
       while (popped_total.load(std::memory_order_relaxed) < total &&
              !timed_out.load(std::memory_order_relaxed)) {
         std::size_t got = 0;
@@ -374,7 +386,7 @@ TEST_P(MpmcRingStress, EveryItemPoppedExactlyOnceInProducerOrder) {
           continue;
         }
         for (std::size_t i = 0; i < got; ++i) {
-          const std::uint64_t item = batch[i];
+          const Item item = batch[i];
           const auto seq = static_cast<std::int64_t>(seq_of(item));
           std::int64_t& last = last_seq[producer_of(item) % last_seq.size()];
           if (seq <= last) ++log.order_violations;
@@ -396,8 +408,8 @@ TEST_P(MpmcRingStress, EveryItemPoppedExactlyOnceInProducerOrder) {
   std::uint64_t expected_xor = 0;
   for (std::uint64_t p = 0; p < static_cast<std::uint64_t>(producers); ++p) {
     for (std::uint64_t i = 0; i < per_producer; ++i) {
-      expected_sum += make_item(p, i);
-      expected_xor ^= make_item(p, i);
+      expected_sum += make_item<Item>(p, i);
+      expected_xor ^= make_item<Item>(p, i);
     }
   }
   std::uint64_t sum = 0;
@@ -409,7 +421,7 @@ TEST_P(MpmcRingStress, EveryItemPoppedExactlyOnceInProducerOrder) {
     EXPECT_EQ(logs[c].order_violations, 0u) << "consumer " << c << " saw a producer out of order";
     sum += logs[c].sum;
     xor_all ^= logs[c].xor_all;
-    for (const std::uint64_t item : logs[c].items) {
+    for (const Item item : logs[c].items) {
       const std::uint64_t p = producer_of(item);
       const std::uint64_t s = seq_of(item);
       if (p >= seen.size() || s >= per_producer || seen[p][s]++ != 0) ++bad_items;
@@ -419,9 +431,19 @@ TEST_P(MpmcRingStress, EveryItemPoppedExactlyOnceInProducerOrder) {
   EXPECT_EQ(bad_items, 0u) << "duplicated or invented items";
   EXPECT_EQ(sum, expected_sum);
   EXPECT_EQ(xor_all, expected_xor);
-  std::uint64_t leftover = 0;
+  Item leftover = 0;
   EXPECT_FALSE(ring.try_pop(leftover)) << "an extra item remained: " << leftover;
   EXPECT_EQ(ring.size_approx(), 0u);
+}
+
+TEST_P(MpmcRingStress, EveryItemPoppedExactlyOnceInProducerOrder) {
+  // Plain variables, not structured bindings: clang 14 cannot capture bindings in lambdas.
+  every_item_popped_exactly_once<std::uint64_t>(
+      std::get<0>(GetParam()).first, std::get<0>(GetParam()).second, std::get<1>(GetParam()));
+}
+TEST_P(MpmcRingStress, PackedCellsEveryItemPoppedExactlyOnceInProducerOrder) {
+  every_item_popped_exactly_once<std::uint32_t>(
+      std::get<0>(GetParam()).first, std::get<0>(GetParam()).second, std::get<1>(GetParam()));
 }
 
 // Named functions, not lambdas: a structured binding's comma would split the macro's arguments.
@@ -492,7 +514,8 @@ TEST(DeterministicSchedule, ReplaysFromSeed) {
 
 // --- DeterministicSchedule: the ring's kernels ---------------------------------------------------
 
-using DetRing = MpmcRing<std::uint64_t, DeterministicAtomic>;
+template <class Item>
+using DetRing = MpmcRing<Item, DeterministicAtomic>;
 
 // A one-cell ring has the fewest distinct interleavings (and the costliest ones: every item is a
 // hand-over), so a quarter of the seeds covers it as well as the full count covers 2 and 4.
@@ -507,22 +530,21 @@ class MpmcRingDeterministic
 // thread is both producer and consumer), recording what succeeded. The ring is then drained on the
 // main thread. Because head_ only grows, the items popped during the run must be exactly a prefix
 // of each thread's accepted pushes and the drained items the rest, in order.
-TEST_P(MpmcRingDeterministic, ScriptedOpsConserveItemsInOrder) {
-  const std::size_t capacity = std::get<0>(GetParam());
-  const SchedulePolicy policy = std::get<1>(GetParam());
+template <class Item>
+void scripted_ops_conserve_items(std::size_t capacity, SchedulePolicy policy) {
   constexpr int kOps = 6;
   constexpr std::size_t kMaxBulk = 3;
   for (int seed = 0; seed < seeds_for(capacity); ++seed) {
     const int threads = 2 + seed % 2;
-    DetRing ring(capacity);
-    std::vector<std::vector<std::uint64_t>> pushed(static_cast<std::size_t>(threads));
-    std::vector<std::vector<std::uint64_t>> popped(static_cast<std::size_t>(threads));
+    DetRing<Item> ring(capacity);
+    std::vector<std::vector<Item>> pushed(static_cast<std::size_t>(threads));
+    std::vector<std::vector<Item>> popped(static_cast<std::size_t>(threads));
     std::vector<std::function<void()>> bodies;
     for (int t = 0; t < threads; ++t) {
       bodies.emplace_back([&, t] {
         std::mt19937_64 script(static_cast<std::uint64_t>(seed) * 31 +
                                static_cast<std::uint64_t>(t));
-        std::array<std::uint64_t, kMaxBulk> batch{};
+        std::array<Item, kMaxBulk> batch{};
         std::uint64_t next = 0;
         auto& my_pushed = pushed[static_cast<std::size_t>(t)];
         auto& my_popped = popped[static_cast<std::size_t>(t)];
@@ -530,13 +552,13 @@ TEST_P(MpmcRingDeterministic, ScriptedOpsConserveItemsInOrder) {
           const std::size_t n = 1 + script() % kMaxBulk;
           switch (script() % 4) {
             case 0:
-              if (ring.try_push(make_item(static_cast<std::uint64_t>(t), next))) {
-                my_pushed.push_back(make_item(static_cast<std::uint64_t>(t), next++));
+              if (ring.try_push(make_item<Item>(static_cast<std::uint64_t>(t), next))) {
+                my_pushed.push_back(make_item<Item>(static_cast<std::uint64_t>(t), next++));
               }
               break;
             case 1: {
               for (std::size_t i = 0; i < n; ++i) {
-                batch[i] = make_item(static_cast<std::uint64_t>(t), next + i);
+                batch[i] = make_item<Item>(static_cast<std::uint64_t>(t), next + i);
               }
               const std::size_t k = ring.try_push_bulk(batch.data(), n);
               my_pushed.insert(my_pushed.end(), batch.begin(),
@@ -568,16 +590,16 @@ TEST_P(MpmcRingDeterministic, ScriptedOpsConserveItemsInOrder) {
     }
     ASSERT_LE(taken, accepted) << "seed " << seed;
     ASSERT_EQ(ring.size_approx(), accepted - taken) << "seed " << seed;
-    std::vector<std::uint64_t> drained;
-    for (std::uint64_t item = 0; ring.try_pop(item);)
+    std::vector<Item> drained;
+    for (Item item = 0; ring.try_pop(item);)
       drained.push_back(item);
 
     // Per producer: what consumers got (merged in sequence order) followed by what was drained
     // must equal what it pushed, and each consumer and the drain must see it in order.
-    std::vector<std::vector<std::uint64_t>> delivered(static_cast<std::size_t>(threads));
+    std::vector<std::vector<Item>> delivered(static_cast<std::size_t>(threads));
     for (const auto& log : popped) {
       std::vector<std::int64_t> last(static_cast<std::size_t>(threads), -1);
-      for (const std::uint64_t item : log) {
+      for (const Item item : log) {
         const auto p = static_cast<std::size_t>(producer_of(item));
         ASSERT_LT(p, delivered.size()) << "seed " << seed;
         ASSERT_GT(static_cast<std::int64_t>(seq_of(item)), last[p]) << "seed " << seed;
@@ -587,7 +609,7 @@ TEST_P(MpmcRingDeterministic, ScriptedOpsConserveItemsInOrder) {
     }
     for (auto& d : delivered)
       std::sort(d.begin(), d.end());
-    for (const std::uint64_t item : drained) {
+    for (const Item item : drained) {
       const auto p = static_cast<std::size_t>(producer_of(item));
       ASSERT_LT(p, delivered.size()) << "seed " << seed;
       delivered[p].push_back(item);  // must extend the sorted prefix in order
@@ -602,29 +624,28 @@ TEST_P(MpmcRingDeterministic, ScriptedOpsConserveItemsInOrder) {
 // Producers push a fixed number of items, spinning until each is accepted; consumers pop until all
 // have arrived. Spinning on a cell that a preempted producer has claimed but not published is the
 // case Vyukov's protocol reports as "empty", and the schedule must let that producer run again.
-TEST_P(MpmcRingDeterministic, SpinningProducersAndConsumersDeliverEverything) {
-  const std::size_t capacity = std::get<0>(GetParam());
-  const SchedulePolicy policy = std::get<1>(GetParam());
+template <class Item>
+void spinning_threads_deliver_everything(std::size_t capacity, SchedulePolicy policy) {
   constexpr std::uint64_t kPerProducer = 3;
   for (int seed = 0; seed < seeds_for(capacity); ++seed) {
     // Alternate 1 producer + 2 consumers and 2 producers + 1 consumer.
     const int producers = 1 + seed % 2;
     const int consumers = 3 - producers;
     const std::uint64_t total = kPerProducer * static_cast<std::uint64_t>(producers);
-    DetRing ring(capacity);
+    DetRing<Item> ring(capacity);
     DeterministicAtomic<std::uint64_t> delivered{0};
-    std::vector<std::vector<std::uint64_t>> popped(static_cast<std::size_t>(consumers));
+    std::vector<std::vector<Item>> popped(static_cast<std::size_t>(consumers));
     std::vector<std::function<void()>> bodies;
     for (int p = 0; p < producers; ++p) {
       bodies.emplace_back([&, p] {
         std::uint64_t next = 0;
-        std::array<std::uint64_t, 2> batch{};
+        std::array<Item, 2> batch{};
         while (next < kPerProducer) {
           if ((next + static_cast<std::uint64_t>(seed)) % 3 == 0 && next + 1 < kPerProducer) {
-            batch = {make_item(static_cast<std::uint64_t>(p), next),
-                     make_item(static_cast<std::uint64_t>(p), next + 1)};
+            batch = {make_item<Item>(static_cast<std::uint64_t>(p), next),
+                     make_item<Item>(static_cast<std::uint64_t>(p), next + 1)};
             next += ring.try_push_bulk(batch.data(), batch.size());
-          } else if (ring.try_push(make_item(static_cast<std::uint64_t>(p), next))) {
+          } else if (ring.try_push(make_item<Item>(static_cast<std::uint64_t>(p), next))) {
             ++next;
           }
         }
@@ -633,7 +654,7 @@ TEST_P(MpmcRingDeterministic, SpinningProducersAndConsumersDeliverEverything) {
     for (int c = 0; c < consumers; ++c) {
       bodies.emplace_back([&, c] {
         auto& log = popped[static_cast<std::size_t>(c)];
-        std::array<std::uint64_t, 2> batch{};
+        std::array<Item, 2> batch{};
         while (delivered.load() < total) {
           const std::size_t k = (log.size() + static_cast<std::size_t>(c)) % 2 == 0
                                     ? ring.try_pop_bulk(batch.data(), batch.size())
@@ -649,7 +670,7 @@ TEST_P(MpmcRingDeterministic, SpinningProducersAndConsumersDeliverEverything) {
     std::vector<std::vector<std::uint64_t>> per_producer(static_cast<std::size_t>(producers));
     for (const auto& log : popped) {
       std::vector<std::int64_t> last(static_cast<std::size_t>(producers), -1);
-      for (const std::uint64_t item : log) {
+      for (const Item item : log) {
         const auto p = static_cast<std::size_t>(producer_of(item));
         ASSERT_LT(p, per_producer.size()) << "seed " << seed;
         ASSERT_GT(static_cast<std::int64_t>(seq_of(item)), last[p]) << "seed " << seed;
@@ -665,9 +686,24 @@ TEST_P(MpmcRingDeterministic, SpinningProducersAndConsumersDeliverEverything) {
         want[i] = i;
       ASSERT_EQ(got, want) << "seed " << seed << ", producer " << p;
     }
-    std::uint64_t extra = 0;
+    Item extra = 0;
     ASSERT_FALSE(ring.try_pop(extra)) << "seed " << seed;
   }
+}
+
+TEST_P(MpmcRingDeterministic, ScriptedOpsConserveItemsInOrder) {
+  scripted_ops_conserve_items<std::uint64_t>(std::get<0>(GetParam()), std::get<1>(GetParam()));
+}
+TEST_P(MpmcRingDeterministic, PackedCellsScriptedOpsConserveItemsInOrder) {
+  scripted_ops_conserve_items<std::uint32_t>(std::get<0>(GetParam()), std::get<1>(GetParam()));
+}
+TEST_P(MpmcRingDeterministic, SpinningProducersAndConsumersDeliverEverything) {
+  spinning_threads_deliver_everything<std::uint64_t>(std::get<0>(GetParam()),
+                                                     std::get<1>(GetParam()));
+}
+TEST_P(MpmcRingDeterministic, PackedCellsSpinningProducersAndConsumersDeliverEverything) {
+  spinning_threads_deliver_everything<std::uint32_t>(std::get<0>(GetParam()),
+                                                     std::get<1>(GetParam()));
 }
 
 std::string DeterministicName(

@@ -15,6 +15,12 @@
 //     (free: p, full: p + 1) makes "full for p" equal "free for p + 1" when capacity is 1, so his
 //     queue requires capacity >= 2; ours is exact for every power of two including 1.
 //   * try_push_bulk/try_pop_bulk claim up to n consecutive positions with one CAS (see there).
+//   * a 4-byte T (the engine's slot indices) shares one 64-bit word with the low 32 bits of its
+//     cell's seq (PackedCell): 8 bytes per cell instead of 16, so a ring holds twice as many
+//     cells per cache line and costs half the memory per queued job. Comparing 32-bit seqs
+//     modulo 2^32 is exact here: a cell's seq is never more than one lap (2 * capacity half-steps,
+//     below 2^31 because packed rings hold at most 2^30 cells) away from the value a thread
+//     compares it with, and ownership is still decided by the CAS on the 64-bit head_/tail_.
 // Positions are 64-bit and only grow (seq holds 2 * position, so 2^63 positions are usable); at
 // 10^9 operations per second that lasts ~290 years, so wrap-around is not handled.
 //
@@ -74,7 +80,7 @@ class MpmcRing {
 
  public:
   /// MpmcRing(min_capacity) allocates bit_ceil(min_capacity) cells. Throws rail::Error
-  /// (invalid_option) when min_capacity is 0 or above 2^31.
+  /// (invalid_option) when min_capacity is 0 or above 2^31 (2^30 for a 4-byte T: packed cells).
   explicit MpmcRing(std::size_t min_capacity)
       : capacity_(checked_capacity(min_capacity)),
         mask_(capacity_ - 1),
@@ -87,7 +93,7 @@ class MpmcRing {
     for (std::uint64_t pos = 0; pos < capacity_; ++pos) {
       // Relaxed: the constructor runs before any other thread can see the ring (threading
       // contract), so whatever publishes the ring publishes these stores too.
-      cell_at(pos).seq.store(free_for(pos), std::memory_order_relaxed);
+      cell_at(pos).init(seq_of(free_for(pos)));
     }
   }
 
@@ -110,19 +116,18 @@ class MpmcRing {
       Cell& cell = cell_at(pos);
       // Acquire: pairs with the consumer's release store of free_for(pos) in try_pop, so its read
       // of the previous lap's value happens before our overwrite below.
-      const std::uint64_t seq = cell.seq.load(std::memory_order_acquire);
-      if (seq == free_for(pos)) {
+      const std::uint64_t seq = cell.load_seq(std::memory_order_acquire);
+      if (seq == seq_of(free_for(pos))) {
         // Relaxed: the CAS only decides which producer owns pos; atomicity of the RMW on the
         // single modification order of tail_ makes the winner unique, and the value travels
         // through seq. On failure pos is reloaded with the current tail_.
         if (tail_.value.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed,
                                               std::memory_order_relaxed)) {
-          cell.value = value;
           // Release: publishes the value to the consumer whose acquire load sees full_at(pos).
-          cell.seq.store(full_at(pos), std::memory_order_release);
+          cell.publish(seq_of(full_at(pos)), value);
           return true;
         }
-      } else if (static_cast<std::int64_t>(seq - free_for(pos)) < 0) {
+      } else if (seq_diff(seq, seq_of(free_for(pos))) < 0) {
         return false;  // the cell still holds position pos - capacity: full
       } else {
         // Another producer already took pos; our tail_ was stale. Relaxed: as above.
@@ -141,18 +146,18 @@ class MpmcRing {
       Cell& cell = cell_at(pos);
       // Acquire: pairs with the producer's release store of full_at(pos), so its write of the
       // value happens before our read below.
-      const std::uint64_t seq = cell.seq.load(std::memory_order_acquire);
-      if (seq == full_at(pos)) {
+      const std::uint64_t seq = cell.load_seq(std::memory_order_acquire);
+      if (seq == seq_of(full_at(pos))) {
         // Relaxed: ownership only, as in try_push.
         if (head_.value.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed,
                                               std::memory_order_relaxed)) {
-          out = cell.value;
+          out = cell.read();
           // Release: orders our read of the value before the next lap's producer overwrites it
           // (that producer's acquire load sees free_for(pos + capacity)).
-          cell.seq.store(free_for(pos + capacity_), std::memory_order_release);
+          cell.release_to(seq_of(free_for(pos + capacity_)));
           return true;
         }
-      } else if (static_cast<std::int64_t>(seq - full_at(pos)) < 0) {
+      } else if (seq_diff(seq, seq_of(full_at(pos))) < 0) {
         return false;  // the cell is free for pos but not yet published: empty
       } else {
         pos = head_.value.load(std::memory_order_relaxed);  // stale head_; relaxed as above
@@ -179,12 +184,12 @@ class MpmcRing {
       bool stale = false;
       while (k < n) {
         // Acquire: same pairing as try_push, once per cell we may overwrite.
-        const std::uint64_t seq = cell_at(pos + k).seq.load(std::memory_order_acquire);
-        if (seq == free_for(pos + k)) {
+        const std::uint64_t seq = cell_at(pos + k).load_seq(std::memory_order_acquire);
+        if (seq == seq_of(free_for(pos + k))) {
           ++k;
           continue;
         }
-        stale = static_cast<std::int64_t>(seq - free_for(pos + k)) > 0;
+        stale = seq_diff(seq, seq_of(free_for(pos + k))) > 0;
         break;
       }
       if (k == 0) {
@@ -196,10 +201,8 @@ class MpmcRing {
       if (tail_.value.compare_exchange_weak(pos, pos + k, std::memory_order_relaxed,
                                             std::memory_order_relaxed)) {
         for (std::size_t i = 0; i < k; ++i) {
-          Cell& cell = cell_at(pos + i);
-          cell.value = values[i];
           // Release: publishes values[i] to the consumer of pos + i (see try_push).
-          cell.seq.store(full_at(pos + i), std::memory_order_release);
+          cell_at(pos + i).publish(seq_of(full_at(pos + i)), values[i]);
         }
         return k;
       }
@@ -220,12 +223,12 @@ class MpmcRing {
       bool stale = false;
       while (k < max) {
         // Acquire: same pairing as try_pop, once per cell we will read.
-        const std::uint64_t seq = cell_at(pos + k).seq.load(std::memory_order_acquire);
-        if (seq == full_at(pos + k)) {
+        const std::uint64_t seq = cell_at(pos + k).load_seq(std::memory_order_acquire);
+        if (seq == seq_of(full_at(pos + k))) {
           ++k;
           continue;
         }
-        stale = static_cast<std::int64_t>(seq - full_at(pos + k)) > 0;
+        stale = seq_diff(seq, seq_of(full_at(pos + k))) > 0;
         break;
       }
       if (k == 0) {
@@ -238,9 +241,9 @@ class MpmcRing {
                                             std::memory_order_relaxed)) {
         for (std::size_t i = 0; i < k; ++i) {
           Cell& cell = cell_at(pos + i);
-          out[i] = cell.value;
+          out[i] = cell.read();
           // Release: orders our read before the next lap's overwrite (see try_pop).
-          cell.seq.store(free_for(pos + i + capacity_), std::memory_order_release);
+          cell.release_to(seq_of(free_for(pos + i + capacity_)));
         }
         return k;
       }
@@ -270,10 +273,48 @@ class MpmcRing {
   };
   static constexpr std::size_t kCellAlign =
       std::max(alignof(Unpadded), std::min(std::bit_ceil(sizeof(Unpadded)), kRingCacheLine));
-  struct alignas(kCellAlign) Cell {
+
+  // Both cell layouts offer the same five operations, so the algorithm above is written once.
+  // Orders are the callers' (documented at each call); publish and release_to store with release.
+  struct alignas(kCellAlign) WideCell {
     Atom<std::uint64_t> seq;  // free_for(p) or full_at(p) for the position p this cell serves
     T value;
+    std::uint64_t load_seq(std::memory_order o) const noexcept { return seq.load(o); }
+    void init(std::uint64_t s) noexcept { seq.store(s, std::memory_order_relaxed); }
+    void publish(std::uint64_t s, const T& v) noexcept {
+      value = v;
+      seq.store(s, std::memory_order_release);
+    }
+    // The caller's acquire load of seq (which saw the value's full_at) orders this plain read.
+    T read() const noexcept { return value; }
+    void release_to(std::uint64_t s) noexcept { seq.store(s, std::memory_order_release); }
   };
+  struct alignas(8) PackedCell {
+    Atom<std::uint64_t> word;  // (seq mod 2^32) << 32 | the value's 4 bytes
+    std::uint64_t load_seq(std::memory_order o) const noexcept { return word.load(o) >> 32; }
+    void init(std::uint64_t s) noexcept { word.store(s << 32, std::memory_order_relaxed); }
+    void publish(std::uint64_t s, const T& v) noexcept {
+      word.store((s << 32) | std::bit_cast<std::uint32_t>(v), std::memory_order_release);
+    }
+    // Relaxed: the caller's acquire load of this word saw the value's full_at, and nobody writes
+    // the word again until the caller releases it, so this reads that same store.
+    T read() const noexcept {
+      return std::bit_cast<T>(static_cast<std::uint32_t>(word.load(std::memory_order_relaxed)));
+    }
+    void release_to(std::uint64_t s) noexcept { word.store(s << 32, std::memory_order_release); }
+  };
+  static constexpr bool kPacked = sizeof(T) == 4;
+  using Cell = std::conditional_t<kPacked, PackedCell, WideCell>;
+
+  /// seq_of(s): s as a cell stores it (mod 2^32 when packed).
+  static constexpr std::uint64_t seq_of(std::uint64_t s) noexcept {
+    return kPacked ? (s & 0xFFFF'FFFFULL) : s;
+  }
+  /// seq_diff(a, b): the signed distance a - b between two cell seqs, modulo the seq's width.
+  static constexpr std::int64_t seq_diff(std::uint64_t a, std::uint64_t b) noexcept {
+    return kPacked ? static_cast<std::int32_t>(static_cast<std::uint32_t>(a - b))
+                   : static_cast<std::int64_t>(a - b);
+  }
   static_assert(kRingCacheLine % sizeof(Cell) == 0 || sizeof(Cell) % kRingCacheLine == 0,
                 "MpmcRing: cells must tile cache lines for the index remap to separate neighbours");
 
@@ -299,7 +340,8 @@ class MpmcRing {
                 "MpmcRing: head_ and tail_ must each occupy whole cache lines");
 
   static std::size_t checked_capacity(std::size_t min_capacity) {
-    constexpr std::size_t kMax = std::size_t{1} << 31;
+    // Packed cells compare 32-bit seqs, which must stay within +-2^31 of each other (see top).
+    constexpr std::size_t kMax = std::size_t{1} << (sizeof(T) == 4 ? 30 : 31);
     if (min_capacity == 0 || min_capacity > kMax) {
       throw Error(ErrorCode::invalid_option,
                   "MpmcRing min_capacity is " + std::to_string(min_capacity) + "; expected 1 to " +

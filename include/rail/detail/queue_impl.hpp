@@ -8,7 +8,8 @@
 //   slots_[C], payload_[C]  preallocated job records (detail/job_slot.hpp)
 //   free_      MPMC ring of free slot indices (initially all)
 //   ready_     MPMC ring of slot indices whose job may start now
-//   inbox_     MPMC ring of indices to link into the timing wheel (+1 cell: the lease sweep)
+//   inbox_     MPMC ring of indices to link into the timing wheel (sweep_requested_: the
+//              lease sweep's own (re)arm request)
 //   leases_    one lease record per worker (detail/lease_tracker.hpp)
 //   stashes_   one WorkerStash per worker: the rest of the batch it popped (worker_stash.hpp)
 // Each index is in exactly one ring or held by exactly one thread (job_slot.hpp's ownership
@@ -113,7 +114,7 @@ class QueueImpl final : public QueueBase {
                 "the queue, the DLQ and redrive on paths that must not fail halfway");
   static_assert(std::is_move_assignable_v<T>, "debounce replaces payloads by move assignment");
 
-  static constexpr std::uint32_t kLeaseSweep = 0xFFFF'FFFFu;  // inbox/timer tag of the sweep
+  static constexpr std::uint32_t kLeaseSweep = 0xFFFF'FFFFu;  // the sweep's timer tag
 
  public:
   using Handler = std::function<Outcome(Job<T>&)>;
@@ -128,9 +129,10 @@ class QueueImpl final : public QueueBase {
             ::operator new[](sizeof(Storage) * capacity_, std::align_val_t{alignof(Storage)}))),
         free_(capacity_),
         ready_(capacity_),
-        inbox_(capacity_ + 1),
+        inbox_(capacity_),
         history_mask_(std::bit_ceil(std::max<std::size_t>(capacity_, 1024)) - 1),
-        history_(std::make_unique<std::atomic<std::uint64_t>[]>(history_mask_ + 1)),
+        history_bits_(static_cast<unsigned>(std::popcount(history_mask_))),
+        history_(std::make_unique<std::atomic<std::uint32_t>[]>(history_mask_ + 1)),
         min_visibility_ns_(options_.visibility_timeout.count()),
         dlq_(*this, options_.dlq) {
     for (std::uint32_t i = 0; i < capacity_; ++i) {
@@ -470,8 +472,8 @@ class QueueImpl final : public QueueBase {
       st.attempts_made = s.attempts_made;
       if (s.id.load(std::memory_order_relaxed) == id) return st;  // still the same job
     }
-    std::uint64_t h = history_[history_index(id)].load(std::memory_order_relaxed);
-    if ((h >> 4) == id) return JobState{static_cast<JobStatus>(h & 0xF)};
+    std::uint32_t h = history_[history_index(id)].load(std::memory_order_relaxed);
+    if (h != 0 && (h >> 4) == history_check(id)) return JobState{static_cast<JobStatus>(h & 0xF)};
     if (dlq_.contains(id)) return JobState{JobStatus::dead_lettered};
     return JobState{};
   }
@@ -504,16 +506,17 @@ class QueueImpl final : public QueueBase {
   // --- timers
   // --------------------------------------------------------------------------------------
   void drain_timer_inbox(Wheel& wheel) noexcept override {
-    std::uint32_t idx;
-    while (inbox_.try_pop(idx)) {
-      if (idx == kLeaseSweep) {
-        // (Re)arm the sweep no later than one shortest visibility timeout from now.
-        std::int64_t at = wheel.now_ns() + min_visibility_ns_.load(std::memory_order_relaxed);
-        if (sweep_node_.linked() && sweep_node_.deadline <= at) continue;
+    // acq_rel: consumes the request and acquires the min_visibility_ns_ lowered before it.
+    if (sweep_requested_.exchange(false, std::memory_order_acq_rel)) {
+      // (Re)arm the sweep no later than one shortest visibility timeout from now.
+      std::int64_t at = wheel.now_ns() + min_visibility_ns_.load(std::memory_order_relaxed);
+      if (!sweep_node_.linked() || sweep_node_.deadline > at) {
         wheel.cancel(sweep_node_);
         wheel.schedule(sweep_node_, at);
-        continue;
       }
+    }
+    std::uint32_t idx;
+    while (inbox_.try_pop(idx)) {
       JobSlot& s = slots_[idx];
       // relaxed: due_ns was written by the pusher before the inbox push (ring acquire).
       wheel.schedule(s.timer, s.due_ns.load(std::memory_order_relaxed));
@@ -755,7 +758,8 @@ class QueueImpl final : public QueueBase {
     core_.signal_timer();
   }
   void arm_sweep() noexcept {
-    push_held(inbox_, kLeaseSweep);
+    // release: the timer's acq_rel exchange sees the visibility timeout lowered before this.
+    sweep_requested_.store(true, std::memory_order_release);
     core_.signal_timer();
   }
 
@@ -1303,17 +1307,23 @@ class QueueImpl final : public QueueBase {
   /// every end would pull it from the other worker's core. Swapping the id's low three bits to the
   /// top of the index keeps the map a bijection on the table while separating neighbours.
   [[nodiscard]] std::size_t history_index(JobId id) const noexcept {
-    const std::size_t bits = static_cast<std::size_t>(std::popcount(history_mask_));  // >= 10
     const auto low = static_cast<std::size_t>(id & 7);
     const auto rest = static_cast<std::size_t>(id >> 3) & (history_mask_ >> 3);
-    return (low << (bits - 3)) | rest;
+    return (low << (history_bits_ - 3)) | rest;  // history_bits_ >= 10
+  }
+  /// history_check(id): the id bits its index does not encode (28 of them), stored beside the
+  /// status so that an entry answers only for its own id. Two ids share an entry and a check only
+  /// 2^(28 + history_bits_) ids apart (2^38 or more), by which time the older one is long
+  /// forgotten anyway; 4-byte entries keep the history at 4 bytes per slot.
+  [[nodiscard]] std::uint32_t history_check(JobId id) const noexcept {
+    return static_cast<std::uint32_t>(id >> history_bits_) & 0x0FFF'FFFFu;
   }
 
   /// remember(id, status): the history of ended jobs that state() consults, direct-mapped by id
   /// (a newer job with the same low bits overwrites an older one: then state() says unknown).
   void remember(JobId id, JobStatus status) noexcept {
     // relaxed: a hint for a cold-path reader; it orders nothing.
-    history_[history_index(id)].store((id << 4) | static_cast<std::uint64_t>(status),
+    history_[history_index(id)].store((history_check(id) << 4) | static_cast<std::uint32_t>(status),
                                       std::memory_order_relaxed);
   }
 
@@ -1351,9 +1361,11 @@ class QueueImpl final : public QueueBase {
   MpmcRing<std::uint32_t> inbox_;
   EventCount ready_ec_;
   std::size_t history_mask_;
-  std::unique_ptr<std::atomic<std::uint64_t>[]> history_;
+  unsigned history_bits_;
+  std::unique_ptr<std::atomic<std::uint32_t>[]> history_;
   std::atomic<std::int64_t> min_visibility_ns_;
-  TimerNode sweep_node_{};  // owned by the wheel owner, like the slots' nodes
+  TimerNode sweep_node_{};                    // owned by the wheel owner, like the slots' nodes
+  std::atomic<bool> sweep_requested_{false};  // arm_sweep() -> the wheel owner (drain_timer_inbox)
   // The dedup window is built on the first add that carries a dedup id: a queue that never
   // deduplicates should not pay its memory (capacity x max key bytes).
   std::atomic<DedupSet*> dedup_{nullptr};
