@@ -738,7 +738,7 @@ class QueueImpl final : public QueueBase {
   void push_ready(std::uint32_t idx) noexcept {
     counters_.add(kToReady);
     push_held(ready_, idx);
-    ready_ec_.notify();
+    wake_for_ready();
   }
   void push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexcept {
     counters_.add(kToReady, n);
@@ -861,15 +861,7 @@ class QueueImpl final : public QueueBase {
         continue;
       }
       flush_freed(wc);  // about to go idle: let producers have the slots
-      // Spin briefly with `pause` (not sched_yield, which on a busy machine hands the core away
-      // for milliseconds): at high rates the next job arrives within a hand-off (~100 ns), far
-      // cheaper than a futex sleep and wake (1-5 us).
-      bool got = false;
-      for (int spin = 0; spin < kSpins && !got; ++spin) {
-        cpu_relax();
-        got = next_job(w, wc, idx);
-      }
-      if (got) {
+      if (spin_for_job(w, wc, idx)) {
         deliver(idx, wc);
         continue;
       }
@@ -879,6 +871,53 @@ class QueueImpl final : public QueueBase {
       ready_ec_.wait();
     }
     flush_freed(wc);
+  }
+
+  /// Idle workers: one of them at a time (the spinner) polls for up to kSpinNs before sleeping;
+  /// the others sleep at once. At a steady rate the spinner catches each job within a hand-off
+  /// (~100 ns) instead of a futex wake-up (1-5 us, and on a busy machine a wait for a core), and
+  /// one spinner, unlike every idle worker spinning, leaves the other cores to the producers and
+  /// the busy workers. Producers skip the wake-up while a spinner is on duty (wake_for_ready).
+  static constexpr std::int64_t kSpinNs = 50'000;
+
+  /// spin_for_job(w, wc, idx): if no other worker is spinning, spin for a job until kSpinNs
+  /// pass; true with idx set when one came. A false return leaves the caller to wait().
+  bool spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept {
+    std::uint32_t none = 0;
+    // relaxed: only decides who spins; the hand-off of "no spinner" is ordered in stop_spinning.
+    if (!spinning_.compare_exchange_strong(none, 1, std::memory_order_relaxed)) return false;
+    const std::int64_t until =
+        std::chrono::steady_clock::now().time_since_epoch().count() + kSpinNs;
+    bool got = false;
+    for (std::uint32_t round = 1; !got; ++round) {
+      // `pause`, not sched_yield: on a busy machine a yield hands the core away for milliseconds.
+      cpu_relax();
+      got = next_job(w, wc, idx);
+      // The clock only every 64 rounds: a read costs as much as a few dozen pauses.
+      if (!got && round % 64 == 0 &&
+          (stop_.load(std::memory_order_acquire) ||
+           std::chrono::steady_clock::now().time_since_epoch().count() >= until))
+        break;
+    }
+    // seq_cst: Dekker with wake_for_ready(). Either the producer's fence comes first and our
+    // re-check below sees its push, or ours does and the producer sees spinning_ == 0 and
+    // notifies. Without it a push made while we stop would wait for the next wake-up.
+    spinning_.store(0, std::memory_order_seq_cst);
+    if (got) {
+      // Jobs pushed (or stashed by us) while we held the duty went unannounced: a sleeper must
+      // take them if our handler runs long.
+      if (ready_.size_approx() > 0 || !wc.stash->empty()) ready_ec_.notify();
+      return true;
+    }
+    return next_job(w, wc, idx);
+  }
+
+  /// wake_for_ready(): after a push to the ready ring (or a stash), make sure a worker will look.
+  void wake_for_ready() noexcept {
+    // seq_cst: orders our push before the load of spinning_ (see spin_for_job).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (spinning_.load(std::memory_order_relaxed) != 0) return;  // the spinner will find it
+    ready_ec_.notify();
   }
 
   /// next_job(w, wc, idx): the next job for worker w — from its own stash, else a new batch from
@@ -906,7 +945,7 @@ class QueueImpl final : public QueueBase {
       wc.stash->fill(batch.data() + 1, static_cast<std::uint32_t>(n - 1));
       // A worker that found the ring empty just before our pop may be about to sleep: this
       // signal makes its wait() return (or wakes it), and it then steals from the stash.
-      if (workers() > 1) ready_ec_.notify();
+      if (workers() > 1) wake_for_ready();
     }
     return true;
   }
@@ -946,7 +985,6 @@ class QueueImpl final : public QueueBase {
     return worker_count_.load(std::memory_order_relaxed);  // see set_handler
   }
 
-  static constexpr int kSpins = 256;
   static void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -1360,6 +1398,8 @@ class QueueImpl final : public QueueBase {
   MpmcRing<std::uint32_t> ready_;
   MpmcRing<std::uint32_t> inbox_;
   EventCount ready_ec_;
+  // 1 while a worker spins for jobs (spin_for_job); its own line: producers read it on every push.
+  alignas(64) std::atomic<std::uint32_t> spinning_{0};
   std::size_t history_mask_;
   unsigned history_bits_;
   std::unique_ptr<std::atomic<std::uint32_t>[]> history_;
