@@ -1,5 +1,6 @@
 // latency_bench: issue 4 item 3 (add-to-handler-start latency at 10k and 100k jobs/s, rail and
-// the moodycamel pool) and item 4's retry punctuality (a 10 ms backoff at full load).
+// the moodycamel pool, and the platform floor: a bare busy-polling hand-off) and item 4's retry
+// punctuality (a 10 ms backoff at full load).
 //   latency_bench [--jobs_100k=N] [--jobs_10k=N] [--probes=N] [--benchmark_* flags]
 // Defaults: 200,000 jobs at 100k/s, 50,000 at 10k/s, 50 probes. The summary against issue 4's
 // targets goes to stderr after the run (stdout stays the reporter's).
@@ -46,6 +47,11 @@ void print_summary() {
                    static_cast<unsigned long long>(rate), w, ours->p50, ours->p99, ours->p999,
                    ours->max, mc->p50, mc->p99, mc->p999, mc->max);
       if (rate != 100'000 || w != 2) continue;
+      if (const Percentiles* floor = r.find(latency_name("spin_handoff", rate, 1)))
+        std::fprintf(stderr,
+                     "  platform floor (busy-polling SPSC hand-off, no library): p50 %.0f p99 %.0f "
+                     "p99.9 %.0f max %.0f\n",
+                     floor->p50, floor->p99, floor->p999, floor->max);
       auto verdict = [](bool ok) { return ok ? "MET" : "MISSED"; };
       std::fprintf(stderr, "  target 100k/s p50 <= 2000 ns: %.0f ns  %s\n", ours->p50,
                    verdict(ours->p50 <= 2000));
@@ -95,6 +101,7 @@ int main(int argc, char** argv) {
       bench::register_rail_latency(rate, w);
       bench::register_moodycamel_latency(rate, w);
     }
+    bench::register_spin_handoff_latency(rate);
   }
   bench::register_retry_punctuality();
   benchmark::RunSpecifiedBenchmarks();

@@ -155,6 +155,8 @@ inline std::string latency_name(const std::string& contender, std::uint64_t rate
 
 void register_rail_latency(std::uint64_t rate, int workers);
 void register_moodycamel_latency(std::uint64_t rate, int workers);
+/// The platform floor: a busy-polling consumer of a plain SPSC array (spin_handoff.cpp).
+void register_spin_handoff_latency(std::uint64_t rate);
 void register_retry_punctuality();
 
 }  // namespace bench
