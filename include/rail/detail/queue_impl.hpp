@@ -681,6 +681,11 @@ class QueueImpl final : public QueueBase {
   }
 
   bool try_acquire(std::uint32_t* out, std::size_t n) noexcept {
+    if (n == 1) return free_.try_pop(*out);
+    // All or nothing: with fewer than n free, popping some only to push them back would churn
+    // the free ring against the workers returning slots (and reorder it). A stale estimate only
+    // costs a retry: the pops below still decide.
+    if (free_.size_approx() < n) return false;
     std::size_t got = 0;
     while (got < n) {
       std::size_t k = free_.try_pop_bulk(out + got, n - got);
