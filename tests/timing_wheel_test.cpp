@@ -536,6 +536,22 @@ TYPED_TEST(TimingWheel, TiesFireInScheduleOrderAndDeadlinesInOrder) {
   EXPECT_EQ(h.wheel().size(), 0u);
 }
 
+TYPED_TEST(TimingWheel, CrowdedTickFiresInOrderAboveAndBelowTheSortBuffer) {
+  // A tick's bucket is sorted in an array up to a size and by a list merge sort above it: both
+  // paths must give the (deadline, schedule order) sequence, ties included.
+  using S = TypeParam;
+  for (std::size_t count : {std::size_t{300}, std::size_t{1500}}) {
+    const std::int64_t start = 1;
+    Harness<S> h(start, count);
+    const std::int64_t tick_start = (4 * S::kTick << S::kLevelBits);  // cascades into level 0
+    Rng rng(count);
+    for (std::size_t id = 0; id < count; ++id)
+      h.schedule(id, tick_start + rng.uniform(0, 7) * (S::kTick / 8));  // 8 values: many ties
+    h.advance(tick_start + S::kTick);  // the harness asserts the exact sequence
+    EXPECT_EQ(h.wheel().size(), 0u) << count << " timers";
+  }
+}
+
 TYPED_TEST(TimingWheel, ExtremeTimesDoNotOverflow) {
   using S = TypeParam;
   for (std::int64_t start : {kMinNs, kMinNs + 5, std::int64_t{-1}, kMaxNs - 3 * S::kSpanNs}) {

@@ -110,6 +110,7 @@
 // the wheel can be neither copied nor moved.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cassert>
@@ -158,6 +159,7 @@ class TimingWheel {
   static constexpr std::size_t kReady = kBuckets + 1;  // sentinel index of the already-due list
   static constexpr unsigned kWords = kSlots < 64 ? 1 : kSlots / 64;
   static constexpr std::uint64_t kNoTick = std::numeric_limits<std::uint64_t>::max();
+  static constexpr std::uint32_t kSortBuffer = 512;  // see sort_by_deadline
   static_assert((kSlots & (kSlots - 1)) == 0, "slot index is a mask of the tick: power of two");
 
  public:
@@ -493,14 +495,43 @@ class TimingWheel {
   // bin i holds a sorted run of 2^i nodes, older than any run in a lower bin). Buckets are usually
   // already sorted, because deadlines tend to be scheduled in order, so check that first: O(n).
   static void sort_by_deadline(TimerNode& head) noexcept {
+    // A bucket of up to kSortBuffer nodes (a 1 ms slot rarely holds more) is gathered into an
+    // array in one walk, sorted there and relinked: the walk is the only pass that chases
+    // pointers through cold nodes, where the list merge sort below makes log2(n) of them.
+    // (deadline, position) keys keep ties in list order, as the merge sort does.
+    struct Key {
+      std::int64_t deadline;
+      std::uint32_t position;
+      TimerNode* node;
+    };
+    std::array<Key, kSortBuffer> keys;
+    std::uint32_t n = 0;
     bool sorted = true;
-    for (TimerNode* node = head.next; node != &head && node->next != &head; node = node->next) {
-      if (node->next->deadline < node->deadline) {
-        sorted = false;
+    for (TimerNode* node = head.next; node != &head; node = node->next) {
+      if (n > 0 && node->deadline < keys[n - 1].deadline) sorted = false;
+      if (n == kSortBuffer) {
+        n = 0;  // too many for the buffer: the list merge sort below
         break;
       }
+      keys[n] = Key{node->deadline, n, node};
+      ++n;
     }
-    if (sorted) return;
+    if (sorted && n > 0) return;
+    if (n > 0) {
+      std::sort(keys.begin(), keys.begin() + n, [](const Key& a, const Key& b) noexcept {
+        return a.deadline != b.deadline ? a.deadline < b.deadline : a.position < b.position;
+      });
+      TimerNode* before = &head;
+      for (std::uint32_t i = 0; i < n; ++i) {
+        keys[i].node->prev = before;
+        before->next = keys[i].node;
+        before = keys[i].node;
+      }
+      before->next = &head;
+      head.prev = before;
+      return;
+    }
+    if (head.next == &head) return;
     head.prev->next = nullptr;
     std::array<TimerNode*, 64> bins{};  // 2^64 nodes cannot exist, so bin 63 never carries
     for (TimerNode* node = head.next; node != nullptr;) {
