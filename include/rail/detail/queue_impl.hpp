@@ -904,10 +904,12 @@ class QueueImpl final : public QueueBase {
            std::chrono::steady_clock::now().time_since_epoch().count() >= until))
         break;
     }
-    // seq_cst: Dekker with wake_for_ready(). Either the producer's fence comes first and our
-    // re-check below sees its push, or ours does and the producer sees spinning_ == 0 and
-    // notifies. Without it a push made while we stop would wait for the next wake-up.
-    spinning_.store(0, std::memory_order_seq_cst);
+    // Dekker with wake_for_ready(), fence against fence: either the producer's fence comes first
+    // and our re-check below sees its push, or ours does and the producer sees spinning_ == 0
+    // and notifies. Without the fence our store could pass the re-check's loads, and a push made
+    // while we stop would wait for the next wake-up.
+    spinning_.store(0, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (got) {
       // Jobs pushed (or stashed by us) while we held the duty went unannounced: a sleeper must
       // take them if our handler runs long.
