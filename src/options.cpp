@@ -67,8 +67,8 @@ void validate_job_options(const JobOptions& o, std::string_view where) {
 void validate_queue_options(const QueueOptions& o, std::string_view queue) {
   std::string where = "QueueOptions('" + std::string(queue) + "')";
   if (queue.empty()) bad("QueueOptions", "name", "empty", "a non-empty queue name");
-  if (o.capacity == 0 || o.capacity > (std::size_t{1} << 30))
-    bad(where, "capacity", std::to_string(o.capacity), "1 .. 2^30 unfinished jobs");
+  if (o.capacity == 0 || o.capacity > (std::size_t{1} << 29))
+    bad(where, "capacity", std::to_string(o.capacity), "1 .. 2^29 unfinished jobs");
   if (o.visibility_timeout.count() <= 0)
     bad(where, "visibility_timeout", ns(o.visibility_timeout),
         "a positive lease length (Duration::max() for none)");

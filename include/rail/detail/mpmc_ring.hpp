@@ -19,8 +19,11 @@
 //     cell's seq (PackedCell): 8 bytes per cell instead of 16, so a ring holds twice as many
 //     cells per cache line and costs half the memory per queued job. Comparing 32-bit seqs
 //     modulo 2^32 is exact here: a cell's seq is never more than one lap (2 * capacity half-steps,
-//     below 2^31 because packed rings hold at most 2^30 cells) away from the value a thread
-//     compares it with, and ownership is still decided by the CAS on the 64-bit head_/tail_.
+//     at most 2^30 because packed rings hold at most 2^29 cells) away from the value a thread
+//     compares it with, well inside the +-2^31 that a signed 32-bit difference orders, and
+//     ownership is still decided by the CAS on the 64-bit head_/tail_. (A thread stalled for
+//     some 2^29 operations between reading head_/tail_ and reading a cell could misread it as full
+//     or empty; callers treat both as "try again", so it costs a retry, never a value.)
 // Positions are 64-bit and only grow (seq holds 2 * position, so 2^63 positions are usable); at
 // 10^9 operations per second that lasts ~290 years, so wrap-around is not handled.
 //
@@ -80,7 +83,7 @@ class MpmcRing {
 
  public:
   /// MpmcRing(min_capacity) allocates bit_ceil(min_capacity) cells. Throws rail::Error
-  /// (invalid_option) when min_capacity is 0 or above 2^31 (2^30 for a 4-byte T: packed cells).
+  /// (invalid_option) when min_capacity is 0 or above 2^31 (2^29 for a 4-byte T: packed cells).
   explicit MpmcRing(std::size_t min_capacity)
       : capacity_(checked_capacity(min_capacity)),
         mask_(capacity_ - 1),
@@ -340,8 +343,8 @@ class MpmcRing {
                 "MpmcRing: head_ and tail_ must each occupy whole cache lines");
 
   static std::size_t checked_capacity(std::size_t min_capacity) {
-    // Packed cells compare 32-bit seqs, which must stay within +-2^31 of each other (see top).
-    constexpr std::size_t kMax = std::size_t{1} << (sizeof(T) == 4 ? 30 : 31);
+    // Packed cells compare 32-bit seqs, which must stay well within +-2^31 (see top).
+    constexpr std::size_t kMax = std::size_t{1} << (sizeof(T) == 4 ? 29 : 31);
     if (min_capacity == 0 || min_capacity > kMax) {
       throw Error(ErrorCode::invalid_option,
                   "MpmcRing min_capacity is " + std::to_string(min_capacity) + "; expected 1 to " +

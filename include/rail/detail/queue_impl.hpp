@@ -23,8 +23,7 @@
 //          retry (+delay)  -> delayed: inbox (the timer links it) | no delay: ready
 //          out of attempts -> end (dead-lettered: DLQ entry with the payload moved)
 //        An end frees the slot at once if no stale handler still pins it, else the last one
-//        to return frees it (and files the DLQ entry). A worker returns the slots it freed to
-//        the free ring in one bulk push per batch.
+//        to return frees it (and files the DLQ entry).
 // Timer: the wheel owner drains inbox_ into the wheel; when a slot's time comes it CASes
 //        delayed->waiting and pushes ready. The lease sweep (one wheel timer per queue) CASes
 //        active->finishing for lapsed leases and redelivers or dead-letters them.
@@ -181,6 +180,14 @@ class QueueImpl final : public QueueBase {
       return sum;
     };
     auto gauge = [](std::uint64_t in, std::uint64_t out) { return in > out ? in - out : 0; };
+    // A job moving between gauges is counted into the next one before out of the previous one
+    // (deliver, fire, fail_attempt), with release increments; here every outflow is read
+    // (acquire) before any inflow. So a reader that sees a job leave one gauge also sees it
+    // enter the next: it may show in two gauges for a moment, never in none, and idle() (so
+    // drain()) never reports idle with a job in flight.
+    const std::uint64_t attempt_ended = r(kAttemptEnded), from_ready = r(kFromReady),
+                        from_delayed = r(kFromDelayed);
+    const std::uint64_t started = r(kStarted), to_ready = r(kToReady), to_delayed = r(kToDelayed);
     QueueCounts c;
     c.added = r(kAdded);
     c.completed = r(kCompleted);
@@ -190,9 +197,9 @@ class QueueImpl final : public QueueBase {
     c.deduplicated = r(kDeduplicated);
     c.stalled = r(kStalled);
     c.late_outcomes = r(kLateOutcomes);
-    c.waiting = gauge(r(kToReady), r(kFromReady));
-    c.delayed = gauge(r(kToDelayed), r(kFromDelayed));
-    c.active = gauge(r(kStarted), r(kAttemptEnded));
+    c.waiting = gauge(to_ready, from_ready);
+    c.delayed = gauge(to_delayed, from_delayed);
+    c.active = gauge(started, attempt_ended);
     c.paused = paused_.load(std::memory_order_relaxed);
     return c;
   }
@@ -319,13 +326,14 @@ class QueueImpl final : public QueueBase {
     std::uint32_t workers = core_.mode() == Mode::threaded ? w.concurrency : 1;
     leases_ = std::make_unique<LeaseTracker>(workers);
     stashes_ = std::make_unique<WorkerStash[]>(workers);
+    // relaxed: a sizing hint for wake-ups; the workers themselves see it through thread creation.
+    // Before the counters' release below, so counts() never sees the array with a count of 0.
+    worker_count_.store(workers, std::memory_order_relaxed);
     if (core_.mode() == Mode::threaded) {
       worker_counters_owner_ = std::make_unique<OwnedCounters<kCounterKinds>[]>(workers);
       // release: counts() on another thread sees the array built (its acquire load).
       worker_counters_.store(worker_counters_owner_.get(), std::memory_order_release);
     }
-    // relaxed: a sizing hint for wake-ups; the workers themselves see it through thread creation.
-    worker_count_.store(workers, std::memory_order_relaxed);
     // Threaded: the sweep is a self-re-arming wheel timer. Inline: time moves only through
     // ManualClock::advance, whose process_timers() calls sweep_inline() directly, so no timer is
     // left on the wheel for next_timer_in() to chase forever.
@@ -421,8 +429,7 @@ class QueueImpl final : public QueueBase {
             std::uint64_t u = s.ctl.load(std::memory_order_acquire);
             while (!s.ctl.compare_exchange_weak(u, ctl::unpin(u), std::memory_order_acq_rel)) {
             }
-            if (ctl::state(u) == SlotState::ended && ctl::pins(u) == 1)
-              final_end(i, ctl::unpin(u), nullptr);
+            if (ctl::state(u) == SlotState::ended && ctl::pins(u) == 1) final_end(i, ctl::unpin(u));
             return true;
           }
           case SlotState::active:
@@ -537,7 +544,7 @@ class QueueImpl final : public QueueBase {
         continue;
       }
       if (st == SlotState::cancelled) {
-        reclaim_cancelled(idx, c, nullptr);
+        reclaim_cancelled(idx, c);
         return;
       }
       RAIL_INVARIANT(st == SlotState::delayed, "a slot on the wheel is delayed or cancelled");
@@ -549,9 +556,9 @@ class QueueImpl final : public QueueBase {
       // acq_rel: wins the slot against a concurrent debounce or cancel.
       if (s.ctl.compare_exchange_strong(c, ctl::to(c, SlotState::waiting),
                                         std::memory_order_acq_rel)) {
-        counters_.add(kFromDelayed);
         if (core_.observed()) emit(EventKind::retry_due, s, now);
-        push_ready(idx);
+        push_ready(idx);              // into `waiting` (counted there) ...
+        counters_.add(kFromDelayed);  // ... before out of `delayed`: see counts()
         return;
       }
     }
@@ -592,10 +599,9 @@ class QueueImpl final : public QueueBase {
   using Storage = std::aligned_storage_t<sizeof(T), alignof(T)>;
 
   /// WorkerContext: what one worker thread keeps to itself (inline mode: the run_until_idle
-  /// caller's). Slots the worker frees collect in `freed` and reach the free ring in one bulk push
-  /// per batch (flush_freed), so a worker pays the free ring's shared tail and cells once per
-  /// batch rather than once per job. Producers cannot reuse those slots until the flush, which
-  /// comes at the end of each batch and before the worker waits.
+  /// caller's). Freed slots are not batched here: a slot held back while a later handler of the
+  /// batch runs would make add() answer `full` (or dead-letter under the overflow policy) with
+  /// room in the queue.
   struct WorkerContext {
     WorkerContext(LeaseRecord& r, SplitMix64 g, WorkerStash* st,
                   OwnedCounters<kCounterKinds>* c) noexcept
@@ -604,10 +610,10 @@ class QueueImpl final : public QueueBase {
     SplitMix64 rng;
     WorkerStash* stash;  // null in inline mode: no batches, frees go straight to the ring
     OwnedCounters<kCounterKinds>* counters;  // null in inline mode (any thread may run it)
-    std::array<std::uint32_t, WorkerStash::kCapacity> freed{};
-    std::size_t nfreed = 0;
-    std::int64_t last_start_ns = 0;
+    std::int64_t last_start_ns = 0;          // engine clock: poll_timers' idea of now
+    std::int64_t last_wall_ns = 0;           // steady clock: the batch-size heuristic's
     bool fast = false;  // the last delivery started within kFastHandlerNs of the one before
+    bool manual_clock = false;
   };
 
   T& payload(std::uint32_t idx) noexcept {
@@ -859,13 +865,14 @@ class QueueImpl final : public QueueBase {
     WorkerContext wc(leases_->record(w),
                      SplitMix64(core_.seed() ^ (std::uint64_t{index_} << 32) ^ w), &stashes_[w],
                      &worker_counters_owner_[w]);
+    wc.manual_clock = core_.clock().is_manual();
     std::uint32_t idx = 0;
     while (!stop_.load(std::memory_order_acquire)) {
       if (next_job(w, wc, idx)) {
         deliver(idx, wc);
         continue;
       }
-      flush_freed(wc);  // about to go idle: let producers have the slots
+      wc.fast = false;  // after idling, the next handler's speed is unknown: one job at a time
       if (spin_for_job(w, wc, idx)) {
         deliver(idx, wc);
         continue;
@@ -875,7 +882,6 @@ class QueueImpl final : public QueueBase {
       // until one does. Either way the loop re-checks the ring and the stashes (event_count.hpp).
       ready_ec_.wait();
     }
-    flush_freed(wc);
   }
 
   /// Idle workers: one of them at a time (the spinner) polls for up to kSpinNs before sleeping;
@@ -889,10 +895,9 @@ class QueueImpl final : public QueueBase {
   /// pass; true with idx set when one came. A false return leaves the caller to wait().
   bool spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept {
     std::uint32_t none = 0;
-    // relaxed: only decides who spins; the hand-off of "no spinner" is ordered in stop_spinning.
+    // relaxed: only decides who spins; clearing the duty is ordered by the fence below.
     if (!spinning_.compare_exchange_strong(none, 1, std::memory_order_relaxed)) return false;
-    const std::int64_t until =
-        std::chrono::steady_clock::now().time_since_epoch().count() + kSpinNs;
+    const std::int64_t until = steady_ns() + kSpinNs;
     bool got = false;
     for (std::uint32_t round = 1; !got; ++round) {
       // `pause`, not sched_yield: on a busy machine a yield hands the core away for milliseconds.
@@ -900,8 +905,7 @@ class QueueImpl final : public QueueBase {
       got = next_job(w, wc, idx);
       // The clock only every 64 rounds: a read costs as much as a few dozen pauses.
       if (!got && round % 64 == 0 &&
-          (stop_.load(std::memory_order_acquire) ||
-           std::chrono::steady_clock::now().time_since_epoch().count() >= until))
+          (stop_.load(std::memory_order_acquire) || steady_ns() >= until))
         break;
     }
     // Dekker with wake_for_ready(), fence against fence: either the producer's fence comes first
@@ -911,12 +915,20 @@ class QueueImpl final : public QueueBase {
     spinning_.store(0, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (got) {
-      // Jobs pushed (or stashed by us) while we held the duty went unannounced: a sleeper must
-      // take them if our handler runs long.
-      if (ready_.size_approx() > 0 || !wc.stash->empty()) ready_ec_.notify();
+      // Work pushed or stashed while we held the duty went unannounced (ours, other workers',
+      // timers fired by poll_timers): a sleeper must take it if our handler runs long.
+      if (work_visible()) ready_ec_.notify();
       return true;
     }
-    return next_job(w, wc, idx);
+    return next_job(w, wc, idx);  // false at once after stop
+  }
+
+  /// work_visible(): a ready job in the ring or in any worker's stash (a hint, for wake-ups).
+  [[nodiscard]] bool work_visible() const noexcept {
+    if (ready_.size_approx() > 0) return true;
+    for (std::uint32_t w = 0; w < workers(); ++w)
+      if (!stashes_[w].empty()) return true;
+    return false;
   }
 
   /// wake_for_ready(): after a push to the ready ring (or a stash), make sure a worker will look.
@@ -931,11 +943,13 @@ class QueueImpl final : public QueueBase {
   /// the ready ring, else stolen from another worker's stash. False when there is none, or the
   /// queue is paused (stashed jobs then wait with the rest: nothing new starts while paused).
   bool next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept {
-    if (paused_.load(std::memory_order_acquire)) return false;
+    // After stop nothing new starts: shutdown may already have reported a ready job as not
+    // started and handed its payload back (take_leftovers).
+    if (stop_.load(std::memory_order_acquire) || paused_.load(std::memory_order_acquire))
+      return false;
     if (wc.stash->take(idx)) return true;
-    // A batch boundary: return this batch's freed slots before taking the next batch, and fire
-    // any timer that came due (backoffs, delays, lease sweeps) if the timer thread has not.
-    flush_freed(wc);
+    // A batch boundary: fire any timer that came due (backoffs, delays, lease sweeps) if the
+    // timer thread has not.
     core_.poll_timers(wc.last_start_ns);
     std::array<std::uint32_t, WorkerStash::kCapacity> batch;
     const std::size_t want = wc.fast ? batch.size() : 1;
@@ -948,11 +962,16 @@ class QueueImpl final : public QueueBase {
       __builtin_prefetch(&payload_[batch[i]], 0);
     }
     idx = batch[0];
-    if (n > 1) {
-      wc.stash->fill(batch.data() + 1, static_cast<std::uint32_t>(n - 1));
-      // A worker that found the ring empty just before our pop may be about to sleep: this
-      // signal makes its wait() return (or wakes it), and it then steals from the stash.
-      if (workers() > 1) wake_for_ready();
+    if (n > 1) wc.stash->fill(batch.data() + 1, static_cast<std::uint32_t>(n - 1));
+    // Work we leave behind is announced, so that sleepers join in: one wake-up per stashed job
+    // (each woken worker steals one) and one more if the ring still holds jobs; every worker
+    // that finds work does the same, so the wake-ups chain as far as the work goes. Pushes made
+    // while a spinner was on duty skipped theirs; this is where they are made up for.
+    if (workers() > 1) {
+      std::size_t wake = (n - 1) + (ready_.size_approx() > 0 ? 1 : 0);
+      wake = std::min<std::size_t>(wake, workers() - 1);
+      for (std::size_t i = 0; i < wake; ++i)
+        wake_for_ready();
     }
     return true;
   }
@@ -962,20 +981,12 @@ class QueueImpl final : public QueueBase {
     const std::size_t n = workers();
     for (std::size_t k = 1; k < n; ++k) {
       WorkerStash& victim = stashes_[(w + k) % n];
-      if (!victim.empty() && victim.take(idx)) return true;
+      if (!victim.empty() && victim.take(idx)) {
+        if (n > 2 && work_visible()) wake_for_ready();  // chain on, as next_job does
+        return true;
+      }
     }
     return false;
-  }
-
-  /// flush_freed(wc): hands the slots wc freed to the free ring in one bulk push.
-  void flush_freed(WorkerContext& wc) noexcept {
-    std::size_t done = 0;
-    while (done < wc.nfreed) {
-      std::size_t k = free_.try_push_bulk(wc.freed.data() + done, wc.nfreed - done);
-      if (k == 0) std::this_thread::yield();  // transient, as in push_held
-      done += k;
-    }
-    wc.nfreed = 0;
   }
 
   /// count(wc, c): a worker bumps its own counters; anyone else (wc null) the shared stripes.
@@ -1004,6 +1015,9 @@ class QueueImpl final : public QueueBase {
     return worker_count_.load(std::memory_order_relaxed);  // see set_handler
   }
 
+  static std::int64_t steady_ns() noexcept {
+    return std::chrono::steady_clock::now().time_since_epoch().count();
+  }
   static void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -1020,7 +1034,7 @@ class QueueImpl final : public QueueBase {
     std::uint64_t active;
     for (;;) {
       if (ctl::state(c) == SlotState::cancelled) {
-        reclaim_cancelled(idx, c, &wc);
+        reclaim_cancelled(idx, c);
         return false;
       }
       RAIL_INVARIANT(ctl::state(c) == SlotState::waiting, "a ready slot is waiting or cancelled");
@@ -1028,15 +1042,19 @@ class QueueImpl final : public QueueBase {
       // acq_rel: wins the job against cancel(); acquires the fields of whoever made it ready.
       if (s.ctl.compare_exchange_weak(c, active, std::memory_order_acq_rel)) break;
     }
+    // Into `active` before out of `waiting`: see counts().
+    count(&wc, kStarted);
     count(&wc, kFromReady);
     const auto token = static_cast<std::uint32_t>(ctl::seq(active));
     std::int64_t now = core_.now_ns();
-    // Start to start: the previous handler's run plus this worker's overhead (or idle time).
-    wc.fast = now - wc.last_start_ns < kFastHandlerNs;
+    // Start to start: the previous handler's run plus this worker's overhead. Real time even
+    // under a manual clock (whose time stands still between advances).
+    const std::int64_t wall = wc.manual_clock ? steady_ns() : now;
+    wc.fast = wall - wc.last_wall_ns < kFastHandlerNs;
+    wc.last_wall_ns = wall;
     wc.last_start_ns = now;
     s.started_ns = now;
     ++s.deliveries;
-    count(&wc, kStarted);
     Job<T> job;
     job.id_ = s.id.load(std::memory_order_relaxed);
     job.name_ = core_.names().name(s.name);
@@ -1072,6 +1090,8 @@ class QueueImpl final : public QueueBase {
     }
     if (leased) LeaseTracker::release(wc.record);
     finish(idx, token, std::move(out), wc, job.started_at_, job.deliveries_);
+    // After finish() returned the slot to the free ring (final_end): once counts() shows the
+    // attempt ended (drain() returns), the slot is free for the next add.
     count(&wc, kAttemptEnded);
     return true;
   }
@@ -1115,7 +1135,7 @@ class QueueImpl final : public QueueBase {
           core_.emit(e);
         }
         if (ctl::state(unpinned) == SlotState::ended && ctl::pins(unpinned) == 0)
-          final_end(idx, unpinned, &wc);
+          final_end(idx, unpinned);
         return;
       }
     }
@@ -1265,7 +1285,7 @@ class QueueImpl final : public QueueBase {
     std::uint64_t c = s.ctl.load(std::memory_order_acquire);
     for (;;) {
       if (ctl::pins(c) == 0) {
-        final_end(idx, c, wc);
+        final_end(idx, c);
         return;
       }
       // release: the last unpinner acquires end_kind and the fields the DLQ entry needs.
@@ -1311,12 +1331,12 @@ class QueueImpl final : public QueueBase {
 
   /// reclaim_cancelled: the holder of a cancelled slot's index frees it (cancel() recorded the
   /// end already); with stale handlers still pinning it, the last of them frees it.
-  void reclaim_cancelled(std::uint32_t idx, std::uint64_t c, WorkerContext* wc) {
+  void reclaim_cancelled(std::uint32_t idx, std::uint64_t c) {
     JobSlot& s = slots_[idx];
     s.end_kind = EndKind::cancelled;
     for (;;) {
       if (ctl::pins(c) == 0) {
-        final_end(idx, c, wc);
+        final_end(idx, c);
         return;
       }
       if (s.ctl.compare_exchange_weak(c, ctl::to(c, SlotState::ended), std::memory_order_acq_rel))
@@ -1325,9 +1345,8 @@ class QueueImpl final : public QueueBase {
   }
 
   /// final_end: nobody pins the slot and its job has ended: file the DLQ entry, destroy the
-  /// payload, and return the index to the free ring (through the worker's batch when a worker
-  /// ends it: see WorkerContext).
-  void final_end(std::uint32_t idx, std::uint64_t c, WorkerContext* wc) {
+  /// payload, and return the index to the free ring.
+  void final_end(std::uint32_t idx, std::uint64_t c) {
     JobSlot& s = slots_[idx];
     std::optional<DeadLetter<T>> entry;
     if (s.end_kind == EndKind::dead_lettered) {
@@ -1350,12 +1369,7 @@ class QueueImpl final : public QueueBase {
     // release: the next holder (a producer popping the free ring) sees a clean slot; nobody
     // else writes ctl in `ended`/`finishing` with zero pins, so a plain store is enough.
     s.ctl.store(ctl::make(ctl::seq(c) + 1, 0, 0, SlotState::free), std::memory_order_release);
-    if (wc && wc->stash) {
-      wc->freed[wc->nfreed++] = idx;
-      if (wc->nfreed == wc->freed.size()) flush_freed(*wc);
-    } else {
-      push_held(free_, idx);
-    }
+    push_held(free_, idx);
     if (entry) dlq_.push(std::move(*entry));
   }
 
