@@ -183,5 +183,65 @@ TEST(ThreadedEngine, CountsAddUpAfterBatchedWork) {
   EXPECT_EQ(q.add_bulk("a", std::span<int>(all)).status, AddStatus::added);
 }
 
+TEST(ThreadedEngine, BurstOfDueJobsReachesEveryWorker) {
+  // Timers fire a burst while a worker may be spinning (producers' wake-ups are skipped then);
+  // the wake-ups must chain so that every worker joins in. Each handler waits until all four
+  // run at once: with a missed wake-up the round would stall (the deadline makes it a failure).
+  for (int round = 0; round < 10; ++round) {
+    ManualClock clock;
+    std::atomic<int> in_flight{0}, met{0}, fast_done{0};
+    Engine engine({.clock = &clock});
+    auto q = engine.queue<int>("q", QueueOptions{.capacity = 64});
+    q.process({.concurrency = 4}, [&](Job<int>& j) {
+      if (j.data() < 0) {
+        fast_done.fetch_add(1);
+        return;
+      }
+      in_flight.fetch_add(1);
+      if (eventually([&] { return in_flight.load() >= 4; }, 10s)) met.fetch_add(1);
+    });
+    for (int i = 0; i < 8; ++i)
+      (void)q.add("due", i, JobOptions{.delay = 5ms});
+    (void)q.add("fast", -1);  // leaves a worker spinning when the burst comes due
+    ASSERT_TRUE(eventually([&] { return fast_done.load() == 1; }));
+    clock.advance(5ms);
+    ASSERT_TRUE(eventually([&] { return q.counts().completed == 9; }));
+    EXPECT_EQ(met.load(), 8) << "round " << round;
+  }
+}
+
+TEST(ThreadedEngine, FinishedJobsFreeTheirSlotsWhileTheirBatchRuns) {
+  // A worker takes a batch; the jobs it finished must give their slots back at once, not when
+  // the batch's last (here blocked) job returns: the queue must take new jobs meanwhile.
+  std::atomic<bool> release{false};
+  std::atomic<int> done{0};
+  Engine engine;
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = 16});
+  q.process({.concurrency = 1}, [&](Job<int>& j) {
+    if (j.data() == 15) {
+      while (!release.load())
+        std::this_thread::yield();
+    }
+    done.fetch_add(1);
+  });
+  // Destroyed before the engine, whatever assertion returns early: the blocked handler must end.
+  struct ReleaseOnExit {
+    std::atomic<bool>& flag;
+    ~ReleaseOnExit() { flag.store(true); }
+  } release_on_exit{release};
+  std::vector<int> warm(16, 0);  // fast handlers back to back: the worker batches
+  ASSERT_EQ(q.add_bulk("warm", std::span<int>(warm)).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return done.load() == 16; }));
+  std::vector<int> batch(16);
+  for (int i = 0; i < 16; ++i)
+    batch[static_cast<std::size_t>(i)] = i;
+  ASSERT_EQ(q.add_bulk("batch", std::span<int>(batch)).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return done.load() == 16 + 15; }));
+  // 15 slots are free again although job 15 still runs.
+  EXPECT_EQ(q.add("more", 99).status, AddStatus::added);
+  release.store(true);
+  ASSERT_TRUE(eventually([&] { return done.load() == 16 + 16 + 1; }));
+}
+
 }  // namespace
 }  // namespace rail
