@@ -49,38 +49,21 @@ void moodycamel_allocs_per_job(benchmark::State& state, const std::string& name,
     latch.wait();
   };
   run(3 * 65'536);  // warm-up, as long as rail's
-  for (auto _ : state) {
-    const AllocSnapshot before = snapshot();
-    const auto t0 = std::chrono::steady_clock::now();
-    run(jobs);
-    state.SetIterationTime(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    const AllocSnapshot after = snapshot();
-    report_allocs(state, before, after, jobs);
-    record_memory_result(
-        name, static_cast<double>(after.calls() - before.calls()) / static_cast<double>(jobs));
-  }
-}
-
-void add(const std::string& name, const std::function<void(benchmark::State&)>& body) {
-  benchmark::RegisterBenchmark(name.c_str(), body)
-      ->UseManualTime()
-      ->Iterations(1)
-      ->Unit(benchmark::kMillisecond);
+  measure_allocs(state, name, jobs, run);
 }
 
 }  // namespace
 
 void register_moodycamel_memory() {
-  add("moodycamel/bytes_per_waiting_job", [](benchmark::State& s) {
+  add_memory_benchmark("moodycamel/bytes_per_waiting_job", [](benchmark::State& s) {
     moodycamel_bytes_per_waiting_job(s, "moodycamel/bytes_per_waiting_job");
   });
-  add("moodycamel/allocs_per_job/fn", [](benchmark::State& s) {
+  add_memory_benchmark("moodycamel/allocs_per_job/fn", [](benchmark::State& s) {
     moodycamel_allocs_per_job<std::function<void()>>(
         s, "moodycamel/allocs_per_job/fn",
         [](CompletionLatch& l) { return std::function<void()>([&l] { l.hit(); }); });
   });
-  add("moodycamel/allocs_per_job/struct", [](benchmark::State& s) {
+  add_memory_benchmark("moodycamel/allocs_per_job/struct", [](benchmark::State& s) {
     moodycamel_allocs_per_job<PlainTask>(s, "moodycamel/allocs_per_job/struct",
                                          [](CompletionLatch& l) {
                                            return PlainTask{&hit_latch, &l};

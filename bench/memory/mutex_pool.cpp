@@ -45,34 +45,18 @@ void mutex_pool_allocs_per_job(benchmark::State& state, const std::string& name)
     latch.wait();
   };
   run(3 * 65'536);  // warm-up, as long as rail's
-  for (auto _ : state) {
-    const AllocSnapshot before = snapshot();
-    const auto t0 = std::chrono::steady_clock::now();
-    run(jobs);
-    state.SetIterationTime(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    const AllocSnapshot after = snapshot();
-    report_allocs(state, before, after, jobs);
-    record_memory_result(
-        name, static_cast<double>(after.calls() - before.calls()) / static_cast<double>(jobs));
-  }
-}
-
-void add(const std::string& name, const std::function<void(benchmark::State&)>& body) {
-  benchmark::RegisterBenchmark(name.c_str(), body)
-      ->UseManualTime()
-      ->Iterations(1)
-      ->Unit(benchmark::kMillisecond);
+  measure_allocs(state, name, jobs, run);
 }
 
 }  // namespace
 
 void register_mutex_pool_memory() {
-  add("mutex_pool/bytes_per_waiting_job", [](benchmark::State& s) {
+  add_memory_benchmark("mutex_pool/bytes_per_waiting_job", [](benchmark::State& s) {
     deque_bytes_per_waiting_job(s, "mutex_pool/bytes_per_waiting_job");
   });
-  add("mutex_pool/allocs_per_job/fn",
-      [](benchmark::State& s) { mutex_pool_allocs_per_job(s, "mutex_pool/allocs_per_job/fn"); });
+  add_memory_benchmark("mutex_pool/allocs_per_job/fn", [](benchmark::State& s) {
+    mutex_pool_allocs_per_job(s, "mutex_pool/allocs_per_job/fn");
+  });
 }
 
 }  // namespace bench

@@ -154,26 +154,8 @@ void rail_allocs_per_job(benchmark::State& state, const std::string& name, Varia
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
   };
   settle(3 * kCapacity);
-  for (auto _ : state) {
-    const AllocSnapshot before = snapshot();
-    const auto t0 = std::chrono::steady_clock::now();
-    run(jobs);
-    state.SetIterationTime(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    settle(3 * kCapacity + jobs);
-    const AllocSnapshot after = snapshot();
-    report_allocs(state, before, after, jobs);
-    record_memory_result(
-        name, static_cast<double>(after.calls() - before.calls()) / static_cast<double>(jobs));
-  }
+  measure_allocs(state, name, jobs, run, [&] { settle(3 * kCapacity + jobs); });
   if (v == Variant::events) state.counters["events"] = static_cast<double>(events.load());
-}
-
-void add(const std::string& name, const std::function<void(benchmark::State&)>& body) {
-  benchmark::RegisterBenchmark(name.c_str(), body)
-      ->UseManualTime()
-      ->Iterations(1)
-      ->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace
@@ -181,7 +163,8 @@ void add(const std::string& name, const std::function<void(benchmark::State&)>& 
 void register_rail_memory() {
   for (bool dedup : {false, true}) {
     std::string name = dedup ? "rail/bytes_per_waiting_job+dedup" : "rail/bytes_per_waiting_job";
-    add(name, [name, dedup](benchmark::State& s) { rail_bytes_per_waiting_job(s, name, dedup); });
+    add_memory_benchmark(
+        name, [name, dedup](benchmark::State& s) { rail_bytes_per_waiting_job(s, name, dedup); });
   }
   const std::pair<Variant, const char*> variants[] = {{Variant::plain, "add"},
                                                       {Variant::bulk, "add_bulk:64"},
@@ -190,7 +173,8 @@ void register_rail_memory() {
                                                       {Variant::events, "add+events"}};
   for (auto [v, label] : variants) {
     std::string name = std::string("rail/allocs_per_job/") + label;
-    add(name, [name, v = v](benchmark::State& s) { rail_allocs_per_job(s, name, v); });
+    add_memory_benchmark(name,
+                         [name, v = v](benchmark::State& s) { rail_allocs_per_job(s, name, v); });
   }
 }
 

@@ -9,8 +9,11 @@
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "memory/alloc_counter.hpp"
 
@@ -48,6 +51,41 @@ inline void report_allocs(benchmark::State& state, const AllocSnapshot& before,
 /// MemoryResults: headline figures per benchmark name, for the summary on stderr.
 void record_memory_result(const std::string& name, double value);
 double memory_result(const std::string& name);
+
+/// measure_allocs(state, name, jobs, run, settle): the timed loop of every allocations-per-job
+/// benchmark. run(n) submits n jobs and returns once they ran; settle() (optional) waits for the
+/// contender's own end-of-job bookkeeping before the closing snapshot.
+template <class Run, class Settle>
+void measure_allocs(benchmark::State& state, const std::string& name, std::uint64_t jobs, Run&& run,
+                    Settle&& settle) {
+  for (auto _ : state) {
+    const AllocSnapshot before = snapshot();
+    const auto t0 = std::chrono::steady_clock::now();
+    run(jobs);
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    settle();
+    const AllocSnapshot after = snapshot();
+    report_allocs(state, before, after, jobs);
+    record_memory_result(
+        name, static_cast<double>(after.calls() - before.calls()) / static_cast<double>(jobs));
+  }
+}
+template <class Run>
+void measure_allocs(benchmark::State& state, const std::string& name, std::uint64_t jobs,
+                    Run&& run) {
+  measure_allocs(state, name, jobs, std::forward<Run>(run), [] {});
+}
+
+/// add_memory_benchmark(name, body): one run of one iteration, timed manually (the bodies time
+/// only the measured jobs, not the warm-up).
+inline void add_memory_benchmark(const std::string& name,
+                                 const std::function<void(benchmark::State&)>& body) {
+  benchmark::RegisterBenchmark(name.c_str(), body)
+      ->UseManualTime()
+      ->Iterations(1)
+      ->Unit(benchmark::kMillisecond);
+}
 
 void register_rail_memory();
 void register_moodycamel_memory();
