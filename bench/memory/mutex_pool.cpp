@@ -17,21 +17,8 @@ namespace bench {
 namespace {
 
 void deque_bytes_per_waiting_job(benchmark::State& state, const std::string& name) {
-  const std::size_t capacity = memory_config().capacity;
-  for (auto _ : state) {
-    const AllocSnapshot before = snapshot();
-    std::deque<std::uint64_t> q;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (std::uint64_t i = 0; i < capacity; ++i)
-      q.push_back(i);
-    state.SetIterationTime(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    const AllocSnapshot filled = snapshot();
-    report_bytes(state, before, filled, capacity, sizeof(std::uint64_t));
-    record_memory_result(name, static_cast<double>(filled.live_bytes - before.live_bytes) /
-                                       static_cast<double>(capacity) -
-                                   static_cast<double>(sizeof(std::uint64_t)));
-  }
+  measure_container_bytes<std::deque<std::uint64_t>>(
+      state, name, [](auto& q, std::uint64_t i) { q.push_back(i); });
 }
 
 void mutex_pool_allocs_per_job(benchmark::State& state, const std::string& name) {

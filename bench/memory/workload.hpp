@@ -52,6 +52,27 @@ inline void report_allocs(benchmark::State& state, const AllocSnapshot& before,
 void record_memory_result(const std::string& name, double value);
 double memory_result(const std::string& name);
 
+/// measure_container_bytes<Queue>(state, name, push): a baseline's bytes per waiting job: fill a
+/// fresh Queue with memory_config().capacity 8-byte items through push(queue, i).
+template <class Queue, class Push>
+void measure_container_bytes(benchmark::State& state, const std::string& name, Push&& push) {
+  const std::size_t capacity = memory_config().capacity;
+  for (auto _ : state) {
+    const AllocSnapshot before = snapshot();
+    Queue q;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::uint64_t i = 0; i < capacity; ++i)
+      push(q, i);
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const AllocSnapshot filled = snapshot();
+    report_bytes(state, before, filled, capacity, sizeof(std::uint64_t));
+    record_memory_result(name, static_cast<double>(filled.live_bytes - before.live_bytes) /
+                                       static_cast<double>(capacity) -
+                                   static_cast<double>(sizeof(std::uint64_t)));
+  }
+}
+
 /// measure_allocs(state, name, jobs, run, settle): the timed loop of every allocations-per-job
 /// benchmark. run(n) submits n jobs and returns once they ran; settle() (optional) waits for the
 /// contender's own end-of-job bookkeeping before the closing snapshot.

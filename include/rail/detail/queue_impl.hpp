@@ -1282,7 +1282,13 @@ class QueueImpl final : public QueueBase {
     record_end(s, kind, reason, now, wc);
     s.end_kind = kind;
     s.end_reason = reason;
-    std::uint64_t c = s.ctl.load(std::memory_order_acquire);
+    free_or_defer(idx, s.ctl.load(std::memory_order_acquire));
+  }
+
+  /// free_or_defer(idx, c): the holder of an ended job frees its slot now if no stale handler
+  /// pins it, else leaves it `ended` for the last of them to free (finish's stale path).
+  void free_or_defer(std::uint32_t idx, std::uint64_t c) {
+    JobSlot& s = slots_[idx];
     for (;;) {
       if (ctl::pins(c) == 0) {
         final_end(idx, c);
@@ -1332,16 +1338,8 @@ class QueueImpl final : public QueueBase {
   /// reclaim_cancelled: the holder of a cancelled slot's index frees it (cancel() recorded the
   /// end already); with stale handlers still pinning it, the last of them frees it.
   void reclaim_cancelled(std::uint32_t idx, std::uint64_t c) {
-    JobSlot& s = slots_[idx];
-    s.end_kind = EndKind::cancelled;
-    for (;;) {
-      if (ctl::pins(c) == 0) {
-        final_end(idx, c);
-        return;
-      }
-      if (s.ctl.compare_exchange_weak(c, ctl::to(c, SlotState::ended), std::memory_order_acq_rel))
-        return;
-    }
+    slots_[idx].end_kind = EndKind::cancelled;
+    free_or_defer(idx, c);
   }
 
   /// final_end: nobody pins the slot and its job has ended: file the DLQ entry, destroy the
