@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "rail/error.hpp"
+#include "support/watchdog.hpp"
 
 // g++ defines __SANITIZE_*__; clang answers __has_feature instead.
 #if defined(__SANITIZE_THREAD__)
@@ -147,6 +148,7 @@ namespace {
 
 using Result = DedupSet::Claim::Result;
 using Peer = DedupSetTestPeer;
+using rail::test::Watchdog;
 
 constexpr bool kTsan = RAIL_TEST_TSAN != 0;
 // scaled(n): the operation count for the Release build, cut fourfold under ThreadSanitizer, whose
@@ -165,35 +167,6 @@ struct CountingOwner {
     const std::uint64_t owner = next_owner++;
     return {owner, owner * 10};
   }
-};
-
-// Watchdog: every multi-threaded test has a deadline. A hang (a lost unlock, say) aborts with a
-// message instead of stalling CI. It never decides a pass: the test's own checks do.
-class Watchdog {
- public:
-  explicit Watchdog(std::chrono::seconds deadline, const char* what)
-      : thread_([this, deadline, what] {
-          std::unique_lock lock(mutex_);
-          if (!cv_.wait_for(lock, deadline, [this] { return done_; })) {
-            std::fprintf(stderr, "watchdog: %s exceeded its %llds deadline\n", what,
-                         static_cast<long long>(deadline.count()));
-            std::abort();
-          }
-        }) {}
-  ~Watchdog() {
-    {
-      const std::lock_guard lock(mutex_);
-      done_ = true;
-    }
-    cv_.notify_one();
-    thread_.join();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
 };
 
 constexpr std::chrono::seconds kDeadline{kTsan ? 300 : 60};

@@ -25,6 +25,7 @@
 
 #include "rail/error.hpp"
 #include "support/deterministic_schedule.hpp"
+#include "support/watchdog.hpp"
 
 namespace {
 
@@ -32,6 +33,7 @@ using rail::detail::MpmcRing;
 using rail::test::DeterministicAtomic;
 using rail::test::DeterministicSchedule;
 using rail::test::SchedulePolicy;
+using rail::test::Watchdog;
 
 #if defined(__SANITIZE_THREAD__)
 #define RAIL_TEST_TSAN 1
@@ -80,36 +82,6 @@ template <class Item>
 constexpr std::uint64_t seq_of(Item item) {
   return std::uint64_t{item} & ((std::uint64_t{1} << kProducerShift<Item>)-1);
 }
-
-// Watchdog aborts the process, naming the test, if it is still alive after `limit`.
-class Watchdog {
- public:
-  Watchdog(std::chrono::seconds limit, std::string what)
-      : thread_([this, limit, what = std::move(what)] {
-          std::unique_lock lock(mutex_);
-          if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
-            std::fprintf(stderr, "watchdog: %s still running after %lld s; aborting\n",
-                         what.c_str(), static_cast<long long>(limit.count()));
-            std::abort();
-          }
-        }) {}
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-  ~Watchdog() {
-    {
-      std::lock_guard lock(mutex_);
-      done_ = true;
-    }
-    cv_.notify_one();
-    thread_.join();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;  // last: starts after the members it uses
-};
 
 // --- construction --------------------------------------------------------------------------------
 

@@ -65,6 +65,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -117,36 +118,11 @@ class Rendezvous {
   explicit Rendezvous(unsigned parties) : parties_(parties) {}
 
   /// arrive_and_wait() blocks until all parties have arrived; false when abandoned.
-  bool arrive_and_wait() {
-    std::unique_lock lock(mutex_);
-    if (abandoned_) return false;
-    const std::uint64_t generation = generation_;
-    if (++arrived_ == parties_) {
-      arrived_ = 0;
-      ++generation_;
-      changed_.notify_all();
-      return true;
-    }
-    changed_.wait(lock, [&] { return generation_ != generation || abandoned_; });
-    return !abandoned_;
-  }
+  bool arrive_and_wait() { return arrive(std::nullopt); }
 
   /// arrive_and_wait_for(timeout) is arrive_and_wait() giving up after timeout (returns false).
   /// After a timeout the rendezvous is unusable; the caller abandons it.
-  bool arrive_and_wait_for(std::chrono::nanoseconds timeout) {
-    std::unique_lock lock(mutex_);
-    if (abandoned_) return false;
-    const std::uint64_t generation = generation_;
-    if (++arrived_ == parties_) {
-      arrived_ = 0;
-      ++generation_;
-      changed_.notify_all();
-      return true;
-    }
-    return changed_.wait_for(lock, timeout, [&] {
-      return generation_ != generation || abandoned_;
-    }) && !abandoned_;
-  }
+  bool arrive_and_wait_for(std::chrono::nanoseconds timeout) { return arrive(timeout); }
 
   /// abandon() releases every waiter, now and later, with false.
   void abandon() {
@@ -156,6 +132,25 @@ class Rendezvous {
   }
 
  private:
+  bool arrive(std::optional<std::chrono::nanoseconds> timeout) {
+    std::unique_lock lock(mutex_);
+    if (abandoned_) return false;
+    const std::uint64_t generation = generation_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++generation_;
+      changed_.notify_all();
+      return true;
+    }
+    auto released = [&] { return generation_ != generation || abandoned_; };
+    if (!timeout) {
+      changed_.wait(lock, released);
+    } else if (!changed_.wait_for(lock, *timeout, released)) {
+      return false;
+    }
+    return !abandoned_;
+  }
+
   std::mutex mutex_;
   std::condition_variable changed_;
   const unsigned parties_;
