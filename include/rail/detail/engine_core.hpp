@@ -62,6 +62,14 @@ class QueueBase {
   virtual void collect_leftovers(ShutdownReport& report) const = 0;
 };
 
+/// current_delivery(): the queue whose job this thread is delivering (from the start of a
+/// delivery to its end, handler and events included), or null. Calls that wait for jobs to end
+/// (drain, shutdown) use it not to wait for the caller itself.
+inline const QueueBase*& current_delivery() noexcept {
+  thread_local const QueueBase* queue = nullptr;
+  return queue;
+}
+
 class EngineCore {
  public:
   static constexpr std::size_t kMaxQueues = 256;

@@ -62,6 +62,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "rail/add_result.hpp"
@@ -348,16 +349,16 @@ class QueueImpl final : public QueueBase {
   }
 
   std::size_t run_ready(std::size_t max) override {
-    // After stop nothing new starts (take_leftovers may have handed ready jobs back).
-    if (!handler_ || paused_.load(std::memory_order_acquire) ||
-        stop_.load(std::memory_order_acquire))
-      return 0;
+    if (!handler_) return 0;
     if (!inline_worker_)
       inline_worker_.emplace(leases_->record(0), SplitMix64(core_.seed() ^ index_), nullptr,
                              nullptr);
     std::size_t ran = 0;
     std::uint32_t idx;
-    while (ran < max && ready_.try_pop(idx)) {
+    // Checked before every job: a handler may pause the queue or shut the engine down, and after
+    // stop nothing new starts (take_leftovers may have handed ready jobs back).
+    while (ran < max && !paused_.load(std::memory_order_acquire) &&
+           !stop_.load(std::memory_order_acquire) && ready_.try_pop(idx)) {
       if (deliver(idx, *inline_worker_)) ++ran;
     }
     return ran;
@@ -369,7 +370,7 @@ class QueueImpl final : public QueueBase {
   }
   void join_workers() noexcept override {
     for (auto& t : workers_)
-      if (t.joinable()) t.join();
+      if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
   }
 
   // --- lifecycle
@@ -393,6 +394,11 @@ class QueueImpl final : public QueueBase {
       throw Error(ErrorCode::wrong_mode, "drain() on queue '" + name_ +
                                              "' waits for worker threads; an inline engine has "
                                              "none (use Engine::run_until_idle)");
+    if (current_delivery() == this)
+      throw Error(ErrorCode::would_deadlock,
+                  "drain() on queue '" + name_ +
+                      "' was called from one of its own handlers, which would wait for itself; "
+                      "drain from outside the queue's handlers");
     // Cold path: poll with a growing sleep. A drained queue stays drained only if nobody adds.
     auto start = std::chrono::steady_clock::now();
     auto pause = std::chrono::microseconds(10);
@@ -1028,6 +1034,11 @@ class QueueImpl final : public QueueBase {
   /// cancelled meanwhile; returns whether a handler ran.
   bool deliver(std::uint32_t idx, WorkerContext& wc) {
     JobSlot& s = slots_[idx];
+    const QueueBase* const outer = std::exchange(current_delivery(), this);
+    struct Restore {
+      const QueueBase* queue;
+      ~Restore() { current_delivery() = queue; }
+    } restore{outer};
     const auto a = s.ctl.activate();
     if (a.result == SlotControl<>::Activation::cancelled) {
       reclaim_cancelled(idx);
