@@ -10,6 +10,8 @@
 // every slot is filled once with a job that fails its first attempt (and carries a dedup id in the
 // dedup variant), so each slot's lazily created error log and dedup key exist — the state a
 // long-running queue reaches; then 2 x capacity warm-up jobs; then the measured --jobs=N.
+#include <array>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <rail/rail.hpp>
@@ -158,9 +160,51 @@ void rail_allocs_per_job(benchmark::State& state, const std::string& name, Varia
   if (v == Variant::events) state.counters["events"] = static_cast<double>(events.load());
 }
 
+/// RSS growth with few jobs in flight: a queue of 16 KB payloads at the default capacity (1 GB
+/// of payload cells reserved, untouched until used) runs 100,000 jobs with at most 4 in flight.
+/// Resident memory must follow the jobs in flight (a few slots reused, LIFO), not the capacity.
+void rail_rss_few_in_flight(benchmark::State& state, const std::string& name) {
+  using Payload = std::array<char, 16384>;
+  constexpr std::uint64_t kJobs = 100'000;
+  constexpr int kInFlight = 4;
+  for (auto _ : state) {
+    rail::Engine engine;
+    auto q = engine.queue<Payload>("rss", rail::QueueOptions{.capacity = 65'536});
+    std::atomic<std::uint64_t> done{0};
+    q.process({.concurrency = 2}, [&done](rail::Job<Payload>& j) {
+      benchmark::DoNotOptimize(j.data()[0]);
+      done.fetch_add(1, std::memory_order_release);
+    });
+    const AllocSnapshot before = snapshot();
+    const auto t0 = std::chrono::steady_clock::now();
+    Payload p{};
+    for (std::uint64_t i = 0; i < kJobs; ++i) {
+      while (i - done.load(std::memory_order_acquire) >= kInFlight)
+        std::this_thread::yield();
+      p[0] = static_cast<char>(i);
+      if (q.add("job", p).status != rail::AddStatus::added) {
+        state.SkipWithError("rail add did not return added with 4 jobs in flight");
+        return;
+      }
+    }
+    while (done.load(std::memory_order_acquire) != kJobs)
+      std::this_thread::yield();
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const AllocSnapshot after = snapshot();
+    const double growth = static_cast<double>(after.rss_bytes - before.rss_bytes);
+    state.counters["rss_growth_bytes"] = growth;
+    state.counters["payload_bytes_reserved"] = 65'536.0 * sizeof(Payload);
+    record_memory_result(name, growth);
+  }
+}
+
 }  // namespace
 
 void register_rail_memory() {
+  add_memory_benchmark("rail/rss_growth/16KB_x4_in_flight", [](benchmark::State& s) {
+    rail_rss_few_in_flight(s, "rail/rss_growth/16KB_x4_in_flight");
+  });
   for (bool dedup : {false, true}) {
     std::string name = dedup ? "rail/bytes_per_waiting_job+dedup" : "rail/bytes_per_waiting_job";
     add_memory_benchmark(

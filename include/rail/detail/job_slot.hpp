@@ -2,7 +2,7 @@
 // slots (and C payload cells); a job lives in one slot from add to its end, so the steady state
 // allocates nothing per job.
 //
-// Ownership invariant: each slot INDEX is held by exactly one party at any time — the free ring,
+// Ownership invariant: each slot INDEX is held by exactly one party at any time — the free list,
 // the ready ring, the timer inbox or wheel, or one thread that popped it or won it by a CAS on
 // ctl. Only the holder writes the slot's plain fields, which is why they need not be atomic.
 //

@@ -6,7 +6,8 @@
 //
 // Structure (C = capacity):
 //   slots_[C], payload_[C]  preallocated job records (detail/job_slot.hpp)
-//   free_      MPMC ring of free slot indices (initially all)
+//   free_      LIFO stack of free slot indices (initially all): the most recently freed slot is
+//              reused first, so resident memory follows the jobs in flight (free_stack.hpp)
 //   ready_     MPMC ring of slot indices whose job may start now
 //   inbox_     MPMC ring of indices to link into the timing wheel (sweep_requested_: the
 //              lease sweep's own (re)arm request)
@@ -71,6 +72,7 @@
 #include "rail/detail/dedup_set.hpp"
 #include "rail/detail/engine_core.hpp"
 #include "rail/detail/event_count.hpp"
+#include "rail/detail/free_stack.hpp"
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/mpmc_ring.hpp"
@@ -135,9 +137,6 @@ class QueueImpl final : public QueueBase {
         history_(std::make_unique<std::atomic<std::uint32_t>[]>(history_mask_ + 1)),
         min_visibility_ns_(options_.visibility_timeout.count()),
         dlq_(*this, options_.dlq) {
-    for (std::uint32_t i = 0; i < capacity_; ++i) {
-      RAIL_INVARIANT(free_.try_push(i), "the free ring holds every slot index");
-    }
     index_ = core_.register_queue(this);
     // The wheel hands back only the node; its tag routes the firing to this queue's slot.
     for (std::uint32_t i = 0; i < capacity_; ++i)
@@ -241,7 +240,7 @@ class QueueImpl final : public QueueBase {
         return std::pair<std::uint64_t, std::uint64_t>{core_.next_ids(1), idx};
       });
       if (claim.result != DedupSet::Claim::Result::inserted) {
-        push_held(free_, idx);
+        free_.push(idx);
         return on_dedup_conflict(claim, job_name, std::move(data), o, now);
       }
       id = claim.owner;
@@ -493,7 +492,7 @@ class QueueImpl final : public QueueBase {
         // the ready ring, which nothing pops after stop (next_job, run_ready).
         if (delayed && s.timer.linked()) {
           wheel.cancel(s.timer);
-          push_held(free_, i);
+          free_.push(i);
         }
       }
       return true;
@@ -695,21 +694,9 @@ class QueueImpl final : public QueueBase {
   }
 
   bool try_acquire(std::uint32_t* out, std::size_t n) noexcept {
-    if (n == 1) return free_.try_pop(*out);
-    // All or nothing: with fewer than n free, popping some only to push them back would churn
-    // the free ring against the workers returning slots (and reorder it). A stale estimate only
-    // costs a retry: the pops below still decide.
-    if (free_.size_approx() < n) return false;
-    std::size_t got = 0;
-    while (got < n) {
-      std::size_t k = free_.try_pop_bulk(out + got, n - got);
-      if (k == 0) break;
-      got += k;
-    }
-    if (got == n) return true;
-    for (std::size_t i = 0; i < got; ++i)
-      push_held(free_, out[i]);
-    return false;
+    // All or nothing: with fewer than n free the stack hands out none, so a bulk add on a nearly
+    // full queue neither churns the free list against the workers nor reorders it.
+    return free_.try_pop_bulk(out, n) == n;
   }
 
   /// push_held(ring, idx): hands an index we hold to a ring. Every ring has room for every index,
@@ -1039,8 +1026,16 @@ class QueueImpl final : public QueueBase {
       const QueueBase* queue;
       ~Restore() { current_delivery() = queue; }
     } restore{outer};
+    // The delivery's number and start time are written before activation, so that state() never
+    // sees an active job with its previous count (it reads them against the word: job_slot.hpp).
+    // A cancel that wins meanwhile may read the count one high in its event; it is put back.
+    std::int64_t now = core_.now_ns();
+    const std::uint16_t delivered = s.delivered();
+    s.started_ns.store(now, std::memory_order_relaxed);
+    s.deliveries.store(static_cast<std::uint16_t>(delivered + 1), std::memory_order_relaxed);
     const auto a = s.ctl.activate();
     if (a.result == SlotControl<>::Activation::cancelled) {
+      s.deliveries.store(delivered, std::memory_order_relaxed);
       reclaim_cancelled(idx);
       return false;
     }
@@ -1048,15 +1043,12 @@ class QueueImpl final : public QueueBase {
     count(&wc, kStarted);
     count(&wc, kFromReady);
     const std::uint32_t token = ctl::seq(a.word);
-    std::int64_t now = core_.now_ns();
     // Start to start: the previous handler's run plus this worker's overhead. Real time even
     // under a manual clock (whose time stands still between advances).
     const std::int64_t wall = wc.manual_clock ? steady_ns() : now;
     wc.fast = wall - wc.last_wall_ns < kFastHandlerNs;
     wc.last_wall_ns = wall;
     wc.last_start_ns = now;
-    s.started_ns.store(now, std::memory_order_relaxed);
-    s.deliveries.store(static_cast<std::uint16_t>(s.delivered() + 1), std::memory_order_relaxed);
     Job<T> job;
     job.id_ = s.id.load(std::memory_order_relaxed);
     job.name_ = core_.names().name(s.name);
@@ -1092,7 +1084,7 @@ class QueueImpl final : public QueueBase {
     }
     if (leased) LeaseTracker::release(wc.record);
     finish(idx, token, std::move(out), wc, job.started_at_, job.deliveries_);
-    // After finish() returned the slot to the free ring (final_end): once counts() shows the
+    // After finish() returned the slot to the free list (final_end): once counts() shows the
     // attempt ended (drain() returns), the slot is free for the next add.
     count(&wc, kAttemptEnded);
     return true;
@@ -1361,7 +1353,7 @@ class QueueImpl final : public QueueBase {
   }
 
   /// final_end: nobody pins the slot and its job has ended: file the DLQ entry, destroy the
-  /// payload, and return the index to the free ring.
+  /// payload, and return the index to the free list.
   void final_end(std::uint32_t idx) {
     JobSlot& s = slots_[idx];
     std::optional<DeadLetter<T>> entry;
@@ -1383,7 +1375,7 @@ class QueueImpl final : public QueueBase {
     }
     payload(idx).~T();
     s.ctl.mark_free();
-    push_held(free_, idx);
+    free_.push(idx);
     if (entry) dlq_.push(std::move(*entry));
   }
 
@@ -1441,7 +1433,7 @@ class QueueImpl final : public QueueBase {
   std::uint16_t index_ = 0;
   std::unique_ptr<JobSlot[]> slots_;
   Storage* payload_;
-  MpmcRing<std::uint32_t> free_;
+  FreeStack free_;
   MpmcRing<std::uint32_t> ready_;
   MpmcRing<std::uint32_t> inbox_;
   EventCount ready_ec_;
