@@ -2,6 +2,7 @@
 rail_add_test(mpmc_ring CONCURRENCY)
 rail_add_test(worker_stash CONCURRENCY)
 rail_add_test(engine)
+rail_add_test(dead_letter_queue)
 rail_add_test(orders_scenario)
 target_link_libraries(orders_scenario_test PRIVATE rail_orders_scenario)
 rail_add_test(backoff)
