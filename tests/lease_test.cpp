@@ -186,6 +186,24 @@ TEST_F(Lease, CancelDelayedJobNeverRuns) {
   EXPECT_EQ(small.add("a", 2).status, AddStatus::added);
 }
 
+TEST_F(Lease, CancelledWaitingJobGivesItsCapacityBackAtOnce) {
+  // Engine bug (reported to the lead): capacity bounds unfinished jobs, and a cancelled job is
+  // finished, but cancel() leaves the slot's index in the ready ring until a worker pops it: on
+  // a paused queue (or one whose workers are all busy) cancelled jobs keep the queue full and
+  // adds are refused. Unskip once cancel() returns the capacity at once.
+  GTEST_SKIP() << "engine bug: a cancelled waiting job holds its slot until a worker pops it";
+  QueueOptions o;
+  o.capacity = 2;
+  auto q = engine.queue<int>("q", o);
+  q.process({}, [](Job<int>&) {});
+  q.pause();
+  auto a = q.add("a", 1);
+  (void)q.add("a", 2);
+  ASSERT_TRUE(q.cancel(a.id));
+  EXPECT_EQ(q.counts().waiting, 1u);
+  EXPECT_EQ(q.add("a", 3).status, AddStatus::added);
+}
+
 TEST_F(Lease, CancelRunningJobFlagsItAndRecordsCancelled) {
   auto q = queue();
   JobId id = 0;
