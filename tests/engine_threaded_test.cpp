@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "rail/detail/worker_stash.hpp"
 #include "rail/rail.hpp"
 #include "support/watchdog.hpp"
 
@@ -49,8 +50,9 @@ struct Held {
   std::atomic<bool> started{false}, release{false};
 };
 
-/// BatchRound: on a queue of two workers, makes one worker (the runner) take the 16 jobs of a
-/// batch in one bulk pop (the first now, the other 15 into its stash), and tells whether it did.
+/// BatchRound: on a queue of two workers, makes one worker (the runner) take the kBatch (16) jobs
+/// of a batch in one bulk pop (the first now, the other 15 into its stash), and tells whether it
+/// did.
 ///   1. A gate job parks the other worker (the helper) until the batch's first job opens it.
 ///   2. Two feeder jobs run back to back on the runner. A worker pops one job at a time until two
 ///      of its handler starts come within 20 us (kFastHandlerNs), then whole batches; the second
@@ -63,7 +65,7 @@ struct Held {
 /// one at a time: a round may not form the batch, so the tests repeat rounds.
 struct BatchRound {
   static constexpr int kGate = -1, kFeed = -2, kFeedAddsBatch = -3, kProbe = -4;
-  static constexpr int kBatch = 16;  // WorkerStash::kCapacity: one bulk pop's most
+  static constexpr int kBatch = static_cast<int>(detail::WorkerStash::kCapacity);  // a bulk pop
 
   /// handle(j): runs the harness's own jobs and returns true; false for the test's jobs (payloads
   /// 0 .. kBatch - 1 are the batch).
@@ -365,10 +367,11 @@ TEST(ThreadedEngine, IdleWorkerStealsJobsBatchedBehindABlockedHandler) {
         return;
       }
       h.open();
-      blocker_saw_all.store(eventually([&] { return siblings_done.load() == 15; }, 10s));
+      blocker_saw_all.store(
+          eventually([&] { return siblings_done.load() == BatchRound::kBatch - 1; }, 10s));
     });
     h.start(q);
-    ASSERT_TRUE(eventually([&] { return q.counts().completed == 3 + 16 + 1; }));
+    ASSERT_TRUE(eventually([&] { return q.counts().completed == 3 + BatchRound::kBatch + 1; }));
     ASSERT_TRUE(h.added_batch.load());
     ASSERT_TRUE(blocker_saw_all.load()) << "round " << round << ": the siblings of a blocked job "
                                         << "were not run by the idle worker";
@@ -466,7 +469,7 @@ TEST(ThreadedEngine, FinishedJobsFreeTheirSlotsWhileTheirBatchRuns) {
     // batch jobs 0 .. 14; an attempt counts as ended only after its slot went back.
     ASSERT_TRUE(eventually([&] {
       QueueCounts c = q.counts();
-      return c.completed == 3 + 15 && c.active == 2;
+      return c.completed == 3 + BatchRound::kBatch - 1 && c.active == 2;
     }));
     std::size_t accepted = 0;
     while (q.add("more", 100).status == AddStatus::added)
