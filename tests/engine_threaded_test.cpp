@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -268,6 +269,35 @@ TEST_F(HeldHandler, DrainReturnsFalseWhenItsTimeoutPassesFirst) {
   held.release.store(true);
   EXPECT_TRUE(q.drain(60s));
   EXPECT_EQ(q.counts().completed, 2u);
+}
+
+TEST(ThreadedEngine, BlockedAddThrowsShuttingDownWhenShutdownBegins) {
+  // The add blocks on a full queue with no worker; shutdown must end its wait with
+  // Error(shutting_down) rather than leave it to time out (block_timeout is far longer than the
+  // test: a wait that ignored shutdown would report `full` after it).
+  Engine engine;
+  auto q = engine.queue<int>(
+      "q", QueueOptions{.capacity = 1, .on_full = OverflowPolicy::block, .block_timeout = 60s});
+  ASSERT_EQ(q.add("a", 1).status, AddStatus::added);
+  std::atomic<bool> calling{false};
+  std::optional<ErrorCode> thrown;
+  AddStatus status = AddStatus::added;
+  std::thread producer([&] {
+    calling.store(true);
+    try {
+      status = q.add("a", 2).status;
+    } catch (const Error& e) {
+      thrown = e.code();
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return calling.load(); }));
+  auto t0 = std::chrono::steady_clock::now();
+  (void)engine.shutdown(0s);
+  producer.join();
+  ASSERT_TRUE(thrown.has_value()) << "the add returned " << to_string(status);
+  EXPECT_EQ(*thrown, ErrorCode::shutting_down);
+  EXPECT_LT(Duration{std::chrono::steady_clock::now() - t0}, 60s);
+  EXPECT_EQ(q.counts().added, 1u);
 }
 
 TEST(ThreadedEngine, ShutdownDoesNotReportAHandlerThatFinishesWithinGrace) {
