@@ -33,9 +33,12 @@ TEST(Backoff, ExponentialDoublesFromDelay) {
   EXPECT_EQ(delay_for(Backoff::exponential(3000ms), 7), 192000ms);  // BullMQ docs' example
 }
 
-TEST(Backoff, ExponentialSaturatesInsteadOfOverflowing) {
-  auto d = delay_for(Backoff::exponential(1s), 200);
-  EXPECT_GT(d, 0ns);
+TEST(Backoff, ExponentialSaturatesAtTheLongestDurationInsteadOfOverflowing) {
+  // 1 s * 2^199 overflows int64 nanoseconds: the delay saturates at Duration::max() ("never"),
+  // exactly, whether the shift itself is too wide (>= 63) or only the product overflows.
+  EXPECT_EQ(delay_for(Backoff::exponential(1s), 200), Duration::max());
+  EXPECT_EQ(delay_for(Backoff::exponential(1s), 40), Duration::max());  // 2^39 s > 2^63 ns
+  EXPECT_EQ(delay_for(Backoff::exponential(1s), 34), 1s * (std::int64_t{1} << 33));  // still fits
   EXPECT_EQ(delay_for(Backoff::exponential(1s).capped_at(1min), 200), 1min);
 }
 

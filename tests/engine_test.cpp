@@ -1,6 +1,9 @@
 // Engine behaviour under the manual clock in inline mode: deterministic, no threads, no sleeps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "rail/rail.hpp"
@@ -201,6 +204,15 @@ TEST_F(Fixture, DebounceReplacesPayloadAndRestartsDelay) {
   clock.advance(500ms);  // t = 1.6 s
   engine.run_until_idle();
   EXPECT_EQ(seen, std::vector<int>{2});
+  // The merge is reported as a debounce of the kept job, at the time of the second add.
+  auto debounced = of(EventKind::debounced);
+  ASSERT_EQ(debounced.size(), 1u);
+  EXPECT_EQ(debounced[0].job_id, first.id);
+  EXPECT_EQ(since_start(debounced[0]), 600ms);
+  EXPECT_EQ(debounced[0].delay, 1s);
+  EXPECT_EQ(count(EventKind::deduplicated), 0u);
+  EXPECT_EQ(count(EventKind::added), 1u);
+  EXPECT_EQ(q.counts().deduplicated, 1u);
 }
 
 TEST_F(Fixture, FullQueueRejectsWithStatusAndCreatesNothing) {
@@ -227,70 +239,173 @@ TEST_F(Fixture, FullQueueCanSendTheNewJobToTheDlq) {
 
 TEST_F(Fixture, AddBulkIsAllOrNothingWithConsecutiveIds) {
   auto q = engine.queue<int>("q", QueueOptions{.capacity = 4});
+  EXPECT_EQ(q.add("a", 0).id, 1u);
   std::vector<int> three{1, 2, 3};
   auto r = q.add_bulk("a", std::span<int>(three));
   EXPECT_EQ(r.status, AddStatus::added);
+  EXPECT_EQ(r.first_id, 2u);
   EXPECT_EQ(r.count, 3u);
   std::vector<int> two{4, 5};
   auto full = q.add_bulk("a", std::span<int>(two));
   EXPECT_EQ(full.status, AddStatus::full);
-  EXPECT_EQ(q.counts().added, 3u);
-  int sum = 0;
-  q.process({}, [&](Job<int>& j) { sum += j.data(); });
+  EXPECT_EQ(full.first_id, 0u);
+  EXPECT_EQ(full.count, 0u);
+  EXPECT_EQ(q.counts().added, 4u);
+  EXPECT_EQ(two, (std::vector<int>{4, 5}));  // a refused bulk add moves nothing out
+  std::vector<std::pair<JobId, int>> ran;
+  q.process({}, [&](Job<int>& j) { ran.emplace_back(j.id(), j.data()); });
   engine.run_until_idle();
-  EXPECT_EQ(sum, 6);
+  // Item i of the batch is job first_id + i.
+  EXPECT_EQ(ran, (std::vector<std::pair<JobId, int>>{{1, 0}, {2, 1}, {3, 2}, {4, 3}}));
+  std::vector<int> none;
+  auto empty = q.add_bulk("a", std::span<int>(none));
+  EXPECT_EQ(empty.status, AddStatus::added);
+  EXPECT_EQ(empty.count, 0u);
+  EXPECT_EQ(q.add("a", 9).id, 5u);  // an empty bulk add uses no id
 }
 
-TEST_F(Fixture, RedriveResetsAttemptsAndKeepsTheId) {
+TEST_F(Fixture, AddBulkThatDoesNotFitDeadLettersEveryItemUnderTheDeadLetterPolicy) {
+  auto q =
+      engine.queue<int>("q", QueueOptions{.capacity = 3, .on_full = OverflowPolicy::dead_letter});
+  (void)q.add("a", 0);
+  auto kept = q.add("a", 0);
+  std::vector<int> three{1, 2, 3};
+  auto r = q.add_bulk("b", std::span<int>(three), JobOptions{.attempts = 4});
+  // All or nothing still: one slot is free, but the batch needs three, so all three overflow.
+  EXPECT_EQ(r.status, AddStatus::dead_lettered);
+  EXPECT_EQ(r.first_id, kept.id + 1);
+  EXPECT_EQ(r.count, 3u);
+  auto dlq = q.dlq().list();
+  ASSERT_EQ(dlq.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(dlq[i].id, r.first_id + i);
+    EXPECT_EQ(dlq[i].name, "b");
+    EXPECT_EQ(dlq[i].data, static_cast<int>(i) + 1);
+    EXPECT_EQ(dlq[i].reason, DeadLetterReason::overflow);
+    EXPECT_EQ(dlq[i].attempts_made, 0u);
+    EXPECT_EQ(dlq[i].max_attempts, 4u);
+    EXPECT_EQ(q.state(r.first_id + i).status, JobStatus::dead_lettered);
+  }
+  auto dead = of(EventKind::dead_lettered);
+  ASSERT_EQ(dead.size(), 3u);
+  for (const auto& e : dead)
+    EXPECT_EQ(e.reason, DeadLetterReason::overflow);
+  auto c = q.counts();
+  EXPECT_EQ(c.added, 5u);
+  EXPECT_EQ(c.dead_lettered, 3u);
+  EXPECT_EQ(c.waiting, 2u);
+}
+
+TEST_F(Fixture, JobIdsAreUniqueAcrossQueuesInAddOrder) {
+  auto a = engine.queue<int>("a", {});
+  auto b = engine.queue<std::string>("b", {});
+  EXPECT_EQ(a.add("x", 1).id, 1u);
+  EXPECT_EQ(b.add("x", "one").id, 2u);
+  std::vector<int> three{1, 2, 3};
+  EXPECT_EQ(a.add_bulk("x", std::span<int>(three)).first_id, 3u);
+  EXPECT_EQ(b.add("x", "two", JobOptions{.delay = 1s}).id, 6u);
+  EXPECT_EQ(a.add("x", 4).id, 7u);
+}
+
+TEST_F(Fixture, EngineStateFindsAJobInWhicheverQueueHoldsIt) {
+  auto a = engine.queue<int>("a", {});
+  auto b = engine.queue<std::string>("b", {});
+  std::vector<JobState> inside;
+  a.process({}, [&](Job<int>& j) {
+    inside.push_back(engine.state(j.id()));
+    return j.data() == 0 ? Outcome::done() : Outcome::fail("no");
+  });
+  b.process({}, [](Job<std::string>&) {});
+  auto waiting = b.add("x", "w");
+  b.pause();  // keeps it waiting through run_until_idle
+  auto delayed = b.add("x", "d", JobOptions{.delay = 5s});
+  clock.advance(1s);
+  auto done = a.add("x", 0);
+  auto dead = a.add("x", 1);
+  EXPECT_EQ(engine.state(waiting.id).status, JobStatus::waiting);
+  JobState d = engine.state(delayed.id);
+  EXPECT_EQ(d.status, JobStatus::delayed);
+  EXPECT_EQ(d.since.time_since_epoch(), 5s);  // due time
+  engine.run_until_idle();
+  ASSERT_EQ(inside.size(), 2u);
+  EXPECT_EQ(inside[0].status, JobStatus::active);
+  EXPECT_EQ(inside[0].since.time_since_epoch(), 1s);  // start of this delivery
+  EXPECT_EQ(inside[0].deliveries, 1u);
+  EXPECT_EQ(engine.state(done.id).status, JobStatus::completed);
+  EXPECT_EQ(engine.state(dead.id).status, JobStatus::dead_lettered);
+  EXPECT_EQ(engine.state(waiting.id).status, JobStatus::waiting);  // b's, after a's ran
+  EXPECT_EQ(engine.state(12345).status, JobStatus::unknown);
+}
+
+TEST_F(Fixture, EngineCancelCancelsAJobInWhicheverQueueHoldsIt) {
+  auto a = engine.queue<int>("a", {});
+  auto b = engine.queue<int>("b", {});
+  int runs = 0;
+  a.process({}, [&](Job<int>&) { ++runs; });
+  b.process({}, [&](Job<int>&) { ++runs; });
+  auto in_a = a.add("x", 1);
+  auto in_b = b.add("x", 2, JobOptions{.delay = 1s});
+  auto kept = b.add("x", 3);
+  EXPECT_TRUE(engine.cancel(in_b.id));
+  EXPECT_TRUE(engine.cancel(in_a.id));
+  EXPECT_FALSE(engine.cancel(in_b.id));  // already ended
+  EXPECT_FALSE(engine.cancel(12345));    // in no queue
+  EXPECT_EQ(engine.state(in_a.id).status, JobStatus::cancelled);
+  EXPECT_EQ(engine.state(in_b.id).status, JobStatus::cancelled);
+  EXPECT_EQ(a.counts().cancelled, 1u);
+  EXPECT_EQ(b.counts().cancelled, 1u);
+  clock.advance(1s);
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 1);  // only `kept`
+  EXPECT_EQ(engine.state(kept.id).status, JobStatus::completed);
+  EXPECT_FALSE(engine.cancel(kept.id));
+  EXPECT_EQ(ids_of(EventKind::cancelled), (std::vector<JobId>{in_b.id, in_a.id}));
+}
+
+TEST_F(Fixture, DedupWindowAtItsLimitRefusesNewIdsWithDedupFull) {
+  // One live id per shard: among 65 ids two share one of the 64 shards, so some add is refused.
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = 80, .dedup_capacity = 1});
+  JobOptions o;
+  o.dedup.ttl = 1min;
+  std::string refused;
+  std::uint64_t added = 0;
+  for (int i = 0; i <= 64 && refused.empty(); ++i) {
+    o.dedup.id = "id-" + std::to_string(i);
+    auto r = q.add("a", i, o);
+    if (r.status == AddStatus::dedup_full) {
+      EXPECT_EQ(r.id, 0u);
+      EXPECT_FALSE(r.accepted());
+      refused = o.dedup.id;
+    } else {
+      EXPECT_EQ(r.status, AddStatus::added);
+      ++added;
+    }
+  }
+  ASSERT_FALSE(refused.empty()) << "65 ids fit a window of 64 one-id shards";
+  // Nothing was created: no job, no event, no id, and the slot it took went back.
+  EXPECT_EQ(q.counts().added, added);
+  EXPECT_EQ(count(EventKind::added), added);
+  EXPECT_EQ(q.add("plain", 0).id, added + 1);
+  std::uint64_t more = 1;
+  while (q.add("plain", 0).status == AddStatus::added)
+    ++more;
+  EXPECT_EQ(added + more, q.capacity());
+  // Once the window ends (the jobs ran meanwhile), the id is accepted.
+  q.process({}, [](Job<int>&) {});
+  engine.run_until_idle();
+  clock.advance(1min);
+  o.dedup.id = refused;
+  EXPECT_EQ(q.add("a", 0, o).status, AddStatus::added);
+}
+
+TEST_F(Fixture, DrainOnAnInlineEngineIsWrongMode) {
   auto q = engine.queue<int>("q", {});
-  bool healthy = false;
-  q.process({}, [&](Job<int>&) { return healthy ? Outcome::done() : Outcome::retry("down"); });
-  auto r = q.add("a", 7, JobOptions{.attempts = 2});
-  engine.run_until_idle();
-  ASSERT_EQ(q.dlq().size(), 1u);
-  healthy = true;
-  EXPECT_EQ(q.dlq().redrive(r.id), RedriveStatus::redriven);
-  EXPECT_EQ(q.dlq().size(), 0u);
-  engine.run_until_idle();
-  auto done = of(EventKind::completed, r.id);
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].attempt, 1u);  // attempts reset
-  EXPECT_EQ(q.dlq().redrive(r.id), RedriveStatus::not_found);
-}
-
-TEST_F(Fixture, DlqAlertFiresAtThresholdAndRearms) {
-  std::vector<std::size_t> alerts;
-  QueueOptions qo;
-  qo.dlq.alert_depth = 2;
-  qo.dlq.on_alert = [&](std::size_t d) { alerts.push_back(d); };
-  auto q = engine.queue<int>("q", qo);
-  q.process({}, [](Job<int>&) { return Outcome::fail("x"); });
-  for (int i = 0; i < 3; ++i)
-    (void)q.add("a", i);
-  engine.run_until_idle();
-  EXPECT_EQ(alerts, std::vector<std::size_t>{2});
-  q.dlq().purge();
-  for (int i = 0; i < 2; ++i)
-    (void)q.add("a", i);
-  engine.run_until_idle();
-  EXPECT_EQ(alerts, (std::vector<std::size_t>{2, 2}));
-}
-
-TEST_F(Fixture, DlqBoundAndRetentionEvictWithEvents) {
-  QueueOptions qo;
-  qo.dlq.max_entries = 2;
-  qo.dlq.retention = 1h;
-  auto q = engine.queue<int>("q", qo);
-  q.process({}, [](Job<int>&) { return Outcome::fail("x"); });
-  for (int i = 0; i < 3; ++i)
-    (void)q.add("a", i);
-  engine.run_until_idle();
-  EXPECT_EQ(q.dlq().size(), 2u);
-  EXPECT_EQ(of(EventKind::dlq_evicted).size(), 1u);
-  EXPECT_EQ(of(EventKind::dlq_evicted)[0].job_id, 1u);  // the oldest goes first
-  clock.advance(1h);
-  EXPECT_EQ(q.dlq().size(), 0u);
-  EXPECT_EQ(of(EventKind::dlq_evicted).size(), 3u);
+  try {
+    (void)q.drain(1s);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::wrong_mode);
+  }
 }
 
 TEST_F(Fixture, UnknownQueueAndTypeMismatchAreClearErrors) {
@@ -332,6 +447,24 @@ TEST_F(Fixture, ShutdownRejectsAddsAndReportsUnstartedJobs) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::shutting_down);
   }
+}
+
+TEST_F(Fixture, SecondShutdownReportsTheSameLeftovers) {
+  auto q = engine.queue<int>("q", {});
+  (void)q.add("a", 1);
+  (void)q.add("b", 2, JobOptions{.delay = 1s});
+  auto first = engine.shutdown(0s);
+  auto second = engine.shutdown(0s);
+  auto key = [](const ShutdownReport& r) {
+    std::vector<std::pair<JobId, std::string>> out;
+    for (const auto& j : r.not_started)
+      out.emplace_back(j.id, j.queue + "/" + j.name);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(key(first), (std::vector<std::pair<JobId, std::string>>{{1, "q/a"}, {2, "q/b"}}));
+  EXPECT_EQ(key(second), key(first));
+  EXPECT_TRUE(second.still_running.empty());
 }
 
 TEST_F(Fixture, EventsTraceEveryStageByJobId) {

@@ -3,14 +3,18 @@
 // an outcome.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
 
+#include "rail/detail/worker_stash.hpp"
 #include "rail/rail.hpp"
 #include "support/eventually.hpp"
+#include "support/watchdog.hpp"
 
 namespace rail {
 namespace {
@@ -18,6 +22,96 @@ namespace {
 using namespace std::chrono_literals;
 
 using test::eventually;
+
+/// ReleaseOnExit: sets a release flag when destroyed. Declared after the engine, it is destroyed
+/// before it whatever assertion returns early, so a handler held on the flag ends and the
+/// engine's destructor (which waits for handlers) does not hang.
+struct ReleaseOnExit {
+  std::atomic<bool>& flag;
+  ~ReleaseOnExit() { flag.store(true); }
+};
+
+/// Held: a handler that reports its start and returns only once released. Declare it before the
+/// engine (the engine's destructor waits for the handler, which reads it).
+struct Held {
+  void run() {
+    started.store(true);
+    (void)eventually([&] { return release.load(); }, 120s);
+  }
+  [[nodiscard]] bool wait_started() {
+    return eventually([&] { return started.load(); });
+  }
+  std::atomic<bool> started{false}, release{false};
+};
+
+/// BatchRound: on a queue of two workers, makes one worker (the runner) take the kBatch (16) jobs
+/// of a batch in one bulk pop (the first now, the other 15 into its stash), and tells whether it
+/// did.
+///   1. A gate job parks the other worker (the helper) until the batch's first job opens it.
+///   2. Two feeder jobs run back to back on the runner. A worker pops one job at a time until two
+///      of its handler starts come within 20 us (kFastHandlerNs), then whole batches; the second
+///      feeder adds the batch, so the ring holds exactly the batch at the runner's next pop.
+///   3. The batch's first job calls open(): it adds a probe job, opens the gate and waits until
+///      the helper has popped a job. That pop takes the ring's oldest job. It is the probe, behind
+///      every batch job in the ring's FIFO order, only if no batch job was left in the ring: then
+///      the other 15 were all in the runner's stash (probe_first).
+/// On a loaded machine the feeders' starts may be more than 20 us apart and the runner then pops
+/// one at a time: a round may not form the batch, so the tests repeat rounds.
+struct BatchRound {
+  static constexpr int kGate = -1, kFeed = -2, kFeedAddsBatch = -3, kProbe = -4;
+  static constexpr int kBatch = static_cast<int>(detail::WorkerStash::kCapacity);  // a bulk pop
+
+  /// handle(j): runs the harness's own jobs and returns true; false for the test's jobs (payloads
+  /// 0 .. kBatch - 1 are the batch).
+  bool handle(Job<int>& j) {
+    const bool on_helper = std::this_thread::get_id() == helper.load();
+    switch (j.data()) {
+      case kGate:
+        helper.store(std::this_thread::get_id());
+        gate_started.store(true);
+        (void)eventually([&] { return gate_open.load(); });
+        return true;
+      case kFeed:
+        return true;
+      case kFeedAddsBatch: {
+        std::vector<int> batch(kBatch);
+        for (int i = 0; i < kBatch; ++i)
+          batch[static_cast<std::size_t>(i)] = i;
+        added_batch.store(q->add_bulk("batch", std::span<int>(batch)).status == AddStatus::added);
+        return true;
+      }
+      case kProbe:
+        probe_first.store(on_helper && !helper_ran_test_job.load());
+        probe_ran.store(true);
+        if (park_probe != nullptr) (void)eventually([&] { return park_probe->load(); });
+        return true;
+      default:
+        if (on_helper) helper_ran_test_job.store(true);
+        return false;
+    }
+  }
+  /// start(queue): parks a worker in the gate, then hands the feeders to the other one.
+  void start(Queue<int>& queue) {
+    q = &queue;
+    ASSERT_EQ(q->add("gate", kGate).status, AddStatus::added);
+    ASSERT_TRUE(eventually([&] { return gate_started.load(); }));
+    std::vector<int> feeders{kFeed, kFeedAddsBatch};
+    ASSERT_EQ(q->add_bulk("feed", std::span<int>(feeders)).status, AddStatus::added);
+  }
+  /// open(): for the batch's first job: adds the probe, lets the helper go and waits for the
+  /// helper's first pop, so that the runner takes nothing from the ring before the helper looked.
+  void open() {
+    (void)q->add("probe", kProbe);
+    gate_open.store(true);
+    (void)eventually([&] { return probe_ran.load() || helper_ran_test_job.load(); });
+  }
+
+  Queue<int>* q = nullptr;
+  std::atomic<bool>* park_probe = nullptr;  // set: the probe holds the helper until it is true
+  std::atomic<std::thread::id> helper{};
+  std::atomic<bool> gate_started{false}, gate_open{false}, added_batch{false};
+  std::atomic<bool> helper_ran_test_job{false}, probe_ran{false}, probe_first{false};
+};
 
 TEST(ThreadedEngine, ManualClockAdvanceFiresDelayedJobsOnTheTimerThread) {
   ManualClock clock;
@@ -52,54 +146,212 @@ TEST(ThreadedEngine, ConcurrencyBoundsHandlersInFlight) {
   EXPECT_LE(peak.load(), 3);
 }
 
-TEST(ThreadedEngine, BlockPolicyWaitsForRoom) {
-  std::atomic<bool> release{false};
-  std::atomic<int> done{0};
-  Engine engine;
-  auto q = engine.queue<int>(
-      "q", QueueOptions{.capacity = 1, .on_full = OverflowPolicy::block, .block_timeout = 30s});
-  q.process({}, [&](Job<int>&) {
-    while (!release.load())
-      std::this_thread::yield();
-    done.fetch_add(1);
-  });
-  ASSERT_EQ(q.add("a", 1).status, AddStatus::added);
-  std::thread unblock([&] {
-    std::this_thread::sleep_for(20ms);  // lets the second add start blocking; not an outcome
+TEST(ThreadedEngine, BlockedAddWaitsForASlotAndReturnsOnlyAfterItFrees) {
+  // The add is called while the queue's only slot is held by a handler that returns only when
+  // released: `step` orders the call, the release, the handler's return and the add's return.
+  // The add must return `added`, and only after the handler returned (its slot is the only one).
+  // Rounds repeat: the add usually reaches its wait before the release, sometimes not.
+  const test::Watchdog watchdog(120s, "BlockedAddWaitsForASlotAndReturnsOnlyAfterItFrees");
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int> step{0}, add_called{-1}, released{-1}, handler_returned{-1}, add_returned{-1};
+    std::atomic<bool> started{false}, release{false};
+    Engine engine;
+    auto q = engine.queue<int>(
+        "q", QueueOptions{.capacity = 1, .on_full = OverflowPolicy::block, .block_timeout = 60s});
+    q.process({}, [&](Job<int>& j) {
+      if (j.data() != 1) return;
+      started.store(true);
+      (void)eventually([&] { return release.load(); });
+      handler_returned.store(step.fetch_add(1));
+    });
+    ASSERT_EQ(q.add("a", 1).status, AddStatus::added);
+    ASSERT_TRUE(eventually([&] { return started.load(); }));  // the only slot is now held
+    AddStatus second = AddStatus::full;
+    std::thread producer([&] {
+      add_called.store(step.fetch_add(1));
+      second = q.add("a", 2).status;
+      add_returned.store(step.fetch_add(1));
+    });
+    ASSERT_TRUE(eventually([&] { return add_called.load() >= 0; }));
+    released.store(step.fetch_add(1));
     release.store(true);
-  });
-  EXPECT_EQ(q.add("a", 2).status, AddStatus::added);  // waited for the first job to end
-  unblock.join();
-  ASSERT_TRUE(eventually([&] { return done.load() == 2; }));
+    producer.join();
+    EXPECT_EQ(second, AddStatus::added) << "round " << round;
+    EXPECT_LT(add_called.load(), released.load());
+    EXPECT_LT(released.load(), handler_returned.load());
+    EXPECT_LT(handler_returned.load(), add_returned.load()) << "round " << round;
+    ASSERT_TRUE(q.drain(60s));
+    EXPECT_EQ(q.counts().completed, 2u);
+  }
 }
 
-TEST(ThreadedEngine, BlockPolicyGivesUpAfterTimeoutWithFull) {
+TEST(ThreadedEngine, BlockedAddGivesUpWithFullAfterBlockTimeout) {
+  constexpr Duration kTimeout = 50ms;
   Engine engine;
   auto q = engine.queue<int>(
-      "q", QueueOptions{.capacity = 1, .on_full = OverflowPolicy::block, .block_timeout = 5ms});
-  ASSERT_EQ(q.add("a", 1).status, AddStatus::added);  // no worker: it stays
-  EXPECT_EQ(q.add("a", 2).status, AddStatus::full);
+      "q",
+      QueueOptions{.capacity = 2, .on_full = OverflowPolicy::block, .block_timeout = kTimeout});
+  // No worker: whatever is added stays. Each give-up is timed from before the call, so the
+  // measured wait is a lower bound that must reach block_timeout.
+  auto timed = [](auto&& add) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto status = add().status;
+    return std::pair{status, Duration{std::chrono::steady_clock::now() - t0}};
+  };
+  ASSERT_EQ(q.add("a", 1).status, AddStatus::added);
+  // A bulk add waits for room for all of its jobs, then gives up creating none of them.
+  std::vector<int> two{2, 3};
+  auto [bulk, bulk_waited] = timed([&] { return q.add_bulk("a", std::span<int>(two)); });
+  EXPECT_EQ(bulk, AddStatus::full);
+  EXPECT_GE(bulk_waited, kTimeout);
+  EXPECT_EQ(q.counts().added, 1u);
+  ASSERT_EQ(q.add("a", 4).status, AddStatus::added);  // the free slot was left free
+  auto [single, single_waited] = timed([&] { return q.add("a", 5); });
+  EXPECT_EQ(single, AddStatus::full);
+  EXPECT_GE(single_waited, kTimeout);
+  EXPECT_EQ(q.counts().added, 2u);
 }
 
-TEST(ThreadedEngine, ShutdownReportsStillRunningAfterGrace) {
-  // Declared before the engine: its destructor waits for the handler, which reads them.
-  std::atomic<bool> started{false}, release{false};
+/// HeldHandler: a threaded engine whose queue's one worker is held in the handler of job
+/// `running` (until held.release), with job `queued` waiting behind it.
+struct HeldHandler : ::testing::Test {
+  void SetUp() override {
+    q.process({}, [this](Job<int>&) { held.run(); });
+    running = q.add("a", 1).id;
+    queued = q.add("a", 2).id;
+    ASSERT_TRUE(held.wait_started());
+  }
+  /// expect_leftovers(report): the report lists exactly `running` as running, `queued` as not
+  /// started.
+  void expect_leftovers(const ShutdownReport& report) const {
+    ASSERT_EQ(report.still_running.size(), 1u);
+    EXPECT_EQ(report.still_running[0].id, running);
+    ASSERT_EQ(report.not_started.size(), 1u);
+    EXPECT_EQ(report.not_started[0].id, queued);
+  }
+  Held held;  // before the engine, whose destructor waits for the handler that reads it
   Engine engine;
-  auto q = engine.queue<int>("q", {});
+  Queue<int> q = engine.queue<int>("q", {});
+  ReleaseOnExit release_on_exit{held.release};  // destroyed first
+  JobId running = 0, queued = 0;
+};
+
+TEST_F(HeldHandler, ShutdownReportsStillRunningAfterGrace) {
+  expect_leftovers(engine.shutdown(1ms));
+}
+
+TEST_F(HeldHandler, SecondShutdownReportsAgainWithoutWaiting) {
+  // Engine bug (reported to the lead): Engine::shutdown promises "Idempotent: a second call
+  // reports again without waiting", but a second call waits up to its grace again while a
+  // handler still runs (this test then takes kGrace and fails). Unskip once it does not.
+  GTEST_SKIP() << "engine bug: a second shutdown() waits its grace again";
+  expect_leftovers(engine.shutdown(1ms));
+  // The handler is still held: a second call must report it again at once, not wait its grace.
+  constexpr Duration kGrace = 2s;
+  auto t0 = std::chrono::steady_clock::now();
+  expect_leftovers(engine.shutdown(kGrace));
+  Duration took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, kGrace) << "the second shutdown waited for the running handler again";
+}
+
+TEST_F(HeldHandler, DrainReturnsFalseWhenItsTimeoutPassesFirst) {
+  constexpr Duration kTimeout = 30ms;
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(q.drain(kTimeout));  // the handler cannot end before its release
+  EXPECT_GE(Duration{std::chrono::steady_clock::now() - t0}, kTimeout);
+  held.release.store(true);
+  EXPECT_TRUE(q.drain(60s));
+  EXPECT_EQ(q.counts().completed, 2u);
+}
+
+TEST(ThreadedEngine, BlockedAddThrowsShuttingDownWhenShutdownBegins) {
+  // The add blocks on a full queue with no worker; shutdown must end its wait with
+  // Error(shutting_down) rather than leave it to time out (block_timeout is far longer than the
+  // test: a wait that ignored shutdown would report `full` after it).
+  Engine engine;
+  auto q = engine.queue<int>(
+      "q", QueueOptions{.capacity = 1, .on_full = OverflowPolicy::block, .block_timeout = 60s});
+  ASSERT_EQ(q.add("a", 1).status, AddStatus::added);
+  std::atomic<bool> calling{false};
+  std::optional<ErrorCode> thrown;
+  AddStatus status = AddStatus::added;
+  std::thread producer([&] {
+    calling.store(true);
+    try {
+      status = q.add("a", 2).status;
+    } catch (const Error& e) {
+      thrown = e.code();
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return calling.load(); }));
+  auto t0 = std::chrono::steady_clock::now();
+  (void)engine.shutdown(0s);
+  producer.join();
+  ASSERT_TRUE(thrown.has_value()) << "the add returned " << to_string(status);
+  EXPECT_EQ(*thrown, ErrorCode::shutting_down);
+  EXPECT_LT(Duration{std::chrono::steady_clock::now() - t0}, 60s);
+  EXPECT_EQ(q.counts().added, 1u);
+}
+
+TEST(ThreadedEngine, ShutdownDoesNotReportAHandlerThatFinishesWithinGrace) {
+  // The handler returns once it sees shutdown begin (its queue's adds then throw), and lingers a
+  // little first, so that a shutdown that did not wait for it would find it running.
+  std::atomic<bool> started{false};
+  Engine engine;
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = 1});
   q.process({}, [&](Job<int>&) {
     started.store(true);
-    while (!release.load())
+    for (;;) {
+      try {
+        (void)q.add("probe", 0);  // full (this job holds the only slot): creates nothing
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::shutting_down) break;
+      }
       std::this_thread::yield();
+    }
+    std::this_thread::sleep_for(20ms);  // any time under the grace passes; none is needed
   });
-  auto running = q.add("a", 1);
-  auto queued = q.add("a", 2);
+  auto job = q.add("a", 1);
   ASSERT_TRUE(eventually([&] { return started.load(); }));
-  auto report = engine.shutdown(1ms);
-  ASSERT_EQ(report.still_running.size(), 1u);
-  EXPECT_EQ(report.still_running[0].id, running.id);
-  ASSERT_EQ(report.not_started.size(), 1u);
-  EXPECT_EQ(report.not_started[0].id, queued.id);
-  release.store(true);  // the destructor waits for the handler to return
+  auto report = engine.shutdown(60s);
+  EXPECT_TRUE(report.still_running.empty());
+  EXPECT_TRUE(report.not_started.empty());
+  EXPECT_EQ(q.counts().completed, 1u);
+  EXPECT_EQ(q.state(job.id).status, JobStatus::completed);
+}
+
+TEST(ThreadedEngine, PausedQueueStartsNothingUntilResumed) {
+  // Both workers are held in handlers when the queue is paused. Released after pause(), each
+  // looks for its next job with the pause visible, so none of the jobs added meanwhile starts.
+  std::atomic<int> started{0};
+  std::atomic<bool> release{false};
+  Engine engine;
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = 64});
+  q.process({.concurrency = 2}, [&](Job<int>& j) {
+    started.fetch_add(1);
+    if (j.data() < 0) (void)eventually([&] { return release.load(); });
+  });
+  (void)q.add("hold", -1);
+  (void)q.add("hold", -2);
+  ASSERT_TRUE(eventually([&] { return started.load() == 2; }));
+  q.pause();
+  EXPECT_TRUE(q.paused());
+  EXPECT_TRUE(q.counts().paused);
+  for (int i = 0; i < 10; ++i)
+    ASSERT_EQ(q.add("a", i).status, AddStatus::added);  // adds are still accepted
+  release.store(true);
+  ASSERT_TRUE(eventually([&] {
+    QueueCounts c = q.counts();
+    return c.completed >= 2 && c.active == 0;
+  }));
+  EXPECT_FALSE(q.drain(20ms));  // a paused queue with jobs never drains
+  EXPECT_EQ(started.load(), 2);
+  EXPECT_EQ(q.counts().waiting, 10u);
+  q.resume();
+  EXPECT_FALSE(q.paused());
+  ASSERT_TRUE(q.drain(60s));
+  EXPECT_EQ(started.load(), 12);
+  EXPECT_EQ(q.counts().completed, 12u);
 }
 
 TEST(ThreadedEngine, DestroyingWithQueuedWorkNeitherCrashesNorHangs) {
@@ -115,32 +367,43 @@ TEST(ThreadedEngine, DestroyingWithQueuedWorkNeitherCrashesNorHangs) {
   }  // destructors with work in flight: ASan checks the payloads are destroyed exactly once
 }
 
-TEST(ThreadedEngine, IdleWorkerRunsJobsBatchedBehindABlockedHandler) {
-  // A worker with fast handlers takes ready jobs in batches; when the first job of a batch blocks,
-  // the other worker must run the rest (it steals them) instead of leaving them behind the block.
-  // The blocked handler waits for its 15 siblings, so without stealing this round never ends
-  // (the deadline turns that into a failure).
-  for (int round = 0; round < 20; ++round) {
-    std::atomic<int> fast_done{0};
+TEST(ThreadedEngine, IdleWorkerStealsJobsBatchedBehindABlockedHandler) {
+  // The batch's first job blocks until its 15 siblings have run. In a round where the runner
+  // took the whole batch (the probe ran first on the helper), the siblings are in the blocked
+  // runner's stash and nowhere else: only a steal by the helper can run them. Without stealing
+  // the blocker gives up after its deadline and the round fails.
+  const test::Watchdog watchdog(300s, "IdleWorkerStealsJobsBatchedBehindABlockedHandler");
+  int batched = 0;
+  for (int round = 0; round < 200 && batched < 5; ++round) {
+    BatchRound h;
+    std::atomic<int> siblings_done{0};
     std::atomic<bool> blocker_saw_all{false};
+    std::array<std::atomic<std::thread::id>, BatchRound::kBatch> ran_on{};
     Engine engine;
-    auto q = engine.queue<int>("q", QueueOptions{.capacity = 1024});
+    auto q = engine.queue<int>("q", QueueOptions{.capacity = 64});
     q.process({.concurrency = 2}, [&](Job<int>& j) {
-      if (j.data() >= 0) {
-        fast_done.fetch_add(1);
+      if (h.handle(j)) return;
+      const auto i = static_cast<std::size_t>(j.data());
+      ran_on[i].store(std::this_thread::get_id());
+      if (i != 0) {
+        siblings_done.fetch_add(1);
         return;
       }
-      blocker_saw_all.store(eventually([&] { return fast_done.load() >= 15 + 512; }, 20s));
+      h.open();
+      blocker_saw_all.store(
+          eventually([&] { return siblings_done.load() == BatchRound::kBatch - 1; }, 10s));
     });
-    std::vector<int> warm(512, 0);  // fast handlers back to back: the workers batch
-    ASSERT_EQ(q.add_bulk("warm", std::span<int>(warm)).status, AddStatus::added);
-    ASSERT_TRUE(eventually([&] { return fast_done.load() == 512; }));
-    std::vector<int> batch(16, 1);
-    batch[0] = -1;  // the blocker leads the batch
-    ASSERT_EQ(q.add_bulk("batch", std::span<int>(batch)).status, AddStatus::added);
-    ASSERT_TRUE(eventually([&] { return q.counts().completed == 512 + 16; }));
-    EXPECT_TRUE(blocker_saw_all.load()) << "round " << round;
+    h.start(q);
+    ASSERT_TRUE(eventually([&] { return q.counts().completed == 3 + BatchRound::kBatch + 1; }));
+    ASSERT_TRUE(h.added_batch.load());
+    ASSERT_TRUE(blocker_saw_all.load()) << "round " << round << ": the siblings of a blocked job "
+                                        << "were not run by the idle worker";
+    if (!h.probe_first.load()) continue;  // the runner did not take the whole batch
+    ++batched;
+    for (std::size_t i = 1; i < BatchRound::kBatch; ++i)
+      EXPECT_NE(ran_on[i].load(), ran_on[0].load()) << "round " << round << ", job " << i;
   }
+  EXPECT_GE(batched, 1) << "no round formed the batch: the steal was never exercised";
 }
 
 TEST(ThreadedEngine, CountsAddUpAfterBatchedWork) {
@@ -204,36 +467,39 @@ TEST(ThreadedEngine, BurstOfDueJobsReachesEveryWorker) {
 }
 
 TEST(ThreadedEngine, FinishedJobsFreeTheirSlotsWhileTheirBatchRuns) {
-  // A worker takes a batch; the jobs it finished must give their slots back at once, not when
-  // the batch's last (here blocked) job returns: the queue must take new jobs meanwhile.
-  std::atomic<bool> release{false};
-  std::atomic<int> done{0};
-  Engine engine;
-  auto q = engine.queue<int>("q", QueueOptions{.capacity = 16});
-  q.process({.concurrency = 1}, [&](Job<int>& j) {
-    if (j.data() == 15) {
-      while (!release.load())
-        std::this_thread::yield();
-    }
-    done.fetch_add(1);
-  });
-  // Destroyed before the engine, whatever assertion returns early: the blocked handler must end.
-  struct ReleaseOnExit {
-    std::atomic<bool>& flag;
-    ~ReleaseOnExit() { flag.store(true); }
-  } release_on_exit{release};
-  std::vector<int> warm(16, 0);  // fast handlers back to back: the worker batches
-  ASSERT_EQ(q.add_bulk("warm", std::span<int>(warm)).status, AddStatus::added);
-  ASSERT_TRUE(eventually([&] { return done.load() == 16; }));
-  std::vector<int> batch(16);
-  for (int i = 0; i < 16; ++i)
-    batch[static_cast<std::size_t>(i)] = i;
-  ASSERT_EQ(q.add_bulk("batch", std::span<int>(batch)).status, AddStatus::added);
-  ASSERT_TRUE(eventually([&] { return done.load() == 16 + 15; }));
-  // 15 slots are free again although job 15 still runs.
-  EXPECT_EQ(q.add("more", 99).status, AddStatus::added);
-  release.store(true);
-  ASSERT_TRUE(eventually([&] { return done.load() == 16 + 16 + 1; }));
+  // The runner takes the batch; its last job blocks. The jobs it finished must give their slots
+  // back at once, not when the batch's last job returns: with the helper parked in the probe,
+  // only the two running jobs hold slots, so the queue takes exactly capacity - 2 new jobs.
+  const test::Watchdog watchdog(300s, "FinishedJobsFreeTheirSlotsWhileTheirBatchRuns");
+  int batched = 0;
+  for (int round = 0; round < 200 && batched < 3; ++round) {
+    BatchRound h;
+    std::atomic<bool> release{false};
+    h.park_probe = &release;
+    Engine engine;
+    auto q = engine.queue<int>("q", QueueOptions{.capacity = 64});
+    q.process({.concurrency = 2}, [&](Job<int>& j) {
+      if (h.handle(j)) return;
+      if (j.data() == 0) h.open();
+      if (j.data() == BatchRound::kBatch - 1) (void)eventually([&] { return release.load(); });
+    });
+    ReleaseOnExit release_on_exit{release};
+    h.start(q);
+    ASSERT_TRUE(eventually([&] { return h.probe_ran.load(); }));
+    if (!h.probe_first.load()) continue;  // the runner did not take the whole batch
+    ++batched;
+    // Running: the probe (helper) and batch job 15 (runner). Ended: the gate, the feeders and
+    // batch jobs 0 .. 14; an attempt counts as ended only after its slot went back.
+    ASSERT_TRUE(eventually([&] {
+      QueueCounts c = q.counts();
+      return c.completed == 3 + BatchRound::kBatch - 1 && c.active == 2;
+    }));
+    std::size_t accepted = 0;
+    while (q.add("more", 100).status == AddStatus::added)
+      ++accepted;
+    EXPECT_EQ(accepted, q.capacity() - 2) << "round " << round;
+  }
+  EXPECT_GE(batched, 1) << "no round formed the batch: slot release within a batch never tested";
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // lease sweep runs on that advance, exactly as a timer thread would find the lapse.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "rail/rail.hpp"
@@ -185,6 +186,24 @@ TEST_F(Lease, CancelDelayedJobNeverRuns) {
   EXPECT_EQ(small.add("a", 2).status, AddStatus::added);
 }
 
+TEST_F(Lease, CancelledWaitingJobGivesItsCapacityBackAtOnce) {
+  // Engine bug (reported to the lead): capacity bounds unfinished jobs, and a cancelled job is
+  // finished, but cancel() leaves the slot's index in the ready ring until a worker pops it: on
+  // a paused queue (or one whose workers are all busy) cancelled jobs keep the queue full and
+  // adds are refused. Unskip once cancel() returns the capacity at once.
+  GTEST_SKIP() << "engine bug: a cancelled waiting job holds its slot until a worker pops it";
+  QueueOptions o;
+  o.capacity = 2;
+  auto q = engine.queue<int>("q", o);
+  q.process({}, [](Job<int>&) {});
+  q.pause();
+  auto a = q.add("a", 1);
+  (void)q.add("a", 2);
+  ASSERT_TRUE(q.cancel(a.id));
+  EXPECT_EQ(q.counts().waiting, 1u);
+  EXPECT_EQ(q.add("a", 3).status, AddStatus::added);
+}
+
 TEST_F(Lease, CancelRunningJobFlagsItAndRecordsCancelled) {
   auto q = queue();
   JobId id = 0;
@@ -212,16 +231,24 @@ TEST_F(Lease, StateOfUnknownIdIsUnknown) {
 
 TEST_F(Lease, TakeLeftoversReturnsUnstartedPayloadsAfterShutdown) {
   auto q = queue();
-  (void)q.add("a", 10);
-  (void)q.add("b", 20, JobOptions{.delay = 1h});
+  auto waiting = q.add("a", 10);
+  auto delayed = q.add("b", 20, JobOptions{.delay = 1h});
   EXPECT_THROW((void)q.take_leftovers(), Error);  // not shut down yet
   auto report = engine.shutdown(0s);
   EXPECT_EQ(report.not_started.size(), 2u);
   auto left = q.take_leftovers();
   ASSERT_EQ(left.size(), 2u);
-  int sum = left[0].data + left[1].data;
-  EXPECT_EQ(sum, 30);
-  EXPECT_TRUE(left[0].was_delayed || left[1].was_delayed);
+  // The order of leftovers is the slots' order, which the API does not promise: sort by id.
+  std::sort(left.begin(), left.end(), [](const auto& x, const auto& y) { return x.id < y.id; });
+  EXPECT_EQ(left[0].id, waiting.id);
+  EXPECT_EQ(left[0].name, "a");
+  EXPECT_EQ(left[0].data, 10);
+  EXPECT_FALSE(left[0].was_delayed);
+  EXPECT_EQ(left[1].id, delayed.id);
+  EXPECT_EQ(left[1].name, "b");
+  EXPECT_EQ(left[1].data, 20);
+  EXPECT_TRUE(left[1].was_delayed);
+  EXPECT_TRUE(q.take_leftovers().empty());  // moved out once
 }
 
 TEST_F(Lease, BadVisibilityIsRejected) {

@@ -22,6 +22,11 @@ void expect_clean(const Config& c) {
   EXPECT_GT(r.cancelled, 0u) << out.str();
   EXPECT_GT(r.duplicates_merged, 0u) << out.str();
   EXPECT_GT(r.failed_attempts, r.stalls) << out.str();
+  EXPECT_GT(r.cancels_accepted, 0u) << out.str();
+  EXPECT_GT(r.duplicates_new, 0u) << out.str();  // ids re-added after their window
+  EXPECT_GT(r.delayed, 0u) << out.str();
+  EXPECT_GT(r.pauses, 0u) << out.str();
+  EXPECT_GT(r.pauses_with_work, 0u) << out.str();  // a pause that had something to hold back
   std::cout << out.str();
 }
 

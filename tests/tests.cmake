@@ -2,6 +2,7 @@
 rail_add_test(mpmc_ring CONCURRENCY)
 rail_add_test(worker_stash CONCURRENCY)
 rail_add_test(engine)
+rail_add_test(dead_letter_queue)
 rail_add_test(orders_scenario)
 target_link_libraries(orders_scenario_test PRIVATE rail_orders_scenario)
 rail_add_test(backoff)
@@ -12,6 +13,11 @@ rail_add_test(engine_stress CONCURRENCY)
 # Replaces the global operator new, which the sanitizer runtimes define themselves.
 if(RAIL_SANITIZER STREQUAL "")
   rail_add_test(allocation)
+  # Routes this binary's calls of mimalloc's allocation API through counting wrappers; the list
+  # matches the wrappers in allocation_test.cpp.
+  target_link_options(allocation_test PRIVATE
+    "LINKER:--wrap=mi_malloc,--wrap=mi_zalloc,--wrap=mi_calloc,--wrap=mi_realloc"
+    "LINKER:--wrap=mi_malloc_aligned,--wrap=mi_zalloc_aligned,--wrap=mi_realloc_aligned")
 endif()
 rail_add_test(engine_threaded CONCURRENCY)
 # The package test installs this build, so only the plain (unsanitized) build runs it.

@@ -31,6 +31,13 @@ struct InlineEngine : ::testing::Test {
     return out;
   }
   [[nodiscard]] std::size_t count(EventKind kind) const { return of(kind).size(); }
+  /// ids_of(kind): the job ids of the recorded events of a kind, in order.
+  [[nodiscard]] std::vector<JobId> ids_of(EventKind kind) const {
+    std::vector<JobId> out;
+    for (const auto& e : of(kind))
+      out.push_back(e.job_id);
+    return out;
+  }
   [[nodiscard]] Event first(EventKind kind) const {
     auto all = of(kind);
     if (all.empty()) throw std::runtime_error("no event of that kind was recorded");

@@ -1,7 +1,9 @@
 #include "soak/soak.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -31,13 +33,47 @@ Fate fate(const Config& c, std::uint64_t plan, std::uint32_t delivery) {
   return Fate::ok;
 }
 
-/// Everything the events said about one job id.
+/// Everything the events said about one job id. Delivery numbers are tracked as bit sets of
+/// kMaxDelivery bits (the soak's jobs have 3 attempts, so at most 3 deliveries); a number outside
+/// them is a violation of its own.
+constexpr std::uint32_t kMaxDelivery = 16;
 struct Track {
-  std::atomic<std::uint8_t> accepted{0}, cancel_accepted{0};
-  std::atomic<std::uint16_t> started{0}, max_delivery{0}, failed{0}, stalled{0}, late{0};
+  std::atomic<std::uint8_t> accepted{0}, cancel_accepted{0}, delayed{0};
+  std::atomic<std::uint16_t> started{0}, failed{0}, stalled{0}, late{0};
   std::atomic<std::uint16_t> completed{0}, dead{0}, cancelled{0}, completed_delivery{0};
-  std::atomic<std::uint64_t> stalled_mask{0};
+  std::atomic<std::uint16_t> started_mask{0}, stalled_mask{0};  // bit d-1: delivery d
 };
+
+/// delivery_bit(d): delivery d's bit in a Track mask, or 0 if d is outside what a mask holds.
+std::uint16_t delivery_bit(std::uint32_t d) {
+  return d >= 1 && d <= kMaxDelivery ? static_cast<std::uint16_t>(1u << (d - 1)) : 0;
+}
+
+/// PauseWatch: checks that a paused queue starts nothing. The pauser makes `epoch` odd after
+/// pause() returns and even again before resume(). A worker may already have taken a job when
+/// pause() is called, so it may start that one while paused; but once its `started` observer saw
+/// the odd epoch it also sees the pause (the epoch's store follows pause() in the pauser), so its
+/// next job cannot start in the same epoch. Two starts by one thread in one odd epoch are a
+/// violation.
+struct PauseWatch {
+  std::atomic<std::uint64_t> epoch{0};
+  std::uint64_t run = 0;  // tells runs apart in the workers' thread-local records
+  std::atomic<std::uint64_t> starts_while_paused{0};
+
+  /// on_start(): called by a worker's `started` observer; false on a violation.
+  bool on_start() {
+    // acquire: pairs with the pauser's release increment, so pause() is visible from here on.
+    const std::uint64_t e = epoch.load(std::memory_order_acquire);
+    if ((e & 1) == 0) return true;
+    starts_while_paused.fetch_add(1, std::memory_order_relaxed);
+    thread_local std::uint64_t seen_run = 0, seen_epoch = 0;
+    const bool again = seen_run == run && seen_epoch == e;
+    seen_run = run;
+    seen_epoch = e;
+    return !again;
+  }
+};
+std::atomic<std::uint64_t> g_runs{0};
 
 struct Violations {
   std::atomic<std::uint64_t> count{0};
@@ -56,6 +92,8 @@ Report run(const Config& cfg) {
   const std::uint64_t max_id = cfg.jobs * 2 + 1024;
   auto track = std::make_unique<Track[]>(max_id + 1);
   Violations v;
+  PauseWatch pause_watch;
+  pause_watch.run = g_runs.fetch_add(1) + 1;
   ManualClock manual;
   EngineOptions eo;
   eo.seed = cfg.seed;
@@ -72,12 +110,21 @@ Report run(const Config& cfg) {
     Track& t = track[e.job_id];
     auto bump = [](std::atomic<std::uint16_t>& a) { a.fetch_add(1, std::memory_order_relaxed); };
     switch (e.kind) {
+      case EventKind::added:
+        if (e.delay.count() > 0) t.delayed.store(1, std::memory_order_relaxed);
+        break;
       case EventKind::started: {
         bump(t.started);
-        auto d = static_cast<std::uint16_t>(e.deliveries);
-        std::uint16_t cur = t.max_delivery.load(std::memory_order_relaxed);
-        while (d > cur && !t.max_delivery.compare_exchange_weak(cur, d)) {
-        }
+        const std::uint16_t bit = delivery_bit(e.deliveries);
+        if (bit == 0)
+          v.add("job " + std::to_string(e.job_id) + ": a start numbered " +
+                std::to_string(e.deliveries));
+        else if (t.started_mask.fetch_or(bit) & bit)
+          v.add("job " + std::to_string(e.job_id) + ": delivery " + std::to_string(e.deliveries) +
+                " started twice");
+        if (!pause_watch.on_start())
+          v.add("job " + std::to_string(e.job_id) + " started while its queue was paused, after " +
+                "the same worker had started another one in that pause");
         break;
       }
       case EventKind::attempt_failed:
@@ -85,8 +132,7 @@ Report run(const Config& cfg) {
         break;
       case EventKind::stalled:
         bump(t.stalled);
-        if (e.deliveries >= 1 && e.deliveries <= 64)
-          t.stalled_mask.fetch_or(std::uint64_t{1} << (e.deliveries - 1));
+        t.stalled_mask.fetch_or(delivery_bit(e.deliveries));
         break;
       case EventKind::late_outcome:
         bump(t.late);
@@ -135,6 +181,7 @@ Report run(const Config& cfg) {
 
   std::atomic<bool> producing{true}, settled{false};
   std::atomic<std::uint64_t> dup_merged{0}, dup_new{0}, cancels_ok{0}, pauses{0};
+  std::atomic<std::uint64_t> pauses_with_work{0};
   std::thread driver;
   if (cfg.manual_clock) {
     driver = std::thread([&] {
@@ -150,8 +197,12 @@ Report run(const Config& cfg) {
       while (producing.load()) {
         std::this_thread::sleep_for(5ms);
         q.pause();
+        // release: a worker whose observer sees the odd epoch sees the pause too (PauseWatch).
+        pause_watch.epoch.fetch_add(1, std::memory_order_acq_rel);
         pauses.fetch_add(1);
+        if (q.counts().waiting > 0) pauses_with_work.fetch_add(1);  // the pause held back work
         std::this_thread::sleep_for(1ms);
+        pause_watch.epoch.fetch_add(1, std::memory_order_acq_rel);
         q.resume();
       }
       q.resume();
@@ -171,7 +222,9 @@ Report run(const Config& cfg) {
         JobId first;
         TimePoint after;  // re-adding at or after this time must create a new job
       };
-      std::vector<Later> later;
+      // Ids to re-add once their window has certainly passed, in the order it passes (each
+      // `after` is a later clock reading than the one before it): every one is checked.
+      std::deque<Later> later;
       std::vector<JobId> to_cancel;
       auto accept = [&](const AddResult& r) {
         if (r.id > max_id) return v.add("job id " + std::to_string(r.id) + " out of range");
@@ -183,6 +236,21 @@ Report run(const Config& cfg) {
           if (r.status != AddStatus::full && r.status != AddStatus::dedup_full) return r;
           std::this_thread::yield();  // back-pressure: the queue (or its window) is full
         }
+      };
+      // readd(later): re-adds the oldest id whose window has passed: it must create a new job.
+      auto readd = [&](std::deque<Later>& ids) {
+        const Later& l = ids.front();
+        JobOptions lo = qo.defaults;
+        lo.dedup = {.id = l.key, .ttl = window};
+        AddResult r2 = add(lo);
+        if (r2.status != AddStatus::added || r2.id == l.first) {
+          v.add("add of dedup id " + l.key + " after its window got " +
+                std::string(to_string(r2.status)));
+        } else {
+          accept(r2);
+          dup_new.fetch_add(1);
+        }
+        ids.pop_front();
       };
       for (std::uint64_t n = 0; n < per; ++n) {
         JobOptions o = qo.defaults;  // attempts 3, jittered backoff
@@ -210,10 +278,10 @@ Report run(const Config& cfg) {
             // Ambiguous timing: the window may have ended; a new job is legal and now owns the
             // id for a window of its own.
             accept(again);
-            if (later.size() < 64) later.push_back({o.dedup.id, again.id, after_second + window});
+            later.push_back({o.dedup.id, again.id, after_second + window});
             continue;
           }
-          if (later.size() < 64) later.push_back({o.dedup.id, r.id, after_first + window});
+          later.push_back({o.dedup.id, r.id, after_first + window});
         }
         if (u(rng) < cfg.cancel) to_cancel.push_back(r.id);
         if (to_cancel.size() > 8 || (n + 1 == per && !to_cancel.empty())) {
@@ -224,25 +292,16 @@ Report run(const Config& cfg) {
             }
           to_cancel.clear();
         }
-        // Re-add dedup ids whose window has certainly passed: each must create a new job.
-        for (std::size_t i = 0; i < later.size();) {
-          if (clock.now() < later[i].after) {
-            ++i;
-            continue;
-          }
-          JobOptions lo = qo.defaults;
-          lo.dedup = {.id = later[i].key, .ttl = window};
-          AddResult r2 = add(lo);
-          if (r2.status != AddStatus::added || r2.id == later[i].first)
-            v.add("add of dedup id " + later[i].key + " after its window got " +
-                  std::string(to_string(r2.status)));
-          else {
-            accept(r2);
-            dup_new.fetch_add(1);
-          }
-          later[i] = later.back();
-          later.pop_back();
-        }
+        while (!later.empty() && clock.now() >= later.front().after)
+          readd(later);
+      }
+      // The windows still open when production ends: wait each out (a manual clock is moved by
+      // the driver until the jobs settle), so that every duplicated id is re-added once.
+      while (!later.empty()) {
+        if (clock.now() >= later.front().after)
+          readd(later);
+        else
+          std::this_thread::sleep_for(100us);
       }
     });
   }
@@ -299,18 +358,23 @@ Report run(const Config& cfg) {
       v.add(job() + "ended " + std::to_string(ends) + " times");
       continue;
     }
+    if (t.delayed) ++rep.delayed;
     if (t.cancel_accepted && !t.cancelled)
       v.add(job() + "cancel() accepted but it did not end cancelled");
-    if (t.completed && t.completed_delivery >= 1 && t.completed_delivery <= 64 &&
-        (t.stalled_mask >> (t.completed_delivery - 1) & 1))
+    if (t.cancelled && !t.cancel_accepted)
+      v.add(job() + "ended cancelled but no cancel() of it was accepted");
+    if (t.completed && (t.stalled_mask & delivery_bit(t.completed_delivery)))
       v.add(job() + "completed by delivery " + std::to_string(t.completed_delivery) +
             " whose lease had lapsed");
     if (t.late != t.stalled)
       v.add(job() + std::to_string(t.stalled) + " lapses but " + std::to_string(t.late) +
             " late outcomes");
-    if (t.started != t.max_delivery)
-      v.add(job() + std::to_string(t.started) + " starts but deliveries numbered up to " +
-            std::to_string(t.max_delivery));
+    // Starts numbered exactly 1..n: no gap, no repeat (a repeat was reported when it happened).
+    const auto all_n =
+        static_cast<std::uint16_t>((1u << std::min<std::uint32_t>(t.started, 16)) - 1);
+    if (t.started > kMaxDelivery || t.started_mask != all_n)
+      v.add(job() + std::to_string(t.started) + " starts, numbered other than 1.." +
+            std::to_string(t.started));
     if (t.completed && t.failed + 1 != t.started)
       v.add(job() + "completed after " + std::to_string(t.started) + " deliveries with " +
             std::to_string(t.failed) + " failures");
@@ -334,6 +398,8 @@ Report run(const Config& cfg) {
   rep.duplicates_new = dup_new;
   rep.cancels_accepted = cancels_ok;
   rep.pauses = pauses;
+  rep.pauses_with_work = pauses_with_work;
+  rep.starts_while_paused = pause_watch.starts_while_paused;
   rep.violations = v.count;
   rep.first_violations = v.first;
   return rep;
@@ -354,7 +420,8 @@ void print(const Report& r, const Config& c, std::ostream& out) {
       "  deliveries %llu, failed attempts %llu, lease lapses %llu, late outcomes fenced "
       "%llu\n"
       "  duplicates merged %llu, re-adds after the window %llu, cancels accepted %llu, "
-      "pauses %llu\n",
+      "delayed %llu\n"
+      "  pauses %llu (%llu holding back work, %llu starts already under way)\n",
       static_cast<unsigned long long>(r.completed),
       static_cast<unsigned long long>(r.dead_lettered),
       static_cast<unsigned long long>(r.cancelled), static_cast<unsigned long long>(r.deliveries),
@@ -363,7 +430,9 @@ void print(const Report& r, const Config& c, std::ostream& out) {
       static_cast<unsigned long long>(r.duplicates_merged),
       static_cast<unsigned long long>(r.duplicates_new),
       static_cast<unsigned long long>(r.cancels_accepted),
-      static_cast<unsigned long long>(r.pauses));
+      static_cast<unsigned long long>(r.delayed), static_cast<unsigned long long>(r.pauses),
+      static_cast<unsigned long long>(r.pauses_with_work),
+      static_cast<unsigned long long>(r.starts_while_paused));
   out << line;
   for (const auto& s : r.first_violations)
     out << "  VIOLATION " << s << "\n";

@@ -7,15 +7,21 @@
 // delivery is fenced, then returns an outcome that must be ignored). Besides: duplicate adds
 // inside and outside their dedup window, delayed jobs, cancellations, pauses and resumes.
 //
-// Invariants checked at the end (each violation is counted and the first few are described):
+// Invariants checked (each violation is counted and the first few are described):
 //   1. every accepted job ended exactly once — completed, dead-lettered or cancelled — and no
 //      event names a job that was never accepted (none lost, none twice, none invented);
-//   2. every duplicate add inside its window was merged into the first job, none outside it;
+//   2. every duplicate add inside its window was merged into the first job; every duplicated id
+//      is added again once its window has passed, and each such add creates a new job;
 //   3. no late outcome changed a job: a completion never comes from a delivery whose lease
-//      lapsed, a successful cancel() always ends in `cancelled`, and late outcomes == lapses;
-//   4. deliveries and attempts agree with the events: starts are numbered 1..n without gaps,
-//      a completed job failed n-1 times, a dead-lettered one failed n times (or 0 for overflow),
-//      and the DLQ entry's attempt count equals the failures observed.
+//      lapsed, a job ends `cancelled` if and only if a cancel() of it was accepted, and late
+//      outcomes == lapses;
+//   4. deliveries and attempts agree with the events: a job's starts are numbered exactly 1..n
+//      (no gap, no repeat), a completed job failed n-1 times, a dead-lettered one failed n times
+//      (or 0 for overflow), and the DLQ entry's attempt count equals the failures observed;
+//   5. a paused queue starts nothing: after pause() returns, a worker may start the one job it
+//      had already taken, and no other until resume().
+// The report also counts what the run exercised (delayed jobs, re-adds, pauses that held back
+// waiting work), so a caller can tell a clean run from one that injected nothing.
 #pragma once
 
 #include <chrono>
@@ -47,7 +53,8 @@ struct Config {
 struct Report {
   std::uint64_t accepted = 0, completed = 0, dead_lettered = 0, cancelled = 0;
   std::uint64_t duplicates_merged = 0, duplicates_new = 0, stalls = 0, late_outcomes = 0;
-  std::uint64_t deliveries = 0, failed_attempts = 0, cancels_accepted = 0, pauses = 0;
+  std::uint64_t deliveries = 0, failed_attempts = 0, cancels_accepted = 0, delayed = 0;
+  std::uint64_t pauses = 0, pauses_with_work = 0, starts_while_paused = 0;
   std::uint64_t violations = 0;
   std::vector<std::string> first_violations;
   double seconds = 0;

@@ -1,0 +1,198 @@
+// DeadLetterQueue<T>: what enters it, every way out (redrive, redrive_all, remove, purge, bound,
+// retention) and its alert, under the manual clock in inline mode.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "rail/rail.hpp"
+#include "support/inline_engine.hpp"
+
+namespace rail {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Dlq : test::InlineEngine {
+  /// failing(options): a queue whose handler fails every job permanently, so each job added
+  /// and run lands in the DLQ after one attempt.
+  Queue<int> failing(QueueOptions options = {}) {
+    auto q = engine.queue<int>("q", std::move(options));
+    q.process({}, [this](Job<int>&) { return healthy ? Outcome::done() : Outcome::fail("down"); });
+    return q;
+  }
+  /// ids(entries): the DLQ entries' job ids, in order.
+  static std::vector<JobId> ids(const std::vector<DeadLetter<int>>& entries) {
+    std::vector<JobId> out;
+    for (const auto& e : entries)
+      out.push_back(e.id);
+    return out;
+  }
+  /// alerting_at(depth): failing() with a DLQ alert at `depth` that records into `alerts`.
+  Queue<int> alerting_at(std::size_t depth) {
+    QueueOptions qo;
+    qo.dlq.alert_depth = depth;
+    qo.dlq.on_alert = [this](std::size_t d) { alerts.push_back(d); };
+    return failing(qo);
+  }
+  /// run_jobs(q, first, n): adds jobs with payloads first .. first + n - 1 and runs them all.
+  void run_jobs(Queue<int>& q, int first, int n) {
+    for (int i = first; i < first + n; ++i)
+      (void)q.add("a", i);
+    engine.run_until_idle();
+  }
+  bool healthy = false;
+  std::vector<std::size_t> alerts;
+};
+
+TEST_F(Dlq, RedriveResetsAttemptsAndKeepsTheId) {
+  auto q = engine.queue<int>("q", {});
+  q.process({}, [&](Job<int>&) { return healthy ? Outcome::done() : Outcome::retry("down"); });
+  auto r = q.add("a", 7, JobOptions{.attempts = 2});
+  engine.run_until_idle();
+  ASSERT_EQ(q.dlq().size(), 1u);
+  healthy = true;
+  EXPECT_EQ(q.dlq().redrive(r.id), RedriveStatus::redriven);
+  EXPECT_EQ(q.dlq().size(), 0u);
+  auto redriven = of(EventKind::redriven, r.id);
+  ASSERT_EQ(redriven.size(), 1u);
+  EXPECT_EQ(redriven[0].attempt, 1u);  // the next attempt is a first one again
+  EXPECT_EQ(redriven[0].max_attempts, 2u);
+  EXPECT_EQ(q.state(r.id).status, JobStatus::waiting);
+  engine.run_until_idle();
+  auto done = of(EventKind::completed, r.id);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].attempt, 1u);  // attempts reset
+  EXPECT_EQ(q.dlq().redrive(r.id), RedriveStatus::not_found);
+  EXPECT_EQ(count(EventKind::redriven), 1u);  // a failed redrive emits nothing
+}
+
+TEST_F(Dlq, RedriveAllSendsEveryEntryBackOldestFirst) {
+  auto q = failing();
+  run_jobs(q, 0, 3);
+  ASSERT_EQ(q.dlq().size(), 3u);
+  healthy = true;
+  EXPECT_EQ(q.dlq().redrive_all(), 3u);
+  EXPECT_EQ(q.dlq().size(), 0u);
+  EXPECT_EQ(ids_of(EventKind::redriven), (std::vector<JobId>{1, 2, 3}));
+  engine.run_until_idle();
+  EXPECT_EQ(ids_of(EventKind::completed), (std::vector<JobId>{1, 2, 3}));
+  for (const auto& e : of(EventKind::completed))
+    EXPECT_EQ(e.attempt, 1u);
+  EXPECT_EQ(q.dlq().redrive_all(), 0u);  // empty: nothing to do
+}
+
+TEST_F(Dlq, RedriveAllStopsAtAFullQueueAndKeepsTheRestInOrder) {
+  auto q = failing(QueueOptions{.capacity = 2});
+  run_jobs(q, 0, 2);
+  run_jobs(q, 2, 1);
+  ASSERT_EQ(q.dlq().size(), 3u);
+  auto blocker = q.add("a", 3);  // waiting: one slot left for redrives
+  ASSERT_EQ(blocker.status, AddStatus::added);
+  EXPECT_EQ(q.dlq().redrive_all(), 1u);
+  EXPECT_EQ(ids_of(EventKind::redriven), std::vector<JobId>{1});
+  // The entry that did not fit went back to the front: the DLQ still lists oldest first.
+  EXPECT_EQ(ids(q.dlq().list()), (std::vector<JobId>{2, 3}));
+}
+
+TEST_F(Dlq, FailedRedriveLeavesTheEntryWhereItWas) {
+  // Engine bug (reported to the lead): DeadLetterQueue::redrive(id) puts an entry that could not
+  // be redriven back at the front, not where it was; the list is then no longer oldest first
+  // ({3, 1, 2, 4} here) and retention, which expires from the front, stalls behind the newer
+  // entry. Unskip once redrive(id) restores the entry's position.
+  GTEST_SKIP() << "engine bug: a failed redrive(id) moves the entry to the DLQ's front";
+  QueueOptions qo{.capacity = 2};
+  qo.dlq.retention = 10s;
+  auto q = failing(qo);
+  run_jobs(q, 0, 2);  // dead at 0 s
+  clock.advance(1s);
+  run_jobs(q, 2, 2);  // dead at 1 s
+  ASSERT_EQ(ids(q.dlq().list()), (std::vector<JobId>{1, 2, 3, 4}));
+  (void)q.add("a", 4);
+  (void)q.add("a", 5);  // the queue is full: redrives fail
+  EXPECT_EQ(q.dlq().redrive(3), RedriveStatus::queue_full);
+  EXPECT_TRUE(q.dlq().contains(3));
+  EXPECT_EQ(ids(q.dlq().list()), (std::vector<JobId>{1, 2, 3, 4}));  // still oldest first
+  clock.advance(9s);  // t = 10 s: the entries dead at 0 s have reached their retention
+  EXPECT_EQ(ids(q.dlq().list()), (std::vector<JobId>{3, 4}));
+}
+
+TEST_F(Dlq, RedriveAfterShutdownKeepsTheEntry) {
+  auto q = failing();
+  auto r = q.add("a", 1);
+  engine.run_until_idle();
+  (void)engine.shutdown(0s);
+  EXPECT_EQ(q.dlq().redrive(r.id), RedriveStatus::shutting_down);
+  EXPECT_EQ(q.dlq().redrive_all(), 0u);
+  EXPECT_TRUE(q.dlq().contains(r.id));
+  EXPECT_EQ(count(EventKind::redriven), 0u);
+}
+
+TEST_F(Dlq, RemoveHandsTheEntryToTheCallerWithoutAnEvent) {
+  auto q = failing();
+  run_jobs(q, 10, 3);
+  const std::size_t events_before = events.size();
+  auto e = q.dlq().remove(2);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->id, 2u);
+  EXPECT_EQ(e->name, "a");
+  EXPECT_EQ(e->data, 11);
+  EXPECT_EQ(e->reason, DeadLetterReason::permanent_failure);
+  EXPECT_EQ(e->attempts_made, 1u);
+  EXPECT_EQ(e->last_error(), "down");
+  EXPECT_EQ(events.size(), events_before);  // the caller owns the job now: no event
+  EXPECT_FALSE(q.dlq().contains(2));
+  EXPECT_EQ(q.dlq().size(), 2u);
+  EXPECT_FALSE(q.dlq().remove(2));  // gone
+  EXPECT_EQ(q.dlq().redrive(2), RedriveStatus::not_found);
+  EXPECT_EQ(ids(q.dlq().list()), (std::vector<JobId>{1, 3}));
+}
+
+TEST_F(Dlq, RemoveRearmsTheAlert) {
+  auto q = alerting_at(2);
+  run_jobs(q, 0, 2);
+  EXPECT_EQ(alerts, std::vector<std::size_t>{2});
+  ASSERT_TRUE(q.dlq().remove(1));  // depth 1: below the threshold, the alert re-arms
+  (void)q.add("a", 2);
+  engine.run_until_idle();
+  EXPECT_EQ(alerts, (std::vector<std::size_t>{2, 2}));
+}
+
+TEST_F(Dlq, AlertFiresAtThresholdWithAnEventAndRearms) {
+  auto q = alerting_at(2);
+  run_jobs(q, 0, 3);
+  EXPECT_EQ(alerts, std::vector<std::size_t>{2});
+  auto alert_events = of(EventKind::dlq_alert);
+  ASSERT_EQ(alert_events.size(), 1u);
+  EXPECT_EQ(alert_events[0].depth, 2u);
+  EXPECT_EQ(alert_events[0].job_id, 0u);  // about the DLQ, not one job
+  // The event follows the dead-lettering that reached the threshold, the second one.
+  auto dead = of(EventKind::dead_lettered);
+  ASSERT_EQ(dead.size(), 3u);
+  std::vector<EventKind> order;
+  for (const auto& e : events)
+    if (e.kind == EventKind::dead_lettered || e.kind == EventKind::dlq_alert)
+      order.push_back(e.kind);
+  EXPECT_EQ(order, (std::vector<EventKind>{EventKind::dead_lettered, EventKind::dead_lettered,
+                                           EventKind::dlq_alert, EventKind::dead_lettered}));
+  EXPECT_EQ(q.dlq().purge(), 3u);
+  run_jobs(q, 0, 2);
+  EXPECT_EQ(alerts, (std::vector<std::size_t>{2, 2}));
+  EXPECT_EQ(count(EventKind::dlq_alert), 2u);
+}
+
+TEST_F(Dlq, BoundAndRetentionEvictWithEvents) {
+  QueueOptions qo;
+  qo.dlq.max_entries = 2;
+  qo.dlq.retention = 1h;
+  auto q = failing(qo);
+  run_jobs(q, 0, 3);
+  EXPECT_EQ(q.dlq().size(), 2u);
+  EXPECT_EQ(ids_of(EventKind::dlq_evicted), std::vector<JobId>{1});  // the oldest goes first
+  clock.advance(1h);
+  EXPECT_EQ(q.dlq().size(), 0u);
+  EXPECT_EQ(ids_of(EventKind::dlq_evicted), (std::vector<JobId>{1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace rail
