@@ -103,10 +103,14 @@ bool Engine::cancel(JobId id) {
 
 ShutdownReport Engine::shutdown(Duration grace) {
   core_->stop_accepting();
+  bool first;
   {
     std::lock_guard lock(mu_);
+    first = accepting_declarations_;
     accepting_declarations_ = false;
   }
+  // A second call reports again without waiting: the first one already gave handlers their grace.
+  if (!first) grace = Duration{0};
   for (auto& [name, q] : queues_)
     q->stop_workers();
   auto deadline = std::chrono::steady_clock::now() + grace;
