@@ -6,6 +6,7 @@
 // race a remap of the mapping.
 #include "rail/detail/dlq_journal.hpp"
 
+#include <cxxabi.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -71,6 +73,14 @@ std::uint64_t round_up(std::uint64_t n, std::uint64_t chunk) {
 }
 
 }  // namespace
+
+std::string type_name(const std::type_info& type) {
+  int status = 0;
+  char* name = abi::__cxa_demangle(type.name(), nullptr, nullptr, &status);
+  std::string out = status == 0 && name ? name : type.name();
+  std::free(name);
+  return out;
+}
 
 struct DlqJournal::Fd {
   int fd = -1;

@@ -28,6 +28,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <typeinfo>
 #include <unordered_map>
 #include <vector>
 
@@ -35,6 +36,9 @@
 #include "rail/journal_options.hpp"
 
 namespace rail::detail {
+
+/// type_name(type): the demangled name of a type, for messages.
+[[nodiscard]] std::string type_name(const std::type_info& type);
 
 class DlqJournal {
  public:

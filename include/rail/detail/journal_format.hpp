@@ -32,6 +32,13 @@ inline constexpr std::uint8_t kTypeTombstone = 2;
   return (n + 7) & ~std::uint64_t{7};
 }
 
+/// shifted(t, d): t + d, saturated at the int64 range (times are saturating arithmetic).
+[[nodiscard]] constexpr std::int64_t shifted(std::int64_t t, std::int64_t d) noexcept {
+  std::int64_t r;
+  if (__builtin_add_overflow(t, d, &r)) return d > 0 ? INT64_MAX : INT64_MIN;
+  return r;
+}
+
 /// encode_header(queue, codec, created): the file header. Precondition: names of at most 2000 bytes
 /// each (DlqJournal checks it with a clear Error).
 [[nodiscard]] std::string encode_header(std::string_view queue, std::string_view codec,
