@@ -150,6 +150,7 @@ TEST_P(CrashTest, EveryEntryReportedDurableSurvivesSigkillAtARandomMoment) {
       Report rep{buf[0], 0};
       std::memcpy(&rep.id, buf + 1, 8);
       reports.push_back(rep);
+      ++reported;
       return true;
     };
     while (reports.size() < wait_for && read_report()) {
@@ -166,7 +167,6 @@ TEST_P(CrashTest, EveryEntryReportedDurableSurvivesSigkillAtARandomMoment) {
         << "trial " << trial << ": the child exited by itself, status " << status;
     for (const Report& r : reports)
       (r.kind == 'E' ? durable : removed).insert(r.id);
-    reported += reports.size();
 
     std::vector<JournalProblem> problems;
     JournalOptions j = journal_options(path, v);
