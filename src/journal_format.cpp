@@ -146,7 +146,9 @@ FrameCheck check_frame(std::span<const std::byte> b, std::uint64_t off, Frame& f
   if (get_le<std::uint64_t>(p) == 0 && get_le<std::uint64_t>(p + 8) == 0) return FrameCheck::zero;
   if (get_le<std::uint32_t>(p) != kRecordMagic) return FrameCheck::bad_magic;
   const std::uint32_t len = get_le<std::uint32_t>(p + 8);
-  if (len > kMaxBody || len > room - kRecordHeader) return FrameCheck::bad_length;
+  // The padding counts: the writer always writes it, and the next offset must stay in the file.
+  if (len > kMaxBody || padded(std::uint64_t{kRecordHeader} + len) > room)
+    return FrameCheck::bad_length;
   const auto type = std::to_integer<std::uint8_t>(p[12]);
   if ((type != kTypeEntry && type != kTypeTombstone) || p[13] != std::byte{0} ||
       p[14] != std::byte{0} || p[15] != std::byte{0})

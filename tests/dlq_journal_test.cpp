@@ -521,8 +521,11 @@ std::string sample_image() {
 bool verdict(const std::string& img) {
   try {
     JournalScan s = scan_journal(as_bytes(img));
+    if (s.used_bytes > img.size()) return false;
+    for (const auto& e : s.live)
+      if (e.offset + e.record_bytes > img.size()) return false;
     for (const auto& p : s.problems)
-      if (p.message.empty()) return false;
+      if (p.message.empty() || p.offset > img.size()) return false;
     return s.live.size() <= 6;
   } catch (const Error& e) {
     return e.code() == ErrorCode::journal && std::strlen(e.what()) > 0;
