@@ -62,7 +62,8 @@ struct JournalOptions {
   /// on_durable(id) is called once entry `id` is on the disk as the sync policy promises (after
   /// its fdatasync), on the thread that ran the sync; never under JournalSync::none.
   std::function<void(JobId id)> on_durable{};
-  /// on_problem(p) is called for each problem opening or compaction found and dealt with.
+  /// on_problem(p) is called for each problem opening or compaction found and dealt with, and
+  /// once if writing fails. It may run under the DLQ's lock: it must not call back into the DLQ.
   std::function<void(const JournalProblem& problem)> on_problem{};
 };
 
