@@ -82,19 +82,22 @@ std::optional<Duration> Engine::next_timer_in() {
   return Duration{d > 0 ? d : 0};
 }
 
+// state() and cancel() walk the core's registry, not queues_: no engine lock is held while a
+// queue emits (an observer of `cancelled` may call state() or cancel() again), and queues are
+// never removed before the engine dies.
 JobState Engine::state(JobId id) {
-  std::lock_guard lock(mu_);
-  for (auto& [name, q] : queues_) {
-    JobState s = q->job_state(id);
+  const std::size_t n = core_->queue_count();
+  for (std::size_t i = 0; i < n; ++i) {
+    JobState s = core_->queue_at(i)->job_state(id);
     if (s.status != JobStatus::unknown) return s;
   }
   return JobState{};
 }
 
 bool Engine::cancel(JobId id) {
-  std::lock_guard lock(mu_);
-  for (auto& [name, q] : queues_)
-    if (q->cancel_job(id)) return true;
+  const std::size_t n = core_->queue_count();
+  for (std::size_t i = 0; i < n; ++i)
+    if (core_->queue_at(i)->cancel_job(id)) return true;
   return false;
 }
 
@@ -107,9 +110,12 @@ ShutdownReport Engine::shutdown(Duration grace) {
   for (auto& [name, q] : queues_)
     q->stop_workers();
   auto deadline = std::chrono::steady_clock::now() + grace;
+  // Called from a handler (or an observer on a worker), shutdown does not wait for the caller's
+  // own job: it is reported as still running.
+  const detail::QueueBase* own = detail::current_delivery();
   auto running = [&] {
     for (auto& [name, q] : queues_)
-      if (q->counts().active != 0) return true;
+      if (q->counts().active > (q.get() == own ? 1u : 0u)) return true;
     return false;
   };
   while (running() && std::chrono::steady_clock::now() < deadline)

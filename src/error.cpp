@@ -20,6 +20,8 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "wrong_mode";
     case ErrorCode::journal:
       return "journal";
+    case ErrorCode::would_deadlock:
+      return "would_deadlock";
     case ErrorCode::internal:
       return "internal";
   }

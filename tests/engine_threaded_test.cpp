@@ -10,21 +10,14 @@
 #include <vector>
 
 #include "rail/rail.hpp"
+#include "support/eventually.hpp"
 
 namespace rail {
 namespace {
 
 using namespace std::chrono_literals;
 
-template <class Pred>
-bool eventually(Pred pred, std::chrono::seconds limit = 30s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using test::eventually;
 
 TEST(ThreadedEngine, ManualClockAdvanceFiresDelayedJobsOnTheTimerThread) {
   ManualClock clock;

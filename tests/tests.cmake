@@ -25,6 +25,8 @@ endif()
 rail_add_test(lease)
 rail_add_test(soak CONCURRENCY)
 target_link_libraries(soak_test PRIVATE rail_soak)
+rail_add_test(lifecycle CONCURRENCY)
+rail_add_test(slot_table CONCURRENCY)
 rail_add_test(dlq_journal)
 rail_add_test(dlq_journal_crash LABEL crash)
 # rail-dlq on the orders demo's journal (issue 12's acceptance check); built by rail_tests.

@@ -18,6 +18,7 @@ enum class ErrorCode {
   capacity,        // a fixed-size table (names, observers, dedup window) is full
   wrong_mode,      // an inline-only call on a threaded engine, or the reverse
   journal,         // the DLQ journal could not be opened, written or read
+  would_deadlock,  // a call from a handler or observer that would wait for the caller itself
   internal,        // a broken invariant inside rail: always a bug, please report it
 };
 

@@ -47,13 +47,7 @@ class Job {
   /// cancelled() is true once the handler's work no longer counts: cancel() was called for this
   /// job, or this delivery's lease lapsed (the job went to another worker or to the DLQ).
   /// Long handlers should poll it and return early.
-  [[nodiscard]] bool cancelled() const noexcept {
-    // acquire: pairs with the CAS (cancel or lapse) that changed ctl.
-    std::uint64_t c = ctl_->load(std::memory_order_acquire);
-    return detail::ctl::state(c) != detail::SlotState::active ||
-           static_cast<std::uint32_t>(detail::ctl::seq(c)) != token_ ||
-           (detail::ctl::flags(c) & detail::ctl::kCancelRequested) != 0;
-  }
+  [[nodiscard]] bool cancelled() const noexcept { return ctl_->fenced(token_); }
 
   /// extend_lease(d) renews this delivery's lease to end d from now (SQS ChangeMessageVisibility,
   /// BullMQ extendLock): a heartbeat for handlers that outlive the visibility timeout. Returns
@@ -77,7 +71,7 @@ class Job {
   TimePoint added_at_{};
   TimePoint started_at_{};
   std::string_view last_error_;
-  const std::atomic<std::uint64_t>* ctl_ = nullptr;
+  const detail::SlotControl<>* ctl_ = nullptr;
   std::uint32_t token_ = 0;
   detail::LeaseRecord* record_ = nullptr;
   std::uint64_t lease_ = 0;

@@ -19,6 +19,8 @@
 #include <mutex>
 #include <string>
 #include <typeindex>
+#include <utility>
+#include <vector>
 
 #include "rail/add_result.hpp"
 #include "rail/clock.hpp"
@@ -59,6 +61,14 @@ class QueueBase {
   /// collect_leftovers(report): append every unfinished job (cold: scans all slots).
   virtual void collect_leftovers(ShutdownReport& report) const = 0;
 };
+
+/// current_delivery(): the queue whose job this thread is delivering (from the start of a
+/// delivery to its end, handler and events included), or null. Calls that wait for jobs to end
+/// (drain, shutdown) use it not to wait for the caller itself.
+inline const QueueBase*& current_delivery() noexcept {
+  thread_local const QueueBase* queue = nullptr;
+  return queue;
+}
 
 class EngineCore {
  public:
@@ -108,16 +118,15 @@ class EngineCore {
   [[nodiscard]] bool observed() const noexcept {
     return observer_count_.load(std::memory_order_relaxed) != 0;  // a hint; emit() re-loads
   }
+  /// emit(e): delivers e to every observer, with no engine lock held: while this thread owns the
+  /// wheel (timers fire, leases lapse) the event is copied aside and delivered once the wheel is
+  /// released, so an observer may call back into the engine (next_timer_in, cancel, state).
   void emit(const Event& e) const noexcept {
-    std::size_t n = observer_count_.load(std::memory_order_acquire);
-    for (std::size_t i = 0; i < n; ++i) {
-      try {
-        observers_[i](e);
-      } catch (...) {
-        // An observer must not throw (event.hpp); swallowing keeps one bad observer from
-        // corrupting a job's state transition halfway.
-      }
+    if (owns_wheel()) {
+      defer(e);
+      return;
     }
+    deliver(e);
   }
 
   // --- queues ----------------------------------------------------------------------------------
@@ -137,19 +146,34 @@ class EngineCore {
   [[nodiscard]] QueueBase* queue_at(std::size_t i) const noexcept { return queues_[i]; }
 
   // --- timers ----------------------------------------------------------------------------------
+  /// owns_wheel(): this thread holds the wheel (it is inside with_wheel). User code reached from
+  /// there (a DLQ alert callback, say) must not wait for the wheel again.
+  [[nodiscard]] bool owns_wheel() const noexcept { return wheel_owner() == this; }
+
+  /// with_wheel(f): runs f(wheel) as the wheel's owner, then delivers the events f raised.
+  /// Cold paths (cancel, take_leftovers) use it to unlink timers; re-entered from the owning
+  /// thread it returns nullopt without running f (the caller takes its lock-free path).
+  template <class F>
+  auto with_wheel(F&& f) -> std::optional<decltype(f(std::declval<Wheel&>()))> {
+    if (owns_wheel()) return std::nullopt;
+    std::unique_lock lock(wheel_mu_);
+    return owned(lock, std::forward<F>(f));
+  }
+
   /// process_timers(): link newly delayed slots, then fire everything due at the clock's now.
   /// Returns the number of timers fired.
   std::size_t process_timers() {
-    std::lock_guard lock(wheel_mu_);
-    return process_timers_locked();
+    return with_wheel([&](Wheel&) { return process_timers_locked(); }).value_or(0);
   }
   /// next_timer_ns(): when the earliest pending timer may fire (see TimingWheel::next_event_ns).
   [[nodiscard]] std::optional<std::int64_t> next_timer_ns() {
-    std::lock_guard lock(wheel_mu_);
-    std::size_t n = queue_count();
-    for (std::size_t i = 0; i < n; ++i)
-      queues_[i]->drain_timer_inbox(wheel_);
-    return wheel_.next_event_ns();
+    if (owns_wheel()) return wheel_.next_event_ns();  // a callback inside a firing: read only
+    return *with_wheel([&](Wheel& wheel) {
+      std::size_t n = queue_count();
+      for (std::size_t i = 0; i < n; ++i)
+        queues_[i]->drain_timer_inbox(wheel);
+      return wheel.next_event_ns();
+    });
   }
 
   /// poll_timers(now): a worker's check between batches, with its latest clock reading. Cheap when
@@ -159,11 +183,12 @@ class EngineCore {
     if (now < next_due_ns_.load(std::memory_order_relaxed) &&
         timer_signal_.load(std::memory_order_relaxed) == 0)
       return;
+    if (owns_wheel()) return;
     std::unique_lock lock(wheel_mu_, std::try_to_lock);
     if (!lock.owns_lock()) return;  // the timer thread or another worker is on it now
     // The signal is left set: the timer thread must still wake to recompute its own deadline,
     // which may now be later than the earliest timer this call linked.
-    process_timers_locked();
+    owned(lock, [&](Wheel&) { return process_timers_locked(); });
   }
 
   /// signal_timer(): a slot was handed to the timer (or time moved). Producers call it after
@@ -180,12 +205,10 @@ class EngineCore {
   /// timer_loop(stop): the timer thread's body.
   void timer_loop(const std::atomic<bool>& stop) {
     while (!stop.load(std::memory_order_acquire)) {
-      std::optional<std::int64_t> next;
-      {
-        std::lock_guard lock(wheel_mu_);
+      std::optional<std::int64_t> next = *with_wheel([&](Wheel& wheel) {
         process_timers_locked();
-        next = wheel_.next_event_ns();
-      }
+        return wheel.next_event_ns();
+      });
       std::unique_lock lock(timer_mu_);
       auto woken = [&] {
         // acq_rel: consumes a signal and acquires the pushes made before it.
@@ -203,6 +226,72 @@ class EngineCore {
   }
 
  private:
+  /// DeferredEvent: an event raised by the wheel's owner, with copies of the views that may not
+  /// outlive the firing (the error text lives in a slot that may be reused).
+  struct DeferredEvent {
+    Event event;
+    std::string error;
+  };
+
+  static const EngineCore*& wheel_owner() noexcept {
+    thread_local const EngineCore* owner = nullptr;
+    return owner;
+  }
+
+  /// owned(lock, f): runs f as the owner of the locked wheel, releases it, then delivers the
+  /// events f deferred. The buffer is swapped with a per-thread one that keeps its capacity, so
+  /// steady firing does not allocate; an observer that re-enters (and fires timers itself) gets
+  /// a fresh buffer, so the one being delivered is never touched.
+  template <class F>
+  auto owned(std::unique_lock<std::mutex>& lock, F&& f) -> decltype(f(std::declval<Wheel&>())) {
+    std::vector<DeferredEvent> nested;
+    const bool outer = !delivery_buffer().in_use;
+    std::vector<DeferredEvent>& out = outer ? delivery_buffer().events : nested;
+    wheel_owner() = this;
+    auto result = f(wheel_);
+    wheel_owner() = nullptr;
+    out.swap(deferred_);
+    lock.unlock();
+    if (!out.empty()) {
+      delivery_buffer().in_use = true;
+      for (auto& d : out) {
+        d.event.error = d.error;
+        deliver(d.event);
+      }
+      delivery_buffer().in_use = !outer;
+      out.clear();
+    }
+    return result;
+  }
+
+  struct DeliveryBuffer {
+    std::vector<DeferredEvent> events;
+    bool in_use = false;
+  };
+  static DeliveryBuffer& delivery_buffer() noexcept {
+    thread_local DeliveryBuffer buffer;
+    return buffer;
+  }
+
+  void defer(const Event& e) const {
+    // Only the wheel's owner gets here, under wheel_mu_: the buffer is the lock's.
+    DeferredEvent& d = deferred_.emplace_back();
+    d.event = e;
+    d.error.assign(e.error);
+  }
+
+  void deliver(const Event& e) const noexcept {
+    std::size_t n = observer_count_.load(std::memory_order_acquire);
+    for (std::size_t i = 0; i < n; ++i) {
+      try {
+        observers_[i](e);
+      } catch (...) {
+        // An observer must not throw (event.hpp); swallowing keeps one bad observer from
+        // corrupting a job's state transition halfway.
+      }
+    }
+  }
+
   std::size_t process_timers_locked() {
     std::size_t n = queue_count();
     for (std::size_t i = 0; i < n; ++i)
@@ -237,6 +326,7 @@ class EngineCore {
 
   std::mutex wheel_mu_;
   Wheel wheel_;
+  mutable std::vector<DeferredEvent> deferred_;  // guarded by wheel_mu_
   alignas(64) std::atomic<std::uint32_t> timer_signal_{0};
   // When the wheel's earliest timer may fire, as of the last processing; read by every worker
   // between batches, written once per processing: a line of its own.

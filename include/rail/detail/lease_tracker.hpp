@@ -28,27 +28,34 @@
 
 namespace rail::detail {
 
-/// lease word: (token << 32) | slot index; 0 = no lease (a token is a slot seq >= 1).
+/// lease word: token:32 | 1:1 | slot index:31; 0 = no lease. The marker bit keeps a live lease
+/// nonzero when its token is 0 (a slot's seq wraps) on slot 0; slot indices stay below 2^29.
+constexpr std::uint64_t kLeaseMarker = std::uint64_t{1} << 31;
 constexpr std::uint64_t make_lease(std::uint32_t slot, std::uint32_t token) noexcept {
-  return (std::uint64_t{token} << 32) | slot;
+  return (std::uint64_t{token} << 32) | kLeaseMarker | slot;
 }
 constexpr std::uint32_t lease_slot(std::uint64_t lease) noexcept {
-  return static_cast<std::uint32_t>(lease);
+  return static_cast<std::uint32_t>(lease & (kLeaseMarker - 1));
 }
 constexpr std::uint32_t lease_token(std::uint64_t lease) noexcept {
   return static_cast<std::uint32_t>(lease >> 32);
 }
 
-struct alignas(64) LeaseRecord {
-  std::atomic<std::uint64_t> lease{0};
-  std::atomic<std::int64_t> deadline_ns{0};
+template <template <class> class Atom = std::atomic>
+struct alignas(64) BasicLeaseRecord {
+  Atom<std::uint64_t> lease{0};
+  Atom<std::int64_t> deadline_ns{0};
 };
 
-class LeaseTracker {
+/// Atom is std::atomic in the engine and DeterministicAtomic in tests/lease_test.cpp.
+template <template <class> class Atom = std::atomic>
+class BasicLeaseTracker {
  public:
   static constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 
-  explicit LeaseTracker(std::size_t workers)
+  using LeaseRecord = BasicLeaseRecord<Atom>;
+
+  explicit BasicLeaseTracker(std::size_t workers)
       : count_(workers == 0 ? 1 : workers), records_(std::make_unique<LeaseRecord[]>(count_)) {}
 
   [[nodiscard]] std::size_t size() const noexcept { return count_; }
@@ -98,5 +105,8 @@ class LeaseTracker {
   std::size_t count_;
   std::unique_ptr<LeaseRecord[]> records_;
 };
+
+using LeaseRecord = BasicLeaseRecord<>;
+using LeaseTracker = BasicLeaseTracker<>;
 
 }  // namespace rail::detail

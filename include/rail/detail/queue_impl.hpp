@@ -62,6 +62,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "rail/add_result.hpp"
@@ -149,7 +150,7 @@ class QueueImpl final : public QueueBase {
     join_workers();
     // Whatever is still unfinished dies with the queue: destroy the payloads it holds.
     for (std::size_t i = 0; i < capacity_; ++i) {
-      if (ctl::state(slots_[i].ctl.load(std::memory_order_acquire)) != SlotState::free)
+      if (ctl::state(slots_[i].ctl.load()) != SlotState::free)
         payload(static_cast<std::uint32_t>(i)).~T();
       if (slots_[i].extra) {
         slots_[i].extra->~SlotExtra();
@@ -207,14 +208,19 @@ class QueueImpl final : public QueueBase {
   void collect_leftovers(ShutdownReport& report) const override {
     for (std::size_t i = 0; i < capacity_; ++i) {
       const JobSlot& s = slots_[i];
-      SlotState st = ctl::state(s.ctl.load(std::memory_order_acquire));
-      if (st != SlotState::waiting && st != SlotState::delayed && st != SlotState::active &&
-          st != SlotState::updating && st != SlotState::finishing)
-        continue;
+      const std::uint64_t c = s.ctl.load();
+      const SlotState st = ctl::state(c);
+      // A handler is still running on the slot while it holds a pin: the live delivery, or a
+      // stale one whose lease lapsed, whatever became of the job since (waiting again, ended).
+      const bool running =
+          ctl::pins(c) > 0 || st == SlotState::active || st == SlotState::finishing;
+      const bool unstarted =
+          st == SlotState::waiting || st == SlotState::delayed || st == SlotState::updating;
+      if (!running && !unstarted) continue;
       LeftoverJob j{name_, s.id.load(std::memory_order_relaxed),
-                    std::string(core_.names().name(s.name)), s.attempts_made};
-      bool running = st == SlotState::active || st == SlotState::finishing;
-      (running ? report.still_running : report.not_started).push_back(std::move(j));
+                    std::string(core_.names().name(s.name)), s.attempts()};
+      if (unstarted) report.not_started.push_back(j);
+      if (running) report.still_running.push_back(std::move(j));
     }
   }
 
@@ -302,10 +308,7 @@ class QueueImpl final : public QueueBase {
         publish_new(held[i], now, o.delay);
     } else {
       for (std::size_t i = 0; i < items.size(); ++i) {
-        JobSlot& s = slots_[held[i]];
-        // relaxed: we hold these slots; the ring push below publishes the store.
-        s.ctl.store(ctl::to(s.ctl.load(std::memory_order_relaxed), SlotState::waiting),
-                    std::memory_order_relaxed);
+        slots_[held[i]].ctl.publish(SlotState::waiting);
       }
       push_ready_bulk(held, items.size());
     }
@@ -338,6 +341,7 @@ class QueueImpl final : public QueueBase {
     // ManualClock::advance, whose process_timers() calls sweep_inline() directly, so no timer is
     // left on the wheel for next_timer_in() to chase forever.
     if (leases_enabled() && core_.mode() == Mode::threaded) arm_sweep();
+    processing_.store(true, std::memory_order_release);  // check_options reads it
     if (core_.mode() == Mode::threaded) {
       for (std::uint32_t i = 0; i < w.concurrency; ++i)
         workers_.emplace_back([this, i] { worker_loop(i); });
@@ -345,13 +349,16 @@ class QueueImpl final : public QueueBase {
   }
 
   std::size_t run_ready(std::size_t max) override {
-    if (!handler_ || paused_.load(std::memory_order_acquire)) return 0;
+    if (!handler_) return 0;
     if (!inline_worker_)
       inline_worker_.emplace(leases_->record(0), SplitMix64(core_.seed() ^ index_), nullptr,
                              nullptr);
     std::size_t ran = 0;
     std::uint32_t idx;
-    while (ran < max && ready_.try_pop(idx)) {
+    // Checked before every job: a handler may pause the queue or shut the engine down, and after
+    // stop nothing new starts (take_leftovers may have handed ready jobs back).
+    while (ran < max && !paused_.load(std::memory_order_acquire) &&
+           !stop_.load(std::memory_order_acquire) && ready_.try_pop(idx)) {
       if (deliver(idx, *inline_worker_)) ++ran;
     }
     return ran;
@@ -363,7 +370,7 @@ class QueueImpl final : public QueueBase {
   }
   void join_workers() noexcept override {
     for (auto& t : workers_)
-      if (t.joinable()) t.join();
+      if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
   }
 
   // --- lifecycle
@@ -387,6 +394,11 @@ class QueueImpl final : public QueueBase {
       throw Error(ErrorCode::wrong_mode, "drain() on queue '" + name_ +
                                              "' waits for worker threads; an inline engine has "
                                              "none (use Engine::run_until_idle)");
+    if (current_delivery() == this)
+      throw Error(ErrorCode::would_deadlock,
+                  "drain() on queue '" + name_ +
+                      "' was called from one of its own handlers, which would wait for itself; "
+                      "drain from outside the queue's handlers");
     // Cold path: poll with a growing sleep. A drained queue stays drained only if nobody adds.
     auto start = std::chrono::steady_clock::now();
     auto pause = std::chrono::microseconds(10);
@@ -404,49 +416,11 @@ class QueueImpl final : public QueueBase {
 
   /// cancel(id): see Queue::cancel.
   bool cancel(JobId id) {
+    // An ended job's old slot may still carry its id (a redriven job lives in a new slot), so a
+    // slot that no longer holds the job does not end the scan.
     for (std::uint32_t i = 0; i < capacity_; ++i) {
-      JobSlot& s = slots_[i];
-      if (s.id.load(std::memory_order_relaxed) != id) continue;
-      std::uint64_t c = s.ctl.load(std::memory_order_acquire);
-      for (;;) {
-        // The id is re-checked after every ctl read: a CAS against that ctl fails if the slot
-        // was reused in between, so acting on a matching id is safe.
-        if (s.id.load(std::memory_order_relaxed) != id) break;
-        switch (ctl::state(c)) {
-          case SlotState::waiting:
-          case SlotState::delayed: {
-            // acq_rel: takes the job from whoever holds its index; they see `cancelled` and
-            // reclaim the slot (reclaim_cancelled). The pin keeps them from freeing it while we
-            // still read it below; whoever drops the last pin of the ended job frees it.
-            std::uint64_t taken = ctl::to(c, SlotState::cancelled, +1);
-            if (!s.ctl.compare_exchange_weak(c, taken, std::memory_order_acq_rel)) continue;
-            std::int64_t now = core_.now_ns();
-            if (ctl::state(c) == SlotState::waiting)
-              counters_.add(kFromReady);
-            else
-              counters_.add(kFromDelayed);
-            record_end(s, EndKind::cancelled, DeadLetterReason::none, now, nullptr);
-            std::uint64_t u = s.ctl.load(std::memory_order_acquire);
-            while (!s.ctl.compare_exchange_weak(u, ctl::unpin(u), std::memory_order_acq_rel)) {
-            }
-            if (ctl::state(u) == SlotState::ended && ctl::pins(u) == 1) final_end(i, ctl::unpin(u));
-            return true;
-          }
-          case SlotState::active:
-            if (ctl::flags(c) & ctl::kCancelRequested) return true;
-            if (s.ctl.compare_exchange_weak(c, ctl::with_flag(c, ctl::kCancelRequested),
-                                            std::memory_order_acq_rel))
-              return true;
-            continue;
-          case SlotState::finishing:
-          case SlotState::updating:
-            std::this_thread::yield();  // a transition of a few stores is in progress
-            c = s.ctl.load(std::memory_order_acquire);
-            continue;
-          default:
-            return false;  // free, cancelled or ended: nothing left to cancel
-        }
-      }
+      if (slots_[i].id.load(std::memory_order_relaxed) != id) continue;
+      if (auto done = try_cancel(i, id)) return *done;
     }
     return false;
   }
@@ -456,28 +430,36 @@ class QueueImpl final : public QueueBase {
     for (std::uint32_t i = 0; i < capacity_; ++i) {
       const JobSlot& s = slots_[i];
       if (s.id.load(std::memory_order_relaxed) != id) continue;
-      std::uint64_t c = s.ctl.load(std::memory_order_acquire);
-      JobState st;
-      switch (ctl::state(c)) {
-        case SlotState::waiting:
-          st.status = JobStatus::waiting;
-          break;
-        case SlotState::delayed:
-        case SlotState::updating:
-          st.status = JobStatus::delayed;
-          st.since = TimePoint{Duration{s.due_ns.load(std::memory_order_relaxed)}};
-          break;
-        case SlotState::active:
-        case SlotState::finishing:
-          st.status = JobStatus::active;
-          st.since = TimePoint{Duration{s.started_ns}};
-          break;
-        default:
-          continue;  // ended or reused: the history below knows
+      for (;;) {
+        const std::uint64_t c = s.ctl.load();
+        JobState st;
+        switch (ctl::state(c)) {
+          case SlotState::waiting:
+            st.status = JobStatus::waiting;
+            break;
+          case SlotState::delayed:
+          case SlotState::updating:
+            st.status = JobStatus::delayed;
+            st.since = TimePoint{Duration{s.due_ns.load(std::memory_order_relaxed)}};
+            break;
+          case SlotState::active:
+          case SlotState::finishing:
+            st.status = JobStatus::active;
+            st.since = TimePoint{Duration{s.started()}};
+            break;
+          default:
+            st.status = JobStatus::unknown;  // ended or reused: the history below knows
+        }
+        st.deliveries = s.delivered();
+        st.attempts_made = s.attempts();
+        // A seqlock read: the fields describe the job only if neither the word nor the id moved
+        // while they were read (the fence keeps the re-reads after the field loads).
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (s.id.load(std::memory_order_relaxed) != id) break;
+        if (s.ctl.load() != c) continue;
+        if (st.status != JobStatus::unknown) return st;
+        break;
       }
-      st.deliveries = s.deliveries;
-      st.attempts_made = s.attempts_made;
-      if (s.id.load(std::memory_order_relaxed) == id) return st;  // still the same job
     }
     std::uint32_t h = history_[history_index(id)].load(std::memory_order_relaxed);
     if (h != 0 && (h >> 4) == history_check(id)) return JobState{static_cast<JobStatus>(h & 0xF)};
@@ -485,28 +467,42 @@ class QueueImpl final : public QueueBase {
     return JobState{};
   }
 
-  /// take_leftovers(): after shutdown, moves out every job that never started.
+  /// take_leftovers(): after shutdown, moves out every job that never started and that no
+  /// handler still reads (a stale handler of a redelivered job pins it: shutdown reports it as
+  /// still running, and a later call takes it once that handler returned).
   std::vector<Leftover<T>> take_leftovers() {
     if (core_.accepting())
       throw Error(ErrorCode::wrong_mode,
                   "take_leftovers() on queue '" + name_ + "' needs Engine::shutdown() first");
     std::vector<Leftover<T>> out;
-    for (std::uint32_t i = 0; i < capacity_; ++i) {
-      JobSlot& s = slots_[i];
-      std::uint64_t c = s.ctl.load(std::memory_order_acquire);
-      SlotState st = ctl::state(c);
-      if (st != SlotState::waiting && st != SlotState::delayed) continue;
-      if (!s.ctl.compare_exchange_strong(c, ctl::to(c, SlotState::finishing),
-                                         std::memory_order_acq_rel))
-        continue;
-      out.push_back(Leftover<T>{s.id.load(std::memory_order_relaxed),
-                                std::string(core_.names().name(s.name)), std::move(payload(i)),
-                                s.attempts_made, st == SlotState::delayed});
-      // The index stays in a ring nobody drains after shutdown; marking the slot free lets the
-      // destructor skip its payload, which now belongs to the caller.
-      payload(i).~T();
-      s.ctl.store(ctl::make(ctl::seq(c) + 2, 0, 0, SlotState::free), std::memory_order_release);
-    }
+    // As the wheel's owner: a delayed job's timer is unlinked with the job, so nothing fires a
+    // slot whose payload was handed back.
+    auto taken = core_.with_wheel([&](Wheel& wheel) {
+      drain_timer_inbox(wheel);  // slots in transit to the wheel are linked now
+      for (std::uint32_t i = 0; i < capacity_; ++i) {
+        JobSlot& s = slots_[i];
+        const std::optional<SlotState> from = s.ctl.take_unstarted();
+        if (!from) continue;
+        const bool delayed = *from == SlotState::delayed;
+        out.push_back(Leftover<T>{s.id.load(std::memory_order_relaxed),
+                                  std::string(core_.names().name(s.name)), std::move(payload(i)),
+                                  s.attempts(), delayed});
+        payload(i).~T();
+        s.ctl.mark_free();
+        // A delayed job's index was on the wheel: back to the free list. A waiting one's stays in
+        // the ready ring, which nothing pops after stop (next_job, run_ready).
+        if (delayed && s.timer.linked()) {
+          wheel.cancel(s.timer);
+          push_held(free_, i);
+        }
+      }
+      return true;
+    });
+    if (!taken)
+      throw Error(ErrorCode::would_deadlock,
+                  "take_leftovers() on queue '" + name_ +
+                      "' was called from a callback that runs while timers fire; call it after "
+                      "Engine::shutdown() returned, outside handlers and callbacks");
     return out;
   }
 
@@ -525,8 +521,16 @@ class QueueImpl final : public QueueBase {
     std::uint32_t idx;
     while (inbox_.try_pop(idx)) {
       JobSlot& s = slots_[idx];
-      // relaxed: due_ns was written by the pusher before the inbox push (ring acquire).
-      wheel.schedule(s.timer, s.due_ns.load(std::memory_order_relaxed));
+      switch (ctl::state(s.ctl.load())) {
+        case SlotState::cancelled:  // cancelled on its way here: ours to reclaim
+          reclaim_cancelled(idx);
+          break;
+        case SlotState::free:  // taken by take_leftovers on its way here: nothing to run
+          break;
+        default:
+          // relaxed: due_ns was written by the pusher before the inbox push (ring acquire).
+          wheel.schedule(s.timer, s.due_ns.load(std::memory_order_relaxed));
+      }
     }
   }
 
@@ -536,26 +540,27 @@ class QueueImpl final : public QueueBase {
       return;
     }
     JobSlot& s = slots_[idx];
+    std::uint64_t c = s.ctl.load();  // acquire: sees a debounce's payload and due time
     for (;;) {
-      std::uint64_t c = s.ctl.load(std::memory_order_acquire);  // sees a debounce's writes
-      SlotState st = ctl::state(c);
-      if (st == SlotState::updating) {
-        std::this_thread::yield();  // a debounce is replacing the payload: a few stores
-        continue;
+      switch (ctl::state(c)) {
+        case SlotState::updating:
+          std::this_thread::yield();  // a debounce is replacing the payload: a few stores
+          c = s.ctl.load();
+          continue;
+        case SlotState::cancelled:
+          reclaim_cancelled(idx);
+          return;
+        case SlotState::free:  // taken by take_leftovers (which unlinks its timer): defensive
+          return;
+        default:
+          break;
       }
-      if (st == SlotState::cancelled) {
-        reclaim_cancelled(idx, c);
-        return;
-      }
-      RAIL_INVARIANT(st == SlotState::delayed, "a slot on the wheel is delayed or cancelled");
       std::int64_t due = s.due_ns.load(std::memory_order_relaxed);  // ordered by ctl acquire
       if (due > now) {  // a debounce moved the deadline later
         wheel.schedule(s.timer, due);
         return;
       }
-      // acq_rel: wins the slot against a concurrent debounce or cancel.
-      if (s.ctl.compare_exchange_strong(c, ctl::to(c, SlotState::waiting),
-                                        std::memory_order_acq_rel)) {
+      if (s.ctl.fire(c)) {
         if (core_.observed()) emit(EventKind::retry_due, s, now);
         push_ready(idx);              // into `waiting` (counted there) ...
         counters_.add(kFromDelayed);  // ... before out of `delayed`: see counts()
@@ -660,7 +665,10 @@ class QueueImpl final : public QueueBase {
       while (v < cur && !(lowered = min_visibility_ns_.compare_exchange_weak(
                               cur, v, std::memory_order_relaxed))) {
       }
-      if (lowered && handler_ && leases_enabled() && core_.mode() == Mode::threaded) arm_sweep();
+      // acquire: pairs with set_handler's release, so a sweep is armed by one of the two.
+      if (lowered && processing_.load(std::memory_order_acquire) && leases_enabled() &&
+          core_.mode() == Mode::threaded)
+        arm_sweep();
     }
   }
 
@@ -719,10 +727,10 @@ class QueueImpl final : public QueueBase {
     s.id.store(id, std::memory_order_relaxed);  // published by the ring push (or ctl release)
     s.name = name_id;
     s.added_ns = now;
-    s.started_ns = 0;
+    s.started_ns.store(0, std::memory_order_relaxed);
     s.prev_delay_ns = 0;
-    s.attempts_made = 0;
-    s.deliveries = 0;
+    s.attempts_made.store(0, std::memory_order_relaxed);
+    s.deliveries.store(0, std::memory_order_relaxed);
     s.max_attempts = static_cast<std::uint16_t>(o.attempts);
     s.visibility_ns = o.visibility_timeout.value_or(options_.visibility_timeout).count();
     s.end_kind = EndKind::none;
@@ -734,14 +742,12 @@ class QueueImpl final : public QueueBase {
   /// publish_new: a filled slot enters the waiting or delayed state.
   void publish_new(std::uint32_t idx, std::int64_t now, Duration delay) noexcept {
     JobSlot& s = slots_[idx];
-    std::uint64_t c = s.ctl.load(std::memory_order_relaxed);  // we hold the slot
     if (delay.count() > 0) {
-      s.due_ns.store(now + delay.count(), std::memory_order_relaxed);
-      // release: a debounce or cancel that finds this slot sees a complete job.
-      s.ctl.store(ctl::to(c, SlotState::delayed), std::memory_order_release);
+      s.due_ns.store(now + delay.count(), std::memory_order_relaxed);  // published by publish()
+      s.ctl.publish(SlotState::delayed);
       push_delayed(idx);
     } else {
-      s.ctl.store(ctl::to(c, SlotState::waiting), std::memory_order_release);
+      s.ctl.publish(SlotState::waiting);
       push_ready(idx);
     }
   }
@@ -838,20 +844,18 @@ class QueueImpl final : public QueueBase {
     auto idx = static_cast<std::uint32_t>(claim.value);
     if (idx >= capacity_) return false;
     JobSlot& s = slots_[idx];
-    std::uint64_t c = s.ctl.load(std::memory_order_acquire);
-    if (ctl::state(c) != SlotState::delayed) return false;
+    const std::uint64_t c = s.ctl.load();
+    // The id is read after the word: if begin_update's CAS against that word succeeds, the slot
+    // was not reused in between, so the id belongs to the job it takes.
     if (s.id.load(std::memory_order_relaxed) != claim.owner) return false;
-    // acq_rel: takes the slot from the timer (which CASes delayed->waiting) and acquires the
-    // job's fields; if the slot was reused since `c`, its seq moved and this fails.
-    std::uint64_t updating = ctl::to(c, SlotState::updating);
-    if (!s.ctl.compare_exchange_strong(c, updating, std::memory_order_acq_rel)) return false;
+    // Fails unless the job is still delayed and no stale handler of it still reads the payload:
+    // the add then merges as a plain duplicate instead of writing under a reader.
+    if (!s.ctl.begin_update(c)) return false;
     payload(idx) = std::move(data);
     std::int64_t due = std::max(s.due_ns.load(std::memory_order_relaxed), now + o.delay.count());
     s.due_ns.store(due, std::memory_order_relaxed);
     if (o.dedup.ttl) (void)dedup().set_expiry(o.dedup.id, claim.owner, now + o.dedup.ttl->count());
-    // release: the timer's acquire load of ctl sees the new payload and due time. A plain store
-    // is safe: in `updating` nobody else changes ctl (cancel and the timer wait it out).
-    s.ctl.store(ctl::to(updating, SlotState::delayed), std::memory_order_release);
+    s.ctl.end_update();
     return true;
   }
 
@@ -1030,22 +1034,20 @@ class QueueImpl final : public QueueBase {
   /// cancelled meanwhile; returns whether a handler ran.
   bool deliver(std::uint32_t idx, WorkerContext& wc) {
     JobSlot& s = slots_[idx];
-    std::uint64_t c = s.ctl.load(std::memory_order_acquire);
-    std::uint64_t active;
-    for (;;) {
-      if (ctl::state(c) == SlotState::cancelled) {
-        reclaim_cancelled(idx, c);
-        return false;
-      }
-      RAIL_INVARIANT(ctl::state(c) == SlotState::waiting, "a ready slot is waiting or cancelled");
-      active = ctl::to(c, SlotState::active, +1);
-      // acq_rel: wins the job against cancel(); acquires the fields of whoever made it ready.
-      if (s.ctl.compare_exchange_weak(c, active, std::memory_order_acq_rel)) break;
+    const QueueBase* const outer = std::exchange(current_delivery(), this);
+    struct Restore {
+      const QueueBase* queue;
+      ~Restore() { current_delivery() = queue; }
+    } restore{outer};
+    const auto a = s.ctl.activate();
+    if (a.result == SlotControl<>::Activation::cancelled) {
+      reclaim_cancelled(idx);
+      return false;
     }
     // Into `active` before out of `waiting`: see counts().
     count(&wc, kStarted);
     count(&wc, kFromReady);
-    const auto token = static_cast<std::uint32_t>(ctl::seq(active));
+    const std::uint32_t token = ctl::seq(a.word);
     std::int64_t now = core_.now_ns();
     // Start to start: the previous handler's run plus this worker's overhead. Real time even
     // under a manual clock (whose time stands still between advances).
@@ -1053,15 +1055,15 @@ class QueueImpl final : public QueueBase {
     wc.fast = wall - wc.last_wall_ns < kFastHandlerNs;
     wc.last_wall_ns = wall;
     wc.last_start_ns = now;
-    s.started_ns = now;
-    ++s.deliveries;
+    s.started_ns.store(now, std::memory_order_relaxed);
+    s.deliveries.store(static_cast<std::uint16_t>(s.delivered() + 1), std::memory_order_relaxed);
     Job<T> job;
     job.id_ = s.id.load(std::memory_order_relaxed);
     job.name_ = core_.names().name(s.name);
     job.queue_ = name_;
     job.data_ = &payload(idx);
-    job.attempts_made_ = s.attempts_made;
-    job.deliveries_ = s.deliveries;
+    job.attempts_made_ = s.attempts();
+    job.deliveries_ = s.delivered();
     job.max_attempts_ = s.max_attempts;
     job.added_at_ = TimePoint{Duration{s.added_ns}};
     job.started_at_ = TimePoint{Duration{now}};
@@ -1105,40 +1107,28 @@ class QueueImpl final : public QueueBase {
     // and reused under it.
     const JobId id = s.id.load(std::memory_order_relaxed);
     const std::string_view job_name = core_.names().name(s.name);
-    std::uint64_t c = s.ctl.load(std::memory_order_acquire);
-    for (;;) {
-      bool live =
-          ctl::state(c) == SlotState::active && static_cast<std::uint32_t>(ctl::seq(c)) == token;
-      if (live) {
-        // acq_rel: fences the lease sweep (which CASes the same word) and cancel().
-        if (s.ctl.compare_exchange_weak(c, ctl::to(c, SlotState::finishing, -1),
-                                        std::memory_order_acq_rel))
-          break;
-        continue;
+    const auto f = s.ctl.finish(token);
+    if (f.result != SlotControl<>::Finish::live) {
+      // Stale: the lease lapsed and the job moved on; our pin is dropped. If the job has ended
+      // and we were the last handler on it, its deferred end is ours to complete.
+      count(&wc, kLateOutcomes);
+      if (core_.observed()) {
+        Event e;
+        e.kind = EventKind::late_outcome;
+        e.at = TimePoint{Duration{core_.now_ns()}};
+        e.queue = name_;
+        e.job_id = id;
+        e.job_name = job_name;
+        e.elapsed = e.at - started;
+        e.deliveries = delivery;
+        e.attempt = delivery;
+        e.error = out.reason();
+        core_.emit(e);
       }
-      // Stale: the lease lapsed and the job moved on. Drop our pin; if the job has ended and we
-      // were the last handler on it, its deferred end is ours to complete.
-      std::uint64_t unpinned = ctl::unpin(c);
-      if (s.ctl.compare_exchange_weak(c, unpinned, std::memory_order_acq_rel)) {
-        count(&wc, kLateOutcomes);
-        if (core_.observed()) {
-          Event e;
-          e.kind = EventKind::late_outcome;
-          e.at = TimePoint{Duration{core_.now_ns()}};
-          e.queue = name_;
-          e.job_id = id;
-          e.job_name = job_name;
-          e.elapsed = e.at - started;
-          e.deliveries = delivery;
-          e.attempt = delivery;
-          e.error = out.reason();
-          core_.emit(e);
-        }
-        if (ctl::state(unpinned) == SlotState::ended && ctl::pins(unpinned) == 0)
-          final_end(idx, unpinned);
-        return;
-      }
+      if (f.result == SlotControl<>::Finish::stale_last) final_end(idx);
+      return;
     }
+    const std::uint64_t c = f.word;
     // We hold the slot in `finishing`. A plain completion needs the time only for its event:
     // skip the clock read (~50 ns on a VM) when nobody observes.
     bool plain_done = out.kind() == Outcome::Kind::done &&
@@ -1170,31 +1160,32 @@ class QueueImpl final : public QueueBase {
   void fail_attempt(std::uint32_t idx, std::string reason, FailKind kind, Duration explicit_delay,
                     SplitMix64& rng, std::int64_t now, WorkerContext* wc) {
     JobSlot& s = slots_[idx];
-    ++s.attempts_made;
+    const auto attempts = static_cast<std::uint16_t>(s.attempts() + 1);
+    s.attempts_made.store(attempts, std::memory_order_relaxed);
     count(wc, kFailedAttempts);
     auto& log = extra(s).errors;
     if (log.capacity() < s.max_attempts) log.reserve(s.max_attempts);  // see SlotExtra
-    log.push_back(AttemptRecord{s.attempts_made, now, std::move(reason)});
+    log.push_back(AttemptRecord{attempts, now, std::move(reason)});
     const std::string& error = log.back().message;
 
     DeadLetterReason dead = DeadLetterReason::none;
     Duration delay{0};
     if (kind == FailKind::permanent) {
       dead = DeadLetterReason::permanent_failure;
-    } else if (s.attempts_made >= s.max_attempts) {
+    } else if (attempts >= s.max_attempts) {
       dead = kind == FailKind::lapse ? DeadLetterReason::lease_expired
                                      : DeadLetterReason::attempts_exhausted;
     } else if (kind == FailKind::retry_after) {
       delay = explicit_delay;
     } else if (kind == FailKind::retry) {
-      RetryContext ctx{s.id.load(std::memory_order_relaxed), s.attempts_made, error,
+      RetryContext ctx{s.id.load(std::memory_order_relaxed), attempts, error,
                        Duration{s.prev_delay_ns}};
       delay = next_delay(s.backoff(), ctx, &options_.custom_backoff, rng);
       if (delay.count() < 0) dead = DeadLetterReason::backoff_stopped;
     }
     if (core_.observed()) {
       Event e = make_event(EventKind::attempt_failed, s, now);
-      e.attempt = s.attempts_made;  // the attempt that just failed
+      e.attempt = attempts;  // the attempt that just failed
       e.error = error;
       e.delay = dead == DeadLetterReason::none ? delay : Duration{-1};
       core_.emit(e);
@@ -1206,20 +1197,11 @@ class QueueImpl final : public QueueBase {
     s.prev_delay_ns = delay.count();
     if (delay.count() > 0) {
       s.due_ns.store(now + delay.count(), std::memory_order_relaxed);
-      leave_finishing(s, SlotState::delayed);
+      s.ctl.leave_finishing(SlotState::delayed);
       push_delayed(idx);
     } else {
-      leave_finishing(s, SlotState::waiting);
+      s.ctl.leave_finishing(SlotState::waiting);
       push_ready(idx);
-    }
-  }
-
-  /// leave_finishing(s, to): the holder moves the slot out of `finishing`. A CAS loop, because a
-  /// stale handler may drop its pin meanwhile (the only change anyone else makes in finishing).
-  static void leave_finishing(JobSlot& s, SlotState to) noexcept {
-    std::uint64_t c = s.ctl.load(std::memory_order_relaxed);
-    // release: publishes the slot's fields to whoever takes it next from ctl or a ring.
-    while (!s.ctl.compare_exchange_weak(c, ctl::to(c, to), std::memory_order_acq_rel)) {
     }
   }
 
@@ -1245,17 +1227,10 @@ class QueueImpl final : public QueueBase {
   void lapse(std::uint64_t lease, std::int64_t now) {
     std::uint32_t idx = lease_slot(lease);
     JobSlot& s = slots_[idx];
-    std::uint64_t c = s.ctl.load(std::memory_order_acquire);
-    for (;;) {
-      if (ctl::state(c) != SlotState::active ||
-          static_cast<std::uint32_t>(ctl::seq(c)) != lease_token(lease))
-        return;  // the handler's outcome won
-      // acq_rel: against the handler's own finish CAS on the same word; exactly one wins.
-      if (s.ctl.compare_exchange_weak(c, ctl::to(c, SlotState::finishing),
-                                      std::memory_order_acq_rel))
-        break;
-    }
-    Duration elapsed{now - s.started_ns};
+    const auto l = s.ctl.lapse(lease_token(lease));
+    if (!l.won) return;  // the handler's outcome won
+    const std::uint64_t c = l.word;
+    Duration elapsed{now - s.started()};
     counters_.add(kStalled);  // `active` keeps counting the stale handler until it returns
     if (core_.observed()) {
       Event e = make_event(EventKind::stalled, s, now);
@@ -1282,22 +1257,7 @@ class QueueImpl final : public QueueBase {
     record_end(s, kind, reason, now, wc);
     s.end_kind = kind;
     s.end_reason = reason;
-    free_or_defer(idx, s.ctl.load(std::memory_order_acquire));
-  }
-
-  /// free_or_defer(idx, c): the holder of an ended job frees its slot now if no stale handler
-  /// pins it, else leaves it `ended` for the last of them to free (finish's stale path).
-  void free_or_defer(std::uint32_t idx, std::uint64_t c) {
-    JobSlot& s = slots_[idx];
-    for (;;) {
-      if (ctl::pins(c) == 0) {
-        final_end(idx, c);
-        return;
-      }
-      // release: the last unpinner acquires end_kind and the fields the DLQ entry needs.
-      if (s.ctl.compare_exchange_weak(c, ctl::to(c, SlotState::ended), std::memory_order_acq_rel))
-        return;
-    }
+    if (s.ctl.end()) final_end(idx);  // else the last stale handler to return frees it
   }
 
   /// record_end: the logical end of a job — counters, events, dedup release, history. Exactly
@@ -1319,7 +1279,7 @@ class QueueImpl final : public QueueBase {
         if (core_.observed()) {
           Event ev = make_event(EventKind::dead_lettered, s, now);
           ev.reason = reason;
-          ev.attempt = s.attempts_made;
+          ev.attempt = s.attempts();
           if (s.extra && !s.extra->errors.empty()) ev.error = s.extra->errors.back().message;
           core_.emit(ev);
         }
@@ -1336,15 +1296,73 @@ class QueueImpl final : public QueueBase {
   }
 
   /// reclaim_cancelled: the holder of a cancelled slot's index frees it (cancel() recorded the
-  /// end already); with stale handlers still pinning it, the last of them frees it.
-  void reclaim_cancelled(std::uint32_t idx, std::uint64_t c) {
+  /// end already); with stale handlers or the canceller still pinning it, the last of them does.
+  void reclaim_cancelled(std::uint32_t idx) {
     slots_[idx].end_kind = EndKind::cancelled;
-    free_or_defer(idx, c);
+    if (slots_[idx].ctl.end()) final_end(idx);
+  }
+
+  /// try_cancel(idx, id): cancels job `id` if slot idx still holds it; nullopt if it does not,
+  /// so that the caller's scan goes on.
+  std::optional<bool> try_cancel(std::uint32_t idx, JobId id) {
+    JobSlot& s = slots_[idx];
+    std::uint64_t c = s.ctl.load();
+    for (;;) {
+      // The id is re-checked after every read of the word: a CAS against that word fails if
+      // the slot was reused in between, so acting on a matching id is safe.
+      if (s.id.load(std::memory_order_relaxed) != id) return std::nullopt;
+      const auto r = s.ctl.cancel(c);
+      switch (r.result) {
+        case SlotControl<>::Cancel::flagged:
+          return true;
+        case SlotControl<>::Cancel::not_found:
+          return std::nullopt;
+        case SlotControl<>::Cancel::busy:
+          if (ctl::state(r.word) == SlotState::finishing ||
+              ctl::state(r.word) == SlotState::updating)
+            std::this_thread::yield();  // a transition of a few stores is in progress
+          c = r.word;
+          continue;
+        case SlotControl<>::Cancel::taken:
+          end_cancelled(idx, ctl::state(r.word));
+          return true;
+      }
+    }
+  }
+
+  /// end_cancelled(idx, from): cancel() took a waiting or delayed job (and holds a pin on its
+  /// slot): record its end, then give the slot back. A delayed job's timer is unlinked here, so
+  /// its capacity returns at once instead of at its deadline; a waiting job's slot returns when
+  /// a worker pops its index.
+  void end_cancelled(std::uint32_t idx, SlotState from) {
+    JobSlot& s = slots_[idx];
+    counters_.add(from == SlotState::waiting ? kFromReady : kFromDelayed);
+    record_end(s, EndKind::cancelled, DeadLetterReason::none, core_.now_ns(), nullptr);
+    bool held = false;
+    if (from == SlotState::delayed) {
+      // As the wheel's owner: link what is in transit, then take the node off the wheel; its
+      // index is then ours. Re-entered from a timer callback on this thread, the wheel reclaims
+      // the slot when the node fires instead.
+      held = core_
+                 .with_wheel([&](Wheel& wheel) {
+                   drain_timer_inbox(wheel);
+                   if (!s.timer.linked()) return false;  // fired, or still on its way here
+                   wheel.cancel(s.timer);
+                   return true;
+                 })
+                 .value_or(false);
+    }
+    const bool last = s.ctl.unpin();
+    if (last) {
+      final_end(idx);  // the index's holder came by while we recorded the end
+    } else if (held) {
+      reclaim_cancelled(idx);
+    }
   }
 
   /// final_end: nobody pins the slot and its job has ended: file the DLQ entry, destroy the
   /// payload, and return the index to the free ring.
-  void final_end(std::uint32_t idx, std::uint64_t c) {
+  void final_end(std::uint32_t idx) {
     JobSlot& s = slots_[idx];
     std::optional<DeadLetter<T>> entry;
     if (s.end_kind == EndKind::dead_lettered) {
@@ -1352,7 +1370,7 @@ class QueueImpl final : public QueueBase {
                                   std::string(core_.names().name(s.name)),
                                   std::move(payload(idx)),
                                   s.end_reason,
-                                  s.attempts_made,
+                                  s.attempts(),
                                   s.max_attempts,
                                   TimePoint{Duration{s.added_ns}},
                                   TimePoint{Duration{core_.now_ns()}},
@@ -1364,9 +1382,7 @@ class QueueImpl final : public QueueBase {
       }
     }
     payload(idx).~T();
-    // release: the next holder (a producer popping the free ring) sees a clean slot; nobody
-    // else writes ctl in `ended`/`finishing` with zero pins, so a plain store is enough.
-    s.ctl.store(ctl::make(ctl::seq(c) + 1, 0, 0, SlotState::free), std::memory_order_release);
+    s.ctl.mark_free();
     push_held(free_, idx);
     if (entry) dlq_.push(std::move(*entry));
   }
@@ -1403,9 +1419,9 @@ class QueueImpl final : public QueueBase {
     e.queue = name_;
     e.job_id = s.id.load(std::memory_order_relaxed);
     e.job_name = core_.names().name(s.name);
-    e.attempt = s.attempts_made + 1u;
+    e.attempt = s.attempts() + 1u;
     e.max_attempts = s.max_attempts;
-    e.deliveries = s.deliveries;
+    e.deliveries = s.delivered();
     return e;
   }
   void emit(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept {
@@ -1453,6 +1469,7 @@ class QueueImpl final : public QueueBase {
   std::unique_ptr<WorkerStash[]> stashes_;      // threaded mode: one per worker
   std::vector<std::thread> workers_;
   std::atomic<std::uint32_t> worker_count_{0};
+  std::atomic<bool> processing_{false};  // process() ran: check_options may re-arm the sweep
   std::atomic<bool> stop_{false};
   std::atomic<bool> paused_{false};
 };

@@ -35,7 +35,9 @@
 
 namespace rail::detail {
 
-class alignas(64) WorkerStash {
+/// Atom is std::atomic in the engine and DeterministicAtomic in tests/slot_table_test.cpp.
+template <template <class> class Atom = std::atomic>
+class alignas(64) BasicWorkerStash {
  public:
   static constexpr std::uint32_t kCapacity = 16;
 
@@ -86,8 +88,10 @@ class alignas(64) WorkerStash {
     return (std::uint64_t{tail} << 32) | head;
   }
 
-  std::atomic<std::uint64_t> range_{0};
-  std::array<std::atomic<std::uint32_t>, kCapacity> cells_{};
+  Atom<std::uint64_t> range_{0};
+  std::array<Atom<std::uint32_t>, kCapacity> cells_{};
 };
+
+using WorkerStash = BasicWorkerStash<>;
 
 }  // namespace rail::detail

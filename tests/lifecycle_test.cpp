@@ -1,0 +1,364 @@
+// The cold paths of a job's life against a handler that is still running: shutdown, leftovers,
+// debounce, cancel, redrive, state(), and calls made back into the engine from handlers and
+// observers. Each test pins one regression of issue 8 (its number in the comment above it).
+// Threaded tests wait for an end state with a deadline; no sleep decides an outcome.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <latch>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rail/rail.hpp"
+#include "support/eventually.hpp"
+#include "support/inline_engine.hpp"
+#include "support/watchdog.hpp"
+
+namespace rail {
+namespace {
+
+using namespace std::chrono_literals;
+
+using test::eventually;
+
+bool contains(const std::vector<LeftoverJob>& jobs, JobId id) {
+  for (const auto& j : jobs)
+    if (j.id == id) return true;
+  return false;
+}
+
+// A payload long enough to live on the heap: reading it after it was destroyed is a
+// heap-use-after-free that ASan reports, not a silent read of a stale small buffer.
+const std::string kPayload(200, 'p');
+
+// 1. A handler hung past its lease on its last allowed delivery: the lapse dead-letters the job,
+// and shutdown must still return within its grace and report the handler as running.
+TEST(Lifecycle, ShutdownReturnsWithinGraceAndReportsAHandlerHungPastItsLease) {
+  test::Watchdog watchdog(60s, "ShutdownReturnsWithinGraceAndReportsAHandlerHungPastItsLease");
+  ManualClock clock;
+  std::latch release(1);
+  std::atomic<bool> started{false};
+  Engine engine({.clock = &clock});
+  QueueOptions o;
+  o.visibility_timeout = 2s;
+  auto q = engine.queue<std::string>("q", o);
+  q.process({}, [&](Job<std::string>&) {
+    started = true;
+    release.wait();
+  });
+  const JobId id = q.add("hang", kPayload).id;
+  ASSERT_TRUE(eventually([&] { return started.load(); }));
+  clock.advance(3s);  // the timer thread's sweep finds the lapse
+  ASSERT_TRUE(eventually([&] { return q.state(id).status == JobStatus::dead_lettered; }));
+  auto pending = std::async(std::launch::async, [&] { return engine.shutdown(100ms); });
+  const bool returned = pending.wait_for(20s) == std::future_status::ready;
+  release.count_down();  // lets the handler go either way, so a failure does not hang
+  ASSERT_TRUE(returned) << "shutdown(100ms) waited for a handler hung past its lease";
+  ShutdownReport report = pending.get();
+  EXPECT_TRUE(contains(report.still_running, id));
+  EXPECT_TRUE(report.not_started.empty());
+}
+
+struct InlineLifecycle : test::InlineEngine {
+  Queue<std::string> queue(std::size_t capacity = 64) {
+    QueueOptions o;
+    o.capacity = capacity;
+    o.visibility_timeout = 2s;
+    return engine.queue<std::string>("q", o);
+  }
+};
+
+// 2. A stale handler (its lease lapsed, the job is waiting again) still reads the payload:
+// take_leftovers must not move it out from under it; once the handler returned, it may.
+TEST_F(InlineLifecycle, TakeLeftoversLeavesAJobThatAStaleHandlerStillReads) {
+  auto q = queue();
+  std::vector<Leftover<std::string>> taken_while_pinned;
+  std::string read_after_take;
+  q.process({}, [&](Job<std::string>& j) {
+    clock.advance(3s);  // the lease lapses: the job is waiting again, this handler is stale
+    EXPECT_TRUE(j.cancelled());
+    (void)engine.shutdown(0s);
+    taken_while_pinned = q.take_leftovers();
+    read_after_take = j.data();  // must still be the payload
+    return Outcome::done();
+  });
+  const JobId id = q.add("a", kPayload, JobOptions{.attempts = 3}).id;
+  engine.run_until_idle();
+  EXPECT_EQ(q.state(id).status, JobStatus::waiting);
+  EXPECT_TRUE(taken_while_pinned.empty());
+  EXPECT_EQ(read_after_take, kPayload);
+  auto later = q.take_leftovers();
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].id, id);
+  EXPECT_EQ(later[0].data, kPayload);
+  EXPECT_EQ(later[0].attempts_made, 1u);
+  EXPECT_FALSE(later[0].was_delayed);
+}
+
+// 3. A taken delayed job's timer is unlinked: its deadline passing fires nothing.
+TEST_F(InlineLifecycle, TakeLeftoversUnlinksTheTimersOfDelayedJobs) {
+  auto q = queue();
+  int runs = 0;
+  q.process({}, [&](Job<std::string>&) { ++runs; });
+  const JobId id = q.add("a", kPayload, JobOptions{.delay = 10s}).id;
+  (void)engine.shutdown(0s);
+  auto left = q.take_leftovers();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].id, id);
+  EXPECT_TRUE(left[0].was_delayed);
+  EXPECT_EQ(engine.next_timer_in(), std::nullopt);
+  clock.advance(20s);
+  EXPECT_EQ(engine.run_until_idle(), 0u);
+  EXPECT_EQ(runs, 0);
+  EXPECT_TRUE(q.take_leftovers().empty());
+}
+
+TEST(Lifecycle, TakeLeftoversUnlinksTimersOnAThreadedEngine) {
+  test::Watchdog watchdog(60s, "TakeLeftoversUnlinksTimersOnAThreadedEngine");
+  ManualClock clock;
+  std::atomic<int> runs{0};
+  Engine engine({.clock = &clock});
+  QueueOptions o;
+  o.visibility_timeout = Duration::max();  // no lease sweep: the wheel is left empty
+  auto q = engine.queue<std::string>("q", o);
+  q.process({.concurrency = 2}, [&](Job<std::string>&) { runs.fetch_add(1); });
+  for (int i = 0; i < 100; ++i)
+    (void)q.add("a", kPayload, JobOptions{.delay = std::chrono::milliseconds(10 + i)});
+  (void)engine.shutdown(0s);
+  EXPECT_EQ(q.take_leftovers().size(), 100u);
+  clock.advance(1s);  // the timer thread wakes and processes the wheel: nothing is left on it
+  EXPECT_EQ(engine.next_timer_in(), std::nullopt);
+  EXPECT_EQ(runs.load(), 0);
+}
+
+// 4. Debounce must not replace a payload that a stale handler still reads: lapse ->
+// redelivery -> retry_after puts the job back in delayed while the first handler runs.
+TEST(Lifecycle, DebounceDoesNotReplaceThePayloadAStaleHandlerReads) {
+  test::Watchdog watchdog(60s, "DebounceDoesNotReplaceThePayloadAStaleHandlerReads");
+  ManualClock clock;
+  std::latch first_started(1), retried(1), debounced(1);
+  std::string first_saw_after;
+  Engine engine({.clock = &clock});
+  QueueOptions o;
+  o.visibility_timeout = 2s;
+  auto q = engine.queue<std::string>("q", o);
+  q.process({.concurrency = 2}, [&](Job<std::string>& j) {
+    if (j.deliveries() == 1) {
+      first_started.count_down();
+      debounced.wait();
+      first_saw_after = j.data();
+      return Outcome::done();
+    }
+    if (j.deliveries() == 2) {
+      retried.count_down();
+      return Outcome::retry_after(10s, "try later");
+    }
+    return Outcome::done();
+  });
+  const JobOptions opts{
+      .attempts = 5, .delay = 0s, .dedup = {.id = "d", .ttl = 1h, .mode = DedupMode::debounce}};
+  const JobId id = q.add("a", kPayload, opts).id;
+  first_started.wait();
+  clock.advance(3s);  // the lapse redelivers to the second worker, which retries after 10 s
+  retried.wait();
+  ASSERT_TRUE(eventually([&] { return q.state(id).status == JobStatus::delayed; }));
+  JobOptions again = opts;
+  again.delay = 5s;
+  const AddResult r = q.add("a", std::string(200, 'n'), again);
+  debounced.count_down();
+  EXPECT_EQ(r.id, id);
+  EXPECT_EQ(r.status, AddStatus::duplicate);  // merged: the payload is being read
+  ASSERT_TRUE(eventually([&] { return q.counts().late_outcomes == 1; }));
+  EXPECT_EQ(first_saw_after, kPayload);
+  // Once no stale handler reads it, a debounce replaces the payload again.
+  EXPECT_EQ(q.add("a", std::string(200, 'm'), again).status, AddStatus::debounced);
+}
+
+// 5. A job redriven from the DLQ lives in a new slot; its old slot still carries the id.
+TEST_F(InlineLifecycle, CancelFindsAJobRedrivenFromTheDlq) {
+  auto q = queue();
+  int runs = 0;
+  q.process({}, [&](Job<std::string>&) {
+    ++runs;
+    return Outcome::fail("no");
+  });
+  (void)q.add("filler", kPayload, JobOptions{.delay = 1h});  // the free list moves on
+  const JobId id = q.add("a", kPayload).id;
+  engine.run_until_idle();
+  ASSERT_EQ(q.dlq().size(), 1u);
+  q.pause();
+  ASSERT_EQ(q.dlq().redrive(id), RedriveStatus::redriven);
+  EXPECT_TRUE(q.cancel(id));
+  EXPECT_TRUE(engine.cancel(id) == false);  // already cancelled: nothing left to cancel
+  q.resume();
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(q.state(id).status, JobStatus::cancelled);
+}
+
+// 6. Cancelling a delayed job gives its capacity back at once, not at its deadline.
+TEST_F(InlineLifecycle, CancellingADelayedJobGivesItsSlotBackAtOnce) {
+  auto q = queue(1);
+  q.process({}, [&](Job<std::string>&) {});
+  const JobId id = q.add("a", kPayload, JobOptions{.delay = 1h}).id;
+  EXPECT_EQ(q.add("b", kPayload).status, AddStatus::full);
+  ASSERT_TRUE(q.cancel(id));
+  const QueueCounts c = q.counts();
+  EXPECT_EQ(c.waiting + c.delayed + c.active, 0u);
+  EXPECT_EQ(q.add("b", kPayload).status, AddStatus::added);
+  EXPECT_EQ(engine.run_until_idle(), 1u);
+}
+
+TEST(Lifecycle, CancellingADelayedJobGivesItsSlotBackOnAThreadedEngine) {
+  test::Watchdog watchdog(60s, "CancellingADelayedJobGivesItsSlotBackOnAThreadedEngine");
+  Engine engine;
+  QueueOptions o;
+  o.capacity = 1;
+  auto q = engine.queue<std::string>("q", o);
+  std::atomic<int> runs{0};
+  q.process({}, [&](Job<std::string>&) { runs.fetch_add(1); });
+  for (int i = 0; i < 200; ++i) {
+    const AddResult r = q.add("a", kPayload, JobOptions{.delay = 1h});
+    ASSERT_EQ(r.status, AddStatus::added) << "round " << i;
+    ASSERT_TRUE(q.cancel(r.id));
+  }
+  EXPECT_EQ(q.counts().cancelled, 200u);
+  EXPECT_EQ(runs.load(), 0);
+}
+
+// 7. A lease whose token is 0 (a slot's seq wrapped) on slot 0 is still a lease.
+TEST(Lifecycle, ALeaseWithTokenZeroOnSlotZeroStillLapses) {
+  const std::uint64_t lease = detail::make_lease(0, 0);
+  EXPECT_NE(lease, 0u);
+  EXPECT_EQ(detail::lease_slot(lease), 0u);
+  EXPECT_EQ(detail::lease_token(lease), 0u);
+  EXPECT_EQ(detail::lease_slot(detail::make_lease((1u << 29) - 1, 7)), (1u << 29) - 1);
+  detail::LeaseTracker tracker(1);
+  detail::LeaseTracker::grant(tracker.record(0), lease, 5);
+  int lapsed = 0;
+  (void)tracker.sweep(10, [&](std::uint64_t l, std::int64_t deadline) {
+    ++lapsed;
+    EXPECT_EQ(l, lease);
+    EXPECT_EQ(deadline, 5);
+  });
+  EXPECT_EQ(lapsed, 1);
+}
+
+// 8. state() and check_options() against running workers: ThreadSanitizer reports the races
+// these had (plain slot fields; the handler read without synchronisation).
+TEST(Lifecycle, StateReadsWhileWorkersRunAreRaceFree) {
+  test::Watchdog watchdog(120s, "StateReadsWhileWorkersRunAreRaceFree");
+  Engine engine;
+  QueueOptions o;
+  o.capacity = 256;
+  auto q = engine.queue<int>("q", o);
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done.load()) {
+      for (JobId id = 1; id < 64; ++id) {
+        const JobState s = q.state(id);
+        if (s.status == JobStatus::active) {
+          EXPECT_GE(s.deliveries, 1u);
+        }
+      }
+    }
+  });
+  std::thread declarer([&] {
+    // Options that make check_options look at the queue's processing state.
+    for (int i = 0; i < 200; ++i)
+      (void)q.add("v", i, JobOptions{.attempts = 2, .visibility_timeout = 1s});
+  });
+  q.process({.concurrency = 2}, [](Job<int>& j) {
+    return j.attempt() == 1 ? Outcome::retry("again") : Outcome::done();
+  });
+  declarer.join();
+  for (int i = 0; i < 2000; ++i)
+    while (q.add("a", i, JobOptions{.attempts = 2}).status != AddStatus::added)
+      std::this_thread::yield();
+  ASSERT_TRUE(q.drain(60s));
+  done = true;
+  reader.join();
+  EXPECT_EQ(q.counts().completed, 2200u);
+}
+
+// 9. Calls back into the engine from observers and handlers: no engine lock is held while
+// events are delivered, and calls that would wait for the caller say so.
+TEST_F(InlineLifecycle, AnObserverOfCancelledMayCallStateAndCancel) {
+  test::Watchdog watchdog(60s, "AnObserverOfCancelledMayCallStateAndCancel");
+  auto q = queue();
+  const JobId first = q.add("a", kPayload).id;
+  const JobId second = q.add("b", kPayload, JobOptions{.delay = 1h}).id;
+  std::vector<JobStatus> seen;
+  engine.on_event([&](const Event& e) {
+    if (e.kind != EventKind::cancelled) return;
+    seen.push_back(engine.state(e.job_id).status);
+    if (e.job_id == first) {
+      EXPECT_TRUE(engine.cancel(second));
+    }
+  });
+  EXPECT_TRUE(engine.cancel(first));
+  EXPECT_EQ(seen, (std::vector<JobStatus>{JobStatus::cancelled, JobStatus::cancelled}));
+  EXPECT_EQ(q.counts().cancelled, 2u);
+}
+
+TEST(Lifecycle, AnObserverOfRetryDueMayAskForTheNextTimer) {
+  test::Watchdog watchdog(60s, "AnObserverOfRetryDueMayAskForTheNextTimer");
+  ManualClock clock;
+  Engine engine({.clock = &clock});
+  std::atomic<int> asked{0}, runs{0};
+  engine.on_event([&](const Event& e) {
+    if (e.kind != EventKind::retry_due) return;
+    (void)engine.next_timer_in();
+    asked.fetch_add(1);
+  });
+  auto q = engine.queue<int>("q", {});
+  q.process({}, [&](Job<int>&) { runs.fetch_add(1); });
+  (void)q.add("a", 1, JobOptions{.delay = 1s});
+  (void)q.add("b", 2, JobOptions{.delay = 2s});
+  clock.advance(1s);
+  ASSERT_TRUE(eventually([&] { return runs.load() == 1; }));
+  clock.advance(1s);  // the timer thread must still be firing
+  ASSERT_TRUE(eventually([&] { return runs.load() == 2; }));
+  EXPECT_EQ(asked.load(), 2);
+}
+
+TEST(Lifecycle, DrainFromOwnHandlerThrowsWouldDeadlock) {
+  test::Watchdog watchdog(60s, "DrainFromOwnHandlerThrowsWouldDeadlock");
+  Engine engine;
+  auto q = engine.queue<int>("q", {});
+  std::atomic<int> code{-1};
+  q.process({}, [&](Job<int>&) {
+    try {
+      (void)q.drain(1h);
+      code = 0;
+    } catch (const Error& e) {
+      code = static_cast<int>(e.code());
+    }
+  });
+  (void)q.add("a", 1);
+  ASSERT_TRUE(eventually([&] { return code.load() != -1; }));
+  EXPECT_EQ(code.load(), static_cast<int>(ErrorCode::would_deadlock));
+}
+
+TEST(Lifecycle, ShutdownFromAHandlerDoesNotWaitForItself) {
+  test::Watchdog watchdog(60s, "ShutdownFromAHandlerDoesNotWaitForItself");
+  Engine engine;
+  auto q = engine.queue<int>("q", {});
+  std::promise<ShutdownReport> report;
+  std::atomic<JobId> self{0};
+  q.process({}, [&](Job<int>& j) {
+    self = j.id();
+    report.set_value(engine.shutdown(1h));  // would wait an hour for itself
+  });
+  (void)q.add("a", 1);
+  auto f = report.get_future();
+  ASSERT_EQ(f.wait_for(30s), std::future_status::ready);
+  ShutdownReport r = f.get();
+  EXPECT_TRUE(contains(r.still_running, self.load()));
+}
+
+}  // namespace
+}  // namespace rail
