@@ -224,6 +224,23 @@ TEST_F(JournalTest, RetentionEvictionIsTombstoned) {
   EXPECT_TRUE(live_ids().empty());
 }
 
+TEST_F(JournalTest, HealthyJobsNeverTouchTheJournal) {
+  {
+    ManualClock clock;
+    Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+    auto q = engine.queue<std::string>("orders", options());
+    q.process({}, [](Job<std::string>&) {});
+    for (int i = 0; i < 1000; ++i)
+      (void)q.add("ok", "fine");
+    engine.run_until_idle();
+    EXPECT_EQ(q.counts().completed, 1000u);
+  }
+  JournalScan scan = read_journal(path);
+  EXPECT_EQ(scan.entry_records + scan.tombstone_records, 0u);
+  EXPECT_EQ(scan.used_bytes, scan.header.header_bytes);
+  EXPECT_TRUE(durable.empty());
+}
+
 TEST_F(JournalTest, EveryEntrySyncReportsEachEntryDurableBeforeDeadLetteringReturns) {
   Generation g(options());
   JobId a = g.fail("a");
