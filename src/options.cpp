@@ -77,6 +77,21 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
     bad(where, "dlq.max_entries", "0", "1 or more (a DLQ that holds nothing loses jobs)");
   if (o.dlq.retention && o.dlq.retention->count() <= 0)
     bad(where, "dlq.retention", ns(*o.dlq.retention), "a positive duration, or none");
+  const JournalOptions& j = o.dlq.journal;
+  if (!j.path.empty()) {
+    if (j.sync == JournalSync::every_n && j.sync_every_n == 0)
+      bad(where, "dlq.journal.sync_every_n", "0", "1 or more entries between syncs");
+    if (j.sync == JournalSync::interval && j.sync_interval.count() <= 0)
+      bad(where, "dlq.journal.sync_interval", ns(j.sync_interval), "a positive interval");
+    if (j.grow_chunk < 4096 || j.grow_chunk > (std::uint64_t{1} << 30))
+      bad(where, "dlq.journal.grow_chunk", std::to_string(j.grow_chunk), "4096 .. 2^30 bytes");
+    if (!(j.compact_dead_ratio > 0 && j.compact_dead_ratio <= 1))
+      bad(where, "dlq.journal.compact_dead_ratio", std::to_string(j.compact_dead_ratio),
+          "a ratio in (0, 1]");
+    if ((j.file_mode & ~0777u) != 0)
+      bad(where, "dlq.journal.file_mode", std::to_string(j.file_mode),
+          "permission bits (0 .. 0777)");
+  }
   validate_job_options(o.defaults, where + ".defaults");
   if (o.defaults.backoff.kind == BackoffKind::custom && !o.custom_backoff)
     bad(where, "custom_backoff", "empty while defaults.backoff is custom",

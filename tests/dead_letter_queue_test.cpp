@@ -96,11 +96,6 @@ TEST_F(Dlq, RedriveAllStopsAtAFullQueueAndKeepsTheRestInOrder) {
 }
 
 TEST_F(Dlq, FailedRedriveLeavesTheEntryWhereItWas) {
-  // Engine bug (reported to the lead): DeadLetterQueue::redrive(id) puts an entry that could not
-  // be redriven back at the front, not where it was; the list is then no longer oldest first
-  // ({3, 1, 2, 4} here) and retention, which expires from the front, stalls behind the newer
-  // entry. Unskip once redrive(id) restores the entry's position.
-  GTEST_SKIP() << "engine bug: a failed redrive(id) moves the entry to the DLQ's front";
   QueueOptions qo{.capacity = 2};
   qo.dlq.retention = 10s;
   auto q = failing(qo);

@@ -34,3 +34,14 @@ target_link_libraries(soak_test PRIVATE rail_soak)
 rail_add_test(lifecycle CONCURRENCY)
 rail_add_test(slot_table CONCURRENCY)
 rail_add_test(free_stack CONCURRENCY)
+rail_add_test(dlq_journal)
+rail_add_test(dlq_journal_crash LABEL crash)
+# rail-dlq on the orders demo's journal (issue 12's acceptance check); built by rail_tests.
+if(TARGET rail-dlq AND TARGET orders_demo)
+  add_test(NAME rail_dlq.lists_the_orders_demo_journal
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/rail_dlq_check.sh $<TARGET_FILE:orders_demo>
+                   $<TARGET_FILE:rail-dlq> ${CMAKE_CURRENT_BINARY_DIR}/rail_dlq_scratch)
+  set_tests_properties(rail_dlq.lists_the_orders_demo_journal PROPERTIES LABELS unit TIMEOUT 120)
+  set_property(GLOBAL APPEND PROPERTY RAIL_TEST_TARGETS rail-dlq orders_demo)
+endif()
+rail_add_test(dlq_journal_threaded CONCURRENCY)

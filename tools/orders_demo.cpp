@@ -12,13 +12,17 @@ int main(int argc, char** argv) {
                  "bullmq (exponential 500 ms), rabbitmq (fixed 2000 ms) or sqs (visibility timeout "
                  "2 s, an overrunning handler, maxReceiveCount 3)")
       ->check(CLI::IsMember({"bullmq", "rabbitmq", "sqs"}));
+  std::string dlq_journal;
+  app.add_option("--dlq-journal", dlq_journal,
+                 "keep the DLQ in this journal file (restored on the next run; read it with "
+                 "rail-dlq list FILE)");
   CLI11_PARSE(app, argc, argv);
 
   try {
     auto scenario = rail::orders::parse_scenario(scenario_name);
     rail::Engine engine;
     engine.on_event(rail::make_log_observer(std::cout, engine.clock()));
-    auto queue = rail::orders::declare(engine, scenario);
+    auto queue = rail::orders::declare(engine, scenario, dlq_journal);
     std::cout << "rail orders demo - scenario " << scenario_name << "\n";
     auto results = rail::orders::add_orders(queue, scenario);
     rail::orders::start_worker(queue, scenario);

@@ -8,18 +8,31 @@
 // Threading: every member is thread-safe. The DLQ is a cold path (a job gets here at most once
 // per life), so it is a mutex around a deque, deliberately simple. Alerts and events run after
 // the lock is released so an observer may call back into the DLQ.
+// Journal (DlqOptions::journal, off by default): every change is also recorded in the journal
+// file (detail/dlq_journal.hpp) under the same lock, so the file's order is the DLQ's order;
+// payloads are encoded before the lock and syncs run after it. A queue without a journal pays
+// one null-pointer test per DLQ operation. Declaring a queue whose journal exists restores its
+// entries here, in the constructor: same ids, errors and payloads, with times rebased onto this
+// engine's clock by their wall-clock age.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "rail/clock.hpp"
+#include "rail/detail/dlq_journal.hpp"
+#include "rail/detail/journal_format.hpp"
+#include "rail/error.hpp"
 #include "rail/event.hpp"
+#include "rail/journal_codec.hpp"
 #include "rail/options.hpp"
 
 namespace rail {
@@ -63,11 +76,13 @@ class DeadLetterQueue {
   [[nodiscard]] std::size_t size() {
     std::vector<Evicted> evicted;
     std::size_t n;
+    std::uint64_t ticket;
     {
       std::lock_guard lock(mu_);
-      expire_locked(evicted);
+      ticket = expire_locked(evicted);
       n = entries_.size();
     }
+    settle(ticket);
     report(evicted);
     return n;
   }
@@ -77,12 +92,14 @@ class DeadLetterQueue {
                                                 std::size_t limit = SIZE_MAX) {
     std::vector<Evicted> evicted;
     std::vector<DeadLetter<T>> out;
+    std::uint64_t ticket;
     {
       std::lock_guard lock(mu_);
-      expire_locked(evicted);
+      ticket = expire_locked(evicted);
       for (std::size_t i = offset; i < entries_.size() && out.size() < limit; ++i)
         out.push_back(entries_[i]);
     }
+    settle(ticket);
     report(evicted);
     return out;
   }
@@ -105,26 +122,32 @@ class DeadLetterQueue {
 
   /// remove(id) takes the entry of job `id` out of the DLQ and returns it (no event: the caller
   /// now owns the job).
-  std::optional<DeadLetter<T>> remove(JobId id) {
-    std::lock_guard lock(mu_);
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (it->id == id) {
-        DeadLetter<T> e = std::move(*it);
-        entries_.erase(it);
-        rearm_alert_locked();
-        return e;
-      }
-    }
-    return std::nullopt;
-  }
+  std::optional<DeadLetter<T>> remove(JobId id) { return take(id, TombstoneCause::removed); }
 
   /// purge() drops every entry; returns how many. (An explicit operator action: no events.)
   std::size_t purge() {
-    std::lock_guard lock(mu_);
-    std::size_t n = entries_.size();
-    entries_.clear();
-    rearm_alert_locked();
+    std::size_t n;
+    std::uint64_t ticket = 0;
+    {
+      std::lock_guard lock(mu_);
+      n = entries_.size();
+      entries_.clear();
+      if (journal_) ticket = journal_->append_tombstone(TombstoneCause::purged, {});
+      rearm_alert_locked();
+    }
+    settle(ticket);
     return n;
+  }
+
+  /// journal_failure() is why the journal stopped writing (disk full...), or empty while it
+  /// works or when there is no journal. After a failure the DLQ goes on in memory only.
+  [[nodiscard]] std::string journal_failure() const {
+    return journal_ ? journal_->failure() : std::string{};
+  }
+  /// sync_journal() puts every journaled change on the disk now (fdatasync), whatever the sync
+  /// policy; blocks for it. No-op without a journal.
+  void sync_journal() {
+    if (journal_) journal_->sync();
   }
 
   /// redrive(id) sends the entry back to its queue with attempts reset, keeping its job id
@@ -141,19 +164,30 @@ class DeadLetterQueue {
   };
 
   DeadLetterQueue(detail::QueueImpl<T>& queue, DlqOptions options)
-      : queue_(queue), options_(std::move(options)) {}
+      : queue_(queue), options_(std::move(options)) {
+    if (!options_.journal.path.empty()) open_journal();
+  }
 
-  /// push(entry) is called by the queue; returns the depth after the push.
+  /// push(entry) is called by the queue. With a journal under JournalSync::every_entry it
+  /// returns once the entry is on the disk (JournalOptions::on_durable has been called).
   void push(DeadLetter<T>&& entry) {
     std::vector<Evicted> evicted;
     bool alert = false;
     std::size_t depth;
+    std::string record;
+    if (journal_) record = encode(entry);  // before the lock: other dead-letterings go on
+    std::uint64_t ticket = 0;
     {
       std::lock_guard lock(mu_);
-      expire_locked(evicted);
+      ticket = expire_locked(evicted);
+      std::size_t first_bound = evicted.size();
       while (!entries_.empty() && entries_.size() >= options_.max_entries) {
         evicted.push_back({entries_.front().id, entries_.front().name});
         entries_.pop_front();
+      }
+      if (journal_) {
+        ticket = std::max(ticket, tombstone_locked(TombstoneCause::evicted, evicted, first_bound));
+        ticket = std::max(ticket, journal_->append_entry(record, entry.id));
       }
       entries_.push_back(std::move(entry));
       depth = entries_.size();
@@ -162,18 +196,198 @@ class DeadLetterQueue {
         alert = true;
       }
     }
+    settle(ticket);
     report(evicted);
     if (alert) fire_alert(depth);
   }
 
-  void expire_locked(std::vector<Evicted>& evicted) {
-    if (!options_.retention) return;
+  /// expire_locked(evicted) drops the entries past retention; returns the journal ticket of
+  /// their tombstone (0: none). The tombstone is synced with the next change's settle().
+  std::uint64_t expire_locked(std::vector<Evicted>& evicted) {
+    if (!options_.retention) return 0;
     TimePoint now = clock_now();
+    const std::size_t first = evicted.size();
     while (!entries_.empty() && entries_.front().dead_at + *options_.retention <= now) {
       evicted.push_back({entries_.front().id, entries_.front().name});
       entries_.pop_front();
     }
     rearm_alert_locked();
+    return tombstone_locked(TombstoneCause::evicted, evicted, first);
+  }
+
+  // --- journal ------------------------------------------------------------------------------
+
+  /// take(id, cause, position) removes entry `id`, journaling why; the redrive paths pass
+  /// `redriven` and keep its position for put_back.
+  std::optional<DeadLetter<T>> take(JobId id, TombstoneCause cause,
+                                    std::size_t* position = nullptr) {
+    std::optional<DeadLetter<T>> out;
+    std::uint64_t ticket = 0;
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        if (it->id == id) {
+          if (position) *position = static_cast<std::size_t>(it - entries_.begin());
+          out.emplace(std::move(*it));
+          entries_.erase(it);
+          if (journal_) ticket = journal_->append_tombstone(cause, {&id, 1});
+          rearm_alert_locked();
+          break;
+        }
+      }
+    }
+    settle(ticket);
+    return out;
+  }
+  /// take_front(cause) removes the oldest entry, journaling why (redrive_all).
+  std::optional<DeadLetter<T>> take_front(TombstoneCause cause) {
+    std::optional<DeadLetter<T>> out;
+    std::uint64_t ticket = 0;
+    {
+      std::lock_guard lock(mu_);
+      if (entries_.empty()) return out;
+      out.emplace(std::move(entries_.front()));
+      entries_.pop_front();
+      if (journal_) ticket = journal_->append_tombstone(cause, {&out->id, 1});
+      rearm_alert_locked();
+    }
+    settle(ticket);
+    return out;
+  }
+  /// put_back(entry, position) returns an entry whose redrive failed to where it was (its age
+  /// order decides retention), journaling it again (its tombstone is already in the file).
+  void put_back(DeadLetter<T>&& entry, std::size_t position = 0) {
+    std::string record;
+    if (journal_) record = encode(entry);
+    std::uint64_t ticket = 0;
+    {
+      std::lock_guard lock(mu_);
+      if (journal_) ticket = journal_->append_entry(record, entry.id);
+      entries_.insert(
+          entries_.begin() + static_cast<std::ptrdiff_t>(std::min(position, entries_.size())),
+          std::move(entry));
+    }
+    settle(ticket);
+  }
+
+  std::uint64_t tombstone_locked(TombstoneCause cause, const std::vector<Evicted>& evicted,
+                                 std::size_t first) {
+    if (!journal_ || first == evicted.size()) return 0;
+    std::vector<JobId> ids;
+    ids.reserve(evicted.size() - first);
+    for (std::size_t i = first; i < evicted.size(); ++i)
+      ids.push_back(evicted[i].id);
+    return journal_->append_tombstone(cause, ids);
+  }
+
+  void settle(std::uint64_t ticket) {
+    if (journal_) journal_->settle(ticket);
+  }
+
+  /// unix_ns(t): the wall-clock time of engine-clock time `t`, by its age on the engine clock.
+  std::int64_t unix_ns(TimePoint t) const {
+    const auto unix_now =
+        std::chrono::duration_cast<Duration>(std::chrono::system_clock::now().time_since_epoch());
+    return detail::journal::shifted(unix_now.count(), -(clock_now() - t).count());
+  }
+
+  std::string encode(const DeadLetter<T>& e) const {
+    if constexpr (detail::JournalCodecFor<T>::value) {
+      StoredDeadLetter s;
+      s.id = e.id;
+      s.name = e.name;
+      JournalCodec<T>::encode(e.data, s.payload);
+      s.reason = e.reason;
+      s.attempts_made = e.attempts_made;
+      s.max_attempts = e.max_attempts;
+      s.added_at_ns = e.added_at.time_since_epoch().count();
+      s.dead_at_ns = e.dead_at.time_since_epoch().count();
+      s.dead_at_unix_ns = unix_ns(e.dead_at);
+      s.errors.reserve(e.errors.size());
+      for (const auto& err : e.errors)
+        s.errors.push_back({err.attempt, err.at.time_since_epoch().count(), err.message});
+      return detail::journal::encode_entry(s);
+    } else {
+      return {};  // unreachable: open_journal() refused a journal for this payload type
+    }
+  }
+
+  void open_journal() {
+    if constexpr (detail::JournalCodecFor<T>::value) {
+      std::vector<StoredDeadLetter> stored;
+      journal_ = std::make_unique<detail::DlqJournal>(options_.journal, queue_.name(),
+                                                      JournalCodec<T>::name(), stored);
+      restore(stored);
+    } else {
+      throw Error(ErrorCode::invalid_option,
+                  "QueueOptions('" + queue_.name() +
+                      "').dlq.journal.path is set but payload type " +
+                      detail::type_name(typeid(T)) +
+                      " has no rail::JournalCodec; expected a specialisation of "
+                      "rail::JournalCodec for it (see rail/journal_codec.hpp)");
+    }
+  }
+
+  /// restore(stored): the journal's live entries become this DLQ's, oldest first. Their times
+  /// move onto this engine's clock: an entry that died an hour ago (wall clock) has dead_at one
+  /// hour before the engine's now, so retention keeps counting across restarts.
+  void restore(std::vector<StoredDeadLetter>& stored) {
+    const std::int64_t now = clock_now().time_since_epoch().count();
+    const std::int64_t unix_now =
+        std::chrono::duration_cast<Duration>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    JobId max_id = 0;
+    for (auto& s : stored) {
+      std::optional<T> data;
+      try {
+        data.emplace(JournalCodec<T>::decode(
+            {reinterpret_cast<const std::byte*>(s.payload.data()), s.payload.size()}));
+      } catch (const std::exception& ex) {
+        std::string what = "entry of job " + std::to_string(s.id) + " at offset " +
+                           std::to_string(s.offset) + ": its payload does not decode with codec '" +
+                           JournalCodec<T>::name() + "': " + ex.what();
+        if (options_.journal.on_corruption == JournalOnCorruption::refuse)
+          throw Error(ErrorCode::journal, "journal '" + options_.journal.path + "': " + what +
+                                              "; refusing to open (JournalOnCorruption::refuse)");
+        if (options_.journal.on_problem)
+          options_.journal.on_problem({JournalProblem::Kind::undecodable, s.offset, what});
+        continue;
+      }
+      const std::int64_t age = std::max<std::int64_t>(0, unix_now - s.dead_at_unix_ns);
+      const std::int64_t shift = detail::journal::shifted(now - age, -s.dead_at_ns);
+      DeadLetter<T> e{s.id,
+                      std::move(s.name),
+                      std::move(*data),
+                      s.reason,
+                      s.attempts_made,
+                      s.max_attempts,
+                      TimePoint{Duration{detail::journal::shifted(s.added_at_ns, shift)}},
+                      TimePoint{Duration{detail::journal::shifted(s.dead_at_ns, shift)}},
+                      {}};
+      e.errors.reserve(s.errors.size());
+      for (auto& err : s.errors)
+        e.errors.push_back({err.attempt,
+                            TimePoint{Duration{detail::journal::shifted(err.at_ns, shift)}},
+                            std::move(err.message)});
+      max_id = std::max(max_id, e.id);
+      entries_.push_back(std::move(e));
+    }
+    // Restored ids keep their numbers: move the engine's id counter past them so no new job
+    // can be given one (redrive keeps an entry's id).
+    auto& core = queue_.core();
+    if (const JobId last = core.last_id(); max_id > last) (void)core.next_ids(max_id - last);
+    std::vector<Evicted> evicted;
+    std::uint64_t ticket = 0;
+    {
+      std::lock_guard lock(mu_);
+      while (entries_.size() > options_.max_entries) {
+        evicted.push_back({entries_.front().id, entries_.front().name});
+        entries_.pop_front();
+      }
+      ticket = tombstone_locked(TombstoneCause::evicted, evicted, 0);
+    }
+    settle(ticket);
+    report(evicted);
   }
   void rearm_alert_locked() {
     if (alerted_ && entries_.size() < options_.alert_depth) alerted_ = false;
@@ -189,6 +403,7 @@ class DeadLetterQueue {
   std::mutex mu_;
   std::deque<DeadLetter<T>> entries_;
   bool alerted_ = false;
+  std::unique_ptr<detail::DlqJournal> journal_;  // null: no journal
 };
 
 }  // namespace rail

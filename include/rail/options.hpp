@@ -12,6 +12,7 @@
 
 #include "rail/backoff.hpp"
 #include "rail/clock.hpp"
+#include "rail/journal_options.hpp"
 
 namespace rail {
 
@@ -58,6 +59,8 @@ struct DlqOptions {
   /// on_alert(depth) is called on the thread that dead-letters the job that brings the depth to
   /// alert_depth; it re-arms once the depth falls below alert_depth again.
   std::function<void(std::size_t depth)> on_alert{};
+  /// journal: an optional file the DLQ's entries survive a crash in (journal_options.hpp).
+  JournalOptions journal{};
 };
 
 /// QueueOptions: per-queue settings, fixed at declaration.

@@ -20,6 +20,10 @@ if(NOT TARGET rail_deps::mimalloc)
   endif()
 endif()
 
+# The DLQ journal (src/journal_format.cpp) checksums its records with Boost.CRC (header-only).
+find_path(RAIL_BOOST_CRC_DIR boost/crc.hpp)
+rail_require(RAIL_BOOST_CRC_DIR libboost-dev "Boost.CRC")
+
 # Benchmarks compare the engine's ring against these two; the engine itself does not include them.
 find_path(RAIL_CONCURRENTQUEUE_DIR concurrentqueue/concurrentqueue.h)
 find_path(RAIL_BOOST_LOCKFREE_DIR boost/lockfree/queue.hpp)

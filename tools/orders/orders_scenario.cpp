@@ -1,5 +1,6 @@
 #include "orders/orders_scenario.hpp"
 
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
@@ -31,8 +32,9 @@ Scenario parse_scenario(std::string_view name) {
               "scenario '" + std::string(name) + "' is unknown; expected bullmq, rabbitmq or sqs");
 }
 
-Queue<Order> declare(Engine& engine, Scenario scenario) {
+Queue<Order> declare(Engine& engine, Scenario scenario, const std::string& dlq_journal) {
   QueueOptions q;
+  q.dlq.journal.path = dlq_journal;
   q.capacity = 1024;
   q.defaults = retry_policy(scenario);
   if (scenario == Scenario::sqs) q.visibility_timeout = kSqsVisibility;
@@ -116,3 +118,41 @@ Summary summarize(Queue<Order>& queue) {
 }
 
 }  // namespace rail::orders
+
+void rail::JournalCodec<rail::orders::Order>::encode(const rail::orders::Order& o,
+                                                     std::string& out) {
+  auto put = [&out](std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i)
+      out.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  put(o.order_id.size(), 4);
+  out.append(o.order_id);
+  put(std::bit_cast<std::uint64_t>(o.amount), 8);
+  put(static_cast<std::uint32_t>(o.fail_times), 4);
+}
+
+rail::orders::Order rail::JournalCodec<rail::orders::Order>::decode(
+    std::span<const std::byte> bytes) {
+  std::size_t at = 0;
+  auto get = [&](int n) {
+    if (bytes.size() - at < static_cast<std::size_t>(n))
+      throw std::length_error("Order payload ends early; expected " + std::to_string(n) +
+                              " more bytes at byte " + std::to_string(at));
+    std::uint64_t v = 0;
+    for (int i = 0; i < n; ++i)
+      v |= std::uint64_t(std::to_integer<std::uint8_t>(bytes[at + i])) << (8 * i);
+    at += static_cast<std::size_t>(n);
+    return v;
+  };
+  rail::orders::Order o;
+  const auto id_len = static_cast<std::size_t>(get(4));
+  if (id_len > bytes.size() - at)
+    throw std::length_error("Order id of " + std::to_string(id_len) +
+                            " bytes overruns the payload");
+  o.order_id.assign(reinterpret_cast<const char*>(bytes.data() + at), id_len);
+  at += id_len;
+  o.amount = std::bit_cast<double>(get(8));
+  o.fail_times = static_cast<int>(static_cast<std::uint32_t>(get(4)));
+  if (at != bytes.size()) throw std::length_error("Order payload has trailing bytes");
+  return o;
+}

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,14 +32,30 @@ struct Order {
   int fail_times = 0;  // the handler fails this many attempts first (99: always)
 };
 
+}  // namespace rail::orders
+
+/// The Order codec: how the demo's DLQ journal (orders_demo --dlq-journal FILE) stores an
+/// Order, and an example of rail's payload customization point (rail/journal_codec.hpp).
+/// Layout: u32 id length, the id's bytes, the amount's IEEE-754 bits (u64), fail_times (i32),
+/// all little-endian.
+template <>
+struct rail::JournalCodec<rail::orders::Order> {
+  static std::string name() { return "rail::orders::Order/v1"; }
+  static void encode(const rail::orders::Order& o, std::string& out);
+  static rail::orders::Order decode(std::span<const std::byte> bytes);
+};
+
+namespace rail::orders {
+
 /// Summary: the final counts of the scenario's queue.
 using Summary = QueueCounts;
 
 /// parse_scenario("bullmq" | "rabbitmq" | "sqs"); throws rail::Error(invalid_option) otherwise.
 Scenario parse_scenario(std::string_view name);
 
-/// declare(engine, scenario) declares the "orders" queue with the scenario's retry policy.
-Queue<Order> declare(Engine& engine, Scenario scenario);
+/// declare(engine, scenario, dlq_journal) declares the "orders" queue with the scenario's retry
+/// policy; a non-empty `dlq_journal` is the path of its DLQ's journal (restored if it exists).
+Queue<Order> declare(Engine& engine, Scenario scenario, const std::string& dlq_journal = {});
 
 /// start_worker(queue, scenario, manual) starts the queue's worker: concurrency 1 like the
 /// seed's single worker (3 for sqs, so a redelivery finds a free worker while the overrunning

@@ -156,7 +156,6 @@ class QueueImpl final : public QueueBase {
         mi_free(slots_[i].extra);
       }
     }
-    ::operator delete[](payload_, std::align_val_t{alignof(Storage)});
   }
 
   QueueImpl(const QueueImpl&) = delete;
@@ -1432,7 +1431,14 @@ class QueueImpl final : public QueueBase {
   std::size_t capacity_;
   std::uint16_t index_ = 0;
   std::unique_ptr<JobSlot[]> slots_;
-  Storage* payload_;
+  // Owning, so that a member constructed after it that throws (the DLQ refusing its journal)
+  // does not leak the cells.
+  struct FreeCells {
+    void operator()(Storage* p) const noexcept {
+      ::operator delete[](p, std::align_val_t{alignof(Storage)});
+    }
+  };
+  std::unique_ptr<Storage[], FreeCells> payload_;
   FreeStack free_;
   MpmcRing<std::uint32_t> ready_;
   MpmcRing<std::uint32_t> inbox_;
@@ -1472,31 +1478,21 @@ namespace rail {
 
 template <class T>
 RedriveStatus DeadLetterQueue<T>::redrive(JobId id) {
-  auto e = remove(id);
+  std::size_t position = 0;
+  auto e = take(id, TombstoneCause::redriven, &position);
   if (!e) return RedriveStatus::not_found;
   RedriveStatus s = queue_.redrive(std::move(*e));
-  if (s != RedriveStatus::redriven) {
-    std::lock_guard lock(mu_);
-    entries_.push_front(std::move(*e));  // back where it was: redrive failed, nothing lost
-  }
+  // Back where it was (its age order decides retention): redrive failed, nothing lost.
+  if (s != RedriveStatus::redriven) put_back(std::move(*e), position);
   return s;
 }
 
 template <class T>
 std::size_t DeadLetterQueue<T>::redrive_all() {
   std::size_t n = 0;
-  for (;;) {
-    std::optional<DeadLetter<T>> e;
-    {
-      std::lock_guard lock(mu_);
-      if (entries_.empty()) break;
-      e = std::move(entries_.front());
-      entries_.pop_front();
-      rearm_alert_locked();
-    }
+  while (auto e = take_front(TombstoneCause::redriven)) {
     if (queue_.redrive(std::move(*e)) != RedriveStatus::redriven) {
-      std::lock_guard lock(mu_);
-      entries_.push_front(std::move(*e));
+      put_back(std::move(*e));
       break;
     }
     ++n;

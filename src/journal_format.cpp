@@ -1,0 +1,396 @@
+// The DLQ journal's encoding and its reader. The format and the recovery rules are in
+// include/rail/journal_file.hpp. The reader is pure (bytes in, JournalScan out) so that the
+// engine, rail-dlq and the fuzzer run the same code; it trusts no length, count or offset it has
+// not checked against the bytes that remain.
+#include "rail/detail/journal_format.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/crc.hpp>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "rail/error.hpp"
+
+namespace rail::detail::journal {
+
+std::uint32_t crc32c(std::span<const std::byte> bytes, std::uint32_t seed) {
+  // Boost's table-driven CRC: ~1 GB/s, far above the rate anything is dead-lettered at.
+  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc(seed ^ 0xFFFFFFFFu);
+  crc.process_bytes(bytes.data(), bytes.size());
+  return crc.checksum();
+}
+
+namespace {
+
+void put_u8(std::string& out, std::uint8_t v) {
+  out.push_back(static_cast<char>(v));
+}
+template <class U>
+void put_le(std::string& out, U v) {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out.push_back(static_cast<char>(static_cast<std::uint64_t>(v) >> (8 * i)));
+}
+void put_str(std::string& out, std::string_view s) {
+  put_le<std::uint32_t>(out, static_cast<std::uint32_t>(s.size()));
+  out.append(s);
+}
+template <class U>
+U get_le(const std::byte* p) {
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    v |= std::uint64_t(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
+  return static_cast<U>(v);
+}
+void set_u32(std::string& s, std::size_t at, std::uint32_t v) {
+  for (std::size_t i = 0; i < 4; ++i)
+    s[at + i] = static_cast<char>(v >> (8 * i));
+}
+std::span<const std::byte> bytes_of(std::string_view s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+std::string frame(std::uint8_t type, const std::string& body) {
+  std::string rec;
+  rec.reserve(padded(kRecordHeader + body.size()));
+  put_le<std::uint32_t>(rec, kRecordMagic);
+  put_le<std::uint32_t>(rec, 0);  // CRC, set below
+  put_le<std::uint32_t>(rec, static_cast<std::uint32_t>(body.size()));
+  put_u8(rec, type);
+  rec.append(3, '\0');
+  rec.append(body);
+  set_u32(rec, 4, crc32c(bytes_of(std::string_view(rec).substr(8))));
+  rec.resize(padded(rec.size()), '\0');
+  return rec;
+}
+
+// Reader: a cursor over untrusted bytes. Every take checks what remains first.
+class Cursor {
+ public:
+  explicit Cursor(std::span<const std::byte> b) : b_(b) {}
+  template <class U>
+  bool take(U& v) {
+    if (b_.size() - pos_ < sizeof(U)) return false;
+    v = get_le<U>(b_.data() + pos_);
+    pos_ += sizeof(U);
+    return true;
+  }
+  bool take_str(std::string& s) {
+    std::uint32_t n;
+    if (!take(n) || n > b_.size() - pos_) return false;
+    s.assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
+    pos_ += n;
+    return true;
+  }
+  [[nodiscard]] std::size_t left() const noexcept { return b_.size() - pos_; }
+
+ private:
+  std::span<const std::byte> b_;
+  std::size_t pos_ = 0;
+};
+
+bool decode_entry(std::span<const std::byte> body, StoredDeadLetter& e) {
+  Cursor c(body);
+  std::uint8_t reason;
+  std::uint32_t n_errors;
+  if (!c.take(e.id) || !c.take(reason) || !c.take(e.attempts_made) || !c.take(e.max_attempts) ||
+      !c.take(e.added_at_ns) || !c.take(e.dead_at_ns) || !c.take(e.dead_at_unix_ns) ||
+      !c.take_str(e.name) || !c.take(n_errors))
+    return false;
+  if (reason > static_cast<std::uint8_t>(DeadLetterReason::lease_expired)) return false;
+  e.reason = static_cast<DeadLetterReason>(reason);
+  // Each error takes at least 16 bytes: a count larger than that allows is a lie, caught before
+  // it can size an allocation.
+  if (n_errors > c.left() / 16) return false;
+  e.errors.resize(n_errors);
+  for (auto& err : e.errors)
+    if (!c.take(err.attempt) || !c.take(err.at_ns) || !c.take_str(err.message)) return false;
+  return c.take_str(e.payload) && c.left() == 0;
+}
+
+struct Tombstone {
+  TombstoneCause cause;
+  std::vector<JobId> ids;
+};
+bool decode_tombstone(std::span<const std::byte> body, Tombstone& t) {
+  Cursor c(body);
+  std::uint8_t cause;
+  std::uint32_t n;
+  if (!c.take(cause) || cause < 1 || cause > 4 || !c.take(n) || n != c.left() / 8 ||
+      c.left() % 8 != 0)
+    return false;
+  t.cause = static_cast<TombstoneCause>(cause);
+  t.ids.resize(n);
+  for (auto& id : t.ids)
+    c.take(id);
+  return true;
+}
+
+// One record's frame, if the bytes at `off` hold a whole one that passes every check.
+struct Frame {
+  std::uint8_t type;
+  std::span<const std::byte> body;
+  std::uint64_t size;  // padded
+};
+enum class FrameCheck { ok, zero, bad_magic, bad_length, bad_type, bad_crc };
+FrameCheck check_frame(std::span<const std::byte> b, std::uint64_t off, Frame& f) {
+  const std::byte* p = b.data() + off;
+  const std::uint64_t room = b.size() - off;
+  if (room < kRecordHeader) return FrameCheck::bad_length;
+  if (get_le<std::uint64_t>(p) == 0 && get_le<std::uint64_t>(p + 8) == 0) return FrameCheck::zero;
+  if (get_le<std::uint32_t>(p) != kRecordMagic) return FrameCheck::bad_magic;
+  const std::uint32_t len = get_le<std::uint32_t>(p + 8);
+  // The padding counts: the writer always writes it, and the next offset must stay in the file.
+  if (len > kMaxBody || padded(std::uint64_t{kRecordHeader} + len) > room)
+    return FrameCheck::bad_length;
+  const auto type = std::to_integer<std::uint8_t>(p[12]);
+  if ((type != kTypeEntry && type != kTypeTombstone) || p[13] != std::byte{0} ||
+      p[14] != std::byte{0} || p[15] != std::byte{0})
+    return FrameCheck::bad_type;
+  if (crc32c({p + 8, std::size_t{len} + 8}) != get_le<std::uint32_t>(p + 4))
+    return FrameCheck::bad_crc;
+  f = {type, {p + kRecordHeader, len}, padded(std::uint64_t{kRecordHeader} + len)};
+  return FrameCheck::ok;
+}
+
+const char* describe(FrameCheck c) {
+  switch (c) {
+    case FrameCheck::zero:
+      return "a zero-filled record header followed by non-zero bytes";
+    case FrameCheck::bad_magic:
+      return "no record magic (expected 0x52454331)";
+    case FrameCheck::bad_length:
+      return "a body length that runs past the end of the file";
+    case FrameCheck::bad_type:
+      return "an unknown record type (expected 1 entry or 2 tombstone)";
+    case FrameCheck::bad_crc:
+      return "a CRC32C mismatch";
+    case FrameCheck::ok:
+      break;
+  }
+  return "no problem";
+}
+
+bool all_zero(std::span<const std::byte> b) {
+  for (std::byte x : b)
+    if (x != std::byte{0}) return false;
+  return true;
+}
+
+[[noreturn]] void not_a_journal(const std::string& why) {
+  throw Error(ErrorCode::journal, "not a readable rail DLQ journal: " + why);
+}
+
+JournalHeader read_header(std::span<const std::byte> b) {
+  if (b.size() < kMinHeader)
+    not_a_journal("the file holds " + std::to_string(b.size()) +
+                  " bytes; a journal starts with a header of at least 32 bytes");
+  if (std::memcmp(b.data(), kMagic, sizeof(kMagic)) != 0)
+    not_a_journal("its first 8 bytes are not the magic \"RAILDLQJ\"");
+  JournalHeader h;
+  h.version = get_le<std::uint32_t>(b.data() + 8);
+  h.header_bytes = get_le<std::uint32_t>(b.data() + 12);
+  if (h.version == 0 || h.version > kVersion)
+    not_a_journal("format version " + std::to_string(h.version) + "; this build reads version " +
+                  std::to_string(kVersion) +
+                  (h.version > kVersion ? " (written by a newer rail)" : ""));
+  const std::uint32_t H = h.header_bytes;
+  if (H < kMinHeader || H > kMaxHeader || H % 8 != 0 || H > b.size())
+    not_a_journal("header length " + std::to_string(H) +
+                  "; expected a multiple of 8 in 32..4096 within the file");
+  std::string copy(reinterpret_cast<const char*>(b.data()), H);
+  const std::uint32_t stored = get_le<std::uint32_t>(b.data() + 16);
+  set_u32(copy, 16, 0);
+  if (crc32c(bytes_of(copy)) != stored) not_a_journal("the header's CRC32C does not match");
+  const std::uint16_t q = get_le<std::uint16_t>(b.data() + 20);
+  const std::uint16_t c = get_le<std::uint16_t>(b.data() + 22);
+  if (std::uint32_t{32} + q + c > H)
+    not_a_journal("header names of " + std::to_string(q) + " + " + std::to_string(c) +
+                  " bytes do not fit a header of " + std::to_string(H));
+  h.created_unix_ns = get_le<std::int64_t>(b.data() + 24);
+  h.queue.assign(copy, 32, q);
+  h.codec.assign(copy, 32 + q, c);
+  return h;
+}
+
+}  // namespace
+
+std::string encode_header(std::string_view queue, std::string_view codec,
+                          std::int64_t created_unix_ns) {
+  std::string h(kMagic, sizeof(kMagic));
+  put_le<std::uint32_t>(h, kVersion);
+  put_le<std::uint32_t>(h, 0);  // length, set below
+  put_le<std::uint32_t>(h, 0);  // CRC, set below
+  put_le<std::uint16_t>(h, static_cast<std::uint16_t>(queue.size()));
+  put_le<std::uint16_t>(h, static_cast<std::uint16_t>(codec.size()));
+  put_le<std::int64_t>(h, created_unix_ns);
+  h.append(queue);
+  h.append(codec);
+  h.resize(padded(h.size()), '\0');
+  set_u32(h, 12, static_cast<std::uint32_t>(h.size()));
+  set_u32(h, 16, crc32c(bytes_of(h)));
+  return h;
+}
+
+std::string encode_entry(const StoredDeadLetter& e) {
+  std::string body;
+  body.reserve(64 + e.name.size() + e.payload.size());
+  put_le<std::uint64_t>(body, e.id);
+  put_u8(body, static_cast<std::uint8_t>(e.reason));
+  put_le<std::uint32_t>(body, e.attempts_made);
+  put_le<std::uint32_t>(body, e.max_attempts);
+  put_le<std::int64_t>(body, e.added_at_ns);
+  put_le<std::int64_t>(body, e.dead_at_ns);
+  put_le<std::int64_t>(body, e.dead_at_unix_ns);
+  put_str(body, e.name);
+  put_le<std::uint32_t>(body, static_cast<std::uint32_t>(e.errors.size()));
+  for (const auto& err : e.errors) {
+    put_le<std::uint32_t>(body, err.attempt);
+    put_le<std::int64_t>(body, err.at_ns);
+    put_str(body, err.message);
+  }
+  put_str(body, e.payload);
+  return frame(kTypeEntry, body);
+}
+
+std::string encode_tombstone(TombstoneCause cause, std::span<const JobId> ids) {
+  std::string body;
+  body.reserve(5 + 8 * ids.size());
+  put_u8(body, static_cast<std::uint8_t>(cause));
+  put_le<std::uint32_t>(body, static_cast<std::uint32_t>(ids.size()));
+  for (JobId id : ids)
+    put_le<std::uint64_t>(body, id);
+  return frame(kTypeTombstone, body);
+}
+
+}  // namespace rail::detail::journal
+
+namespace rail {
+
+using namespace detail::journal;
+
+JournalScan scan_journal(std::span<const std::byte> b) {
+  JournalScan s;
+  s.header = read_header(b);
+  s.file_bytes = b.size();
+  // Live entries in file order, and where each id's live entry is.
+  std::map<std::uint64_t, StoredDeadLetter> live;
+  std::unordered_map<JobId, std::pair<std::uint64_t, std::uint64_t>> where;  // offset, size
+  auto drop = [&](JobId id) {
+    auto it = where.find(id);
+    if (it == where.end()) return;
+    s.dead_bytes += it->second.second;
+    live.erase(it->second.first);
+    where.erase(it);
+  };
+  auto problem = [&](JournalProblem::Kind kind, std::uint64_t off, std::string msg) {
+    s.problems.push_back({kind, off, std::move(msg)});
+  };
+
+  std::uint64_t off = s.header.header_bytes;
+  s.used_bytes = off;
+  while (off < b.size()) {
+    Frame f{};
+    FrameCheck check = check_frame(b, off, f);
+    if (check != FrameCheck::ok) {
+      if (all_zero(b.subspan(off))) break;  // the clean end: the zeros of the last chunk
+      // Find the next whole record: if there is one, this is damage in the middle.
+      std::optional<std::uint64_t> next;
+      for (std::uint64_t p = off + 8; p + kRecordHeader <= b.size(); p += 8) {
+        Frame g{};
+        if (check_frame(b, p, g) == FrameCheck::ok) {
+          next = p;
+          break;
+        }
+      }
+      if (!next) {
+        problem(JournalProblem::Kind::torn_tail, off,
+                std::string("the last record is incomplete (") + describe(check) +
+                    "): a crash during an append; the log ends at offset " + std::to_string(off));
+        break;
+      }
+      problem(JournalProblem::Kind::corrupt_record, off,
+              std::string("damaged record at offset ") + std::to_string(off) + ": " +
+                  describe(check) + "; the next intact record is at offset " +
+                  std::to_string(*next));
+      off = *next;
+      continue;
+    }
+    if (f.type == kTypeEntry) {
+      StoredDeadLetter e;
+      if (!decode_entry(f.body, e)) {
+        problem(JournalProblem::Kind::undecodable, off,
+                "entry record at offset " + std::to_string(off) +
+                    " passed its CRC32C but its fields do not add up to its length; skipped");
+      } else {
+        ++s.entry_records;
+        drop(e.id);  // a redriven job that failed again: the newer entry replaces the older
+        e.offset = off;
+        e.record_bytes = f.size;
+        where[e.id] = {off, f.size};
+        live.emplace(off, std::move(e));
+      }
+    } else {
+      Tombstone t;
+      if (!decode_tombstone(f.body, t)) {
+        problem(JournalProblem::Kind::undecodable, off,
+                "tombstone record at offset " + std::to_string(off) +
+                    " passed its CRC32C but its fields do not add up to its length; skipped");
+      } else {
+        ++s.tombstone_records;
+        s.dead_bytes += f.size;
+        if (t.cause == TombstoneCause::purged && t.ids.empty()) {
+          while (!where.empty())
+            drop(where.begin()->first);
+        }
+        for (JobId id : t.ids)
+          drop(id);
+      }
+    }
+    off += f.size;
+    s.used_bytes = off;
+  }
+  s.live.reserve(live.size());
+  for (auto& [o, e] : live)
+    s.live.push_back(std::move(e));
+  return s;
+}
+
+JournalScan read_journal(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    throw Error(ErrorCode::journal,
+                "cannot open journal '" + path + "': " + std::strerror(errno) +
+                    (errno == ELOOP ? " (a symbolic link is never followed)" : ""));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(ErrorCode::journal, "journal '" + path + "' is not a regular file");
+  }
+  // Read, not mapped: a mapping would raise SIGBUS if the owning engine shrank the file (torn
+  // tail recovery) while we read it.
+  std::vector<std::byte> bytes(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  while (got < bytes.size()) {
+    ssize_t n = ::pread(fd, bytes.data() + got, bytes.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      throw Error(ErrorCode::journal, "cannot read journal '" + path + "': " + std::strerror(err));
+    }
+    if (n == 0) break;  // shrunk while we read: scan what we have
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  bytes.resize(got);
+  return scan_journal(bytes);
+}
+
+}  // namespace rail

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# rail-dlq against the journal the orders demo leaves (issue 12's acceptance): `list` shows
+# order-3 with its three errors, `show`, `stats`, `export --json` read it, `verify` exits 0 on it,
+# 1 once a byte of its record is flipped, 2 on a missing file or bad usage, with errors on stderr.
+#   rail_dlq_check.sh ORDERS_DEMO RAIL_DLQ SCRATCH_DIR
+set -uo pipefail
+demo=$1 dlq=$2 dir=$3
+rm -rf "$dir" && mkdir -p "$dir"
+journal=$dir/orders.dlq
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$demo" --dlq-journal "$journal" >"$dir/demo.out" || fail "orders_demo exited $?"
+"$dlq" list "$journal" >"$dir/list.out" || fail "list exited $?"
+grep -Eq '^3 +charge-card +order-3 +3/3 +3 ' "$dir/list.out" || fail "list does not show order-3 with 3 errors: $(cat "$dir/list.out")"
+"$dlq" show "$journal" 3 >"$dir/show.out" || fail "show exited $?"
+[ "$(grep -c '^  attempt [123] at .*Simulated payment gateway timeout' "$dir/show.out")" = 3 ] || fail "show lacks the three errors: $(cat "$dir/show.out")"
+grep -q 'order-3' "$dir/show.out" || fail "show lacks the payload"
+"$dlq" stats "$journal" | grep -Eq '^live entries: +1$' || fail "stats does not count one live entry"
+"$dlq" export "$journal" --json | grep -q '"payload_hex"' || fail "export --json lacks payload_hex"
+"$dlq" verify "$journal" >/dev/null; [ $? = 0 ] || fail "verify of a healthy journal is not 0"
+
+cp "$journal" "$dir/damaged.dlq"
+printf '\xff' | dd of="$dir/damaged.dlq" bs=1 seek=100 conv=notrunc 2>/dev/null
+"$dlq" verify "$dir/damaged.dlq" >"$dir/verify.out"; rc=$?
+[ $rc = 1 ] || fail "verify of a damaged journal exited $rc, expected 1"
+grep -q 'offset 64' "$dir/verify.out" || fail "verify does not name the offset: $(cat "$dir/verify.out")"
+
+"$dlq" list "$dir/missing.dlq" >"$dir/missing.out" 2>"$dir/missing.err"; rc=$?
+[ $rc = 2 ] || fail "a missing file exited $rc, expected 2"
+[ -s "$dir/missing.out" ] && fail "an error went to stdout"
+grep -q 'cannot open' "$dir/missing.err" || fail "no error on stderr for a missing file"
+"$dlq" frobnicate >/dev/null 2>&1; rc=$?
+[ $rc = 2 ] || fail "an unknown command exited $rc, expected 2"
+"$dlq" --help | grep -q verify || fail "--help does not list verify"
+"$dlq" show --help | grep -q ID || fail "show --help does not describe ID"
+echo "rail-dlq: all checks passed"
