@@ -363,6 +363,125 @@ TEST(Lifecycle, ShutdownFromAHandlerDoesNotWaitForItself) {
   EXPECT_TRUE(contains(r.still_running, self.load()));
 }
 
+// Shutdown against workers between popping a ready job and starting it: every job is either
+// run or handed back by take_leftovers, never both, and none that shutdown reported as not
+// started runs.
+TEST(Lifecycle, TakeLeftoversNeverHandsBackAJobThatRuns) {
+  test::Watchdog watchdog(120s, "TakeLeftoversNeverHandsBackAJobThatRuns");
+  for (int round = 0; round < 40; ++round) {
+    constexpr int kJobs = 2000;
+    std::vector<std::atomic<int>> ran(kJobs + 1);
+    Engine engine;
+    auto q = engine.queue<int>("q", QueueOptions{.capacity = 4096});
+    q.process({.concurrency = 3}, [&](Job<int>& j) { ran[j.data()].fetch_add(1); });
+    std::vector<JobId> ids(kJobs + 1);
+    for (int i = 1; i <= kJobs; ++i)
+      ids[i] = q.add("a", i).id;
+    const ShutdownReport report = engine.shutdown(0s);
+    std::vector<Leftover<int>> taken = q.take_leftovers();
+    // The handlers that had started finish (drain would wait for the jobs put back as well).
+    ASSERT_TRUE(eventually([&] { return q.counts().active == 0; }));
+    std::vector<int> handed(kJobs + 1, 0);
+    for (const auto& l : taken)
+      ++handed[l.data];
+    for (int i = 1; i <= kJobs; ++i) {
+      ASSERT_LE(ran[i].load() + handed[i], 1) << "job " << i << " ran and was handed back";
+      if (contains(report.not_started, ids[i])) {
+        ASSERT_EQ(ran[i].load(), 0) << "job " << i << " was reported not started, then ran";
+      }
+    }
+    // Whatever neither ran nor came back is still waiting (a worker put it back after the stop)
+    // and comes back on a second call.
+    for (const auto& l : q.take_leftovers())
+      ++handed[l.data];
+    for (int i = 1; i <= kJobs; ++i)
+      ASSERT_EQ(ran[i].load() + handed[i], 1) << "job " << i << " was lost, round " << round;
+  }
+}
+
+// An observer on the worker that raises a job's events may cancel that very job: from its
+// failed attempt (no retry follows) or from its end (nothing left to cancel), without waiting
+// for itself.
+TEST(Lifecycle, AnObserverCancelsTheJobWhoseEventItIsHandling) {
+  test::Watchdog watchdog(60s, "AnObserverCancelsTheJobWhoseEventItIsHandling");
+  Engine engine;
+  std::atomic<int> on_failure{-1}, on_end{-1}, on_cancelled{-1};
+  engine.on_event([&](const Event& e) {
+    if (e.kind == EventKind::attempt_failed) on_failure = engine.cancel(e.job_id);
+    if (e.kind == EventKind::completed) on_end = engine.cancel(e.job_id);
+    if (e.kind == EventKind::cancelled) on_cancelled = engine.cancel(e.job_id);
+  });
+  auto q = engine.queue<int>("q", {});
+  std::atomic<int> runs{0};
+  q.process({}, [&](Job<int>& j) {
+    runs.fetch_add(1);
+    return j.data() == 1 ? Outcome::retry("fails once") : Outcome::done();
+  });
+  const JobId failing = q.add("a", 1, JobOptions{.attempts = 5}).id;
+  ASSERT_TRUE(q.drain(30s));
+  EXPECT_EQ(on_failure.load(), 1);
+  EXPECT_EQ(q.state(failing).status, JobStatus::cancelled);
+  EXPECT_EQ(on_cancelled.load(), 0);  // already cancelled: nothing left to cancel
+  const JobId fine = q.add("b", 2).id;
+  ASSERT_TRUE(q.drain(30s));
+  EXPECT_EQ(on_end.load(), 0);
+  EXPECT_EQ(q.state(fine).status, JobStatus::completed);
+  EXPECT_EQ(runs.load(), 2);  // the cancelled job never ran again
+}
+
+// User callbacks raised while the wheel is held (a DLQ alert filed by the lease sweep) run once
+// it is released, after the events raised before them: they may call back into the engine.
+TEST(Lifecycle, CallbacksRaisedWhileTimersFireRunAfterTheWheelIsReleased) {
+  ManualClock clock;
+  detail::EngineCore core(EngineOptions{.clock = &clock, .mode = Mode::inlined});
+  std::vector<std::string> order;
+  core.add_observer([&](const Event& e) {
+    EXPECT_FALSE(core.owns_wheel());
+    order.push_back("event " + std::string(e.error));
+  });
+  const auto ran = core.with_wheel([&](detail::Wheel&) {
+    EXPECT_TRUE(core.owns_wheel());
+    Event e;
+    e.error = "first";
+    core.emit(e);
+    core.after_wheel([&] {
+      EXPECT_FALSE(core.owns_wheel());
+      EXPECT_TRUE(core.next_timer_ns() == std::nullopt);  // takes the wheel: released by now
+      order.push_back("callback");
+    });
+    EXPECT_TRUE(order.empty());  // nothing user-supplied ran with the wheel held
+    return 1;
+  });
+  EXPECT_EQ(ran, 1);
+  EXPECT_EQ(order, (std::vector<std::string>{"event first", "callback"}));
+  core.after_wheel([&] { order.push_back("at once"); });  // not owning: runs now
+  EXPECT_EQ(order.back(), "at once");
+}
+
+TEST(Lifecycle, DrainFromATimerObserverThrowsWouldDeadlock) {
+  test::Watchdog watchdog(60s, "DrainFromATimerObserverThrowsWouldDeadlock");
+  ManualClock clock;
+  Engine engine({.clock = &clock});
+  auto q = engine.queue<int>("q", {});
+  std::atomic<int> code{-1};
+  engine.on_event([&](const Event& e) {
+    if (e.kind != EventKind::retry_due) return;
+    try {
+      (void)q.drain(1h);
+      code = 0;
+    } catch (const Error& err) {
+      code = static_cast<int>(err.code());
+    }
+  });
+  std::atomic<int> runs{0};
+  q.process({}, [&](Job<int>&) { runs.fetch_add(1); });
+  (void)q.add("a", 1, JobOptions{.delay = 1s});
+  (void)q.add("b", 2, JobOptions{.delay = 1s});
+  clock.advance(1s);
+  ASSERT_TRUE(eventually([&] { return runs.load() == 2; }));
+  EXPECT_EQ(code.load(), static_cast<int>(ErrorCode::would_deadlock));
+}
+
 // 10. Resident memory follows the jobs in flight, not the capacity: the free list hands out the
 // slot freed last, so a queue that never holds more than 4 jobs keeps reusing a few payload cells
 // of the 1 GB it reserved (a FIFO touched every cell in turn).

@@ -2,8 +2,14 @@
 // job can be traced from add to its end (the seed's "log the job id at every stage").
 //
 // Observers run synchronously on the thread where the stage happened (a producer for `added`, a
-// worker for `started`/`completed`, the timer thread for `retry_due`...). They must be fast and
-// must not throw; views in Event are valid only during the call.
+// worker for `started`/`completed`, the timer thread for `retry_due`...), never with an engine
+// lock held, so an observer may call back into the engine (state, cancel, next_timer_in; a call
+// that would wait for the calling thread itself, such as drain() from a handler or a timer
+// event, throws Error(would_deadlock)). Stages found while timers fire (`retry_due`, `stalled`
+// and the failure or dead-lettering of a lapsed delivery) are delivered right after the timer
+// releases the wheel: a worker may already have started (even finished) the job by then, so
+// such an event can arrive after later events of the same job. Observers must be fast and must
+// not throw; views in Event are valid only during the call.
 #pragma once
 
 #include <cstdint>

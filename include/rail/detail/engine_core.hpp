@@ -15,6 +15,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -150,6 +151,24 @@ class EngineCore {
   /// there (a DLQ alert callback, say) must not wait for the wheel again.
   [[nodiscard]] bool owns_wheel() const noexcept { return wheel_owner() == this; }
 
+  /// in_timer_context(): this thread fires timers (the timer thread, or a worker polling them)
+  /// or delivers what they raised. A call that waits for jobs to move (drain) would wait for
+  /// this very thread.
+  [[nodiscard]] bool in_timer_context() const noexcept {
+    return owns_wheel() || delivery_buffer().in_use || timer_thread_mark();
+  }
+
+  /// after_wheel(f): runs a user callback now, or, while this thread owns the wheel, right after
+  /// it releases it (with the deferred events, in order), so that user code never runs with the
+  /// wheel held.
+  void after_wheel(std::function<void()> f) const {
+    if (!owns_wheel()) {
+      f();
+      return;
+    }
+    deferred_.emplace_back().call = std::move(f);
+  }
+
   /// with_wheel(f): runs f(wheel) as the wheel's owner, then delivers the events f raised.
   /// Cold paths (cancel, take_leftovers) use it to unlink timers; re-entered from the owning
   /// thread it returns nullopt without running f (the caller takes its lock-free path).
@@ -204,6 +223,7 @@ class EngineCore {
 
   /// timer_loop(stop): the timer thread's body.
   void timer_loop(const std::atomic<bool>& stop) {
+    timer_thread_mark() = true;
     while (!stop.load(std::memory_order_acquire)) {
       std::optional<std::int64_t> next = *with_wheel([&](Wheel& wheel) {
         process_timers_locked();
@@ -231,7 +251,13 @@ class EngineCore {
   struct DeferredEvent {
     Event event;
     std::string error;
+    std::function<void()> call;  // set: a user callback to run instead of an event
   };
+
+  static bool& timer_thread_mark() noexcept {
+    thread_local bool mark = false;
+    return mark;
+  }
 
   static const EngineCore*& wheel_owner() noexcept {
     thread_local const EngineCore* owner = nullptr;
@@ -247,20 +273,30 @@ class EngineCore {
     std::vector<DeferredEvent> nested;
     const bool outer = !delivery_buffer().in_use;
     std::vector<DeferredEvent>& out = outer ? delivery_buffer().events : nested;
-    wheel_owner() = this;
-    auto result = f(wheel_);
-    wheel_owner() = nullptr;
+    // The owner mark is cleared however f leaves (an allocation failure in a cold path's f, say):
+    // a stale mark would defer this thread's events forever, without the lock.
+    struct Owning {
+      explicit Owning(const EngineCore* core) noexcept { wheel_owner() = core; }
+      ~Owning() { wheel_owner() = nullptr; }
+    };
+    auto result = [&] {
+      Owning owning(this);
+      return f(wheel_);
+    }();
     out.swap(deferred_);
     lock.unlock();
-    if (!out.empty()) {
-      delivery_buffer().in_use = true;
-      for (auto& d : out) {
-        d.event.error = d.error;
-        deliver(d.event);
+    if (out.empty()) return result;
+    delivery_buffer().in_use = true;
+    for (auto& d : out) {
+      if (d.call) {
+        d.call();
+        continue;
       }
-      delivery_buffer().in_use = !outer;
-      out.clear();
+      d.event.error = d.error;
+      deliver(d.event);
     }
+    delivery_buffer().in_use = !outer;
+    out.clear();
     return result;
   }
 

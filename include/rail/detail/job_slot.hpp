@@ -13,7 +13,9 @@
 // Memory ordering: plain fields and the payload are published by the ring hand-off (an MpmcRing
 // push is a release, a pop an acquire) or by ctl (release stores and acq_rel CASes, acquire
 // loads). The fields that state() reads while a worker may write them (attempts, deliveries,
-// start time) are relaxed atomics: state() validates them against ctl's seq (a seqlock read).
+// start time) are relaxed atomics: state() re-reads the word and the id after them, so it never
+// mixes two jobs, but a count may lag its job's latest transition by a moment (an approximate
+// snapshot, as SQS's ApproximateReceiveCount).
 #pragma once
 
 #include <atomic>

@@ -206,7 +206,8 @@ class QueueImpl final : public QueueBase {
   void collect_leftovers(ShutdownReport& report) const override {
     for (std::size_t i = 0; i < capacity_; ++i) {
       const JobSlot& s = slots_[i];
-      const std::uint64_t c = s.ctl.load();
+      // seq_cst: see SlotControl::activate (a job reported waiting here never starts).
+      const std::uint64_t c = s.ctl.load(std::memory_order_seq_cst);
       const SlotState st = ctl::state(c);
       // A handler is still running on the slot while it holds a pin: the live delivery, or a
       // stale one whose lease lapsed, whatever became of the job since (waiting again, ended).
@@ -363,8 +364,9 @@ class QueueImpl final : public QueueBase {
   }
 
   void stop_workers() noexcept override {
-    stop_.store(true, std::memory_order_release);  // workers' acquire load sees it
-    ready_ec_.notify_all(INT32_MAX / 2);           // every later wait() returns at once
+    // seq_cst: in one order with deliver's activation and its re-check (SlotControl::activate).
+    stop_.store(true, std::memory_order_seq_cst);
+    ready_ec_.notify_all(INT32_MAX / 2);  // every later wait() returns at once
   }
   void join_workers() noexcept override {
     for (auto& t : workers_)
@@ -392,11 +394,12 @@ class QueueImpl final : public QueueBase {
       throw Error(ErrorCode::wrong_mode, "drain() on queue '" + name_ +
                                              "' waits for worker threads; an inline engine has "
                                              "none (use Engine::run_until_idle)");
-    if (current_delivery() == this)
+    if (current_delivery() == this || core_.in_timer_context())
       throw Error(ErrorCode::would_deadlock,
                   "drain() on queue '" + name_ +
-                      "' was called from one of its own handlers, which would wait for itself; "
-                      "drain from outside the queue's handlers");
+                      "' was called from one of its own handlers or from a callback of the timer "
+                      "(an observer of retry_due/stalled, a DLQ alert), which would wait for "
+                      "itself; drain from outside handlers and callbacks");
     // Cold path: poll with a growing sleep. A drained queue stays drained only if nobody adds.
     auto start = std::chrono::steady_clock::now();
     auto pause = std::chrono::microseconds(10);
@@ -482,6 +485,7 @@ class QueueImpl final : public QueueBase {
         const std::optional<SlotState> from = s.ctl.take_unstarted();
         if (!from) continue;
         const bool delayed = *from == SlotState::delayed;
+        counters_.add(delayed ? kFromDelayed : kFromReady);  // out of its gauge: it left
         out.push_back(Leftover<T>{s.id.load(std::memory_order_relaxed),
                                   std::string(core_.names().name(s.name)), std::move(payload(i)),
                                   s.attempts(), delayed});
@@ -1033,10 +1037,17 @@ class QueueImpl final : public QueueBase {
     s.started_ns.store(now, std::memory_order_relaxed);
     s.deliveries.store(static_cast<std::uint16_t>(delivered + 1), std::memory_order_relaxed);
     const auto a = s.ctl.activate();
-    if (a.result == SlotControl<>::Activation::cancelled) {
+    if (a.result != SlotControl<>::Activation::active) {
       s.deliveries.store(delivered, std::memory_order_relaxed);
-      reclaim_cancelled(idx);
-      return false;
+      if (a.result == SlotControl<>::Activation::cancelled) reclaim_cancelled(idx);
+      return false;  // taken: handed back by take_leftovers after shutdown; drop the index
+    }
+    // seq_cst: with activate's CAS and shutdown's store, in one order (see SlotControl::activate):
+    // a worker that got here after shutdown's report read the job as waiting sees the stop.
+    const bool stopping = stop_.load(std::memory_order_seq_cst);
+    if (stopping && s.ctl.deactivate(ctl::seq(a.word))) {
+      s.deliveries.store(delivered, std::memory_order_relaxed);
+      return false;  // back to waiting, for take_leftovers; its index stays with nobody
     }
     // Into `active` before out of `waiting`: see counts().
     count(&wc, kStarted);
@@ -1073,13 +1084,15 @@ class QueueImpl final : public QueueBase {
       LeaseTracker::grant(wc.record, job.lease_, now + s.visibility_ns);
     }
 
-    Outcome out;
-    try {
-      out = handler_(job);
-    } catch (const std::exception& e) {
-      out = Outcome::retry(e.what());
-    } catch (...) {
-      out = Outcome::retry("handler threw a non-std::exception");
+    Outcome out;  // done: a job flagged cancelled after stop ends cancelled without running
+    if (!stopping) {
+      try {
+        out = handler_(job);
+      } catch (const std::exception& e) {
+        out = Outcome::retry(e.what());
+      } catch (...) {
+        out = Outcome::retry("handler threw a non-std::exception");
+      }
     }
     if (leased) LeaseTracker::release(wc.record);
     finish(idx, token, std::move(out), wc, job.started_at_, job.deliveries_);
@@ -1174,12 +1187,19 @@ class QueueImpl final : public QueueBase {
       delay = next_delay(s.backoff(), ctx, &options_.custom_backoff, rng);
       if (delay.count() < 0) dead = DeadLetterReason::backoff_stopped;
     }
+    bool cancel = false;
     if (core_.observed()) {
       Event e = make_event(EventKind::attempt_failed, s, now);
       e.attempt = attempts;  // the attempt that just failed
       e.error = error;
       e.delay = dead == DeadLetterReason::none ? delay : Duration{-1};
+      Holding holding(s, dead != DeadLetterReason::none);
       core_.emit(e);
+      cancel = holding.cancel_requested();
+    }
+    if (cancel) {  // an observer of this failure cancelled the job: no retry
+      end_job(idx, EndKind::cancelled, DeadLetterReason::none, now, wc);
+      return;
     }
     if (dead != DeadLetterReason::none) {
       end_job(idx, EndKind::dead_lettered, dead, now, wc);
@@ -1256,6 +1276,7 @@ class QueueImpl final : public QueueBase {
   void record_end(JobSlot& s, EndKind kind, DeadLetterReason reason, std::int64_t now,
                   WorkerContext* wc) {
     JobId id = s.id.load(std::memory_order_relaxed);
+    Holding holding(s, true);  // observers below may cancel this job: it is ending
     if (s.has_dedup && !s.dedup_has_ttl)
       (void)dedup_.load(std::memory_order_acquire)->release(s.extra->dedup_key, id);
     switch (kind) {
@@ -1293,6 +1314,28 @@ class QueueImpl final : public QueueBase {
     if (slots_[idx].ctl.end()) final_end(idx);
   }
 
+  /// HeldSlot: the slot this thread holds in `finishing` while it raises the job's events
+  /// (fail_attempt, record_end). An observer on this thread that cancels that job must not wait
+  /// for the holder, itself: cancel() records the request here (honoured before the retry), or
+  /// answers false once the job is ending.
+  struct HeldSlot {
+    const JobSlot* slot = nullptr;
+    bool ending = false;
+    bool cancel = false;
+  };
+  static HeldSlot& held_slot() noexcept {
+    thread_local HeldSlot held;
+    return held;
+  }
+  struct Holding {
+    Holding(const JobSlot& s, bool ending) noexcept : saved(held_slot()) {
+      held_slot() = HeldSlot{&s, ending, false};
+    }
+    ~Holding() { held_slot() = saved; }
+    [[nodiscard]] bool cancel_requested() const noexcept { return held_slot().cancel; }
+    HeldSlot saved;
+  };
+
   /// try_cancel(idx, id): cancels job `id` if slot idx still holds it; nullopt if it does not,
   /// so that the caller's scan goes on.
   std::optional<bool> try_cancel(std::uint32_t idx, JobId id) {
@@ -1309,6 +1352,11 @@ class QueueImpl final : public QueueBase {
         case SlotControl<>::Cancel::not_found:
           return std::nullopt;
         case SlotControl<>::Cancel::busy:
+          if (ctl::state(r.word) == SlotState::finishing && held_slot().slot == &s) {
+            if (held_slot().ending) return false;  // an observer of the job's end
+            held_slot().cancel = true;             // an observer of its failed attempt
+            return true;
+          }
           if (ctl::state(r.word) == SlotState::finishing ||
               ctl::state(r.word) == SlotState::updating)
             std::this_thread::yield();  // a transition of a few stores is in progress
@@ -1514,7 +1562,9 @@ void DeadLetterQueue<T>::report(const std::vector<Evicted>& evicted) {
 template <class T>
 void DeadLetterQueue<T>::fire_alert(std::size_t depth) {
   queue_.emit_dlq(EventKind::dlq_alert, 0, {}, static_cast<std::uint32_t>(depth));
-  if (options_.on_alert) options_.on_alert(depth);
+  // Never with the wheel held (a lapse on the timer thread can dead-letter): the callback may
+  // call back into the engine.
+  if (options_.on_alert) queue_.core().after_wheel([cb = options_.on_alert, depth] { cb(depth); });
 }
 
 }  // namespace rail

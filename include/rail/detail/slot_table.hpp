@@ -20,6 +20,7 @@
 //   free       --publish (holder)--------------> waiting | delayed
 //   delayed    --fire (wheel owner)------------> waiting
 //   waiting    --activate (popper, pins+1)-----> active          (token = the new seq)
+//   active     --deactivate (popper, pins-1)---> waiting         (the engine is stopping)
 //   active     --finish (live handler, pins-1)-> finishing
 //   active     --lapse (lease sweep)-----------> finishing       (the handler keeps its pin)
 //   finishing  --leave (holder)----------------> waiting | delayed   (a retry)
@@ -101,8 +102,11 @@ class SlotControl {
  public:
   using Word = std::uint64_t;
 
-  /// load(): the current word (acquire: see the header).
-  [[nodiscard]] Word load() const noexcept { return word_.load(std::memory_order_acquire); }
+  /// load(order): the current word (acquire by default: see the header; shutdown's report reads
+  /// it seq_cst, see activate).
+  [[nodiscard]] Word load(std::memory_order order = std::memory_order_acquire) const noexcept {
+    return word_.load(order);
+  }
 
   /// fenced(token): true once delivery `token`'s work no longer counts (lease lapsed, the job
   /// moved on, or a cancel was requested). What Job::cancelled() answers.
@@ -117,7 +121,8 @@ class SlotControl {
   /// publish(to): the holder of a free slot (popped from the free list) makes its new job
   /// waiting or delayed.
   void publish(SlotState to) noexcept {
-    // relaxed: the holder reads its own last store (mark_free or the initial zero).
+    // relaxed: the last store (mark_free, usually by another thread) reached us through the free
+    // list's release/acquire hand-off, and nobody else writes a free slot's word.
     const Word c = word_.load(std::memory_order_relaxed);
     RAIL_INVARIANT(ctl::state(c) == SlotState::free && ctl::pins(c) == 0,
                    "publish: a new job goes into a free, unpinned slot");
@@ -127,22 +132,45 @@ class SlotControl {
     word_.store(ctl::to(c, to), std::memory_order_release);
   }
 
-  enum class Activation : std::uint8_t { active, cancelled };
+  enum class Activation : std::uint8_t { active, cancelled, taken };
   struct Activated {
     Activation result;
     Word word;  // active: the new word (its seq is the token); cancelled: the cancelled word
   };
-  /// activate(): the popper of a ready index starts its job (pins + 1), unless it was cancelled.
+  /// activate(): the popper of a ready index starts its job (pins + 1), unless it was cancelled,
+  /// or taken by take_leftovers after shutdown (the popper then drops the index: the job was
+  /// handed back to the caller).
   Activated activate() noexcept {
     Word c = load();
     for (;;) {
-      if (ctl::state(c) == SlotState::cancelled) return {Activation::cancelled, c};
-      RAIL_INVARIANT(ctl::state(c) == SlotState::waiting, "activate: a ready slot is waiting");
+      const SlotState st = ctl::state(c);
+      if (st == SlotState::cancelled) return {Activation::cancelled, c};
+      if (st == SlotState::free || st == SlotState::finishing) return {Activation::taken, c};
+      RAIL_INVARIANT(st == SlotState::waiting, "activate: a ready slot is waiting");
       const Word active = ctl::to(c, SlotState::active, +1);
-      // acq_rel: wins the job against cancel(); acquires the fields of whoever made it ready.
-      if (word_.compare_exchange_weak(c, active, std::memory_order_acq_rel,
+      // seq_cst (on x86 the same locked instruction as acq_rel): wins the job against cancel()
+      // and take_leftovers, acquires the fields of whoever made it ready, and sits in the single
+      // order with shutdown's stop flag and its report's reads of the word: a popper that
+      // activates after the report saw the job waiting also sees the stop and deactivates.
+      if (word_.compare_exchange_weak(c, active, std::memory_order_seq_cst,
                                       std::memory_order_acquire))
         return {Activation::active, active};
+    }
+  }
+
+  /// deactivate(token): a popper that activated a job but found the engine stopping puts it
+  /// back, unstarted (pins - 1), for take_leftovers. False if a cancel flagged it meanwhile: the
+  /// caller then ends it as cancelled without running it.
+  [[nodiscard]] bool deactivate(std::uint32_t token) noexcept {
+    Word c = load();
+    for (;;) {
+      RAIL_INVARIANT(ctl::state(c) == SlotState::active && ctl::seq(c) == token,
+                     "deactivate: only the popper, before any lease, undoes its activation");
+      if (ctl::flags(c) & ctl::kCancelRequested) return false;
+      // acq_rel: hands the slot back like leave_finishing.
+      if (word_.compare_exchange_weak(c, ctl::to(c, SlotState::waiting, -1),
+                                      std::memory_order_acq_rel, std::memory_order_acquire))
+        return true;
     }
   }
 
