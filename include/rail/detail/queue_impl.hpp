@@ -76,7 +76,7 @@
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/mpmc_ring.hpp"
-#include "rail/detail/striped_counter.hpp"
+#include "rail/detail/queue_stats.hpp"
 #include "rail/detail/worker_stash.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
@@ -90,24 +90,6 @@ namespace rail::detail {
 /// validate_job_options(o, where): throws Error(invalid_option) naming the bad field.
 void validate_job_options(const JobOptions& o, std::string_view where);
 void validate_queue_options(const QueueOptions& o, std::string_view queue);
-
-enum Counter : std::size_t {
-  kAdded,
-  kStarted,
-  kAttemptEnded,
-  kCompleted,
-  kFailedAttempts,
-  kDeadLettered,
-  kCancelled,
-  kDeduplicated,
-  kStalled,
-  kLateOutcomes,
-  kToReady,
-  kFromReady,
-  kToDelayed,
-  kFromDelayed,
-  kCounterKinds
-};
 
 template <class T>
 class QueueImpl final : public QueueBase {
@@ -132,9 +114,7 @@ class QueueImpl final : public QueueBase {
         free_(capacity_),
         ready_(capacity_),
         inbox_(capacity_),
-        history_mask_(std::bit_ceil(std::max<std::size_t>(capacity_, 1024)) - 1),
-        history_bits_(static_cast<unsigned>(std::popcount(history_mask_))),
-        history_(std::make_unique<std::atomic<std::uint32_t>[]>(history_mask_ + 1)),
+        stats_(capacity_),
         min_visibility_ns_(options_.visibility_timeout.count()),
         dlq_(*this, options_.dlq) {
     index_ = core_.register_queue(this);
@@ -169,38 +149,7 @@ class QueueImpl final : public QueueBase {
   [[nodiscard]] EngineCore& core() noexcept { return core_; }
 
   QueueCounts counts() const noexcept override {
-    // acquire: pairs with set_handler's release, so the array read is fully built.
-    const auto* owned = worker_counters_.load(std::memory_order_acquire);
-    const std::uint32_t owners = owned ? workers() : 0;
-    auto r = [&](Counter c) {
-      std::uint64_t sum = counters_.read(c);
-      for (std::uint32_t w = 0; w < owners; ++w)
-        sum += owned[w].read(c);
-      return sum;
-    };
-    auto gauge = [](std::uint64_t in, std::uint64_t out) { return in > out ? in - out : 0; };
-    // A job moving between gauges is counted into the next one before out of the previous one
-    // (deliver, fire, fail_attempt), with release increments; here every outflow is read
-    // (acquire) before any inflow. So a reader that sees a job leave one gauge also sees it
-    // enter the next: it may show in two gauges for a moment, never in none, and idle() (so
-    // drain()) never reports idle with a job in flight.
-    const std::uint64_t attempt_ended = r(kAttemptEnded), from_ready = r(kFromReady),
-                        from_delayed = r(kFromDelayed);
-    const std::uint64_t started = r(kStarted), to_ready = r(kToReady), to_delayed = r(kToDelayed);
-    QueueCounts c;
-    c.added = r(kAdded);
-    c.completed = r(kCompleted);
-    c.failed_attempts = r(kFailedAttempts);
-    c.dead_lettered = r(kDeadLettered);
-    c.cancelled = r(kCancelled);
-    c.deduplicated = r(kDeduplicated);
-    c.stalled = r(kStalled);
-    c.late_outcomes = r(kLateOutcomes);
-    c.waiting = gauge(to_ready, from_ready);
-    c.delayed = gauge(to_delayed, from_delayed);
-    c.active = gauge(started, attempt_ended);
-    c.paused = paused_.load(std::memory_order_relaxed);
-    return c;
+    return stats_.counts(paused_.load(std::memory_order_relaxed));
   }
 
   void collect_leftovers(ShutdownReport& report) const override {
@@ -253,7 +202,7 @@ class QueueImpl final : public QueueBase {
     }
     init_slot(idx, id, name_id, now, o);
     ::new (&payload_[idx]) T(std::move(data));
-    counters_.add(kAdded);
+    stats_.add(kAdded);
     if (core_.observed()) emit_added(s, o.delay);
     publish_new(idx, now, o.delay);
     return {id, AddStatus::added};
@@ -301,7 +250,7 @@ class QueueImpl final : public QueueBase {
       ::new (&payload_[k]) T(std::move(items[i]));
       if (observed) emit_added(slots_[k], o.delay);
     }
-    counters_.add(kAdded, items.size());
+    stats_.add(kAdded, items.size());
     if (o.delay.count() > 0) {
       for (std::size_t i = 0; i < items.size(); ++i)
         publish_new(held[i], now, o.delay);
@@ -332,9 +281,7 @@ class QueueImpl final : public QueueBase {
     // Before the counters' release below, so counts() never sees the array with a count of 0.
     worker_count_.store(workers, std::memory_order_relaxed);
     if (core_.mode() == Mode::threaded) {
-      worker_counters_owner_ = std::make_unique<OwnedCounters<kCounterKinds>[]>(workers);
-      // release: counts() on another thread sees the array built (its acquire load).
-      worker_counters_.store(worker_counters_owner_.get(), std::memory_order_release);
+      stats_.add_workers(workers);
     }
     // Threaded: the sweep is a self-re-arming wheel timer. Inline: time moves only through
     // ManualClock::advance, whose process_timers() calls sweep_inline() directly, so no timer is
@@ -462,8 +409,7 @@ class QueueImpl final : public QueueBase {
         break;
       }
     }
-    std::uint32_t h = history_[history_index(id)].load(std::memory_order_relaxed);
-    if (h != 0 && (h >> 4) == history_check(id)) return JobState{static_cast<JobStatus>(h & 0xF)};
+    if (auto ended = stats_.recall(id)) return JobState{*ended};
     if (dlq_.contains(id)) return JobState{JobStatus::dead_lettered};
     return JobState{};
   }
@@ -485,7 +431,7 @@ class QueueImpl final : public QueueBase {
         const std::optional<SlotState> from = s.ctl.take_unstarted();
         if (!from) continue;
         const bool delayed = *from == SlotState::delayed;
-        counters_.add(delayed ? kFromDelayed : kFromReady);  // out of its gauge: it left
+        stats_.add(delayed ? kFromDelayed : kFromReady);  // out of its gauge: it left
         out.push_back(Leftover<T>{s.id.load(std::memory_order_relaxed),
                                   std::string(core_.names().name(s.name)), std::move(payload(i)),
                                   s.attempts(), delayed});
@@ -564,8 +510,8 @@ class QueueImpl final : public QueueBase {
       }
       if (s.ctl.fire(c)) {
         if (core_.observed()) emit(EventKind::retry_due, s, now);
-        push_ready(idx);              // into `waiting` (counted there) ...
-        counters_.add(kFromDelayed);  // ... before out of `delayed`: see counts()
+        push_ready(idx);           // into `waiting` (counted there) ...
+        stats_.add(kFromDelayed);  // ... before out of `delayed`: see counts()
         return;
       }
     }
@@ -584,7 +530,7 @@ class QueueImpl final : public QueueBase {
     init_slot(idx, e.id, core_.names().intern(e.name), now, o);
     slots_[idx].added_ns = e.added_at.time_since_epoch().count();
     ::new (&payload_[idx]) T(std::move(e.data));
-    counters_.add(kAdded);
+    stats_.add(kAdded);
     if (core_.observed()) emit(EventKind::redriven, slots_[idx], now);
     publish_new(idx, now, Duration{0});
     return RedriveStatus::redriven;
@@ -610,15 +556,14 @@ class QueueImpl final : public QueueBase {
   /// batch runs would make add() answer `full` (or dead-letter under the overflow policy) with
   /// room in the queue.
   struct WorkerContext {
-    WorkerContext(LeaseRecord& r, SplitMix64 g, WorkerStash* st,
-                  OwnedCounters<kCounterKinds>* c) noexcept
+    WorkerContext(LeaseRecord& r, SplitMix64 g, WorkerStash* st, WorkerCounters* c) noexcept
         : record(r), rng(g), stash(st), counters(c) {}
     LeaseRecord& record;
     SplitMix64 rng;
-    WorkerStash* stash;  // null in inline mode: no batches, frees go straight to the ring
-    OwnedCounters<kCounterKinds>* counters;  // null in inline mode (any thread may run it)
-    std::int64_t last_start_ns = 0;          // engine clock: poll_timers' idea of now
-    std::int64_t last_wall_ns = 0;           // steady clock: the batch-size heuristic's
+    WorkerStash* stash;        // null in inline mode: no batches, frees go straight to the ring
+    WorkerCounters* counters;  // null in inline mode (any thread may run it)
+    std::int64_t last_start_ns = 0;  // engine clock: poll_timers' idea of now
+    std::int64_t last_wall_ns = 0;   // steady clock: the batch-size heuristic's
     bool fast = false;  // the last delivery started within kFastHandlerNs of the one before
     bool manual_clock = false;
   };
@@ -743,12 +688,12 @@ class QueueImpl final : public QueueBase {
   }
 
   void push_ready(std::uint32_t idx) noexcept {
-    counters_.add(kToReady);
+    stats_.add(kToReady);
     push_held(ready_, idx);
     wake_for_ready();
   }
   void push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexcept {
-    counters_.add(kToReady, n);
+    stats_.add(kToReady, n);
     std::size_t done = 0;
     while (done < n) {
       std::size_t k = ready_.try_push_bulk(idx + done, n - done);
@@ -760,7 +705,7 @@ class QueueImpl final : public QueueBase {
       ready_ec_.notify();
   }
   void push_delayed(std::uint32_t idx) noexcept {
-    counters_.add(kToDelayed);
+    stats_.add(kToDelayed);
     push_held(inbox_, idx);
     core_.signal_timer();
   }
@@ -783,9 +728,9 @@ class QueueImpl final : public QueueBase {
                     now,
                     now,
                     {}};
-    counters_.add(kAdded);
-    counters_.add(kDeadLettered);
-    remember(id, JobStatus::dead_lettered);
+    stats_.add(kAdded);
+    stats_.add(kDeadLettered);
+    stats_.remember(id, JobStatus::dead_lettered);
     if (core_.observed()) {
       Event ev;
       ev.kind = EventKind::dead_lettered;
@@ -813,7 +758,7 @@ class QueueImpl final : public QueueBase {
     AddStatus status = AddStatus::duplicate;
     if (o.dedup.mode == DedupMode::debounce && try_debounce(claim, std::move(data), o, now))
       status = AddStatus::debounced;
-    counters_.add(kDeduplicated);
+    stats_.add(kDeduplicated);
     if (core_.observed()) {
       Event e;
       e.kind = status == AddStatus::debounced ? EventKind::debounced : EventKind::deduplicated;
@@ -858,7 +803,7 @@ class QueueImpl final : public QueueBase {
   void worker_loop(std::uint32_t w) {
     WorkerContext wc(leases_->record(w),
                      SplitMix64(core_.seed() ^ (std::uint64_t{index_} << 32) ^ w), &stashes_[w],
-                     &worker_counters_owner_[w]);
+                     &stats_.worker(w));
     wc.manual_clock = core_.clock().is_manual();
     std::uint32_t idx = 0;
     while (!stop_.load(std::memory_order_acquire)) {
@@ -988,7 +933,7 @@ class QueueImpl final : public QueueBase {
     if (wc && wc->counters) {
       wc->counters->add(c, n);
     } else {
-      counters_.add(c, n);
+      stats_.add(c, n);
     }
   }
 
@@ -1242,7 +1187,7 @@ class QueueImpl final : public QueueBase {
     if (!l.won) return;  // the handler's outcome won
     const std::uint64_t c = l.word;
     Duration elapsed{now - s.started()};
-    counters_.add(kStalled);  // `active` keeps counting the stale handler until it returns
+    stats_.add(kStalled);  // `active` keeps counting the stale handler until it returns
     if (core_.observed()) {
       Event e = make_event(EventKind::stalled, s, now);
       e.elapsed = elapsed;
@@ -1282,12 +1227,12 @@ class QueueImpl final : public QueueBase {
     switch (kind) {
       case EndKind::completed:
         count(wc, kCompleted);
-        remember(id, JobStatus::completed);
+        stats_.remember(id, JobStatus::completed);
         if (core_.observed()) emit(EventKind::completed, s, now);
         break;
       case EndKind::dead_lettered: {
         count(wc, kDeadLettered);
-        remember(id, JobStatus::dead_lettered);
+        stats_.remember(id, JobStatus::dead_lettered);
         if (core_.observed()) {
           Event ev = make_event(EventKind::dead_lettered, s, now);
           ev.reason = reason;
@@ -1299,7 +1244,7 @@ class QueueImpl final : public QueueBase {
       }
       case EndKind::cancelled:
         count(wc, kCancelled);
-        remember(id, JobStatus::cancelled);
+        stats_.remember(id, JobStatus::cancelled);
         if (core_.observed()) emit(EventKind::cancelled, s, now);
         break;
       case EndKind::none:
@@ -1375,7 +1320,7 @@ class QueueImpl final : public QueueBase {
   /// a worker pops its index.
   void end_cancelled(std::uint32_t idx, SlotState from) {
     JobSlot& s = slots_[idx];
-    counters_.add(from == SlotState::waiting ? kFromReady : kFromDelayed);
+    stats_.add(from == SlotState::waiting ? kFromReady : kFromDelayed);
     record_end(s, EndKind::cancelled, DeadLetterReason::none, core_.now_ns(), nullptr);
     bool held = false;
     if (from == SlotState::delayed) {
@@ -1426,31 +1371,6 @@ class QueueImpl final : public QueueBase {
     if (entry) dlq_.push(std::move(*entry));
   }
 
-  /// history_index(id): id's entry, with consecutive ids on different cache lines. Workers end
-  /// neighbouring ids at the same moment; with ids mapped in order, eight of them share a line and
-  /// every end would pull it from the other worker's core. Swapping the id's low three bits to the
-  /// top of the index keeps the map a bijection on the table while separating neighbours.
-  [[nodiscard]] std::size_t history_index(JobId id) const noexcept {
-    const auto low = static_cast<std::size_t>(id & 7);
-    const auto rest = static_cast<std::size_t>(id >> 3) & (history_mask_ >> 3);
-    return (low << (history_bits_ - 3)) | rest;  // history_bits_ >= 10
-  }
-  /// history_check(id): the id bits its index does not encode (28 of them), stored beside the
-  /// status so that an entry answers only for its own id. Two ids share an entry and a check only
-  /// 2^(28 + history_bits_) ids apart (2^38 or more), by which time the older one is long
-  /// forgotten anyway; 4-byte entries keep the history at 4 bytes per slot.
-  [[nodiscard]] std::uint32_t history_check(JobId id) const noexcept {
-    return static_cast<std::uint32_t>(id >> history_bits_) & 0x0FFF'FFFFu;
-  }
-
-  /// remember(id, status): the history of ended jobs that state() consults, direct-mapped by id
-  /// (a newer job with the same low bits overwrites an older one: then state() says unknown).
-  void remember(JobId id, JobStatus status) noexcept {
-    // relaxed: a hint for a cold-path reader; it orders nothing.
-    history_[history_index(id)].store((history_check(id) << 4) | static_cast<std::uint32_t>(status),
-                                      std::memory_order_relaxed);
-  }
-
   Event make_event(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept {
     Event e;
     e.kind = kind;
@@ -1493,9 +1413,7 @@ class QueueImpl final : public QueueBase {
   EventCount ready_ec_;
   // 1 while a worker spins for jobs (spin_for_job); its own line: producers read it on every push.
   alignas(64) std::atomic<std::uint32_t> spinning_{0};
-  std::size_t history_mask_;
-  unsigned history_bits_;
-  std::unique_ptr<std::atomic<std::uint32_t>[]> history_;
+  QueueStats stats_;
   std::atomic<std::int64_t> min_visibility_ns_;
   TimerNode sweep_node_{};                    // owned by the wheel owner, like the slots' nodes
   std::atomic<bool> sweep_requested_{false};  // arm_sweep() -> the wheel owner (drain_timer_inbox)
@@ -1505,9 +1423,6 @@ class QueueImpl final : public QueueBase {
   std::unique_ptr<DedupSet> dedup_owner_;
   std::mutex dedup_init_mu_;
   mutable DeadLetterQueue<T> dlq_;
-  StripedCounters<kCounterKinds> counters_;  // producers, the timer, cancel(), inline mode
-  std::atomic<OwnedCounters<kCounterKinds>*> worker_counters_{nullptr};  // threaded workers
-  std::unique_ptr<OwnedCounters<kCounterKinds>[]> worker_counters_owner_;
   std::mutex handler_mu_;
   Handler handler_;
   std::unique_ptr<LeaseTracker> leases_;

@@ -1,0 +1,104 @@
+// QueueStats: one queue's numbers — its counters, the gauges counts() derives from them, and the
+// history of ended jobs that state() consults once a job has left its slot. The job flow tells
+// it what happened; it owns no job state.
+//
+// Counters: producers, the timer and cold paths add to striped counters (one padded stripe per
+// thread: no two threads share a line); each worker thread adds to its own OwnedCounters with
+// plain stores (no locked instruction per job). counts() sums both.
+// Gauges: a job moving between gauges is counted into the next one before out of the previous one
+// (release increments), and counts() reads every outflow (acquire) before any inflow, so a reader
+// that sees a job leave one gauge also sees it enter the next: it may show in two gauges for a
+// moment, never in none, and idle() never reports idle with a job in flight.
+// History: direct-mapped by id, 4 bytes an entry, max(capacity, 1024) entries rounded up to a
+// power of two; a newer job with the same low bits overwrites an older one (state() then says
+// unknown).
+// Memory ordering: counters as striped_counter.hpp says; the worker array is published with a
+// release store that counts() acquires; history entries are relaxed (hints for a cold reader;
+// they order nothing).
+// Threading: add() from any thread; worker(w).add() by worker w only; the rest from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "rail/add_result.hpp"
+#include "rail/detail/striped_counter.hpp"
+#include "rail/job_state.hpp"
+#include "rail/options.hpp"
+
+namespace rail::detail {
+
+enum Counter : std::size_t {
+  kAdded,
+  kStarted,
+  kAttemptEnded,
+  kCompleted,
+  kFailedAttempts,
+  kDeadLettered,
+  kCancelled,
+  kDeduplicated,
+  kStalled,
+  kLateOutcomes,
+  kToReady,
+  kFromReady,
+  kToDelayed,
+  kFromDelayed,
+  kCounterKinds
+};
+
+using WorkerCounters = OwnedCounters<kCounterKinds>;
+
+class QueueStats {
+ public:
+  explicit QueueStats(std::size_t capacity);
+
+  /// add(c, n): a count by any thread (producers, the timer, cold paths, inline mode).
+  void add(Counter c, std::uint64_t n = 1) noexcept { shared_.add(c, n); }
+
+  /// add_workers(n): n worker threads will count on their own; call before they start.
+  void add_workers(std::uint32_t n);
+  /// worker(w): worker w's own counters (w < the n given to add_workers).
+  [[nodiscard]] WorkerCounters& worker(std::uint32_t w) noexcept { return workers_owner_[w]; }
+
+  /// counts(paused): the snapshot Queue::counts() returns (see the header on gauges).
+  [[nodiscard]] QueueCounts counts(bool paused) const noexcept;
+
+  /// remember(id, status): job `id` ended with `status`.
+  void remember(JobId id, JobStatus status) noexcept {
+    // relaxed: a hint for a cold-path reader; it orders nothing.
+    history_[index(id)].store((check(id) << 4) | static_cast<std::uint32_t>(status),
+                              std::memory_order_relaxed);
+  }
+  /// recall(id): how job `id` ended, if the history still knows.
+  [[nodiscard]] std::optional<JobStatus> recall(JobId id) const noexcept;
+
+ private:
+  /// index(id): id's entry, with consecutive ids on different cache lines. Workers end
+  /// neighbouring ids at the same moment; with ids mapped in order, eight of them share a line and
+  /// every end would pull it from the other worker's core. Swapping the id's low three bits to the
+  /// top of the index keeps the map a bijection on the table while separating neighbours.
+  [[nodiscard]] std::size_t index(JobId id) const noexcept {
+    const auto low = static_cast<std::size_t>(id & 7);
+    const auto rest = static_cast<std::size_t>(id >> 3) & (mask_ >> 3);
+    return (low << (bits_ - 3)) | rest;  // bits_ >= 10
+  }
+  /// check(id): the id bits its index does not encode (28 of them), stored beside the status so
+  /// that an entry answers only for its own id. Two ids share an entry and a check only
+  /// 2^(28 + bits_) ids apart (2^38 or more), by which time the older one is long forgotten.
+  [[nodiscard]] std::uint32_t check(JobId id) const noexcept {
+    return static_cast<std::uint32_t>(id >> bits_) & 0x0FFF'FFFFu;
+  }
+
+  StripedCounters<kCounterKinds> shared_;
+  std::atomic<const WorkerCounters*> workers_{nullptr};  // published by add_workers
+  std::atomic<std::uint32_t> worker_count_{0};
+  std::unique_ptr<WorkerCounters[]> workers_owner_;
+  std::size_t mask_;
+  unsigned bits_;
+  std::unique_ptr<std::atomic<std::uint32_t>[]> history_;
+};
+
+}  // namespace rail::detail
