@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "rail/rail.hpp"
+#include "support/sanitized.hpp"
 
 namespace {
 std::atomic<std::uint64_t> g_allocations{0};
@@ -176,13 +177,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define RAIL_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define RAIL_SANITIZED 1
-#endif
-#endif
 
 struct Payload {
   std::uint64_t order;
