@@ -1,6 +1,7 @@
 // The soak harness's short run, in the normal suite and under ThreadSanitizer: >= 200,000 jobs
 // with every fault kind (failures, throws, permanent failures, hangs past the lease), duplicate
-// adds, delayed jobs, cancels, pauses and resumes, on the real and on a manual clock.
+// adds (merged and debounced), delayed jobs and cancels of them, cancels, pauses and resumes,
+// redrives, and a shutdown in the middle of a run, on the real and on a manual clock.
 #include "soak/soak.hpp"
 
 #include <gtest/gtest.h>
@@ -15,7 +16,18 @@ void expect_clean(const Config& c) {
   std::ostringstream out;
   print(r, c, out);
   EXPECT_TRUE(r.ok()) << out.str();
-  EXPECT_GE(r.accepted, 200'000u) << out.str();
+  // The checker's totals: every job accounted for exactly.
+  EXPECT_EQ(r.ok_jobs, r.accepted) << out.str();
+  EXPECT_EQ(r.lost + r.duplicated + r.late_applied, 0u) << out.str();
+  EXPECT_GT(r.redriven, 0u) << out.str();           // redrives while workers ran
+  EXPECT_GT(r.delayed_cancelled, 0u) << out.str();  // delayed jobs cancelled at once
+  EXPECT_GT(r.debounced, 0u) << out.str();
+  if (c.shutdown_at > 0) {
+    EXPECT_GT(r.handed_back, 0u) << out.str();  // the shutdown left jobs to take back
+    EXPECT_GE(r.accepted, static_cast<std::uint64_t>(c.shutdown_at * c.jobs)) << out.str();
+  } else {
+    EXPECT_GE(r.accepted, 200'000u) << out.str();
+  }
   // Every fault kind actually happened (a soak that injects nothing proves nothing).
   EXPECT_GT(r.dead_lettered, 0u) << out.str();
   EXPECT_GT(r.stalls, 0u) << out.str();
@@ -44,6 +56,18 @@ TEST(Soak, InvariantsHoldOnAManualClock) {
   c.visibility = std::chrono::milliseconds(20);
   c.seed = 12;
   expect_clean(c);
+}
+
+TEST(Soak, EveryJobIsAccountedForAfterAShutdownInTheMiddleOfTheRun) {
+  for (std::uint64_t seed : {21u, 22u}) {
+    Config c;
+    c.jobs = 200'000;
+    c.shutdown_at = 0.5;
+    c.manual_clock = seed % 2 == 0;
+    c.visibility = std::chrono::milliseconds(20);
+    c.seed = seed;
+    expect_clean(c);
+  }
 }
 
 TEST(Soak, InvariantsHoldWithFewWorkersAndATinyQueue) {

@@ -23,6 +23,15 @@ int main(int argc, char** argv) {
   app.add_option("--duplicate", c.duplicate, "per-add duplicate rate")->check(CLI::Range(0.0, 1.0));
   app.add_option("--delayed", c.delayed, "per-add delayed-job rate")->check(CLI::Range(0.0, 1.0));
   app.add_option("--cancel", c.cancel, "per-add cancel rate")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--debounce", c.debounce, "of the duplicate adds: the debounce-mode share")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--cancel-delayed", c.cancel_delayed, "of the delayed adds: cancelled at once")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--shutdown-at", c.shutdown_at,
+                 "shut down once this fraction of the jobs is accepted (0: drain at the end)")
+      ->check(CLI::Range(0.0, 1.0));
+  bool no_redrives = false;
+  app.add_flag("--no-redrives", no_redrives, "do not redrive DLQ entries while workers run");
   bool no_pauses = false;
   app.add_flag("--no-pauses", no_pauses, "do not pause and resume the queue");
   int visibility_ms = 50;
@@ -30,6 +39,7 @@ int main(int argc, char** argv) {
   app.add_option("--capacity", c.capacity)->check(CLI::Range(1u, 1u << 24));
   CLI11_PARSE(app, argc, argv);
   c.pauses = !no_pauses;
+  c.redrives = !no_redrives;
   c.visibility = std::chrono::milliseconds(visibility_ms);
   if (c.fail + c.throw_ + c.permanent + c.hang > 1.0) {
     std::cerr << "soak: --fail + --throw + --permanent + --hang is above 1; expected a total "

@@ -42,6 +42,8 @@ struct Track {
   std::atomic<std::uint16_t> started{0}, failed{0}, stalled{0}, late{0};
   std::atomic<std::uint16_t> completed{0}, dead{0}, cancelled{0}, completed_delivery{0};
   std::atomic<std::uint16_t> started_mask{0}, stalled_mask{0};  // bit d-1: delivery d
+  std::atomic<std::uint16_t> redriven{0};  // lives beyond the first (a redrive restarts it)
+  std::atomic<std::uint8_t> taken{0};      // handed back by take_leftovers after a shutdown
 };
 
 /// delivery_bit(d): delivery d's bit in a Track mask, or 0 if d is outside what a mask holds.
@@ -100,6 +102,7 @@ Report run(const Config& cfg) {
   if (cfg.manual_clock) eo.clock = &manual;
   Engine engine(eo);
   Clock& clock = engine.clock();
+  std::atomic<std::uint64_t> debounced{0};
 
   engine.on_event([&](const Event& e) {
     if (e.job_id == 0) return;
@@ -147,6 +150,16 @@ Report run(const Config& cfg) {
       case EventKind::cancelled:
         bump(t.cancelled);
         break;
+      case EventKind::redriven:
+        // Raised before the new life is published, so before any of its starts: the delivery
+        // numbering restarts here.
+        bump(t.redriven);
+        t.started_mask.store(0);
+        t.stalled_mask.store(0);
+        break;
+      case EventKind::debounced:
+        debounced.fetch_add(1, std::memory_order_relaxed);
+        break;
       default:
         break;
     }
@@ -179,9 +192,10 @@ Report run(const Config& cfg) {
     return Outcome::done();
   });
 
-  std::atomic<bool> producing{true}, settled{false};
+  std::atomic<bool> producing{true}, settled{false}, stopped{false};
   std::atomic<std::uint64_t> dup_merged{0}, dup_new{0}, cancels_ok{0}, pauses{0};
-  std::atomic<std::uint64_t> pauses_with_work{0};
+  std::atomic<std::uint64_t> pauses_with_work{0}, accepted_count{0}, redrives{0};
+  std::atomic<std::uint64_t> delayed_cancelled{0};
   std::thread driver;
   if (cfg.manual_clock) {
     driver = std::thread([&] {
@@ -209,6 +223,37 @@ Report run(const Config& cfg) {
     });
   }
 
+  // Redrives while the workers run: a DLQ entry goes back to the queue for a second life (once
+  // per job, every other id, so that some dead letters stay for the DLQ check).
+  std::thread redriver;
+  if (cfg.redrives) {
+    redriver = std::thread([&] {
+      std::unordered_map<JobId, bool> done;
+      while (producing.load() && !stopped.load()) {
+        std::this_thread::sleep_for(2ms);
+        int budget = 4;
+        for (const auto& e : q.dlq().list()) {
+          if (budget == 0) break;
+          if (e.id % 2 != 0 || !done.emplace(e.id, true).second) continue;
+          --budget;
+          if (q.dlq().redrive(e.id) == RedriveStatus::redriven) redrives.fetch_add(1);
+        }
+      }
+    });
+  }
+  // A shutdown in the middle of the run: producers see Error(shutting_down) and stop; what never
+  // ran is handed back by take_leftovers below.
+  std::thread stopper;
+  if (cfg.shutdown_at > 0) {
+    stopper = std::thread([&] {
+      const auto at = static_cast<std::uint64_t>(cfg.shutdown_at * static_cast<double>(cfg.jobs));
+      while (accepted_count.load() < at && producing.load())
+        std::this_thread::sleep_for(100us);
+      (void)engine.shutdown(20ms);
+      stopped.store(true);
+    });
+  }
+
   const Duration window = 200ms;
   auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> producers;
@@ -229,6 +274,7 @@ Report run(const Config& cfg) {
       auto accept = [&](const AddResult& r) {
         if (r.id > max_id) return v.add("job id " + std::to_string(r.id) + " out of range");
         track[r.id].accepted.store(1);
+        accepted_count.fetch_add(1);
       };
       auto add = [&](const JobOptions& o) {
         for (;;) {
@@ -252,56 +298,78 @@ Report run(const Config& cfg) {
         }
         ids.pop_front();
       };
-      for (std::uint64_t n = 0; n < per; ++n) {
-        JobOptions o = qo.defaults;  // attempts 3, jittered backoff
-        if (u(rng) < cfg.delayed) o.delay = std::chrono::milliseconds(1 + rng() % 5);
-        bool dup = u(rng) < cfg.duplicate;
-        if (dup) o.dedup = {.id = "p" + std::to_string(p) + "-" + std::to_string(n), .ttl = window};
-        TimePoint before = clock.now();
-        AddResult r = add(o);
-        if (r.status != AddStatus::added) {
-          v.add("a fresh add returned " + std::string(to_string(r.status)));
-          continue;
-        }
-        accept(r);
-        if (dup) {
-          TimePoint after_first = clock.now();
-          AddResult again = add(o);
-          TimePoint after_second = clock.now();
-          if (after_second < before + window) {  // certainly inside the window
-            if (!again.duplicate() || again.id != r.id)
-              v.add("duplicate add of job " + std::to_string(r.id) + " inside its window got " +
-                    std::string(to_string(again.status)) + " id " + std::to_string(again.id));
-            else
-              dup_merged.fetch_add(1);
-          } else if (again.status == AddStatus::added) {
-            // Ambiguous timing: the window may have ended; a new job is legal and now owns the
-            // id for a window of its own.
-            accept(again);
-            later.push_back({o.dedup.id, again.id, after_second + window});
+      try {
+        for (std::uint64_t n = 0; n < per; ++n) {
+          JobOptions o = qo.defaults;  // attempts 3, jittered backoff
+          if (u(rng) < cfg.delayed) o.delay = std::chrono::milliseconds(1 + rng() % 5);
+          bool dup = u(rng) < cfg.duplicate;
+          if (dup) {
+            o.dedup = {.id = "p" + std::to_string(p) + "-" + std::to_string(n), .ttl = window};
+            // Debounce lands on the kept job whatever its state: delayed (replaced), waiting or
+            // running (merged: a running job's payload is never replaced).
+            if (u(rng) < cfg.debounce) o.dedup.mode = DedupMode::debounce;
+          }
+          TimePoint before = clock.now();
+          AddResult r = add(o);
+          if (r.status != AddStatus::added) {
+            v.add("a fresh add returned " + std::string(to_string(r.status)));
             continue;
           }
-          later.push_back({o.dedup.id, r.id, after_first + window});
-        }
-        if (u(rng) < cfg.cancel) to_cancel.push_back(r.id);
-        if (to_cancel.size() > 8 || (n + 1 == per && !to_cancel.empty())) {
-          for (JobId id : to_cancel)
-            if (q.cancel(id)) {
-              track[id].cancel_accepted.store(1);
-              cancels_ok.fetch_add(1);
+          accept(r);
+          if (dup) {
+            TimePoint after_first = clock.now();
+            AddResult again = add(o);
+            TimePoint after_second = clock.now();
+            // A debounce restarts the window at the second add.
+            if (again.status == AddStatus::debounced) after_first = after_second;
+            if (after_second < before + window) {  // certainly inside the window
+              if (!again.duplicate() || again.id != r.id)
+                v.add("duplicate add of job " + std::to_string(r.id) + " inside its window got " +
+                      std::string(to_string(again.status)) + " id " + std::to_string(again.id));
+              else
+                dup_merged.fetch_add(1);
+            } else if (again.status == AddStatus::added) {
+              // Ambiguous timing: the window may have ended; a new job is legal and now owns the
+              // id for a window of its own.
+              accept(again);
+              later.push_back({o.dedup.id, again.id, after_second + window});
+              continue;
             }
-          to_cancel.clear();
+            later.push_back({o.dedup.id, r.id, after_first + window});
+          }
+          if (!dup && o.delay.count() > 0 && u(rng) < cfg.cancel_delayed) {
+            // A delayed job cancelled at once: its slot must come back at once too.
+            if (q.cancel(r.id)) {
+              track[r.id].cancel_accepted.store(1);
+              cancels_ok.fetch_add(1);
+              delayed_cancelled.fetch_add(1);
+            }
+          } else if (u(rng) < cfg.cancel) {
+            to_cancel.push_back(r.id);
+          }
+          if (to_cancel.size() > 8 || (n + 1 == per && !to_cancel.empty())) {
+            for (JobId id : to_cancel)
+              if (q.cancel(id)) {
+                track[id].cancel_accepted.store(1);
+                cancels_ok.fetch_add(1);
+              }
+            to_cancel.clear();
+          }
+          while (!later.empty() && clock.now() >= later.front().after)
+            readd(later);
         }
-        while (!later.empty() && clock.now() >= later.front().after)
-          readd(later);
-      }
-      // The windows still open when production ends: wait each out (a manual clock is moved by
-      // the driver until the jobs settle), so that every duplicated id is re-added once.
-      while (!later.empty()) {
-        if (clock.now() >= later.front().after)
-          readd(later);
-        else
-          std::this_thread::sleep_for(100us);
+        // The windows still open when production ends: wait each out (a manual clock is moved by
+        // the driver until the jobs settle), so that every duplicated id is re-added once.
+        while (!later.empty()) {
+          if (clock.now() >= later.front().after)
+            readd(later);
+          else
+            std::this_thread::sleep_for(100us);
+        }
+      } catch (const Error& e) {
+        // A mid-run shutdown ends production; anything else is a violation.
+        if (e.code() != ErrorCode::shutting_down || cfg.shutdown_at <= 0)
+          v.add(std::string("a producer got ") + e.what());
       }
     });
   }
@@ -309,14 +377,33 @@ Report run(const Config& cfg) {
     t.join();
   producing.store(false);
   if (pauser.joinable()) pauser.join();
+  if (redriver.joinable()) redriver.join();
+  if (stopper.joinable()) stopper.join();
   q.resume();
+  std::uint64_t handed_back = 0;
+  // After a mid-run shutdown: wait for the handlers that were running (a hung one returns once
+  // its lease lapses), then take back what never ran; a worker that had popped a job as the
+  // shutdown came puts it back, so a second pass after the handlers ended takes the rest.
+  auto take_back = [&] {
+    for (auto& l : q.take_leftovers()) {
+      if (l.id > max_id || track[l.id].taken.fetch_add(1) != 0)
+        v.add("take_leftovers handed back job " + std::to_string(l.id) + " twice");
+      ++handed_back;
+    }
+  };
 
   auto deadline = std::chrono::steady_clock::now() + 10min;
   for (;;) {
     QueueCounts c = q.counts();
-    if (c.completed + c.dead_lettered + c.cancelled == c.added && c.active == 0 && c.waiting == 0 &&
-        c.delayed == 0)
+    if (stopped.load()) {
+      if (c.active == 0) {
+        take_back();
+        if (q.counts().active == 0) break;
+      }
+    } else if (c.completed + c.dead_lettered + c.cancelled == c.added && c.active == 0 &&
+               c.waiting == 0 && c.delayed == 0) {
       break;
+    }
     if (std::chrono::steady_clock::now() > deadline) {
       v.add("jobs did not settle within 10 minutes: added " + std::to_string(c.added) + ", ended " +
             std::to_string(c.completed + c.dead_lettered + c.cancelled));
@@ -343,8 +430,17 @@ Report run(const Config& cfg) {
     std::uint32_t ends = t.completed + t.dead + t.cancelled;
     auto job = [id] { return "job " + std::to_string(id) + ": "; };  // only on a violation
     if (!t.accepted) {
-      if (ends || t.started) v.add(job() + "events for a job never accepted");
+      if (ends || t.started || t.taken) v.add(job() + "events for a job never accepted");
       continue;
+    }
+    // The checker's account: each life ends once, or its last one is handed back.
+    const std::uint32_t lives = 1u + t.redriven, accounted = ends + t.taken;
+    if (accounted == lives) {
+      ++rep.ok_jobs;
+    } else {
+      ++(accounted < lives ? rep.lost : rep.duplicated);
+      v.add(job() + std::to_string(lives) + " lives, " + std::to_string(ends) + " ends and " +
+            std::to_string(t.taken) + " handed back");
     }
     ++rep.accepted;
     rep.completed += t.completed;
@@ -354,18 +450,18 @@ Report run(const Config& cfg) {
     rep.late_outcomes += t.late;
     rep.deliveries += t.started;
     rep.failed_attempts += t.failed;
-    if (ends != 1) {
-      v.add(job() + "ended " + std::to_string(ends) + " times");
-      continue;
-    }
     if (t.delayed) ++rep.delayed;
+    if (accounted != lives) continue;
     if (t.cancel_accepted && !t.cancelled)
       v.add(job() + "cancel() accepted but it did not end cancelled");
     if (t.cancelled && !t.cancel_accepted)
       v.add(job() + "ended cancelled but no cancel() of it was accepted");
-    if (t.completed && (t.stalled_mask & delivery_bit(t.completed_delivery)))
+    if (t.completed && (t.stalled_mask & delivery_bit(t.completed_delivery))) {
+      ++rep.late_applied;
       v.add(job() + "completed by delivery " + std::to_string(t.completed_delivery) +
             " whose lease had lapsed");
+    }
+    if (t.redriven || t.taken) continue;  // the checks below count one whole life
     if (t.late != t.stalled)
       v.add(job() + std::to_string(t.stalled) + " lapses but " + std::to_string(t.late) +
             " late outcomes");
@@ -391,15 +487,20 @@ Report run(const Config& cfg) {
     }
   }
   QueueCounts c = q.counts();
-  if (c.added != rep.accepted)
+  // A redrive counts as an add of the queue (a new life), not of the producers.
+  if (c.added != rep.accepted + redrives.load())
     v.add("queue counted " + std::to_string(c.added) + " adds, producers " +
-          std::to_string(rep.accepted));
+          std::to_string(rep.accepted) + " and the redriver " + std::to_string(redrives.load()));
   rep.duplicates_merged = dup_merged;
   rep.duplicates_new = dup_new;
   rep.cancels_accepted = cancels_ok;
   rep.pauses = pauses;
   rep.pauses_with_work = pauses_with_work;
   rep.starts_while_paused = pause_watch.starts_while_paused;
+  rep.debounced = debounced;
+  rep.redriven = redrives;
+  rep.handed_back = handed_back;
+  rep.delayed_cancelled = delayed_cancelled;
   rep.violations = v.count;
   rep.first_violations = v.first;
   return rep;
@@ -433,6 +534,17 @@ void print(const Report& r, const Config& c, std::ostream& out) {
       static_cast<unsigned long long>(r.delayed), static_cast<unsigned long long>(r.pauses),
       static_cast<unsigned long long>(r.pauses_with_work),
       static_cast<unsigned long long>(r.starts_while_paused));
+  out << line;
+  std::snprintf(
+      line, sizeof line,
+      "  debounced %llu, redriven %llu, delayed jobs cancelled at once %llu, handed "
+      "back after shutdown %llu\n"
+      "checker: ok %llu, lost %llu, duplicated %llu, late outcomes applied %llu\n",
+      static_cast<unsigned long long>(r.debounced), static_cast<unsigned long long>(r.redriven),
+      static_cast<unsigned long long>(r.delayed_cancelled),
+      static_cast<unsigned long long>(r.handed_back), static_cast<unsigned long long>(r.ok_jobs),
+      static_cast<unsigned long long>(r.lost), static_cast<unsigned long long>(r.duplicated),
+      static_cast<unsigned long long>(r.late_applied));
   out << line;
   for (const auto& s : r.first_violations)
     out << "  VIOLATION " << s << "\n";

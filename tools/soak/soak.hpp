@@ -5,11 +5,16 @@
 // Faults, per delivery, chosen by a seeded plan carried in the payload: a retryable failure, a
 // thrown exception, a permanent failure, or a hang past the lease (the handler waits until its
 // delivery is fenced, then returns an outcome that must be ignored). Besides: duplicate adds
-// inside and outside their dedup window, delayed jobs, cancellations, pauses and resumes.
+// inside and outside their dedup window (some in debounce mode, landing on delayed, waiting and
+// running jobs), delayed jobs and cancels of them at once, cancellations, pauses and resumes,
+// redrives from the DLQ while workers run, and (optionally) a shutdown in the middle of the run
+// followed by take_leftovers.
 //
 // Invariants checked (each violation is counted and the first few are described):
-//   1. every accepted job ended exactly once — completed, dead-lettered or cancelled — and no
-//      event names a job that was never accepted (none lost, none twice, none invented);
+//   1. every accepted job ended exactly once per life — completed, dead-lettered or cancelled —
+//      or, after a mid-run shutdown, was handed back by take_leftovers instead of its last end;
+//      a redriven job has one more life per redrive; no event names a job that was never
+//      accepted (none lost, none twice, none invented);
 //   2. every duplicate add inside its window was merged into the first job; every duplicated id
 //      is added again once its window has passed, and each such add creates a new job;
 //   3. no late outcome changed a job: a completion never comes from a delivery whose lease
@@ -17,11 +22,14 @@
 //      outcomes == lapses;
 //   4. deliveries and attempts agree with the events: a job's starts are numbered exactly 1..n
 //      (no gap, no repeat), a completed job failed n-1 times, a dead-lettered one failed n times
-//      (or 0 for overflow), and the DLQ entry's attempt count equals the failures observed;
+//      (or 0 for overflow), and the DLQ entry's attempt count equals the failures observed
+//      (checked for jobs with one life: a redrive restarts the numbering);
 //   5. a paused queue starts nothing: after pause() returns, a worker may start the one job it
 //      had already taken, and no other until resume().
 // The report also counts what the run exercised (delayed jobs, re-adds, pauses that held back
-// waiting work), so a caller can tell a clean run from one that injected nothing.
+// waiting work, debounces, redrives, jobs handed back), so a caller can tell a clean run from one
+// that injected nothing, and states the checker's totals as Jepsen's queue checker does: ok,
+// lost, duplicated (ended more often than its lives), and late outcomes applied.
 #pragma once
 
 #include <chrono>
@@ -38,14 +46,18 @@ struct Config {
   std::uint32_t workers = 8;
   bool manual_clock = false;  // a driver thread advances a ManualClock
   std::uint64_t seed = 1;
-  double fail = 0.05;       // per delivery: retryable failure
-  double throw_ = 0.02;     // per delivery: exception
-  double permanent = 0.01;  // per delivery: Outcome::fail
-  double hang = 0.002;      // per delivery: outlives its lease
-  double duplicate = 0.05;  // per add: re-add with the same dedup id
-  double delayed = 0.05;    // per add: a delay of 1-5 ms
-  double cancel = 0.01;     // per add: try to cancel it later
-  bool pauses = true;       // a thread pauses and resumes the queue
+  double fail = 0.05;           // per delivery: retryable failure
+  double throw_ = 0.02;         // per delivery: exception
+  double permanent = 0.01;      // per delivery: Outcome::fail
+  double hang = 0.002;          // per delivery: outlives its lease
+  double duplicate = 0.05;      // per add: re-add with the same dedup id
+  double delayed = 0.05;        // per add: a delay of 1-5 ms
+  double cancel = 0.01;         // per add: try to cancel it later
+  bool pauses = true;           // a thread pauses and resumes the queue
+  bool redrives = true;         // a thread redrives DLQ entries while the workers run
+  double debounce = 0.3;        // of the duplicate adds: in debounce mode (the rest merge)
+  double cancel_delayed = 0.2;  // of the delayed adds: cancelled at once
+  double shutdown_at = 0;       // > 0: shut down once this fraction of the jobs is accepted
   std::chrono::milliseconds visibility{50};
   std::size_t capacity = 8192;
 };
@@ -55,6 +67,11 @@ struct Report {
   std::uint64_t duplicates_merged = 0, duplicates_new = 0, stalls = 0, late_outcomes = 0;
   std::uint64_t deliveries = 0, failed_attempts = 0, cancels_accepted = 0, delayed = 0;
   std::uint64_t pauses = 0, pauses_with_work = 0, starts_while_paused = 0;
+  std::uint64_t debounced = 0, redriven = 0, handed_back = 0, delayed_cancelled = 0;
+  // The checker's totals: jobs accounted for exactly (ok), with a life that never ended and was
+  // not handed back (lost), with more ends than lives (duplicated), and completions that came
+  // from a delivery whose lease had lapsed (late outcomes applied).
+  std::uint64_t ok_jobs = 0, lost = 0, duplicated = 0, late_applied = 0;
   std::uint64_t violations = 0;
   std::vector<std::string> first_violations;
   double seconds = 0;
