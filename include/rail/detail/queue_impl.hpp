@@ -8,11 +8,12 @@
 //   slots_[C], payload_[C]  preallocated job records (detail/job_slot.hpp)
 //   free_      LIFO stack of free slot indices (initially all): the most recently freed slot is
 //              reused first, so resident memory follows the jobs in flight (free_stack.hpp)
-//   ready_     MPMC ring of slot indices whose job may start now
+//   dispatch_  the ready ring, the workers' stashes, wake-ups and the worker threads: hands each
+//              ready job to deliver() (dispatcher.hpp)
 //   inbox_     MPMC ring of indices to link into the timing wheel (sweep_requested_: the
 //              lease sweep's own (re)arm request)
 //   leases_    one lease record per worker (detail/lease_tracker.hpp)
-//   stashes_   one WorkerStash per worker: the rest of the batch it popped (worker_stash.hpp)
+//   stats_     counters, gauges and the history of ended jobs (queue_stats.hpp)
 // Each index is in exactly one ring or held by exactly one thread (job_slot.hpp's ownership
 // invariant); every ring has room for every index, so pushing a held index never fails for
 // long (push_held).
@@ -39,10 +40,8 @@
 //   * id loads are relaxed: a cold-path reader validates them against ctl (a CAS fails if the
 //     slot was reused), and a holder's id is already ordered by the ring or ctl hand-off.
 //   * due_ns is relaxed: it travels with the inbox push (ring release) or the ctl release.
-//   * stop_/paused_ are release on store, acquire on load: a worker that sees the flag also sees
-//     what the caller did before setting it. Counters, history and min_visibility_ns_ are
-//     relaxed: they publish no data, only numbers. Workers keep their own (OwnedCounters: plain
-//     stores, no locked instruction per job); counts() sums them with the shared stripes.
+//   * the dispatcher's stop and pause flags: see dispatcher.hpp. min_visibility_ns_ is relaxed:
+//     it publishes no data, only a number.
 //
 // Threading: add/add_bulk/cancel/state/pause from any thread; `concurrency` worker threads per
 // queue (threaded mode) or the run_until_idle() caller (inline mode) run handlers.
@@ -70,8 +69,8 @@
 #include "rail/dead_letter_queue.hpp"
 #include "rail/detail/assert.hpp"
 #include "rail/detail/dedup_set.hpp"
+#include "rail/detail/dispatcher.hpp"
 #include "rail/detail/engine_core.hpp"
-#include "rail/detail/event_count.hpp"
 #include "rail/detail/free_stack.hpp"
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/lease_tracker.hpp"
@@ -92,7 +91,7 @@ void validate_job_options(const JobOptions& o, std::string_view where);
 void validate_queue_options(const QueueOptions& o, std::string_view queue);
 
 template <class T>
-class QueueImpl final : public QueueBase {
+class QueueImpl final : public QueueBase, private JobRunner {
   static_assert(std::is_nothrow_move_constructible_v<T>,
                 "a queue's payload type must be nothrow move constructible: jobs move between "
                 "the queue, the DLQ and redrive on paths that must not fail halfway");
@@ -112,9 +111,9 @@ class QueueImpl final : public QueueBase {
         payload_(static_cast<Storage*>(
             ::operator new[](sizeof(Storage) * capacity_, std::align_val_t{alignof(Storage)}))),
         free_(capacity_),
-        ready_(capacity_),
         inbox_(capacity_),
         stats_(capacity_),
+        dispatch_(core_, stats_, capacity_, slots_.get(), payload_.get(), sizeof(Storage)),
         min_visibility_ns_(options_.visibility_timeout.count()),
         dlq_(*this, options_.dlq) {
     index_ = core_.register_queue(this);
@@ -148,9 +147,7 @@ class QueueImpl final : public QueueBase {
   [[nodiscard]] DeadLetterQueue<T>& dlq() noexcept { return dlq_; }
   [[nodiscard]] EngineCore& core() noexcept { return core_; }
 
-  QueueCounts counts() const noexcept override {
-    return stats_.counts(paused_.load(std::memory_order_relaxed));
-  }
+  QueueCounts counts() const noexcept override { return stats_.counts(dispatch_.paused()); }
 
   void collect_leftovers(ShutdownReport& report) const override {
     for (std::size_t i = 0; i < capacity_; ++i) {
@@ -258,7 +255,7 @@ class QueueImpl final : public QueueBase {
       for (std::size_t i = 0; i < items.size(); ++i) {
         slots_[held[i]].ctl.publish(SlotState::waiting);
       }
-      push_ready_bulk(held, items.size());
+      dispatch_.push_ready_bulk(held, items.size());
     }
     return {AddStatus::added, first, items.size()};
   }
@@ -276,59 +273,27 @@ class QueueImpl final : public QueueBase {
     handler_ = std::move(h);
     std::uint32_t workers = core_.mode() == Mode::threaded ? w.concurrency : 1;
     leases_ = std::make_unique<LeaseTracker>(workers);
-    stashes_ = std::make_unique<WorkerStash[]>(workers);
-    // relaxed: a sizing hint for wake-ups; the workers themselves see it through thread creation.
-    // Before the counters' release below, so counts() never sees the array with a count of 0.
-    worker_count_.store(workers, std::memory_order_relaxed);
-    if (core_.mode() == Mode::threaded) {
-      stats_.add_workers(workers);
-    }
     // Threaded: the sweep is a self-re-arming wheel timer. Inline: time moves only through
     // ManualClock::advance, whose process_timers() calls sweep_inline() directly, so no timer is
     // left on the wheel for next_timer_in() to chase forever.
     if (leases_enabled() && core_.mode() == Mode::threaded) arm_sweep();
     processing_.store(true, std::memory_order_release);  // check_options reads it
-    if (core_.mode() == Mode::threaded) {
-      for (std::uint32_t i = 0; i < w.concurrency; ++i)
-        workers_.emplace_back([this, i] { worker_loop(i); });
-    }
+    dispatch_.start(*this, workers, *leases_, core_.seed() ^ (std::uint64_t{index_} << 32));
   }
 
   std::size_t run_ready(std::size_t max) override {
     if (!handler_) return 0;
-    if (!inline_worker_)
-      inline_worker_.emplace(leases_->record(0), SplitMix64(core_.seed() ^ index_), nullptr,
-                             nullptr);
-    std::size_t ran = 0;
-    std::uint32_t idx;
-    // Checked before every job: a handler may pause the queue or shut the engine down, and after
-    // stop nothing new starts (take_leftovers may have handed ready jobs back).
-    while (ran < max && !paused_.load(std::memory_order_acquire) &&
-           !stop_.load(std::memory_order_acquire) && ready_.try_pop(idx)) {
-      if (deliver(idx, *inline_worker_)) ++ran;
-    }
-    return ran;
+    return dispatch_.run_inline(*this, *leases_, core_.seed() ^ index_, max);
   }
 
-  void stop_workers() noexcept override {
-    // seq_cst: in one order with deliver's activation and its re-check (SlotControl::activate).
-    stop_.store(true, std::memory_order_seq_cst);
-    ready_ec_.notify_all(INT32_MAX / 2);  // every later wait() returns at once
-  }
-  void join_workers() noexcept override {
-    for (auto& t : workers_)
-      if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
-  }
+  void stop_workers() noexcept override { dispatch_.stop(); }
+  void join_workers() noexcept override { dispatch_.join(); }
 
   // --- lifecycle
   // -----------------------------------------------------------------------------------
-  void pause() noexcept { paused_.store(true, std::memory_order_release); }
-  void resume() noexcept {
-    paused_.store(false, std::memory_order_release);  // workers' acquire load sees it
-    // One signal per worker: each may be between its paused check and its wait().
-    ready_ec_.notify_all(static_cast<std::int32_t>(std::max<std::uint32_t>(workers(), 1)));
-  }
-  [[nodiscard]] bool paused() const noexcept { return paused_.load(std::memory_order_acquire); }
+  void pause() noexcept { dispatch_.pause(); }
+  void resume() noexcept { dispatch_.resume(); }
+  [[nodiscard]] bool paused() const noexcept { return dispatch_.paused(); }
 
   /// idle(): nothing waiting, delayed or running (stale handlers included).
   [[nodiscard]] bool idle() const noexcept override {
@@ -510,8 +475,8 @@ class QueueImpl final : public QueueBase {
       }
       if (s.ctl.fire(c)) {
         if (core_.observed()) emit(EventKind::retry_due, s, now);
-        push_ready(idx);           // into `waiting` (counted there) ...
-        stats_.add(kFromDelayed);  // ... before out of `delayed`: see counts()
+        dispatch_.push_ready(idx);  // into `waiting` (counted there) ...
+        stats_.add(kFromDelayed);   // ... before out of `delayed`: see counts()
         return;
       }
     }
@@ -550,23 +515,6 @@ class QueueImpl final : public QueueBase {
 
  private:
   using Storage = std::aligned_storage_t<sizeof(T), alignof(T)>;
-
-  /// WorkerContext: what one worker thread keeps to itself (inline mode: the run_until_idle
-  /// caller's). Freed slots are not batched here: a slot held back while a later handler of the
-  /// batch runs would make add() answer `full` (or dead-letter under the overflow policy) with
-  /// room in the queue.
-  struct WorkerContext {
-    WorkerContext(LeaseRecord& r, SplitMix64 g, WorkerStash* st, WorkerCounters* c) noexcept
-        : record(r), rng(g), stash(st), counters(c) {}
-    LeaseRecord& record;
-    SplitMix64 rng;
-    WorkerStash* stash;        // null in inline mode: no batches, frees go straight to the ring
-    WorkerCounters* counters;  // null in inline mode (any thread may run it)
-    std::int64_t last_start_ns = 0;  // engine clock: poll_timers' idea of now
-    std::int64_t last_wall_ns = 0;   // steady clock: the batch-size heuristic's
-    bool fast = false;  // the last delivery started within kFastHandlerNs of the one before
-    bool manual_clock = false;
-  };
 
   T& payload(std::uint32_t idx) noexcept {
     return *std::launder(reinterpret_cast<T*>(&payload_[idx]));
@@ -683,27 +631,10 @@ class QueueImpl final : public QueueBase {
       push_delayed(idx);
     } else {
       s.ctl.publish(SlotState::waiting);
-      push_ready(idx);
+      dispatch_.push_ready(idx);
     }
   }
 
-  void push_ready(std::uint32_t idx) noexcept {
-    stats_.add(kToReady);
-    push_held(ready_, idx);
-    wake_for_ready();
-  }
-  void push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexcept {
-    stats_.add(kToReady, n);
-    std::size_t done = 0;
-    while (done < n) {
-      std::size_t k = ready_.try_push_bulk(idx + done, n - done);
-      if (k == 0) std::this_thread::yield();  // transient, as in push_held
-      done += k;
-    }
-    std::size_t wake = std::max<std::size_t>(1, std::min<std::size_t>(n, workers()));
-    for (std::size_t i = 0; i < wake; ++i)
-      ready_ec_.notify();
-  }
   void push_delayed(std::uint32_t idx) noexcept {
     stats_.add(kToDelayed);
     push_held(inbox_, idx);
@@ -794,140 +725,6 @@ class QueueImpl final : public QueueBase {
     return true;
   }
 
-  /// Batches: a worker takes up to WorkerStash::kCapacity ready jobs with one bulk pop while its
-  /// handlers are fast, and one at a time once a handler was slow (kFastHandlerNs start to
-  /// start), so slow jobs are handed out one by one, in order, to whichever worker is free. Either
-  /// way an idle worker steals from a busy worker's stash before it waits (worker_stash.hpp).
-  static constexpr std::int64_t kFastHandlerNs = 20'000;
-
-  void worker_loop(std::uint32_t w) {
-    WorkerContext wc(leases_->record(w),
-                     SplitMix64(core_.seed() ^ (std::uint64_t{index_} << 32) ^ w), &stashes_[w],
-                     &stats_.worker(w));
-    wc.manual_clock = core_.clock().is_manual();
-    std::uint32_t idx = 0;
-    while (!stop_.load(std::memory_order_acquire)) {
-      if (next_job(w, wc, idx)) {
-        deliver(idx, wc);
-        continue;
-      }
-      wc.fast = false;  // after idling, the next handler's speed is unknown: one job at a time
-      if (spin_for_job(w, wc, idx)) {
-        deliver(idx, wc);
-        continue;
-      }
-      if (stop_.load(std::memory_order_acquire)) break;
-      // Returns at once if a producer (or a worker filling its stash) signalled since; else sleeps
-      // until one does. Either way the loop re-checks the ring and the stashes (event_count.hpp).
-      ready_ec_.wait();
-    }
-  }
-
-  /// Idle workers: one of them at a time (the spinner) polls for up to kSpinNs before sleeping;
-  /// the others sleep at once. At a steady rate the spinner catches each job within a hand-off
-  /// (~100 ns) instead of a futex wake-up (1-5 us, and on a busy machine a wait for a core), and
-  /// one spinner, unlike every idle worker spinning, leaves the other cores to the producers and
-  /// the busy workers. Producers skip the wake-up while a spinner is on duty (wake_for_ready).
-  static constexpr std::int64_t kSpinNs = 50'000;
-
-  /// spin_for_job(w, wc, idx): if no other worker is spinning, spin for a job until kSpinNs
-  /// pass; true with idx set when one came. A false return leaves the caller to wait().
-  bool spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept {
-    std::uint32_t none = 0;
-    // relaxed: only decides who spins; clearing the duty is ordered by the fence below.
-    if (!spinning_.compare_exchange_strong(none, 1, std::memory_order_relaxed)) return false;
-    const std::int64_t until = steady_ns() + kSpinNs;
-    bool got = false;
-    for (std::uint32_t round = 1; !got; ++round) {
-      // `pause`, not sched_yield: on a busy machine a yield hands the core away for milliseconds.
-      cpu_relax();
-      got = next_job(w, wc, idx);
-      // The clock only every 64 rounds: a read costs as much as a few dozen pauses.
-      if (!got && round % 64 == 0 &&
-          (stop_.load(std::memory_order_acquire) || steady_ns() >= until))
-        break;
-    }
-    // Dekker with wake_for_ready(), fence against fence: either the producer's fence comes first
-    // and our re-check below sees its push, or ours does and the producer sees spinning_ == 0
-    // and notifies. Without the fence our store could pass the re-check's loads, and a push made
-    // while we stop would wait for the next wake-up.
-    spinning_.store(0, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (got) {
-      // Work pushed or stashed while we held the duty went unannounced (ours, other workers',
-      // timers fired by poll_timers): a sleeper must take it if our handler runs long.
-      if (work_visible()) ready_ec_.notify();
-      return true;
-    }
-    return next_job(w, wc, idx);  // false at once after stop
-  }
-
-  /// work_visible(): a ready job in the ring or in any worker's stash (a hint, for wake-ups).
-  [[nodiscard]] bool work_visible() const noexcept {
-    if (ready_.size_approx() > 0) return true;
-    for (std::uint32_t w = 0; w < workers(); ++w)
-      if (!stashes_[w].empty()) return true;
-    return false;
-  }
-
-  /// wake_for_ready(): after a push to the ready ring (or a stash), make sure a worker will look.
-  void wake_for_ready() noexcept {
-    // seq_cst: orders our push before the load of spinning_ (see spin_for_job).
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (spinning_.load(std::memory_order_relaxed) != 0) return;  // the spinner will find it
-    ready_ec_.notify();
-  }
-
-  /// next_job(w, wc, idx): the next job for worker w — from its own stash, else a new batch from
-  /// the ready ring, else stolen from another worker's stash. False when there is none, or the
-  /// queue is paused (stashed jobs then wait with the rest: nothing new starts while paused).
-  bool next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept {
-    // After stop nothing new starts: shutdown may already have reported a ready job as not
-    // started and handed its payload back (take_leftovers).
-    if (stop_.load(std::memory_order_acquire) || paused_.load(std::memory_order_acquire))
-      return false;
-    if (wc.stash->take(idx)) return true;
-    // A batch boundary: fire any timer that came due (backoffs, delays, lease sweeps) if the
-    // timer thread has not.
-    core_.poll_timers(wc.last_start_ns);
-    std::array<std::uint32_t, WorkerStash::kCapacity> batch;
-    const std::size_t want = wc.fast ? batch.size() : 1;
-    const std::size_t n = ready_.try_pop_bulk(batch.data(), want);
-    if (n == 0) return steal(w, idx);
-    // The slots were written on the producer's core: start every miss of the batch now, so they
-    // overlap instead of stalling one delivery each.
-    for (std::size_t i = 0; i < n; ++i) {
-      prefetch_for_write(&slots_[batch[i]]);
-      __builtin_prefetch(&payload_[batch[i]], 0);
-    }
-    idx = batch[0];
-    if (n > 1) wc.stash->fill(batch.data() + 1, static_cast<std::uint32_t>(n - 1));
-    // Work we leave behind is announced, so that sleepers join in: one wake-up per stashed job
-    // (each woken worker steals one) and one more if the ring still holds jobs; every worker
-    // that finds work does the same, so the wake-ups chain as far as the work goes. Pushes made
-    // while a spinner was on duty skipped theirs; this is where they are made up for.
-    if (workers() > 1) {
-      std::size_t wake = (n - 1) + (ready_.size_approx() > 0 ? 1 : 0);
-      wake = std::min<std::size_t>(wake, workers() - 1);
-      for (std::size_t i = 0; i < wake; ++i)
-        wake_for_ready();
-    }
-    return true;
-  }
-
-  /// steal(w, idx): takes the oldest job of another worker's stash, trying each once.
-  bool steal(std::uint32_t w, std::uint32_t& idx) noexcept {
-    const std::size_t n = workers();
-    for (std::size_t k = 1; k < n; ++k) {
-      WorkerStash& victim = stashes_[(w + k) % n];
-      if (!victim.empty() && victim.take(idx)) {
-        if (n > 2 && work_visible()) wake_for_ready();  // chain on, as next_job does
-        return true;
-      }
-    }
-    return false;
-  }
-
   /// count(wc, c): a worker bumps its own counters; anyone else (wc null) the shared stripes.
   void count(WorkerContext* wc, Counter c, std::uint64_t n = 1) noexcept {
     if (wc && wc->counters) {
@@ -937,37 +734,9 @@ class QueueImpl final : public QueueBase {
     }
   }
 
-  /// prefetch_for_write(p): starts fetching p's line in exclusive state, so the CAS that follows
-  /// does not pay a second trip to upgrade a shared copy. __builtin_prefetch(p, 1) emits PREFETCHW
-  /// only when the target flags allow it (not for generic x86-64), so it is spelled out; CPUs
-  /// without the instruction execute it as a no-op (its opcode space was reserved as NOP).
-  static void prefetch_for_write(const void* p) noexcept {
-#if defined(__x86_64__)
-    asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
-#else
-    __builtin_prefetch(p, 1);
-#endif
-  }
-
-  /// workers(): worker threads of this queue (0 before process(), 1 in inline mode).
-  [[nodiscard]] std::uint32_t workers() const noexcept {
-    return worker_count_.load(std::memory_order_relaxed);  // see set_handler
-  }
-
-  static std::int64_t steady_ns() noexcept {
-    return std::chrono::steady_clock::now().time_since_epoch().count();
-  }
-  static void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#else
-    std::this_thread::yield();
-#endif
-  }
-
   /// deliver(idx): we popped idx from the ready ring. Runs the handler unless the job was
   /// cancelled meanwhile; returns whether a handler ran.
-  bool deliver(std::uint32_t idx, WorkerContext& wc) {
+  bool deliver(std::uint32_t idx, WorkerContext& wc) override {
     JobSlot& s = slots_[idx];
     const QueueBase* const outer = std::exchange(current_delivery(), this);
     struct Restore {
@@ -989,7 +758,7 @@ class QueueImpl final : public QueueBase {
     }
     // seq_cst: with activate's CAS and shutdown's store, in one order (see SlotControl::activate):
     // a worker that got here after shutdown's report read the job as waiting sees the stop.
-    const bool stopping = stop_.load(std::memory_order_seq_cst);
+    const bool stopping = dispatch_.stopping(std::memory_order_seq_cst);
     if (stopping && s.ctl.deactivate(ctl::seq(a.word))) {
       s.deliveries.store(delivered, std::memory_order_relaxed);
       return false;  // back to waiting, for take_leftovers; its index stays with nobody
@@ -1000,8 +769,9 @@ class QueueImpl final : public QueueBase {
     const std::uint32_t token = ctl::seq(a.word);
     // Start to start: the previous handler's run plus this worker's overhead. Real time even
     // under a manual clock (whose time stands still between advances).
-    const std::int64_t wall = wc.manual_clock ? steady_ns() : now;
-    wc.fast = wall - wc.last_wall_ns < kFastHandlerNs;
+    const std::int64_t wall =
+        wc.manual_clock ? std::chrono::steady_clock::now().time_since_epoch().count() : now;
+    wc.fast = wall - wc.last_wall_ns < Dispatcher::kFastHandlerNs;
     wc.last_wall_ns = wall;
     wc.last_start_ns = now;
     Job<T> job;
@@ -1157,7 +927,7 @@ class QueueImpl final : public QueueBase {
       push_delayed(idx);
     } else {
       s.ctl.leave_finishing(SlotState::waiting);
-      push_ready(idx);
+      dispatch_.push_ready(idx);
     }
   }
 
@@ -1408,12 +1178,9 @@ class QueueImpl final : public QueueBase {
   };
   std::unique_ptr<Storage[], FreeCells> payload_;
   FreeStack free_;
-  MpmcRing<std::uint32_t> ready_;
   MpmcRing<std::uint32_t> inbox_;
-  EventCount ready_ec_;
-  // 1 while a worker spins for jobs (spin_for_job); its own line: producers read it on every push.
-  alignas(64) std::atomic<std::uint32_t> spinning_{0};
   QueueStats stats_;
+  Dispatcher dispatch_;
   std::atomic<std::int64_t> min_visibility_ns_;
   TimerNode sweep_node_{};                    // owned by the wheel owner, like the slots' nodes
   std::atomic<bool> sweep_requested_{false};  // arm_sweep() -> the wheel owner (drain_timer_inbox)
@@ -1426,13 +1193,7 @@ class QueueImpl final : public QueueBase {
   std::mutex handler_mu_;
   Handler handler_;
   std::unique_ptr<LeaseTracker> leases_;
-  std::optional<WorkerContext> inline_worker_;  // inline mode: the run_until_idle caller
-  std::unique_ptr<WorkerStash[]> stashes_;      // threaded mode: one per worker
-  std::vector<std::thread> workers_;
-  std::atomic<std::uint32_t> worker_count_{0};
   std::atomic<bool> processing_{false};  // process() ran: check_options may re-arm the sweep
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> paused_{false};
 };
 
 }  // namespace rail::detail

@@ -1,0 +1,148 @@
+// Dispatcher: hands a queue's ready jobs to workers — the ready ring, the workers' stashes,
+// wake-ups, the spinning worker, and the worker threads themselves. It knows slot indices, not
+// payloads: each job goes to a JobRunner (the queue's job flow), one indirect call per job.
+//
+// Ready ring: an MPMC ring of slot indices whose job may start now. Producers, retries and the
+// timer push; workers pop.
+// Batches: a worker takes up to WorkerStash::kCapacity ready jobs with one bulk pop while its
+// handlers are fast, and one at a time once a handler was slow (kFastHandlerNs start to start),
+// so slow jobs are handed out one by one, in order, to whichever worker is free. Either way an
+// idle worker steals from a busy worker's stash before it waits (worker_stash.hpp).
+// Idle workers: one of them at a time (the spinner) polls for up to kSpinNs before sleeping on
+// the event count; the others sleep at once. Producers skip the wake-up while a spinner is on
+// duty (a fence-against-fence Dekker hand-off: wake_for_ready and spin_for_job).
+// Memory ordering: the ring push is a release and its pop an acquire (they carry the slot's
+// fields); stop_/paused_ are release on store and acquire on load, except stop_'s store and the
+// job flow's re-check after activation, which are seq_cst (SlotControl::activate explains why).
+// Threading: push_ready* from any thread; start/stop/join/pause/resume from any thread, cold;
+// run_inline by the inline engine's caller. The dispatcher serves one queue's ring today; its
+// workers only ever see the ring through next_job, so a pool shared by several queues (the next
+// capability) changes next_job's choice of ring, not the job flow.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "rail/backoff.hpp"
+#include "rail/detail/engine_core.hpp"
+#include "rail/detail/event_count.hpp"
+#include "rail/detail/job_slot.hpp"
+#include "rail/detail/lease_tracker.hpp"
+#include "rail/detail/mpmc_ring.hpp"
+#include "rail/detail/queue_stats.hpp"
+#include "rail/detail/worker_stash.hpp"
+
+namespace rail::detail {
+
+/// WorkerContext: what one worker thread keeps to itself (inline mode: the run_until_idle
+/// caller's). Freed slots are not batched here: a slot held back while a later handler of the
+/// batch runs would make add() answer `full` (or dead-letter under the overflow policy) with
+/// room in the queue.
+struct WorkerContext {
+  WorkerContext(LeaseRecord& r, SplitMix64 g, WorkerStash* st, WorkerCounters* c) noexcept
+      : record(r), rng(g), stash(st), counters(c) {}
+  LeaseRecord& record;
+  SplitMix64 rng;
+  WorkerStash* stash;              // null in inline mode: no batches
+  WorkerCounters* counters;        // null in inline mode (any thread may run it)
+  std::int64_t last_start_ns = 0;  // engine clock: poll_timers' idea of now
+  std::int64_t last_wall_ns = 0;   // steady clock: the batch-size heuristic's
+  bool fast = false;  // the last delivery started within kFastHandlerNs of the one before
+  bool manual_clock = false;
+};
+
+/// JobRunner: what the dispatcher hands each popped job to. deliver(idx, wc) runs the job unless
+/// it was cancelled (or handed back after stop); returns whether a handler ran.
+class JobRunner {
+ public:
+  virtual bool deliver(std::uint32_t idx, WorkerContext& wc) = 0;
+
+ protected:
+  ~JobRunner() = default;
+};
+
+class Dispatcher {
+ public:
+  /// Start to start, the time under which a worker's handlers count as fast (batches).
+  static constexpr std::int64_t kFastHandlerNs = 20'000;
+  /// How long the spinner polls for work before sleeping.
+  static constexpr std::int64_t kSpinNs = 50'000;
+
+  /// Dispatcher(...): the ready ring has room for every slot. slots/payload/payload_stride let
+  /// next_job prefetch a batch's slots and payloads without knowing the payload type.
+  Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity, const JobSlot* slots,
+             const void* payload, std::size_t payload_stride);
+  ~Dispatcher();
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  /// start(runner, workers, leases, seed): threaded engines start `workers` threads; inline ones
+  /// start none (run_inline). Once per dispatcher.
+  void start(JobRunner& runner, std::uint32_t workers, LeaseTracker& leases, std::uint64_t seed);
+
+  /// push_ready(idx): a job may start now (counted into `waiting`), and a worker will look.
+  void push_ready(std::uint32_t idx) noexcept {
+    stats_.add(kToReady);
+    while (!ready_.try_push(idx))
+      std::this_thread::yield();  // transient: see MpmcRing (every index has room)
+    wake_for_ready();
+  }
+  void push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexcept;
+
+  /// run_inline(runner, leases, seed, max): inline mode: runs up to max ready jobs on this thread.
+  std::size_t run_inline(JobRunner& runner, LeaseTracker& leases, std::uint64_t seed,
+                         std::size_t max);
+
+  /// stop(): workers exit after their current job; nothing new starts. join() waits for them
+  /// (never for the calling thread itself).
+  void stop() noexcept;
+  void join() noexcept;
+  [[nodiscard]] bool stopping(std::memory_order order) const noexcept { return stop_.load(order); }
+
+  void pause() noexcept { paused_.store(true, std::memory_order_release); }
+  void resume() noexcept;
+  [[nodiscard]] bool paused() const noexcept { return paused_.load(std::memory_order_acquire); }
+
+  /// workers(): worker threads (0 before start, 1 in inline mode).
+  [[nodiscard]] std::uint32_t workers() const noexcept {
+    return worker_count_.load(std::memory_order_relaxed);  // a sizing hint for wake-ups
+  }
+
+ private:
+  void worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& wc);
+  bool next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
+  bool spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
+  bool steal(std::uint32_t w, std::uint32_t& idx) noexcept;
+  [[nodiscard]] bool work_visible() const noexcept;
+
+  /// wake_for_ready(): after a push to the ready ring (or a stash), make sure a worker will look.
+  void wake_for_ready() noexcept {
+    // seq_cst: orders our push before the load of spinning_ (see spin_for_job).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (spinning_.load(std::memory_order_relaxed) != 0) return;  // the spinner will find it
+    ready_ec_.notify();
+  }
+
+  EngineCore& core_;
+  QueueStats& stats_;
+  const JobSlot* slots_;
+  const char* payload_;
+  std::size_t payload_stride_;
+  MpmcRing<std::uint32_t> ready_;
+  EventCount ready_ec_;
+  // 1 while a worker spins for jobs (spin_for_job); its own line: producers read it on every push.
+  alignas(64) std::atomic<std::uint32_t> spinning_{0};
+  std::unique_ptr<WorkerStash[]> stashes_;  // threaded mode: one per worker
+  std::vector<std::unique_ptr<WorkerContext>> contexts_;
+  std::optional<WorkerContext> inline_context_;  // inline mode: the run_until_idle caller
+  std::vector<std::thread> threads_;
+  std::atomic<std::uint32_t> worker_count_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> paused_{false};
+};
+
+}  // namespace rail::detail
