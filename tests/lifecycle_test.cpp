@@ -483,9 +483,9 @@ TEST(Lifecycle, DrainFromATimerObserverThrowsWouldDeadlock) {
   EXPECT_EQ(code.load(), static_cast<int>(ErrorCode::would_deadlock));
 }
 
-// 10. Resident memory follows the jobs in flight, not the capacity: the free list hands out the
-// slot freed last, so a queue that never holds more than 4 jobs keeps reusing a few payload cells
-// of the 1 GB it reserved (a FIFO touched every cell in turn).
+// 10. Resident memory follows the jobs in flight, not the capacity: the free list hands out
+// recycled slots before never-used ones, so a queue that never holds more than 4 jobs keeps reusing
+// a few payload cells of the 1 GB it reserved (a FIFO touched every cell in turn).
 std::int64_t resident_bytes() {
   std::ifstream statm("/proc/self/statm");
   std::int64_t size = 0, resident = 0;

@@ -162,7 +162,7 @@ void rail_allocs_per_job(benchmark::State& state, const std::string& name, Varia
 
 /// RSS growth with few jobs in flight: a queue of 16 KB payloads at the default capacity (1 GB
 /// of payload cells reserved, untouched until used) runs 100,000 jobs with at most 4 in flight.
-/// Resident memory must follow the jobs in flight (a few slots reused, LIFO), not the capacity.
+/// Resident memory must follow the jobs in flight (recycled slots first), not the capacity.
 void rail_rss_few_in_flight(benchmark::State& state, const std::string& name) {
   using Payload = std::array<char, 16384>;
   constexpr std::uint64_t kJobs = 100'000;

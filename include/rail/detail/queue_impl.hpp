@@ -6,8 +6,8 @@
 //
 // Structure (C = capacity):
 //   slots_[C], payload_[C]  preallocated job records (detail/job_slot.hpp)
-//   free_      LIFO stack of free slot indices (initially all): the most recently freed slot is
-//              reused first, so resident memory follows the jobs in flight (free_stack.hpp)
+//   free_      the free slot indices: recycled ones first, never-used ones only when none is
+//              free, so resident memory follows the jobs in flight (free_slots.hpp)
 //   dispatch_  the ready ring, the workers' stashes, wake-ups and the worker threads: hands each
 //              ready job to deliver() (dispatcher.hpp)
 //   inbox_     MPMC ring of indices to link into the timing wheel (sweep_requested_: the
@@ -71,7 +71,7 @@
 #include "rail/detail/dedup_set.hpp"
 #include "rail/detail/dispatcher.hpp"
 #include "rail/detail/engine_core.hpp"
-#include "rail/detail/free_stack.hpp"
+#include "rail/detail/free_slots.hpp"
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/mpmc_ring.hpp"
@@ -110,7 +110,7 @@ class QueueImpl final : public QueueBase, private JobRunner {
         slots_(std::make_unique<JobSlot[]>(capacity_)),
         payload_(static_cast<Storage*>(
             ::operator new[](sizeof(Storage) * capacity_, std::align_val_t{alignof(Storage)}))),
-        free_(capacity_),
+        free_(capacity_, sizeof(JobSlot) + sizeof(Storage)),
         inbox_(capacity_),
         stats_(capacity_),
         dispatch_(core_, stats_, capacity_, slots_.get(), payload_.get(), sizeof(Storage)),
@@ -592,6 +592,9 @@ class QueueImpl final : public QueueBase, private JobRunner {
   bool try_acquire(std::uint32_t* out, std::size_t n) noexcept {
     // All or nothing: with fewer than n free the stack hands out none, so a bulk add on a nearly
     // full queue neither churns the free list against the workers nor reorders it.
+    // One job: a plain pop (the bulk path's size estimate would read the workers' end of the
+    // ring on every add).
+    if (n == 1) return free_.try_pop(*out);
     return free_.try_pop_bulk(out, n) == n;
   }
 
@@ -1177,7 +1180,7 @@ class QueueImpl final : public QueueBase, private JobRunner {
     }
   };
   std::unique_ptr<Storage[], FreeCells> payload_;
-  FreeStack free_;
+  FreeSlots free_;
   MpmcRing<std::uint32_t> inbox_;
   QueueStats stats_;
   Dispatcher dispatch_;

@@ -1,0 +1,107 @@
+// FreeSlots (detail/free_slots.hpp): recycled slots before never-used ones (so resident memory
+// follows the jobs in flight), all-or-nothing bulk pops, and, under the seeded
+// DeterministicSchedule, that concurrent pops and pushes never hand one index to two holders nor
+// lose one.
+#include "rail/detail/free_slots.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "support/deterministic_schedule.hpp"
+
+namespace rail {
+namespace {
+
+using detail::BasicFreeSlots;
+using detail::FreeSlots;
+using test::DeterministicAtomic;
+using test::DeterministicSchedule;
+using test::SchedulePolicy;
+
+TEST(FreeSlots, RecycledSlotsAreReusedBeforeNeverUsedOnesOnceWarm) {
+  FreeSlots s(1 << 20, 8192);
+  const std::size_t kWarm = s.warm();
+  EXPECT_EQ(kWarm, FreeSlots::kWarmBytes / 8192);  // sized in bytes, not slots
+  std::vector<std::uint32_t> order;
+  for (std::size_t round = 0; round < 10 * kWarm; ++round) {
+    std::uint32_t a, b;
+    ASSERT_TRUE(s.try_pop(a));
+    ASSERT_TRUE(s.try_pop(b));
+    order.push_back(a);
+    s.push(a);
+    s.push(b);
+  }
+  // Two jobs in flight at most: the warm set, and never a slot beyond it.
+  EXPECT_EQ(s.touched(), kWarm);
+  // Once warm, a slot comes back only after the others of the warm set went round.
+  for (std::size_t i = kWarm; i + kWarm / 2 < order.size(); ++i)
+    ASSERT_NE(order[i], order[i - 1]) << "a slot was reused at once, round " << i;
+}
+
+TEST(FreeSlots, MoreJobsInFlightThanTheWarmSetTouchJustThatMany) {
+  FreeSlots s(1 << 20, 8192);
+  const std::size_t kInFlight = s.warm() * 3;
+  std::vector<std::uint32_t> held(kInFlight);
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_EQ(s.try_pop_bulk(held.data(), kInFlight), kInFlight);
+    for (auto i : held)
+      s.push(i);
+  }
+  EXPECT_EQ(s.touched(), kInFlight);
+}
+
+TEST(FreeSlots, BulkPopIsAllOrNothing) {
+  FreeSlots s(4, 64);  // smaller than the warm set: all fresh, then all recycled
+  std::uint32_t out[5] = {};
+  EXPECT_EQ(s.try_pop_bulk(out, 5), 0u);  // only 4 free: none taken
+  EXPECT_EQ(s.try_pop_bulk(out, 4), 4u);
+  std::uint32_t one;
+  EXPECT_FALSE(s.try_pop(one));
+  s.push(out[0]);
+  s.push(out[1]);
+  std::uint32_t three[3];
+  EXPECT_EQ(s.try_pop_bulk(three, 3), 0u);  // 2 recycled, 0 fresh: none taken
+  EXPECT_EQ(s.try_pop_bulk(three, 2), 2u);
+  EXPECT_EQ(s.touched(), 4u);
+}
+
+// Three threads pop one or two indices, hold them, and push them back, each several times; every
+// index must be held by at most one of them at a time, and all come back in the end.
+TEST(FreeSlotsSchedule, ConcurrentPopsAndPushesNeverShareOrLoseAnIndex) {
+  for (std::uint64_t seed = 0; seed < 10'000; ++seed) {
+    constexpr std::uint32_t kSlots = 3;
+    BasicFreeSlots<DeterministicAtomic> slots(kSlots, 64);
+    DeterministicAtomic<int> holders[kSlots] = {};
+    DeterministicAtomic<int> shared{0};
+    auto worker = [&](bool bulk) {
+      for (int round = 0; round < 3; ++round) {
+        std::uint32_t got[2];
+        std::size_t n = 0;
+        if (bulk) {
+          n = slots.try_pop_bulk(got, 2);
+        } else if (slots.try_pop(got[0])) {
+          n = 1;
+        }
+        for (std::size_t i = 0; i < n; ++i)
+          if (holders[got[i]].fetch_add(1) != 0) shared.fetch_add(1);
+        for (std::size_t i = 0; i < n; ++i) {
+          holders[got[i]].fetch_sub(1);
+          slots.push(got[i]);
+        }
+      }
+    };
+    DeterministicSchedule sched(seed, seed % 2 ? SchedulePolicy::subset : SchedulePolicy::uniform);
+    sched.run({[&] { worker(false); }, [&] { worker(true); }, [&] { worker(false); }});
+    ASSERT_EQ(shared.load(), 0) << "an index was held twice; seed " << seed;
+    std::uint32_t all[kSlots];
+    ASSERT_EQ(slots.try_pop_bulk(all, kSlots), kSlots) << "an index was lost; seed " << seed;
+    std::vector<int> seen(kSlots, 0);
+    for (auto i : all)
+      ASSERT_EQ(++seen[i], 1) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace rail
