@@ -69,6 +69,7 @@
 #include "rail/add_result.hpp"
 #include "rail/dead_letter_queue.hpp"
 #include "rail/detail/assert.hpp"
+#include "rail/detail/deadline.hpp"
 #include "rail/detail/dedup_set.hpp"
 #include "rail/detail/engine_core.hpp"
 #include "rail/detail/event_count.hpp"
@@ -234,7 +235,7 @@ class QueueImpl final : public QueueBase {
     JobSlot& s = slots_[idx];
     std::uint64_t id;
     if (!o.dedup.id.empty()) {
-      std::int64_t expires = o.dedup.ttl ? now + o.dedup.ttl->count() : DedupSet::kNoExpiry;
+      std::int64_t expires = o.dedup.ttl ? saturating_add(now, *o.dedup.ttl) : DedupSet::kNoExpiry;
       auto claim = dedup().try_claim(o.dedup.id, now, expires, [&]() noexcept {
         return std::pair<std::uint64_t, std::uint64_t>{core_.next_ids(1), idx};
       });
@@ -398,11 +399,10 @@ class QueueImpl final : public QueueBase {
                       "' was called from one of its own handlers, which would wait for itself; "
                       "drain from outside the queue's handlers");
     // Cold path: poll with a growing sleep. A drained queue stays drained only if nobody adds.
-    auto start = std::chrono::steady_clock::now();
+    const auto deadline = steady_deadline(timeout);  // Duration::max(): no timeout
     auto pause = std::chrono::microseconds(10);
     while (!idle()) {
-      if (timeout != Duration::max() && std::chrono::steady_clock::now() - start >= timeout)
-        return false;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(2000));
     }
@@ -489,8 +489,8 @@ class QueueImpl final : public QueueBase {
         s.ctl.mark_free();
         // A delayed job's index was on the wheel: back to the free list. A waiting one's stays in
         // the ready ring, which nothing pops after stop (next_job, run_ready).
-        if (delayed && s.timer.linked()) {
-          wheel.cancel(s.timer);
+        if (delayed && (s.timer.linked() || take_parked(s))) {
+          wheel.cancel(s.timer);  // a parked node is not linked: cancel() does nothing
           free_.push(i);
         }
       }
@@ -510,8 +510,9 @@ class QueueImpl final : public QueueBase {
     // acq_rel: consumes the request and acquires the min_visibility_ns_ lowered before it.
     if (sweep_requested_.exchange(false, std::memory_order_acq_rel)) {
       // (Re)arm the sweep no later than one shortest visibility timeout from now.
-      std::int64_t at = wheel.now_ns() + min_visibility_ns_.load(std::memory_order_relaxed);
-      if (!sweep_node_.linked() || sweep_node_.deadline > at) {
+      std::int64_t at = saturating_add(
+          wheel.now_ns(), Duration{min_visibility_ns_.load(std::memory_order_relaxed)});
+      if (!is_never(at) && (!sweep_node_.linked() || sweep_node_.deadline > at)) {
         wheel.cancel(sweep_node_);
         wheel.schedule(sweep_node_, at);
       }
@@ -527,7 +528,7 @@ class QueueImpl final : public QueueBase {
           break;
         default:
           // relaxed: due_ns was written by the pusher before the inbox push (ring acquire).
-          wheel.schedule(s.timer, s.due_ns.load(std::memory_order_relaxed));
+          schedule_or_park(s, s.due_ns.load(std::memory_order_relaxed), wheel);
       }
     }
   }
@@ -555,7 +556,7 @@ class QueueImpl final : public QueueBase {
       }
       std::int64_t due = s.due_ns.load(std::memory_order_relaxed);  // ordered by ctl acquire
       if (due > now) {  // a debounce moved the deadline later
-        wheel.schedule(s.timer, due);
+        schedule_or_park(s, due, wheel);
         return;
       }
       if (s.ctl.fire(c)) {
@@ -681,7 +682,7 @@ class QueueImpl final : public QueueBase {
     if (options_.on_full != OverflowPolicy::block || core_.mode() == Mode::inlined) return false;
     // Cold path: the queue is full. Poll with a growing real-time sleep up to block_timeout;
     // workers freeing slots do not pay for waking blocked producers.
-    auto deadline = std::chrono::steady_clock::now() + options_.block_timeout;
+    const auto deadline = steady_deadline(options_.block_timeout);  // max: wait for room
     auto pause = std::chrono::microseconds(1);
     while (std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(pause);
@@ -729,7 +730,7 @@ class QueueImpl final : public QueueBase {
   void publish_new(std::uint32_t idx, std::int64_t now, Duration delay) noexcept {
     JobSlot& s = slots_[idx];
     if (delay.count() > 0) {
-      s.due_ns.store(now + delay.count(), std::memory_order_relaxed);  // published by publish()
+      s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);  // see publish()
       s.ctl.publish(SlotState::delayed);
       push_delayed(idx);
     } else {
@@ -759,6 +760,25 @@ class QueueImpl final : public QueueBase {
     counters_.add(kToDelayed);
     push_held(inbox_, idx);
     core_.signal_timer();
+  }
+  /// schedule_or_park(s, due, wheel): the wheel owner links a delayed slot's timer, or parks it
+  /// when it is due never (deadline.hpp): the node stays unlinked with deadline kNever, the slot
+  /// stays `delayed` (counted, visible to state(), cancellable) and its index is held by the
+  /// wheel owner until cancel() or take_leftovers() takes it (take_parked()). Nothing else un-parks
+  /// a slot: a debounce only moves a due time later.
+  static void schedule_or_park(JobSlot& s, std::int64_t due, Wheel& wheel) noexcept {
+    if (is_never(due)) {
+      s.timer.deadline = kNever;
+      return;
+    }
+    wheel.schedule(s.timer, due);
+  }
+  /// take_parked(s): under the wheel, takes a parked slot's index back (true) or says it is not
+  /// parked. Resetting the node's deadline keeps "unlinked with deadline kNever" meaning parked.
+  static bool take_parked(JobSlot& s) noexcept {
+    if (s.timer.linked() || !is_never(s.timer.deadline)) return false;
+    s.timer.deadline = 0;
+    return true;
   }
   void arm_sweep() noexcept {
     // release: the timer's acq_rel exchange sees the visibility timeout lowered before this.
@@ -838,9 +858,11 @@ class QueueImpl final : public QueueBase {
     // the add then merges as a plain duplicate instead of writing under a reader.
     if (!s.ctl.begin_update(c)) return false;
     payload(idx) = std::move(data);
-    std::int64_t due = std::max(s.due_ns.load(std::memory_order_relaxed), now + o.delay.count());
+    std::int64_t due =
+        std::max(s.due_ns.load(std::memory_order_relaxed), saturating_add(now, o.delay));
     s.due_ns.store(due, std::memory_order_relaxed);
-    if (o.dedup.ttl) (void)dedup().set_expiry(o.dedup.id, claim.owner, now + o.dedup.ttl->count());
+    if (o.dedup.ttl)
+      (void)dedup().set_expiry(o.dedup.id, claim.owner, saturating_add(now, *o.dedup.ttl));
     s.ctl.end_update();
     return true;
   }
@@ -1070,7 +1092,7 @@ class QueueImpl final : public QueueBase {
       job.record_ = &wc.record;
       job.lease_ = make_lease(idx, token);
       // After the plain fields above: the sweep reads them after acquiring this lease word.
-      LeaseTracker::grant(wc.record, job.lease_, now + s.visibility_ns);
+      LeaseTracker::grant(wc.record, job.lease_, saturating_add(now, Duration{s.visibility_ns}));
     }
 
     Outcome out;
@@ -1187,7 +1209,7 @@ class QueueImpl final : public QueueBase {
     }
     s.prev_delay_ns = delay.count();
     if (delay.count() > 0) {
-      s.due_ns.store(now + delay.count(), std::memory_order_relaxed);
+      s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);
       s.ctl.leave_finishing(SlotState::delayed);
       push_delayed(idx);
     } else {
@@ -1204,13 +1226,16 @@ class QueueImpl final : public QueueBase {
 
   /// sweep_leases: the wheel owner's lease check (lease_tracker.hpp); re-arms itself.
   void sweep_leases(std::int64_t now, Wheel& wheel) {
-    std::int64_t next = now + min_visibility_ns_.load(std::memory_order_relaxed);
+    std::int64_t next =
+        saturating_add(now, Duration{min_visibility_ns_.load(std::memory_order_relaxed)});
     if (leases_) {
       std::int64_t earliest =
           leases_->sweep(now, [&](std::uint64_t lease, std::int64_t) { lapse(lease, now); });
       next = std::min(next, earliest);
     }
-    wheel.schedule(sweep_node_, next);
+    // A sweep due never is not armed: re-arming at a wrapped "now + max" made the timer thread
+    // spin. arm_sweep() (a shorter visibility timeout) arms it again.
+    if (!is_never(next)) wheel.schedule(sweep_node_, next);
   }
 
   /// lapse: a lease ran out. If its delivery is still the live one, take the slot from the
@@ -1337,6 +1362,7 @@ class QueueImpl final : public QueueBase {
       held = core_
                  .with_wheel([&](Wheel& wheel) {
                    drain_timer_inbox(wheel);
+                   if (take_parked(s)) return true;      // due never: held by the wheel owner
                    if (!s.timer.linked()) return false;  // fired, or still on its way here
                    wheel.cancel(s.timer);
                    return true;
