@@ -8,10 +8,14 @@ macro(rail_require found debian_package what)
   endif()
 endmacro()
 
-# mimalloc backs the few allocations the engine makes off the per-job path (error logs, DLQ).
+# mimalloc: rail opens libmimalloc.so.2 privately at run time (src/allocation.cpp; without it,
+# operator new). Linking it is needed only for the opt-in process-wide override
+# (RAIL_MIMALLOC_OVERRIDE) and by the tests and benchmarks that count or use its API.
 find_package(mimalloc CONFIG QUIET)
-rail_require(mimalloc_FOUND libmimalloc-dev "mimalloc")
-if(NOT TARGET rail_deps::mimalloc)
+if(RAIL_MIMALLOC_OVERRIDE OR RAIL_BUILD_TESTS OR RAIL_BUILD_BENCHMARKS)
+  rail_require(mimalloc_FOUND libmimalloc-dev "mimalloc")
+endif()
+if(mimalloc_FOUND AND NOT TARGET rail_deps::mimalloc)
   add_library(rail_deps::mimalloc INTERFACE IMPORTED)
   if(TARGET mimalloc)
     target_link_libraries(rail_deps::mimalloc INTERFACE mimalloc)

@@ -49,8 +49,6 @@
 // Shutdown: stop_workers() makes workers exit after their current handler; join_workers() waits.
 #pragma once
 
-#include <mimalloc.h>
-
 #include <array>
 #include <bit>
 #include <chrono>
@@ -68,6 +66,7 @@
 
 #include "rail/add_result.hpp"
 #include "rail/dead_letter_queue.hpp"
+#include "rail/detail/allocation.hpp"
 #include "rail/detail/assert.hpp"
 #include "rail/detail/deadline.hpp"
 #include "rail/detail/dedup_set.hpp"
@@ -128,8 +127,9 @@ class QueueImpl final : public QueueBase {
         options_(std::move(options)),
         capacity_(options_.capacity),
         slots_(std::make_unique<JobSlot[]>(capacity_)),
-        payload_(static_cast<Storage*>(
-            ::operator new[](sizeof(Storage) * capacity_, std::align_val_t{alignof(Storage)}))),
+        payload_(
+            static_cast<Storage*>(alloc_aligned(sizeof(Storage) * capacity_, alignof(Storage))),
+            FreeCells{sizeof(Storage) * capacity_}),
         free_(capacity_),
         ready_(capacity_),
         inbox_(capacity_),
@@ -154,7 +154,7 @@ class QueueImpl final : public QueueBase {
         payload(static_cast<std::uint32_t>(i)).~T();
       if (slots_[i].extra) {
         slots_[i].extra->~SlotExtra();
-        mi_free(slots_[i].extra);
+        free_aligned(slots_[i].extra, sizeof(SlotExtra), alignof(SlotExtra));
       }
     }
   }
@@ -626,7 +626,7 @@ class QueueImpl final : public QueueBase {
 
   SlotExtra& extra(JobSlot& s) {
     if (!s.extra)
-      s.extra = ::new (mi_malloc_aligned(sizeof(SlotExtra), alignof(SlotExtra))) SlotExtra();
+      s.extra = ::new (alloc_aligned(sizeof(SlotExtra), alignof(SlotExtra))) SlotExtra();
     return *s.extra;
   }
 
@@ -1460,9 +1460,8 @@ class QueueImpl final : public QueueBase {
   // Owning, so that a member constructed after it that throws (the DLQ refusing its journal)
   // does not leak the cells.
   struct FreeCells {
-    void operator()(Storage* p) const noexcept {
-      ::operator delete[](p, std::align_val_t{alignof(Storage)});
-    }
+    std::size_t bytes = 0;
+    void operator()(Storage* p) const noexcept { free_aligned(p, bytes, alignof(Storage)); }
   };
   std::unique_ptr<Storage[], FreeCells> payload_;
   FreeStack free_;
