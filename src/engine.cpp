@@ -3,6 +3,8 @@
 #include <chrono>
 #include <thread>
 
+#include "rail/detail/deadline.hpp"
+
 namespace rail {
 
 Engine::Engine(EngineOptions options) {
@@ -113,7 +115,7 @@ ShutdownReport Engine::shutdown(Duration grace) {
   if (!first) grace = Duration{0};
   for (auto& [name, q] : queues_)
     q->stop_workers();
-  auto deadline = std::chrono::steady_clock::now() + grace;
+  const auto deadline = detail::steady_deadline(grace);  // grace = max: wait for every handler
   // Called from a handler (or an observer on a worker), shutdown does not wait for the caller's
   // own job: it is reported as still running.
   const detail::QueueBase* own = detail::current_delivery();

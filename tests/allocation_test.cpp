@@ -6,13 +6,16 @@
 //   * operator new and new[] in all their forms (plain, nothrow, aligned, aligned nothrow);
 //   * the C allocator: malloc, calloc, realloc, aligned_alloc, posix_memalign, memalign, valloc,
 //     defined here, so they interpose libc's and the shared libmimalloc's exports of them;
-//   * mimalloc's own API, which rail calls directly (mi_malloc_aligned for a slot's error log):
-//     the linker's --wrap (tests.cmake) sends every reference to the functions listed there from
-//     this binary's objects, rail's headers instantiated here included, to the __wrap_ versions
-//     below. A new mi_ allocation call in rail needs a line there and one here.
+//   * mimalloc's own API: the linker's --wrap (tests.cmake) sends every reference to the
+//     functions listed there from this binary's objects to the __wrap_ versions below;
+//   * rail's own blocks (a slot's error log, a queue's payload cells): rail reaches mimalloc
+//     through a private handle (rail/detail/allocation.hpp) and counts them itself;
+//     allocations_during() adds that count.
 // Each path forwards to mimalloc (the __real_ entry points, which do not count), the allocator the
 // process uses anyway; free and every operator delete go to mi_free. The first test checks that
 // each path counts, so the others cannot pass by being blind to one.
+#include "rail/detail/allocation.hpp"
+
 #include <errno.h>
 #include <gtest/gtest.h>
 #include <malloc.h>
@@ -184,11 +187,12 @@ struct Payload {
 };
 
 std::uint64_t allocations_during(const std::function<void()>& f) {
+  const std::uint64_t rail_before = rail::detail::allocation_stats().allocations;
   g_allocations.store(0);
   g_counting.store(true);
   f();
   g_counting.store(false);
-  return g_allocations.load();
+  return g_allocations.load() + (rail::detail::allocation_stats().allocations - rail_before);
 }
 
 // keep(p): stores p where the compiler cannot see it unused, so that it does not pair an

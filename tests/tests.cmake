@@ -15,6 +15,9 @@ if(RAIL_SANITIZER STREQUAL "")
   rail_add_test(allocation)
   # Routes this binary's calls of mimalloc's allocation API through counting wrappers; the list
   # matches the wrappers in allocation_test.cpp.
+  # It calls mimalloc's API and forwards every allocation to it: it links the library itself
+  # (rail::rail no longer does; allocator_test pins that).
+  target_link_libraries(allocation_test PRIVATE rail_deps::mimalloc)
   target_link_options(allocation_test PRIVATE
     "LINKER:--wrap=mi_malloc,--wrap=mi_zalloc,--wrap=mi_calloc,--wrap=mi_realloc"
     "LINKER:--wrap=mi_malloc_aligned,--wrap=mi_zalloc_aligned,--wrap=mi_realloc_aligned")
@@ -45,3 +48,7 @@ if(TARGET rail-dlq AND TARGET orders_demo)
   set_property(GLOBAL APPEND PROPERTY RAIL_TEST_TARGETS rail-dlq orders_demo)
 endif()
 rail_add_test(dlq_journal_threaded CONCURRENCY)
+rail_add_test(time_edges CONCURRENCY)
+# A consumer's view of the allocator: links rail::rail and nothing of mimalloc.
+rail_add_test(allocator)
+target_link_libraries(allocator_test PRIVATE ${CMAKE_DL_LIBS})

@@ -20,6 +20,8 @@
 #include <cstdlib>
 #include <new>
 
+#include "rail/detail/allocation.hpp"
+
 extern "C" {
 void* __libc_malloc(std::size_t size);
 void* __libc_calloc(std::size_t n, std::size_t size);
@@ -189,7 +191,8 @@ int posix_memalign(void** out, std::size_t alignment, std::size_t size) {
   return 0;
 }
 
-// --- mimalloc (the entry points rail's headers call) ---------------------------------------------
+// --- mimalloc (its API, called by this binary; rail's own calls are counted by rail)
+// ---------------------------------------------
 void* mi_malloc_aligned(std::size_t size, std::size_t alignment) noexcept {
   using Fn = void* (*)(std::size_t, std::size_t);
   static const Fn real = real_mimalloc<Fn>("mi_malloc_aligned");
@@ -218,8 +221,11 @@ AllocSnapshot snapshot() noexcept {
   AllocSnapshot s;
   s.new_calls = g_new_calls.v.load(std::memory_order_relaxed);
   s.malloc_calls = g_malloc_calls.v.load(std::memory_order_relaxed);
-  s.mi_calls = g_mi_calls.v.load(std::memory_order_relaxed);
-  s.live_bytes = g_live_bytes.v.load(std::memory_order_relaxed);
+  // rail's own blocks reach mimalloc through a private handle (rail/detail/allocation.hpp), past
+  // the interposers above: rail counts them itself (requested bytes, not usable size).
+  const rail::detail::AllocationStats rail_blocks = rail::detail::allocation_stats();
+  s.mi_calls = g_mi_calls.v.load(std::memory_order_relaxed) + rail_blocks.allocations;
+  s.live_bytes = g_live_bytes.v.load(std::memory_order_relaxed) + rail_blocks.live_bytes;
   // /proc/self/statm: size resident shared text lib data dt, in pages. Read with the raw
   // syscalls: stdio would allocate a FILE buffer inside the measurement.
   if (int fd = ::open("/proc/self/statm", O_RDONLY); fd >= 0) {

@@ -4,11 +4,13 @@
 //     aligned; nothrow and array forms forward to these by the standard's default definitions);
 //   * the C allocator: malloc, calloc, realloc, free, aligned_alloc, posix_memalign, memalign —
 //     forwarding to the __libc_* entry points, so code that calls malloc directly (libstdc++
-//     internals, std::thread's state, moodycamel's blocks) is counted too. Note: in any process
-//     linked with rail those entry points are libmimalloc's (Debian's libmimalloc.so overrides
-//     malloc process-wide), so every contender here allocates from mimalloc;
-//   * mimalloc's entry points rail calls (mi_malloc_aligned, mi_free): defined here, they
-//     interpose the shared libmimalloc's, and forward to it through dlsym(RTLD_NEXT).
+//     internals, std::thread's state, moodycamel's blocks) is counted too. Note: the benchmarks
+//     link libmimalloc.so (bench/CMakeLists.txt), which overrides malloc process-wide, so those
+//     entry points are libmimalloc's and every contender here allocates from mimalloc;
+//   * mimalloc's allocation API (mi_malloc_aligned, mi_free): defined here, they interpose the
+//     shared libmimalloc's, and forward to it through dlsym(RTLD_NEXT). rail's own blocks reach
+//     mimalloc through a private handle (rail/detail/allocation.hpp) that these do not see;
+//     snapshot() adds rail's own count of them.
 // Why interpose mimalloc rather than read its statistics: Debian's libmimalloc is built with
 // MI_STAT = 0 (release), so mi_stats_* has no allocation counts to give.
 //

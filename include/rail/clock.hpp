@@ -14,6 +14,8 @@
 #include <mutex>
 #include <vector>
 
+#include "rail/detail/deadline.hpp"
+
 namespace rail {
 
 /// Duration is rail's unit of time everywhere: nanoseconds.
@@ -62,10 +64,10 @@ class ManualClock final : public Clock {
   [[nodiscard]] bool is_manual() const noexcept override { return true; }
 
   /// advance(d) moves time forward by d (d < 0 is ignored: time never goes back) and runs the
-  /// listeners on this thread.
+  /// listeners on this thread. Past the end of the range time stops at TimePoint::max().
   void advance(Duration d) {
     if (d.count() <= 0) return;
-    set(now() + d);
+    set(TimePoint{Duration{detail::saturating_add(now().time_since_epoch().count(), d)}});
   }
 
   /// set(t) moves time to t if t is later than now.

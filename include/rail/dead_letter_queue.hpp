@@ -205,9 +205,12 @@ class DeadLetterQueue {
   /// their tombstone (0: none). The tombstone is synced with the next change's settle().
   std::uint64_t expire_locked(std::vector<Evicted>& evicted) {
     if (!options_.retention) return 0;
-    TimePoint now = clock_now();
+    const std::int64_t now = clock_now().time_since_epoch().count();
     const std::size_t first = evicted.size();
-    while (!entries_.empty() && entries_.front().dead_at + *options_.retention <= now) {
+    // Saturating: retention = Duration::max() keeps entries forever instead of overflowing.
+    while (!entries_.empty() &&
+           detail::saturating_add(entries_.front().dead_at.time_since_epoch().count(),
+                                  *options_.retention) <= now) {
       evicted.push_back({entries_.front().id, entries_.front().name});
       entries_.pop_front();
     }

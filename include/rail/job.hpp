@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "rail/clock.hpp"
+#include "rail/detail/deadline.hpp"
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/event.hpp"
@@ -52,9 +53,11 @@ class Job {
   /// extend_lease(d) renews this delivery's lease to end d from now (SQS ChangeMessageVisibility,
   /// BullMQ extendLock): a heartbeat for handlers that outlive the visibility timeout. Returns
   /// false if the lease had already lapsed (the job was delivered again; stop working on it).
+  /// Duration::max() (or any d reaching past the clock's range) makes the lease never lapse.
   bool extend_lease(Duration d) noexcept {
     if (record_ == nullptr) return !cancelled();  // leases disabled (visibility max)
-    std::int64_t deadline = clock_->now().time_since_epoch().count() + d.count();
+    const std::int64_t deadline =
+        detail::saturating_add(clock_->now().time_since_epoch().count(), d);
     return detail::LeaseTracker::renew(*record_, lease_, deadline) && !cancelled();
   }
 

@@ -25,6 +25,7 @@
 
 #include "rail/add_result.hpp"
 #include "rail/clock.hpp"
+#include "rail/detail/deadline.hpp"
 #include "rail/detail/name_table.hpp"
 #include "rail/detail/timing_wheel.hpp"
 #include "rail/error.hpp"
@@ -239,7 +240,7 @@ class EngineCore {
         // A manual clock moves only through advance(), which signals us.
         timer_cv_.wait(lock, woken);
       } else {
-        auto wait_ns = *next - now_ns();
+        const auto wait_ns = timer_wait_ns(*next, now_ns());  // bounded: see deadline.hpp
         if (wait_ns > 0) timer_cv_.wait_for(lock, std::chrono::nanoseconds(wait_ns), woken);
       }
     }

@@ -48,8 +48,6 @@
 // Shutdown: stop_workers() makes workers exit after their current handler; join_workers() waits.
 #pragma once
 
-#include <mimalloc.h>
-
 #include <array>
 #include <bit>
 #include <chrono>
@@ -67,7 +65,9 @@
 
 #include "rail/add_result.hpp"
 #include "rail/dead_letter_queue.hpp"
+#include "rail/detail/allocation.hpp"
 #include "rail/detail/assert.hpp"
+#include "rail/detail/deadline.hpp"
 #include "rail/detail/dedup_set.hpp"
 #include "rail/detail/dispatcher.hpp"
 #include "rail/detail/engine_core.hpp"
@@ -108,8 +108,9 @@ class QueueImpl final : public QueueBase, private JobRunner {
         options_(std::move(options)),
         capacity_(options_.capacity),
         slots_(std::make_unique<JobSlot[]>(capacity_)),
-        payload_(static_cast<Storage*>(
-            ::operator new[](sizeof(Storage) * capacity_, std::align_val_t{alignof(Storage)}))),
+        payload_(
+            static_cast<Storage*>(alloc_aligned(sizeof(Storage) * capacity_, alignof(Storage))),
+            FreeCells{sizeof(Storage) * capacity_}),
         free_(capacity_, sizeof(JobSlot) + sizeof(Storage)),
         inbox_(capacity_),
         stats_(capacity_),
@@ -132,7 +133,7 @@ class QueueImpl final : public QueueBase, private JobRunner {
         payload(static_cast<std::uint32_t>(i)).~T();
       if (slots_[i].extra) {
         slots_[i].extra->~SlotExtra();
-        mi_free(slots_[i].extra);
+        free_aligned(slots_[i].extra, sizeof(SlotExtra), alignof(SlotExtra));
       }
     }
   }
@@ -181,7 +182,7 @@ class QueueImpl final : public QueueBase, private JobRunner {
     JobSlot& s = slots_[idx];
     std::uint64_t id;
     if (!o.dedup.id.empty()) {
-      std::int64_t expires = o.dedup.ttl ? now + o.dedup.ttl->count() : DedupSet::kNoExpiry;
+      std::int64_t expires = o.dedup.ttl ? saturating_add(now, *o.dedup.ttl) : DedupSet::kNoExpiry;
       auto claim = dedup().try_claim(o.dedup.id, now, expires, [&]() noexcept {
         return std::pair<std::uint64_t, std::uint64_t>{core_.next_ids(1), idx};
       });
@@ -313,11 +314,10 @@ class QueueImpl final : public QueueBase, private JobRunner {
                       "(an observer of retry_due/stalled, a DLQ alert), which would wait for "
                       "itself; drain from outside handlers and callbacks");
     // Cold path: poll with a growing sleep. A drained queue stays drained only if nobody adds.
-    auto start = std::chrono::steady_clock::now();
+    const auto deadline = steady_deadline(timeout);  // Duration::max(): no timeout
     auto pause = std::chrono::microseconds(10);
     while (!idle()) {
-      if (timeout != Duration::max() && std::chrono::steady_clock::now() - start >= timeout)
-        return false;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(2000));
     }
@@ -404,8 +404,8 @@ class QueueImpl final : public QueueBase, private JobRunner {
         s.ctl.mark_free();
         // A delayed job's index was on the wheel: back to the free list. A waiting one's stays in
         // the ready ring, which nothing pops after stop (next_job, run_ready).
-        if (delayed && s.timer.linked()) {
-          wheel.cancel(s.timer);
+        if (delayed && (s.timer.linked() || take_parked(s))) {
+          wheel.cancel(s.timer);  // a parked node is not linked: cancel() does nothing
           free_.push(i);
         }
       }
@@ -425,8 +425,9 @@ class QueueImpl final : public QueueBase, private JobRunner {
     // acq_rel: consumes the request and acquires the min_visibility_ns_ lowered before it.
     if (sweep_requested_.exchange(false, std::memory_order_acq_rel)) {
       // (Re)arm the sweep no later than one shortest visibility timeout from now.
-      std::int64_t at = wheel.now_ns() + min_visibility_ns_.load(std::memory_order_relaxed);
-      if (!sweep_node_.linked() || sweep_node_.deadline > at) {
+      std::int64_t at = saturating_add(
+          wheel.now_ns(), Duration{min_visibility_ns_.load(std::memory_order_relaxed)});
+      if (!is_never(at) && (!sweep_node_.linked() || sweep_node_.deadline > at)) {
         wheel.cancel(sweep_node_);
         wheel.schedule(sweep_node_, at);
       }
@@ -442,7 +443,7 @@ class QueueImpl final : public QueueBase, private JobRunner {
           break;
         default:
           // relaxed: due_ns was written by the pusher before the inbox push (ring acquire).
-          wheel.schedule(s.timer, s.due_ns.load(std::memory_order_relaxed));
+          schedule_or_park(s, s.due_ns.load(std::memory_order_relaxed), wheel);
       }
     }
   }
@@ -470,7 +471,7 @@ class QueueImpl final : public QueueBase, private JobRunner {
       }
       std::int64_t due = s.due_ns.load(std::memory_order_relaxed);  // ordered by ctl acquire
       if (due > now) {  // a debounce moved the deadline later
-        wheel.schedule(s.timer, due);
+        schedule_or_park(s, due, wheel);
         return;
       }
       if (s.ctl.fire(c)) {
@@ -522,7 +523,7 @@ class QueueImpl final : public QueueBase, private JobRunner {
 
   SlotExtra& extra(JobSlot& s) {
     if (!s.extra)
-      s.extra = ::new (mi_malloc_aligned(sizeof(SlotExtra), alignof(SlotExtra))) SlotExtra();
+      s.extra = ::new (alloc_aligned(sizeof(SlotExtra), alignof(SlotExtra))) SlotExtra();
     return *s.extra;
   }
 
@@ -578,7 +579,7 @@ class QueueImpl final : public QueueBase, private JobRunner {
     if (options_.on_full != OverflowPolicy::block || core_.mode() == Mode::inlined) return false;
     // Cold path: the queue is full. Poll with a growing real-time sleep up to block_timeout;
     // workers freeing slots do not pay for waking blocked producers.
-    auto deadline = std::chrono::steady_clock::now() + options_.block_timeout;
+    const auto deadline = steady_deadline(options_.block_timeout);  // max: wait for room
     auto pause = std::chrono::microseconds(1);
     while (std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(pause);
@@ -629,7 +630,7 @@ class QueueImpl final : public QueueBase, private JobRunner {
   void publish_new(std::uint32_t idx, std::int64_t now, Duration delay) noexcept {
     JobSlot& s = slots_[idx];
     if (delay.count() > 0) {
-      s.due_ns.store(now + delay.count(), std::memory_order_relaxed);  // published by publish()
+      s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);  // see publish()
       s.ctl.publish(SlotState::delayed);
       push_delayed(idx);
     } else {
@@ -642,6 +643,25 @@ class QueueImpl final : public QueueBase, private JobRunner {
     stats_.add(kToDelayed);
     push_held(inbox_, idx);
     core_.signal_timer();
+  }
+  /// schedule_or_park(s, due, wheel): the wheel owner links a delayed slot's timer, or parks it
+  /// when it is due never (deadline.hpp): the node stays unlinked with deadline kNever, the slot
+  /// stays `delayed` (counted, visible to state(), cancellable) and its index is held by the
+  /// wheel owner until cancel() or take_leftovers() takes it (take_parked()). Nothing else un-parks
+  /// a slot: a debounce only moves a due time later.
+  static void schedule_or_park(JobSlot& s, std::int64_t due, Wheel& wheel) noexcept {
+    if (is_never(due)) {
+      s.timer.deadline = kNever;
+      return;
+    }
+    wheel.schedule(s.timer, due);
+  }
+  /// take_parked(s): under the wheel, takes a parked slot's index back (true) or says it is not
+  /// parked. Resetting the node's deadline keeps "unlinked with deadline kNever" meaning parked.
+  static bool take_parked(JobSlot& s) noexcept {
+    if (s.timer.linked() || !is_never(s.timer.deadline)) return false;
+    s.timer.deadline = 0;
+    return true;
   }
   void arm_sweep() noexcept {
     // release: the timer's acq_rel exchange sees the visibility timeout lowered before this.
@@ -721,9 +741,11 @@ class QueueImpl final : public QueueBase, private JobRunner {
     // the add then merges as a plain duplicate instead of writing under a reader.
     if (!s.ctl.begin_update(c)) return false;
     payload(idx) = std::move(data);
-    std::int64_t due = std::max(s.due_ns.load(std::memory_order_relaxed), now + o.delay.count());
+    std::int64_t due =
+        std::max(s.due_ns.load(std::memory_order_relaxed), saturating_add(now, o.delay));
     s.due_ns.store(due, std::memory_order_relaxed);
-    if (o.dedup.ttl) (void)dedup().set_expiry(o.dedup.id, claim.owner, now + o.dedup.ttl->count());
+    if (o.dedup.ttl)
+      (void)dedup().set_expiry(o.dedup.id, claim.owner, saturating_add(now, *o.dedup.ttl));
     s.ctl.end_update();
     return true;
   }
@@ -799,7 +821,7 @@ class QueueImpl final : public QueueBase, private JobRunner {
       job.record_ = &wc.record;
       job.lease_ = make_lease(idx, token);
       // After the plain fields above: the sweep reads them after acquiring this lease word.
-      LeaseTracker::grant(wc.record, job.lease_, now + s.visibility_ns);
+      LeaseTracker::grant(wc.record, job.lease_, saturating_add(now, Duration{s.visibility_ns}));
     }
 
     Outcome out;  // done: a job flagged cancelled after stop ends cancelled without running
@@ -925,7 +947,7 @@ class QueueImpl final : public QueueBase, private JobRunner {
     }
     s.prev_delay_ns = delay.count();
     if (delay.count() > 0) {
-      s.due_ns.store(now + delay.count(), std::memory_order_relaxed);
+      s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);
       s.ctl.leave_finishing(SlotState::delayed);
       push_delayed(idx);
     } else {
@@ -942,13 +964,16 @@ class QueueImpl final : public QueueBase, private JobRunner {
 
   /// sweep_leases: the wheel owner's lease check (lease_tracker.hpp); re-arms itself.
   void sweep_leases(std::int64_t now, Wheel& wheel) {
-    std::int64_t next = now + min_visibility_ns_.load(std::memory_order_relaxed);
+    std::int64_t next =
+        saturating_add(now, Duration{min_visibility_ns_.load(std::memory_order_relaxed)});
     if (leases_) {
       std::int64_t earliest =
           leases_->sweep(now, [&](std::uint64_t lease, std::int64_t) { lapse(lease, now); });
       next = std::min(next, earliest);
     }
-    wheel.schedule(sweep_node_, next);
+    // A sweep due never is not armed: re-arming at a wrapped "now + max" made the timer thread
+    // spin. arm_sweep() (a shorter visibility timeout) arms it again.
+    if (!is_never(next)) wheel.schedule(sweep_node_, next);
   }
 
   /// lapse: a lease ran out. If its delivery is still the live one, take the slot from the
@@ -1103,6 +1128,7 @@ class QueueImpl final : public QueueBase, private JobRunner {
       held = core_
                  .with_wheel([&](Wheel& wheel) {
                    drain_timer_inbox(wheel);
+                   if (take_parked(s)) return true;      // due never: held by the wheel owner
                    if (!s.timer.linked()) return false;  // fired, or still on its way here
                    wheel.cancel(s.timer);
                    return true;
@@ -1175,9 +1201,8 @@ class QueueImpl final : public QueueBase, private JobRunner {
   // Owning, so that a member constructed after it that throws (the DLQ refusing its journal)
   // does not leak the cells.
   struct FreeCells {
-    void operator()(Storage* p) const noexcept {
-      ::operator delete[](p, std::align_val_t{alignof(Storage)});
-    }
+    std::size_t bytes = 0;
+    void operator()(Storage* p) const noexcept { free_aligned(p, bytes, alignof(Storage)); }
   };
   std::unique_ptr<Storage[], FreeCells> payload_;
   FreeSlots free_;
