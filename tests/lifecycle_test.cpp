@@ -430,6 +430,34 @@ TEST(Lifecycle, AnObserverCancelsTheJobWhoseEventItIsHandling) {
   EXPECT_EQ(runs.load(), 2);  // the cancelled job never ran again
 }
 
+// Nested: the observer of X's failed attempt cancels a sibling Z, and the observer of Z's
+// `cancelled` cancels X again (a "cancel the whole group" observer): no wait on itself.
+TEST(Lifecycle, AnObserverCancelsAGroupFromInsideNestedEvents) {
+  test::Watchdog watchdog(60s, "AnObserverCancelsAGroupFromInsideNestedEvents");
+  Engine engine;
+  auto q = engine.queue<int>("q", {});
+  std::atomic<JobId> x{0}, z{0};
+  std::atomic<int> x_cancel{-1};
+  engine.on_event([&](const Event& e) {
+    if (e.kind == EventKind::attempt_failed && e.job_id == x.load()) (void)engine.cancel(z.load());
+    if (e.kind == EventKind::cancelled && e.job_id == z.load()) x_cancel = engine.cancel(x.load());
+  });
+  std::atomic<int> runs{0};
+  q.pause();
+  q.process({}, [&](Job<int>& j) {
+    runs.fetch_add(1);
+    return j.data() == 1 ? Outcome::retry("fails") : Outcome::done();
+  });
+  x = q.add("x", 1, JobOptions{.attempts = 5}).id;
+  z = q.add("z", 2, JobOptions{.delay = 1h}).id;
+  q.resume();
+  ASSERT_TRUE(eventually([&] { return q.counts().cancelled == 2; }));
+  EXPECT_EQ(x_cancel.load(), 1);  // X's failure was being raised: the cancel is honoured
+  EXPECT_EQ(q.state(x.load()).status, JobStatus::cancelled);
+  EXPECT_EQ(q.state(z.load()).status, JobStatus::cancelled);
+  EXPECT_EQ(runs.load(), 1);  // X never ran again
+}
+
 // User callbacks raised while the wheel is held (a DLQ alert filed by the lease sweep) run once
 // it is released, after the events raised before them: they may call back into the engine.
 TEST(Lifecycle, CallbacksRaisedWhileTimersFireRunAfterTheWheelIsReleased) {

@@ -42,7 +42,7 @@ namespace rail::detail {
 /// caller's). Freed slots are not batched here: a slot held back while a later handler of the
 /// batch runs would make add() answer `full` (or dead-letter under the overflow policy) with
 /// room in the queue.
-struct WorkerContext {
+struct alignas(64) WorkerContext {  // its own lines: written on every job by its worker
   WorkerContext(LeaseRecord& r, SplitMix64 g, WorkerStash* st, WorkerCounters* c) noexcept
       : record(r), rng(g), stash(st), counters(c) {}
   LeaseRecord& record;

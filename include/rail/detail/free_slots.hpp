@@ -59,13 +59,23 @@ class BasicFreeSlots {
   /// try_pop(out): a free index (recycled first once warm), or false when every slot is in use.
   bool try_pop(std::uint32_t& out) noexcept {
     if (touched() < warm_ && take_fresh(&out, 1)) return true;
-    return recycled_.try_pop(out) || refill(out);
+    if (recycled_.try_pop(out) || refill(out)) return true;
+    // A false from the ring is a hint: a freeing worker may have claimed a cell and not yet
+    // written it (later cells may be full), or a refill may hold fresh indices on their way into
+    // the ring. Answering "none" then would make add() report `full` with room in the queue, so
+    // retry while either is visible (size_approx counts claimed cells).
+    while (recycled_.size_approx() > 0 || refilling_.load(std::memory_order_acquire) > 0) {
+      if (recycled_.try_pop(out)) return true;
+      std::this_thread::yield();
+    }
+    return false;
   }
 
   /// try_pop_bulk(out, n): all n indices, or none (returns 0) when fewer than n are free.
   std::size_t try_pop_bulk(std::uint32_t* out, std::size_t n) noexcept {
-    // A stale estimate only costs a retry; the pops below decide. With fewer than n free,
-    // popping some only to push them back would churn the ring against the workers.
+    // An estimate: the pops below decide. With fewer than n free, popping some only to push them
+    // back would churn the ring against the workers; a bulk add then answers `full` (unlike a
+    // single pop, it does not wait out a push in flight).
     if (recycled_.size_approx() + fresh_left() < n) return 0;
     if (touched() < warm_ && take_fresh(out, n)) return n;
     std::size_t got = 0;
@@ -102,8 +112,14 @@ class BasicFreeSlots {
   bool refill(std::uint32_t& out) noexcept {
     constexpr std::size_t kChunk = 64;
     std::uint32_t chunk[kChunk];
+    // acq_rel: try_pop's acquire load sees a refill in flight before the fresh counter it drained.
+    refilling_.fetch_add(1, std::memory_order_acq_rel);
     const std::size_t n = std::min(kChunk, fresh_left());
-    if (n == 0 || !take_fresh(chunk, n)) return take_fresh(&out, 1);
+    if (n == 0 || !take_fresh(chunk, n)) {
+      const bool one = take_fresh(&out, 1);
+      refilling_.fetch_sub(1, std::memory_order_acq_rel);
+      return one;
+    }
     out = chunk[0];
     std::size_t done = 1;
     while (done < n) {
@@ -111,6 +127,7 @@ class BasicFreeSlots {
       if (k == 0) std::this_thread::yield();  // transient, as in push
       done += k;
     }
+    refilling_.fetch_sub(1, std::memory_order_acq_rel);  // release: after the pushes above
     return true;
   }
 
@@ -129,6 +146,7 @@ class BasicFreeSlots {
   const std::size_t warm_;
   MpmcRing<std::uint32_t, Atom> recycled_;
   alignas(64) Atom<std::size_t> fresh_{0};
+  Atom<std::uint32_t> refilling_{0};  // refills between claiming fresh indices and pushing them
 };
 
 using FreeSlots = BasicFreeSlots<>;

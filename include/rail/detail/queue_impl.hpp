@@ -591,8 +591,8 @@ class QueueImpl final : public QueueBase, private JobRunner {
   }
 
   bool try_acquire(std::uint32_t* out, std::size_t n) noexcept {
-    // All or nothing: with fewer than n free the stack hands out none, so a bulk add on a nearly
-    // full queue neither churns the free list against the workers nor reorders it.
+    // All or nothing: with fewer than n free none is handed out, so a bulk add on a nearly full
+    // queue neither churns the free list against the workers nor reorders it.
     // One job: a plain pop (the bulk path's size estimate would read the workers' end of the
     // ring on every add).
     if (n == 1) return free_.try_pop(*out);
@@ -935,7 +935,7 @@ class QueueImpl final : public QueueBase, private JobRunner {
       e.delay = dead == DeadLetterReason::none ? delay : Duration{-1};
       Holding holding(s, dead != DeadLetterReason::none);
       core_.emit(e);
-      cancel = holding.cancel_requested();
+      cancel = holding.cancel;
     }
     if (cancel) {  // an observer of this failure cancelled the job: no retry
       end_job(idx, EndKind::cancelled, DeadLetterReason::none, now, wc);
@@ -1019,7 +1019,9 @@ class QueueImpl final : public QueueBase, private JobRunner {
   void record_end(JobSlot& s, EndKind kind, DeadLetterReason reason, std::int64_t now,
                   WorkerContext* wc) {
     JobId id = s.id.load(std::memory_order_relaxed);
-    Holding holding(s, true);  // observers below may cancel this job: it is ending
+    // Observers below may cancel this job: it is ending. (A frame only when someone observes.)
+    std::optional<Holding> holding;
+    if (core_.observed()) holding.emplace(s, true);
     if (s.has_dedup && !s.dedup_has_ttl)
       (void)dedup_.load(std::memory_order_acquire)->release(s.extra->dedup_key, id);
     switch (kind) {
@@ -1057,26 +1059,44 @@ class QueueImpl final : public QueueBase, private JobRunner {
     if (slots_[idx].ctl.end()) final_end(idx);
   }
 
-  /// HeldSlot: the slot this thread holds in `finishing` while it raises the job's events
+  /// Holding: a slot this thread holds in `finishing` while it raises the job's events
   /// (fail_attempt, record_end). An observer on this thread that cancels that job must not wait
-  /// for the holder, itself: cancel() records the request here (honoured before the retry), or
-  /// answers false once the job is ending.
-  struct HeldSlot {
-    const JobSlot* slot = nullptr;
-    bool ending = false;
-    bool cancel = false;
-  };
-  static HeldSlot& held_slot() noexcept {
-    thread_local HeldSlot held;
-    return held;
-  }
+  /// for the holder, itself: cancel() records the request in the frame (honoured before the
+  /// retry), or answers false once the job is ending. Frames nest (an observer's cancel of
+  /// another job raises that job's events in turn), so they form a per-thread stack that
+  /// try_cancel walks.
   struct Holding {
-    Holding(const JobSlot& s, bool ending) noexcept : saved(held_slot()) {
-      held_slot() = HeldSlot{&s, ending, false};
+    // The frame is unlinked by the destructor before it goes out of scope; GCC's dangling-pointer
+    // analysis does not see that.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdangling-pointer"
+#endif
+    Holding(const JobSlot& s, bool ending_) noexcept : slot(&s), ending(ending_), outer(top()) {
+      top() = this;
     }
-    ~Holding() { held_slot() = saved; }
-    [[nodiscard]] bool cancel_requested() const noexcept { return held_slot().cancel; }
-    HeldSlot saved;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+    ~Holding() {
+      top() = outer;
+    }
+    Holding(const Holding&) = delete;
+    Holding& operator=(const Holding&) = delete;
+    static Holding*& top() noexcept {
+      thread_local Holding* frame = nullptr;
+      return frame;
+    }
+    /// of(s): this thread's frame holding s, or null.
+    static Holding* of(const JobSlot& s) noexcept {
+      for (Holding* h = top(); h; h = h->outer)
+        if (h->slot == &s) return h;
+      return nullptr;
+    }
+    const JobSlot* slot;
+    bool ending;
+    bool cancel = false;
+    Holding* outer;
   };
 
   /// try_cancel(idx, id): cancels job `id` if slot idx still holds it; nullopt if it does not,
@@ -1095,10 +1115,12 @@ class QueueImpl final : public QueueBase, private JobRunner {
         case SlotControl<>::Cancel::not_found:
           return std::nullopt;
         case SlotControl<>::Cancel::busy:
-          if (ctl::state(r.word) == SlotState::finishing && held_slot().slot == &s) {
-            if (held_slot().ending) return false;  // an observer of the job's end
-            held_slot().cancel = true;             // an observer of its failed attempt
-            return true;
+          if (ctl::state(r.word) == SlotState::finishing) {
+            if (Holding* h = Holding::of(s)) {
+              if (h->ending) return false;  // an observer of the job's end
+              h->cancel = true;             // an observer of its failed attempt
+              return true;
+            }
           }
           if (ctl::state(r.word) == SlotState::finishing ||
               ctl::state(r.word) == SlotState::updating)
@@ -1133,7 +1155,10 @@ class QueueImpl final : public QueueBase, private JobRunner {
                    wheel.cancel(s.timer);
                    return true;
                  })
-                 .value_or(false);
+                 // Re-entered from a callback while this thread owns the wheel: a linked node is
+                 // reclaimed when it fires, but a parked one never fires, so take it here (that
+                 // touches only the node's deadline, never the wheel's lists).
+                 .value_or(core_.owns_wheel() && take_parked(s));
     }
     const bool last = s.ctl.unpin();
     if (last) {
