@@ -2,9 +2,11 @@
 // slots (and C payload cells); a job lives in one slot from add to its end, so the steady state
 // allocates nothing per job.
 //
-// Ownership invariant: each slot INDEX is held by exactly one party at any time — the free list,
-// the ready ring, the timer inbox or wheel, or one thread that popped it or won it by a CAS on
-// ctl. Only the holder writes the slot's plain fields, which is why they need not be atomic.
+// Ownership invariant: each slot INDEX is held by exactly one party at any time — the free list
+// (recycled, or never used yet: free_slots.hpp), the ready ring or a worker's stash, the timer
+// inbox or wheel (a job due never is parked: unlinked, held by the wheel owner), or one thread
+// that popped it or won it by a CAS on ctl. Only the holder writes the slot's plain fields, which
+// is why they need not be atomic.
 //
 // The control word `ctl` is what non-holders touch (cancel, state(), debounce, lease lapse, a
 // stale handler unpinning). Its layout, its state machine and the pin rule are SlotControl's

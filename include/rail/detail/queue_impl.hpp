@@ -14,9 +14,9 @@
 //              lease sweep's own (re)arm request)
 //   leases_    one lease record per worker (detail/lease_tracker.hpp)
 //   stats_     counters, gauges and the history of ended jobs (queue_stats.hpp)
-// Each index is in exactly one ring or held by exactly one thread (job_slot.hpp's ownership
-// invariant); every ring has room for every index, so pushing a held index never fails for
-// long (push_held).
+// Each index is in exactly one place — the free list, a ring, a stash, the wheel (linked or
+// parked) — or held by exactly one thread (job_slot.hpp's ownership invariant); every ring has
+// room for every index, so pushing a held index never fails for long (push_held).
 //
 // Add:   pop free -> fill slot and payload -> push ready (or inbox when delayed) -> wake.
 // Work:  pop a batch of ready (the first job now, the rest into the worker's stash, stealable)
