@@ -5,6 +5,8 @@
 #include <chrono>
 #include <climits>
 
+#include "rail/detail/deadline.hpp"
+
 namespace rail::detail {
 namespace {
 
@@ -141,7 +143,7 @@ bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t&
   std::uint32_t none = 0;
   // relaxed: only decides who spins; clearing the duty is ordered by the fence below.
   if (!spinning_.compare_exchange_strong(none, 1, std::memory_order_relaxed)) return false;
-  const std::int64_t until = steady_ns() + kSpinNs;
+  const std::int64_t until = saturating_add(steady_ns(), Duration{kSpinNs});
   bool got = false;
   for (std::uint32_t round = 1; !got; ++round) {
     // `pause`, not sched_yield: on a busy machine a yield hands the core away for milliseconds.
