@@ -17,10 +17,29 @@ namespace rail {
 namespace detail {
 template <class T>
 class QueueImpl;
-}
+
+/// JobFields: everything a Job<T> shows but its payload, filled by the job flow (job_flow.hpp)
+/// without knowing the payload type.
+struct JobFields {
+  JobId id_ = 0;
+  std::string_view name_;
+  std::string_view queue_;
+  std::uint32_t attempts_made_ = 0;
+  std::uint32_t deliveries_ = 0;
+  std::uint32_t max_attempts_ = 0;
+  TimePoint added_at_{};
+  TimePoint started_at_{};
+  std::string_view last_error_;
+  const SlotControl<>* ctl_ = nullptr;
+  std::uint32_t token_ = 0;
+  LeaseRecord* record_ = nullptr;
+  std::uint64_t lease_ = 0;
+  const Clock* clock_ = nullptr;
+};
+}  // namespace detail
 
 template <class T>
-class Job {
+class Job : private detail::JobFields {
  public:
   /// id() is the job's engine-unique id (the one add() returned).
   [[nodiscard]] JobId id() const noexcept { return id_; }
@@ -63,22 +82,9 @@ class Job {
 
  private:
   friend class detail::QueueImpl<T>;
-  Job() = default;
-  JobId id_ = 0;
-  std::string_view name_;
-  std::string_view queue_;
-  const T* data_ = nullptr;
-  std::uint32_t attempts_made_ = 0;
-  std::uint32_t deliveries_ = 0;
-  std::uint32_t max_attempts_ = 0;
-  TimePoint added_at_{};
-  TimePoint started_at_{};
-  std::string_view last_error_;
-  const detail::SlotControl<>* ctl_ = nullptr;
-  std::uint32_t token_ = 0;
-  detail::LeaseRecord* record_ = nullptr;
-  std::uint64_t lease_ = 0;
-  const Clock* clock_ = nullptr;
+  Job(const detail::JobFields& fields, const T* data) noexcept
+      : detail::JobFields(fields), data_(data) {}
+  const T* data_;
 };
 
 }  // namespace rail

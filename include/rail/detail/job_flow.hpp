@@ -1,0 +1,322 @@
+// JobFlow: everything a queue does with a job that does not depend on its payload type — where
+// each job goes from add to its end — compiled once in src/job_flow.cpp. QueueImpl<T> derives
+// from it and adds only what touches a T (payload cells, typed add/redrive/leftovers, building
+// a Job<T> for the handler, filing a DeadLetter<T>), through three hooks: run_handler, retire and
+// in_dlq (one indirect call each, where the std::function hop used to be).
+//
+// Guarantee: every accepted job reaches exactly one end — completed, dead-lettered or cancelled —
+// or is reported by shutdown; none is lost, none ends twice, and exactly one outcome per
+// delivery counts (a handler whose lease lapsed is fenced by its token: slot_table.hpp).
+//
+// The pieces, in the order a job passes through them (C = capacity):
+//   free_      the free slot indices: recycled ones first, never-used ones only when none is
+//              free, so resident memory follows the jobs in flight (free_slots.hpp)
+//   slots_[C]  preallocated job records; their control words are SlotControl's (slot_table.hpp),
+//              the only code that changes a job's state
+//   dispatch_  the ready ring, the workers' stashes, wake-ups and the worker threads: hands each
+//              ready job to deliver() (dispatcher.hpp)
+//   leases_    one lease record per worker (lease_tracker.hpp)
+//   timers_    the inbox to the timing wheel, firing, the lease sweep, unlinking (timer_port.hpp)
+//   stats_     counters, gauges and the history of ended jobs (queue_stats.hpp)
+// Each index is in exactly one place — the free list, a ring, a stash, the wheel (linked or
+// parked) — or held by exactly one thread (job_slot.hpp's ownership invariant).
+//
+// Add:   pop free -> fill slot and payload -> publish: ready ring (or the timer port when
+//        delayed) -> wake.
+// Work:  pop a batch of ready (the first job now, the rest into the worker's stash, stealable)
+//        -> activate (pin) -> lease -> handler -> finish:
+//          done            -> end (completed)
+//          retry (+delay)  -> delayed: timer port | no delay: ready
+//          out of attempts -> end (dead-lettered: DLQ entry with the payload moved)
+//        An end frees the slot at once if no stale handler still pins it, else the last one
+//        to return frees it (and files the DLQ entry): final_end -> retire.
+// Timer: the timer port fires delayed -> waiting and pushes ready; its lease sweep takes lapsed
+//        deliveries (active -> finishing) and redelivers or dead-letters them.
+//
+// Memory ordering: a slot's plain fields and payload are written by their holder before the
+// index is pushed to a ring (release) and read by the next holder after popping it (acquire).
+// Non-holders go through ctl (slot_table.hpp). In this file and job_flow.cpp: ctl loads are
+// acquire, CASes acq_rel, the holder's stores release (SlotControl's defaults); id loads are
+// relaxed (a cold-path reader validates them against ctl: a CAS fails if the slot was reused);
+// due_ns is relaxed (it travels with the inbox push or the ctl release).
+//
+// Threading: add/add_bulk/cancel/state/pause from any thread; `concurrency` worker threads per
+// queue (threaded mode) or the run_until_idle() caller (inline mode) run handlers.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "rail/add_result.hpp"
+#include "rail/dead_letter_queue.hpp"
+#include "rail/detail/deadline.hpp"
+#include "rail/detail/dedup_set.hpp"
+#include "rail/detail/dispatcher.hpp"
+#include "rail/detail/engine_core.hpp"
+#include "rail/detail/free_slots.hpp"
+#include "rail/detail/job_slot.hpp"
+#include "rail/detail/lease_tracker.hpp"
+#include "rail/detail/queue_stats.hpp"
+#include "rail/detail/timer_port.hpp"
+#include "rail/event.hpp"
+#include "rail/job.hpp"
+#include "rail/job_state.hpp"
+#include "rail/options.hpp"
+#include "rail/outcome.hpp"
+
+namespace rail::detail {
+
+/// validate_job_options(o, where): throws Error(invalid_option) naming the bad field.
+void validate_job_options(const JobOptions& o, std::string_view where);
+void validate_queue_options(const QueueOptions& o, std::string_view queue);
+
+class JobFlow : public QueueBase, private JobRunner, private TimerClient {
+ public:
+  JobFlow(const JobFlow&) = delete;
+  JobFlow& operator=(const JobFlow&) = delete;
+
+  // --- QueueBase ---------------------------------------------------------------------------------
+  const std::string& name() const noexcept final { return name_; }
+  QueueCounts counts() const noexcept final { return stats_.counts(dispatch_.paused()); }
+  /// idle(): nothing waiting, delayed or running (stale handlers included).
+  bool idle() const noexcept final;
+  void collect_leftovers(ShutdownReport& report) const final;
+  void drain_timer_inbox(Wheel& wheel) noexcept final { timers_.drain(wheel, *this); }
+  void fire(std::uint32_t tag, std::int64_t now, Wheel& wheel) noexcept final {
+    timers_.fire(tag, now, wheel, *this);
+  }
+  std::size_t run_ready(std::size_t max) final;
+  void stop_workers() noexcept final { dispatch_.stop(); }
+  void join_workers() noexcept final { dispatch_.join(); }
+  bool cancel_job(std::uint64_t id) final { return cancel(id); }
+  JobState job_state(std::uint64_t id) const final { return state(id); }
+  void sweep_inline(std::int64_t now) final;
+
+  [[nodiscard]] const QueueOptions& options() const noexcept { return options_; }
+  [[nodiscard]] EngineCore& core() noexcept { return core_; }
+
+  // --- lifecycle (see Queue) --------------------------------------------------------------------
+  void pause() noexcept { dispatch_.pause(); }
+  void resume() noexcept { dispatch_.resume(); }
+  [[nodiscard]] bool paused() const noexcept { return dispatch_.paused(); }
+  bool drain(Duration timeout);
+  bool cancel(JobId id);
+  JobState state(JobId id) const;
+
+  /// emit_dlq(kind, id, job_name, depth): the DLQ's events (evicted, alert).
+  void emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth);
+
+ protected:
+  /// JobFlow(...): allocates capacity slots and payload cells of payload_size/payload_align.
+  /// The queue joins the engine only in attach(), once the derived queue is fully built.
+  JobFlow(EngineCore& core, std::string name, QueueOptions options, std::size_t payload_size,
+          std::size_t payload_align);
+  ~JobFlow();
+
+  /// attach(): registers the queue with the engine (timers may fire it from then on).
+  void attach();
+
+  // --- the payload type's hooks -----------------------------------------------------------------
+  /// run_handler(idx, job): runs the handler on slot idx's payload; may throw (a failed attempt).
+  virtual Outcome run_handler(std::uint32_t idx, const JobFields& job) = 0;
+  /// retire(idx, dead_letter): the job in slot idx has ended and nobody pins the slot: move its
+  /// payload into a DLQ entry (dead_letter) or destroy it, give the slot back (release_slot),
+  /// then file the entry.
+  virtual void retire(std::uint32_t idx, bool dead_letter) = 0;
+  /// in_dlq(id): the job is in the DLQ (state() of a dead-lettered job no longer remembered).
+  [[nodiscard]] virtual bool in_dlq(JobId id) const = 0;
+
+  // --- for the typed layer ----------------------------------------------------------------------
+  [[nodiscard]] void* cell(std::uint32_t idx) const noexcept {
+    return payload_.get() + std::size_t{idx} * stride_;
+  }
+  [[nodiscard]] JobSlot& slot(std::uint32_t idx) const noexcept { return slots_[idx]; }
+  [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] std::string_view job_name(const JobSlot& s) const noexcept {
+    return core_.names().name(s.name);
+  }
+  [[nodiscard]] std::vector<AttemptError> attempt_errors(const JobSlot& s) const;
+
+  /// start_processing(concurrency): the handler is set; start the workers (once per queue).
+  void start_processing(const WorkerOptions& w);
+  [[nodiscard]] bool processing() const noexcept {
+    return processing_.load(std::memory_order_acquire);
+  }
+
+  /// admit(o): throws unless the engine accepts jobs and o is valid for this queue.
+  void admit(const JobOptions& o) {
+    if (!core_.accepting()) [[unlikely]]
+      throw_shutting_down();
+    validate_job_options(o, "JobOptions");
+    if (o.backoff.kind == BackoffKind::custom || o.visibility_timeout) [[unlikely]]
+      admit_unusual(o);
+  }
+  [[noreturn]] void throw_shutting_down() const;
+
+  /// acquire_slots(out, n): takes n free slots (all or none), waiting per OverflowPolicy::block.
+  bool acquire_slots(std::uint32_t* out, std::size_t n) {
+    if (try_acquire(out, n)) [[likely]]
+      return true;
+    return acquire_slots_slow(out, n);
+  }
+  /// release_slot(idx): the caller holds idx and has destroyed (or never built) its payload.
+  void release_slot(std::uint32_t idx) noexcept {
+    slots_[idx].ctl.mark_free();
+    free_.push(idx);
+  }
+  /// give_back(idx): a slot acquired but never filled (a duplicate add) returns unused.
+  void give_back(std::uint32_t idx) noexcept { free_.push(idx); }
+
+  /// init_slot(...): the holder fills a fresh job's fields (the payload is the caller's).
+  void init_slot(std::uint32_t idx, std::uint64_t id, std::uint16_t name_id, std::int64_t now,
+                 const JobOptions& o) noexcept {
+    JobSlot& s = slots_[idx];
+    s.id.store(id, std::memory_order_relaxed);  // published by the ring push (or ctl release)
+    s.name = name_id;
+    s.added_ns = now;
+    s.started_ns.store(0, std::memory_order_relaxed);
+    s.prev_delay_ns = 0;
+    s.attempts_made.store(0, std::memory_order_relaxed);
+    s.deliveries.store(0, std::memory_order_relaxed);
+    s.max_attempts = static_cast<std::uint16_t>(o.attempts);
+    s.visibility_ns = o.visibility_timeout.value_or(options_.visibility_timeout).count();
+    s.end_kind = EndKind::none;
+    s.end_reason = DeadLetterReason::none;
+    s.has_dedup = false;
+    s.set_backoff(o.backoff);
+    if (s.extra) s.extra->errors.clear();
+  }
+  /// claim_id(idx, o, now): claims dedup id o.dedup.id for a new job in slot idx (its id is
+  /// drawn only if the claim is inserted).
+  DedupSet::Claim claim_id(std::uint32_t idx, const JobOptions& o, std::int64_t now);
+  /// claim_dedup(idx, o): slot idx's job now holds dedup id o.dedup.id.
+  void claim_dedup(std::uint32_t idx, const JobOptions& o);
+
+  /// publish_new(idx, now, delay): a filled slot enters the waiting or delayed state.
+  void publish_new(std::uint32_t idx, std::int64_t now, Duration delay) noexcept {
+    JobSlot& s = slots_[idx];
+    if (delay.count() > 0) {
+      s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);  // see publish()
+      s.ctl.publish(SlotState::delayed);
+      to_timer(idx);
+    } else {
+      s.ctl.publish(SlotState::waiting);
+      dispatch_.push_ready(idx);
+    }
+  }
+  /// publish_ready(idx, n): n filled slots become waiting at once (add_bulk).
+  void publish_ready(const std::uint32_t* idx, std::size_t n) noexcept;
+
+  /// note_added(s, delay) / note_redriven(s, now): the add's event.
+  void note_added(const JobSlot& s, Duration delay) const noexcept;
+  void note_redriven(const JobSlot& s, std::int64_t now) const noexcept;
+  /// note_overflow(id, name_id, max_attempts, now): a full queue dead-lettered an add.
+  void note_overflow(JobId id, std::uint16_t name_id, std::uint32_t max_attempts, TimePoint now);
+  /// dedup_refusal(claim, o): the add's status when the window refused the id (full), throws
+  /// when the id is too long; nullopt for a duplicate of a kept job.
+  std::optional<AddResult> dedup_refusal(const DedupSet::Claim& claim, const JobOptions& o) const;
+  /// note_duplicate(owner, job_name, o, now, debounced): a duplicate add merged into `owner`.
+  AddResult note_duplicate(JobId owner, std::string_view job_name, const JobOptions& o,
+                           std::int64_t now, bool debounced);
+
+  /// take_unstarted(take): after shutdown, under the wheel, hands every job that never started
+  /// and that no handler pins to take(idx, delayed), which moves its payload out and destroys
+  /// it; the slot is then freed here. False if called while this thread owns the wheel.
+  bool take_unstarted(const std::function<void(std::uint32_t, bool)>& take);
+
+  DedupSet& dedup();
+
+  EngineCore& core_;
+  const std::string name_;
+  const QueueOptions options_;
+  QueueStats stats_;
+
+ private:
+  // JobRunner / TimerClient
+  bool deliver(std::uint32_t idx, WorkerContext& wc) final;
+  void timer_fired(std::uint32_t idx, std::int64_t now) noexcept final;
+  void timer_reclaim(std::uint32_t idx) noexcept final;
+  std::int64_t timer_sweep(std::int64_t now) noexcept final;
+
+  /// FailKind: why an attempt failed, as far as what happens next is concerned.
+  enum class FailKind : std::uint8_t {
+    retry,        // backoff decides the delay
+    retry_after,  // the handler gave the delay
+    permanent,    // dead-letter now
+    lapse,        // the lease lapsed: redeliver at once (SQS), lease_expired when exhausted
+  };
+
+  void admit_unusual(const JobOptions& o);
+  bool acquire_slots_slow(std::uint32_t* out, std::size_t n);
+  bool try_acquire(std::uint32_t* out, std::size_t n) noexcept {
+    // All or nothing: with fewer than n free none is handed out, so a bulk add on a nearly full
+    // queue neither churns the free list against the workers nor reorders it. One job: a plain
+    // pop (the bulk path's size estimate would read the workers' end of the ring on every add).
+    if (n == 1) return free_.try_pop(*out);
+    return free_.try_pop_bulk(out, n) == n;
+  }
+  void to_timer(std::uint32_t idx) noexcept;
+  [[nodiscard]] bool leases_enabled() const noexcept {
+    return options_.visibility_timeout != Duration::max();
+  }
+  SlotExtra& extra(JobSlot& s);
+
+  void finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, WorkerContext& wc,
+              TimePoint started, std::uint32_t delivery);
+  void fail_attempt(std::uint32_t idx, std::string reason, FailKind kind, Duration explicit_delay,
+                    SplitMix64& rng, std::int64_t now, WorkerContext* wc);
+  void lapse(std::uint64_t lease, std::int64_t now);
+  void end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std::int64_t now,
+               WorkerContext* wc);
+  void record_end(JobSlot& s, EndKind kind, DeadLetterReason reason, std::int64_t now,
+                  WorkerContext* wc);
+  void reclaim_cancelled(std::uint32_t idx);
+  std::optional<bool> try_cancel(std::uint32_t idx, JobId id);
+  void end_cancelled(std::uint32_t idx, SlotState from);
+  void final_end(std::uint32_t idx) { retire(idx, slots_[idx].end_kind == EndKind::dead_lettered); }
+
+  /// count(wc, c): a worker bumps its own counters; anyone else (wc null) the shared stripes.
+  void count(WorkerContext* wc, Counter c, std::uint64_t n = 1) noexcept {
+    if (wc && wc->counters) {
+      wc->counters->add(c, n);
+    } else {
+      stats_.add(c, n);
+    }
+  }
+
+  Event make_event(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept;
+  void emit(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept {
+    core_.emit(make_event(kind, s, now));
+  }
+
+  struct FreeCells {
+    std::size_t bytes = 0;
+    std::size_t align = 0;
+    void operator()(char* p) const noexcept;
+  };
+
+  const std::size_t capacity_;
+  const std::size_t stride_;
+  std::uint16_t index_ = 0;
+  std::unique_ptr<JobSlot[]> slots_;
+  std::unique_ptr<char[], FreeCells> payload_;
+  FreeSlots free_;
+  Dispatcher dispatch_;
+  TimerPort timers_;
+  std::unique_ptr<LeaseTracker> leases_;
+  std::atomic<bool> processing_{false};  // start_processing ran: admit may re-arm the sweep
+  // The dedup window is built on the first add that carries a dedup id: a queue that never
+  // deduplicates should not pay its memory (capacity x max key bytes).
+  std::atomic<DedupSet*> dedup_{nullptr};
+  std::unique_ptr<DedupSet> dedup_owner_;
+  std::mutex dedup_init_mu_;
+};
+
+}  // namespace rail::detail

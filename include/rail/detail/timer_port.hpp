@@ -1,0 +1,105 @@
+// TimerPort: a queue's one door to the engine's timing wheel — the inbox of delayed slots, the
+// firing of their timers, the lease sweep's timer, and unlinking the timer of a job that leaves
+// early (cancel, take_leftovers). Nothing else in a queue touches the wheel or a slot's node.
+//
+// Threads: any thread submits a delayed slot (submit) or asks for the lease sweep (request_sweep,
+// lower_visibility); everything that takes a Wheel& runs as the wheel's owner (the timer thread,
+// a worker polling timers, or a cold path inside EngineCore::with_wheel), one thread at a time.
+// The wheel owner acts on the job through its TimerClient (the queue's job flow): a slot whose
+// time came, a cancelled slot whose index came back, a lease sweep.
+//
+// Ownership: a delayed slot's index is held by the inbox, then by the wheel (linked, or parked:
+// unlinked with deadline kNever when due never — see deadline.hpp), until fire() hands it on or
+// unlink()/take_parked() give it to the caller (job_slot.hpp's ownership invariant).
+// Memory ordering: the inbox is an MpmcRing (push release, pop acquire), which carries the slot's
+// due time written before submit(). sweep_requested_ is release on store and acq_rel on the
+// owner's exchange, which also carries a min_visibility_ns_ lowered before the request;
+// min_visibility_ns_ itself is relaxed (a number, it publishes no data).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "rail/clock.hpp"
+#include "rail/detail/engine_core.hpp"
+#include "rail/detail/job_slot.hpp"
+#include "rail/detail/mpmc_ring.hpp"
+
+namespace rail::detail {
+
+/// TimerClient: what the wheel owner calls back into (the job flow). Each call runs as the
+/// wheel's owner: it must not wait for the wheel (EngineCore::emit defers observers already).
+class TimerClient {
+ public:
+  /// timer_fired(idx, now): slot idx moved delayed -> waiting (this port won the CAS); the
+  /// index is the client's to push ready.
+  virtual void timer_fired(std::uint32_t idx, std::int64_t now) noexcept = 0;
+  /// timer_reclaim(idx): a cancelled slot's index came back from the inbox or the wheel.
+  virtual void timer_reclaim(std::uint32_t idx) noexcept = 0;
+  /// timer_sweep(now): lapse every lease due by now; returns the earliest remaining lease
+  /// deadline (kNever when none).
+  virtual std::int64_t timer_sweep(std::int64_t now) noexcept = 0;
+
+ protected:
+  ~TimerClient() = default;
+};
+
+/// push_held(ring, idx): hands an index the caller holds to a ring. Every ring has room for every
+/// index, so a failed try_push is never "full": it is the Vyukov ring's transient report when the
+/// consumer of that cell's previous lap claimed it but has not yet released it. The consumer is a
+/// few instructions from done, so retry rather than drop — dropping would lose the job.
+void push_held(MpmcRing<std::uint32_t>& ring, std::uint32_t idx) noexcept;
+
+class TimerPort {
+ public:
+  /// TimerPort(core, slots, capacity, visibility): slots[0, capacity) are the queue's slots;
+  /// visibility is the queue's lease length (Duration::max(): no lease sweep unless a job asks
+  /// for a shorter one).
+  TimerPort(EngineCore& core, JobSlot* slots, std::size_t capacity, Duration visibility);
+  TimerPort(const TimerPort&) = delete;
+  TimerPort& operator=(const TimerPort&) = delete;
+
+  /// tag_nodes(queue): the wheel hands back only a node; its tag routes the firing to
+  /// queue `queue`'s slot (or its sweep). Once, before any timer is armed.
+  void tag_nodes(std::uint16_t queue) noexcept;
+
+  // --- any thread -------------------------------------------------------------------------------
+  /// submit(idx): the caller holds delayed slot idx (due_ns written): hand it to the wheel.
+  void submit(std::uint32_t idx) noexcept;
+  /// request_sweep(): (re)arm the lease sweep within one shortest visibility timeout.
+  void request_sweep() noexcept;
+  /// lower_visibility(v): a job's lease is shorter than any before; true if it lowered the bound
+  /// (the caller then requests a sweep, once processing has begun).
+  bool lower_visibility(std::int64_t v) noexcept;
+
+  // --- the wheel's owner ------------------------------------------------------------------------
+  /// drain(wheel, client): link every slot submitted since the last call.
+  void drain(Wheel& wheel, TimerClient& client) noexcept;
+  /// fire(tag, now, wheel, client): the timer tagged `tag` (a slot index or the sweep) is due.
+  void fire(std::uint32_t tag, std::int64_t now, Wheel& wheel, TimerClient& client) noexcept;
+  /// unlink(s, wheel): takes a delayed slot's timer off the wheel after a cancel or a take;
+  /// true if its index is now the caller's (linked or parked), false if it fired or is still in
+  /// transit (drain first for that: the wheel owner then reclaims it when it arrives).
+  [[nodiscard]] bool unlink(JobSlot& s, Wheel& wheel) noexcept;
+  /// take_parked(s): a slot due never is held by the wheel owner with no node linked; takes its
+  /// index (true) or says it is not parked. Touches only the node's deadline, never the wheel's
+  /// lists, so a callback re-entered while its thread owns the wheel may call it.
+  [[nodiscard]] static bool take_parked(JobSlot& s) noexcept;
+
+ private:
+  static constexpr std::uint32_t kLeaseSweep = 0xFFFF'FFFFu;  // the sweep's tag
+
+  /// schedule_or_park(s, due, wheel): links s's node at due, or parks it when due is never.
+  static void schedule_or_park(JobSlot& s, std::int64_t due, Wheel& wheel) noexcept;
+  void sweep(std::int64_t now, Wheel& wheel, TimerClient& client) noexcept;
+
+  EngineCore& core_;
+  JobSlot* slots_;
+  std::size_t capacity_;
+  MpmcRing<std::uint32_t> inbox_;
+  std::atomic<std::int64_t> min_visibility_ns_;
+  TimerNode sweep_node_{};                    // the wheel owner's, like the slots' nodes
+  std::atomic<bool> sweep_requested_{false};  // request_sweep() -> the wheel owner (drain)
+};
+
+}  // namespace rail::detail

@@ -1,0 +1,761 @@
+// JobFlow: see include/rail/detail/job_flow.hpp (the job's path and the ordering conventions).
+#include "rail/detail/job_flow.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "rail/detail/allocation.hpp"
+#include "rail/detail/assert.hpp"
+#include "rail/error.hpp"
+
+namespace rail::detail {
+
+namespace {
+
+/// Holding: a slot this thread holds in `finishing` while it raises the job's events
+/// (fail_attempt, record_end). An observer on this thread that cancels that job must not wait for
+/// the holder, itself: cancel() records the request in the frame (honoured before the retry), or
+/// answers false once the job is ending. Frames nest (an observer's cancel of another job raises
+/// that job's events in turn), so they form a per-thread stack that try_cancel walks.
+struct Holding {
+  // The frame is unlinked by the destructor before it goes out of scope; GCC's dangling-pointer
+  // analysis does not see that.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdangling-pointer"
+#endif
+  Holding(const JobSlot& s, bool ending_) noexcept : slot(&s), ending(ending_), outer(top()) {
+    top() = this;
+  }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+  ~Holding() {
+    top() = outer;
+  }
+  Holding(const Holding&) = delete;
+  Holding& operator=(const Holding&) = delete;
+  static Holding*& top() noexcept {
+    thread_local Holding* frame = nullptr;
+    return frame;
+  }
+  /// of(s): this thread's frame holding s, or null.
+  static Holding* of(const JobSlot& s) noexcept {
+    for (Holding* h = top(); h; h = h->outer)
+      if (h->slot == &s) return h;
+    return nullptr;
+  }
+  const JobSlot* slot;
+  bool ending;
+  bool cancel = false;
+  Holding* outer;
+};
+
+std::size_t round_up(std::size_t n, std::size_t align) noexcept {
+  return (n + align - 1) / align * align;
+}
+
+}  // namespace
+
+// --- construction
+// ---------------------------------------------------------------------------------
+
+void JobFlow::FreeCells::operator()(char* p) const noexcept {
+  free_aligned(p, bytes, align);
+}
+
+JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::size_t payload_size,
+                 std::size_t payload_align)
+    : core_(core),
+      name_(std::move(name)),
+      options_(std::move(options)),
+      stats_(options_.capacity),
+      capacity_(options_.capacity),
+      stride_(round_up(payload_size, payload_align)),
+      slots_(std::make_unique<JobSlot[]>(capacity_)),
+      payload_(static_cast<char*>(alloc_aligned(stride_ * capacity_, payload_align)),
+               FreeCells{stride_ * capacity_, payload_align}),
+      free_(capacity_, sizeof(JobSlot) + stride_),
+      dispatch_(core_, stats_, capacity_, slots_.get(), payload_.get(), stride_),
+      timers_(core_, slots_.get(), capacity_, options_.visibility_timeout) {}
+
+JobFlow::~JobFlow() {
+  for (std::size_t i = 0; i < capacity_; ++i) {
+    if (SlotExtra* x = slots_[i].extra) {
+      x->~SlotExtra();
+      free_aligned(x, sizeof(SlotExtra), alignof(SlotExtra));
+    }
+  }
+}
+
+void JobFlow::attach() {
+  index_ = core_.register_queue(this);
+  timers_.tag_nodes(index_);
+}
+
+// --- adding
+// ---------------------------------------------------------------------------------------
+
+void JobFlow::throw_shutting_down() const {
+  throw Error(ErrorCode::shutting_down,
+              "queue '" + name_ + "' does not accept jobs: the engine is shutting down");
+}
+
+void JobFlow::admit_unusual(const JobOptions& o) {
+  if (o.backoff.kind == BackoffKind::custom && !options_.custom_backoff)
+    throw Error(ErrorCode::invalid_option,
+                "JobOptions.backoff is custom but queue '" + name_ +
+                    "' has no QueueOptions.custom_backoff; expected one to compute delays");
+  // A shorter lease than the queue's must pull the lease sweep earlier (lease_tracker.hpp).
+  // acquire (processing): pairs with start_processing's release, so one of the two arms it.
+  if (o.visibility_timeout && timers_.lower_visibility(o.visibility_timeout->count()) &&
+      processing() && leases_enabled() && core_.mode() == Mode::threaded)
+    timers_.request_sweep();
+}
+
+bool JobFlow::acquire_slots_slow(std::uint32_t* out, std::size_t n) {
+  if (options_.on_full != OverflowPolicy::block || core_.mode() == Mode::inlined) return false;
+  // Cold path: the queue is full. Poll with a growing real-time sleep up to block_timeout;
+  // workers freeing slots do not pay for waking blocked producers.
+  const auto deadline = steady_deadline(options_.block_timeout);  // max: wait for room
+  auto pause = std::chrono::microseconds(1);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(pause);
+    if (try_acquire(out, n)) return true;
+    if (!core_.accepting()) throw_shutting_down();
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+  return false;
+}
+
+SlotExtra& JobFlow::extra(JobSlot& s) {
+  if (!s.extra) s.extra = ::new (alloc_aligned(sizeof(SlotExtra), alignof(SlotExtra))) SlotExtra();
+  return *s.extra;
+}
+
+DedupSet& JobFlow::dedup() {
+  // acquire: pairs with the release below, so a reader sees a fully built set.
+  if (DedupSet* d = dedup_.load(std::memory_order_acquire)) [[likely]]
+    return *d;
+  std::lock_guard lock(dedup_init_mu_);  // cold: once per queue
+  if (!dedup_owner_) {
+    // Default: room for the queue's jobs and at least 4096 ids, because ids with a ttl outlive
+    // their jobs (a small queue's window would otherwise fill at once).
+    dedup_owner_ = std::make_unique<DedupSet>(
+        options_.dedup_capacity ? options_.dedup_capacity : std::max<std::size_t>(capacity_, 4096));
+    dedup_.store(dedup_owner_.get(), std::memory_order_release);
+  }
+  return *dedup_owner_;
+}
+
+DedupSet::Claim JobFlow::claim_id(std::uint32_t idx, const JobOptions& o, std::int64_t now) {
+  const std::int64_t expires =
+      o.dedup.ttl ? saturating_add(now, *o.dedup.ttl) : DedupSet::kNoExpiry;
+  return dedup().try_claim(o.dedup.id, now, expires, [&]() noexcept {
+    return std::pair<std::uint64_t, std::uint64_t>{core_.next_ids(1), idx};
+  });
+}
+
+void JobFlow::claim_dedup(std::uint32_t idx, const JobOptions& o) {
+  JobSlot& s = slots_[idx];
+  extra(s).dedup_key = o.dedup.id;
+  s.has_dedup = true;
+  s.dedup_has_ttl = o.dedup.ttl.has_value();
+}
+
+void JobFlow::to_timer(std::uint32_t idx) noexcept {
+  stats_.add(kToDelayed);
+  timers_.submit(idx);
+}
+
+void JobFlow::publish_ready(const std::uint32_t* idx, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    slots_[idx[i]].ctl.publish(SlotState::waiting);
+  dispatch_.push_ready_bulk(idx, n);
+}
+
+void JobFlow::note_added(const JobSlot& s, Duration delay) const noexcept {
+  Event e = make_event(EventKind::added, s, s.added_ns);
+  e.attempt = 0;
+  e.delay = delay;
+  core_.emit(e);
+}
+
+void JobFlow::note_redriven(const JobSlot& s, std::int64_t now) const noexcept {
+  emit(EventKind::redriven, s, now);
+}
+
+void JobFlow::note_overflow(JobId id, std::uint16_t name_id, std::uint32_t max_attempts,
+                            TimePoint now) {
+  stats_.add(kAdded);
+  stats_.add(kDeadLettered);
+  stats_.remember(id, JobStatus::dead_lettered);
+  if (!core_.observed()) return;
+  Event ev;
+  ev.kind = EventKind::dead_lettered;
+  ev.at = now;
+  ev.queue = name_;
+  ev.job_id = id;
+  ev.job_name = core_.names().name(name_id);
+  ev.max_attempts = max_attempts;
+  ev.reason = DeadLetterReason::overflow;
+  ev.error = "queue full";
+  core_.emit(ev);
+}
+
+std::optional<AddResult> JobFlow::dedup_refusal(const DedupSet::Claim& claim,
+                                                const JobOptions& o) const {
+  using R = DedupSet::Claim::Result;
+  if (claim.result == R::full) return AddResult{0, AddStatus::dedup_full};
+  if (claim.result == R::key_too_long)
+    throw Error(ErrorCode::invalid_option, "JobOptions.dedup.id is " +
+                                               std::to_string(o.dedup.id.size()) +
+                                               " bytes; expected at most 256");
+  return std::nullopt;
+}
+
+AddResult JobFlow::note_duplicate(JobId owner, std::string_view job_name, const JobOptions& o,
+                                  std::int64_t now, bool debounced) {
+  stats_.add(kDeduplicated);
+  if (core_.observed()) {
+    Event e;
+    e.kind = debounced ? EventKind::debounced : EventKind::deduplicated;
+    e.at = TimePoint{Duration{now}};
+    e.queue = name_;
+    e.job_id = owner;
+    e.job_name = job_name;
+    e.dedup_id = o.dedup.id;
+    e.delay = o.delay;
+    core_.emit(e);
+  }
+  return {owner, debounced ? AddStatus::debounced : AddStatus::duplicate};
+}
+
+// --- workers
+// --------------------------------------------------------------------------------------
+
+void JobFlow::start_processing(const WorkerOptions& w) {
+  const std::uint32_t workers = core_.mode() == Mode::threaded ? w.concurrency : 1;
+  leases_ = std::make_unique<LeaseTracker>(workers);
+  // Threaded: the sweep is a self-re-arming wheel timer. Inline: time moves only through
+  // ManualClock::advance, whose process_timers() calls sweep_inline() directly, so no timer is
+  // left on the wheel for next_timer_in() to chase forever.
+  if (leases_enabled() && core_.mode() == Mode::threaded) timers_.request_sweep();
+  processing_.store(true, std::memory_order_release);  // admit_unusual reads it
+  dispatch_.start(*this, workers, *leases_, core_.seed() ^ (std::uint64_t{index_} << 32));
+}
+
+std::size_t JobFlow::run_ready(std::size_t max) {
+  if (!processing()) return 0;
+  return dispatch_.run_inline(*this, *leases_, core_.seed() ^ index_, max);
+}
+
+bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
+  JobSlot& s = slots_[idx];
+  const QueueBase* const outer = std::exchange(current_delivery(), this);
+  struct Restore {
+    const QueueBase* queue;
+    ~Restore() { current_delivery() = queue; }
+  } restore{outer};
+  // The delivery's number and start time are written before activation, so that state() never
+  // sees an active job with its previous count (it reads them against the word: job_slot.hpp).
+  // A cancel that wins meanwhile may read the count one high in its event; it is put back.
+  const std::int64_t now = core_.now_ns();
+  const std::uint16_t delivered = s.delivered();
+  s.started_ns.store(now, std::memory_order_relaxed);
+  s.deliveries.store(static_cast<std::uint16_t>(delivered + 1), std::memory_order_relaxed);
+  const auto a = s.ctl.activate();
+  if (a.result != SlotControl<>::Activation::active) {
+    s.deliveries.store(delivered, std::memory_order_relaxed);
+    if (a.result == SlotControl<>::Activation::cancelled) reclaim_cancelled(idx);
+    return false;  // taken: handed back by take_leftovers after shutdown; drop the index
+  }
+  // seq_cst: with activate's CAS and shutdown's store, in one order (see SlotControl::activate):
+  // a worker that got here after shutdown's report read the job as waiting sees the stop.
+  const bool stopping = dispatch_.stopping(std::memory_order_seq_cst);
+  if (stopping && s.ctl.deactivate(ctl::seq(a.word))) {
+    s.deliveries.store(delivered, std::memory_order_relaxed);
+    return false;  // back to waiting, for take_leftovers; its index stays with nobody
+  }
+  // Into `active` before out of `waiting`: see counts().
+  count(&wc, kStarted);
+  count(&wc, kFromReady);
+  const std::uint32_t token = ctl::seq(a.word);
+  // Start to start: the previous handler's run plus this worker's overhead. Real time even
+  // under a manual clock (whose time stands still between advances).
+  const std::int64_t wall =
+      wc.manual_clock ? std::chrono::steady_clock::now().time_since_epoch().count() : now;
+  wc.fast = wall - wc.last_wall_ns < Dispatcher::kFastHandlerNs;
+  wc.last_wall_ns = wall;
+  wc.last_start_ns = now;
+  JobFields job;
+  job.id_ = s.id.load(std::memory_order_relaxed);
+  job.name_ = core_.names().name(s.name);
+  job.queue_ = name_;
+  job.attempts_made_ = s.attempts();
+  job.deliveries_ = s.delivered();
+  job.max_attempts_ = s.max_attempts;
+  job.added_at_ = TimePoint{Duration{s.added_ns}};
+  job.started_at_ = TimePoint{Duration{now}};
+  if (s.extra && !s.extra->errors.empty()) job.last_error_ = s.extra->errors.back().message;
+  job.ctl_ = &s.ctl;
+  job.token_ = token;
+  job.clock_ = &core_.clock();
+  // Everything that reads the slot's plain fields happens before the lease is granted: from
+  // the grant on, a lapse may take the slot (and write its attempt count) at any moment.
+  if (core_.observed()) emit(EventKind::started, s, now);
+  const bool leased = leases_enabled() && s.visibility_ns != Duration::max().count();
+  if (leased) {
+    job.record_ = &wc.record;
+    job.lease_ = make_lease(idx, token);
+    // After the plain fields above: the sweep reads them after acquiring this lease word.
+    LeaseTracker::grant(wc.record, job.lease_, saturating_add(now, Duration{s.visibility_ns}));
+  }
+
+  Outcome out;  // done: a job flagged cancelled after stop ends cancelled without running
+  if (!stopping) {
+    try {
+      out = run_handler(idx, job);
+    } catch (const std::exception& e) {
+      out = Outcome::retry(e.what());
+    } catch (...) {
+      out = Outcome::retry("handler threw a non-std::exception");
+    }
+  }
+  if (leased) LeaseTracker::release(wc.record);
+  finish(idx, token, std::move(out), wc, job.started_at_, job.deliveries_);
+  // After finish() returned the slot to the free list (final_end): once counts() shows the
+  // attempt ended (drain() returns), the slot is free for the next add.
+  count(&wc, kAttemptEnded);
+  return true;
+}
+
+void JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, WorkerContext& wc,
+                     TimePoint started, std::uint32_t delivery) {
+  JobSlot& s = slots_[idx];
+  // Read while our pin still holds the slot: once a stale handler unpins, the slot may be freed
+  // and reused under it.
+  const JobId id = s.id.load(std::memory_order_relaxed);
+  const std::string_view job_name = core_.names().name(s.name);
+  const auto f = s.ctl.finish(token);
+  if (f.result != SlotControl<>::Finish::live) {
+    // Stale: the lease lapsed and the job moved on; our pin is dropped. If the job has ended
+    // and we were the last handler on it, its deferred end is ours to complete.
+    count(&wc, kLateOutcomes);
+    if (core_.observed()) {
+      Event e;
+      e.kind = EventKind::late_outcome;
+      e.at = TimePoint{Duration{core_.now_ns()}};
+      e.queue = name_;
+      e.job_id = id;
+      e.job_name = job_name;
+      e.elapsed = e.at - started;
+      e.deliveries = delivery;
+      e.attempt = delivery;
+      e.error = out.reason();
+      core_.emit(e);
+    }
+    if (f.result == SlotControl<>::Finish::stale_last) final_end(idx);
+    return;
+  }
+  const std::uint64_t c = f.word;
+  // We hold the slot in `finishing`. A plain completion needs the time only for its event:
+  // skip the clock read (~50 ns on a VM) when nobody observes.
+  const bool cancelled = (ctl::flags(c) & ctl::kCancelRequested) != 0;
+  const bool plain_done = out.kind() == Outcome::Kind::done && !cancelled && !core_.observed();
+  const std::int64_t now = plain_done ? 0 : core_.now_ns();
+  if (cancelled) {
+    end_job(idx, EndKind::cancelled, DeadLetterReason::none, now, &wc);
+    return;
+  }
+  if (out.kind() == Outcome::Kind::done) {
+    end_job(idx, EndKind::completed, DeadLetterReason::none, now, &wc);
+    return;
+  }
+  const FailKind kind = out.kind() == Outcome::Kind::fail          ? FailKind::permanent
+                        : out.kind() == Outcome::Kind::retry_after ? FailKind::retry_after
+                                                                   : FailKind::retry;
+  fail_attempt(idx, out.take_reason(), kind, out.delay(), wc.rng, now, &wc);
+}
+
+void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
+                           Duration explicit_delay, SplitMix64& rng, std::int64_t now,
+                           WorkerContext* wc) {
+  JobSlot& s = slots_[idx];
+  const auto attempts = static_cast<std::uint16_t>(s.attempts() + 1);
+  s.attempts_made.store(attempts, std::memory_order_relaxed);
+  count(wc, kFailedAttempts);
+  auto& log = extra(s).errors;
+  if (log.capacity() < s.max_attempts) log.reserve(s.max_attempts);  // see SlotExtra
+  log.push_back(AttemptRecord{attempts, now, std::move(reason)});
+  const std::string& error = log.back().message;
+
+  DeadLetterReason dead = DeadLetterReason::none;
+  Duration delay{0};
+  if (kind == FailKind::permanent) {
+    dead = DeadLetterReason::permanent_failure;
+  } else if (attempts >= s.max_attempts) {
+    dead = kind == FailKind::lapse ? DeadLetterReason::lease_expired
+                                   : DeadLetterReason::attempts_exhausted;
+  } else if (kind == FailKind::retry_after) {
+    delay = explicit_delay;
+  } else if (kind == FailKind::retry) {
+    RetryContext ctx{s.id.load(std::memory_order_relaxed), attempts, error,
+                     Duration{s.prev_delay_ns}};
+    delay = next_delay(s.backoff(), ctx, &options_.custom_backoff, rng);
+    if (delay.count() < 0) dead = DeadLetterReason::backoff_stopped;
+  }
+  bool cancel = false;
+  if (core_.observed()) {
+    Event e = make_event(EventKind::attempt_failed, s, now);
+    e.attempt = attempts;  // the attempt that just failed
+    e.error = error;
+    e.delay = dead == DeadLetterReason::none ? delay : Duration{-1};
+    Holding holding(s, dead != DeadLetterReason::none);
+    core_.emit(e);
+    cancel = holding.cancel;
+  }
+  if (cancel) {  // an observer of this failure cancelled the job: no retry
+    end_job(idx, EndKind::cancelled, DeadLetterReason::none, now, wc);
+    return;
+  }
+  if (dead != DeadLetterReason::none) {
+    end_job(idx, EndKind::dead_lettered, dead, now, wc);
+    return;
+  }
+  s.prev_delay_ns = delay.count();
+  if (delay.count() > 0) {
+    s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);
+    s.ctl.leave_finishing(SlotState::delayed);
+    to_timer(idx);
+  } else {
+    s.ctl.leave_finishing(SlotState::waiting);
+    dispatch_.push_ready(idx);
+  }
+}
+
+// --- leases and timers
+// ----------------------------------------------------------------------------
+
+void JobFlow::sweep_inline(std::int64_t now) {
+  if (!leases_ || core_.mode() != Mode::inlined || !leases_enabled()) return;
+  leases_->sweep(now, [&](std::uint64_t lease, std::int64_t) { lapse(lease, now); });
+}
+
+std::int64_t JobFlow::timer_sweep(std::int64_t now) noexcept {
+  if (!leases_) return kNever;
+  return leases_->sweep(now, [&](std::uint64_t lease, std::int64_t) { lapse(lease, now); });
+}
+
+void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
+  if (core_.observed()) emit(EventKind::retry_due, slots_[idx], now);
+  dispatch_.push_ready(idx);  // into `waiting` (counted there) ...
+  stats_.add(kFromDelayed);   // ... before out of `delayed`: see counts()
+}
+
+void JobFlow::timer_reclaim(std::uint32_t idx) noexcept {
+  reclaim_cancelled(idx);
+}
+
+void JobFlow::lapse(std::uint64_t lease, std::int64_t now) {
+  const std::uint32_t idx = lease_slot(lease);
+  JobSlot& s = slots_[idx];
+  const auto l = s.ctl.lapse(lease_token(lease));
+  if (!l.won) return;  // the handler's outcome won
+  const Duration elapsed{now - s.started()};
+  stats_.add(kStalled);  // `active` keeps counting the stale handler until it returns
+  if (core_.observed()) {
+    Event e = make_event(EventKind::stalled, s, now);
+    e.elapsed = elapsed;
+    core_.emit(e);
+  }
+  if (ctl::flags(l.word) & ctl::kCancelRequested) {
+    // cancel() already answered "flagged": the job ends cancelled, not redelivered.
+    end_job(idx, EndKind::cancelled, DeadLetterReason::none, now, nullptr);
+    return;
+  }
+  std::string reason = "lease expired after " + std::to_string(elapsed.count() / 1'000'000) +
+                       " ms (visibility timeout " + std::to_string(s.visibility_ns / 1'000'000) +
+                       " ms)";
+  SplitMix64 unused(0);  // a lapse redelivers at once (SQS): no backoff, no randomness
+  fail_attempt(idx, std::move(reason), FailKind::lapse, Duration{0}, unused, now, nullptr);
+}
+
+// --- ends
+// -----------------------------------------------------------------------------------------
+
+void JobFlow::end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std::int64_t now,
+                      WorkerContext* wc) {
+  JobSlot& s = slots_[idx];
+  record_end(s, kind, reason, now, wc);
+  s.end_kind = kind;
+  s.end_reason = reason;
+  if (s.ctl.end()) final_end(idx);  // else the last stale handler to return frees it
+}
+
+void JobFlow::record_end(JobSlot& s, EndKind kind, DeadLetterReason reason, std::int64_t now,
+                         WorkerContext* wc) {
+  const JobId id = s.id.load(std::memory_order_relaxed);
+  // Observers below may cancel this job: it is ending. (A frame only when someone observes.)
+  std::optional<Holding> holding;
+  if (core_.observed()) holding.emplace(s, true);
+  if (s.has_dedup && !s.dedup_has_ttl)
+    (void)dedup_.load(std::memory_order_acquire)->release(s.extra->dedup_key, id);
+  switch (kind) {
+    case EndKind::completed:
+      count(wc, kCompleted);
+      stats_.remember(id, JobStatus::completed);
+      if (core_.observed()) emit(EventKind::completed, s, now);
+      break;
+    case EndKind::dead_lettered: {
+      count(wc, kDeadLettered);
+      stats_.remember(id, JobStatus::dead_lettered);
+      if (core_.observed()) {
+        Event ev = make_event(EventKind::dead_lettered, s, now);
+        ev.reason = reason;
+        ev.attempt = s.attempts();
+        if (s.extra && !s.extra->errors.empty()) ev.error = s.extra->errors.back().message;
+        core_.emit(ev);
+      }
+      break;
+    }
+    case EndKind::cancelled:
+      count(wc, kCancelled);
+      stats_.remember(id, JobStatus::cancelled);
+      if (core_.observed()) emit(EventKind::cancelled, s, now);
+      break;
+    case EndKind::none:
+      RAIL_INVARIANT(false, "a job ends as completed, dead-lettered or cancelled");
+  }
+}
+
+void JobFlow::reclaim_cancelled(std::uint32_t idx) {
+  // cancel() recorded the end already; with stale handlers or the canceller still pinning the
+  // slot, the last of them frees it.
+  slots_[idx].end_kind = EndKind::cancelled;
+  if (slots_[idx].ctl.end()) final_end(idx);
+}
+
+std::vector<AttemptError> JobFlow::attempt_errors(const JobSlot& s) const {
+  std::vector<AttemptError> out;
+  if (!s.extra) return out;
+  out.reserve(s.extra->errors.size());
+  for (const auto& r : s.extra->errors)
+    out.push_back(AttemptError{r.attempt, TimePoint{Duration{r.at_ns}}, r.message});
+  return out;
+}
+
+// --- cancel, state, drain
+// -------------------------------------------------------------------------
+
+bool JobFlow::cancel(JobId id) {
+  // An ended job's old slot may still carry its id (a redriven job lives in a new slot), so a
+  // slot that no longer holds the job does not end the scan.
+  for (std::uint32_t i = 0; i < capacity_; ++i) {
+    if (slots_[i].id.load(std::memory_order_relaxed) != id) continue;
+    if (auto done = try_cancel(i, id)) return *done;
+  }
+  return false;
+}
+
+std::optional<bool> JobFlow::try_cancel(std::uint32_t idx, JobId id) {
+  JobSlot& s = slots_[idx];
+  std::uint64_t c = s.ctl.load();
+  for (;;) {
+    // The id is re-checked after every read of the word: a CAS against that word fails if the
+    // slot was reused in between, so acting on a matching id is safe.
+    if (s.id.load(std::memory_order_relaxed) != id) return std::nullopt;
+    const auto r = s.ctl.cancel(c);
+    switch (r.result) {
+      case SlotControl<>::Cancel::flagged:
+        return true;
+      case SlotControl<>::Cancel::not_found:
+        return std::nullopt;
+      case SlotControl<>::Cancel::busy:
+        if (ctl::state(r.word) == SlotState::finishing) {
+          if (Holding* h = Holding::of(s)) {
+            if (h->ending) return false;  // an observer of the job's end
+            h->cancel = true;             // an observer of its failed attempt
+            return true;
+          }
+        }
+        if (ctl::state(r.word) == SlotState::finishing || ctl::state(r.word) == SlotState::updating)
+          std::this_thread::yield();  // a transition of a few stores is in progress
+        c = r.word;
+        continue;
+      case SlotControl<>::Cancel::taken:
+        end_cancelled(idx, ctl::state(r.word));
+        return true;
+    }
+  }
+}
+
+void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
+  // cancel() took a waiting or delayed job and holds a pin on its slot: record its end, then
+  // give the slot back. A delayed job's timer is unlinked here, so its capacity returns at once
+  // instead of at its deadline; a waiting job's slot returns when a worker pops its index.
+  JobSlot& s = slots_[idx];
+  stats_.add(from == SlotState::waiting ? kFromReady : kFromDelayed);
+  record_end(s, EndKind::cancelled, DeadLetterReason::none, core_.now_ns(), nullptr);
+  bool held = false;
+  if (from == SlotState::delayed) {
+    // As the wheel's owner: link what is in transit, then take the node off the wheel; its
+    // index is then ours. Re-entered from a timer callback while this thread owns the wheel, a
+    // linked node is reclaimed when it fires, but a parked one never fires, so take it here.
+    held = core_
+               .with_wheel([&](Wheel& wheel) {
+                 timers_.drain(wheel, *this);
+                 return timers_.unlink(s, wheel);
+               })
+               .value_or(core_.owns_wheel() && TimerPort::take_parked(s));
+  }
+  if (s.ctl.unpin()) {
+    final_end(idx);  // the index's holder came by while we recorded the end
+  } else if (held) {
+    reclaim_cancelled(idx);
+  }
+}
+
+JobState JobFlow::state(JobId id) const {
+  for (std::uint32_t i = 0; i < capacity_; ++i) {
+    const JobSlot& s = slots_[i];
+    if (s.id.load(std::memory_order_relaxed) != id) continue;
+    for (;;) {
+      const std::uint64_t c = s.ctl.load();
+      JobState st;
+      switch (ctl::state(c)) {
+        case SlotState::waiting:
+          st.status = JobStatus::waiting;
+          break;
+        case SlotState::delayed:
+        case SlotState::updating:
+          st.status = JobStatus::delayed;
+          st.since = TimePoint{Duration{s.due_ns.load(std::memory_order_relaxed)}};
+          break;
+        case SlotState::active:
+        case SlotState::finishing:
+          st.status = JobStatus::active;
+          st.since = TimePoint{Duration{s.started()}};
+          break;
+        default:
+          st.status = JobStatus::unknown;  // ended or reused: the history below knows
+      }
+      st.deliveries = s.delivered();
+      st.attempts_made = s.attempts();
+      // A seqlock read: the fields describe the job only if neither the word nor the id moved
+      // while they were read (the fence keeps the re-reads after the field loads).
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (s.id.load(std::memory_order_relaxed) != id) break;
+      if (s.ctl.load() != c) continue;
+      if (st.status != JobStatus::unknown) return st;
+      break;
+    }
+  }
+  if (auto ended = stats_.recall(id)) return JobState{*ended};
+  if (in_dlq(id)) return JobState{JobStatus::dead_lettered};
+  return JobState{};
+}
+
+bool JobFlow::idle() const noexcept {
+  const QueueCounts c = counts();
+  return c.waiting == 0 && c.delayed == 0 && c.active == 0;
+}
+
+bool JobFlow::drain(Duration timeout) {
+  if (core_.mode() != Mode::threaded)
+    throw Error(ErrorCode::wrong_mode, "drain() on queue '" + name_ +
+                                           "' waits for worker threads; an inline engine has "
+                                           "none (use Engine::run_until_idle)");
+  if (current_delivery() == this || core_.in_timer_context())
+    throw Error(ErrorCode::would_deadlock,
+                "drain() on queue '" + name_ +
+                    "' was called from one of its own handlers or from a callback of the timer "
+                    "(an observer of retry_due/stalled, a DLQ alert), which would wait for "
+                    "itself; drain from outside handlers and callbacks");
+  // Cold path: poll with a growing sleep. A drained queue stays drained only if nobody adds.
+  const auto deadline = steady_deadline(timeout);  // Duration::max(): no timeout
+  auto pause = std::chrono::microseconds(10);
+  while (!idle()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
+  return true;
+}
+
+// --- shutdown
+// -------------------------------------------------------------------------------------
+
+void JobFlow::collect_leftovers(ShutdownReport& report) const {
+  for (std::size_t i = 0; i < capacity_; ++i) {
+    const JobSlot& s = slots_[i];
+    // seq_cst: see SlotControl::activate (a job reported waiting here never starts).
+    const std::uint64_t c = s.ctl.load(std::memory_order_seq_cst);
+    const SlotState st = ctl::state(c);
+    // A handler is still running on the slot while it holds a pin: the live delivery, or a stale
+    // one whose lease lapsed, whatever became of the job since (waiting again, ended).
+    const bool running = ctl::pins(c) > 0 || st == SlotState::active || st == SlotState::finishing;
+    const bool unstarted =
+        st == SlotState::waiting || st == SlotState::delayed || st == SlotState::updating;
+    if (!running && !unstarted) continue;
+    LeftoverJob j{name_, s.id.load(std::memory_order_relaxed),
+                  std::string(core_.names().name(s.name)), s.attempts()};
+    if (unstarted) report.not_started.push_back(j);
+    if (running) report.still_running.push_back(std::move(j));
+  }
+}
+
+bool JobFlow::take_unstarted(const std::function<void(std::uint32_t, bool)>& take) {
+  // As the wheel's owner: a delayed job's timer is unlinked with the job, so nothing fires a
+  // slot whose payload was handed back.
+  return core_
+      .with_wheel([&](Wheel& wheel) {
+        timers_.drain(wheel, *this);  // slots in transit to the wheel are linked now
+        for (std::uint32_t i = 0; i < capacity_; ++i) {
+          JobSlot& s = slots_[i];
+          const std::optional<SlotState> from = s.ctl.take_unstarted();
+          if (!from) continue;
+          const bool delayed = *from == SlotState::delayed;
+          stats_.add(delayed ? kFromDelayed : kFromReady);  // out of its gauge: it left
+          take(i, delayed);
+          s.ctl.mark_free();
+          // A delayed job's index was on the wheel: back to the free list. A waiting one's stays
+          // in the ready ring, which nothing pops after stop (next_job, run_ready).
+          if (delayed && timers_.unlink(s, wheel)) free_.push(i);
+        }
+        return true;
+      })
+      .has_value();
+}
+
+// --- events
+// ---------------------------------------------------------------------------------------
+
+Event JobFlow::make_event(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept {
+  Event e;
+  e.kind = kind;
+  e.at = TimePoint{Duration{now}};
+  e.queue = name_;
+  e.job_id = s.id.load(std::memory_order_relaxed);
+  e.job_name = core_.names().name(s.name);
+  e.attempt = s.attempts() + 1u;
+  e.max_attempts = s.max_attempts;
+  e.deliveries = s.delivered();
+  return e;
+}
+
+void JobFlow::emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth) {
+  if (!core_.observed()) return;
+  Event e;
+  e.kind = kind;
+  e.at = TimePoint{Duration{core_.now_ns()}};
+  e.queue = name_;
+  e.job_id = id;
+  e.job_name = job_name;
+  e.depth = depth;
+  core_.emit(e);
+}
+
+}  // namespace rail::detail

@@ -1,0 +1,141 @@
+// TimerPort: see include/rail/detail/timer_port.hpp.
+#include "rail/detail/timer_port.hpp"
+
+#include <thread>
+
+#include "rail/detail/deadline.hpp"
+
+namespace rail::detail {
+
+void push_held(MpmcRing<std::uint32_t>& ring, std::uint32_t idx) noexcept {
+  while (!ring.try_push(idx))
+    std::this_thread::yield();
+}
+
+TimerPort::TimerPort(EngineCore& core, JobSlot* slots, std::size_t capacity, Duration visibility)
+    : core_(core),
+      slots_(slots),
+      capacity_(capacity),
+      inbox_(capacity),
+      min_visibility_ns_(visibility.count()) {}
+
+void TimerPort::tag_nodes(std::uint16_t queue) noexcept {
+  for (std::uint32_t i = 0; i < capacity_; ++i)
+    slots_[i].timer.tag = (std::uint64_t{queue} << 32) | i;
+  sweep_node_.tag = (std::uint64_t{queue} << 32) | kLeaseSweep;
+}
+
+void TimerPort::submit(std::uint32_t idx) noexcept {
+  push_held(inbox_, idx);
+  core_.signal_timer();
+}
+
+void TimerPort::request_sweep() noexcept {
+  // release: the owner's acq_rel exchange sees the visibility timeout lowered before this.
+  sweep_requested_.store(true, std::memory_order_release);
+  core_.signal_timer();
+}
+
+bool TimerPort::lower_visibility(std::int64_t v) noexcept {
+  std::int64_t cur = min_visibility_ns_.load(std::memory_order_relaxed);
+  while (v < cur) {
+    if (min_visibility_ns_.compare_exchange_weak(cur, v, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
+void TimerPort::drain(Wheel& wheel, TimerClient& client) noexcept {
+  // acq_rel: consumes the request and acquires the min_visibility_ns_ lowered before it.
+  if (sweep_requested_.exchange(false, std::memory_order_acq_rel)) {
+    // (Re)arm the sweep no later than one shortest visibility timeout from now.
+    const std::int64_t at = saturating_add(
+        wheel.now_ns(), Duration{min_visibility_ns_.load(std::memory_order_relaxed)});
+    if (!is_never(at) && (!sweep_node_.linked() || sweep_node_.deadline > at)) {
+      wheel.cancel(sweep_node_);
+      wheel.schedule(sweep_node_, at);
+    }
+  }
+  std::uint32_t idx;
+  while (inbox_.try_pop(idx)) {
+    JobSlot& s = slots_[idx];
+    switch (ctl::state(s.ctl.load())) {
+      case SlotState::cancelled:  // cancelled on its way here: the client's to reclaim
+        client.timer_reclaim(idx);
+        break;
+      case SlotState::free:  // taken by take_leftovers on its way here: nothing to run
+        break;
+      default:
+        // relaxed: due_ns was written by the submitter before the inbox push (ring acquire).
+        schedule_or_park(s, s.due_ns.load(std::memory_order_relaxed), wheel);
+    }
+  }
+}
+
+void TimerPort::fire(std::uint32_t tag, std::int64_t now, Wheel& wheel,
+                     TimerClient& client) noexcept {
+  if (tag == kLeaseSweep) {
+    sweep(now, wheel, client);
+    return;
+  }
+  JobSlot& s = slots_[tag];
+  std::uint64_t c = s.ctl.load();  // acquire: sees a debounce's payload and due time
+  for (;;) {
+    switch (ctl::state(c)) {
+      case SlotState::updating:
+        std::this_thread::yield();  // a debounce is replacing the payload: a few stores
+        c = s.ctl.load();
+        continue;
+      case SlotState::cancelled:
+        client.timer_reclaim(tag);
+        return;
+      case SlotState::free:  // taken by take_leftovers (which unlinks its timer): defensive
+        return;
+      default:
+        break;
+    }
+    const std::int64_t due = s.due_ns.load(std::memory_order_relaxed);  // ordered by ctl acquire
+    if (due > now) {  // a debounce moved the deadline later
+      schedule_or_park(s, due, wheel);
+      return;
+    }
+    if (s.ctl.fire(c)) {
+      client.timer_fired(tag, now);
+      return;
+    }
+  }
+}
+
+bool TimerPort::unlink(JobSlot& s, Wheel& wheel) noexcept {
+  if (take_parked(s)) return true;      // due never: held by the wheel owner
+  if (!s.timer.linked()) return false;  // fired, or still on its way here
+  wheel.cancel(s.timer);
+  return true;
+}
+
+bool TimerPort::take_parked(JobSlot& s) noexcept {
+  // Resetting the deadline keeps "unlinked with deadline kNever" meaning parked.
+  if (s.timer.linked() || !is_never(s.timer.deadline)) return false;
+  s.timer.deadline = 0;
+  return true;
+}
+
+void TimerPort::schedule_or_park(JobSlot& s, std::int64_t due, Wheel& wheel) noexcept {
+  // Parked: the slot stays `delayed` (counted, visible to state(), cancellable) and nothing but
+  // a cancel or a take un-parks it (a debounce only moves a due time later).
+  if (is_never(due)) {
+    s.timer.deadline = kNever;
+    return;
+  }
+  wheel.schedule(s.timer, due);
+}
+
+void TimerPort::sweep(std::int64_t now, Wheel& wheel, TimerClient& client) noexcept {
+  const std::int64_t next =
+      std::min(saturating_add(now, Duration{min_visibility_ns_.load(std::memory_order_relaxed)}),
+               client.timer_sweep(now));
+  // A sweep due never is not armed: re-arming at a wrapped "now + max" made the timer thread
+  // spin. request_sweep() (a shorter visibility timeout) arms it again.
+  if (!is_never(next)) wheel.schedule(sweep_node_, next);
+}
+
+}  // namespace rail::detail
