@@ -76,6 +76,17 @@ TEST_F(Options, ZeroConcurrencyIsRejected) {
   EXPECT_NE(msg.find("concurrency is 0"), std::string::npos) << msg;
 }
 
+TEST_F(Options, ConcurrencyAboveTheBoundIsRejected) {
+  auto msg = error_of([&] {
+    q.process(WorkerOptions{.concurrency = WorkerOptions::kMaxConcurrency + 1}, [](Job<int>&) {});
+  });
+  EXPECT_NE(msg.find("WorkerOptions('q').concurrency is 4097; expected at most "
+                     "WorkerOptions::kMaxConcurrency (4096)"),
+            std::string::npos)
+      << msg;
+  q.process(WorkerOptions{.concurrency = WorkerOptions::kMaxConcurrency}, [](Job<int>&) {});
+}
+
 TEST_F(Options, NonPositiveTimerTickIsRejected) {
   auto msg = error_of([] { Engine e(EngineOptions{.timer_tick = 0ns}); });
   EXPECT_NE(msg.find("timer_tick"), std::string::npos) << msg;

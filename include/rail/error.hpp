@@ -19,6 +19,7 @@ enum class ErrorCode {
   wrong_mode,      // an inline-only call on a threaded engine, or the reverse
   journal,         // the DLQ journal could not be opened, written or read
   would_deadlock,  // a call from a handler or observer that would wait for the caller itself
+  resources,       // the system refused what a call needs from it (a worker thread)
   internal,        // a broken invariant inside rail: always a bug, please report it
 };
 

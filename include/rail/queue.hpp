@@ -49,7 +49,10 @@ class Queue {
   /// process(options, handler) starts the queue's worker pool: `options.concurrency` threads in a
   /// threaded engine (none in an inline one: run_until_idle() runs the handler). The handler is
   /// `Outcome(Job<T>&)` or `void(Job<T>&)` (void means done); a throw is a retryable failure
-  /// carrying what(). Call once per queue.
+  /// carrying what(). Call once per queue: a second call throws Error(invalid_option), as does a
+  /// concurrency outside 1 .. WorkerOptions::kMaxConcurrency. If the system refuses a worker
+  /// thread, throws Error(resources) once the threads already started have exited without
+  /// running a job: the queue then has no processor and process() may be called again.
   template <class F>
   void process(const WorkerOptions& options, F&& handler) {
     using R = std::invoke_result_t<F&, Job<T>&>;

@@ -89,6 +89,7 @@ namespace rail::detail {
 /// validate_job_options(o, where): throws Error(invalid_option) naming the bad field.
 void validate_job_options(const JobOptions& o, std::string_view where);
 void validate_queue_options(const QueueOptions& o, std::string_view queue);
+void validate_worker_options(const WorkerOptions& o, std::string_view queue);
 
 template <class T>
 class QueueImpl final : public QueueBase, private JobRunner {
@@ -268,18 +269,25 @@ class QueueImpl final : public QueueBase, private JobRunner {
     if (handler_)
       throw Error(ErrorCode::invalid_option,
                   "queue '" + name_ + "' already has a processor; call process() once per queue");
-    if (w.concurrency == 0)
-      throw Error(ErrorCode::invalid_option,
-                  "WorkerOptions.concurrency is 0 for queue '" + name_ + "'; expected 1 or more");
+    validate_worker_options(w, name_);
     handler_ = std::move(h);
     std::uint32_t workers = core_.mode() == Mode::threaded ? w.concurrency : 1;
     leases_ = std::make_unique<LeaseTracker>(workers);
+    try {
+      dispatch_.start(*this, workers, *leases_, core_.seed() ^ (std::uint64_t{index_} << 32),
+                      name_);
+    } catch (...) {
+      // start() joined the threads it had started before any ran a job: undo the rest, so that
+      // the queue is as before and process() may be called again.
+      handler_ = nullptr;
+      leases_.reset();
+      throw;
+    }
     // Threaded: the sweep is a self-re-arming wheel timer. Inline: time moves only through
     // ManualClock::advance, whose process_timers() calls sweep_inline() directly, so no timer is
     // left on the wheel for next_timer_in() to chase forever.
     if (leases_enabled() && core_.mode() == Mode::threaded) arm_sweep();
     processing_.store(true, std::memory_order_release);  // check_options reads it
-    dispatch_.start(*this, workers, *leases_, core_.seed() ^ (std::uint64_t{index_} << 32));
   }
 
   std::size_t run_ready(std::size_t max) override {
