@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -479,6 +480,31 @@ TEST_F(Fixture, EventsTraceEveryStageByJobId) {
   EXPECT_EQ(kinds, (std::vector<EventKind>{EventKind::added, EventKind::started,
                                            EventKind::attempt_failed, EventKind::retry_due,
                                            EventKind::started, EventKind::completed}));
+}
+
+TEST_F(Fixture, ThrowingObserverIsCountedAndReportedOnceWhileJobsComplete) {
+  auto q = engine.queue<int>("q", {});
+  q.process({}, [](Job<int>&) {});
+  engine.on_event([](const Event& e) {
+    if (e.kind == EventKind::completed) throw std::runtime_error("observer broke");
+  });
+  int seen_after = 0;  // an observer registered after the throwing one still gets every event
+  engine.on_event([&](const Event& e) { seen_after += e.kind == EventKind::completed; });
+  constexpr int kJobs = 500;
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < kJobs; ++i)
+    (void)q.add("job", i);
+  engine.run_until_idle();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(q.counts().completed, static_cast<std::uint64_t>(kJobs));
+  EXPECT_EQ(seen_after, kJobs);
+  EXPECT_EQ(engine.observer_errors(), static_cast<std::uint64_t>(kJobs));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("rail: an observer threw on event completed of job 1 (queue 'q'): observer "
+                     "broke; rail ignores what observers throw and counts it in "
+                     "Engine::observer_errors()"),
+            std::string::npos)
+      << err;
 }
 
 }  // namespace

@@ -78,8 +78,13 @@ class Engine {
   }
 
   /// on_event(observer) adds an observer of every job stage on every queue (at most 16). Add
-  /// observers before adding jobs to see every event; they cannot be removed.
+  /// observers before adding jobs to see every event; they cannot be removed. An observer must
+  /// not throw: if it does, the exception is caught (the job's transition and the other
+  /// observers go on), counted in observer_errors(), and the first one is reported on stderr.
   void on_event(Observer observer) { core_->add_observer(std::move(observer)); }
+
+  /// observer_errors() is how many observer calls have thrown on this engine so far.
+  [[nodiscard]] std::uint64_t observer_errors() const noexcept { return core_->observer_errors(); }
 
   /// clock() is the engine's clock.
   [[nodiscard]] Clock& clock() const noexcept { return core_->clock(); }
