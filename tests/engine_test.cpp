@@ -507,5 +507,43 @@ TEST_F(Fixture, ThrowingObserverIsCountedAndReportedOnceWhileJobsComplete) {
       << err;
 }
 
+/// Fixed: a payload with a const member: copyable and nothrow movable, but not assignable.
+struct Fixed {
+  const int key;
+  std::string note;
+};
+
+TEST_F(Fixture, PayloadWithAConstMemberRunsDebouncesDeadLettersAndRedrives) {
+  auto q = engine.queue<Fixed>("q", {});
+  std::vector<std::pair<int, std::string>> seen;
+  bool fail = true;
+  q.process({}, [&](Job<Fixed>& j) {
+    seen.emplace_back(j.data().key, j.data().note);
+    return fail ? Outcome::fail("refused") : Outcome::done();
+  });
+  JobOptions o;
+  o.delay = 1s;
+  o.dedup = {.id = "d", .ttl = 10s, .mode = DedupMode::debounce};
+  auto first = q.add("a", Fixed{1, "first"}, o);
+  auto second = q.add("a", Fixed{2, "second"}, o);
+  EXPECT_EQ(second.status, AddStatus::debounced);  // the payload was replaced in place
+  EXPECT_EQ(second.id, first.id);
+  replay();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], (std::pair<int, std::string>{2, "second"}));
+
+  auto listed = q.dlq().list();  // copies: Fixed is copy constructible
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].data.key, 2);
+  ASSERT_TRUE(q.dlq().get(first.id).has_value());
+  fail = false;
+  EXPECT_EQ(q.dlq().redrive(first.id), RedriveStatus::redriven);
+  engine.run_until_idle();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], (std::pair<int, std::string>{2, "second"}));
+  EXPECT_EQ(q.dlq().size(), 0u);
+  EXPECT_EQ(q.counts().completed, 1u);
+}
+
 }  // namespace
 }  // namespace rail

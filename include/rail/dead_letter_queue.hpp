@@ -16,10 +16,12 @@
 // engine's clock by their wall-clock age.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <iterator>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -96,8 +98,10 @@ class DeadLetterQueue {
     {
       std::lock_guard lock(mu_);
       ticket = expire_locked(evicted);
-      for (std::size_t i = offset; i < entries_.size() && out.size() < limit; ++i)
-        out.push_back(entries_[i]);
+      auto it = std::next(entries_.begin(),
+                          static_cast<std::ptrdiff_t>(std::min(offset, entries_.size())));
+      for (; it != entries_.end() && out.size() < limit; ++it)
+        out.push_back(*it);
     }
     settle(ticket);
     report(evicted);
@@ -228,9 +232,10 @@ class DeadLetterQueue {
     std::uint64_t ticket = 0;
     {
       std::lock_guard lock(mu_);
-      for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      std::size_t at = 0;
+      for (auto it = entries_.begin(); it != entries_.end(); ++it, ++at) {
         if (it->id == id) {
-          if (position) *position = static_cast<std::size_t>(it - entries_.begin());
+          if (position) *position = at;
           out.emplace(std::move(*it));
           entries_.erase(it);
           if (journal_) ticket = journal_->append_tombstone(cause, {&id, 1});
@@ -266,9 +271,9 @@ class DeadLetterQueue {
     {
       std::lock_guard lock(mu_);
       if (journal_) ticket = journal_->append_entry(record, entry.id);
-      entries_.insert(
-          entries_.begin() + static_cast<std::ptrdiff_t>(std::min(position, entries_.size())),
-          std::move(entry));
+      entries_.insert(std::next(entries_.begin(),
+                                static_cast<std::ptrdiff_t>(std::min(position, entries_.size()))),
+                      std::move(entry));
     }
     settle(ticket);
   }
@@ -404,7 +409,9 @@ class DeadLetterQueue {
   detail::QueueImpl<T>& queue_;
   DlqOptions options_;
   std::mutex mu_;
-  std::deque<DeadLetter<T>> entries_;
+  // A list, not a deque: taking an entry from the middle (remove, redrive) and putting one back
+  // must not move-assign the others, so payloads without an assignment (a const member) work.
+  std::list<DeadLetter<T>> entries_;
   bool alerted_ = false;
   std::unique_ptr<detail::DlqJournal> journal_;  // null: no journal
 };

@@ -75,6 +75,7 @@
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/mpmc_ring.hpp"
+#include "rail/detail/payload.hpp"
 #include "rail/detail/queue_stats.hpp"
 #include "rail/detail/worker_stash.hpp"
 #include "rail/error.hpp"
@@ -96,7 +97,6 @@ class QueueImpl final : public QueueBase, private JobRunner {
   static_assert(std::is_nothrow_move_constructible_v<T>,
                 "a queue's payload type must be nothrow move constructible: jobs move between "
                 "the queue, the DLQ and redrive on paths that must not fail halfway");
-  static_assert(std::is_move_assignable_v<T>, "debounce replaces payloads by move assignment");
 
   static constexpr std::uint32_t kLeaseSweep = 0xFFFF'FFFFu;  // the sweep's timer tag
 
@@ -748,7 +748,7 @@ class QueueImpl final : public QueueBase, private JobRunner {
     // Fails unless the job is still delayed and no stale handler of it still reads the payload:
     // the add then merges as a plain duplicate instead of writing under a reader.
     if (!s.ctl.begin_update(c)) return false;
-    payload(idx) = std::move(data);
+    replace_payload(payload(idx), std::move(data));  // any payload: see payload.hpp
     std::int64_t due =
         std::max(s.due_ns.load(std::memory_order_relaxed), saturating_add(now, o.delay));
     s.due_ns.store(due, std::memory_order_relaxed);
