@@ -8,7 +8,8 @@
 //                       is noexcept and otherwise (a const member, say) destroys and
 //                       move-constructs in place.
 //   dlq().list / get    std::copy_constructible<T> (a requires-clause on each): they return
-//                       copies. Move-only payloads inspect the DLQ with visit / inspect instead.
+//                       copies. Move-only payloads read the DLQ in place with dlq().visit(fn)
+//                       and dlq().inspect(id, fn) instead (dead_letter_queue.hpp).
 //   DLQ journal         a rail::JournalCodec<T> specialisation (journal_codec.hpp).
 #pragma once
 
