@@ -1,5 +1,11 @@
 // Queue<T>: the handle producers and workers use for one named, typed, bounded queue. Cheap to
-// copy (a pointer); valid while its Engine lives.
+// copy (a pointer) and non-owning: the Engine owns the queue. A handle (and the DeadLetterQueue
+// reference dlq() returns) must not outlive its Engine, and no thread may use it while the
+// Engine is being destroyed: the destructor frees the queue under it, a use-after-free that
+// nothing reports. Detecting it would take shared ownership of every queue (a reference count
+// on each handle copy); the rule is cheaper. To stop producers that may still hold handles,
+// call Engine::shutdown() first (their add() then throws Error(shutting_down) while the queue
+// still exists), let those threads finish, then destroy the Engine.
 #pragma once
 
 #include <span>
