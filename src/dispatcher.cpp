@@ -4,8 +4,11 @@
 #include <array>
 #include <chrono>
 #include <climits>
+#include <string>
+#include <system_error>
 
 #include "rail/detail/deadline.hpp"
+#include "rail/error.hpp"
 
 namespace rail::detail {
 namespace {
@@ -34,7 +37,19 @@ void prefetch_for_write(const void* p) noexcept {
 #endif
 }
 
+// acquire/release: a factory installed by a test is fully visible to the start() that loads it.
+std::atomic<ThreadFactory> g_thread_factory{nullptr};
+
+std::thread spawn(std::function<void()> body) {
+  if (ThreadFactory f = g_thread_factory.load(std::memory_order_acquire)) return f(std::move(body));
+  return std::thread(std::move(body));
+}
+
 }  // namespace
+
+ThreadFactory set_thread_factory(ThreadFactory f) noexcept {
+  return g_thread_factory.exchange(f, std::memory_order_acq_rel);
+}
 
 Dispatcher::Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity,
                        const JobSlot* slots, const void* payload, std::size_t payload_stride)
@@ -51,23 +66,71 @@ Dispatcher::~Dispatcher() {
 }
 
 void Dispatcher::start(JobRunner& runner, std::uint32_t workers, LeaseTracker& leases,
-                       std::uint64_t seed) {
+                       std::uint64_t seed, std::string_view queue) {
   if (core_.mode() != Mode::threaded) {
     worker_count_.store(1, std::memory_order_relaxed);
     return;
   }
-  stashes_ = std::make_unique<WorkerStash[]>(workers);
-  // relaxed: a sizing hint for wake-ups; the workers see it through thread creation.
-  worker_count_.store(workers, std::memory_order_relaxed);
-  stats_.add_workers(workers);
-  const bool manual = core_.clock().is_manual();
-  for (std::uint32_t w = 0; w < workers; ++w) {
-    contexts_.push_back(std::make_unique<WorkerContext>(leases.record(w), SplitMix64(seed ^ w),
-                                                        &stashes_[w], &stats_.worker(w)));
-    contexts_.back()->manual_clock = manual;
+  // Nothing a worker could observe (its counters, the worker count, a job) exists until every
+  // thread does: a failure halfway then undoes only what this call built.
+  try {
+    stashes_ = std::make_unique<WorkerStash[]>(workers);
+    const bool manual = core_.clock().is_manual();
+    for (std::uint32_t w = 0; w < workers; ++w) {
+      contexts_.push_back(std::make_unique<WorkerContext>(leases.record(w), SplitMix64(seed ^ w),
+                                                          &stashes_[w], nullptr));
+      contexts_.back()->manual_clock = manual;
+    }
+    threads_.reserve(workers);  // a created thread is never dropped by a failing push_back
+    for (std::uint32_t w = 0; w < workers; ++w)
+      threads_.push_back(spawn([this, &runner, w] {
+        if (pass_gate()) worker_loop(runner, w, *contexts_[w]);
+      }));
+  } catch (const std::system_error& e) {
+    const std::size_t started = threads_.size();
+    abandon_start();
+    throw Error(ErrorCode::resources,
+                "queue '" + std::string(queue) + "': process() could not start worker thread " +
+                    std::to_string(started + 1) + " of " + std::to_string(workers) + " (" +
+                    e.what() + "); the " + std::to_string(started) +
+                    " it had started exited before running a job and the queue has no processor. "
+                    "Expected the system to allow " +
+                    std::to_string(workers) +
+                    " more threads (ulimit -u, the cgroup's pids.max, memory for their stacks); "
+                    "call process() again with a lower WorkerOptions.concurrency or once threads "
+                    "are free");
+  } catch (...) {
+    abandon_start();
+    throw;
   }
+  stats_.add_workers(workers);
   for (std::uint32_t w = 0; w < workers; ++w)
-    threads_.emplace_back([this, &runner, w] { worker_loop(runner, w, *contexts_[w]); });
+    contexts_[w]->counters = &stats_.worker(w);
+  // relaxed: a sizing hint for wake-ups; the workers see it through the gate.
+  worker_count_.store(workers, std::memory_order_relaxed);
+  // release: the workers' acquire in pass_gate() sees their contexts and counters complete.
+  gate_.store(kGateOpen, std::memory_order_release);
+  gate_.notify_all();
+}
+
+/// pass_gate(): a new worker waits until start() created every thread; false: start() failed
+/// and the worker must exit without touching anything.
+bool Dispatcher::pass_gate() noexcept {
+  gate_.wait(kGateClosed, std::memory_order_acquire);
+  return gate_.load(std::memory_order_acquire) == kGateOpen;
+}
+
+/// abandon_start(): start() failed halfway: the threads it created exit at the gate and are
+/// joined, and what it built for them goes, so that start() may run again.
+void Dispatcher::abandon_start() noexcept {
+  gate_.store(kGateAbandoned, std::memory_order_release);
+  gate_.notify_all();
+  for (auto& t : threads_)
+    t.join();
+  threads_.clear();
+  contexts_.clear();
+  stashes_.reset();
+  gate_.store(kGateClosed, std::memory_order_relaxed);  // no thread is left to read it
 }
 
 void Dispatcher::push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexcept {

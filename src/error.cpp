@@ -22,6 +22,8 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "journal";
     case ErrorCode::would_deadlock:
       return "would_deadlock";
+    case ErrorCode::resources:
+      return "resources";
     case ErrorCode::internal:
       return "internal";
   }

@@ -239,12 +239,19 @@ AddResult JobFlow::note_duplicate(JobId owner, std::string_view job_name, const 
 void JobFlow::start_processing(const WorkerOptions& w) {
   const std::uint32_t workers = core_.mode() == Mode::threaded ? w.concurrency : 1;
   leases_ = std::make_unique<LeaseTracker>(workers);
+  try {
+    dispatch_.start(*this, workers, *leases_, core_.seed() ^ (std::uint64_t{index_} << 32), name_);
+  } catch (...) {
+    // start() joined the threads it had started before any ran a job: undo the rest, so that
+    // the queue is as before.
+    leases_.reset();
+    throw;
+  }
   // Threaded: the sweep is a self-re-arming wheel timer. Inline: time moves only through
   // ManualClock::advance, whose process_timers() calls sweep_inline() directly, so no timer is
   // left on the wheel for next_timer_in() to chase forever.
   if (leases_enabled() && core_.mode() == Mode::threaded) timers_.request_sweep();
   processing_.store(true, std::memory_order_release);  // admit_unusual reads it
-  dispatch_.start(*this, workers, *leases_, core_.seed() ^ (std::uint64_t{index_} << 32));
 }
 
 std::size_t JobFlow::run_ready(std::size_t max) {

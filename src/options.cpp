@@ -64,6 +64,15 @@ void validate_job_options(const JobOptions& o, std::string_view where) {
   }
 }
 
+void validate_worker_options(const WorkerOptions& o, std::string_view queue) {
+  const std::string where = "WorkerOptions('" + std::string(queue) + "')";
+  if (o.concurrency == 0) bad(where, "concurrency", "0", "1 or more");
+  if (o.concurrency > WorkerOptions::kMaxConcurrency)
+    bad(where, "concurrency", std::to_string(o.concurrency),
+        "at most WorkerOptions::kMaxConcurrency (" +
+            std::to_string(WorkerOptions::kMaxConcurrency) + ") worker threads per queue");
+}
+
 void validate_queue_options(const QueueOptions& o, std::string_view queue) {
   std::string where = "QueueOptions('" + std::string(queue) + "')";
   if (queue.empty()) bad("QueueOptions", "name", "empty", "a non-empty queue name");

@@ -5,8 +5,12 @@
 
 namespace rail::detail {
 
+std::size_t QueueStats::history_entries(std::size_t capacity) noexcept {
+  return std::bit_ceil(std::max<std::size_t>(capacity, 1024));
+}
+
 QueueStats::QueueStats(std::size_t capacity)
-    : mask_(std::bit_ceil(std::max<std::size_t>(capacity, 1024)) - 1),
+    : mask_(history_entries(capacity) - 1),
       bits_(static_cast<unsigned>(std::popcount(mask_))),
       history_(std::make_unique<std::atomic<std::uint32_t>[]>(mask_ + 1)) {}
 

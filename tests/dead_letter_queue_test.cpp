@@ -2,7 +2,10 @@
 // retention) and its alert, under the manual clock in inline mode.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rail/rail.hpp"
@@ -187,6 +190,60 @@ TEST_F(Dlq, BoundAndRetentionEvictWithEvents) {
   clock.advance(1h);
   EXPECT_EQ(q.dlq().size(), 0u);
   EXPECT_EQ(ids_of(EventKind::dlq_evicted), (std::vector<JobId>{1, 2, 3}));
+}
+
+TEST_F(Dlq, MoveOnlyPayloadIsVisitedAndInspectedInPlaceThenRedriven) {
+  auto q = engine.queue<std::unique_ptr<int>>("q", {});
+  std::vector<int> ran;
+  q.process({}, [&](Job<std::unique_ptr<int>>& j) {
+    ran.push_back(*j.data());
+    return healthy ? Outcome::done() : Outcome::fail("down");
+  });
+  auto first = q.add("a", std::make_unique<int>(41));
+  auto second = q.add("a", std::make_unique<int>(42));
+  engine.run_until_idle();
+  ASSERT_EQ(q.dlq().size(), 2u);
+
+  std::vector<std::pair<JobId, int>> visited;
+  q.dlq().visit([&](const DeadLetter<std::unique_ptr<int>>& e) {
+    visited.emplace_back(e.id, *e.data);
+    EXPECT_EQ(e.last_error(), "down");
+  });
+  EXPECT_EQ(visited, (std::vector<std::pair<JobId, int>>{{first.id, 41}, {second.id, 42}}));
+  visited.clear();
+  q.dlq().visit([&](const auto& e) { visited.emplace_back(e.id, *e.data); }, 1, 5);
+  EXPECT_EQ(visited, (std::vector<std::pair<JobId, int>>{{second.id, 42}}));  // offset, limit
+
+  int seen = 0;
+  EXPECT_TRUE(q.dlq().inspect(second.id, [&](const auto& e) { seen = *e.data; }));
+  EXPECT_EQ(seen, 42);
+  EXPECT_FALSE(q.dlq().inspect(999, [&](const auto&) { ADD_FAILURE() << "no such entry"; }));
+
+  healthy = true;
+  EXPECT_EQ(q.dlq().redrive(second.id), RedriveStatus::redriven);
+  engine.run_until_idle();
+  EXPECT_EQ(ran, (std::vector<int>{41, 42, 42}));  // the same payload ran again
+  EXPECT_EQ(q.counts().completed, 1u);
+  EXPECT_EQ(q.dlq().size(), 1u);
+}
+
+TEST_F(Dlq, CallingTheDlqFromItsOwnVisitorIsWouldDeadlockNotAHang) {
+  auto q = failing();
+  run_jobs(q, 1, 2);
+  std::optional<ErrorCode> code;
+  q.dlq().visit([&](const DeadLetter<int>& e) {
+    try {
+      (void)q.dlq().redrive(e.id);
+    } catch (const Error& err) {
+      code = err.code();
+    }
+  });
+  EXPECT_EQ(code, ErrorCode::would_deadlock);
+  // Another DLQ may be called from the callback, and this one is usable once visit() returned.
+  auto other = engine.queue<int>("other", {});
+  q.dlq().visit([&](const DeadLetter<int>&) { EXPECT_EQ(other.dlq().size(), 0u); });
+  healthy = true;
+  EXPECT_EQ(q.dlq().redrive_all(), 2u);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -479,6 +480,69 @@ TEST_F(Fixture, EventsTraceEveryStageByJobId) {
   EXPECT_EQ(kinds, (std::vector<EventKind>{EventKind::added, EventKind::started,
                                            EventKind::attempt_failed, EventKind::retry_due,
                                            EventKind::started, EventKind::completed}));
+}
+
+TEST_F(Fixture, ThrowingObserverIsCountedAndReportedOnceWhileJobsComplete) {
+  auto q = engine.queue<int>("q", {});
+  q.process({}, [](Job<int>&) {});
+  engine.on_event([](const Event& e) {
+    if (e.kind == EventKind::completed) throw std::runtime_error("observer broke");
+  });
+  int seen_after = 0;  // an observer registered after the throwing one still gets every event
+  engine.on_event([&](const Event& e) { seen_after += e.kind == EventKind::completed; });
+  constexpr int kJobs = 500;
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < kJobs; ++i)
+    (void)q.add("job", i);
+  engine.run_until_idle();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(q.counts().completed, static_cast<std::uint64_t>(kJobs));
+  EXPECT_EQ(seen_after, kJobs);
+  EXPECT_EQ(engine.observer_errors(), static_cast<std::uint64_t>(kJobs));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("rail: an observer threw on event completed of job 1 (queue 'q'): observer "
+                     "broke; rail ignores what observers throw and counts it in "
+                     "Engine::observer_errors()"),
+            std::string::npos)
+      << err;
+}
+
+/// Fixed: a payload with a const member: copyable and nothrow movable, but not assignable.
+struct Fixed {
+  const int key;
+  std::string note;
+};
+
+TEST_F(Fixture, PayloadWithAConstMemberRunsDebouncesDeadLettersAndRedrives) {
+  auto q = engine.queue<Fixed>("q", {});
+  std::vector<std::pair<int, std::string>> seen;
+  bool fail = true;
+  q.process({}, [&](Job<Fixed>& j) {
+    seen.emplace_back(j.data().key, j.data().note);
+    return fail ? Outcome::fail("refused") : Outcome::done();
+  });
+  JobOptions o;
+  o.delay = 1s;
+  o.dedup = {.id = "d", .ttl = 10s, .mode = DedupMode::debounce};
+  auto first = q.add("a", Fixed{1, "first"}, o);
+  auto second = q.add("a", Fixed{2, "second"}, o);
+  EXPECT_EQ(second.status, AddStatus::debounced);  // the payload was replaced in place
+  EXPECT_EQ(second.id, first.id);
+  replay();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], (std::pair<int, std::string>{2, "second"}));
+
+  auto listed = q.dlq().list();  // copies: Fixed is copy constructible
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].data.key, 2);
+  ASSERT_TRUE(q.dlq().get(first.id).has_value());
+  fail = false;
+  EXPECT_EQ(q.dlq().redrive(first.id), RedriveStatus::redriven);
+  engine.run_until_idle();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], (std::pair<int, std::string>{2, "second"}));
+  EXPECT_EQ(q.dlq().size(), 0u);
+  EXPECT_EQ(q.counts().completed, 1u);
 }
 
 }  // namespace

@@ -8,9 +8,12 @@
 #include <chrono>
 #include <optional>
 #include <span>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
+#include "rail/detail/dispatcher.hpp"
 #include "rail/detail/worker_stash.hpp"
 #include "rail/rail.hpp"
 #include "support/eventually.hpp"
@@ -496,6 +499,71 @@ TEST(ThreadedEngine, FinishedJobsFreeTheirSlotsWhileTheirBatchRuns) {
     EXPECT_EQ(accepted, q.capacity() - 2) << "round " << round;
   }
   EXPECT_GE(batched, 1) << "no round formed the batch: slot release within a batch never tested";
+}
+
+/// RefuseThreadAt: installs a thread factory that refuses the n-th worker thread the way
+/// std::thread does when the system has none left, and counts the threads it did create.
+struct RefuseThreadAt {
+  static inline std::atomic<int> calls{0}, refuse_at{0}, started{0}, running{0};
+  static std::thread make(std::function<void()> body) {
+    if (calls.fetch_add(1) + 1 == refuse_at.load())
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                              "refused by the test");
+    return std::thread([body = std::move(body)] {
+      started.fetch_add(1);
+      running.fetch_add(1);
+      body();
+      running.fetch_sub(1);
+    });
+  }
+  explicit RefuseThreadAt(int n) {
+    calls = 0;
+    refuse_at = n;
+    started = 0;
+    running = 0;
+    previous = detail::set_thread_factory(&make);
+  }
+  ~RefuseThreadAt() { detail::set_thread_factory(previous); }
+  RefuseThreadAt(const RefuseThreadAt&) = delete;
+  RefuseThreadAt& operator=(const RefuseThreadAt&) = delete;
+  detail::ThreadFactory previous;
+};
+
+TEST(ThreadedEngine, RefusedWorkerThreadThrowsResourcesJoinsTheStartedOnesAndAllowsProcessAgain) {
+  test::Watchdog dog(120s,
+                     "RefusedWorkerThreadThrowsResourcesJoinsTheStartedOnesAndAllowsProcessAgain");
+  Engine engine;
+  auto q = engine.queue<int>("q", {});
+  constexpr int kJobs = 100;
+  for (int i = 0; i < kJobs; ++i)
+    (void)q.add("job", i);
+  std::atomic<int> ran{0};
+  auto handler = [&](Job<int>&) { ran.fetch_add(1); };
+  {
+    RefuseThreadAt refuse(3);
+    try {
+      q.process({.concurrency = 4}, handler);
+      ADD_FAILURE() << "process() succeeded although thread 3 was refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::resources) << e.what();
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("queue 'q': process() could not start worker thread 3 of 4"),
+                std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("refused by the test"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("the 2 it had started exited"), std::string::npos) << msg;
+    }
+    // The two threads that were created ran and were joined before process() threw.
+    EXPECT_EQ(RefuseThreadAt::started.load(), 2);
+    EXPECT_EQ(RefuseThreadAt::running.load(), 0);
+  }
+  EXPECT_EQ(ran.load(), 0);  // the gate held them: no job ran on a pool that was abandoned
+  EXPECT_EQ(q.counts().waiting, static_cast<std::uint64_t>(kJobs));
+
+  q.process({.concurrency = 2}, handler);  // the queue takes a processor again
+  ASSERT_TRUE(q.drain(60s));
+  EXPECT_EQ(ran.load(), kJobs);
+  EXPECT_EQ(q.counts().completed, static_cast<std::uint64_t>(kJobs));
 }
 
 }  // namespace

@@ -1,5 +1,11 @@
-// Bad options are rejected with a message that names the field and what is expected.
+// Bad input is refused with a rail::Error whose code a program can branch on and whose message
+// names the field (or the figure) and what is expected: one table, run under ASan + UBSan in CI
+// like every test, so that a bad input that crashed instead of throwing would show there.
 #include <gtest/gtest.h>
+
+#include <array>
+#include <functional>
+#include <string>
 
 #include "rail/rail.hpp"
 
@@ -8,84 +14,102 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::invalid_option) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no rail::Error thrown";
-  return {};
+/// Big: a 64 KB payload, for a queue whose footprint no machine holds at the largest capacity.
+struct Big {
+  std::array<char, 65536> bytes;
+};
+
+/// BadInput: one call with a bad input, made on a fresh inline engine with a queue<int> "q".
+struct BadInput {
+  const char* name;
+  std::function<void(Engine&, Queue<int>&)> call;
+  ErrorCode code;
+  const char* message;  // a part of what() that names the field and what is expected
+};
+
+JobOptions dedup(DedupOptions d) {
+  JobOptions o;
+  o.dedup = std::move(d);
+  return o;
 }
 
-struct Options : ::testing::Test {
+const BadInput kBadInputs[] = {
+    {"ZeroAttempts", [](Engine&, Queue<int>& q) { (void)q.add("a", 1, {.attempts = 0}); },
+     ErrorCode::invalid_option, "JobOptions.attempts is 0; expected 1 or more"},
+    {"NegativeAttempts", [](Engine&, Queue<int>& q) { (void)q.add("a", 1, {.attempts = -3}); },
+     ErrorCode::invalid_option, "attempts is -3"},
+    {"NegativeDelay", [](Engine&, Queue<int>& q) { (void)q.add("a", 1, {.delay = -1ms}); },
+     ErrorCode::invalid_option, "JobOptions.delay"},
+    {"DedupTtlWithoutId", [](Engine&, Queue<int>& q) { (void)q.add("a", 1, dedup({.ttl = 1s})); },
+     ErrorCode::invalid_option, "dedup.id"},
+    {"DebounceWithoutTtl",
+     [](Engine&, Queue<int>& q) {
+       (void)q.add("a", 1, dedup({.id = "x", .mode = DedupMode::debounce}));
+     },
+     ErrorCode::invalid_option, "dedup.ttl"},
+    {"TooLongDedupId",
+     [](Engine&, Queue<int>& q) { (void)q.add("a", 1, dedup({.id = std::string(300, 'x')})); },
+     ErrorCode::invalid_option, "dedup.id is 300 bytes"},
+    {"CustomBackoffWithoutFunction",
+     [](Engine&, Queue<int>& q) { (void)q.add("a", 1, {.backoff = Backoff::custom()}); },
+     ErrorCode::invalid_option, "custom_backoff"},
+    {"ZeroCapacity",
+     [](Engine& e, Queue<int>&) { (void)e.queue<int>("z", QueueOptions{.capacity = 0}); },
+     ErrorCode::invalid_option, "capacity is 0"},
+    {"BadQueueDefaults",
+     [](Engine& e, Queue<int>&) {
+       QueueOptions qo;
+       qo.defaults.attempts = 0;
+       (void)e.queue<int>("d", qo);
+     },
+     ErrorCode::invalid_option, "defaults.attempts"},
+    {"FootprintAbovePhysicalMemory",
+     [](Engine& e, Queue<int>&) {
+       (void)e.queue<Big>("big", QueueOptions{.capacity = std::size_t{1} << 29});
+     },
+     ErrorCode::capacity,
+     "queue 'big' with capacity 536870912 and a 65536-byte payload needs 35268123951104 bytes"},
+    {"ZeroConcurrency",
+     [](Engine&, Queue<int>& q) { q.process({.concurrency = 0}, [](Job<int>&) {}); },
+     ErrorCode::invalid_option, "WorkerOptions('q').concurrency is 0; expected 1 or more"},
+    {"ConcurrencyAboveTheBound",
+     [](Engine&, Queue<int>& q) {
+       q.process({.concurrency = WorkerOptions::kMaxConcurrency + 1}, [](Job<int>&) {});
+     },
+     ErrorCode::invalid_option,
+     "WorkerOptions('q').concurrency is 4097; expected at most WorkerOptions::kMaxConcurrency "
+     "(4096)"},
+    {"NonPositiveTimerTick",
+     [](Engine&, Queue<int>&) { Engine e(EngineOptions{.timer_tick = 0ns}); },
+     ErrorCode::invalid_option, "timer_tick"},
+};
+
+struct BadInputs : ::testing::TestWithParam<BadInput> {
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
   Queue<int> q = engine.queue<int>("q", {});
 };
 
-TEST_F(Options, ZeroAttemptsIsRejected) {
-  auto msg = error_of([&] { (void)q.add("a", 1, JobOptions{.attempts = 0}); });
-  EXPECT_NE(msg.find("JobOptions.attempts is 0; expected 1 or more"), std::string::npos) << msg;
+TEST_P(BadInputs, AreRefusedWithACodeAndAMessageNamingWhatIsExpected) {
+  const BadInput& bad = GetParam();
+  try {
+    bad.call(engine, q);
+    ADD_FAILURE() << "no rail::Error thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), bad.code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(bad.message), std::string::npos) << e.what();
+  }
 }
 
-TEST_F(Options, NegativeAttemptsIsRejected) {
-  auto msg = error_of([&] { (void)q.add("a", 1, JobOptions{.attempts = -3}); });
-  EXPECT_NE(msg.find("attempts is -3"), std::string::npos) << msg;
-}
+INSTANTIATE_TEST_SUITE_P(Table, BadInputs, ::testing::ValuesIn(kBadInputs),
+                         [](const ::testing::TestParamInfo<BadInput>& info) {
+                           return std::string(info.param.name);
+                         });
 
-TEST_F(Options, NegativeDelayIsRejected) {
-  auto msg = error_of([&] { (void)q.add("a", 1, JobOptions{.delay = -1ms}); });
-  EXPECT_NE(msg.find("JobOptions.delay"), std::string::npos) << msg;
-}
-
-TEST_F(Options, DedupTtlWithoutIdIsRejected) {
-  JobOptions o;
-  o.dedup.ttl = 1s;
-  auto msg = error_of([&] { (void)q.add("a", 1, o); });
-  EXPECT_NE(msg.find("dedup.id"), std::string::npos) << msg;
-}
-
-TEST_F(Options, DebounceWithoutTtlIsRejected) {
-  JobOptions o;
-  o.dedup = {.id = "x", .mode = DedupMode::debounce};
-  auto msg = error_of([&] { (void)q.add("a", 1, o); });
-  EXPECT_NE(msg.find("dedup.ttl"), std::string::npos) << msg;
-}
-
-TEST_F(Options, CustomBackoffWithoutFunctionIsRejected) {
-  auto msg = error_of([&] { (void)q.add("a", 1, JobOptions{.backoff = Backoff::custom()}); });
-  EXPECT_NE(msg.find("custom_backoff"), std::string::npos) << msg;
-}
-
-TEST_F(Options, ZeroCapacityIsRejected) {
-  auto msg = error_of([&] { (void)engine.queue<int>("z", QueueOptions{.capacity = 0}); });
-  EXPECT_NE(msg.find("capacity is 0"), std::string::npos) << msg;
-}
-
-TEST_F(Options, BadQueueDefaultsAreRejectedAtDeclaration) {
-  QueueOptions qo;
-  qo.defaults.attempts = 0;
-  auto msg = error_of([&] { (void)engine.queue<int>("d", qo); });
-  EXPECT_NE(msg.find("defaults.attempts"), std::string::npos) << msg;
-}
-
-TEST_F(Options, ZeroConcurrencyIsRejected) {
-  auto msg = error_of([&] { q.process(WorkerOptions{.concurrency = 0}, [](Job<int>&) {}); });
-  EXPECT_NE(msg.find("concurrency is 0"), std::string::npos) << msg;
-}
-
-TEST_F(Options, NonPositiveTimerTickIsRejected) {
-  auto msg = error_of([] { Engine e(EngineOptions{.timer_tick = 0ns}); });
-  EXPECT_NE(msg.find("timer_tick"), std::string::npos) << msg;
-}
-
-TEST_F(Options, TooLongDedupIdIsRejected) {
-  JobOptions o;
-  o.dedup.id = std::string(300, 'x');
-  auto msg = error_of([&] { (void)q.add("a", 1, o); });
-  EXPECT_NE(msg.find("dedup.id is 300 bytes"), std::string::npos) << msg;
+TEST(Options, ConcurrencyAtTheBoundIsAccepted) {
+  Engine engine(EngineOptions{.mode = Mode::inlined});
+  auto q = engine.queue<int>("q", {});
+  q.process({.concurrency = WorkerOptions::kMaxConcurrency}, [](Job<int>&) {});
 }
 
 }  // namespace

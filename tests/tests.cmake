@@ -52,3 +52,4 @@ rail_add_test(time_edges CONCURRENCY)
 # A consumer's view of the allocator: links rail::rail and nothing of mimalloc.
 rail_add_test(allocator)
 target_link_libraries(allocator_test PRIVATE ${CMAKE_DL_LIBS})
+rail_add_test(footprint)

@@ -6,8 +6,10 @@
 // Guarantee: an entry leaves the DLQ only by redrive, purge, remove, or by the bound/retention in
 // DlqOptions — and each of those eviction paths emits a `dlq_evicted` event: never silently.
 // Threading: every member is thread-safe. The DLQ is a cold path (a job gets here at most once
-// per life), so it is a mutex around a deque, deliberately simple. Alerts and events run after
-// the lock is released so an observer may call back into the DLQ.
+// per life), so it is a mutex around a list, deliberately simple. Alerts and events run after
+// the lock is released so an observer may call back into the DLQ. visit() and inspect() are the
+// exception: their callbacks run under the lock (that is how a move-only payload is read without
+// a copy), and a call back into the same DLQ from one throws Error(would_deadlock).
 // Journal (DlqOptions::journal, off by default): every change is also recorded in the journal
 // file (detail/dlq_journal.hpp) under the same lock, so the file's order is the DLQ's order;
 // payloads are encoded before the lock and syncs run after it. A queue without a journal pays
@@ -16,15 +18,19 @@
 // engine's clock by their wall-clock age.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <iterator>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include "rail/clock.hpp"
@@ -61,6 +67,12 @@ struct DeadLetter {
   }
 };
 
+/// DeadLetterVisitor<F, T>: a callable that DeadLetterQueue<T>::visit and ::inspect can hand
+/// each entry to, in place.
+template <class F, class T>
+concept DeadLetterVisitor =
+    (std::invocable<F&, const DeadLetter<T>&>);  // (): clang-format 14 misparses it bare
+
 /// RedriveStatus: what a redrive did with an entry.
 enum class RedriveStatus : std::uint8_t { redriven, not_found, queue_full, shutting_down };
 
@@ -78,7 +90,7 @@ class DeadLetterQueue {
     std::size_t n;
     std::uint64_t ticket;
     {
-      std::lock_guard lock(mu_);
+      auto lock = locked();
       ticket = expire_locked(evicted);
       n = entries_.size();
     }
@@ -87,37 +99,45 @@ class DeadLetterQueue {
     return n;
   }
 
-  /// list(offset, limit) copies up to `limit` entries starting at `offset`, oldest first.
-  [[nodiscard]] std::vector<DeadLetter<T>> list(std::size_t offset = 0,
-                                                std::size_t limit = SIZE_MAX) {
-    std::vector<Evicted> evicted;
+  /// list(offset, limit) copies up to `limit` entries starting at `offset`, oldest first (after
+  /// applying retention). Requires a copy-constructible payload; a move-only one (a
+  /// std::unique_ptr, say) inspects entries in place with visit().
+  [[nodiscard]] std::vector<DeadLetter<T>> list(
+      std::size_t offset = 0, std::size_t limit = SIZE_MAX) requires std::copy_constructible<T> {
     std::vector<DeadLetter<T>> out;
-    std::uint64_t ticket;
-    {
-      std::lock_guard lock(mu_);
-      ticket = expire_locked(evicted);
-      for (std::size_t i = offset; i < entries_.size() && out.size() < limit; ++i)
-        out.push_back(entries_[i]);
-    }
-    settle(ticket);
-    report(evicted);
+    scan(offset, limit, [&](const DeadLetter<T>& e) { out.push_back(e); });
     return out;
   }
 
-  /// get(id) copies the entry of job `id`, if it is in the DLQ.
-  [[nodiscard]] std::optional<DeadLetter<T>> get(JobId id) {
-    std::lock_guard lock(mu_);
-    for (const auto& e : entries_)
-      if (e.id == id) return e;
-    return std::nullopt;
+  /// get(id) copies the entry of job `id`, if it is in the DLQ. Requires a copy-constructible
+  /// payload; a move-only one uses inspect().
+  [[nodiscard]] std::optional<DeadLetter<T>> get(JobId id) requires std::copy_constructible<T> {
+    std::optional<DeadLetter<T>> out;
+    (void)find(id, [&](const DeadLetter<T>& e) { out.emplace(e); });
+    return out;
+  }
+
+  /// visit(fn, offset, limit) calls fn(const DeadLetter<T>&) on up to `limit` entries starting
+  /// at `offset`, oldest first (after applying retention), without copying them: any payload
+  /// type. fn runs on this thread with the DLQ locked, so it must be short and must not call
+  /// back into this DLQ (its members throw Error(would_deadlock) when it does) nor into its
+  /// queue (whose add, state and dead-lettering reach the DLQ): keep what it needs (an id, a
+  /// copy of a field) and act after visit() returns. An exception from fn propagates.
+  template <DeadLetterVisitor<T> F>
+  void visit(F&& fn, std::size_t offset = 0, std::size_t limit = SIZE_MAX) {
+    scan(offset, limit, fn);
+  }
+
+  /// inspect(id, fn) calls fn(const DeadLetter<T>&) on the entry of job `id` in place and
+  /// returns true, or returns false if it is not in the DLQ. The rules of visit() apply to fn.
+  template <DeadLetterVisitor<T> F>
+  bool inspect(JobId id, F&& fn) {
+    return find(id, fn);
   }
 
   /// contains(id) tells whether job `id` is in the DLQ (no copy: any payload type).
   [[nodiscard]] bool contains(JobId id) {
-    std::lock_guard lock(mu_);
-    for (const auto& e : entries_)
-      if (e.id == id) return true;
-    return false;
+    return find(id, [](const DeadLetter<T>&) {});
   }
 
   /// remove(id) takes the entry of job `id` out of the DLQ and returns it (no event: the caller
@@ -129,7 +149,7 @@ class DeadLetterQueue {
     std::size_t n;
     std::uint64_t ticket = 0;
     {
-      std::lock_guard lock(mu_);
+      auto lock = locked();
       n = entries_.size();
       entries_.clear();
       if (journal_) ticket = journal_->append_tombstone(TombstoneCause::purged, {});
@@ -163,6 +183,70 @@ class DeadLetterQueue {
     std::string name;
   };
 
+  /// Visiting: marks this thread as running code under `dlq`'s lock (visit and inspect
+  /// callbacks, the copies list and get make; frames nest: a callback may visit another DLQ),
+  /// so that a call back into a DLQ whose lock this thread holds throws instead of deadlocking.
+  struct Visiting {
+    explicit Visiting(const DeadLetterQueue* dlq) noexcept : self(dlq), outer(top()) {
+      top() = this;
+    }
+    ~Visiting() { top() = outer; }
+    Visiting(const Visiting&) = delete;
+    Visiting& operator=(const Visiting&) = delete;
+    static Visiting*& top() noexcept {
+      thread_local Visiting* frame = nullptr;
+      return frame;
+    }
+    const DeadLetterQueue* self;
+    Visiting* outer;
+  };
+
+  /// locked(): the DLQ's lock for a member a user calls, refused from inside one of this DLQ's
+  /// own visit()/inspect() callbacks on this thread (std::mutex is not recursive).
+  [[nodiscard]] std::lock_guard<std::mutex> locked() {
+    for (const Visiting* v = Visiting::top(); v != nullptr; v = v->outer)
+      if (v->self == this)
+        throw Error(ErrorCode::would_deadlock,
+                    "dlq() of queue '" + queue_.name() +
+                        "' was called from inside its own visit() or inspect() callback, which "
+                        "holds its lock; expected the callback to keep what it needs (an id, a "
+                        "copy) and act after visit() or inspect() returns");
+    return std::lock_guard<std::mutex>(mu_);
+  }
+
+  /// scan(offset, limit, fn): fn on each entry in [offset, offset + limit), under the lock,
+  /// after applying retention (whose evictions are reported once the lock is released).
+  template <class F>
+  void scan(std::size_t offset, std::size_t limit, F&& fn) {
+    std::vector<Evicted> evicted;
+    std::uint64_t ticket;
+    {
+      auto lock = locked();
+      ticket = expire_locked(evicted);
+      Visiting visiting(this);  // after locked(): from here on a call back in is refused
+      auto it = std::next(entries_.begin(),
+                          static_cast<std::ptrdiff_t>(std::min(offset, entries_.size())));
+      for (std::size_t n = 0; it != entries_.end() && n < limit; ++it, ++n)
+        fn(std::as_const(*it));
+    }
+    settle(ticket);
+    report(evicted);
+  }
+
+  /// find(id, fn): fn on the entry of job `id` under the lock; false if there is none.
+  template <class F>
+  bool find(JobId id, F&& fn) {
+    auto lock = locked();
+    Visiting visiting(this);
+    for (const auto& e : entries_) {
+      if (e.id == id) {
+        fn(e);
+        return true;
+      }
+    }
+    return false;
+  }
+
   DeadLetterQueue(detail::QueueImpl<T>& queue, DlqOptions options)
       : queue_(queue), options_(std::move(options)) {
     if (!options_.journal.path.empty()) open_journal();
@@ -178,6 +262,8 @@ class DeadLetterQueue {
     if (journal_) record = encode(entry);  // before the lock: other dead-letterings go on
     std::uint64_t ticket = 0;
     {
+      // Not locked(): the job flow files entries here, and a throw would lose one (visit()'s
+      // contract keeps its callbacks from dead-lettering into this DLQ).
       std::lock_guard lock(mu_);
       ticket = expire_locked(evicted);
       std::size_t first_bound = evicted.size();
@@ -227,10 +313,11 @@ class DeadLetterQueue {
     std::optional<DeadLetter<T>> out;
     std::uint64_t ticket = 0;
     {
-      std::lock_guard lock(mu_);
-      for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      auto lock = locked();
+      std::size_t at = 0;
+      for (auto it = entries_.begin(); it != entries_.end(); ++it, ++at) {
         if (it->id == id) {
-          if (position) *position = static_cast<std::size_t>(it - entries_.begin());
+          if (position) *position = at;
           out.emplace(std::move(*it));
           entries_.erase(it);
           if (journal_) ticket = journal_->append_tombstone(cause, {&id, 1});
@@ -247,7 +334,7 @@ class DeadLetterQueue {
     std::optional<DeadLetter<T>> out;
     std::uint64_t ticket = 0;
     {
-      std::lock_guard lock(mu_);
+      auto lock = locked();
       if (entries_.empty()) return out;
       out.emplace(std::move(entries_.front()));
       entries_.pop_front();
@@ -266,9 +353,9 @@ class DeadLetterQueue {
     {
       std::lock_guard lock(mu_);
       if (journal_) ticket = journal_->append_entry(record, entry.id);
-      entries_.insert(
-          entries_.begin() + static_cast<std::ptrdiff_t>(std::min(position, entries_.size())),
-          std::move(entry));
+      entries_.insert(std::next(entries_.begin(),
+                                static_cast<std::ptrdiff_t>(std::min(position, entries_.size()))),
+                      std::move(entry));
     }
     settle(ticket);
   }
@@ -404,7 +491,9 @@ class DeadLetterQueue {
   detail::QueueImpl<T>& queue_;
   DlqOptions options_;
   std::mutex mu_;
-  std::deque<DeadLetter<T>> entries_;
+  // A list, not a deque: taking an entry from the middle (remove, redrive) and putting one back
+  // must not move-assign the others, so payloads without an assignment (a const member) work.
+  std::list<DeadLetter<T>> entries_;
   bool alerted_ = false;
   std::unique_ptr<detail::DlqJournal> journal_;  // null: no journal
 };

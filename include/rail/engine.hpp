@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,6 +25,7 @@
 
 #include "rail/clock.hpp"
 #include "rail/detail/engine_core.hpp"
+#include "rail/detail/footprint.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
 #include "rail/options.hpp"
@@ -42,10 +44,13 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   /// queue<T>(name, options) declares a queue of payload type T. Error(queue_exists) if `name`
-  /// is already declared; Error(invalid_option) for bad options.
+  /// is already declared; Error(invalid_option) for bad options; Error(capacity) naming the
+  /// bytes it would need when its preallocation (capacity x (128 B + sizeof(T)) plus rings,
+  /// detail/footprint.hpp) exceeds the machine's physical memory or cannot be allocated.
   template <class T>
   Queue<T> queue(std::string_view name, QueueOptions options) {
     detail::validate_queue_options(options, name);
+    detail::check_queue_footprint(name, options.capacity, sizeof(T));
     std::lock_guard lock(mu_);
     if (!accepting_declarations_)
       throw Error(ErrorCode::shutting_down,
@@ -55,8 +60,13 @@ class Engine {
           ErrorCode::queue_exists,
           "queue '" + std::string(name) +
               "' is already declared; declare it once, then look it up with queue<T>(name)");
-    auto impl =
-        std::make_unique<detail::QueueImpl<T>>(*core_, std::string(name), std::move(options));
+    const std::size_t capacity = options.capacity;
+    std::unique_ptr<detail::QueueImpl<T>> impl;
+    try {
+      impl = std::make_unique<detail::QueueImpl<T>>(*core_, std::string(name), std::move(options));
+    } catch (const std::bad_alloc&) {
+      detail::throw_queue_allocation_failed(name, capacity, sizeof(T));
+    }
     auto* raw = impl.get();
     queues_.emplace(std::string(name), std::move(impl));
     return Queue<T>(raw);
@@ -78,8 +88,13 @@ class Engine {
   }
 
   /// on_event(observer) adds an observer of every job stage on every queue (at most 16). Add
-  /// observers before adding jobs to see every event; they cannot be removed.
+  /// observers before adding jobs to see every event; they cannot be removed. An observer must
+  /// not throw: if it does, the exception is caught (the job's transition and the other
+  /// observers go on), counted in observer_errors(), and the first one is reported on stderr.
   void on_event(Observer observer) { core_->add_observer(std::move(observer)); }
+
+  /// observer_errors() is how many observer calls have thrown on this engine so far.
+  [[nodiscard]] std::uint64_t observer_errors() const noexcept { return core_->observer_errors(); }
 
   /// clock() is the engine's clock.
   [[nodiscard]] Clock& clock() const noexcept { return core_->clock(); }

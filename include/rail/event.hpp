@@ -9,7 +9,9 @@
 // and the failure or dead-lettering of a lapsed delivery) are delivered right after the timer
 // releases the wheel: a worker may already have started (even finished) the job by then, so
 // such an event can arrive after later events of the same job. Observers must be fast and must
-// not throw; views in Event are valid only during the call.
+// not throw: a throw is caught (the job's transition and the other observers go on), counted in
+// Engine::observer_errors(), and the engine's first one is reported on stderr. Views in Event
+// are valid only during the call.
 #pragma once
 
 #include <cstdint>

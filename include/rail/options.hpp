@@ -81,7 +81,12 @@ struct QueueOptions {
 
 /// WorkerOptions: the pool that drains a queue, sized to what the downstream service can take.
 struct WorkerOptions {
-  std::uint32_t concurrency = 1;  // handler calls in flight at once (threads)
+  /// The largest concurrency process() accepts. Each unit is an OS thread with its own stack (8 MB
+  /// of address space by default) and a worker record; pools beyond a few hundred threads mostly
+  /// contend for cores, and a typo such as 10'000 should fail at once, not exhaust the process's
+  /// thread limit halfway.
+  static constexpr std::uint32_t kMaxConcurrency = 4096;
+  std::uint32_t concurrency = 1;  // handler calls in flight at once (threads): 1 .. kMaxConcurrency
 };
 
 /// Mode: whether the engine runs its own threads.

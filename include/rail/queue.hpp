@@ -1,5 +1,11 @@
 // Queue<T>: the handle producers and workers use for one named, typed, bounded queue. Cheap to
-// copy (a pointer); valid while its Engine lives.
+// copy (a pointer) and non-owning: the Engine owns the queue. A handle (and the DeadLetterQueue
+// reference dlq() returns) must not outlive its Engine, and no thread may use it while the
+// Engine is being destroyed: the destructor frees the queue under it, a use-after-free that
+// nothing reports. Detecting it would take shared ownership of every queue (a reference count
+// on each handle copy); the rule is cheaper. To stop producers that may still hold handles,
+// call Engine::shutdown() first (their add() then throws Error(shutting_down) while the queue
+// still exists), let those threads finish, then destroy the Engine.
 #pragma once
 
 #include <span>
@@ -49,7 +55,10 @@ class Queue {
   /// process(options, handler) starts the queue's worker pool: `options.concurrency` threads in a
   /// threaded engine (none in an inline one: run_until_idle() runs the handler). The handler is
   /// `Outcome(Job<T>&)` or `void(Job<T>&)` (void means done); a throw is a retryable failure
-  /// carrying what(). Call once per queue.
+  /// carrying what(). Call once per queue: a second call throws Error(invalid_option), as does a
+  /// concurrency outside 1 .. WorkerOptions::kMaxConcurrency. If the system refuses a worker
+  /// thread, throws Error(resources) once the threads already started have exited without
+  /// running a job: the queue then has no processor and process() may be called again.
   template <class F>
   void process(const WorkerOptions& options, F&& handler) {
     using R = std::invoke_result_t<F&, Job<T>&>;

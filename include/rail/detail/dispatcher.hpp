@@ -22,8 +22,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -55,6 +57,16 @@ struct alignas(64) WorkerContext {  // its own lines: written on every job by it
   bool manual_clock = false;
 };
 
+/// ThreadFactory: how Dispatcher::start creates a worker thread running `body`. A test seam:
+/// production uses std::thread's constructor, and a test substitutes a factory that throws the
+/// std::system_error that constructor throws when the system has no thread to give (RLIMIT_NPROC
+/// cannot produce that failure deterministically: it does not bind root).
+using ThreadFactory = std::thread (*)(std::function<void()> body);
+
+/// set_thread_factory(f): Dispatcher::start creates its threads with f from now on (null:
+/// std::thread); returns the previous factory. Process-wide, for tests.
+ThreadFactory set_thread_factory(ThreadFactory f) noexcept;
+
 /// JobRunner: what the dispatcher hands each popped job to. deliver(idx, wc) runs the job unless
 /// it was cancelled (or handed back after stop); returns whether a handler ran.
 class JobRunner {
@@ -80,9 +92,13 @@ class Dispatcher {
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
-  /// start(runner, workers, leases, seed): threaded engines start `workers` threads; inline ones
-  /// start none (run_inline). Once per dispatcher.
-  void start(JobRunner& runner, std::uint32_t workers, LeaseTracker& leases, std::uint64_t seed);
+  /// start(runner, workers, leases, seed, queue): threaded engines start `workers` threads;
+  /// inline ones start none (run_inline). Once per dispatcher, unless it threw: all or nothing,
+  /// the threads wait at a gate that opens once every one of them exists, so when one cannot be
+  /// created the others are joined before any ran a job, start() throws (Error(resources) naming
+  /// `queue` when the system refused a thread) and may be called again.
+  void start(JobRunner& runner, std::uint32_t workers, LeaseTracker& leases, std::uint64_t seed,
+             std::string_view queue);
 
   /// push_ready(idx): a job may start now (counted into `waiting`), and a worker will look.
   void push_ready(std::uint32_t idx) noexcept {
@@ -114,6 +130,8 @@ class Dispatcher {
 
  private:
   void worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& wc);
+  [[nodiscard]] bool pass_gate() noexcept;
+  void abandon_start() noexcept;
   bool next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   bool spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   bool steal(std::uint32_t w, std::uint32_t& idx) noexcept;
@@ -140,6 +158,9 @@ class Dispatcher {
   std::vector<std::unique_ptr<WorkerContext>> contexts_;
   std::optional<WorkerContext> inline_context_;  // inline mode: the run_until_idle caller
   std::vector<std::thread> threads_;
+  // start()'s gate: new threads wait while it is closed, run once it opens, exit if abandoned.
+  static constexpr std::uint32_t kGateClosed = 0, kGateOpen = 1, kGateAbandoned = 2;
+  std::atomic<std::uint32_t> gate_{kGateClosed};
   std::atomic<std::uint32_t> worker_count_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> paused_{false};

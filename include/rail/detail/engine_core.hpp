@@ -15,6 +15,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <mutex>
@@ -116,6 +118,10 @@ class EngineCore {
     observers_[n] = std::move(fn);
     // release: publishes observers_[n] to emit()'s acquire load of the count.
     observer_count_.store(n + 1, std::memory_order_release);
+  }
+  /// observer_errors(): how many observer calls threw (Engine::observer_errors).
+  [[nodiscard]] std::uint64_t observer_errors() const noexcept {
+    return observer_errors_.load(std::memory_order_relaxed);
   }
   [[nodiscard]] bool observed() const noexcept {
     return observer_count_.load(std::memory_order_relaxed) != 0;  // a hint; emit() re-loads
@@ -320,13 +326,31 @@ class EngineCore {
   void deliver(const Event& e) const noexcept {
     std::size_t n = observer_count_.load(std::memory_order_acquire);
     for (std::size_t i = 0; i < n; ++i) {
+      // An observer must not throw (event.hpp). Letting it through would break a job's state
+      // transition halfway, so the throw is caught, counted and reported once per engine.
       try {
         observers_[i](e);
+      } catch (const std::exception& ex) {
+        observer_threw(e, ex.what());
       } catch (...) {
-        // An observer must not throw (event.hpp); swallowing keeps one bad observer from
-        // corrupting a job's state transition halfway.
+        observer_threw(e, "an exception not derived from std::exception");
       }
     }
+  }
+
+  /// observer_threw(e, what): counts a throwing observer call; the first one of this engine is
+  /// also reported on stderr, since a log line per throw could flood it at job rates.
+  void observer_threw(const Event& e, const char* what) const noexcept {
+    // relaxed: a tally; the first caller alone sees 0, so the line is printed once.
+    if (observer_errors_.fetch_add(1, std::memory_order_relaxed) != 0) return;
+    const std::string_view kind = to_string(e.kind);
+    std::fprintf(stderr,
+                 "rail: an observer threw on event %.*s of job %llu (queue '%.*s'): %s; rail "
+                 "ignores what observers throw and counts it in Engine::observer_errors() "
+                 "(reported once per engine)\n",
+                 static_cast<int>(kind.size()), kind.data(),
+                 static_cast<unsigned long long>(e.job_id), static_cast<int>(e.queue.size()),
+                 e.queue.data(), what);
   }
 
   std::size_t process_timers_locked() {
@@ -357,6 +381,7 @@ class EngineCore {
   std::mutex observer_mu_;
   std::array<Observer, kMaxObservers> observers_{};
   std::atomic<std::size_t> observer_count_{0};
+  mutable std::atomic<std::uint64_t> observer_errors_{0};  // deliver() is const, as emit() is
 
   std::array<QueueBase*, kMaxQueues> queues_{};
   std::atomic<std::size_t> queue_count_{0};

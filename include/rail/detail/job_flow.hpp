@@ -76,6 +76,7 @@ namespace rail::detail {
 /// validate_job_options(o, where): throws Error(invalid_option) naming the bad field.
 void validate_job_options(const JobOptions& o, std::string_view where);
 void validate_queue_options(const QueueOptions& o, std::string_view queue);
+void validate_worker_options(const WorkerOptions& o, std::string_view queue);
 
 class JobFlow : public QueueBase, private JobRunner, private TimerClient {
  public:
@@ -144,7 +145,8 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   }
   [[nodiscard]] std::vector<AttemptError> attempt_errors(const JobSlot& s) const;
 
-  /// start_processing(concurrency): the handler is set; start the workers (once per queue).
+  /// start_processing(w): the handler is set; start the workers (once per queue, unless it threw:
+  /// then nothing was started and it may be called again).
   void start_processing(const WorkerOptions& w);
   [[nodiscard]] bool processing() const noexcept {
     return processing_.load(std::memory_order_acquire);

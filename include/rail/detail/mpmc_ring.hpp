@@ -253,6 +253,12 @@ class MpmcRing {
     }
   }
 
+  /// footprint(min_capacity): the bytes a ring built with min_capacity (valid for the
+  /// constructor) allocates for its cells, for sizing a queue before it is built.
+  [[nodiscard]] static std::size_t footprint(std::size_t min_capacity) noexcept {
+    return buffer_bytes(std::bit_ceil(min_capacity));
+  }
+
   /// capacity() is the number of cells: min_capacity rounded up to a power of two.
   [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
 

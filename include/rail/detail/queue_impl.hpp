@@ -24,6 +24,7 @@
 #include "rail/add_result.hpp"
 #include "rail/dead_letter_queue.hpp"
 #include "rail/detail/job_flow.hpp"
+#include "rail/detail/payload.hpp"
 #include "rail/error.hpp"
 #include "rail/job.hpp"
 #include "rail/options.hpp"
@@ -36,7 +37,6 @@ class QueueImpl final : public JobFlow {
   static_assert(std::is_nothrow_move_constructible_v<T>,
                 "a queue's payload type must be nothrow move constructible: jobs move between "
                 "the queue, the DLQ and redrive on paths that must not fail halfway");
-  static_assert(std::is_move_assignable_v<T>, "debounce replaces payloads by move assignment");
 
  public:
   using Handler = std::function<Outcome(Job<T>&)>;
@@ -147,11 +147,14 @@ class QueueImpl final : public JobFlow {
     if (handler_)
       throw Error(ErrorCode::invalid_option,
                   "queue '" + name_ + "' already has a processor; call process() once per queue");
-    if (w.concurrency == 0)
-      throw Error(ErrorCode::invalid_option,
-                  "WorkerOptions.concurrency is 0 for queue '" + name_ + "'; expected 1 or more");
+    validate_worker_options(w, name_);
     handler_ = std::move(h);
-    start_processing(w);
+    try {
+      start_processing(w);
+    } catch (...) {
+      handler_ = nullptr;  // the flow undid its part: process() may be called again
+      throw;
+    }
   }
 
   /// take_leftovers(): after shutdown, moves out every job that never started and that no
@@ -250,7 +253,7 @@ class QueueImpl final : public JobFlow {
     // Fails unless the job is still delayed and no stale handler of it still reads the payload:
     // the add then merges as a plain duplicate instead of writing under a reader.
     if (!s.ctl.begin_update(c)) return false;
-    payload(idx) = std::move(data);
+    replace_payload(payload(idx), std::move(data));  // any payload: see payload.hpp
     const std::int64_t due =
         std::max(s.due_ns.load(std::memory_order_relaxed), saturating_add(now, o.delay));
     s.due_ns.store(due, std::memory_order_relaxed);

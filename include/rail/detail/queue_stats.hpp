@@ -55,6 +55,13 @@ class QueueStats {
  public:
   explicit QueueStats(std::size_t capacity);
 
+  /// history_entries(capacity): the ended-job history's length for a queue of `capacity`.
+  [[nodiscard]] static std::size_t history_entries(std::size_t capacity) noexcept;
+  /// footprint(capacity): the bytes its history takes.
+  [[nodiscard]] static std::size_t footprint(std::size_t capacity) noexcept {
+    return history_entries(capacity) * sizeof(std::atomic<std::uint32_t>);
+  }
+
   /// add(c, n): a count by any thread (producers, the timer, cold paths, inline mode).
   void add(Counter c, std::uint64_t n = 1) noexcept { shared_.add(c, n); }
 
