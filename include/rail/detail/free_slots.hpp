@@ -59,7 +59,10 @@ class BasicFreeSlots {
   /// try_pop(out): a free index (recycled first once warm), or false when every slot is in use.
   bool try_pop(std::uint32_t& out) noexcept {
     if (touched() < warm_ && take_fresh(&out, 1)) return true;
-    if (recycled_.try_pop(out) || refill(out)) return true;
+    if (recycled_.try_pop(out)) return true;
+    // A full queue's producer retries here on every add: with no never-used slot left, skip the
+    // refill's two read-modify-writes.
+    if (fresh_left() > 0 && refill(out)) return true;
     // A false from the ring is a hint: a freeing worker may have claimed a cell and not yet
     // written it (later cells may be full), or a refill may hold fresh indices on their way into
     // the ring. Answering "none" then would make add() report `full` with room in the queue, so

@@ -207,17 +207,24 @@ class QueueImpl final : public JobFlow {
   }
 
   void retire(std::uint32_t idx, bool dead_letter) override {
-    std::optional<DeadLetter<T>> entry;
-    if (dead_letter) {
-      const JobSlot& s = slot(idx);
-      entry.emplace(DeadLetter<T>{s.id.load(std::memory_order_relaxed), std::string(job_name(s)),
-                                  std::move(payload(idx)), s.end_reason, s.attempts(),
-                                  s.max_attempts, TimePoint{Duration{s.added_ns}},
-                                  TimePoint{Duration{core_.now_ns()}}, attempt_errors(s)});
+    if (!dead_letter) [[likely]] {
+      payload(idx).~T();
+      release_slot(idx);
+      return;
     }
+    const JobSlot& s = slot(idx);
+    DeadLetter<T> entry{s.id.load(std::memory_order_relaxed),
+                        std::string(job_name(s)),
+                        std::move(payload(idx)),
+                        s.end_reason,
+                        s.attempts(),
+                        s.max_attempts,
+                        TimePoint{Duration{s.added_ns}},
+                        TimePoint{Duration{core_.now_ns()}},
+                        attempt_errors(s)};
     payload(idx).~T();
-    release_slot(idx);
-    if (entry) dlq_.push(std::move(*entry));
+    release_slot(idx);  // the capacity returns before the DLQ's lock and its alert callback
+    dlq_.push(std::move(entry));
   }
 
   bool in_dlq(JobId id) const override { return dlq_.contains(id); }
