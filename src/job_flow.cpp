@@ -130,6 +130,17 @@ bool JobFlow::acquire_slots_slow(std::uint32_t* out, std::size_t n) {
   return false;
 }
 
+void JobFlow::name_own(const std::uint32_t* idx, std::size_t n, std::string_view name) {
+  try {
+    for (std::size_t i = 0; i < n; ++i)
+      extra(slots_[idx[i]]).own_name.assign(name);
+  } catch (...) {
+    for (std::size_t i = 0; i < n; ++i)
+      free_.push(idx[i]);
+    throw;
+  }
+}
+
 SlotExtra& JobFlow::extra(JobSlot& s) {
   if (!s.extra) s.extra = ::new (alloc_aligned(sizeof(SlotExtra), alignof(SlotExtra))) SlotExtra();
   return *s.extra;
@@ -187,7 +198,7 @@ void JobFlow::note_redriven(const JobSlot& s, std::int64_t now) const noexcept {
   emit(EventKind::redriven, s, now);
 }
 
-void JobFlow::note_overflow(JobId id, std::uint16_t name_id, std::uint32_t max_attempts,
+void JobFlow::note_overflow(JobId id, std::string_view job_name, std::uint32_t max_attempts,
                             TimePoint now) {
   stats_.add(kAdded);
   stats_.add(kDeadLettered);
@@ -198,7 +209,7 @@ void JobFlow::note_overflow(JobId id, std::uint16_t name_id, std::uint32_t max_a
   ev.at = now;
   ev.queue = name_;
   ev.job_id = id;
-  ev.job_name = core_.names().name(name_id);
+  ev.job_name = job_name;
   ev.max_attempts = max_attempts;
   ev.reason = DeadLetterReason::overflow;
   ev.error = "queue full";
@@ -299,7 +310,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   wc.last_start_ns = now;
   JobFields job;
   job.id_ = s.id.load(std::memory_order_relaxed);
-  job.name_ = core_.names().name(s.name);
+  job.name_ = job_name(s);
   job.queue_ = name_;
   job.attempts_made_ = s.attempts();
   job.deliveries_ = s.delivered();
@@ -343,9 +354,12 @@ void JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
                      TimePoint started, std::uint32_t delivery) {
   JobSlot& s = slots_[idx];
   // Read while our pin still holds the slot: once a stale handler unpins, the slot may be freed
-  // and reused under it.
+  // and reused under it (a name the job keeps itself is copied for that reason: the rare case).
   const JobId id = s.id.load(std::memory_order_relaxed);
-  const std::string_view job_name = core_.names().name(s.name);
+  std::string own_name;
+  if (s.name == NameTable::kOwnName) [[unlikely]]
+    own_name = s.extra->own_name;
+  const std::string_view name = s.name == NameTable::kOwnName ? own_name : job_name(s);
   const auto f = s.ctl.finish(token);
   if (f.result != SlotControl<>::Finish::live) {
     // Stale: the lease lapsed and the job moved on; our pin is dropped. If the job has ended
@@ -357,7 +371,7 @@ void JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
       e.at = TimePoint{Duration{core_.now_ns()}};
       e.queue = name_;
       e.job_id = id;
-      e.job_name = job_name;
+      e.job_name = name;
       e.elapsed = e.at - started;
       e.deliveries = delivery;
       e.attempt = delivery;
@@ -707,8 +721,8 @@ void JobFlow::collect_leftovers(ShutdownReport& report) const {
     const bool unstarted =
         st == SlotState::waiting || st == SlotState::delayed || st == SlotState::updating;
     if (!running && !unstarted) continue;
-    LeftoverJob j{name_, s.id.load(std::memory_order_relaxed),
-                  std::string(core_.names().name(s.name)), s.attempts()};
+    LeftoverJob j{name_, s.id.load(std::memory_order_relaxed), std::string(job_name(s)),
+                  s.attempts()};
     if (unstarted) report.not_started.push_back(j);
     if (running) report.still_running.push_back(std::move(j));
   }
@@ -746,7 +760,7 @@ Event JobFlow::make_event(EventKind kind, const JobSlot& s, std::int64_t now) co
   e.at = TimePoint{Duration{now}};
   e.queue = name_;
   e.job_id = s.id.load(std::memory_order_relaxed);
-  e.job_name = core_.names().name(s.name);
+  e.job_name = job_name(s);
   e.attempt = s.attempts() + 1u;
   e.max_attempts = s.max_attempts;
   e.deliveries = s.delivered();

@@ -258,6 +258,7 @@ class EngineCore {
   struct DeferredEvent {
     Event event;
     std::string error;
+    std::string job_name;  // a name past the interned table lives in its slot, which may be reused
     std::function<void()> call;  // set: a user callback to run instead of an event
   };
 
@@ -300,6 +301,7 @@ class EngineCore {
         continue;
       }
       d.event.error = d.error;
+      d.event.job_name = d.job_name;
       deliver(d.event);
     }
     delivery_buffer().in_use = !outer;
@@ -321,6 +323,7 @@ class EngineCore {
     DeferredEvent& d = deferred_.emplace_back();
     d.event = e;
     d.error.assign(e.error);
+    d.job_name.assign(e.job_name);
   }
 
   void deliver(const Event& e) const noexcept {

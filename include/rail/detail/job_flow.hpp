@@ -140,8 +140,18 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   }
   [[nodiscard]] JobSlot& slot(std::uint32_t idx) const noexcept { return slots_[idx]; }
   [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+  /// job_name(s): the name of the job in s (read by its holder, or while it cannot change).
   [[nodiscard]] std::string_view job_name(const JobSlot& s) const noexcept {
+    if (s.name == NameTable::kOwnName) [[unlikely]]
+      return s.extra->own_name;
     return core_.names().name(s.name);
+  }
+  /// name_jobs(idx, n, name_id, name): before init_slot, a name the table could not intern is
+  /// copied into each slot; on failure (bad_alloc) the slots go back to the free list.
+  void name_jobs(const std::uint32_t* idx, std::size_t n, std::uint16_t name_id,
+                 std::string_view name) {
+    if (name_id == NameTable::kOwnName) [[unlikely]]
+      name_own(idx, n, name);
   }
   [[nodiscard]] std::vector<AttemptError> attempt_errors(const JobSlot& s) const;
 
@@ -219,8 +229,9 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   /// note_added(s, delay) / note_redriven(s, now): the add's event.
   void note_added(const JobSlot& s, Duration delay) const noexcept;
   void note_redriven(const JobSlot& s, std::int64_t now) const noexcept;
-  /// note_overflow(id, name_id, max_attempts, now): a full queue dead-lettered an add.
-  void note_overflow(JobId id, std::uint16_t name_id, std::uint32_t max_attempts, TimePoint now);
+  /// note_overflow(id, job_name, max_attempts, now): a full queue dead-lettered an add.
+  void note_overflow(JobId id, std::string_view job_name, std::uint32_t max_attempts,
+                     TimePoint now);
   /// dedup_refusal(claim, o): the add's status when the window refused the id (full), throws
   /// when the id is too long; nullopt for a duplicate of a kept job.
   std::optional<AddResult> dedup_refusal(const DedupSet::Claim& claim, const JobOptions& o) const;
@@ -256,6 +267,7 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   };
 
   void admit_unusual(const JobOptions& o);
+  void name_own(const std::uint32_t* idx, std::size_t n, std::string_view name);
   bool acquire_slots_slow(std::uint32_t* out, std::size_t n);
   bool try_acquire(std::uint32_t* out, std::size_t n) noexcept {
     // All or nothing: with fewer than n free none is handed out, so a bulk add on a nearly full

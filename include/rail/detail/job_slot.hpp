@@ -42,7 +42,8 @@ struct AttemptRecord {
   std::string message;
 };
 
-/// SlotExtra: the cold, variable-size part of a job (its error log and dedup id).
+/// SlotExtra: the cold, variable-size part of a job (its error log, dedup id, and its name when
+/// the engine's name table is full: name_table.hpp).
 /// Allocated the first time a slot's job fails or uses dedup, then kept with the slot and cleared
 /// on reuse, so a warm queue allocates only for error strings longer than the small-string
 /// buffer. `errors` reserves room for every attempt on first use so that a stale handler's view
@@ -50,6 +51,7 @@ struct AttemptRecord {
 struct SlotExtra {
   std::vector<AttemptRecord> errors;
   std::string dedup_key;
+  std::string own_name;  // the job's name when JobSlot::name is NameTable::kOwnName
 };
 
 struct alignas(64) JobSlot {
@@ -69,7 +71,7 @@ struct alignas(64) JobSlot {
   std::atomic<std::uint16_t> attempts_made{0};  // failed attempts so far (lapses included)
   std::uint16_t max_attempts = 1;               // JobOptions::attempts (SQS maxReceiveCount)
   std::atomic<std::uint16_t> deliveries{0};     // handler starts (SQS ApproximateReceiveCount)
-  std::uint16_t name = 0;                       // NameTable index
+  std::uint16_t name = 0;  // NameTable index, or kOwnName: the name is in extra->own_name
   BackoffKind backoff_kind = BackoffKind::none;
   Jitter jitter = Jitter::none;
   bool has_dedup = false;

@@ -1,6 +1,9 @@
 // NameTable: interns job names ("charge-card") so a job slot stores a 16-bit index instead of a
 // string: adds allocate nothing, and events hand out string_views that live as long as the
-// engine. Names are job kinds, not per-job data; the table holds kMaxNames of them.
+// engine. Names are job kinds, not per-job data; the table holds the first kMaxNames distinct
+// ones. A name seen after the table filled up is not interned: intern() answers kOwnName and the
+// job keeps its own copy of the name (SlotExtra::own_name), which dies with the job — so names
+// have no fixed limit and nothing is kept forever but the first kMaxNames.
 //
 // Guarantee: intern(s) returns the same index for equal strings, for the table's lifetime.
 // Algorithm: open addressing over an array of atomic pointers; entries are never removed.
@@ -32,21 +35,23 @@ inline std::uint64_t fnv1a(std::string_view s) noexcept {
 
 class NameTable {
  public:
-  static constexpr std::size_t kMaxNames = 1024;
-  static constexpr std::size_t kSlots = 2048;  // load factor <= 0.5 keeps probes short
+  static constexpr std::size_t kMaxNames = 4096;
+  /// kOwnName: intern()'s answer once the table is full; the job then stores its name itself.
+  static constexpr std::uint16_t kOwnName = 0xFFFF;
+  static constexpr std::size_t kSlots = 8192;  // load factor <= 0.5 keeps probes short
   static_assert((kSlots & (kSlots - 1)) == 0 && kSlots >= 2 * kMaxNames);
 
-  /// intern(name) returns name's index; throws Error(capacity) past kMaxNames distinct names.
+  /// intern(name) returns name's index, or kOwnName once kMaxNames distinct names are interned
+  /// and name is not one of them (lock-free then: a full table takes no lock).
   std::uint16_t intern(std::string_view name) {
     if (auto idx = find(name); idx >= 0) return static_cast<std::uint16_t>(idx);
+    // relaxed: a hint; a stale false only costs the lock below, which re-checks.
+    if (full_.load(std::memory_order_relaxed)) return kOwnName;
     std::lock_guard lock(mu_);
     if (auto idx = find(name); idx >= 0) return static_cast<std::uint16_t>(idx);
     if (names_.size() >= kMaxNames) {
-      throw Error(ErrorCode::capacity,
-                  "job name '" + std::string(name) + "' would be distinct name number " +
-                      std::to_string(kMaxNames + 1) + "; job names are job kinds and at most " +
-                      std::to_string(kMaxNames) +
-                      " are supported (put per-job data in the payload)");
+      full_.store(true, std::memory_order_relaxed);
+      return kOwnName;
     }
     auto& entry = names_.emplace_back(std::make_unique<Entry>(
         Entry{std::string(name), static_cast<std::uint16_t>(names_.size())}));
@@ -59,7 +64,7 @@ class NameTable {
     return entry->index;
   }
 
-  /// name(index) is the interned string; valid for the table's lifetime.
+  /// name(index) is the interned string (index != kOwnName); valid for the table's lifetime.
   [[nodiscard]] std::string_view name(std::uint16_t index) const noexcept {
     // acquire pairs with intern()'s release store; entries are immutable once published.
     return by_index_[index].load(std::memory_order_acquire)->text;
@@ -85,6 +90,7 @@ class NameTable {
   std::array<std::atomic<const Entry*>, kMaxNames> by_index_{};
   std::mutex mu_;
   std::vector<std::unique_ptr<Entry>> names_;
+  std::atomic<bool> full_{false};
 };
 
 }  // namespace rail::detail

@@ -66,7 +66,8 @@ class QueueImpl final : public JobFlow {
     admit(o);
     const std::uint16_t name_id = core_.names().intern(job_name);
     std::uint32_t idx;
-    if (!acquire_slots(&idx, 1)) return overflow(name_id, std::move(data), o);
+    if (!acquire_slots(&idx, 1)) return overflow(job_name, std::move(data), o);
+    name_jobs(&idx, 1, name_id, job_name);
     const std::int64_t now = core_.now_ns();
     std::uint64_t id;
     if (o.dedup.id.empty()) [[likely]] {
@@ -118,11 +119,12 @@ class QueueImpl final : public JobFlow {
       if (options_.on_full != OverflowPolicy::dead_letter) return {AddStatus::full, 0, 0};
       BulkAddResult r{AddStatus::dead_lettered, 0, items.size()};
       for (auto& item : items) {
-        auto one = overflow(name_id, std::move(item), o);
+        auto one = overflow(job_name, std::move(item), o);
         if (r.first_id == 0) r.first_id = one.id;
       }
       return r;
     }
+    name_jobs(held, items.size(), name_id, job_name);
     const std::int64_t now = core_.now_ns();
     const std::uint64_t first = core_.next_ids(items.size());
     const bool observed = core_.observed();
@@ -187,7 +189,9 @@ class QueueImpl final : public JobFlow {
     const std::int64_t now = core_.now_ns();
     JobOptions o = options_.defaults;
     o.attempts = static_cast<std::int32_t>(e.max_attempts);
-    init_slot(idx, e.id, core_.names().intern(e.name), now, o);
+    const std::uint16_t name_id = core_.names().intern(e.name);
+    name_jobs(&idx, 1, name_id, e.name);  // throws before e is touched: the DLQ keeps it
+    init_slot(idx, e.id, name_id, now, o);
     slot(idx).added_ns = e.added_at.time_since_epoch().count();
     ::new (cell(idx)) T(std::move(e.data));
     stats_.add(kAdded);
@@ -229,12 +233,12 @@ class QueueImpl final : public JobFlow {
 
   bool in_dlq(JobId id) const override { return dlq_.contains(id); }
 
-  AddResult overflow(std::uint16_t name_id, T&& data, const JobOptions& o) {
+  AddResult overflow(std::string_view job_name, T&& data, const JobOptions& o) {
     if (options_.on_full != OverflowPolicy::dead_letter) return {0, AddStatus::full};
     const std::uint64_t id = core_.next_ids(1);
     const TimePoint now{Duration{core_.now_ns()}};
     DeadLetter<T> e{id,
-                    std::string(core_.names().name(name_id)),
+                    std::string(job_name),
                     std::move(data),
                     DeadLetterReason::overflow,
                     0,
@@ -242,7 +246,7 @@ class QueueImpl final : public JobFlow {
                     now,
                     now,
                     {}};
-    note_overflow(id, name_id, e.max_attempts, now);
+    note_overflow(id, job_name, e.max_attempts, now);
     dlq_.push(std::move(e));
     return {id, AddStatus::dead_lettered};
   }
@@ -284,7 +288,13 @@ RedriveStatus DeadLetterQueue<T>::redrive(JobId id) {
   std::size_t position = 0;
   auto e = take(id, TombstoneCause::redriven, &position);
   if (!e) return RedriveStatus::not_found;
-  RedriveStatus s = queue_.redrive(std::move(*e));
+  RedriveStatus s;
+  try {
+    s = queue_.redrive(std::move(*e));
+  } catch (...) {
+    put_back(std::move(*e), position);  // the queue threw before it took the entry
+    throw;
+  }
   // Back where it was (its age order decides retention): redrive failed, nothing lost.
   if (s != RedriveStatus::redriven) put_back(std::move(*e), position);
   return s;
@@ -294,7 +304,14 @@ template <class T>
 std::size_t DeadLetterQueue<T>::redrive_all() {
   std::size_t n = 0;
   while (auto e = take_front(TombstoneCause::redriven)) {
-    if (queue_.redrive(std::move(*e)) != RedriveStatus::redriven) {
+    RedriveStatus s;
+    try {
+      s = queue_.redrive(std::move(*e));
+    } catch (...) {
+      put_back(std::move(*e));  // the queue threw before it took the entry
+      throw;
+    }
+    if (s != RedriveStatus::redriven) {
       put_back(std::move(*e));
       break;
     }

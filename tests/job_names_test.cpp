@@ -1,0 +1,98 @@
+// Job names past the engine's interned table: no fixed limit, nothing kept after the job.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rail/detail/name_table.hpp"
+#include "rail/rail.hpp"
+#include "support/inline_engine.hpp"
+
+namespace rail {
+namespace {
+
+using namespace std::chrono_literals;
+using detail::NameTable;
+
+constexpr std::size_t kBeyond = NameTable::kMaxNames + 300;
+
+std::string name_of(std::size_t i) {
+  return "order-" + std::to_string(i);
+}
+
+/// Names: records every event's job name as a string (the view dies after the call).
+struct Names : test::InlineEngine {
+  std::map<std::pair<EventKind, JobId>, std::string> names;
+  void SetUp() override {
+    test::InlineEngine::SetUp();
+    engine.on_event([this](const Event& e) {
+      names[{e.kind, e.job_id}] = std::string(e.job_name);
+    });
+  }
+};
+
+TEST(NameTableTest, AnswersOwnNameOnceFullAndKeepsEveryInternedIndex) {
+  NameTable table;
+  std::vector<std::uint16_t> first;
+  for (std::size_t i = 0; i < NameTable::kMaxNames; ++i)
+    first.push_back(table.intern(name_of(i)));
+  EXPECT_EQ(table.intern(name_of(NameTable::kMaxNames)), NameTable::kOwnName);
+  EXPECT_EQ(table.intern("never-seen"), NameTable::kOwnName);
+  for (std::size_t i = 0; i < NameTable::kMaxNames; i += 97) {
+    EXPECT_EQ(table.intern(name_of(i)), first[i]) << "an interned name keeps its index";
+    EXPECT_EQ(table.name(first[i]), name_of(i));
+  }
+}
+
+TEST_F(Names, JobsWithMoreDistinctNamesThanTheTableRunUnderTheirOwnNames) {
+  auto q = engine.queue<std::size_t>("orders", QueueOptions{.capacity = kBeyond});
+  std::vector<JobId> ids;
+  for (std::size_t i = 0; i < kBeyond; ++i) {
+    auto r = q.add(name_of(i), std::size_t{i});
+    ASSERT_EQ(r.status, AddStatus::added) << "add number " << i << " refused";
+    ids.push_back(r.id);
+  }
+  std::size_t mismatched = 0;
+  q.process({}, [&](Job<std::size_t>& j) {
+    if (j.name() != name_of(j.data())) ++mismatched;
+  });
+  engine.run_until_idle();
+  EXPECT_EQ(mismatched, 0u);
+  EXPECT_EQ(q.counts().completed, kBeyond);
+  for (std::size_t i = 0; i < kBeyond; i += 211) {
+    EXPECT_EQ((names[{EventKind::added, ids[i]}]), name_of(i));
+    EXPECT_EQ((names[{EventKind::completed, ids[i]}]), name_of(i));
+  }
+  EXPECT_EQ((names[{EventKind::completed, ids.back()}]), name_of(kBeyond - 1));
+}
+
+TEST_F(Names, AnOwnNameSurvivesARetryOnTheWheelTheDlqAndARedrive) {
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = 16});
+  auto filler = engine.queue<int>("filler", QueueOptions{.capacity = NameTable::kMaxNames});
+  for (std::size_t i = 0; i < NameTable::kMaxNames; ++i)
+    filler.add(name_of(i), 0);  // fills the table with names this test never reads
+  bool fail = true;
+  q.process({}, [&](Job<int>&) { return fail ? Outcome::retry("down") : Outcome::done(); });
+  JobOptions o;
+  o.attempts = 2;
+  o.backoff = Backoff::fixed(1s);
+  const JobId id = q.add("charge-card:order-77", 7, o).id;
+  replay();  // fails, retries from the wheel (its retry_due event is deferred), fails again
+  EXPECT_EQ((names[{EventKind::retry_due, id}]), "charge-card:order-77");
+  EXPECT_EQ((names[{EventKind::dead_lettered, id}]), "charge-card:order-77");
+  // Slots get reused meanwhile: the DLQ entry owns its copy.
+  for (int i = 0; i < 40; ++i)
+    q.add("other-" + std::to_string(i), i);
+  fail = false;
+  engine.run_until_idle();
+  auto entry = q.dlq().get(id);
+  ASSERT_TRUE(entry.has_value());
+  EXPECT_EQ(entry->name, "charge-card:order-77");
+  EXPECT_EQ(q.dlq().redrive(id), RedriveStatus::redriven);
+  engine.run_until_idle();
+  EXPECT_EQ((names[{EventKind::completed, id}]), "charge-card:order-77");
+}
+
+}  // namespace
+}  // namespace rail
