@@ -547,5 +547,35 @@ TEST_F(InlineLifecycle, ResidentMemoryFollowsTheJobsInFlightNotTheCapacity) {
   EXPECT_LT(growth, 32 << 20) << "resident memory grew by " << growth << " bytes";
 }
 
+// Review of the queue split: process() on an inline engine while another thread advances its
+// ManualClock. The advance fires timers and runs every queue's lease check (sweep_inline), which
+// read the lease tracker pointer that process() is writing: a data race that ThreadSanitizer
+// reports (run this test under the tsan preset). The check must go through processing(), which
+// start_processing() publishes (release) after the tracker is built.
+TEST(Lifecycle, ProcessWhileAnotherThreadAdvancesTheManualClock) {
+  test::Watchdog watchdog(60s, "ProcessWhileAnotherThreadAdvancesTheManualClock");
+  for (int round = 0; round < 50; ++round) {
+    ManualClock clock;
+    Engine engine({.clock = &clock, .mode = Mode::inlined});
+    QueueOptions o;
+    o.capacity = 8;
+    o.visibility_timeout = 1ms;
+    auto q = engine.queue<std::string>("q", o);
+    const JobId id = q.add("job", kPayload).id;
+    std::atomic<bool> advancing{false};
+    std::thread advancer([&] {
+      for (int i = 0; i < 200; ++i) {
+        clock.advance(1ms);
+        advancing.store(true);
+      }
+    });
+    while (!advancing.load()) std::this_thread::yield();
+    q.process({}, [](Job<std::string>& job) { EXPECT_EQ(job.data(), kPayload); });
+    advancer.join();
+    engine.run_until_idle();
+    EXPECT_EQ(q.state(id).status, JobStatus::completed);
+  }
+}
+
 }  // namespace
 }  // namespace rail
