@@ -461,7 +461,9 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
 // ----------------------------------------------------------------------------
 
 void JobFlow::sweep_inline(std::int64_t now) {
-  if (!leases_ || core_.mode() != Mode::inlined || !leases_enabled()) return;
+  // processing() (acquire), not leases_: another thread may be in start_processing() building
+  // the tracker; its release store of processing_ publishes the finished one.
+  if (core_.mode() != Mode::inlined || !leases_enabled() || !processing()) return;
   leases_->sweep(now, [&](std::uint64_t lease, std::int64_t) { lapse(lease, now); });
 }
 
