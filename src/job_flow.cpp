@@ -109,9 +109,11 @@ void JobFlow::admit_unusual(const JobOptions& o) {
                 "JobOptions.backoff is custom but queue '" + name_ +
                     "' has no QueueOptions.custom_backoff; expected one to compute delays");
   // A shorter lease than the queue's must pull the lease sweep earlier (lease_tracker.hpp).
-  // acquire (processing): pairs with start_processing's release, so one of the two arms it.
+  // seq_cst, with start_processing's store then request, in one total order: if this load misses
+  // processing_, the sweep start_processing requests comes after it and reads the lower bound.
   if (o.visibility_timeout && timers_.lower_visibility(o.visibility_timeout->count()) &&
-      processing() && leases_enabled() && core_.mode() == Mode::threaded)
+      processing_.load(std::memory_order_seq_cst) && leases_enabled() &&
+      core_.mode() == Mode::threaded)
     timers_.request_sweep();
 }
 
@@ -258,11 +260,13 @@ void JobFlow::start_processing(const WorkerOptions& w) {
     leases_.reset();
     throw;
   }
+  // seq_cst, before the request below: see admit_unusual. (Also the release that publishes
+  // leases_ to sweep_inline and run_ready.)
+  processing_.store(true, std::memory_order_seq_cst);
   // Threaded: the sweep is a self-re-arming wheel timer. Inline: time moves only through
   // ManualClock::advance, whose process_timers() calls sweep_inline() directly, so no timer is
   // left on the wheel for next_timer_in() to chase forever.
   if (leases_enabled() && core_.mode() == Mode::threaded) timers_.request_sweep();
-  processing_.store(true, std::memory_order_release);  // admit_unusual reads it
 }
 
 std::size_t JobFlow::run_ready(std::size_t max) {

@@ -37,9 +37,11 @@ void TimerPort::request_sweep() noexcept {
 }
 
 bool TimerPort::lower_visibility(std::int64_t v) noexcept {
-  std::int64_t cur = min_visibility_ns_.load(std::memory_order_relaxed);
+  // seq_cst: a Dekker hand-off with JobFlow::start_processing (see admit_unusual): either the
+  // adder sees processing_ and requests a sweep, or the sweep's arming reads this lower bound.
+  std::int64_t cur = min_visibility_ns_.load(std::memory_order_seq_cst);
   while (v < cur) {
-    if (min_visibility_ns_.compare_exchange_weak(cur, v, std::memory_order_relaxed)) return true;
+    if (min_visibility_ns_.compare_exchange_weak(cur, v, std::memory_order_seq_cst)) return true;
   }
   return false;
 }
@@ -49,7 +51,7 @@ void TimerPort::drain(Wheel& wheel, TimerClient& client) noexcept {
   if (sweep_requested_.exchange(false, std::memory_order_acq_rel)) {
     // (Re)arm the sweep no later than one shortest visibility timeout from now.
     const std::int64_t at = saturating_add(
-        wheel.now_ns(), Duration{min_visibility_ns_.load(std::memory_order_relaxed)});
+        wheel.now_ns(), Duration{min_visibility_ns_.load(std::memory_order_seq_cst)});
     if (!is_never(at) && (!sweep_node_.linked() || sweep_node_.deadline > at)) {
       wheel.cancel(sweep_node_);
       wheel.schedule(sweep_node_, at);

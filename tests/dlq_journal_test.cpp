@@ -15,6 +15,8 @@
 #include <iterator>
 #include <random>
 #include <set>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +25,22 @@
 #include "rail/journal_file.hpp"
 #include "rail/rail.hpp"
 #include "support/temp_dir.hpp"
+
+/// Fragile: a payload whose journal codec throws when its text says so.
+struct Fragile {
+  std::string text;
+};
+template <>
+struct rail::JournalCodec<Fragile> {
+  static std::string name() { return "test.fragile"; }
+  static void encode(const Fragile& f, std::string& out) {
+    if (f.text == "unencodable") throw std::runtime_error("no bytes for this one");
+    out += f.text;
+  }
+  static Fragile decode(std::span<const std::byte> bytes) {
+    return Fragile{std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size())};
+  }
+};
 
 namespace rail {
 namespace {
@@ -629,6 +647,24 @@ TEST(JournalReader, AHugeErrorCountIsRejectedBeforeAnyAllocation) {
   ASSERT_EQ(s.problems.size(), 1u);
   EXPECT_EQ(s.problems[0].kind, JournalProblem::Kind::undecodable);
   EXPECT_TRUE(s.live.empty());
+}
+
+TEST_F(JournalTest, ACodecThatThrowsKeepsTheEntryInMemoryAndReportsIt) {
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+  auto q = engine.queue<Fragile>("orders", options());
+  q.process({}, [](Job<Fragile>&) { return Outcome::fail("declined"); });
+  const JobId bad = q.add("charge-card", Fragile{"unencodable"}).id;
+  const JobId good = q.add("charge-card", Fragile{"order-1"}).id;
+  engine.run_until_idle();  // both dead-letter; the first one's codec throws on the worker
+  EXPECT_EQ(q.counts().dead_lettered, 2u);
+  ASSERT_TRUE(q.dlq().get(bad).has_value()) << "the entry stays in the in-memory DLQ";
+  EXPECT_TRUE(q.dlq().get(good).has_value());
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].kind, JournalProblem::Kind::unencodable);
+  EXPECT_NE(problems[0].message.find("entry " + std::to_string(bad)), std::string::npos);
+  EXPECT_NE(problems[0].message.find("no bytes for this one"), std::string::npos);
+  EXPECT_EQ(live_ids(), std::vector<JobId>{good}) << "only the encodable entry is in the file";
 }
 
 }  // namespace

@@ -259,7 +259,9 @@ class DeadLetterQueue {
     bool alert = false;
     std::size_t depth;
     std::string record;
-    if (journal_) record = encode(entry);  // before the lock: other dead-letterings go on
+    // Before the lock: other dead-letterings go on. A codec that throws costs the entry its
+    // place in the file, never its place in the DLQ (this runs where a job ends: see encode_kept).
+    const bool journaled = journal_ && encode_kept(entry, record);
     std::uint64_t ticket = 0;
     {
       // Not locked(): the job flow files entries here, and a throw would lose one (visit()'s
@@ -273,7 +275,7 @@ class DeadLetterQueue {
       }
       if (journal_) {
         ticket = std::max(ticket, tombstone_locked(TombstoneCause::evicted, evicted, first_bound));
-        ticket = std::max(ticket, journal_->append_entry(record, entry.id));
+        if (journaled) ticket = std::max(ticket, journal_->append_entry(record, entry.id));
       }
       entries_.push_back(std::move(entry));
       depth = entries_.size();
@@ -348,11 +350,11 @@ class DeadLetterQueue {
   /// order decides retention), journaling it again (its tombstone is already in the file).
   void put_back(DeadLetter<T>&& entry, std::size_t position = 0) {
     std::string record;
-    if (journal_) record = encode(entry);
+    const bool journaled = journal_ && encode_kept(entry, record);
     std::uint64_t ticket = 0;
     {
       std::lock_guard lock(mu_);
-      if (journal_) ticket = journal_->append_entry(record, entry.id);
+      if (journaled) ticket = journal_->append_entry(record, entry.id);
       entries_.insert(std::next(entries_.begin(),
                                 static_cast<std::ptrdiff_t>(std::min(position, entries_.size()))),
                       std::move(entry));
@@ -379,6 +381,32 @@ class DeadLetterQueue {
     const auto unix_now =
         std::chrono::duration_cast<Duration>(std::chrono::system_clock::now().time_since_epoch());
     return detail::journal::shifted(unix_now.count(), -(clock_now() - t).count());
+  }
+
+  /// encode_kept(e, out): encodes e for the journal; false when the payload's codec threw, which
+  /// is reported through on_problem (unencodable) and leaves e in memory only. The callers run
+  /// where a job ends (a worker, the timer thread's lease sweep): a throw there would end the job
+  /// halfway.
+  bool encode_kept(const DeadLetter<T>& e, std::string& out) const {
+    try {
+      out = encode(e);
+      return true;
+    } catch (const std::exception& ex) {
+      report_unencodable(e.id, ex.what());
+    } catch (...) {
+      report_unencodable(e.id, "an exception not derived from std::exception");
+    }
+    return false;
+  }
+  void report_unencodable(JobId id, const char* what) const noexcept {
+    if (!options_.journal.on_problem) return;
+    try {
+      options_.journal.on_problem({JournalProblem::Kind::unencodable, 0,
+                                   "entry " + std::to_string(id) + ": the payload codec threw (" +
+                                       what +
+                                       "); the entry is kept in memory only, not journaled"});
+    } catch (...) {  // an observer of problems must not end a job either
+    }
   }
 
   std::string encode(const DeadLetter<T>& e) const {

@@ -61,15 +61,20 @@ class Engine {
           "queue '" + std::string(name) +
               "' is already declared; declare it once, then look it up with queue<T>(name)");
     const std::size_t capacity = options.capacity;
-    std::unique_ptr<detail::QueueImpl<T>> impl;
+    // The entry first: once built, the queue is registered with the engine's timers, so storing
+    // it must not be able to fail (and leave the engine a pointer to a destroyed queue).
+    auto entry = queues_.emplace(std::string(name), nullptr).first;
     try {
-      impl = std::make_unique<detail::QueueImpl<T>>(*core_, std::string(name), std::move(options));
+      entry->second =
+          std::make_unique<detail::QueueImpl<T>>(*core_, std::string(name), std::move(options));
     } catch (const std::bad_alloc&) {
+      queues_.erase(entry);
       detail::throw_queue_allocation_failed(name, capacity, sizeof(T));
+    } catch (...) {
+      queues_.erase(entry);
+      throw;
     }
-    auto* raw = impl.get();
-    queues_.emplace(std::string(name), std::move(impl));
-    return Queue<T>(raw);
+    return Queue<T>(static_cast<detail::QueueImpl<T>*>(entry->second.get()));
   }
 
   /// queue<T>(name) looks up a declared queue. Error(unknown_queue) if there is none;

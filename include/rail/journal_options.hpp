@@ -40,6 +40,7 @@ struct JournalProblem {
     undecodable,      // a record whose checksum held but whose fields did not; skipped
     stale_temporary,  // a compaction's temporary file left by a crash; removed
     write_failed,     // an append, sync or compaction failed (disk full...): see the message
+    unencodable,      // the payload codec threw on an entry: kept in memory, not journaled
   };
   Kind kind = Kind::torn_tail;
   std::uint64_t offset = 0;  // byte offset in the journal file

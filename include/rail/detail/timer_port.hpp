@@ -14,7 +14,8 @@
 // Memory ordering: the inbox is an MpmcRing (push release, pop acquire), which carries the slot's
 // due time written before submit(). sweep_requested_ is release on store and acq_rel on the
 // owner's exchange, which also carries a min_visibility_ns_ lowered before the request;
-// min_visibility_ns_ itself is relaxed (a number, it publishes no data).
+// min_visibility_ns_ is seq_cst: with JobFlow's processing_ flag it is one side of a Dekker
+// hand-off (JobFlow::admit_unusual), and it publishes no other data.
 #pragma once
 
 #include <atomic>

@@ -63,6 +63,14 @@ std::string payload(std::mt19937& rng) {
   return std::string(kLen, static_cast<char>('a' + rng() % 26));
 }
 
+/// key(prefix, n): a dedup id. snprintf: GCC 12 warns (-Wrestrict, a false positive) on
+/// "literal" + std::to_string(n) at -O2.
+std::string key(char prefix, unsigned n) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%c%u", prefix, n);
+  return buf;
+}
+
 bool intact(const std::string& s) {
   if (s.size() != kLen) return false;
   for (char c : s)
@@ -105,8 +113,10 @@ Outcome chaos_handler(Books& books, const Job<std::string>& job, bool allow_fail
   if (!intact(job.data())) books.corrupt.fetch_add(1);
   thread_local std::mt19937 rng(std::random_device{}());
   const unsigned r = rng() % 100;
-  if (r < 12) std::this_thread::sleep_for(std::chrono::microseconds(1000 + rng() % 5000));
-  else if (r < 30) std::this_thread::yield();
+  if (r < 12)
+    std::this_thread::sleep_for(std::chrono::microseconds(1000 + rng() % 5000));
+  else if (r < 30)
+    std::this_thread::yield();
   if (!intact(job.data())) books.corrupt.fetch_add(1);  // still intact after the lease lapsed
   const unsigned o = rng() % 100;
   if (o < 55) return Outcome::done();
@@ -118,15 +128,17 @@ Outcome chaos_handler(Books& books, const Job<std::string>& job, bool allow_fail
 
 void check_books(const char* sc, int it, Books& b, std::uint64_t last_id,
                  const std::vector<char>* taken = nullptr) {
-  if (b.corrupt.load()) fail(sc, it, "a handler read a corrupt payload x" + std::to_string(b.corrupt.load()));
+  if (b.corrupt.load())
+    fail(sc, it, "a handler read a corrupt payload x" + std::to_string(b.corrupt.load()));
   for (std::uint64_t id = 1; id <= last_id && id < kMaxIds; ++id) {
     const int bal = b.bal[id].load();
     const bool was_taken = taken && (*taken)[id];
     const int want = was_taken ? 1 : 0;
     if (bal != want)
-      fail(sc, it, "job " + std::to_string(id) + " balance " + std::to_string(bal) +
-                       (was_taken ? " (taken as leftover)" : "") + ", ends " +
-                       std::to_string(b.ends[id].load()));
+      fail(sc, it,
+           "job " + std::to_string(id) + " balance " + std::to_string(bal) +
+               (was_taken ? " (taken as leftover)" : "") + ", ends " +
+               std::to_string(b.ends[id].load()));
   }
 }
 
@@ -145,12 +157,51 @@ void check_capacity(const char* sc, int it, Queue<std::string>& q, std::size_t c
     }
   }
   if (added < cap)
-    fail(sc, it, "only " + std::to_string(added) + " of " + std::to_string(cap) +
-                     " slots could be filled: a slot was lost");
+    fail(sc, it,
+         "only " + std::to_string(added) + " of " + std::to_string(cap) +
+             " slots could be filled: a slot was lost");
   if (q.add("extra", payload(rng)).status == AddStatus::added)
     fail(sc, it, "capacity + 1 jobs accepted: a slot index was freed twice");
   gate.store(false);
   if (!q.drain(10s)) fail(sc, it, "fill jobs did not drain");
+}
+
+/// gated(gate, body): a handler that parks while the capacity check holds `gate` (its fill jobs
+/// then occupy every slot) and otherwise runs body.
+template <class F>
+auto gated(std::atomic<bool>& gate, F body) {
+  return [&gate, body](Job<std::string>& job) -> Outcome {
+    if (gate.load()) {
+      while (gate.load())
+        std::this_thread::sleep_for(100us);
+      return Outcome::done();
+    }
+    return body(job);
+  };
+}
+
+/// racing_options(cap, attempts, lease): a small bounded queue whose leases lapse within ms.
+QueueOptions racing_options(std::size_t cap, std::int32_t attempts, Duration lease = 2ms) {
+  QueueOptions o;
+  o.capacity = cap;
+  o.on_full = OverflowPolicy::reject;
+  o.visibility_timeout = lease;
+  o.defaults.attempts = attempts;
+  return o;
+}
+
+/// add_retrying(q, name, rng, jo, hi): adds one job, waiting out `full`; raises hi to its id.
+void add_retrying(Queue<std::string>& q, const char* name, std::mt19937& rng, const JobOptions& jo,
+                  std::atomic<std::uint64_t>& hi) {
+  auto r = q.add(name, payload(rng), jo);
+  while (r.status == AddStatus::full) {
+    std::this_thread::sleep_for(50us);
+    r = q.add(name, payload(rng), jo);
+  }
+  if (r.status != AddStatus::added) return;
+  std::uint64_t cur = hi.load();
+  while (r.id > cur && !hi.compare_exchange_weak(cur, r.id)) {
+  }
 }
 
 // --- A ----------------------------------------------------------------------------------------
@@ -162,22 +213,14 @@ void scenario_a(int it, std::uint32_t workers) {
   {
     Engine engine;
     engine.on_event([&](const Event& e) { books.on(e); });
-    QueueOptions o;
-    o.capacity = cap;
-    o.on_full = OverflowPolicy::reject;
-    o.visibility_timeout = 2ms;
-    o.defaults.attempts = 4;
-    auto q = engine.queue<std::string>("a", o);
-    q.process({.concurrency = workers}, [&](Job<std::string>& job) -> Outcome {
-      if (gate.load()) {
-        while (gate.load()) std::this_thread::sleep_for(100us);
-        return Outcome::done();
-      }
-      return chaos_handler(books, job, true);
-    });
+    auto q = engine.queue<std::string>("a", racing_options(cap, 4));
+    q.process({.concurrency = workers}, gated(gate, [&](const Job<std::string>& job) -> Outcome {
+                return chaos_handler(books, job, true);
+              }));
     std::atomic<bool> producing{true};
     std::atomic<std::uint64_t> hi{0};
     std::vector<std::thread> ts;
+    ts.reserve(8);  // no regrowth (and no GCC 12 -Warray-bounds false positive on it)
     for (int p = 0; p < 2; ++p)
       ts.emplace_back([&, p] {
         std::mt19937 rng(it * 7 + p);
@@ -185,18 +228,10 @@ void scenario_a(int it, std::uint32_t workers) {
           JobOptions jo;
           jo.attempts = 1 + rng() % 4;
           if (rng() % 4 == 0) jo.delay = std::chrono::microseconds(rng() % 3000);
-          if (rng() % 3 == 0) jo.backoff = Backoff::fixed(std::chrono::microseconds(200 + rng() % 2000));
+          if (rng() % 3 == 0)
+            jo.backoff = Backoff::fixed(std::chrono::microseconds(200 + rng() % 2000));
           if (rng() % 5 == 0) jo.visibility_timeout = std::chrono::microseconds(500 + rng() % 3000);
-          auto r = q.add("a", payload(rng), jo);
-          while (r.status == AddStatus::full) {
-            std::this_thread::sleep_for(50us);
-            r = q.add("a", payload(rng), jo);
-          }
-          if (r.status == AddStatus::added) {
-            std::uint64_t cur = hi.load();
-            while (r.id > cur && !hi.compare_exchange_weak(cur, r.id)) {
-            }
-          }
+          add_retrying(q, "a", rng, jo, hi);
         }
       });
     for (int c = 0; c < 2; ++c)
@@ -212,9 +247,11 @@ void scenario_a(int it, std::uint32_t workers) {
           std::this_thread::sleep_for(std::chrono::microseconds(rng() % 400));
         }
       });
-    for (int p = 0; p < 2; ++p) ts[p].join();
+    for (int p = 0; p < 2; ++p)
+      ts[p].join();
     producing.store(false);
-    for (std::size_t i = 2; i < ts.size(); ++i) ts[i].join();
+    for (std::size_t i = 2; i < ts.size(); ++i)
+      ts[i].join();
     if (!q.drain(30s)) fail("A", it, "drain timed out");
     last = hi.load();
     check_books("A", it, books, last);
@@ -231,20 +268,13 @@ void scenario_b(int it, std::uint32_t workers) {
   {
     Engine engine;
     engine.on_event([&](const Event& e) { books.on(e); });
-    QueueOptions o;
-    o.capacity = cap;
-    o.on_full = OverflowPolicy::reject;
-    o.visibility_timeout = 3ms;
-    auto q = engine.queue<std::string>("b", o);
-    q.process({.concurrency = workers}, [&](Job<std::string>& job) -> Outcome {
-      if (gate.load()) {
-        while (gate.load()) std::this_thread::sleep_for(100us);
-        return Outcome::done();
-      }
-      return chaos_handler(books, job, false);
-    });
+    auto q = engine.queue<std::string>("b", racing_options(cap, 1, 3ms));
+    q.process({.concurrency = workers}, gated(gate, [&](const Job<std::string>& job) -> Outcome {
+                return chaos_handler(books, job, false);
+              }));
     std::atomic<bool> producing{true};
     std::vector<std::thread> ts;
+    ts.reserve(8);  // no regrowth (and no GCC 12 -Warray-bounds false positive on it)
     for (int p = 0; p < 3; ++p)
       ts.emplace_back([&, p] {
         std::mt19937 rng(it * 11 + p);
@@ -252,11 +282,12 @@ void scenario_b(int it, std::uint32_t workers) {
           JobOptions jo;
           jo.attempts = 1 + rng() % 3;
           jo.delay = std::chrono::microseconds(rng() % 1500);
-          jo.dedup.id = "k" + std::to_string(rng() % 6);
+          jo.dedup.id = key('k', rng() % 6);
           jo.dedup.mode = rng() % 4 ? DedupMode::debounce : DedupMode::merge;
           if (jo.dedup.mode == DedupMode::debounce || rng() % 2)
             jo.dedup.ttl = std::chrono::microseconds(200 + rng() % 4000);
-          if (rng() % 3 == 0) jo.backoff = Backoff::fixed(std::chrono::microseconds(100 + rng() % 1500));
+          if (rng() % 3 == 0)
+            jo.backoff = Backoff::fixed(std::chrono::microseconds(100 + rng() % 1500));
           auto r = q.add("b", payload(rng), jo);
           if (r.id != 0) {
             std::uint64_t cur = hi.load();
@@ -273,7 +304,8 @@ void scenario_b(int it, std::uint32_t workers) {
         std::this_thread::yield();
       }
     });
-    for (int p = 0; p < 3; ++p) ts[p].join();
+    for (int p = 0; p < 3; ++p)
+      ts[p].join();
     producing.store(false);
     ts.back().join();
     if (!q.drain(30s)) fail("B", it, "drain timed out");
@@ -300,6 +332,7 @@ void scenario_c(int it, std::uint32_t workers) {
               [&](Job<std::string>& job) { return chaos_handler(books, job, true); });
     std::atomic<bool> producing{true};
     std::vector<std::thread> ts;
+    ts.reserve(8);  // no regrowth (and no GCC 12 -Warray-bounds false positive on it)
     for (int p = 0; p < 2; ++p)
       ts.emplace_back([&, p] {
         std::mt19937 rng(it * 5 + p);
@@ -308,7 +341,8 @@ void scenario_c(int it, std::uint32_t workers) {
             JobOptions jo;
             jo.attempts = 1 + rng() % 4;
             if (rng() % 3 == 0) jo.delay = std::chrono::microseconds(rng() % 4000);
-            if (rng() % 3 == 0) jo.backoff = Backoff::fixed(std::chrono::microseconds(rng() % 2000 + 1));
+            if (rng() % 3 == 0)
+              jo.backoff = Backoff::fixed(std::chrono::microseconds(rng() % 2000 + 1));
             auto r = q.add("c", payload(rng), jo);
             if (r.id != 0) {
               std::uint64_t cur = hi.load();
@@ -332,7 +366,8 @@ void scenario_c(int it, std::uint32_t workers) {
     std::mt19937 rng(it);
     std::this_thread::sleep_for(std::chrono::microseconds(2000 + rng() % 20000));
     (void)engine.shutdown(std::chrono::microseconds(rng() % 3000));
-    for (int p = 0; p < 2; ++p) ts[p].join();
+    for (int p = 0; p < 2; ++p)
+      ts[p].join();
     // take_leftovers repeatedly while stale handlers return, lapses fire and a canceller runs
     auto take = [&] {
       for (auto& l : q.take_leftovers()) {
@@ -379,36 +414,25 @@ void scenario_d(int it, std::uint32_t workers) {
   {
     Engine engine;
     engine.on_event([&](const Event& e) { books.on(e); });
-    QueueOptions o;
-    o.capacity = cap;
-    o.on_full = OverflowPolicy::reject;
-    o.visibility_timeout = 2ms;
-    auto q = engine.queue<std::string>("d", o);
-    q.process({.concurrency = workers}, [&](Job<std::string>& job) -> Outcome {
-      if (gate.load()) {
-        while (gate.load()) std::this_thread::sleep_for(100us);
-        return Outcome::done();
-      }
-      thread_local std::mt19937 rng(std::random_device{}());
-      if (!intact(job.data())) books.corrupt.fetch_add(1);
-      if (rng() % 10 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 4000));
-      if (!intact(job.data())) books.corrupt.fetch_add(1);
-      return rng() % 3 ? Outcome::fail("permanent") : Outcome::done();
-    });
+    auto q = engine.queue<std::string>("d", racing_options(cap, 1));
+    q.process({.concurrency = workers}, gated(gate, [&](const Job<std::string>& job) -> Outcome {
+                thread_local std::mt19937 rng(std::random_device{}());
+                if (!intact(job.data())) books.corrupt.fetch_add(1);
+                if (rng() % 10 == 0)
+                  std::this_thread::sleep_for(std::chrono::microseconds(rng() % 4000));
+                if (!intact(job.data())) books.corrupt.fetch_add(1);
+                return rng() % 3 ? Outcome::fail("permanent") : Outcome::done();
+              }));
     std::atomic<bool> producing{true};
     std::atomic<std::uint64_t> hi{0};
     std::vector<std::thread> ts;
+    ts.reserve(8);  // no regrowth (and no GCC 12 -Warray-bounds false positive on it)
     ts.emplace_back([&] {
       std::mt19937 rng(it);
       for (int i = 0; i < 2500; ++i) {
         JobOptions jo;
         jo.attempts = 1 + rng() % 2;
-        auto r = q.add("d", payload(rng), jo);
-        while (r.status == AddStatus::full) {
-          std::this_thread::sleep_for(50us);
-          r = q.add("d", payload(rng), jo);
-        }
-        if (r.id) hi.store(std::max(hi.load(), r.id));
+        add_retrying(q, "d", rng, jo, hi);
       }
     });
     auto& dlq = q.dlq();
@@ -416,10 +440,12 @@ void scenario_d(int it, std::uint32_t workers) {
       std::mt19937 rng(it * 3);
       while (producing.load()) {
         std::vector<JobId> ids;
-        dlq.visit([&](const DeadLetter<std::string>& e) {
-          if (!intact(e.data)) books.corrupt.fetch_add(1);
-          ids.push_back(e.id);
-        }, 0, 64);
+        dlq.visit(
+            [&](const DeadLetter<std::string>& e) {
+              if (!intact(e.data)) books.corrupt.fetch_add(1);
+              ids.push_back(e.id);
+            },
+            0, 64);
         for (JobId id : ids)
           if (rng() % 2) (void)dlq.redrive(id);
         if (rng() % 4 == 0) (void)dlq.redrive_all();
@@ -431,7 +457,8 @@ void scenario_d(int it, std::uint32_t workers) {
       while (producing.load()) {
         std::vector<JobId> ids;
         dlq.visit([&](const DeadLetter<std::string>& e) { ids.push_back(e.id); }, 0, 16);
-        for (JobId id : ids) (void)q.cancel(id);
+        for (JobId id : ids)
+          (void)q.cancel(id);
         const std::uint64_t h = hi.load();
         if (h) (void)q.cancel(1 + rng() % h);
         std::this_thread::yield();
@@ -450,7 +477,6 @@ void scenario_d(int it, std::uint32_t workers) {
   }
 }
 
-
 // --- E ----------------------------------------------------------------------------------------
 // Parked jobs (due never: delay max, retry_after max, a debounce to never) against cancel by id,
 // the timer and, on odd iterations, shutdown + take_leftovers instead of the final cancel.
@@ -468,23 +494,24 @@ void scenario_e(int it, std::uint32_t workers) {
     o.capacity = cap;
     o.visibility_timeout = 2ms;
     auto q = engine.queue<std::string>("e", o);
-    q.process({.concurrency = workers}, [&](Job<std::string>& job) -> Outcome {
-      if (gate.load()) {
-        while (gate.load()) std::this_thread::sleep_for(100us);
-        return Outcome::done();
-      }
-      thread_local std::mt19937 rng(std::random_device{}());
-      if (!intact(job.data())) books.corrupt.fetch_add(1);
-      if (rng() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 4000));
-      if (!intact(job.data())) books.corrupt.fetch_add(1);
-      switch (rng() % 4) {
-        case 0: return Outcome::retry_after(Duration::max(), "park me");
-        case 1: return Outcome::retry_after(std::chrono::microseconds(rng() % 2000), "soon");
-        default: return Outcome::done();
-      }
-    });
+    q.process({.concurrency = workers}, gated(gate, [&](const Job<std::string>& job) -> Outcome {
+                thread_local std::mt19937 rng(std::random_device{}());
+                if (!intact(job.data())) books.corrupt.fetch_add(1);
+                if (rng() % 8 == 0)
+                  std::this_thread::sleep_for(std::chrono::microseconds(rng() % 4000));
+                if (!intact(job.data())) books.corrupt.fetch_add(1);
+                switch (rng() % 4) {
+                  case 0:
+                    return Outcome::retry_after(Duration::max(), "park me");
+                  case 1:
+                    return Outcome::retry_after(std::chrono::microseconds(rng() % 2000), "soon");
+                  default:
+                    return Outcome::done();
+                }
+              }));
     std::atomic<bool> producing{true};
     std::vector<std::thread> ts;
+    ts.reserve(8);  // no regrowth (and no GCC 12 -Warray-bounds false positive on it)
     for (int p = 0; p < 2; ++p)
       ts.emplace_back([&, p] {
         std::mt19937 rng(it * 17 + p);
@@ -492,9 +519,11 @@ void scenario_e(int it, std::uint32_t workers) {
           JobOptions jo;
           jo.attempts = 1 + rng() % 3;
           const unsigned k = rng() % 3;
-          jo.delay = k == 0 ? Duration::max() : k == 1 ? Duration{std::chrono::microseconds(rng() % 2000)} : Duration{0};
+          jo.delay = k == 0   ? Duration::max()
+                     : k == 1 ? Duration{std::chrono::microseconds(rng() % 2000)}
+                              : Duration{0};
           if (rng() % 3 == 0) {
-            jo.dedup.id = "p" + std::to_string(rng() % 4);
+            jo.dedup.id = key('p', rng() % 4);
             jo.dedup.mode = DedupMode::debounce;
             jo.dedup.ttl = std::chrono::microseconds(100 + rng() % 3000);
           }
@@ -506,7 +535,8 @@ void scenario_e(int it, std::uint32_t workers) {
           }
           if (r.status == AddStatus::full) {  // parked jobs fill it: free some
             const std::uint64_t h = hi.load();
-            for (int c = 0; c < 8 && h; ++c) (void)q.cancel(1 + rng() % h);
+            for (int c = 0; c < 8 && h; ++c)
+              (void)q.cancel(1 + rng() % h);
           }
         }
       });
@@ -534,7 +564,8 @@ void scenario_e(int it, std::uint32_t workers) {
       if (!report.clean()) fail("E", it, "jobs left after take_leftovers");
     } else {
       // Parked jobs wait forever: cancel every job, then all must have ended exactly once.
-      for (std::uint64_t id = 1; id <= hi.load(); ++id) (void)q.cancel(id);
+      for (std::uint64_t id = 1; id <= hi.load(); ++id)
+        (void)q.cancel(id);
       if (!q.drain(30s)) fail("E", it, "drain timed out");
       check_books("E", it, books, hi.load());
       std::mt19937 rng(it);
@@ -553,7 +584,11 @@ int main(int argc, char** argv) {
   struct S {
     const char* name;
     void (*fn)(int, std::uint32_t);
-  } all[] = {{"A", scenario_a}, {"B", scenario_b}, {"C", scenario_c}, {"D", scenario_d}, {"E", scenario_e}};
+  } all[] = {{"A", scenario_a},
+             {"B", scenario_b},
+             {"C", scenario_c},
+             {"D", scenario_d},
+             {"E", scenario_e}};
   for (auto& s : all) {
     if (which != "all" && which != s.name) continue;
     const auto t0 = std::chrono::steady_clock::now();
@@ -561,9 +596,9 @@ int main(int argc, char** argv) {
       Watchdog wd(120s, s.name);
       s.fn(i, workers);
     }
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::steady_clock::now() - t0)
-                        .count();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
     std::printf("scenario %s: %d iterations OK (%lld ms):", s.name, iters,
                 static_cast<long long>(ms));
     for (int k = 0; k <= static_cast<int>(EventKind::cancelled); ++k)
