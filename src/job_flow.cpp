@@ -134,8 +134,11 @@ bool JobFlow::acquire_slots_slow(std::uint32_t* out, std::size_t n) {
 
 void JobFlow::name_own(const std::uint32_t* idx, std::size_t n, std::string_view name) {
   try {
-    for (std::size_t i = 0; i < n; ++i)
-      extra(slots_[idx[i]]).own_name.assign(name);
+    for (std::size_t i = 0; i < n; ++i) {
+      auto& own = extra(slots_[idx[i]]).own_name;
+      if (!own) own = std::make_unique<std::string>();
+      own->assign(name);
+    }
   } catch (...) {
     for (std::size_t i = 0; i < n; ++i)
       free_.push(idx[i]);
@@ -362,7 +365,7 @@ void JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   const JobId id = s.id.load(std::memory_order_relaxed);
   std::string own_name;
   if (s.name == NameTable::kOwnName) [[unlikely]]
-    own_name = s.extra->own_name;
+    own_name = *s.extra->own_name;
   const std::string_view name = s.name == NameTable::kOwnName ? own_name : job_name(s);
   const auto f = s.ctl.finish(token);
   if (f.result != SlotControl<>::Finish::live) {

@@ -143,7 +143,7 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   /// job_name(s): the name of the job in s (read by its holder, or while it cannot change).
   [[nodiscard]] std::string_view job_name(const JobSlot& s) const noexcept {
     if (s.name == NameTable::kOwnName) [[unlikely]]
-      return s.extra->own_name;
+      return *s.extra->own_name;
     return core_.names().name(s.name);
   }
   /// name_jobs(idx, n, name_id, name): before init_slot, a name the table could not intern is

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,7 +52,9 @@ struct AttemptRecord {
 struct SlotExtra {
   std::vector<AttemptRecord> errors;
   std::string dedup_key;
-  std::string own_name;  // the job's name when JobSlot::name is NameTable::kOwnName
+  // The job's name when JobSlot::name is NameTable::kOwnName. Boxed: the rare case must not
+  // grow every job that fails or deduplicates (64 bytes keep SlotExtra in one allocator bin).
+  std::unique_ptr<std::string> own_name;
 };
 
 struct alignas(64) JobSlot {
@@ -100,6 +103,7 @@ struct alignas(64) JobSlot {
     backoff_cap_ns = b.cap.count();
   }
 };
+static_assert(sizeof(SlotExtra) <= 64, "see SlotExtra::own_name");
 static_assert(sizeof(JobSlot) <= 128,
               "a job's engine overhead must stay within two cache lines (bench target: <= 128 B)");
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
