@@ -5,8 +5,10 @@
 // Task is std::function<void()> ("the bare callable") or PlainTask (a function pointer and a
 // context: no type erasure, trivially copyable). An empty task (operator bool false) is the stop
 // signal. Workers take one task at a time (wait_dequeue) or up to `dequeue_batch`
-// (wait_dequeue_bulk); producers use enqueue or enqueue_bulk, without producer tokens (tokens
-// would tie a producer to one thread for the pool's lifetime; rail's add() needs none either).
+// (wait_dequeue_bulk), with or without a consumer token (a competent user gives each long-lived
+// worker one: it remembers which producer's sub-queue to try first); producers use enqueue or
+// enqueue_bulk, without producer tokens (tokens would tie a producer to one thread for the
+// pool's lifetime; rail's add() needs none either).
 // The queue is unbounded: it never makes a producer wait, and grows instead.
 //
 // Shutdown: the destructor enqueues one stop task per worker and joins them. A bulk-dequeuing
@@ -35,15 +37,17 @@ struct PlainTask {
 template <class Task>
 class MoodycamelPool {
  public:
-  /// MoodycamelPool(workers, dequeue_batch): dequeue_batch 1 uses wait_dequeue, more uses
-  /// wait_dequeue_bulk with that many tasks per call.
-  MoodycamelPool(int workers, std::size_t dequeue_batch) {
+  /// MoodycamelPool(workers, dequeue_batch, tokens): dequeue_batch 1 uses wait_dequeue, more
+  /// uses wait_dequeue_bulk with that many tasks per call; tokens: each worker dequeues through
+  /// its own moodycamel::ConsumerToken.
+  MoodycamelPool(int workers, std::size_t dequeue_batch, bool tokens = false) {
     for (int i = 0; i < workers; ++i)
-      workers_.emplace_back([this, dequeue_batch] {
-        if (dequeue_batch > 1) {
-          loop_bulk(dequeue_batch);
+      workers_.emplace_back([this, dequeue_batch, tokens] {
+        if (tokens) {
+          moodycamel::ConsumerToken token(queue_);
+          run(dequeue_batch, [&](auto&&... args) { return dequeue(token, args...); });
         } else {
-          loop();
+          run(dequeue_batch, [&](auto&&... args) { return dequeue(args...); });
         }
       });
   }
@@ -65,18 +69,28 @@ class MoodycamelPool {
   [[nodiscard]] moodycamel::BlockingConcurrentQueue<Task>& queue() noexcept { return queue_; }
 
  private:
-  void loop() {
-    Task task;
-    for (;;) {
-      queue_.wait_dequeue(task);
-      if (!task) return;
-      task();
+  // dequeue(...): one blocking dequeue of up to `max` tasks into `out`, with or without a token.
+  std::size_t dequeue(moodycamel::ConsumerToken& token, Task* out, std::size_t max) {
+    if (max == 1) {
+      queue_.wait_dequeue(token, *out);
+      return 1;
     }
+    return queue_.wait_dequeue_bulk(token, out, max);
   }
-  void loop_bulk(std::size_t max) {
+  std::size_t dequeue(Task* out, std::size_t max) {
+    if (max == 1) {
+      queue_.wait_dequeue(*out);
+      return 1;
+    }
+    return queue_.wait_dequeue_bulk(out, max);
+  }
+
+  /// run(max, take): a worker's loop; take(out, max) is one of the dequeues above.
+  template <class Take>
+  void run(std::size_t max, Take take) {
     std::vector<Task> batch(max);
     for (;;) {
-      std::size_t n = queue_.wait_dequeue_bulk(batch.begin(), max);
+      std::size_t n = take(batch.data(), max);
       std::size_t stops = 0;
       for (std::size_t i = 0; i < n; ++i) {
         if (batch[i]) {
