@@ -1,8 +1,10 @@
 // The moodycamel BlockingConcurrentQueue pool in the memory workloads.
-//   bytes per waiting job: a BlockingConcurrentQueue<uint64_t> filled with C items (no workers).
+//   bytes per waiting job: the pool's BlockingConcurrentQueue<std::function<void()>> filled with
+//   C tasks, each carrying its 8-byte payload (payload_task; no workers).
 //   allocations per job: the engine workload's pool (engine/moodycamel_pool.hpp), 2 workers, with
 //   `fn` tasks (std::function<void()> whose capture — one pointer — fits its local buffer) and
 //   `struct` tasks (PlainTask: a function pointer and a context).
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -16,8 +18,9 @@ namespace bench {
 namespace {
 
 void moodycamel_bytes_per_waiting_job(benchmark::State& state, const std::string& name) {
-  measure_container_bytes<moodycamel::BlockingConcurrentQueue<std::uint64_t>>(
-      state, name, [](auto& q, std::uint64_t i) { q.enqueue(i); });
+  std::atomic<std::uint64_t> sink{0};
+  measure_container_bytes<moodycamel::BlockingConcurrentQueue<std::function<void()>>>(
+      state, name, [&sink](auto& q, std::uint64_t i) { q.enqueue(payload_task(i, &sink)); });
 }
 
 void hit_latch(void* latch) {

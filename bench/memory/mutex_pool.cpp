@@ -1,9 +1,11 @@
 // The mutex + condvar + deque pool in the memory workloads.
-//   bytes per waiting job: a std::deque<uint64_t> filled with C items.
+//   bytes per waiting job: the pool's std::deque<std::function<void()>> filled with C tasks, each
+//   carrying its 8-byte payload (payload_task).
 //   allocations per job: the engine workload's pool (engine/mutex_pool.hpp), 2 workers,
 //   std::function<void()> tasks capturing one pointer.
 #include "engine/mutex_pool.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -17,8 +19,9 @@ namespace bench {
 namespace {
 
 void deque_bytes_per_waiting_job(benchmark::State& state, const std::string& name) {
-  measure_container_bytes<std::deque<std::uint64_t>>(
-      state, name, [](auto& q, std::uint64_t i) { q.push_back(i); });
+  std::atomic<std::uint64_t> sink{0};
+  measure_container_bytes<std::deque<std::function<void()>>>(
+      state, name, [&sink](auto& q, std::uint64_t i) { q.push_back(payload_task(i, &sink)); });
 }
 
 void mutex_pool_allocs_per_job(benchmark::State& state, const std::string& name) {

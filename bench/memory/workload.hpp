@@ -9,6 +9,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -52,8 +53,16 @@ inline void report_allocs(benchmark::State& state, const AllocSnapshot& before,
 void record_memory_result(const std::string& name, double value);
 double memory_result(const std::string& name);
 
-/// measure_container_bytes<Queue>(state, name, push): a baseline's bytes per waiting job: fill a
-/// fresh Queue with memory_config().capacity 8-byte items through push(queue, i).
+/// payload_task(payload, sink): what a pool's queue really holds for a job whose payload is an
+/// 8-byte value — the bare callable that runs it (std::function<void()>, its capture of the
+/// payload and of where the work goes fits std::function's local buffer: no heap per task).
+inline std::function<void()> payload_task(std::uint64_t payload, std::atomic<std::uint64_t>* sink) {
+  return [payload, sink] { sink->fetch_add(payload, std::memory_order_relaxed); };
+}
+
+/// measure_container_bytes<Queue>(state, name, push): a baseline's bytes per waiting job beyond
+/// its 8-byte payload: fill a fresh Queue with memory_config().capacity tasks through
+/// push(queue, i), each carrying payload i (payload_task), as the pool would hold them.
 template <class Queue, class Push>
 void measure_container_bytes(benchmark::State& state, const std::string& name, Push&& push) {
   const std::size_t capacity = memory_config().capacity;
