@@ -2,7 +2,7 @@
 // the moodycamel pool, and the platform floor: a bare busy-polling hand-off) and item 4's retry
 // punctuality (a 10 ms backoff at full load).
 //   latency_bench [--jobs_100k=N] [--jobs_10k=N] [--probes=N] [--benchmark_* flags]
-// Defaults: 200,000 jobs at 100k/s, 50,000 at 10k/s, 50 probes. The summary against issue 4's
+// Defaults: 200,000 jobs at 100k/s, 50,000 at 10k/s, 500 probes. The summary against issue 4's
 // targets goes to stderr after the run (stdout stays the reporter's).
 #include <cstdio>
 #include <string>
@@ -69,12 +69,13 @@ void print_summary() {
     if (!start || !fire) continue;
     std::fprintf(stderr, "  load:%-8s fire %6.2f / %6.2f   start %6.2f / %6.2f\n", load, fire->p50,
                  fire->max, start->p50, start->max);
-    if (std::string(load) == "separate") {
-      std::fprintf(stderr, "  target: fires <= 2 ms late at full load (max fire lateness): %s\n",
-                   fire->max <= 2.0 ? "MET" : "MISSED");
-      std::fprintf(stderr, "          and its second attempt starts <= 2 ms late (max): %s\n",
+    // The one definition, shared with bench/run: at full load, a retry is punctual when its
+    // second attempt STARTS at most 2 ms after its due time, for every probe (the max), the probe
+    // having its own queue and worker ("separate"). The fire is the timer's half of that; the
+    // "shared" variant adds FIFO queueing behind 65,536 ready jobs, which is not the timer's.
+    if (std::string(load) == "separate")
+      std::fprintf(stderr, "  target: the retry starts <= 2 ms late at full load (max start): %s\n",
                    start->max <= 2.0 ? "MET" : "MISSED");
-    }
   }
 }
 
