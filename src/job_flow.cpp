@@ -174,6 +174,12 @@ DedupSet::Claim JobFlow::claim_id(std::uint32_t idx, const JobOptions& o, std::i
   });
 }
 
+std::optional<DedupSet::Claim> JobFlow::live_claim(const JobOptions& o, std::int64_t now) {
+  auto live = dedup().find(o.dedup.id, now);
+  if (!live) return std::nullopt;
+  return DedupSet::Claim{DedupSet::Claim::Result::duplicate, live->first, live->second};
+}
+
 void JobFlow::claim_dedup(std::uint32_t idx, const JobOptions& o) {
   JobSlot& s = slots_[idx];
   extra(s).dedup_key = o.dedup.id;
@@ -531,7 +537,10 @@ void JobFlow::record_end(JobSlot& s, EndKind kind, DeadLetterReason reason, std:
   // Observers below may cancel this job: it is ending. (A frame only when someone observes.)
   std::optional<Holding> holding;
   if (core_.observed()) holding.emplace(s, true);
-  if (s.has_dedup && !s.dedup_has_ttl)
+  // The id follows the job: released when it ends, except that a ttl keeps merging adds of a
+  // job that ran (completed or dead-lettered) until it expires; a cancelled job never ran, so
+  // its id is free again at once (BullMQ removes a cancelled job's deduplication key).
+  if (s.has_dedup && (!s.dedup_has_ttl || kind == EndKind::cancelled))
     (void)dedup_.load(std::memory_order_acquire)->release(s.extra->dedup_key, id);
   switch (kind) {
     case EndKind::completed:

@@ -73,6 +73,12 @@ void validate_worker_options(const WorkerOptions& o, std::string_view queue) {
             std::to_string(WorkerOptions::kMaxConcurrency) + ") worker threads per queue");
 }
 
+void reject_job_name(std::string_view name, std::string_view queue) {
+  bad("add('" + std::string(queue) + "')", "job name",
+      name.empty() ? std::string("empty") : "blank ('" + std::string(name) + "')",
+      "a job kind such as \"charge-card\" (a name with a visible character)");
+}
+
 void validate_queue_options(const QueueOptions& o, std::string_view queue) {
   std::string where = "QueueOptions('" + std::string(queue) + "')";
   if (queue.empty()) bad("QueueOptions", "name", "empty", "a non-empty queue name");

@@ -77,6 +77,8 @@ namespace rail::detail {
 void validate_job_options(const JobOptions& o, std::string_view where);
 void validate_queue_options(const QueueOptions& o, std::string_view queue);
 void validate_worker_options(const WorkerOptions& o, std::string_view queue);
+/// reject_job_name(name, queue): throws Error(invalid_option) for an empty or blank job name.
+[[noreturn]] void reject_job_name(std::string_view name, std::string_view queue);
 
 class JobFlow : public QueueBase, private JobRunner, private TimerClient {
  public:
@@ -162,10 +164,14 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
     return processing_.load(std::memory_order_acquire);
   }
 
-  /// admit(o): throws unless the engine accepts jobs and o is valid for this queue.
-  void admit(const JobOptions& o) {
+  /// admit(name, o): throws unless the engine accepts jobs and name and o are valid here.
+  void admit(std::string_view name, const JobOptions& o) {
     if (!core_.accepting()) [[unlikely]]
       throw_shutting_down();
+    // Blank: no visible character. The first one usually is, so this is a compare or two.
+    if (name.empty() || name.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos)
+      [[unlikely]]
+      reject_job_name(name, name_);
     validate_job_options(o, "JobOptions");
     if (o.backoff.kind == BackoffKind::custom || o.visibility_timeout) [[unlikely]]
       admit_unusual(o);
@@ -205,6 +211,9 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
     s.set_backoff(o.backoff);
     if (s.extra) s.extra->errors.clear();
   }
+  /// live_claim(o, now): the claim of a live job holding dedup id o.dedup.id, if any (a full
+  /// queue's add checks it: a duplicate is a duplicate whether or not there is room).
+  std::optional<DedupSet::Claim> live_claim(const JobOptions& o, std::int64_t now);
   /// claim_id(idx, o, now): claims dedup id o.dedup.id for a new job in slot idx (its id is
   /// drawn only if the claim is inserted).
   DedupSet::Claim claim_id(std::uint32_t idx, const JobOptions& o, std::int64_t now);

@@ -63,10 +63,18 @@ class QueueImpl final : public JobFlow {
 
   // --- adding ------------------------------------------------------------------------------------
   AddResult add(std::string_view job_name, T&& data, const JobOptions& o) {
-    admit(o);
+    admit(job_name, o);
     const std::uint16_t name_id = core_.names().intern(job_name);
     std::uint32_t idx;
-    if (!acquire_slots(&idx, 1)) return overflow(job_name, std::move(data), o);
+    if (!acquire_slots(&idx, 1)) [[unlikely]] {
+      // A duplicate of a live job merges even when there is no room for a new one.
+      if (!o.dedup.id.empty()) {
+        const std::int64_t now = core_.now_ns();
+        if (auto claim = live_claim(o, now))
+          return merge_duplicate(*claim, job_name, std::move(data), o, now);
+      }
+      return overflow(job_name, std::move(data), o);
+    }
     name_jobs(&idx, 1, name_id, job_name);
     const std::int64_t now = core_.now_ns();
     std::uint64_t id;
@@ -78,9 +86,7 @@ class QueueImpl final : public JobFlow {
       if (claim.result != DedupSet::Claim::Result::inserted) {
         give_back(idx);
         if (auto refused = dedup_refusal(claim, o)) return *refused;
-        const bool debounced =
-            o.dedup.mode == DedupMode::debounce && try_debounce(claim, std::move(data), o, now);
-        return note_duplicate(claim.owner, job_name, o, now, debounced);
+        return merge_duplicate(claim, job_name, std::move(data), o, now);
       }
       id = claim.owner;
       init_slot(idx, id, name_id, now, o);
@@ -95,7 +101,7 @@ class QueueImpl final : public JobFlow {
 
   /// add_bulk: all payloads get one name and one set of options (no dedup: ids differ per job).
   BulkAddResult add_bulk(std::string_view job_name, std::span<T> items, const JobOptions& o) {
-    admit(o);
+    admit(job_name, o);
     if (!o.dedup.id.empty())
       throw Error(ErrorCode::invalid_option,
                   "add_bulk: JobOptions.dedup.id is '" + o.dedup.id +
@@ -249,6 +255,14 @@ class QueueImpl final : public JobFlow {
     note_overflow(id, job_name, e.max_attempts, now);
     dlq_.push(std::move(e));
     return {id, AddStatus::dead_lettered};
+  }
+
+  /// merge_duplicate(claim, ...): an add whose dedup id a live job holds: debounce it or merge.
+  AddResult merge_duplicate(const DedupSet::Claim& claim, std::string_view job_name, T&& data,
+                            const JobOptions& o, std::int64_t now) {
+    const bool debounced =
+        o.dedup.mode == DedupMode::debounce && try_debounce(claim, std::move(data), o, now);
+    return note_duplicate(claim.owner, job_name, o, now, debounced);
   }
 
   /// try_debounce: while the kept job is still delayed, replace its payload and restart its

@@ -1,0 +1,106 @@
+// Peer semantics (issue 11): behaviours BullMQ, asynq and SQS users rely on, pinned under the
+// manual clock of an inline engine.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "rail/rail.hpp"
+#include "support/inline_engine.hpp"
+
+namespace rail {
+namespace {
+
+using namespace std::chrono_literals;
+using Peers = test::InlineEngine;
+
+JobOptions with_dedup(std::string id, std::optional<Duration> ttl,
+                      DedupMode mode = DedupMode::merge, Duration delay = Duration{0}) {
+  JobOptions o;
+  o.dedup = {.id = std::move(id), .ttl = ttl, .mode = mode};
+  o.delay = delay;
+  return o;
+}
+
+// --- dedup ids follow the job ---------------------------------------------------------------
+
+TEST_F(Peers, CancellingAJobReleasesItsDedupIdEvenWhenTheWindowHasATtl) {
+  auto q = engine.queue<int>("emails", QueueOptions{});
+  const JobId first = q.add("send", 1, with_dedup("order-4-email", 1h, DedupMode::merge, 1min)).id;
+  ASSERT_TRUE(q.cancel(first));
+  const AddResult again = q.add("send", 2, with_dedup("order-4-email", 1h));
+  EXPECT_EQ(again.status, AddStatus::added) << "the cancelled job's id must not merge later adds";
+  EXPECT_NE(again.id, first);
+  int ran = 0;
+  q.process({}, [&](Job<int>& j) { ran += j.data(); });
+  engine.run_until_idle();
+  EXPECT_EQ(ran, 2) << "the new add's work runs";
+}
+
+TEST_F(Peers, AJobThatRanKeepsMergingItsIdUntilTheTtlEnds) {
+  auto q = engine.queue<int>("emails", QueueOptions{});
+  q.process({}, [](Job<int>&) {});
+  const JobId first = q.add("send", 1, with_dedup("order-4-email", 10min)).id;
+  engine.run_until_idle();
+  EXPECT_EQ(q.add("send", 2, with_dedup("order-4-email", 10min)).status, AddStatus::duplicate);
+  clock.advance(10min);
+  const AddResult later = q.add("send", 3, with_dedup("order-4-email", 10min));
+  EXPECT_EQ(later.status, AddStatus::added);
+  EXPECT_NE(later.id, first);
+}
+
+TEST_F(Peers, ADuplicateAddToAFullQueueIsADuplicateNotFull) {
+  auto q = engine.queue<int>("charges", QueueOptions{.capacity = 1});
+  const JobId kept = q.add("charge", 1, with_dedup("order-1", std::nullopt)).id;
+  const AddResult dup = q.add("charge", 2, with_dedup("order-1", std::nullopt));
+  EXPECT_EQ(dup.status, AddStatus::duplicate);
+  EXPECT_EQ(dup.id, kept);
+  EXPECT_EQ(count(EventKind::deduplicated), 1u);
+  EXPECT_EQ(q.add("charge", 3).status, AddStatus::full) << "a new job still finds no room";
+}
+
+TEST_F(Peers, ADuplicateAddToAFullQueueUnderTheDeadLetterPolicyFilesNoEntry) {
+  auto q = engine.queue<int>("charges",
+                             QueueOptions{.capacity = 1, .on_full = OverflowPolicy::dead_letter});
+  const JobId kept = q.add("charge", 1, with_dedup("order-1", 5min)).id;
+  const AddResult dup = q.add("charge", 2, with_dedup("order-1", 5min));
+  EXPECT_EQ(dup.status, AddStatus::duplicate);
+  EXPECT_EQ(dup.id, kept);
+  EXPECT_EQ(q.dlq().size(), 0u) << "a duplicate is not an overflow";
+  EXPECT_EQ(q.add("charge", 3).status, AddStatus::dead_lettered) << "a new job overflows";
+}
+
+TEST_F(Peers, ADebounceOnAFullQueueStillReplacesTheDelayedJob) {
+  auto q = engine.queue<int>("digests", QueueOptions{.capacity = 1});
+  const JobId kept = q.add("digest", 1, with_dedup("user-7", 5min, DedupMode::debounce, 1min)).id;
+  clock.advance(30s);
+  const AddResult dup = q.add("digest", 2, with_dedup("user-7", 5min, DedupMode::debounce, 1min));
+  EXPECT_EQ(dup.status, AddStatus::debounced);
+  EXPECT_EQ(dup.id, kept);
+  int seen = 0;
+  q.process({}, [&](Job<int>& j) { seen = j.data(); });
+  replay();
+  EXPECT_EQ(seen, 2) << "the last payload runs";
+}
+
+// --- job names ------------------------------------------------------------------------------
+
+TEST_F(Peers, AnEmptyOrBlankJobNameIsAnErrorThatNamesTheProblem) {
+  auto q = engine.queue<int>("orders", QueueOptions{});
+  for (const char* name : {"", " ", "\t\n"}) {
+    try {
+      q.add(name, 1);
+      ADD_FAILURE() << "add('" << name << "') was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+      EXPECT_NE(std::string(e.what()).find("job name"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("orders"), std::string::npos) << e.what();
+    }
+  }
+  std::vector<int> items{1, 2};
+  EXPECT_THROW(q.add_bulk(" ", std::span<int>(items)), Error);
+  EXPECT_EQ(q.counts().added, 0u);
+  EXPECT_EQ(q.add(" charge-card", 1).status, AddStatus::added) << "surrounding blanks are allowed";
+}
+
+}  // namespace
+}  // namespace rail
