@@ -341,6 +341,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   if (leased) {
     job.record_ = &wc.record;
     job.lease_ = make_lease(idx, token);
+    if (core_.mode() == Mode::threaded) job.timers_ = &timers_;
     // After the plain fields above: the sweep reads them after acquiring this lease word.
     LeaseTracker::grant(wc.record, job.lease_, saturating_add(now, Duration{s.visibility_ns}));
   }

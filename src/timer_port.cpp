@@ -1,6 +1,7 @@
 // TimerPort: see include/rail/detail/timer_port.hpp.
 #include "rail/detail/timer_port.hpp"
 
+#include <algorithm>
 #include <thread>
 
 #include "rail/detail/deadline.hpp"
@@ -46,12 +47,27 @@ bool TimerPort::lower_visibility(std::int64_t v) noexcept {
   return false;
 }
 
+void sweep_no_later_than(TimerPort& port, std::int64_t deadline) noexcept {
+  port.request_sweep_by(deadline);
+}
+
+void TimerPort::request_sweep_by(std::int64_t deadline) noexcept {
+  std::int64_t cur = sweep_by_ns_.load(std::memory_order_relaxed);
+  while (deadline < cur &&
+         !sweep_by_ns_.compare_exchange_weak(cur, deadline, std::memory_order_relaxed)) {
+  }
+  request_sweep();  // release: publishes sweep_by_ns_ to drain's acq_rel exchange
+}
+
 void TimerPort::drain(Wheel& wheel, TimerClient& client) noexcept {
   // acq_rel: consumes the request and acquires the min_visibility_ns_ lowered before it.
   if (sweep_requested_.exchange(false, std::memory_order_acq_rel)) {
-    // (Re)arm the sweep no later than one shortest visibility timeout from now.
-    const std::int64_t at = saturating_add(
-        wheel.now_ns(), Duration{min_visibility_ns_.load(std::memory_order_seq_cst)});
+    // (Re)arm the sweep no later than one shortest visibility timeout from now, or than a
+    // shortened lease's deadline.
+    const std::int64_t at =
+        std::min(saturating_add(wheel.now_ns(),
+                                Duration{min_visibility_ns_.load(std::memory_order_seq_cst)}),
+                 sweep_by_ns_.exchange(kNever, std::memory_order_relaxed));
     if (!is_never(at) && (!sweep_node_.linked() || sweep_node_.deadline > at)) {
       wheel.cancel(sweep_node_);
       wheel.schedule(sweep_node_, at);

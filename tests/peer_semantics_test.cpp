@@ -2,9 +2,12 @@
 // manual clock of an inline engine.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 
 #include "rail/rail.hpp"
+#include "support/eventually.hpp"
 #include "support/inline_engine.hpp"
 
 namespace rail {
@@ -100,6 +103,41 @@ TEST_F(Peers, AnEmptyOrBlankJobNameIsAnErrorThatNamesTheProblem) {
   EXPECT_THROW(q.add_bulk(" ", std::span<int>(items)), Error);
   EXPECT_EQ(q.counts().added, 0u);
   EXPECT_EQ(q.add(" charge-card", 1).status, AddStatus::added) << "surrounding blanks are allowed";
+}
+
+// --- leases ---------------------------------------------------------------------------------
+
+TEST(PeerLeases, AShortenedLeaseRedeliversAtItsNewDeadlineInThreadedMode) {
+  // SQS ChangeMessageVisibility to a shorter timeout: the job is delivered again once the new,
+  // earlier deadline passes — not when the queue's hour-long visibility timeout would have.
+  ManualClock clock;
+  std::atomic<int> deliveries{0};
+  std::atomic<bool> shortened{false};
+  std::atomic<bool> give_up{false};  // a failing run must still end: the handler stops waiting
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::threaded}};
+  auto q = engine.queue<int>("calls", QueueOptions{.visibility_timeout = 1h});
+  q.process({.concurrency = 2}, [&](Job<int>& job) {
+    if (deliveries.fetch_add(1) == 0) {
+      EXPECT_TRUE(job.extend_lease(10ms));
+      shortened = true;
+      while (!job.cancelled() && !give_up)  // until the lease lapses: the job goes elsewhere
+        std::this_thread::yield();
+      return Outcome::retry("overran its shortened lease");
+    }
+    return Outcome::done();
+  });
+  q.add("call", 1, JobOptions{.attempts = 3});
+  if (!test::eventually([&] { return shortened.load(); })) {
+    give_up = true;
+    FAIL() << "the handler never ran";
+  }
+  clock.advance(20ms);  // past the new deadline, far before the old one
+  const bool lapsed = test::eventually([&] { return q.counts().completed == 1; });
+  give_up = true;
+  ASSERT_TRUE(lapsed) << "the shortened lease did not lapse: deliveries " << deliveries.load();
+  EXPECT_EQ(deliveries.load(), 2);
+  EXPECT_EQ(q.counts().stalled, 1u);
+  engine.shutdown(1s);
 }
 
 }  // namespace

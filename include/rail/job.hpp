@@ -17,6 +17,9 @@ namespace rail {
 namespace detail {
 template <class T>
 class QueueImpl;
+class TimerPort;
+/// sweep_no_later_than(port, deadline): a handler shortened its lease (timer_port.hpp).
+void sweep_no_later_than(TimerPort& port, std::int64_t deadline) noexcept;
 
 /// JobFields: everything a Job<T> shows but its payload, filled by the job flow (job_flow.hpp)
 /// without knowing the payload type.
@@ -35,6 +38,7 @@ struct JobFields {
   LeaseRecord* record_ = nullptr;
   std::uint64_t lease_ = 0;
   const Clock* clock_ = nullptr;
+  TimerPort* timers_ = nullptr;  // threaded mode: where a shortened lease asks for an earlier sweep
 };
 }  // namespace detail
 
@@ -77,7 +81,14 @@ class Job : private detail::JobFields {
     if (record_ == nullptr) return !cancelled();  // leases disabled (visibility max)
     const std::int64_t deadline =
         detail::saturating_add(clock_->now().time_since_epoch().count(), d);
-    return detail::LeaseTracker::renew(*record_, lease_, deadline) && !cancelled();
+    // relaxed: the record is this worker's own; only its deadline's order against the sweep
+    // matters, and renew() publishes that.
+    const std::int64_t before = record_->deadline_ns.load(std::memory_order_relaxed);
+    if (!detail::LeaseTracker::renew(*record_, lease_, deadline)) return false;
+    // Shorter than before (SQS ChangeMessageVisibility to 0): the sweep may be armed at the old
+    // deadline, so ask for one by the new one.
+    if (deadline < before && timers_ != nullptr) detail::sweep_no_later_than(*timers_, deadline);
+    return !cancelled();
   }
 
  private:

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 
 #include "rail/clock.hpp"
 #include "rail/detail/engine_core.hpp"
@@ -72,6 +73,10 @@ class TimerPort {
   /// lower_visibility(v): a job's lease is shorter than any before; true if it lowered the bound
   /// (the caller then requests a sweep, once processing has begun).
   bool lower_visibility(std::int64_t v) noexcept;
+  /// request_sweep_by(deadline): (re)arm the lease sweep no later than deadline (a handler
+  /// shortened its lease: extend_lease to less than it had). Threaded mode only: an inline
+  /// engine sweeps on every timer pass.
+  void request_sweep_by(std::int64_t deadline) noexcept;
 
   // --- the wheel's owner ------------------------------------------------------------------------
   /// drain(wheel, client): link every slot submitted since the last call.
@@ -101,6 +106,9 @@ class TimerPort {
   std::atomic<std::int64_t> min_visibility_ns_;
   TimerNode sweep_node_{};                    // the wheel owner's, like the slots' nodes
   std::atomic<bool> sweep_requested_{false};  // request_sweep() -> the wheel owner (drain)
+  // The earliest deadline a shortened lease asked for since the last drain (kNever: none);
+  // relaxed, carried by sweep_requested_'s release/acq_rel like the visibility bound.
+  std::atomic<std::int64_t> sweep_by_ns_{std::numeric_limits<std::int64_t>::max()};
 };
 
 }  // namespace rail::detail
