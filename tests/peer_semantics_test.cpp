@@ -5,6 +5,7 @@
 #include <atomic>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "rail/rail.hpp"
 #include "support/eventually.hpp"
@@ -103,6 +104,32 @@ TEST_F(Peers, AnEmptyOrBlankJobNameIsAnErrorThatNamesTheProblem) {
   EXPECT_THROW(q.add_bulk(" ", std::span<int>(items)), Error);
   EXPECT_EQ(q.counts().added, 0u);
   EXPECT_EQ(q.add(" charge-card", 1).status, AddStatus::added) << "surrounding blanks are allowed";
+}
+
+// --- pause ----------------------------------------------------------------------------------
+
+TEST_F(Peers, APausedQueueStartsNothingEvenWithinTheRunThatPausedIt) {
+  // A handler pauses its own queue; the retry it returns and the job behind it are ready at once,
+  // yet run_until_idle() starts neither until resume() (BullMQ: a paused queue starts no job).
+  auto q = engine.queue<int>("q", QueueOptions{});
+  std::vector<int> started;
+  q.process({}, [&](Job<int>& j) {
+    started.push_back(j.data());
+    if (j.data() == 1 && j.attempt() == 1) {
+      q.pause();
+      return Outcome::retry("paused mid-run");  // no backoff: ready again at once
+    }
+    return Outcome::done();
+  });
+  q.add("a", 1, JobOptions{.attempts = 2});
+  q.add("b", 2);
+  engine.run_until_idle();
+  EXPECT_EQ(started, std::vector<int>{1});
+  EXPECT_EQ(q.counts().waiting, 2u);
+  q.resume();
+  engine.run_until_idle();
+  EXPECT_EQ(started, (std::vector<int>{1, 2, 1}));
+  EXPECT_EQ(q.counts().completed, 2u);
 }
 
 // --- leases ---------------------------------------------------------------------------------
