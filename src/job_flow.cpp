@@ -141,7 +141,7 @@ void JobFlow::name_own(const std::uint32_t* idx, std::size_t n, std::string_view
     }
   } catch (...) {
     for (std::size_t i = 0; i < n; ++i)
-      free_.push(idx[i]);
+      give_back(idx[i]);
     throw;
   }
 }
@@ -371,9 +371,9 @@ void JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   // and reused under it (a name the job keeps itself is copied for that reason: the rare case).
   const JobId id = s.id.load(std::memory_order_relaxed);
   std::string own_name;
+  std::string_view name = job_name(s);
   if (s.name == NameTable::kOwnName) [[unlikely]]
-    own_name = *s.extra->own_name;
-  const std::string_view name = s.name == NameTable::kOwnName ? own_name : job_name(s);
+    name = own_name = name;
   const auto f = s.ctl.finish(token);
   if (f.result != SlotControl<>::Finish::live) {
     // Stale: the lease lapsed and the job moved on; our pin is dropped. If the job has ended

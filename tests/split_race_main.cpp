@@ -204,12 +204,21 @@ void add_retrying(Queue<std::string>& q, const char* name, std::mt19937& rng, co
   }
 }
 
+/// settle(sc, it, q, books, last, cap, gate): the end the gated scenarios share: drain, account
+/// for every id up to `last`, then check that exactly `cap` slots are free again.
+void settle(const char* sc, int it, Queue<std::string>& q, Books& books, std::uint64_t last,
+            std::size_t cap, std::atomic<bool>& gate) {
+  if (!q.drain(30s)) fail(sc, it, "drain timed out");
+  check_books(sc, it, books, last);
+  std::mt19937 rng(it);
+  check_capacity(sc, it, q, cap, gate, rng);
+}
+
 // --- A ----------------------------------------------------------------------------------------
 void scenario_a(int it, std::uint32_t workers) {
   Books books;
   std::atomic<bool> gate{false};
   const std::size_t cap = 64;
-  std::uint64_t last;
   {
     Engine engine;
     engine.on_event([&](const Event& e) { books.on(e); });
@@ -252,10 +261,7 @@ void scenario_a(int it, std::uint32_t workers) {
     producing.store(false);
     for (std::size_t i = 2; i < ts.size(); ++i)
       ts[i].join();
-    if (!q.drain(30s)) fail("A", it, "drain timed out");
-    last = hi.load();
-    check_books("A", it, books, last);
-    check_capacity("A", it, q, cap, gate, *std::make_unique<std::mt19937>(it).get());
+    settle("A", it, q, books, hi.load(), cap, gate);
   }
 }
 
@@ -308,10 +314,7 @@ void scenario_b(int it, std::uint32_t workers) {
       ts[p].join();
     producing.store(false);
     ts.back().join();
-    if (!q.drain(30s)) fail("B", it, "drain timed out");
-    check_books("B", it, books, hi.load());
-    std::mt19937 rng(it);
-    check_capacity("B", it, q, cap, gate, rng);
+    settle("B", it, q, books, hi.load(), cap, gate);
   }
 }
 
@@ -410,7 +413,6 @@ void scenario_d(int it, std::uint32_t workers) {
   Books books;
   std::atomic<bool> gate{false};
   const std::size_t cap = 64;
-  std::uint64_t last;
   {
     Engine engine;
     engine.on_event([&](const Event& e) { books.on(e); });
@@ -469,11 +471,7 @@ void scenario_d(int it, std::uint32_t workers) {
     producing.store(false);
     ts[1].join();
     ts[2].join();
-    if (!q.drain(30s)) fail("D", it, "drain timed out");
-    last = hi.load();
-    check_books("D", it, books, last);
-    std::mt19937 rng(it);
-    check_capacity("D", it, q, cap, gate, rng);
+    settle("D", it, q, books, hi.load(), cap, gate);
   }
 }
 
@@ -566,10 +564,7 @@ void scenario_e(int it, std::uint32_t workers) {
       // Parked jobs wait forever: cancel every job, then all must have ended exactly once.
       for (std::uint64_t id = 1; id <= hi.load(); ++id)
         (void)q.cancel(id);
-      if (!q.drain(30s)) fail("E", it, "drain timed out");
-      check_books("E", it, books, hi.load());
-      std::mt19937 rng(it);
-      check_capacity("E", it, q, cap, gate, rng);
+      settle("E", it, q, books, hi.load(), cap, gate);
     }
   }
   check_books("E", it, books, hi.load(), leftovers ? &taken : nullptr);
