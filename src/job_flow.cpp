@@ -210,7 +210,7 @@ void JobFlow::note_redriven(const JobSlot& s, std::int64_t now) const noexcept {
 }
 
 void JobFlow::note_overflow(JobId id, std::string_view job_name, std::uint32_t max_attempts,
-                            TimePoint now) {
+                            TimePoint now) noexcept {
   stats_.add(kAdded);
   stats_.add(kDeadLettered);
   stats_.remember(id, JobStatus::dead_lettered);
@@ -526,18 +526,55 @@ void JobFlow::lapse(std::uint64_t lease, std::int64_t now) {
 void JobFlow::end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std::int64_t now,
                       WorkerContext* wc) {
   JobSlot& s = slots_[idx];
-  record_end(s, kind, reason, now, wc);
-  s.end_kind = kind;
   s.end_reason = reason;
+  if (kind == EndKind::dead_lettered) {
+    end_dead_lettered(idx, now, wc);
+    return;
+  }
+  record_end(s, kind, now, wc);
+  s.end_kind = kind;
   if (s.ctl.end()) final_end(idx);  // else the last stale handler to return frees it
 }
 
-void JobFlow::record_end(JobSlot& s, EndKind kind, DeadLetterReason reason, std::int64_t now,
-                         WorkerContext* wc) {
+void JobFlow::end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* wc) {
+  // The DLQ entry exists before the dead_lettered event is raised, so an observer of the event
+  // finds it with dlq().get(id): the event is built here, while the slot is ours, and raised by
+  // the DLQ once the entry is in (before the evictions and the alert it causes). Its strings
+  // are copied: the error log and a job's own name live in the slot, which may be reused by
+  // then. Not raised in a Holding frame: by then the job has left its slot, so a cancel of it
+  // from an observer finds nothing and answers false.
+  JobSlot& s = slots_[idx];
+  settle_end(s, EndKind::dead_lettered, wc);
+  std::optional<Event> ev;
+  std::string error, own_name;
+  if (core_.observed()) {
+    ev = make_event(EventKind::dead_lettered, s, now);
+    ev->reason = s.end_reason;
+    ev->attempt = s.attempts();
+    if (s.extra && !s.extra->errors.empty()) ev->error = error = s.extra->errors.back().message;
+    if (s.name == NameTable::kOwnName) [[unlikely]]
+      ev->job_name = own_name = job_name(s);
+  }
+  const Event* pending = ev ? &*ev : nullptr;
+  // A stale handler still reads the payload (its lease lapsed on the last allowed delivery):
+  // the entry cannot take the payload until that handler returns, which may be never. File it
+  // now from a copy (both only read it: Job::data() is const), so that it can be inspected and
+  // redriven at once. Pins only go down while we hold the slot in `finishing` (nothing activates
+  // it), so a copy made for a pin that drops before end() below is merely unneeded.
+  s.end_kind = EndKind::dead_lettered;
+  if (ctl::pins(s.ctl.load()) > 0 && file_copy(idx, pending)) {
+    s.end_kind = EndKind::filed;
+    pending = nullptr;  // raised
+  }
+  if (s.ctl.end()) {
+    final_end(idx, pending);  // files the entry (unless filed above) and raises the event
+  } else if (pending) {
+    core_.emit(*pending);  // a move-only payload: the last handler to return files the entry
+  }
+}
+
+void JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc) {
   const JobId id = s.id.load(std::memory_order_relaxed);
-  // Observers below may cancel this job: it is ending. (A frame only when someone observes.)
-  std::optional<Holding> holding;
-  if (core_.observed()) holding.emplace(s, true);
   // The id follows the job: released when it ends, except that a ttl keeps merging adds of a
   // job that ran (completed or dead-lettered) until it expires; a cancelled job never ran, so
   // its id is free again at once (BullMQ removes a cancelled job's deduplication key).
@@ -547,28 +584,28 @@ void JobFlow::record_end(JobSlot& s, EndKind kind, DeadLetterReason reason, std:
     case EndKind::completed:
       count(wc, kCompleted);
       stats_.remember(id, JobStatus::completed);
-      if (core_.observed()) emit(EventKind::completed, s, now);
       break;
-    case EndKind::dead_lettered: {
+    case EndKind::dead_lettered:
       count(wc, kDeadLettered);
       stats_.remember(id, JobStatus::dead_lettered);
-      if (core_.observed()) {
-        Event ev = make_event(EventKind::dead_lettered, s, now);
-        ev.reason = reason;
-        ev.attempt = s.attempts();
-        if (s.extra && !s.extra->errors.empty()) ev.error = s.extra->errors.back().message;
-        core_.emit(ev);
-      }
       break;
-    }
     case EndKind::cancelled:
       count(wc, kCancelled);
       stats_.remember(id, JobStatus::cancelled);
-      if (core_.observed()) emit(EventKind::cancelled, s, now);
       break;
     case EndKind::none:
+    case EndKind::filed:
       RAIL_INVARIANT(false, "a job ends as completed, dead-lettered or cancelled");
   }
+}
+
+void JobFlow::record_end(JobSlot& s, EndKind kind, std::int64_t now, WorkerContext* wc) {
+  // Observers below may cancel this job: it is ending. (A frame only when someone observes.)
+  std::optional<Holding> holding;
+  if (core_.observed()) holding.emplace(s, true);
+  settle_end(s, kind, wc);
+  if (core_.observed())
+    emit(kind == EndKind::completed ? EventKind::completed : EventKind::cancelled, s, now);
 }
 
 void JobFlow::reclaim_cancelled(std::uint32_t idx) {
@@ -638,7 +675,7 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   // instead of at its deadline; a waiting job's slot returns when a worker pops its index.
   JobSlot& s = slots_[idx];
   stats_.add(from == SlotState::waiting ? kFromReady : kFromDelayed);
-  record_end(s, EndKind::cancelled, DeadLetterReason::none, core_.now_ns(), nullptr);
+  record_end(s, EndKind::cancelled, core_.now_ns(), nullptr);
   bool held = false;
   if (from == SlotState::delayed) {
     // As the wheel's owner: link what is in transit, then take the node off the wheel; its

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -165,6 +166,128 @@ TEST(PeerLeases, AShortenedLeaseRedeliversAtItsNewDeadlineInThreadedMode) {
   EXPECT_EQ(deliveries.load(), 2);
   EXPECT_EQ(q.counts().stalled, 1u);
   engine.shutdown(1s);
+}
+
+// --- the DLQ entry exists when the job is dead-lettered --------------------------------------
+
+TEST_F(Peers, AnObserverOfDeadLetteredFindsTheEntryInTheDlq) {
+  auto q = engine.queue<std::string>("orders", QueueOptions{});
+  std::vector<std::string> found;
+  engine.on_event([&](const Event& e) {
+    if (e.kind != EventKind::dead_lettered) return;
+    auto entry = q.dlq().get(e.job_id);
+    found.push_back(entry ? entry->data : "<not in the DLQ>");
+  });
+  q.process({}, [](Job<std::string>&) { return Outcome::retry("card declined"); });
+  q.add("charge", "order-3", JobOptions{.attempts = 2});
+  replay();
+  EXPECT_EQ(found, (std::vector<std::string>{"order-3"}));
+}
+
+/// Overrun: a queue whose first delivery of each job blocks until released (or given up), past
+/// its lease, as a hung partner call would; later deliveries complete.
+struct Overrun {
+  ManualClock clock;
+  std::atomic<int> deliveries{0};
+  std::atomic<bool> running{false};
+  std::atomic<bool> release{false};
+  std::atomic<int> dead_lettered_found{-1};  // the observer's dlq().contains(id), as 0/1
+  std::atomic<int> observer_calls{0};
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::threaded}};
+
+  /// process(q): the handler above, and an observer of dead_lettered that looks for the entry.
+  /// The observer holds its own copy of the handle: the test's `q` dies before the engine.
+  template <class T>
+  void process(Queue<T> q) {
+    engine.on_event([this, q](const Event& e) {
+      if (e.kind != EventKind::dead_lettered) return;
+      dead_lettered_found = q.dlq().contains(e.job_id) ? 1 : 0;
+      observer_calls.fetch_add(1);
+    });
+    q.process({.concurrency = 2}, [&](Job<T>&) {
+      if (deliveries.fetch_add(1) == 0) {
+        running = true;
+        while (!release)
+          std::this_thread::yield();
+        return Outcome::retry("the partner answered after the lease lapsed");
+      }
+      return Outcome::done();
+    });
+  }
+  /// lapse(): waits for the first delivery, then moves time past its lease.
+  bool lapse() {
+    if (!test::eventually([&] { return running.load(); })) return false;
+    clock.advance(150ms);
+    return true;
+  }
+  ~Overrun() {
+    release = true;
+    engine.shutdown(5s);
+  }
+};
+
+TEST(PeerDeadLetters, AJobDeadLetteredByALapseIsInTheDlqWhileItsHandlerStillRuns) {
+  // SQS: a message whose receive count is exhausted moves to the DLQ whether or not the consumer
+  // that overran its visibility timeout ever comes back. The entry is visible, inspectable and
+  // redrivable at once; the stale handler keeps reading its own payload until it returns.
+  Overrun t;
+  auto q = t.engine.queue<std::string>("orders", QueueOptions{.visibility_timeout = 100ms});
+  t.process(q);
+  const JobId id = q.add("charge", "order-3", JobOptions{.attempts = 1}).id;
+  ASSERT_TRUE(t.lapse()) << "the handler never ran";
+  ASSERT_TRUE(test::eventually([&] { return t.observer_calls.load() == 1; }));
+  EXPECT_EQ(t.dead_lettered_found.load(), 1) << "the observer found no entry";
+  auto entry = q.dlq().get(id);
+  ASSERT_TRUE(entry) << "the entry is not in the DLQ while the stale handler runs";
+  EXPECT_EQ(entry->data, "order-3");
+  EXPECT_EQ(entry->reason, DeadLetterReason::lease_expired);
+  EXPECT_EQ(q.state(id).status, JobStatus::dead_lettered);
+  EXPECT_TRUE(t.running.load() && !t.release.load()) << "the stale handler is still running";
+
+  ASSERT_EQ(q.dlq().redrive(id), RedriveStatus::redriven) << "redrivable at once";
+  ASSERT_TRUE(test::eventually([&] { return q.counts().completed == 1; }))
+      << "the redriven job did not run while the stale handler still held its old slot";
+  t.release = true;
+  ASSERT_TRUE(test::eventually([&] { return q.counts().active == 0; }));
+  EXPECT_EQ(q.dlq().size(), 0u) << "the stale handler's return files nothing more";
+  EXPECT_EQ(q.counts().late_outcomes, 1u);
+  EXPECT_EQ(q.state(id).status, JobStatus::completed);
+}
+
+TEST(PeerDeadLetters, TheStaleHandlersSlotComesBackWhenItReturns) {
+  Overrun t;
+  auto q = t.engine.queue<std::string>("orders",
+                                       QueueOptions{.capacity = 1, .visibility_timeout = 100ms});
+  t.process(q);
+  q.add("charge", "order-3");
+  ASSERT_TRUE(t.lapse()) << "the handler never ran";
+  ASSERT_TRUE(test::eventually([&] { return q.dlq().size() == 1; }));
+  EXPECT_EQ(q.add("charge", "order-4").status, AddStatus::full)
+      << "the stale handler still pins the only slot";
+  t.release = true;
+  ASSERT_TRUE(test::eventually([&] { return q.counts().active == 0; }));
+  EXPECT_EQ(q.add("charge", "order-4").status, AddStatus::added);
+  EXPECT_EQ(q.dlq().size(), 1u);
+}
+
+TEST(PeerDeadLetters, AMoveOnlyPayloadsEntryWaitsForItsStaleHandler) {
+  // One owner: the entry cannot copy a std::unique_ptr, and moving it out would pull it from
+  // under the handler still reading it. The job is dead-lettered (state, event) at once; its
+  // entry is filed when that handler returns.
+  Overrun t;
+  auto q = t.engine.queue<std::unique_ptr<int>>("blobs", QueueOptions{.visibility_timeout = 100ms});
+  t.process(q);
+  const JobId id = q.add("upload", std::make_unique<int>(7)).id;
+  ASSERT_TRUE(t.lapse()) << "the handler never ran";
+  ASSERT_TRUE(test::eventually([&] { return t.observer_calls.load() == 1; }));
+  EXPECT_EQ(t.dead_lettered_found.load(), 0);
+  EXPECT_EQ(q.state(id).status, JobStatus::dead_lettered);
+  t.release = true;
+  ASSERT_TRUE(test::eventually([&] { return q.dlq().size() == 1; }));
+  int value = 0;
+  EXPECT_TRUE(
+      q.dlq().inspect(id, [&](const DeadLetter<std::unique_ptr<int>>& e) { value = *e.data; }));
+  EXPECT_EQ(value, 7);
 }
 
 }  // namespace

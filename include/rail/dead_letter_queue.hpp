@@ -252,9 +252,14 @@ class DeadLetterQueue {
     if (!options_.journal.path.empty()) open_journal();
   }
 
-  /// push(entry) is called by the queue. With a journal under JournalSync::every_entry it
+  /// push(entry, filed) is called by the queue. With a journal under JournalSync::every_entry it
   /// returns once the entry is on the disk (JournalOptions::on_durable has been called).
-  void push(DeadLetter<T>&& entry) {
+  /// filed() runs once the entry can be found (and is durable, as far as the sync policy says),
+  /// outside the lock and before the evictions and the alert it caused are reported: the queue
+  /// raises the job's dead_lettered event there, so events read in cause order.
+  template <class Filed = void (*)()>
+  void push(
+      DeadLetter<T>&& entry, Filed&& filed = [] {}) {
     std::vector<Evicted> evicted;
     bool alert = false;
     std::size_t depth;
@@ -285,6 +290,7 @@ class DeadLetterQueue {
       }
     }
     settle(ticket);
+    filed();
     report(evicted);
     if (alert) fire_alert(depth);
   }

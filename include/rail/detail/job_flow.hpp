@@ -29,7 +29,9 @@
 //          retry (+delay)  -> delayed: timer port | no delay: ready
 //          out of attempts -> end (dead-lettered: DLQ entry with the payload moved)
 //        An end frees the slot at once if no stale handler still pins it, else the last one
-//        to return frees it (and files the DLQ entry): final_end -> retire.
+//        to return frees it: final_end -> retire. A dead-lettered job's entry is in the DLQ
+//        before its event, also when a stale handler pins it (filed from a copy of the
+//        payload; a move-only payload's entry waits for that handler: file_copy).
 // Timer: the timer port fires delayed -> waiting and pushes ready; its lease sweep takes lapsed
 //        deliveries (active -> finishing) and redelivers or dead-letters them.
 //
@@ -129,12 +131,18 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   // --- the payload type's hooks -----------------------------------------------------------------
   /// run_handler(idx, job): runs the handler on slot idx's payload; may throw (a failed attempt).
   virtual Outcome run_handler(std::uint32_t idx, const JobFields& job) = 0;
-  /// retire(idx, dead_letter): the job in slot idx has ended and nobody pins the slot: move its
-  /// payload into a DLQ entry (dead_letter) or destroy it, give the slot back (release_slot),
-  /// then file the entry.
-  virtual void retire(std::uint32_t idx, bool dead_letter) = 0;
+  /// retire(idx, dead_letter, event): the job in slot idx has ended and nobody pins the slot:
+  /// move its payload into a DLQ entry (dead_letter) or destroy it, give the slot back
+  /// (release_slot), then file the entry and raise `event` (its dead_lettered event, if any and
+  /// not raised yet) once the entry can be found.
+  virtual void retire(std::uint32_t idx, bool dead_letter, const Event* event) = 0;
   /// in_dlq(id): the job is in the DLQ (state() of a dead-lettered job no longer remembered).
   [[nodiscard]] virtual bool in_dlq(JobId id) const = 0;
+  /// file_copy(idx, event): the job in slot idx is being dead-lettered while a stale handler
+  /// still reads its payload: file its DLQ entry now from a copy of the payload, then raise
+  /// `event` (if any). False when the payload cannot be copied (or the copy threw): nothing was
+  /// filed or raised; retire() files the entry when the last handler returns.
+  virtual bool file_copy(std::uint32_t idx, const Event* event) = 0;
 
   // --- for the typed layer ----------------------------------------------------------------------
   [[nodiscard]] void* cell(std::uint32_t idx) const noexcept {
@@ -170,7 +178,7 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
       throw_shutting_down();
     // Blank: no visible character. The first one usually is, so this is a compare or two.
     if (name.empty() || name.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos)
-      [[unlikely]]
+        [[unlikely]]
       reject_job_name(name, name_);
     validate_job_options(o, "JobOptions");
     if (o.backoff.kind == BackoffKind::custom || o.visibility_timeout) [[unlikely]]
@@ -240,7 +248,7 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   void note_redriven(const JobSlot& s, std::int64_t now) const noexcept;
   /// note_overflow(id, job_name, max_attempts, now): a full queue dead-lettered an add.
   void note_overflow(JobId id, std::string_view job_name, std::uint32_t max_attempts,
-                     TimePoint now);
+                     TimePoint now) noexcept;
   /// dedup_refusal(claim, o): the add's status when the window refused the id (full), throws
   /// when the id is too long; nullopt for a duplicate of a kept job.
   std::optional<AddResult> dedup_refusal(const DedupSet::Claim& claim, const JobOptions& o) const;
@@ -298,12 +306,15 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   void lapse(std::uint64_t lease, std::int64_t now);
   void end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std::int64_t now,
                WorkerContext* wc);
-  void record_end(JobSlot& s, EndKind kind, DeadLetterReason reason, std::int64_t now,
-                  WorkerContext* wc);
+  void record_end(JobSlot& s, EndKind kind, std::int64_t now, WorkerContext* wc);
+  void settle_end(JobSlot& s, EndKind kind, WorkerContext* wc);
+  void end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* wc);
   void reclaim_cancelled(std::uint32_t idx);
   std::optional<bool> try_cancel(std::uint32_t idx, JobId id);
   void end_cancelled(std::uint32_t idx, SlotState from);
-  void final_end(std::uint32_t idx) { retire(idx, slots_[idx].end_kind == EndKind::dead_lettered); }
+  void final_end(std::uint32_t idx, const Event* event = nullptr) {
+    retire(idx, slots_[idx].end_kind == EndKind::dead_lettered, event);
+  }
 
   /// count(wc, c): a worker bumps its own counters; anyone else (wc null) the shared stripes.
   void count(WorkerContext* wc, Counter c, std::uint64_t n = 1) noexcept {

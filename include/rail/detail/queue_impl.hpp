@@ -216,25 +216,55 @@ class QueueImpl final : public JobFlow {
     return handler_(job);
   }
 
-  void retire(std::uint32_t idx, bool dead_letter) override {
+  void retire(std::uint32_t idx, bool dead_letter, const Event* event) override {
     if (!dead_letter) [[likely]] {
       payload(idx).~T();
       release_slot(idx);
       return;
     }
-    const JobSlot& s = slot(idx);
-    DeadLetter<T> entry{s.id.load(std::memory_order_relaxed),
-                        std::string(job_name(s)),
-                        std::move(payload(idx)),
-                        s.end_reason,
-                        s.attempts(),
-                        s.max_attempts,
-                        TimePoint{Duration{s.added_ns}},
-                        TimePoint{Duration{core_.now_ns()}},
-                        attempt_errors(s)};
+    DeadLetter<T> entry = dead_letter_of(idx, std::move(payload(idx)));
     payload(idx).~T();
     release_slot(idx);  // the capacity returns before the DLQ's lock and its alert callback
-    dlq_.push(std::move(entry));
+    file(std::move(entry), event);
+  }
+
+  bool file_copy(std::uint32_t idx, const Event* event) override {
+    if constexpr (std::is_copy_constructible_v<T>) {
+      std::optional<DeadLetter<T>> entry;
+      try {
+        entry.emplace(dead_letter_of(idx, T(payload(idx))));
+      } catch (...) {
+        return false;  // no memory for the copy: filed from the payload when the handler returns
+      }
+      file(std::move(*entry), event);
+      return true;
+    } else {
+      // A move-only payload has one owner: the entry takes it when the last handler returns.
+      (void)idx;
+      (void)event;
+      return false;
+    }
+  }
+
+  /// file(entry, event): into the DLQ, then the job's dead_lettered event (if any).
+  void file(DeadLetter<T>&& entry, const Event* event) {
+    dlq_.push(std::move(entry), [&] {
+      if (event) core_.emit(*event);
+    });
+  }
+
+  /// dead_letter_of(idx, data): the DLQ entry of the job ending in slot idx, with `data`.
+  DeadLetter<T> dead_letter_of(std::uint32_t idx, T&& data) const {
+    const JobSlot& s = slot(idx);
+    return DeadLetter<T>{s.id.load(std::memory_order_relaxed),
+                         std::string(job_name(s)),
+                         std::move(data),
+                         s.end_reason,
+                         s.attempts(),
+                         s.max_attempts,
+                         TimePoint{Duration{s.added_ns}},
+                         TimePoint{Duration{core_.now_ns()}},
+                         attempt_errors(s)};
   }
 
   bool in_dlq(JobId id) const override { return dlq_.contains(id); }
@@ -252,8 +282,8 @@ class QueueImpl final : public JobFlow {
                     now,
                     now,
                     {}};
-    note_overflow(id, job_name, e.max_attempts, now);
-    dlq_.push(std::move(e));
+    const std::uint32_t max_attempts = e.max_attempts;
+    dlq_.push(std::move(e), [&] { note_overflow(id, job_name, max_attempts, now); });
     return {id, AddStatus::dead_lettered};
   }
 
