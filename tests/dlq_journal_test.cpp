@@ -496,6 +496,57 @@ TEST_F(JournalTest, APayloadTypeWithoutACodecIsRefusedAtDeclarationNamingTheType
   }
 }
 
+// queue_with_dlq_journal, the compile-time opt-in: a payload type without a codec does not
+// compile (the compile_fail ctest checks the diagnostic names the type); the concept below pins
+// the constraint from inside the suite, and the tests the run-time side.
+template <class T>
+concept DeclarableWithDlqJournal = requires(Engine& engine, QueueOptions options) {
+  engine.queue_with_dlq_journal<T>("orders", options);
+};
+static_assert(DeclarableWithDlqJournal<std::string> && DeclarableWithDlqJournal<Fragile>);
+static_assert(!DeclarableWithDlqJournal<NoCodec>);
+
+TEST_F(JournalTest, QueueWithDlqJournalRestoresAUserTypesEntryInTheNextEngine) {
+  JobId id;
+  {
+    ManualClock clock;
+    Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+    auto q = engine.queue_with_dlq_journal<Fragile>("orders", options());
+    q.process({}, [](Job<Fragile>&) { return Outcome::fail("card declined"); });
+    id = q.add("charge-card", Fragile{"order-3"}).id;
+    engine.run_until_idle();
+    ASSERT_EQ(q.dlq().size(), 1u);
+  }
+  EXPECT_EQ(read_journal(path).header.codec, "test.fragile");
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+  auto q = engine.queue_with_dlq_journal<Fragile>("orders", options());
+  auto list = q.dlq().list();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].id, id);
+  EXPECT_EQ(list[0].name, "charge-card");
+  EXPECT_EQ(list[0].data.text, "order-3");
+  ASSERT_EQ(list[0].errors.size(), 1u);
+  EXPECT_EQ(list[0].errors[0].message, "card declined");
+  EXPECT_TRUE(problems.empty());
+}
+
+TEST_F(JournalTest, QueueWithDlqJournalRefusesOptionsWithoutAJournalPathNamingTheQueue) {
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+  try {
+    (void)engine.queue_with_dlq_journal<std::string>("orders", QueueOptions{});
+    FAIL() << "declared a queue with a DLQ journal but no journal path";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("QueueOptions('orders').dlq.journal.path is empty"),
+              std::string::npos)
+        << e.what();
+  }
+  // The refusal declared nothing: the name is still free.
+  EXPECT_NO_THROW((void)engine.queue<std::string>("orders", QueueOptions{}));
+}
+
 TEST_F(JournalTest, AQueueWithoutAJournalCreatesNoFile) {
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};

@@ -66,3 +66,13 @@ foreach(scenario A B C D E)
 endforeach()
 set_property(GLOBAL APPEND PROPERTY RAIL_TEST_TARGETS split_race)
 rail_add_test(peer_semantics CONCURRENCY)
+# Compile-fail: queue_with_dlq_journal of a payload type without a rail::JournalCodec must not
+# compile, and the diagnostic must name the type and JournalCodable (tests/compile_fail/check.sh
+# also compiles the same TU with a codec, which must succeed). No binary: it runs the compiler.
+add_test(NAME compile_fail.queue_with_dlq_journal_without_codec_names_the_payload_type
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/check.sh ${CMAKE_CXX_COMPILER}
+                 ${PROJECT_SOURCE_DIR}/include
+                 ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/queue_with_dlq_journal_without_codec.cpp
+                 PayloadWithoutCodec JournalCodable)
+set_tests_properties(compile_fail.queue_with_dlq_journal_without_codec_names_the_payload_type
+                     PROPERTIES LABELS unit TIMEOUT 120)

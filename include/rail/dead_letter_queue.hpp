@@ -448,7 +448,8 @@ class DeadLetterQueue {
                       "').dlq.journal.path is set but payload type " +
                       detail::type_name(typeid(T)) +
                       " has no rail::JournalCodec; expected a specialisation of "
-                      "rail::JournalCodec for it (see rail/journal_codec.hpp)");
+                      "rail::JournalCodec for it (see rail/journal_codec.hpp; declaring the "
+                      "queue with Engine::queue_with_dlq_journal makes this a compile error)");
     }
   }
 

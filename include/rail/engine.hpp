@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "rail/clock.hpp"
@@ -28,6 +29,7 @@
 #include "rail/detail/footprint.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
+#include "rail/journal_codec.hpp"
 #include "rail/options.hpp"
 #include "rail/queue.hpp"
 #include "rail/shutdown_report.hpp"
@@ -75,6 +77,25 @@ class Engine {
       throw;
     }
     return Queue<T>(static_cast<detail::QueueImpl<T>*>(entry->second.get()));
+  }
+
+  /// queue_with_dlq_journal<T>(name, options) declares a queue whose DLQ keeps a journal file
+  /// (options.dlq.journal), with queue<T>(name, options)'s behaviour and errors otherwise. It
+  /// checks the journal's requirements where queue<T> cannot: T must satisfy
+  /// rail::JournalCodable, so a payload type without a rail::JournalCodec is a compile error
+  /// naming T and the unmet requirement (queue<T> compiles, since a journal is a run-time option,
+  /// and throws when one is asked for); and an empty options.dlq.journal.path is
+  /// Error(invalid_option) naming the queue, not a DLQ silently kept in memory only. Only the DLQ
+  /// is journaled: waiting and running jobs live in memory, as with queue<T>.
+  template <JournalCodable T>
+  Queue<T> queue_with_dlq_journal(std::string_view name, QueueOptions options) {
+    if (options.dlq.journal.path.empty())
+      throw Error(ErrorCode::invalid_option,
+                  "QueueOptions('" + std::string(name) +
+                      "').dlq.journal.path is empty; expected the path of the DLQ's journal file "
+                      "(queue_with_dlq_journal declares a queue whose DLQ keeps one; "
+                      "queue<T>(name, options) declares a queue without)");
+    return queue<T>(name, std::move(options));
   }
 
   /// queue<T>(name) looks up a declared queue. Error(unknown_queue) if there is none;

@@ -15,12 +15,15 @@
 // before using it and throw (any std::exception) when they do not add up; the entry is then
 // reported and skipped.
 //
-// Checking at compile time: a queue whose payload type has no codec compiles (the journal is an
-// option chosen at run time) and declaring it with a journal throws Error(invalid_option) naming
-// the type. To make a missing codec a compile error instead, write
-// `static_assert(rail::JournalCodable<Order>);` next to the queue: the compiler names the type and
-// the unmet requirement. A specialisation that exists but has the wrong shape is always a compile
-// error (see the static_assert in JournalCodecFor).
+// Checking at compile time: declare a queue that must have a journal with
+// `engine.queue_with_dlq_journal<Order>("orders", options)` (rail/engine.hpp). It is constrained
+// on rail::JournalCodable<T>, so a payload type without a codec is a compile error whose
+// diagnostic names the type and the unmet requirement, and it refuses options without a journal
+// path (Error(invalid_option) naming the queue). Plain `queue<T>` keeps the journal a run-time
+// option: a queue whose payload has no codec compiles, and declaring it with a journal throws
+// Error(invalid_option) naming the type. `static_assert(rail::JournalCodable<Order>);` makes the
+// same check anywhere else. A specialisation that exists but has the wrong shape is always a
+// compile error (see the static_assert in JournalCodecFor).
 #pragma once
 
 #include <concepts>

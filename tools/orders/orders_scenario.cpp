@@ -38,6 +38,8 @@ Queue<Order> declare(Engine& engine, Scenario scenario, const std::string& dlq_j
   q.capacity = 1024;
   q.defaults = retry_policy(scenario);
   if (scenario == Scenario::sqs) q.visibility_timeout = kSqsVisibility;
+  // With a journal, the declaration that checks at compile time that Order has a codec.
+  if (!dlq_journal.empty()) return engine.queue_with_dlq_journal<Order>("orders", q);
   return engine.queue<Order>("orders", q);
 }
 
