@@ -187,6 +187,45 @@ void JobFlow::claim_dedup(std::uint32_t idx, const JobOptions& o) {
   s.dedup_has_ttl = o.dedup.ttl.has_value();
 }
 
+void JobFlow::reclaim_dedup(std::uint32_t idx, JobId id, const std::string& key, std::int64_t now) {
+  JobSlot& s = slots_[idx];
+  SlotExtra& x = extra(s);
+  DedupSet& window = dedup();
+  x.dedup_key.reserve(key.size());  // the last allocation: nothing below throws
+  bool ttl;
+  if (auto live = window.find(key, now)) {
+    if (live->first != id) return;  // another job's now: duplicates merge into that one
+    ttl = true;                     // kept after the first run: it expires on its own
+  } else {
+    const auto claim = window.try_claim(key, now, DedupSet::kNoExpiry, [&]() noexcept {
+      return std::pair<std::uint64_t, std::uint64_t>{id, idx};
+    });
+    if (claim.result != DedupSet::Claim::Result::inserted) return;
+    ttl = false;
+  }
+  x.dedup_key.assign(key);
+  s.has_dedup = true;
+  s.dedup_has_ttl = ttl;
+}
+
+void JobFlow::restore_counters(std::uint32_t idx, std::uint32_t attempts, std::uint32_t deliveries,
+                               std::uint32_t stalls, const std::vector<AttemptError>& errors) {
+  JobSlot& s = slots_[idx];
+  // Room for every record the job can still add (its failures and the stall that may end it),
+  // so the log never moves under a stale handler's view of its last error (see SlotExtra).
+  std::vector<AttemptRecord> log;
+  log.reserve(errors.size() + s.max_attempts + 1u);
+  for (const auto& e : errors)
+    log.push_back(AttemptRecord{e.attempt, e.at.time_since_epoch().count(), e.message});
+  extra(s).errors = std::move(log);
+  const auto clamp = [](std::uint32_t n) {
+    return static_cast<std::uint16_t>(std::min<std::uint32_t>(n, 0xFFFF));
+  };
+  s.attempts_made.store(clamp(attempts), std::memory_order_relaxed);
+  s.deliveries.store(clamp(deliveries), std::memory_order_relaxed);
+  s.stalls.store(clamp(stalls), std::memory_order_relaxed);
+}
+
 void JobFlow::to_timer(std::uint32_t idx) noexcept {
   stats_.add(kToDelayed);
   timers_.submit(idx);
@@ -296,7 +335,9 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   const std::int64_t now = core_.now_ns();
   const std::uint16_t delivered = s.delivered();
   s.started_ns.store(now, std::memory_order_relaxed);
-  s.deliveries.store(static_cast<std::uint16_t>(delivered + 1), std::memory_order_relaxed);
+  // Saturating: a redrive that keeps counters carries them on, past what 16 bits can count.
+  s.deliveries.store(static_cast<std::uint16_t>(delivered == 0xFFFF ? delivered : delivered + 1),
+                     std::memory_order_relaxed);
   const auto a = s.ctl.activate();
   if (a.result != SlotControl<>::Activation::active) {
     s.deliveries.store(delivered, std::memory_order_relaxed);
@@ -327,6 +368,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   job.queue_ = name_;
   job.attempts_made_ = s.attempts();
   job.deliveries_ = s.delivered();
+  job.stalls_ = s.stalled();
   job.max_attempts_ = s.max_attempts;
   job.added_at_ = TimePoint{Duration{s.added_ns}};
   job.started_at_ = TimePoint{Duration{now}};
@@ -516,8 +558,27 @@ void JobFlow::lapse(std::uint64_t lease, std::int64_t now) {
   std::string reason = "lease expired after " + std::to_string(elapsed.count() / 1'000'000) +
                        " ms (visibility timeout " + std::to_string(s.visibility_ns / 1'000'000) +
                        " ms)";
-  SplitMix64 unused(0);  // a lapse redelivers at once (SQS): no backoff, no randomness
-  fail_attempt(idx, std::move(reason), FailKind::lapse, Duration{0}, unused, now, nullptr);
+  const auto stalls = static_cast<std::uint16_t>(std::min<std::uint32_t>(s.stalled() + 1u, 0xFFFF));
+  s.stalls.store(stalls, std::memory_order_relaxed);
+  if (options_.stall_policy == StallPolicy::count_as_attempt) {
+    SplitMix64 unused(0);  // a lapse redelivers at once (SQS): no backoff, no randomness
+    fail_attempt(idx, std::move(reason), FailKind::lapse, Duration{0}, unused, now, nullptr);
+    return;
+  }
+  // BullMQ: a stall costs no attempt; the one past the budget fails the job. Its error is
+  // logged under the attempt it interrupted (attempts_made stays), so the DLQ entry says why;
+  // the log has room for it (attempts_made < max_attempts here: see SlotExtra).
+  if (stalls > static_cast<std::uint32_t>(options_.max_stalls)) {
+    reason += "; stalled " + std::to_string(stalls) + " times (max_stalls " +
+              std::to_string(options_.max_stalls) + ")";
+    auto& log = extra(s).errors;
+    if (log.capacity() < s.max_attempts) log.reserve(s.max_attempts);
+    log.push_back(AttemptRecord{s.attempts() + 1u, now, std::move(reason)});
+    end_job(idx, EndKind::dead_lettered, DeadLetterReason::lease_expired, now, nullptr);
+    return;
+  }
+  s.ctl.leave_finishing(SlotState::waiting);
+  dispatch_.push_ready(idx);
 }
 
 // --- ends
@@ -721,6 +782,7 @@ JobState JobFlow::state(JobId id) const {
       }
       st.deliveries = s.delivered();
       st.attempts_made = s.attempts();
+      st.stalls = s.stalled();
       // A seqlock read: the fields describe the job only if neither the word nor the id moved
       // while they were read (the fence keeps the re-reads after the field loads).
       std::atomic_thread_fence(std::memory_order_acquire);

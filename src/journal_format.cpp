@@ -95,7 +95,7 @@ class Cursor {
   std::size_t pos_ = 0;
 };
 
-bool decode_entry(std::span<const std::byte> body, StoredDeadLetter& e) {
+bool decode_entry(std::span<const std::byte> body, StoredDeadLetter& e, bool detailed) {
   Cursor c(body);
   std::uint8_t reason;
   std::uint32_t n_errors;
@@ -111,7 +111,23 @@ bool decode_entry(std::span<const std::byte> body, StoredDeadLetter& e) {
   e.errors.resize(n_errors);
   for (auto& err : e.errors)
     if (!c.take(err.attempt) || !c.take(err.at_ns) || !c.take_str(err.message)) return false;
-  return c.take_str(e.payload) && c.left() == 0;
+  if (!c.take_str(e.payload)) return false;
+  if (detailed) {
+    std::uint8_t kind, jitter, has_visibility;
+    std::int64_t delay, cap, visibility;
+    if (!c.take(e.deliveries) || !c.take(e.stalls) || !c.take(kind) || !c.take(jitter) ||
+        !c.take(delay) || !c.take(cap) || !c.take(has_visibility) || !c.take(visibility) ||
+        !c.take_str(e.dedup_id))
+      return false;
+    // Enumerations and flags take only the values the writer writes.
+    if (kind > static_cast<std::uint8_t>(BackoffKind::custom) ||
+        jitter > static_cast<std::uint8_t>(Jitter::decorrelated) || has_visibility > 1)
+      return false;
+    e.backoff = Backoff{static_cast<BackoffKind>(kind), Duration{delay},
+                        static_cast<Jitter>(jitter), Duration{cap}};
+    if (has_visibility) e.visibility_timeout = Duration{visibility};
+  }
+  return c.left() == 0;
 }
 
 struct Tombstone {
@@ -150,8 +166,8 @@ FrameCheck check_frame(std::span<const std::byte> b, std::uint64_t off, Frame& f
   if (len > kMaxBody || padded(std::uint64_t{kRecordHeader} + len) > room)
     return FrameCheck::bad_length;
   const auto type = std::to_integer<std::uint8_t>(p[12]);
-  if ((type != kTypeEntry && type != kTypeTombstone) || p[13] != std::byte{0} ||
-      p[14] != std::byte{0} || p[15] != std::byte{0})
+  if ((type != kTypeEntry && type != kTypeTombstone && type != kTypeDetailedEntry) ||
+      p[13] != std::byte{0} || p[14] != std::byte{0} || p[15] != std::byte{0})
     return FrameCheck::bad_type;
   if (crc32c({p + 8, std::size_t{len} + 8}) != get_le<std::uint32_t>(p + 4))
     return FrameCheck::bad_crc;
@@ -238,7 +254,7 @@ std::string encode_header(std::string_view queue, std::string_view codec,
   return h;
 }
 
-std::string encode_entry(const StoredDeadLetter& e) {
+std::string encode_entry(const StoredDeadLetter& e, bool detailed) {
   std::string body;
   body.reserve(64 + e.name.size() + e.payload.size());
   put_le<std::uint64_t>(body, e.id);
@@ -256,7 +272,17 @@ std::string encode_entry(const StoredDeadLetter& e) {
     put_str(body, err.message);
   }
   put_str(body, e.payload);
-  return frame(kTypeEntry, body);
+  if (!detailed) return frame(kTypeEntry, body);
+  put_le<std::uint32_t>(body, e.deliveries);
+  put_le<std::uint32_t>(body, e.stalls);
+  put_u8(body, static_cast<std::uint8_t>(e.backoff.kind));
+  put_u8(body, static_cast<std::uint8_t>(e.backoff.jitter));
+  put_le<std::int64_t>(body, e.backoff.delay.count());
+  put_le<std::int64_t>(body, e.backoff.cap.count());
+  put_u8(body, e.visibility_timeout ? 1 : 0);
+  put_le<std::int64_t>(body, e.visibility_timeout.value_or(Duration{0}).count());
+  put_str(body, e.dedup_id);
+  return frame(kTypeDetailedEntry, body);
 }
 
 std::string encode_tombstone(TombstoneCause cause, std::span<const JobId> ids) {
@@ -322,9 +348,14 @@ JournalScan scan_journal(std::span<const std::byte> b) {
       off = *next;
       continue;
     }
-    if (f.type == kTypeEntry) {
+    if (f.type == kTypeEntry || f.type == kTypeDetailedEntry) {
       StoredDeadLetter e;
-      if (!decode_entry(f.body, e)) {
+      const bool detailed = f.type == kTypeDetailedEntry;
+      if (detailed && s.header.version < 2) {
+        problem(JournalProblem::Kind::undecodable, off,
+                "entry record at offset " + std::to_string(off) +
+                    " has type 3, which a version-1 file never holds; skipped");
+      } else if (!decode_entry(f.body, e, detailed)) {
         problem(JournalProblem::Kind::undecodable, off,
                 "entry record at offset " + std::to_string(off) +
                     " passed its CRC32C but its fields do not add up to its length; skipped");

@@ -88,6 +88,9 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
     bad(where, "visibility_timeout", ns(o.visibility_timeout),
         "a positive lease length (Duration::max() for none)");
   if (o.block_timeout.count() < 0) bad(where, "block_timeout", ns(o.block_timeout), ">= 0");
+  if (o.max_stalls < 0 || o.max_stalls > 0xFFFF)
+    bad(where, "max_stalls", std::to_string(o.max_stalls),
+        "0 .. 65535 stalls a job survives before it is dead-lettered");
   if (o.dlq.max_entries == 0)
     bad(where, "dlq.max_entries", "0", "1 or more (a DLQ that holds nothing loses jobs)");
   if (o.dlq.retention && o.dlq.retention->count() <= 0)

@@ -180,7 +180,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-
 struct Payload {
   std::uint64_t order;
   double amount;

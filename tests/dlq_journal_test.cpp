@@ -61,6 +61,17 @@ std::span<const std::byte> as_bytes(const std::string& s) {
 
 // One engine generation: an inline engine on a manual clock, a queue of strings whose DLQ has a
 // journal, and a handler that fails every job `attempts` times with "error <n>".
+/// header_of_version(v): a valid file header claiming format version v (its CRC recomputed, so
+/// only the version differs from what this build writes).
+std::string header_of_version(std::uint32_t v) {
+  std::string h = detail::journal::encode_header("orders", "std::string", 0);
+  std::memcpy(h.data() + 8, &v, 4);
+  std::memset(h.data() + 16, 0, 4);
+  std::uint32_t crc = detail::journal::crc32c(as_bytes(h));
+  std::memcpy(h.data() + 16, &crc, 4);
+  return h;
+}
+
 struct Generation {
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
@@ -82,7 +93,10 @@ struct Generation {
   }
   /// fail(payload, attempts): adds a job that dead-letters after `attempts` failures.
   JobId fail(const std::string& payload, int attempts = 3) {
-    JobId id = q.add("charge-card", payload, {.attempts = attempts}).id;
+    return fail_with(payload, {.attempts = attempts});
+  }
+  JobId fail_with(const std::string& payload, const JobOptions& o) {
+    JobId id = q.add("charge-card", payload, o).id;
     engine.run_until_idle();
     while (auto next = engine.next_timer_in()) {
       clock.advance(*next);
@@ -132,7 +146,7 @@ TEST_F(JournalTest, EveryFieldOfAnEntryRoundTripsThroughTheFile) {
   EXPECT_TRUE(scan.healthy());
   EXPECT_EQ(scan.header.queue, "orders");
   EXPECT_EQ(scan.header.codec, "std::string");
-  EXPECT_EQ(scan.header.version, 1u);
+  EXPECT_EQ(scan.header.version, detail::journal::kVersion);
   ASSERT_EQ(scan.live.size(), 1u);
   const StoredDeadLetter& s = scan.live[0];
   EXPECT_EQ(s.id, id);
@@ -150,6 +164,76 @@ TEST_F(JournalTest, EveryFieldOfAnEntryRoundTripsThroughTheFile) {
     EXPECT_EQ(s.errors[i].message, before.errors[i].message);
   }
   EXPECT_EQ(s.errors[2].message, "error 3 of order-3 {\"amount\": 42}");
+  EXPECT_EQ(s.deliveries, 3u);
+  EXPECT_EQ(s.stalls, 0u);
+}
+
+TEST_F(JournalTest, TheJobsOwnOptionsAndCountsSurviveARestartAndItsRedriveUsesThem) {
+  JobOptions o{.attempts = 2, .backoff = Backoff::exponential(5s)};
+  o.backoff.jitter = Jitter::full;
+  o.backoff.cap = 1min;
+  o.visibility_timeout = 90s;
+  o.dedup.id = "order-3";
+  JobId id;
+  {
+    Generation g(options());
+    id = g.fail_with("order-3", o);
+  }
+  Generation g2(options());
+  auto e = g2.q.dlq().get(id);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->deliveries, 2u);
+  EXPECT_EQ(e->stalls, 0u);
+  EXPECT_EQ(e->backoff.kind, BackoffKind::exponential);
+  EXPECT_EQ(e->backoff.delay, 5s);
+  EXPECT_EQ(e->backoff.jitter, Jitter::full);
+  EXPECT_EQ(e->backoff.cap, 1min);
+  EXPECT_EQ(e->visibility_timeout, std::optional<Duration>(90s));
+  EXPECT_EQ(e->dedup_id, "order-3");
+  ASSERT_EQ(g2.q.dlq().redrive(id), RedriveStatus::redriven);
+  EXPECT_EQ(g2.q.add("charge-card", "again", {.dedup = {.id = "order-3"}}).status,
+            AddStatus::duplicate)
+      << "the restored job holds its dedup id again";
+}
+
+TEST_F(JournalTest, AVersion1JournalStillOpensAndKeepsItsFormat) {
+  // A journal written before version 2: its entries restore with the defaults for what version
+  // 1 did not hold, and this build appends version-1 records to it, so an older build can
+  // still read it.
+  const std::string h = header_of_version(1);
+  StoredDeadLetter old;
+  old.id = 7;
+  old.name = "charge-card";
+  old.payload = "order-7";
+  old.reason = DeadLetterReason::attempts_exhausted;
+  old.attempts_made = 1;
+  old.max_attempts = 1;
+  write_file(path, h + detail::journal::encode_entry(old, /*detailed=*/false));
+  {
+    Generation g(options());
+    auto restored = g.q.dlq().get(7);
+    ASSERT_TRUE(restored);
+    EXPECT_EQ(restored->data, "order-7");
+    EXPECT_EQ(restored->deliveries, 0u);
+    EXPECT_EQ(restored->dedup_id, "");
+    (void)g.fail("order-8", 1);
+  }
+  JournalScan scan = read_journal(path);
+  EXPECT_TRUE(scan.healthy()) << scan.problems.front().message;
+  EXPECT_EQ(scan.header.version, 1u);
+  EXPECT_EQ(scan.live.size(), 2u);
+}
+
+TEST_F(JournalTest, ADetailedRecordInAVersion1FileIsReportedNotTrusted) {
+  const std::string h = header_of_version(1);
+  StoredDeadLetter e;
+  e.id = 7;
+  e.payload = "order-7";
+  write_file(path, h + detail::journal::encode_entry(e, /*detailed=*/true));
+  JournalScan scan = read_journal(path);
+  ASSERT_EQ(scan.problems.size(), 1u);
+  EXPECT_EQ(scan.problems[0].kind, JournalProblem::Kind::undecodable);
+  EXPECT_TRUE(scan.live.empty());
 }
 
 TEST_F(JournalTest, ANewEngineRestoresEntriesWithTheirIdsErrorsAndPayloads) {
@@ -358,16 +442,12 @@ TEST_F(JournalTest, AFileThatIsNotAJournalIsRefusedAndLeftUnmodified) {
 }
 
 TEST_F(JournalTest, ANewerFormatVersionIsRefusedAndLeftUnmodified) {
-  std::string h = detail::journal::encode_header("orders", "std::string", 0);
-  h[8] = 2;  // version 2, CRC recomputed so only the version is "wrong"
-  std::memset(h.data() + 16, 0, 4);
-  std::uint32_t crc = detail::journal::crc32c(as_bytes(h));
-  std::memcpy(h.data() + 16, &crc, 4);
+  const std::string h = header_of_version(detail::journal::kVersion + 1);
   write_file(path, h);
   std::vector<StoredDeadLetter> restored;
   try {
     detail::DlqJournal j(JournalOptions{.path = path}, "orders", "std::string", restored);
-    FAIL() << "a version 2 file was opened";
+    FAIL() << "a file of a newer version was opened";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos) << e.what();
   }

@@ -15,9 +15,10 @@ namespace {
 using namespace std::chrono_literals;
 
 struct Lease : test::InlineEngine {
-  Queue<int> queue(Duration visibility = 2s) {
+  Queue<int> queue(Duration visibility = 2s, StallPolicy stalls = StallPolicy::count_as_attempt) {
     QueueOptions o;
     o.visibility_timeout = visibility;
+    o.stall_policy = stalls;
     return engine.queue<int>("q", o);
   }
 };

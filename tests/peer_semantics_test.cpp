@@ -168,6 +168,156 @@ TEST(PeerLeases, AShortenedLeaseRedeliversAtItsNewDeadlineInThreadedMode) {
   engine.shutdown(1s);
 }
 
+// --- stalls have their own budget (BullMQ) or count as receives (SQS) -------------------------
+
+/// overrun(): a handler that outlives its 2 s lease (the clock moves from inside it, as the lease
+/// sweep would find it on a timer thread) and then claims success, which comes too late.
+Outcome overrun(ManualClock& clock) {
+  clock.advance(3s);
+  return Outcome::done();
+}
+
+/// expect_lapsed(entry, attempts, deliveries, stalls, errors): a DLQ entry of a job whose leases
+/// lapsed, with these counts.
+template <class T>
+void expect_lapsed(const std::optional<DeadLetter<T>>& e, std::uint32_t attempts,
+                   std::uint32_t deliveries, std::uint32_t stalls, std::size_t errors) {
+  ASSERT_TRUE(e) << "no DLQ entry";
+  EXPECT_EQ(e->reason, DeadLetterReason::lease_expired);
+  EXPECT_EQ(e->attempts_made, attempts);
+  EXPECT_EQ(e->deliveries, deliveries);
+  EXPECT_EQ(e->stalls, stalls);
+  EXPECT_EQ(e->errors.size(), errors);
+}
+
+TEST_F(Peers, AStallCostsNoAttemptAndTheOnePastTheBudgetDeadLetters) {
+  // BullMQ: a stalled job goes back to waiting (attemptsMade unchanged) up to maxStalledCount
+  // times (default 1); the next stall fails it.
+  auto q = engine.queue<std::string>("orders", QueueOptions{.visibility_timeout = 2s});
+  q.process({}, [&](Job<std::string>&) { return overrun(clock); });
+  const JobId id = q.add("charge", "order-3").id;  // attempts 1
+  engine.run_until_idle();
+  EXPECT_EQ(count(EventKind::started), 2u) << "one stall within the budget, one past it";
+  EXPECT_EQ(count(EventKind::stalled), 2u);
+  EXPECT_EQ(count(EventKind::attempt_failed), 0u) << "a stall is not a failed attempt";
+  ASSERT_EQ(count(EventKind::dead_lettered), 1u);
+  auto e = q.dlq().get(id);
+  expect_lapsed(e, 0, 2, 2, 1);
+  ASSERT_TRUE(e && e->errors.size() == 1);
+  EXPECT_NE(e->errors[0].message.find("stalled 2 times (max_stalls 1)"), std::string::npos)
+      << e->errors[0].message;
+}
+
+TEST_F(Peers, AStalledJobThatSucceedsNextTimeUsedNoAttempt) {
+  auto q = engine.queue<int>("orders", QueueOptions{.visibility_timeout = 2s});
+  std::vector<std::uint32_t> seen;  // attempts_made, stalls, deliveries of the second delivery
+  q.process({}, [&](Job<int>& j) {
+    if (j.deliveries() == 1) return overrun(clock);
+    seen = {j.attempts_made(), j.stalls(), j.deliveries(), j.attempt()};
+    return Outcome::done();
+  });
+  const JobId id = q.add("charge", 1).id;
+  engine.run_until_idle();
+  EXPECT_EQ(seen, (std::vector<std::uint32_t>{0, 1, 2, 1}));
+  EXPECT_EQ(q.state(id).status, JobStatus::completed);
+}
+
+TEST_F(Peers, TheStallBudgetIsConfigurable) {
+  auto q = engine.queue<int>("orders", QueueOptions{.visibility_timeout = 2s, .max_stalls = 3});
+  q.process({}, [&](Job<int>&) { return overrun(clock); });
+  const JobId id = q.add("charge", 1).id;
+  engine.run_until_idle();
+  expect_lapsed(q.dlq().get(id), 0, 4, 4, 1);
+}
+
+TEST_F(Peers, UnderTheSqsPolicyEveryDeliveryCountsAgainstAttempts) {
+  // SQS maxReceiveCount: a message not deleted within its visibility timeout is received again,
+  // and the receive that reaches the count moves it to the DLQ.
+  auto q = engine.queue<int>("orders", QueueOptions{.visibility_timeout = 2s,
+                                                    .stall_policy = StallPolicy::count_as_attempt});
+  q.process({}, [&](Job<int>&) { return overrun(clock); });
+  const JobId id = q.add("charge", 1, JobOptions{.attempts = 2}).id;
+  engine.run_until_idle();
+  EXPECT_EQ(count(EventKind::attempt_failed), 2u) << "each lapse is a failed attempt";
+  expect_lapsed(q.dlq().get(id), 2, 2, 2, 2);
+}
+
+TEST_F(Peers, MaxStallsOutOfRangeIsAnErrorThatNamesIt) {
+  try {
+    (void)engine.queue<int>("orders", QueueOptions{.max_stalls = -1});
+    FAIL() << "max_stalls -1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("max_stalls"), std::string::npos) << e.what();
+  }
+}
+
+// --- redrive keeps the job -------------------------------------------------------------------
+
+TEST_F(Peers, ARedrivenJobKeepsItsOwnBackoffVisibilityAndDedupId) {
+  auto q = engine.queue<std::string>("orders", QueueOptions{});
+  bool failing = true;
+  q.process({}, [&](Job<std::string>&) {
+    return failing ? Outcome::retry("card declined") : Outcome::done();
+  });
+  JobOptions o{.attempts = 2, .backoff = Backoff::fixed(5s)};
+  o.visibility_timeout = 1min;
+  o.dedup.id = "order-3";
+  const JobId id = q.add("charge", "order-3", o).id;
+  replay();
+  auto e = q.dlq().get(id);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->backoff.kind, BackoffKind::fixed);
+  EXPECT_EQ(e->backoff.delay, 5s);
+  EXPECT_EQ(e->visibility_timeout, std::optional<Duration>(1min));
+  EXPECT_EQ(e->dedup_id, "order-3");
+
+  events.clear();
+  ASSERT_EQ(q.dlq().redrive(id), RedriveStatus::redriven);
+  const AddResult dup = q.add("charge", "order-3 again", with_dedup("order-3", std::nullopt));
+  EXPECT_EQ(dup.status, AddStatus::duplicate) << "the redriven job holds its dedup id again";
+  EXPECT_EQ(dup.id, id);
+  engine.run_until_idle();  // its first attempt fails
+  ASSERT_EQ(count(EventKind::attempt_failed), 1u);
+  EXPECT_EQ(first(EventKind::attempt_failed).delay, 5s) << "its own backoff, not the queue's";
+  EXPECT_EQ(q.state(id).status, JobStatus::delayed);
+  EXPECT_TRUE(q.cancel(id)) << "cancel by id reaches the redriven job";
+  EXPECT_EQ(q.state(id).status, JobStatus::cancelled);
+  EXPECT_EQ(q.add("charge", "order-3", with_dedup("order-3", std::nullopt)).status,
+            AddStatus::added)
+      << "cancelling the redriven job released its id";
+}
+
+TEST_F(Peers, ARedriveResetsTheCountersUnlessAskedToKeepThem) {
+  auto q = engine.queue<int>("orders", QueueOptions{});
+  std::vector<std::uint32_t> attempt_numbers;
+  q.process({}, [&](Job<int>& j) {
+    attempt_numbers.push_back(j.attempt());
+    return Outcome::retry("card declined " + std::to_string(j.attempt()));
+  });
+  const JobId id = q.add("charge", 1, JobOptions{.attempts = 2}).id;
+  replay();
+  ASSERT_EQ(q.dlq().redrive(id, RedriveOptions{.reset_counters = false}), RedriveStatus::redriven);
+  replay();
+  auto kept = q.dlq().get(id);
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(attempt_numbers, (std::vector<std::uint32_t>{1, 2, 3}))
+      << "one more delivery, numbered on from the first life";
+  EXPECT_EQ(kept->attempts_made, 3u);
+  EXPECT_EQ(kept->deliveries, 3u);
+  ASSERT_EQ(kept->errors.size(), 3u) << "every error of both lives";
+  EXPECT_EQ(kept->errors[0].message, "card declined 1");
+  EXPECT_EQ(kept->errors[2].message, "card declined 3");
+
+  ASSERT_EQ(q.dlq().redrive(id), RedriveStatus::redriven);  // the default: SQS, counters reset
+  replay();
+  auto reset = q.dlq().get(id);
+  ASSERT_TRUE(reset);
+  EXPECT_EQ(attempt_numbers, (std::vector<std::uint32_t>{1, 2, 3, 1, 2}));
+  EXPECT_EQ(reset->attempts_made, 2u);
+  EXPECT_EQ(reset->errors.size(), 2u);
+}
+
 // --- the DLQ entry exists when the job is dead-lettered --------------------------------------
 
 TEST_F(Peers, AnObserverOfDeadLetteredFindsTheEntryInTheDlq) {
@@ -231,7 +381,9 @@ TEST(PeerDeadLetters, AJobDeadLetteredByALapseIsInTheDlqWhileItsHandlerStillRuns
   // that overran its visibility timeout ever comes back. The entry is visible, inspectable and
   // redrivable at once; the stale handler keeps reading its own payload until it returns.
   Overrun t;
-  auto q = t.engine.queue<std::string>("orders", QueueOptions{.visibility_timeout = 100ms});
+  auto q = t.engine.queue<std::string>(
+      "orders", QueueOptions{.visibility_timeout = 100ms,
+                             .stall_policy = StallPolicy::count_as_attempt});  // SQS
   t.process(q);
   const JobId id = q.add("charge", "order-3", JobOptions{.attempts = 1}).id;
   ASSERT_TRUE(t.lapse()) << "the handler never ran";
@@ -256,8 +408,8 @@ TEST(PeerDeadLetters, AJobDeadLetteredByALapseIsInTheDlqWhileItsHandlerStillRuns
 
 TEST(PeerDeadLetters, TheStaleHandlersSlotComesBackWhenItReturns) {
   Overrun t;
-  auto q = t.engine.queue<std::string>("orders",
-                                       QueueOptions{.capacity = 1, .visibility_timeout = 100ms});
+  auto q = t.engine.queue<std::string>(
+      "orders", QueueOptions{.capacity = 1, .visibility_timeout = 100ms, .max_stalls = 0});
   t.process(q);
   q.add("charge", "order-3");
   ASSERT_TRUE(t.lapse()) << "the handler never ran";
@@ -275,7 +427,8 @@ TEST(PeerDeadLetters, AMoveOnlyPayloadsEntryWaitsForItsStaleHandler) {
   // under the handler still reading it. The job is dead-lettered (state, event) at once; its
   // entry is filed when that handler returns.
   Overrun t;
-  auto q = t.engine.queue<std::unique_ptr<int>>("blobs", QueueOptions{.visibility_timeout = 100ms});
+  auto q = t.engine.queue<std::unique_ptr<int>>(
+      "blobs", QueueOptions{.visibility_timeout = 100ms, .max_stalls = 0});
   t.process(q);
   const JobId id = q.add("upload", std::make_unique<int>(7)).id;
   ASSERT_TRUE(t.lapse()) << "the handler never ran";

@@ -70,6 +70,16 @@ TEST(Soak, EveryJobIsAccountedForAfterAShutdownInTheMiddleOfTheRun) {
   }
 }
 
+TEST(Soak, InvariantsHoldWhenEveryStallCostsAnAttempt) {
+  Config c;
+  c.jobs = 200'000;
+  c.manual_clock = true;
+  c.visibility = std::chrono::milliseconds(20);
+  c.stall_policy = StallPolicy::count_as_attempt;
+  c.seed = 14;
+  expect_clean(c);
+}
+
 TEST(Soak, InvariantsHoldWithFewWorkersAndATinyQueue) {
   Config c;
   c.jobs = 200'000;

@@ -97,7 +97,7 @@ TEST(Deadline, ExponentialBackoffSaturatesAtMaxAndNeverWraps) {
   Duration previous{0};
   for (std::uint32_t n = 1; n <= 100; ++n) {
     const Duration d = next_delay(b, RetryContext{1, n, "e", previous}, nullptr, rng);
-    EXPECT_GE(d, previous) << "attempt " << n;           // a wrap would make it small or negative
+    EXPECT_GE(d, previous) << "attempt " << n;  // a wrap would make it small or negative
     if (n >= 23) {
       EXPECT_EQ(d, kMax) << "attempt " << n;  // 1 h * 2^22 passes INT64_MAX ns
     }

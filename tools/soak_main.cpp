@@ -37,9 +37,14 @@ int main(int argc, char** argv) {
   int visibility_ms = 50;
   app.add_option("--visibility-ms", visibility_ms, "lease length")->check(CLI::Range(1, 3'600'000));
   app.add_option("--capacity", c.capacity)->check(CLI::Range(1u, 1u << 24));
+  bool sqs_stalls = false;
+  app.add_flag("--sqs-stalls", sqs_stalls,
+               "a lapsed lease is a failed attempt (StallPolicy::count_as_attempt, SQS) instead "
+               "of using the stall budget (BullMQ, the default)");
   CLI11_PARSE(app, argc, argv);
   c.pauses = !no_pauses;
   c.redrives = !no_redrives;
+  if (sqs_stalls) c.stall_policy = rail::StallPolicy::count_as_attempt;
   c.visibility = std::chrono::milliseconds(visibility_ms);
   if (c.fail + c.throw_ + c.permanent + c.hang > 1.0) {
     std::cerr << "soak: --fail + --throw + --permanent + --hang is above 1; expected a total "

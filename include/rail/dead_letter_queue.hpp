@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "rail/backoff.hpp"
 #include "rail/clock.hpp"
 #include "rail/detail/dlq_journal.hpp"
 #include "rail/detail/journal_format.hpp"
@@ -62,6 +63,12 @@ struct DeadLetter {
   TimePoint added_at{};              // when the job was first added
   TimePoint dead_at{};               // when it entered the DLQ
   std::vector<AttemptError> errors;  // every failed attempt, oldest first
+  std::uint32_t deliveries = 0;      // handler starts (SQS ApproximateReceiveCount)
+  std::uint32_t stalls = 0;          // of them, deliveries whose lease lapsed
+  // The job's own options, which a redrive keeps (an overflowed job's are those of its add).
+  Backoff backoff{};
+  std::optional<Duration> visibility_timeout{};  // unset: the queue's
+  std::string dedup_id;                          // empty: none
   [[nodiscard]] std::string_view last_error() const noexcept {
     return errors.empty() ? std::string_view{} : std::string_view{errors.back().message};
   }
@@ -75,6 +82,15 @@ concept DeadLetterVisitor =
 
 /// RedriveStatus: what a redrive did with an entry.
 enum class RedriveStatus : std::uint8_t { redriven, not_found, queue_full, shutting_down };
+
+/// RedriveOptions: how a redriven job starts over.
+struct RedriveOptions {
+  /// true (the default, as SQS, whose moved messages are received afresh): attempts, deliveries,
+  /// stalls and the error log start from zero. false (BullMQ's job.retry() without
+  /// resetAttemptsMade): they carry on, so a job that had exhausted its attempts gets one more
+  /// delivery, and its next failure dead-letters it with every error so far.
+  bool reset_counters = true;
+};
 
 namespace detail {
 template <class T>
@@ -170,11 +186,13 @@ class DeadLetterQueue {
     if (journal_) journal_->sync();
   }
 
-  /// redrive(id) sends the entry back to its queue with attempts reset, keeping its job id
-  /// (BullMQ job.retry(), SQS redrive). On queue_full the entry stays in the DLQ.
-  RedriveStatus redrive(JobId id);
-  /// redrive_all() redrives entries oldest first until the queue is full; returns how many.
-  std::size_t redrive_all();
+  /// redrive(id, options) sends the entry back to its queue as the same job: its id, name,
+  /// attempts budget, backoff, visibility timeout and dedup id (it holds the id again unless
+  /// another job has claimed it since); counters as `options` say (BullMQ job.retry(), SQS
+  /// redrive). On queue_full the entry stays in the DLQ.
+  RedriveStatus redrive(JobId id, const RedriveOptions& options = {});
+  /// redrive_all(options) redrives entries oldest first until the queue is full; returns how many.
+  std::size_t redrive_all(const RedriveOptions& options = {});
 
  private:
   friend class detail::QueueImpl<T>;
@@ -430,7 +448,12 @@ class DeadLetterQueue {
       s.errors.reserve(e.errors.size());
       for (const auto& err : e.errors)
         s.errors.push_back({err.attempt, err.at.time_since_epoch().count(), err.message});
-      return detail::journal::encode_entry(s);
+      s.deliveries = e.deliveries;
+      s.stalls = e.stalls;
+      s.backoff = e.backoff;
+      s.visibility_timeout = e.visibility_timeout;
+      s.dedup_id = e.dedup_id;
+      return detail::journal::encode_entry(s, journal_->detailed());
     } else {
       return {};  // unreachable: open_journal() refused a journal for this payload type
     }
@@ -480,15 +503,22 @@ class DeadLetterQueue {
       }
       const std::int64_t age = std::max<std::int64_t>(0, unix_now - s.dead_at_unix_ns);
       const std::int64_t shift = detail::journal::shifted(now - age, -s.dead_at_ns);
-      DeadLetter<T> e{s.id,
-                      std::move(s.name),
-                      std::move(*data),
-                      s.reason,
-                      s.attempts_made,
-                      s.max_attempts,
-                      TimePoint{Duration{detail::journal::shifted(s.added_at_ns, shift)}},
-                      TimePoint{Duration{detail::journal::shifted(s.dead_at_ns, shift)}},
-                      {}};
+      DeadLetter<T> e{
+          .id = s.id,
+          .name = std::move(s.name),
+          .data = std::move(*data),
+          .reason = s.reason,
+          .attempts_made = s.attempts_made,
+          .max_attempts = s.max_attempts,
+          .added_at = TimePoint{Duration{detail::journal::shifted(s.added_at_ns, shift)}},
+          .dead_at = TimePoint{Duration{detail::journal::shifted(s.dead_at_ns, shift)}},
+          .errors = {},
+          .deliveries = s.deliveries,
+          .stalls = s.stalls,
+          .backoff = s.backoff,
+          .visibility_timeout = s.visibility_timeout,
+          .dedup_id = std::move(s.dedup_id),
+      };
       e.errors.reserve(s.errors.size());
       for (auto& err : s.errors)
         e.errors.push_back({err.attempt,

@@ -34,7 +34,9 @@ enum class EventKind : std::uint8_t {
                    // next attempt, or negative when there is none (dead-lettered next)
   retry_due,       // a delayed job or a retry's backoff elapsed; the job is ready again
   completed,       // attempt `attempt` succeeded; the job is finished
-  dead_lettered,   // the job moved to the DLQ for `reason`
+  dead_lettered,   // the job moved to the DLQ for `reason`: its entry is there already (also
+                   // when an overrunning handler still runs; a move-only payload's entry is
+                   // filed when that handler returns), before dlq_evicted / dlq_alert it caused
   redriven,        // a DLQ entry was sent back to its queue with attempts reset
   dlq_evicted,     // a DLQ entry was dropped by the DLQ's bound or retention
   dlq_alert,       // the DLQ reached DlqOptions::alert_depth (`depth` holds it)

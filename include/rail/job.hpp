@@ -29,6 +29,7 @@ struct JobFields {
   std::string_view queue_;
   std::uint32_t attempts_made_ = 0;
   std::uint32_t deliveries_ = 0;
+  std::uint32_t stalls_ = 0;
   std::uint32_t max_attempts_ = 0;
   TimePoint added_at_{};
   TimePoint started_at_{};
@@ -55,11 +56,13 @@ class Job : private detail::JobFields {
   [[nodiscard]] const T& data() const noexcept { return *data_; }
   /// attempt() is this attempt's number, 1-based (BullMQ's attemptsMade + 1).
   [[nodiscard]] std::uint32_t attempt() const noexcept { return attempts_made_ + 1; }
-  /// attempts_made() counts the failed attempts before this one (BullMQ's attemptsMade),
-  /// including deliveries whose lease lapsed.
+  /// attempts_made() counts the failed attempts before this one (BullMQ's attemptsMade); a
+  /// delivery whose lease lapsed counts only under StallPolicy::count_as_attempt (SQS).
   [[nodiscard]] std::uint32_t attempts_made() const noexcept { return attempts_made_; }
   /// deliveries() counts handler starts including this one (SQS ApproximateReceiveCount).
   [[nodiscard]] std::uint32_t deliveries() const noexcept { return deliveries_; }
+  /// stalls() counts the earlier deliveries whose lease lapsed (BullMQ's stalledCounter).
+  [[nodiscard]] std::uint32_t stalls() const noexcept { return stalls_; }
   /// max_attempts() is JobOptions::attempts (SQS maxReceiveCount).
   [[nodiscard]] std::uint32_t max_attempts() const noexcept { return max_attempts_; }
   /// added_at() / started_at(): when the job was added and when this delivery began.

@@ -25,6 +25,7 @@ struct JobState {
   TimePoint since{};                // delayed: due time; active: start of this delivery
   std::uint32_t deliveries = 0;     // handler starts so far (live jobs only)
   std::uint32_t attempts_made = 0;  // failed attempts so far (live jobs only)
+  std::uint32_t stalls = 0;         // lapsed leases so far (live jobs only)
 };
 
 }  // namespace rail

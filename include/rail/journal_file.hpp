@@ -6,11 +6,13 @@
 // crafted) yields either a JournalScan listing the problems with their offsets or an Error(journal)
 // saying why the file is not a readable journal; never a crash or an unbounded allocation.
 //
-// FILE FORMAT, version 1. All integers little-endian; "str" is a u32 byte count then the bytes.
+// FILE FORMAT, version 2. All integers little-endian; "str" is a u32 byte count then the bytes.
+// Version 2 added record type 3 (an entry with the job's details); a version-1 file holds types
+// 1 and 2 only, and this build keeps appending type 1 to it (an older build can still read it).
 //
 // Header, at offset 0, H bytes (H a multiple of 8, 32 <= H <= 4096):
 //   0   u8[8]  magic "RAILDLQJ"
-//   8   u32    format version (1; a reader refuses a larger one and never writes to it)
+//   8   u32    format version (1 or 2; a reader refuses a larger one and never writes to it)
 //   12  u32    H, the header length
 //   16  u32    CRC32C (Castagnoli, as in iSCSI/ext4) of the H header bytes with this field zeroed
 //   20  u16    Q, the queue name's length
@@ -22,7 +24,7 @@
 //   +0  u32    record magic 0x52454331 ("1CER" in file order)
 //   +4  u32    CRC32C of bytes [+8, +16+L): the length, the type and the body
 //   +8  u32    L, the body length (L <= 1 GiB and the record must fit in the file)
-//   +12 u8     type: 1 entry, 2 tombstone
+//   +12 u8     type: 1 entry, 2 tombstone, 3 entry with details (version 2 files only)
 //   +13 u8[3]  zero
 //   +16 u8[L]  body, then zero bytes up to the next multiple of 8
 // A record header of 16 zero bytes followed only by zero bytes ends the log: the file grows in
@@ -34,6 +36,14 @@
 //   str job name | u32 error count E, then E times: u32 attempt, i64 at (engine clock), str text |
 //   str payload (the codec's bytes)
 // and nothing after it (trailing bytes make the record undecodable).
+//
+// Detailed entry body (type 3): the entry body above, then what a redrive needs to run the job as
+// it was and what its deliveries were:
+//   u32 deliveries | u32 stalls | u8 backoff kind (BackoffKind) | u8 jitter (Jitter) |
+//   i64 backoff delay ns | i64 backoff cap ns | u8 has own visibility timeout (0 or 1) |
+//   i64 visibility timeout ns | str dedup id (empty: none)
+// and nothing after it. A type-1 entry restores with zero deliveries and stalls, no backoff, the
+// queue's visibility timeout and no dedup id.
 //
 // Tombstone body (type 2), entries that left the DLQ:
 //   u8 cause (1 redriven, 2 removed, 3 purged, 4 evicted) | u32 count N | N times u64 job id
@@ -48,10 +58,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "rail/backoff.hpp"
 #include "rail/event.hpp"
 #include "rail/journal_options.hpp"
 
@@ -79,8 +91,14 @@ struct StoredDeadLetter {
   std::int64_t dead_at_ns = 0;       // engine clock
   std::int64_t dead_at_unix_ns = 0;  // wall clock, for people and for rebasing on restore
   std::vector<StoredError> errors;   // oldest first
-  std::uint64_t offset = 0;          // where its record starts in the file (set by the reader)
-  std::uint64_t record_bytes = 0;    // its record's size, padding included (set by the reader)
+  // Type 3 only (see the format above); a type-1 entry leaves the defaults.
+  std::uint32_t deliveries = 0;
+  std::uint32_t stalls = 0;
+  Backoff backoff{};
+  std::optional<Duration> visibility_timeout{};
+  std::string dedup_id;
+  std::uint64_t offset = 0;        // where its record starts in the file (set by the reader)
+  std::uint64_t record_bytes = 0;  // its record's size, padding included (set by the reader)
 };
 
 /// JournalHeader: the file header's fields.

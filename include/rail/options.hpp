@@ -63,6 +63,19 @@ struct DlqOptions {
   JournalOptions journal{};
 };
 
+/// StallPolicy: what a lapsed lease (a stall: the handler outlived its visibility timeout) costs.
+/// The peers differ; rail offers both.
+enum class StallPolicy : std::uint8_t {
+  /// BullMQ (the default): stalls have their own budget, QueueOptions::max_stalls
+  /// (maxStalledCount). A stalled job is delivered again at once without using an attempt; the
+  /// stall past the budget dead-letters it (reason lease_expired).
+  own_budget,
+  /// SQS: every delivery counts against JobOptions::attempts (maxReceiveCount), so a lapse is a
+  /// failed attempt (it is logged as one and redelivered at once, or dead-letters the job with
+  /// reason lease_expired on the last); max_stalls is not used.
+  count_as_attempt,
+};
+
 /// QueueOptions: per-queue settings, fixed at declaration.
 struct QueueOptions {
   std::size_t capacity = 65'536;  // max unfinished jobs (waiting+delayed+active)
@@ -73,10 +86,15 @@ struct QueueOptions {
   std::size_t dedup_capacity = 0;                    // max live dedup ids; 0: max(capacity, 4096)
   DlqOptions dlq{};
   /// Lease length of each delivery (SQS visibility timeout, BullMQ lockDuration; both default
-  /// to 30 s). A handler still running when it lapses has its job delivered again, or
-  /// dead-lettered (reason lease_expired) once deliveries reach attempts; its late outcome is
-  /// ignored. Duration::max(): leases never lapse.
+  /// to 30 s). A handler still running when it lapses has stalled: its job is delivered again,
+  /// or dead-lettered (reason lease_expired) as stall_policy says; its late outcome is ignored.
+  /// Duration::max(): leases never lapse.
   Duration visibility_timeout = std::chrono::seconds(30);
+  /// What a stall costs: its own budget (BullMQ, default) or an attempt (SQS). See StallPolicy.
+  StallPolicy stall_policy = StallPolicy::own_budget;
+  /// StallPolicy::own_budget: how many stalls a job survives (redelivered each time, no attempt
+  /// used); the next one dead-letters it. BullMQ's maxStalledCount, default 1. 0 .. 65535.
+  std::int32_t max_stalls = 1;
 };
 
 /// WorkerOptions: the pool that drains a queue, sized to what the downstream service can take.

@@ -37,7 +37,10 @@ Queue<Order> declare(Engine& engine, Scenario scenario, const std::string& dlq_j
   q.dlq.journal.path = dlq_journal;
   q.capacity = 1024;
   q.defaults = retry_policy(scenario);
-  if (scenario == Scenario::sqs) q.visibility_timeout = kSqsVisibility;
+  if (scenario == Scenario::sqs) {
+    q.visibility_timeout = kSqsVisibility;
+    q.stall_policy = StallPolicy::count_as_attempt;  // maxReceiveCount: every receive counts
+  }
   // With a journal, the declaration that checks at compile time that Order has a codec.
   if (!dlq_journal.empty()) return engine.queue_with_dlq_journal<Order>("orders", q);
   return engine.queue<Order>("orders", q);

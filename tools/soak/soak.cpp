@@ -34,8 +34,8 @@ Fate fate(const Config& c, std::uint64_t plan, std::uint32_t delivery) {
 }
 
 /// Everything the events said about one job id. Delivery numbers are tracked as bit sets of
-/// kMaxDelivery bits (the soak's jobs have 3 attempts, so at most 3 deliveries); a number outside
-/// them is a violation of its own.
+/// kMaxDelivery bits (the soak's jobs have 3 attempts and, under StallPolicy::own_budget, one
+/// stall to spare, so at most 4 deliveries); a number outside them is a violation of its own.
 constexpr std::uint32_t kMaxDelivery = 16;
 struct Track {
   std::atomic<std::uint8_t> accepted{0}, cancel_accepted{0}, delayed{0};
@@ -44,6 +44,9 @@ struct Track {
   std::atomic<std::uint16_t> started_mask{0}, stalled_mask{0};  // bit d-1: delivery d
   std::atomic<std::uint16_t> redriven{0};  // lives beyond the first (a redrive restarts it)
   std::atomic<std::uint8_t> taken{0};      // handed back by take_leftovers after a shutdown
+  // Set by the redriver before it redrives the job: a redriven job holds its dedup id again, so
+  // a re-add after the first life's window may rightly merge into it.
+  std::atomic<std::uint8_t> redrive_tried{0};
 };
 
 /// delivery_bit(d): delivery d's bit in a Track mask, or 0 if d is outside what a mask holds.
@@ -168,6 +171,7 @@ Report run(const Config& cfg) {
   QueueOptions qo;
   qo.capacity = cfg.capacity;
   qo.visibility_timeout = cfg.visibility;
+  qo.stall_policy = cfg.stall_policy;
   qo.defaults.attempts = 3;
   qo.defaults.backoff = Backoff::fixed(1ms).with_jitter(Jitter::full);
   qo.dlq.max_entries = max_id;
@@ -236,6 +240,7 @@ Report run(const Config& cfg) {
           if (budget == 0) break;
           if (e.id % 2 != 0 || !done.emplace(e.id, true).second) continue;
           --budget;
+          if (e.id <= max_id) track[e.id].redrive_tried.store(1);
           if (q.dlq().redrive(e.id) == RedriveStatus::redriven) redrives.fetch_add(1);
         }
       }
@@ -289,7 +294,11 @@ Report run(const Config& cfg) {
         JobOptions lo = qo.defaults;
         lo.dedup = {.id = l.key, .ttl = window};
         AddResult r2 = add(lo);
-        if (r2.status != AddStatus::added || r2.id == l.first) {
+        const bool into_redriven = r2.status == AddStatus::duplicate && r2.id == l.first &&
+                                   track[l.first].redrive_tried.load() != 0;
+        if (into_redriven) {
+          dup_merged.fetch_add(1);
+        } else if (r2.status != AddStatus::added || r2.id == l.first) {
           v.add("add of dedup id " + l.key + " after its window got " +
                 std::string(to_string(r2.status)));
         } else {
@@ -419,9 +428,16 @@ Report run(const Config& cfg) {
           std::to_string(sr.still_running.size()) + " running jobs after the drain");
 
   // One pass over the DLQ (a per-id get() would be quadratic in a long soak).
-  std::unordered_map<JobId, std::uint32_t> dlq_attempts;
+  struct Filed {
+    std::uint32_t attempts, deliveries, stalls;
+  };
+  std::unordered_map<JobId, Filed> dlq_entries;
   for (const auto& e : q.dlq().list())
-    dlq_attempts.emplace(e.id, e.attempts_made);
+    dlq_entries.emplace(e.id, Filed{e.attempts_made, e.deliveries, e.stalls});
+  // Under StallPolicy::own_budget a lapse is not a failed attempt (no attempt_failed event), so
+  // a life's deliveries are its failures, its stalls and its completion; under count_as_attempt
+  // every lapse is also a failure.
+  const bool own_budget = cfg.stall_policy == StallPolicy::own_budget;
 
   Report rep;
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -471,19 +487,28 @@ Report run(const Config& cfg) {
     if (t.started > kMaxDelivery || t.started_mask != all_n)
       v.add(job() + std::to_string(t.started) + " starts, numbered other than 1.." +
             std::to_string(t.started));
-    if (t.completed && t.failed + 1 != t.started)
+    const std::uint32_t ended_deliveries = t.failed + (own_budget ? t.stalled.load() : 0u);
+    if (t.completed && ended_deliveries + 1 != t.started)
       v.add(job() + "completed after " + std::to_string(t.started) + " deliveries with " +
-            std::to_string(t.failed) + " failures");
+            std::to_string(t.failed) + " failures and " + std::to_string(t.stalled) + " stalls");
+    if (own_budget && t.stalled > static_cast<std::uint32_t>(QueueOptions{}.max_stalls) + 1)
+      v.add(job() + std::to_string(t.stalled) + " stalls, past the budget of " +
+            std::to_string(QueueOptions{}.max_stalls));
     if (t.dead) {
-      if (t.failed != t.started)
+      if (ended_deliveries != t.started)
         v.add(job() + "dead-lettered after " + std::to_string(t.started) + " deliveries with " +
-              std::to_string(t.failed) + " failures");
-      auto entry = dlq_attempts.find(id);
-      if (entry == dlq_attempts.end())
+              std::to_string(t.failed) + " failures and " + std::to_string(t.stalled) + " stalls");
+      auto entry = dlq_entries.find(id);
+      if (entry == dlq_entries.end()) {
         v.add(job() + "dead-lettered but not in the DLQ");
-      else if (entry->second != t.failed)
-        v.add(job() + "DLQ entry says " + std::to_string(entry->second) + " attempts, events say " +
-              std::to_string(t.failed));
+      } else if (entry->second.attempts != t.failed || entry->second.deliveries != t.started ||
+                 entry->second.stalls != t.stalled) {
+        v.add(job() + "DLQ entry says " + std::to_string(entry->second.attempts) + " attempts, " +
+              std::to_string(entry->second.deliveries) + " deliveries and " +
+              std::to_string(entry->second.stalls) + " stalls; events say " +
+              std::to_string(t.failed) + ", " + std::to_string(t.started) + " and " +
+              std::to_string(t.stalled));
+      }
     }
   }
   QueueCounts c = q.counts();

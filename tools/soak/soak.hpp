@@ -16,14 +16,17 @@
 //      a redriven job has one more life per redrive; no event names a job that was never
 //      accepted (none lost, none twice, none invented);
 //   2. every duplicate add inside its window was merged into the first job; every duplicated id
-//      is added again once its window has passed, and each such add creates a new job;
+//      is added again once its window has passed, and each such add creates a new job (or
+//      merges into the first one, which a redrive gave its id back to);
 //   3. no late outcome changed a job: a completion never comes from a delivery whose lease
 //      lapsed, a job ends `cancelled` if and only if a cancel() of it was accepted, and late
 //      outcomes == lapses;
 //   4. deliveries and attempts agree with the events: a job's starts are numbered exactly 1..n
-//      (no gap, no repeat), a completed job failed n-1 times, a dead-lettered one failed n times
-//      (or 0 for overflow), and the DLQ entry's attempt count equals the failures observed
-//      (checked for jobs with one life: a redrive restarts the numbering);
+//      (no gap, no repeat); a completed job's n-1 earlier deliveries each failed or stalled, a
+//      dead-lettered job's n all did (or 0 for overflow), counting a stall apart from the
+//      failures under StallPolicy::own_budget (and at most max_stalls + 1 of them) and as one
+//      of them under count_as_attempt; the DLQ entry's attempts, deliveries and stalls equal
+//      what the events said (checked for jobs with one life: a redrive restarts the numbering);
 //   5. a paused queue starts nothing: after pause() returns, a worker may start the one job it
 //      had already taken, and no other until resume().
 // The report also counts what the run exercised (delayed jobs, re-adds, pauses that held back
@@ -37,6 +40,8 @@
 #include <ostream>
 #include <string>
 #include <vector>
+
+#include "rail/options.hpp"
 
 namespace rail::soak {
 
@@ -59,6 +64,7 @@ struct Config {
   double cancel_delayed = 0.2;  // of the delayed adds: cancelled at once
   double shutdown_at = 0;       // > 0: shut down once this fraction of the jobs is accepted
   std::chrono::milliseconds visibility{50};
+  StallPolicy stall_policy = StallPolicy::own_budget;  // what a lapsed lease costs
   std::size_t capacity = 8192;
 };
 

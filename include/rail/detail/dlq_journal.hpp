@@ -67,6 +67,9 @@ class DlqJournal {
   /// sync() flushes every record appended so far; blocks for the fdatasync.
   void sync() noexcept;
 
+  /// detailed(): entries are encoded with the job's details (journal::encode_entry), which a
+  /// version-2 file holds; a version-1 file keeps its format so older builds still read it.
+  [[nodiscard]] bool detailed() const noexcept { return detailed_; }
   /// failure() is the I/O error that stopped the journal, empty while it works.
   [[nodiscard]] std::string failure() const;
   /// live_entries() / used_bytes() / dead_bytes(): the journal's size accounting.
@@ -98,6 +101,7 @@ class DlqJournal {
   std::string queue_;
   std::string codec_;
   std::int64_t created_unix_ns_ = 0;
+  bool detailed_ = true;  // the file's entries are type 3 (version 2); a version-1 file's type 1
 
   mutable std::mutex mu_;  // the file, the mapping and the accounting below
   int fd_ = -1;

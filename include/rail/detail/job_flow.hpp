@@ -211,6 +211,7 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
     s.prev_delay_ns = 0;
     s.attempts_made.store(0, std::memory_order_relaxed);
     s.deliveries.store(0, std::memory_order_relaxed);
+    s.stalls.store(0, std::memory_order_relaxed);
     s.max_attempts = static_cast<std::uint16_t>(o.attempts);
     s.visibility_ns = o.visibility_timeout.value_or(options_.visibility_timeout).count();
     s.end_kind = EndKind::none;
@@ -227,6 +228,19 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   DedupSet::Claim claim_id(std::uint32_t idx, const JobOptions& o, std::int64_t now);
   /// claim_dedup(idx, o): slot idx's job now holds dedup id o.dedup.id.
   void claim_dedup(std::uint32_t idx, const JobOptions& o);
+  /// reclaim_dedup(idx, id, key, now): a redriven job `id` in slot idx holds dedup id `key`
+  /// again: still its own (a ttl from its first run), or free and claimed now (until it ends).
+  /// Held by another job since: this one runs without it. May throw (bad_alloc) before any change.
+  void reclaim_dedup(std::uint32_t idx, JobId id, const std::string& key, std::int64_t now);
+  /// restore_counters(idx, ...): a redrive that keeps counters carries them and the error log
+  /// into slot idx (after init_slot). May throw (bad_alloc) before any change to the counters.
+  void restore_counters(std::uint32_t idx, std::uint32_t attempts, std::uint32_t deliveries,
+                        std::uint32_t stalls, const std::vector<AttemptError>& errors);
+  /// own_visibility(s): the job's lease length if it is not the queue's.
+  [[nodiscard]] std::optional<Duration> own_visibility(const JobSlot& s) const noexcept {
+    if (s.visibility_ns == options_.visibility_timeout.count()) return std::nullopt;
+    return Duration{s.visibility_ns};
+  }
 
   /// publish_new(idx, now, delay): a filled slot enters the waiting or delayed state.
   void publish_new(std::uint32_t idx, std::int64_t now, Duration delay) noexcept {

@@ -15,8 +15,8 @@
 // Memory ordering: plain fields and the payload are published by the ring hand-off (an MpmcRing
 // push is a release, a pop an acquire) or by ctl (release stores and acq_rel CASes, acquire
 // loads). The fields that state() reads while a worker may write them (attempts, deliveries,
-// start time) are relaxed atomics: state() re-reads the word and the id after them, so it never
-// mixes two jobs, but a count may lag its job's latest transition by a moment (an approximate
+// stalls, start time) are relaxed atomics: state() re-reads the word and the id after them, so it
+// never mixes two jobs, but a count may lag its job's latest transition by a moment (an approximate
 // snapshot, as SQS's ApproximateReceiveCount).
 #pragma once
 
@@ -83,6 +83,7 @@ struct alignas(64) JobSlot {
   bool dedup_has_ttl = false;
   EndKind end_kind = EndKind::none;
   DeadLetterReason end_reason = DeadLetterReason::none;
+  std::atomic<std::uint16_t> stalls{0};  // lapsed leases (BullMQ stalledCounter)
 
   // The holder's reads and writes of the fields state() also reads (relaxed: see the header).
   [[nodiscard]] std::uint16_t attempts() const noexcept {
@@ -90,6 +91,9 @@ struct alignas(64) JobSlot {
   }
   [[nodiscard]] std::uint16_t delivered() const noexcept {
     return deliveries.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint16_t stalled() const noexcept {
+    return stalls.load(std::memory_order_relaxed);
   }
   [[nodiscard]] std::int64_t started() const noexcept {
     return started_ns.load(std::memory_order_relaxed);

@@ -14,7 +14,7 @@
 namespace rail::detail::journal {
 
 inline constexpr char kMagic[8] = {'R', 'A', 'I', 'L', 'D', 'L', 'Q', 'J'};
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
 inline constexpr std::uint32_t kMinHeader = 32;
 inline constexpr std::uint32_t kMaxHeader = 4096;
 inline constexpr std::uint32_t kRecordMagic = 0x52454331u;
@@ -22,6 +22,7 @@ inline constexpr std::uint32_t kRecordHeader = 16;
 inline constexpr std::uint32_t kMaxBody = std::uint32_t{1} << 30;
 inline constexpr std::uint8_t kTypeEntry = 1;
 inline constexpr std::uint8_t kTypeTombstone = 2;
+inline constexpr std::uint8_t kTypeDetailedEntry = 3;  // version 2
 
 /// crc32c(bytes, seed): CRC-32C (Castagnoli polynomial 0x1EDC6F41, reflected); `seed` continues a
 /// previous call's result.
@@ -43,8 +44,9 @@ inline constexpr std::uint8_t kTypeTombstone = 2;
 /// each (DlqJournal checks it with a clear Error).
 [[nodiscard]] std::string encode_header(std::string_view queue, std::string_view codec,
                                         std::int64_t created_unix_ns);
-/// encode_entry(e) / encode_tombstone(cause, ids): one framed record, padding included.
-[[nodiscard]] std::string encode_entry(const StoredDeadLetter& e);
+/// encode_entry(e, detailed) / encode_tombstone(cause, ids): one framed record, padding included;
+/// `detailed`: type 3 (a version-2 file), else type 1 (a version-1 file keeps its format).
+[[nodiscard]] std::string encode_entry(const StoredDeadLetter& e, bool detailed = true);
 [[nodiscard]] std::string encode_tombstone(TombstoneCause cause, std::span<const JobId> ids);
 
 }  // namespace rail::detail::journal

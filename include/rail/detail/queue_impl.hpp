@@ -188,17 +188,29 @@ class QueueImpl final : public JobFlow {
   }
 
   // --- DLQ support -------------------------------------------------------------------------------
-  RedriveStatus redrive(DeadLetter<T>&& e) {
+  /// redrive(e, r): the entry's job again, with its own options (DeadLetterQueue::redrive).
+  RedriveStatus redrive(DeadLetter<T>&& e, const RedriveOptions& r) {
     if (!core_.accepting()) return RedriveStatus::shutting_down;
     std::uint32_t idx;
     if (!acquire_slots(&idx, 1)) return RedriveStatus::queue_full;
     const std::int64_t now = core_.now_ns();
-    JobOptions o = options_.defaults;
-    o.attempts = static_cast<std::int32_t>(e.max_attempts);
+    JobOptions o;
+    o.attempts = static_cast<std::int32_t>(std::max<std::uint32_t>(e.max_attempts, 1));
+    o.backoff = e.backoff;
+    o.visibility_timeout = e.visibility_timeout;
     const std::uint16_t name_id = core_.names().intern(e.name);
-    name_jobs(&idx, 1, name_id, e.name);  // throws before e is touched: the DLQ keeps it
+    // Everything that may throw comes before e.data is touched: the DLQ then keeps the entry.
+    name_jobs(&idx, 1, name_id, e.name);  // gives the slot back itself when it throws
     init_slot(idx, e.id, name_id, now, o);
     slot(idx).added_ns = e.added_at.time_since_epoch().count();
+    try {
+      if (!r.reset_counters)
+        restore_counters(idx, e.attempts_made, e.deliveries, e.stalls, e.errors);
+      if (!e.dedup_id.empty()) reclaim_dedup(idx, e.id, e.dedup_id, now);
+    } catch (...) {
+      give_back(idx);
+      throw;
+    }
     ::new (cell(idx)) T(std::move(e.data));
     stats_.add(kAdded);
     if (core_.observed()) note_redriven(slot(idx), now);
@@ -256,15 +268,20 @@ class QueueImpl final : public JobFlow {
   /// dead_letter_of(idx, data): the DLQ entry of the job ending in slot idx, with `data`.
   DeadLetter<T> dead_letter_of(std::uint32_t idx, T&& data) const {
     const JobSlot& s = slot(idx);
-    return DeadLetter<T>{s.id.load(std::memory_order_relaxed),
-                         std::string(job_name(s)),
-                         std::move(data),
-                         s.end_reason,
-                         s.attempts(),
-                         s.max_attempts,
-                         TimePoint{Duration{s.added_ns}},
-                         TimePoint{Duration{core_.now_ns()}},
-                         attempt_errors(s)};
+    return DeadLetter<T>{.id = s.id.load(std::memory_order_relaxed),
+                         .name = std::string(job_name(s)),
+                         .data = std::move(data),
+                         .reason = s.end_reason,
+                         .attempts_made = s.attempts(),
+                         .max_attempts = s.max_attempts,
+                         .added_at = TimePoint{Duration{s.added_ns}},
+                         .dead_at = TimePoint{Duration{core_.now_ns()}},
+                         .errors = attempt_errors(s),
+                         .deliveries = s.delivered(),
+                         .stalls = s.stalled(),
+                         .backoff = s.backoff(),
+                         .visibility_timeout = own_visibility(s),
+                         .dedup_id = s.has_dedup ? s.extra->dedup_key : std::string()};
   }
 
   bool in_dlq(JobId id) const override { return dlq_.contains(id); }
@@ -273,15 +290,20 @@ class QueueImpl final : public JobFlow {
     if (options_.on_full != OverflowPolicy::dead_letter) return {0, AddStatus::full};
     const std::uint64_t id = core_.next_ids(1);
     const TimePoint now{Duration{core_.now_ns()}};
-    DeadLetter<T> e{id,
-                    std::string(job_name),
-                    std::move(data),
-                    DeadLetterReason::overflow,
-                    0,
-                    static_cast<std::uint32_t>(o.attempts),
-                    now,
-                    now,
-                    {}};
+    DeadLetter<T> e{.id = id,
+                    .name = std::string(job_name),
+                    .data = std::move(data),
+                    .reason = DeadLetterReason::overflow,
+                    .attempts_made = 0,
+                    .max_attempts = static_cast<std::uint32_t>(o.attempts),
+                    .added_at = now,
+                    .dead_at = now,
+                    .errors = {},
+                    .deliveries = 0,
+                    .stalls = 0,
+                    .backoff = o.backoff,
+                    .visibility_timeout = o.visibility_timeout,
+                    .dedup_id = o.dedup.id};
     const std::uint32_t max_attempts = e.max_attempts;
     dlq_.push(std::move(e), [&] { note_overflow(id, job_name, max_attempts, now); });
     return {id, AddStatus::dead_lettered};
@@ -328,13 +350,13 @@ class QueueImpl final : public JobFlow {
 namespace rail {
 
 template <class T>
-RedriveStatus DeadLetterQueue<T>::redrive(JobId id) {
+RedriveStatus DeadLetterQueue<T>::redrive(JobId id, const RedriveOptions& options) {
   std::size_t position = 0;
   auto e = take(id, TombstoneCause::redriven, &position);
   if (!e) return RedriveStatus::not_found;
   RedriveStatus s;
   try {
-    s = queue_.redrive(std::move(*e));
+    s = queue_.redrive(std::move(*e), options);
   } catch (...) {
     put_back(std::move(*e), position);  // the queue threw before it took the entry
     throw;
@@ -345,12 +367,12 @@ RedriveStatus DeadLetterQueue<T>::redrive(JobId id) {
 }
 
 template <class T>
-std::size_t DeadLetterQueue<T>::redrive_all() {
+std::size_t DeadLetterQueue<T>::redrive_all(const RedriveOptions& options) {
   std::size_t n = 0;
   while (auto e = take_front(TombstoneCause::redriven)) {
     RedriveStatus s;
     try {
-      s = queue_.redrive(std::move(*e));
+      s = queue_.redrive(std::move(*e), options);
     } catch (...) {
       put_back(std::move(*e));  // the queue threw before it took the entry
       throw;
