@@ -9,6 +9,7 @@
 #include "rail/detail/allocation.hpp"
 #include "rail/detail/assert.hpp"
 #include "rail/error.hpp"
+#include "rail/unrecoverable_error.hpp"
 
 namespace rail::detail {
 
@@ -392,6 +393,8 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   if (!stopping) {
     try {
       out = run_handler(idx, job);
+    } catch (const UnrecoverableError& e) {
+      out = Outcome::fail(e.what());
     } catch (const std::exception& e) {
       out = Outcome::retry(e.what());
     } catch (...) {
@@ -449,6 +452,10 @@ void JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   }
   if (out.kind() == Outcome::Kind::done) {
     end_job(idx, EndKind::completed, DeadLetterReason::none, now, &wc);
+    return;
+  }
+  if (out.kind() == Outcome::Kind::discard) {
+    end_job(idx, EndKind::discarded, DeadLetterReason::none, now, &wc, out.reason());
     return;
   }
   const FailKind kind = out.kind() == Outcome::Kind::fail          ? FailKind::permanent
@@ -585,14 +592,14 @@ void JobFlow::lapse(std::uint64_t lease, std::int64_t now) {
 // -----------------------------------------------------------------------------------------
 
 void JobFlow::end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std::int64_t now,
-                      WorkerContext* wc) {
+                      WorkerContext* wc, std::string_view why) {
   JobSlot& s = slots_[idx];
   s.end_reason = reason;
   if (kind == EndKind::dead_lettered) {
     end_dead_lettered(idx, now, wc);
     return;
   }
-  record_end(s, kind, now, wc);
+  record_end(s, kind, now, wc, why);
   s.end_kind = kind;
   if (s.ctl.end()) final_end(idx);  // else the last stale handler to return frees it
 }
@@ -639,7 +646,7 @@ void JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc) {
   // The id follows the job: released when it ends, except that a ttl keeps merging adds of a
   // job that ran (completed or dead-lettered) until it expires; a cancelled job never ran, so
   // its id is free again at once (BullMQ removes a cancelled job's deduplication key).
-  if (s.has_dedup && (!s.dedup_has_ttl || kind == EndKind::cancelled))
+  if (s.has_dedup && (!s.dedup_has_ttl || kind == EndKind::cancelled))  // discarded: it ran
     (void)dedup_.load(std::memory_order_acquire)->release(s.extra->dedup_key, id);
   switch (kind) {
     case EndKind::completed:
@@ -654,19 +661,29 @@ void JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc) {
       count(wc, kCancelled);
       stats_.remember(id, JobStatus::cancelled);
       break;
+    case EndKind::discarded:
+      count(wc, kDiscarded);
+      stats_.remember(id, JobStatus::discarded);
+      break;
     case EndKind::none:
     case EndKind::filed:
       RAIL_INVARIANT(false, "a job ends as completed, dead-lettered or cancelled");
   }
 }
 
-void JobFlow::record_end(JobSlot& s, EndKind kind, std::int64_t now, WorkerContext* wc) {
+void JobFlow::record_end(JobSlot& s, EndKind kind, std::int64_t now, WorkerContext* wc,
+                         std::string_view why) {
   // Observers below may cancel this job: it is ending. (A frame only when someone observes.)
   std::optional<Holding> holding;
   if (core_.observed()) holding.emplace(s, true);
   settle_end(s, kind, wc);
-  if (core_.observed())
-    emit(kind == EndKind::completed ? EventKind::completed : EventKind::cancelled, s, now);
+  if (!core_.observed()) return;
+  Event e = make_event(kind == EndKind::completed   ? EventKind::completed
+                       : kind == EndKind::discarded ? EventKind::discarded
+                                                    : EventKind::cancelled,
+                       s, now);
+  e.error = why;
+  core_.emit(e);
 }
 
 void JobFlow::reclaim_cancelled(std::uint32_t idx) {

@@ -133,6 +133,10 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
     case EventKind::cancelled:
       line += icon("🛑") + "CANCELLED job " + id + " (" + name + ")";
       break;
+    case EventKind::discarded:
+      line += icon("🗑") + "DISCARDED job " + id + " (" + name + ") on attempt " +
+              std::to_string(e.attempt) + ": " + std::string(e.error);
+      break;
   }
   return line;
 }

@@ -34,6 +34,8 @@ std::string_view to_string(EventKind kind) noexcept {
       return "late_outcome";
     case EventKind::cancelled:
       return "cancelled";
+    case EventKind::discarded:
+      return "discarded";
   }
   return "unknown_event";
 }
@@ -94,6 +96,8 @@ std::string_view to_string(JobStatus status) noexcept {
       return "dead_lettered";
     case JobStatus::cancelled:
       return "cancelled";
+    case JobStatus::discarded:
+      return "discarded";
     case JobStatus::unknown:
       return "unknown";
   }

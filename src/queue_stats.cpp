@@ -42,6 +42,7 @@ QueueCounts QueueStats::counts(bool paused) const noexcept {
   c.failed_attempts = r(kFailedAttempts);
   c.dead_lettered = r(kDeadLettered);
   c.cancelled = r(kCancelled);
+  c.discarded = r(kDiscarded);
   c.deduplicated = r(kDeduplicated);
   c.stalled = r(kStalled);
   c.late_outcomes = r(kLateOutcomes);

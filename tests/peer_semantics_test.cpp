@@ -318,6 +318,68 @@ TEST_F(Peers, ARedriveResetsTheCountersUnlessAskedToKeepThem) {
   EXPECT_EQ(reset->errors.size(), 2u);
 }
 
+// --- a handler drops its job, or fails it for good from deep code ---------------------------
+
+TEST_F(Peers, ADiscardedJobEndsWithoutARetryOrADlqEntry) {
+  auto q = engine.queue<std::string>("refunds", QueueOptions{});
+  std::string reason;
+  engine.on_event([&](const Event& e) {
+    if (e.kind == EventKind::discarded) reason = e.error;
+  });
+  q.process({}, [](Job<std::string>&) { return Outcome::discard("order refunded meanwhile"); });
+  const JobId id = q.add("charge", "order-9", JobOptions{.attempts = 3}).id;
+  replay();
+  EXPECT_EQ(q.state(id).status, JobStatus::discarded);
+  EXPECT_EQ(count(EventKind::started), 1u) << "no retry";
+  EXPECT_EQ(count(EventKind::attempt_failed), 0u);
+  ASSERT_EQ(count(EventKind::discarded), 1u);
+  EXPECT_EQ(first(EventKind::discarded).attempt, 1u);
+  EXPECT_EQ(reason, "order refunded meanwhile");
+  EXPECT_EQ(q.dlq().size(), 0u);
+  const QueueCounts c = q.counts();
+  EXPECT_EQ(c.discarded, 1u);
+  EXPECT_EQ(c.completed + c.dead_lettered + c.cancelled, 0u);
+  EXPECT_EQ(c.active + c.waiting + c.delayed, 0u);
+}
+
+TEST_F(Peers, ADiscardedJobsDedupIdIsReleasedAsACompletedJobsIs) {
+  auto q = engine.queue<int>("refunds", QueueOptions{});
+  q.process({}, [](Job<int>&) { return Outcome::discard("stale"); });
+  (void)q.add("charge", 1, with_dedup("order-9", std::nullopt));
+  replay();
+  EXPECT_EQ(q.add("charge", 2, with_dedup("order-9", std::nullopt)).status, AddStatus::added);
+}
+
+void charge_card_deep_inside_a_client_library() {
+  throw UnrecoverableError("card reported stolen");
+}
+
+TEST_F(Peers, AnUnrecoverableErrorThrownDeepInAHandlerFailsTheJobForGood) {
+  auto q = engine.queue<int>("charges", QueueOptions{});
+  q.process({}, [](Job<int>&) {
+    charge_card_deep_inside_a_client_library();
+    return Outcome::done();
+  });
+  const JobId id = q.add("charge", 1, JobOptions{.attempts = 5}).id;
+  replay();
+  EXPECT_EQ(count(EventKind::started), 1u) << "the remaining attempts are skipped";
+  auto e = q.dlq().get(id);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->reason, DeadLetterReason::permanent_failure);
+  EXPECT_EQ(e->last_error(), "card reported stolen");
+}
+
+TEST_F(Peers, AnyOtherExceptionIsStillARetryableFailure) {
+  auto q = engine.queue<int>("charges", QueueOptions{});
+  q.process({}, [](Job<int>& j) {
+    if (j.attempt() == 1) throw std::runtime_error("gateway timeout");
+    return Outcome::done();
+  });
+  const JobId id = q.add("charge", 1, JobOptions{.attempts = 2}).id;
+  replay();
+  EXPECT_EQ(q.state(id).status, JobStatus::completed);
+}
+
 // --- the DLQ entry exists when the job is dead-lettered --------------------------------------
 
 TEST_F(Peers, AnObserverOfDeadLetteredFindsTheEntryInTheDlq) {

@@ -32,6 +32,7 @@ void expect_clean(const Config& c) {
   EXPECT_GT(r.dead_lettered, 0u) << out.str();
   EXPECT_GT(r.stalls, 0u) << out.str();
   EXPECT_GT(r.cancelled, 0u) << out.str();
+  EXPECT_GT(r.discarded, 0u) << out.str();
   EXPECT_GT(r.duplicates_merged, 0u) << out.str();
   EXPECT_GT(r.failed_attempts, r.stalls) << out.str();
   EXPECT_GT(r.cancels_accepted, 0u) << out.str();

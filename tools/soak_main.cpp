@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   app.add_option("--fail", c.fail, "per-delivery retryable failure rate")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--throw", c.throw_, "per-delivery exception rate")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--discard", c.discard, "per-delivery Outcome::discard rate")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--permanent", c.permanent, "per-delivery permanent failure rate")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--hang", c.hang, "per-delivery hang-past-lease rate")
@@ -46,8 +48,9 @@ int main(int argc, char** argv) {
   c.redrives = !no_redrives;
   if (sqs_stalls) c.stall_policy = rail::StallPolicy::count_as_attempt;
   c.visibility = std::chrono::milliseconds(visibility_ms);
-  if (c.fail + c.throw_ + c.permanent + c.hang > 1.0) {
-    std::cerr << "soak: --fail + --throw + --permanent + --hang is above 1; expected a total "
+  if (c.fail + c.throw_ + c.permanent + c.discard + c.hang > 1.0) {
+    std::cerr << "soak: --fail + --throw + --permanent + --discard + --hang is above 1; expected a "
+                 "total "
                  "probability of at most 1\n";
     return 2;
   }

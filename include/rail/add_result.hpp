@@ -54,6 +54,7 @@ struct QueueCounts {
   std::uint64_t failed_attempts = 0;
   std::uint64_t dead_lettered = 0;
   std::uint64_t cancelled = 0;
+  std::uint64_t discarded = 0;  // handlers returned Outcome::discard
   std::uint64_t deduplicated = 0;
   std::uint64_t stalled = 0;        // lease lapses
   std::uint64_t late_outcomes = 0;  // outcomes of lapsed deliveries, ignored

@@ -37,13 +37,15 @@ enum class EventKind : std::uint8_t {
   dead_lettered,   // the job moved to the DLQ for `reason`: its entry is there already (also
                    // when an overrunning handler still runs; a move-only payload's entry is
                    // filed when that handler returns), before dlq_evicted / dlq_alert it caused
-  redriven,        // a DLQ entry was sent back to its queue with attempts reset
+  redriven,        // a DLQ entry was sent back to its queue (RedriveOptions say what restarts)
   dlq_evicted,     // a DLQ entry was dropped by the DLQ's bound or retention
   dlq_alert,       // the DLQ reached DlqOptions::alert_depth (`depth` holds it)
-  stalled,         // delivery `attempt`'s lease lapsed after `elapsed` in the handler; the job
-                   // is delivered again, or dead-lettered if its deliveries reached attempts
+  stalled,         // delivery `deliveries`' lease lapsed after `elapsed` in the handler; the
+                   // job is delivered again, or dead-lettered (QueueOptions::stall_policy)
   late_outcome,    // a handler whose lease had lapsed returned; its outcome was ignored
   cancelled,       // cancel() removed the job (or its running handler's outcome was discarded)
+  discarded,       // the handler dropped the job (Outcome::discard): ended, no retry, no DLQ;
+                   // `error` holds the reason it gave
 };
 
 enum class DeadLetterReason : std::uint8_t {

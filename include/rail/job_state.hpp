@@ -15,7 +15,8 @@ enum class JobStatus : std::uint8_t {
   completed,
   dead_lettered,
   cancelled,
-  unknown,  // never added, or finished so long ago that the queue's history forgot it
+  discarded,  // its handler returned Outcome::discard
+  unknown,    // never added, or finished so long ago that the queue's history forgot it
 };
 
 std::string_view to_string(JobStatus status) noexcept;

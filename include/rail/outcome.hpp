@@ -1,5 +1,6 @@
 // Outcome: what a handler tells the engine about one attempt. Returning is the normal path; a
-// handler may also throw, which counts as Outcome::retry(e.what()).
+// handler may also throw, which counts as Outcome::retry(e.what()), or as Outcome::fail(e.what())
+// when what it throws is a rail::UnrecoverableError (unrecoverable_error.hpp).
 #pragma once
 
 #include <string>
@@ -15,7 +16,8 @@ class Outcome {
     done,         // the job completed
     retry,        // the attempt failed; retry after the job's backoff if attempts remain
     retry_after,  // the attempt failed; retry after delay() (overrides backoff) if attempts remain
-    fail,  // permanent failure: skip remaining attempts, dead-letter now (UnrecoverableError)
+    fail,     // permanent failure: skip remaining attempts, dead-letter now (UnrecoverableError)
+    discard,  // drop the job: it ends `discarded`, with no retry and no DLQ entry
   };
 
   /// done() completes the job. Outcome{} is done() too.
@@ -31,6 +33,14 @@ class Outcome {
   }
   /// fail(reason) dead-letters the job without using its remaining attempts.
   static Outcome fail(std::string_view reason) { return Outcome{Kind::fail, reason, Duration{0}}; }
+  /// discard(reason) drops the job: it is not worth doing (the order was refunded meanwhile, the
+  /// user deleted the account). The job ends `discarded` (state, counts, `discarded` event with
+  /// the reason), is not retried and files no DLQ entry; its dedup id is released as a
+  /// completed job's is. asynq's SkipRetry without the archive; what a handler would otherwise
+  /// do by cancelling itself.
+  static Outcome discard(std::string_view reason) {
+    return Outcome{Kind::discard, reason, Duration{0}};
+  }
 
   Outcome() noexcept = default;
 

@@ -14,3 +14,4 @@
 #include "rail/outcome.hpp"
 #include "rail/queue.hpp"
 #include "rail/shutdown_report.hpp"
+#include "rail/unrecoverable_error.hpp"

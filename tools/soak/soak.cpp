@@ -21,13 +21,14 @@ struct Payload {
   std::uint64_t plan = 0;  // seeds the fate of every delivery
 };
 
-enum class Fate { ok, fail, throw_, permanent, hang };
+enum class Fate { ok, fail, throw_, permanent, discard, hang };
 
 Fate fate(const Config& c, std::uint64_t plan, std::uint32_t delivery) {
   SplitMix64 r(plan ^ (std::uint64_t{delivery} * 0x9E3779B97F4A7C15ULL));
   double x = static_cast<double>(r.next() >> 11) / 9007199254740992.0;
   if ((x -= c.hang) < 0) return Fate::hang;
   if ((x -= c.permanent) < 0) return Fate::permanent;
+  if ((x -= c.discard) < 0) return Fate::discard;
   if ((x -= c.throw_) < 0) return Fate::throw_;
   if ((x -= c.fail) < 0) return Fate::fail;
   return Fate::ok;
@@ -40,7 +41,8 @@ constexpr std::uint32_t kMaxDelivery = 16;
 struct Track {
   std::atomic<std::uint8_t> accepted{0}, cancel_accepted{0}, delayed{0};
   std::atomic<std::uint16_t> started{0}, failed{0}, stalled{0}, late{0};
-  std::atomic<std::uint16_t> completed{0}, dead{0}, cancelled{0}, completed_delivery{0};
+  std::atomic<std::uint16_t> completed{0}, dead{0}, cancelled{0}, discarded{0};
+  std::atomic<std::uint16_t> completed_delivery{0};
   std::atomic<std::uint16_t> started_mask{0}, stalled_mask{0};  // bit d-1: delivery d
   std::atomic<std::uint16_t> redriven{0};  // lives beyond the first (a redrive restarts it)
   std::atomic<std::uint8_t> taken{0};      // handed back by take_leftovers after a shutdown
@@ -153,6 +155,9 @@ Report run(const Config& cfg) {
       case EventKind::cancelled:
         bump(t.cancelled);
         break;
+      case EventKind::discarded:
+        bump(t.discarded);
+        break;
       case EventKind::redriven:
         // Raised before the new life is published, so before any of its starts: the delivery
         // numbering restarts here.
@@ -185,7 +190,10 @@ Report run(const Config& cfg) {
       case Fate::throw_:
         throw std::runtime_error("handler threw");
       case Fate::permanent:
+        if (j.data().plan % 2 == 0) throw UnrecoverableError("unrecoverable, thrown");
         return Outcome::fail("permanent failure");
+      case Fate::discard:
+        return Outcome::discard("not worth doing any more");
       case Fate::hang:
         // Outlive the lease: wait until this delivery is fenced, then claim success. The
         // engine must ignore it (a late outcome).
@@ -409,13 +417,13 @@ Report run(const Config& cfg) {
         take_back();
         if (q.counts().active == 0) break;
       }
-    } else if (c.completed + c.dead_lettered + c.cancelled == c.added && c.active == 0 &&
-               c.waiting == 0 && c.delayed == 0) {
+    } else if (c.completed + c.dead_lettered + c.cancelled + c.discarded == c.added &&
+               c.active == 0 && c.waiting == 0 && c.delayed == 0) {
       break;
     }
     if (std::chrono::steady_clock::now() > deadline) {
       v.add("jobs did not settle within 10 minutes: added " + std::to_string(c.added) + ", ended " +
-            std::to_string(c.completed + c.dead_lettered + c.cancelled));
+            std::to_string(c.completed + c.dead_lettered + c.cancelled + c.discarded));
       break;
     }
     std::this_thread::sleep_for(1ms);
@@ -443,7 +451,7 @@ Report run(const Config& cfg) {
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (std::uint64_t id = 1; id <= max_id; ++id) {
     Track& t = track[id];
-    std::uint32_t ends = t.completed + t.dead + t.cancelled;
+    std::uint32_t ends = t.completed + t.dead + t.cancelled + t.discarded;
     auto job = [id] { return "job " + std::to_string(id) + ": "; };  // only on a violation
     if (!t.accepted) {
       if (ends || t.started || t.taken) v.add(job() + "events for a job never accepted");
@@ -462,6 +470,7 @@ Report run(const Config& cfg) {
     rep.completed += t.completed;
     rep.dead_lettered += t.dead;
     rep.cancelled += t.cancelled;
+    rep.discarded += t.discarded;
     rep.stalls += t.stalled;
     rep.late_outcomes += t.late;
     rep.deliveries += t.started;
@@ -488,9 +497,10 @@ Report run(const Config& cfg) {
       v.add(job() + std::to_string(t.started) + " starts, numbered other than 1.." +
             std::to_string(t.started));
     const std::uint32_t ended_deliveries = t.failed + (own_budget ? t.stalled.load() : 0u);
-    if (t.completed && ended_deliveries + 1 != t.started)
-      v.add(job() + "completed after " + std::to_string(t.started) + " deliveries with " +
-            std::to_string(t.failed) + " failures and " + std::to_string(t.stalled) + " stalls");
+    if ((t.completed || t.discarded) && ended_deliveries + 1 != t.started)
+      v.add(job() + (t.completed ? "completed" : "discarded") + " after " +
+            std::to_string(t.started) + " deliveries with " + std::to_string(t.failed) +
+            " failures and " + std::to_string(t.stalled) + " stalls");
     if (own_budget && t.stalled > static_cast<std::uint32_t>(QueueOptions{}.max_stalls) + 1)
       v.add(job() + std::to_string(t.stalled) + " stalls, past the budget of " +
             std::to_string(QueueOptions{}.max_stalls));
@@ -542,7 +552,7 @@ void print(const Report& r, const Config& c, std::ostream& out) {
   out << line;
   std::snprintf(
       line, sizeof line,
-      "  ended: %llu completed, %llu dead-lettered, %llu cancelled\n"
+      "  ended: %llu completed, %llu dead-lettered, %llu cancelled, %llu discarded\n"
       "  deliveries %llu, failed attempts %llu, lease lapses %llu, late outcomes fenced "
       "%llu\n"
       "  duplicates merged %llu, re-adds after the window %llu, cancels accepted %llu, "
@@ -550,7 +560,8 @@ void print(const Report& r, const Config& c, std::ostream& out) {
       "  pauses %llu (%llu holding back work, %llu starts already under way)\n",
       static_cast<unsigned long long>(r.completed),
       static_cast<unsigned long long>(r.dead_lettered),
-      static_cast<unsigned long long>(r.cancelled), static_cast<unsigned long long>(r.deliveries),
+      static_cast<unsigned long long>(r.cancelled), static_cast<unsigned long long>(r.discarded),
+      static_cast<unsigned long long>(r.deliveries),
       static_cast<unsigned long long>(r.failed_attempts), static_cast<unsigned long long>(r.stalls),
       static_cast<unsigned long long>(r.late_outcomes),
       static_cast<unsigned long long>(r.duplicates_merged),

@@ -3,7 +3,8 @@
 // `soak` program and tests/soak_test.cpp.
 //
 // Faults, per delivery, chosen by a seeded plan carried in the payload: a retryable failure, a
-// thrown exception, a permanent failure, or a hang past the lease (the handler waits until its
+// thrown exception, a permanent failure, a discard (Outcome::discard), an UnrecoverableError, or a
+// hang past the lease (the handler waits until its
 // delivery is fenced, then returns an outcome that must be ignored). Besides: duplicate adds
 // inside and outside their dedup window (some in debounce mode, landing on delayed, waiting and
 // running jobs), delayed jobs and cancels of them at once, cancellations, pauses and resumes,
@@ -11,7 +12,8 @@
 // followed by take_leftovers.
 //
 // Invariants checked (each violation is counted and the first few are described):
-//   1. every accepted job ended exactly once per life — completed, dead-lettered or cancelled —
+//   1. every accepted job ended exactly once per life — completed, dead-lettered, cancelled or
+//      discarded —
 //      or, after a mid-run shutdown, was handed back by take_leftovers instead of its last end;
 //      a redriven job has one more life per redrive; no event names a job that was never
 //      accepted (none lost, none twice, none invented);
@@ -53,7 +55,8 @@ struct Config {
   std::uint64_t seed = 1;
   double fail = 0.05;           // per delivery: retryable failure
   double throw_ = 0.02;         // per delivery: exception
-  double permanent = 0.01;      // per delivery: Outcome::fail
+  double permanent = 0.01;      // per delivery: Outcome::fail, or (one in two) UnrecoverableError
+  double discard = 0.005;       // per delivery: Outcome::discard
   double hang = 0.002;          // per delivery: outlives its lease
   double duplicate = 0.05;      // per add: re-add with the same dedup id
   double delayed = 0.05;        // per add: a delay of 1-5 ms
@@ -69,7 +72,7 @@ struct Config {
 };
 
 struct Report {
-  std::uint64_t accepted = 0, completed = 0, dead_lettered = 0, cancelled = 0;
+  std::uint64_t accepted = 0, completed = 0, dead_lettered = 0, cancelled = 0, discarded = 0;
   std::uint64_t duplicates_merged = 0, duplicates_new = 0, stalls = 0, late_outcomes = 0;
   std::uint64_t deliveries = 0, failed_attempts = 0, cancels_accepted = 0, delayed = 0;
   std::uint64_t pauses = 0, pauses_with_work = 0, starts_while_paused = 0;

@@ -319,8 +319,9 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
                     SplitMix64& rng, std::int64_t now, WorkerContext* wc);
   void lapse(std::uint64_t lease, std::int64_t now);
   void end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std::int64_t now,
-               WorkerContext* wc);
-  void record_end(JobSlot& s, EndKind kind, std::int64_t now, WorkerContext* wc);
+               WorkerContext* wc, std::string_view why = {});
+  void record_end(JobSlot& s, EndKind kind, std::int64_t now, WorkerContext* wc,
+                  std::string_view why = {});
   void settle_end(JobSlot& s, EndKind kind, WorkerContext* wc);
   void end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* wc);
   void reclaim_cancelled(std::uint32_t idx);

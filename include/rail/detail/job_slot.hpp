@@ -36,7 +36,7 @@ namespace rail::detail {
 /// How a job ended; kept in the slot so the last unpinner can complete a deferred end.
 /// `filed`: dead-lettered while a stale handler still read the payload, and its DLQ entry was
 /// filed at once from a copy, so the last handler to return only destroys the payload.
-enum class EndKind : std::uint8_t { none, completed, dead_lettered, cancelled, filed };
+enum class EndKind : std::uint8_t { none, completed, dead_lettered, cancelled, filed, discarded };
 
 /// AttemptRecord: one failed attempt, kept until the job ends (the DLQ keeps them all).
 struct AttemptRecord {

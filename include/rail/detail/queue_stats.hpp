@@ -39,6 +39,7 @@ enum Counter : std::size_t {
   kFailedAttempts,
   kDeadLettered,
   kCancelled,
+  kDiscarded,
   kDeduplicated,
   kStalled,
   kLateOutcomes,
