@@ -58,7 +58,10 @@ void validate_job_options(const JobOptions& o, std::string_view where) {
     if (o.dedup.mode == DedupMode::debounce && !o.dedup.ttl)
       bad(where, "dedup.ttl", "unset with mode debounce",
           "a ttl: debounce restarts a window, so it needs one");
-  } else if (o.dedup.ttl || o.dedup.mode != DedupMode::merge) [[unlikely]] {
+    if (o.dedup.extend && !o.dedup.ttl)
+      bad(where, "dedup.ttl", "unset with dedup.extend",
+          "a ttl: extend restarts a window, so it needs one");
+  } else if (o.dedup.ttl || o.dedup.mode != DedupMode::merge || o.dedup.extend) [[unlikely]] {
     bad(where, "dedup.id", "empty while dedup.ttl or dedup.mode is set",
         "a dedup id to deduplicate on");
   }

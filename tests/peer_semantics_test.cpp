@@ -380,6 +380,67 @@ TEST_F(Peers, AnyOtherExceptionIsStillARetryableFailure) {
   EXPECT_EQ(q.state(id).status, JobStatus::completed);
 }
 
+// --- more dedup modes ------------------------------------------------------------------------
+
+TEST_F(Peers, ExtendRestartsTheWindowOnEachDuplicate) {
+  // BullMQ deduplication {ttl, extend: true}: a steady stream of duplicates keeps merging.
+  auto q = engine.queue<int>("syncs", QueueOptions{});
+  q.process({}, [](Job<int>&) {});
+  JobOptions o = with_dedup("user-7", 10min);
+  o.dedup.extend = true;
+  const JobId first = q.add("sync", 1, o).id;
+  engine.run_until_idle();
+  clock.advance(9min);
+  EXPECT_EQ(q.add("sync", 2, o).status, AddStatus::duplicate);  // the window now ends at 19 min
+  clock.advance(9min);
+  const AddResult at_18 = q.add("sync", 3, o);
+  EXPECT_EQ(at_18.status, AddStatus::duplicate) << "without extend the window ended at 10 min";
+  EXPECT_EQ(at_18.id, first);
+  clock.advance(10min);
+  EXPECT_EQ(q.add("sync", 4, o).status, AddStatus::added) << "10 min after the last duplicate";
+}
+
+TEST_F(Peers, WithoutExtendTheWindowRunsFromTheFirstAdd) {
+  auto q = engine.queue<int>("syncs", QueueOptions{});
+  q.process({}, [](Job<int>&) {});
+  const JobOptions o = with_dedup("user-7", 10min);
+  (void)q.add("sync", 1, o);
+  engine.run_until_idle();
+  clock.advance(9min);
+  EXPECT_EQ(q.add("sync", 2, o).status, AddStatus::duplicate);
+  clock.advance(1min);
+  EXPECT_EQ(q.add("sync", 3, o).status, AddStatus::added);
+}
+
+TEST_F(Peers, ReplaceSwapsTheDelayedPayloadAndKeepsItsDueTime) {
+  auto q = engine.queue<int>("digests", QueueOptions{});
+  std::vector<int> ran;
+  q.process({}, [&](Job<int>& j) { ran.push_back(j.data()); });
+  const JobOptions o = with_dedup("user-7", std::nullopt, DedupMode::replace, 1min);
+  const JobId kept = q.add("digest", 1, o).id;
+  clock.advance(40s);
+  const AddResult second = q.add("digest", 2, o);
+  EXPECT_EQ(second.status, AddStatus::debounced);
+  EXPECT_EQ(second.id, kept);
+  EXPECT_EQ(q.state(kept).since, TimePoint{1min}) << "due when the first add said";
+  clock.advance(20s);
+  engine.run_until_idle();
+  EXPECT_EQ(ran, std::vector<int>{2}) << "the newest payload ran once, at the first due time";
+}
+
+TEST_F(Peers, ExtendWithoutATtlIsAnErrorThatNamesIt) {
+  auto q = engine.queue<int>("syncs", QueueOptions{});
+  JobOptions o = with_dedup("user-7", std::nullopt);
+  o.dedup.extend = true;
+  try {
+    (void)q.add("sync", 1, o);
+    FAIL() << "extend without a ttl was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("extend"), std::string::npos) << e.what();
+  }
+}
+
 // --- the DLQ entry exists when the job is dead-lettered --------------------------------------
 
 TEST_F(Peers, AnObserverOfDeadLetteredFindsTheEntryInTheDlq) {

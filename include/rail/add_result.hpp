@@ -13,7 +13,8 @@ namespace rail {
 enum class AddStatus : std::uint8_t {
   added,          // a new job was created; `id` is its id
   duplicate,      // merged into the live job `id` by its dedup id (nothing created)
-  debounced,      // replaced the payload of the delayed job `id` and restarted its delay
+  debounced,      // replaced the payload of the delayed job `id` (DedupMode::debounce also
+                  // restarted its delay; DedupMode::replace kept it)
   full,           // the queue held `capacity` unfinished jobs; nothing was created
   dead_lettered,  // the queue was full and its policy sent the new job `id` to the DLQ
   dedup_full,     // the dedup window held its maximum of live ids; nothing was created

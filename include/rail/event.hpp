@@ -28,7 +28,7 @@ using JobId = std::uint64_t;
 enum class EventKind : std::uint8_t {
   added,           // a job was created (delay > 0: it waits on the timing wheel first)
   deduplicated,    // an add was merged into job_id (dedup_id names the window; no job created)
-  debounced,       // an add replaced job_id's payload and restarted its delay
+  debounced,       // an add replaced job_id's payload (debounce mode: and restarted its delay)
   started,         // a worker began attempt `attempt`
   attempt_failed,  // attempt `attempt` failed with `error`; `delay` is the wait before the
                    // next attempt, or negative when there is none (dead-lettered next)

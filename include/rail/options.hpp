@@ -25,6 +25,10 @@ enum class DedupMode : std::uint8_t {
   /// Debounce: an add within the window, while the kept job is still delayed, replaces the kept
   /// job's payload and restarts its delay; the newest payload runs once (BullMQ's debounce).
   debounce,
+  /// Replace: an add while the kept job is still delayed replaces its payload and keeps its due
+  /// time (BullMQ's deduplication with `replace`, without `extend`): the newest payload runs when
+  /// the first add said. Once the job started, duplicates merge.
+  replace,
 };
 
 /// DedupOptions: `JobOptions.dedup = {.id = "order-4-email", .ttl = 5min}`.
@@ -32,6 +36,9 @@ struct DedupOptions {
   std::string id{};               // empty: no deduplication
   std::optional<Duration> ttl{};  // window length; nullopt: held until the job finishes
   DedupMode mode = DedupMode::merge;
+  /// extend: each duplicate add within the window restarts it (now + ttl), so a steady stream of
+  /// duplicates keeps merging (BullMQ's `extend`). Needs a ttl. Debounce always restarts it.
+  bool extend = false;
 };
 
 /// JobOptions: per-add settings.

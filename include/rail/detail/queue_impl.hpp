@@ -309,17 +309,21 @@ class QueueImpl final : public JobFlow {
     return {id, AddStatus::dead_lettered};
   }
 
-  /// merge_duplicate(claim, ...): an add whose dedup id a live job holds: debounce it or merge.
+  /// merge_duplicate(claim, ...): an add whose dedup id a live job holds: debounce or replace it,
+  /// or merge; the window restarts when asked to (extend, debounce).
   AddResult merge_duplicate(const DedupSet::Claim& claim, std::string_view job_name, T&& data,
                             const JobOptions& o, std::int64_t now) {
-    const bool debounced =
-        o.dedup.mode == DedupMode::debounce && try_debounce(claim, std::move(data), o, now);
-    return note_duplicate(claim.owner, job_name, o, now, debounced);
+    const bool replaced =
+        o.dedup.mode != DedupMode::merge && try_replace(claim, std::move(data), o, now);
+    if (o.dedup.extend && !replaced)  // a replace restarted the window itself
+      (void)dedup().set_expiry(o.dedup.id, claim.owner, saturating_add(now, *o.dedup.ttl));
+    return note_duplicate(claim.owner, job_name, o, now, replaced);
   }
 
-  /// try_debounce: while the kept job is still delayed, replace its payload and restart its
-  /// delay (the timer re-arms lazily: the timer port sees due_ns moved and reschedules).
-  bool try_debounce(const DedupSet::Claim& claim, T&& data, const JobOptions& o, std::int64_t now) {
+  /// try_replace: while the kept job is still delayed, replace its payload; debounce also
+  /// restarts its delay (the timer re-arms lazily: the timer port sees due_ns moved and
+  /// reschedules), replace keeps it.
+  bool try_replace(const DedupSet::Claim& claim, T&& data, const JobOptions& o, std::int64_t now) {
     const auto idx = static_cast<std::uint32_t>(claim.value);
     if (idx >= capacity()) return false;
     JobSlot& s = slot(idx);
@@ -331,10 +335,12 @@ class QueueImpl final : public JobFlow {
     // the add then merges as a plain duplicate instead of writing under a reader.
     if (!s.ctl.begin_update(c)) return false;
     replace_payload(payload(idx), std::move(data));  // any payload: see payload.hpp
-    const std::int64_t due =
-        std::max(s.due_ns.load(std::memory_order_relaxed), saturating_add(now, o.delay));
-    s.due_ns.store(due, std::memory_order_relaxed);
-    if (o.dedup.ttl)
+    if (o.dedup.mode == DedupMode::debounce) {
+      const std::int64_t due =
+          std::max(s.due_ns.load(std::memory_order_relaxed), saturating_add(now, o.delay));
+      s.due_ns.store(due, std::memory_order_relaxed);
+    }
+    if (o.dedup.ttl && (o.dedup.mode == DedupMode::debounce || o.dedup.extend))
       (void)dedup().set_expiry(o.dedup.id, claim.owner, saturating_add(now, *o.dedup.ttl));
     s.ctl.end_update();
     return true;
