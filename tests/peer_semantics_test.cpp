@@ -11,6 +11,7 @@
 #include "rail/rail.hpp"
 #include "support/eventually.hpp"
 #include "support/inline_engine.hpp"
+#include "support/watchdog.hpp"
 
 namespace rail {
 namespace {
@@ -564,6 +565,127 @@ TEST(PeerDeadLetters, AMoveOnlyPayloadsEntryWaitsForItsStaleHandler) {
   EXPECT_TRUE(
       q.dlq().inspect(id, [&](const DeadLetter<std::unique_ptr<int>>& e) { value = *e.data; }));
   EXPECT_EQ(value, 7);
+}
+
+
+// --- review5: found by review of 069d3c3 and 84e50e7 ------------------------------------------
+
+TEST_F(Peers, AKeptCounterRedriveOfAJobThatUsedEveryAttemptDeadLettersOnItsNextFailure) {
+  // RedriveOptions{.reset_counters = false}: "a job that had exhausted its attempts gets one more
+  // delivery, and its next failure dead-letters it". With attempts = 65535 (kMaxAttempts) the
+  // 16-bit attempts_made wraps from 65535 to 0 on that failure, so the job is retried 65535 more
+  // times instead (deliveries and stalls saturate; attempts_made does not).
+  auto q = engine.queue<int>("orders", QueueOptions{});
+  std::uint64_t runs = 0;
+  q.process({}, [&](Job<int>&) {
+    ++runs;
+    return Outcome::retry("declined");
+  });
+  const JobId id = q.add("charge", 1, JobOptions{.attempts = 65535}).id;
+  engine.run_until_idle();
+  ASSERT_EQ(runs, 65535u);
+  ASSERT_TRUE(q.dlq().contains(id));
+  runs = 0;
+  ASSERT_EQ(q.dlq().redrive(id, RedriveOptions{.reset_counters = false}), RedriveStatus::redriven);
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 1u) << "one more delivery, then the DLQ";
+  auto e = q.dlq().get(id);
+  ASSERT_TRUE(e);
+  EXPECT_GE(e->attempts_made, 65535u);
+}
+
+TEST_F(Peers, TheLargestStallBudgetStillEnds) {
+  // max_stalls accepts 0 .. 65535 ("stalls a job survives before it is dead-lettered"). The stall
+  // count saturates at 0xFFFF, so with max_stalls = 65535 `stalls > max_stalls` never holds and
+  // the job is redelivered forever. The handler gives up after 70000 deliveries.
+  auto q = engine.queue<int>("orders", QueueOptions{.visibility_timeout = 2s, .max_stalls = 65535});
+  std::uint64_t runs = 0;
+  q.process({}, [&](Job<int>&) {
+    if (++runs > 70000) return Outcome::fail("the stall budget never ran out");
+    return overrun(clock);
+  });
+  const JobId id = q.add("charge", 1).id;
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 65536u) << "65535 stalls survived, the next one dead-letters";
+  auto e = q.dlq().get(id);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->reason, DeadLetterReason::lease_expired);
+}
+
+/// Refiled: a job whose first delivery hangs past its lease (a stall within the default budget
+/// of 1) and whose redelivery, on the other worker, fails for good. That worker dead-letters it
+/// while the stale first delivery still pins the slot: the entry is filed from a copy and the
+/// dead_lettered event is raised on that worker, by the DLQ's `filed` callback.
+struct Refiled {
+  ManualClock clock;
+  std::atomic<int> deliveries{0};
+  std::atomic<bool> running{false};
+  std::atomic<bool> release{false};
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::threaded}};
+  Queue<std::string> q = engine.queue<std::string>("orders", QueueOptions{.visibility_timeout = 100ms});
+  struct Release {
+    std::atomic<bool>& flag;
+    ~Release() { flag = true; }  // before the engine's shutdown, whatever failed
+  } guard{release};
+
+  void process() {
+    q.process({.concurrency = 2}, [this](Job<std::string>&) {
+      if (deliveries.fetch_add(1) == 0) {
+        running = true;
+        while (!release)
+          std::this_thread::yield();
+        return Outcome::retry("the partner answered after the lease lapsed");
+      }
+      return Outcome::fail("card declined for good");
+    });
+  }
+  bool lapse() {
+    if (!test::eventually([&] { return running.load(); })) return false;
+    clock.advance(150ms);
+    return true;
+  }
+};
+
+TEST(PeerDeadLetters, AnObserverOfAJobFiledFromACopySeesItDeadLettered) {
+  // The event says dead_lettered and the entry is in the DLQ, but the worker that raised it still
+  // holds the old slot in `finishing` (file_copy runs before ctl.end()), so state() answers
+  // active from that slot.
+  Refiled t;
+  std::atomic<int> seen{-1};
+  auto q = t.q;
+  t.engine.on_event([&seen, q](const Event& e) mutable {
+    if (e.kind == EventKind::dead_lettered) seen = static_cast<int>(q.state(e.job_id).status);
+  });
+  t.process();
+  q.add("charge", "order-3");
+  ASSERT_TRUE(t.lapse()) << "the handler never ran";
+  ASSERT_TRUE(test::eventually([&] { return seen.load() != -1; }));
+  EXPECT_EQ(seen.load(), static_cast<int>(JobStatus::dead_lettered))
+      << "state() from the dead_lettered observer: " << to_string(static_cast<JobStatus>(seen.load()));
+}
+
+TEST(PeerDeadLetters, AnObserverThatCancelsAJobFiledFromACopyReturns) {
+  // Same job; the observer cancels it (it has ended: false). try_cancel finds the slot busy in
+  // `finishing`, held by this very thread with no Holding frame, and yields forever: the worker
+  // never returns from the observer. Last in the file: on the hang the watchdog aborts.
+  const test::Watchdog watchdog(std::chrono::seconds(60), "AnObserverThatCancelsAJobFiledFromACopyReturns");
+  Refiled t;
+  std::atomic<int> cancelled{-1};
+  auto q = t.q;
+  t.engine.on_event([&cancelled, q](const Event& e) mutable {
+    if (e.kind == EventKind::dead_lettered) cancelled = q.cancel(e.job_id) ? 1 : 0;
+  });
+  t.process();
+  q.add("charge", "order-3");
+  ASSERT_TRUE(t.lapse()) << "the handler never ran";
+  const bool returned = test::eventually([&] { return cancelled.load() != -1; }, std::chrono::seconds(10));
+  if (!returned) {
+    ADD_FAILURE() << "the observer's cancel() never returned: the worker spins in try_cancel on the "
+                     "slot it holds itself (the watchdog ends the process)";
+    std::fflush(stdout);
+  }
+  ASSERT_TRUE(returned);
+  EXPECT_EQ(cancelled.load(), 0) << "a dead-lettered job cannot be cancelled";
 }
 
 }  // namespace
