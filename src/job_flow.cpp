@@ -196,7 +196,10 @@ void JobFlow::reclaim_dedup(std::uint32_t idx, JobId id, const std::string& key,
   bool ttl;
   if (auto live = window.find(key, now)) {
     if (live->first != id) return;  // another job's now: duplicates merge into that one
-    ttl = true;                     // kept after the first run: it expires on its own
+    // Kept after the first run (a ttl): it expires on its own; it points at this slot now, so a
+    // debounce of the redriven job finds it.
+    if (!window.set_value(key, id, idx)) return;  // expired and reclaimed in between
+    ttl = true;
   } else {
     const auto claim = window.try_claim(key, now, DedupSet::kNoExpiry, [&]() noexcept {
       return std::pair<std::uint64_t, std::uint64_t>{id, idx};
@@ -468,7 +471,9 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
                            Duration explicit_delay, SplitMix64& rng, std::int64_t now,
                            WorkerContext* wc) {
   JobSlot& s = slots_[idx];
-  const auto attempts = static_cast<std::uint16_t>(s.attempts() + 1);
+  // Saturating: a redrive that keeps counters may start a job at the 16-bit limit.
+  const auto attempts =
+      static_cast<std::uint16_t>(std::min<std::uint32_t>(s.attempts() + 1u, 0xFFFF));
   s.attempts_made.store(attempts, std::memory_order_relaxed);
   count(wc, kFailedAttempts);
   auto& log = extra(s).errors;
@@ -565,8 +570,9 @@ void JobFlow::lapse(std::uint64_t lease, std::int64_t now) {
   std::string reason = "lease expired after " + std::to_string(elapsed.count() / 1'000'000) +
                        " ms (visibility timeout " + std::to_string(s.visibility_ns / 1'000'000) +
                        " ms)";
-  const auto stalls = static_cast<std::uint16_t>(std::min<std::uint32_t>(s.stalled() + 1u, 0xFFFF));
-  s.stalls.store(stalls, std::memory_order_relaxed);
+  const std::uint32_t stalls = s.stalled() + 1u;  // compared unsaturated: max_stalls may be 0xFFFF
+  s.stalls.store(static_cast<std::uint16_t>(std::min<std::uint32_t>(stalls, 0xFFFF)),
+                 std::memory_order_relaxed);
   if (options_.stall_policy == StallPolicy::count_as_attempt) {
     SplitMix64 unused(0);  // a lapse redelivers at once (SQS): no backoff, no randomness
     fail_attempt(idx, std::move(reason), FailKind::lapse, Duration{0}, unused, now, nullptr);
@@ -574,7 +580,8 @@ void JobFlow::lapse(std::uint64_t lease, std::int64_t now) {
   }
   // BullMQ: a stall costs no attempt; the one past the budget fails the job. Its error is
   // logged under the attempt it interrupted (attempts_made stays), so the DLQ entry says why;
-  // the log has room for it (attempts_made < max_attempts here: see SlotExtra).
+  // the log has room for it (see SlotExtra; after a redrive that kept counters,
+  // restore_counters reserved room for every record the job can still add).
   if (stalls > static_cast<std::uint32_t>(options_.max_stalls)) {
     reason += "; stalled " + std::to_string(stalls) + " times (max_stalls " +
               std::to_string(options_.max_stalls) + ")";
@@ -629,11 +636,11 @@ void JobFlow::end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerConte
   // now from a copy (both only read it: Job::data() is const), so that it can be inspected and
   // redriven at once. Pins only go down while we hold the slot in `finishing` (nothing activates
   // it), so a copy made for a pin that drops before end() below is merely unneeded.
+  // The copy is made while the slot is ours; file_copy leaves the slot before it files the
+  // entry and raises the event, so that observers find the job ended (review: an observer's
+  // cancel() spun on a slot this thread still held in `finishing`).
   s.end_kind = EndKind::dead_lettered;
-  if (ctl::pins(s.ctl.load()) > 0 && file_copy(idx, pending)) {
-    s.end_kind = EndKind::filed;
-    pending = nullptr;  // raised
-  }
+  if (ctl::pins(s.ctl.load()) > 0 && file_copy(idx, pending)) return;
   if (s.ctl.end()) {
     final_end(idx, pending);  // files the entry (unless filed above) and raises the event
   } else if (pending) {

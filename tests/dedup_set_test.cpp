@@ -263,6 +263,20 @@ TEST(DedupSet, NoExpiryKeyHeldUntilReleased) {
   EXPECT_EQ(set.try_claim("forever", kLate, DedupSet::kNoExpiry, make).result, Result::inserted);
 }
 
+TEST(DedupSet, SetValueRepointsOnlyTheOwnersClaim) {
+  DedupSet set(64);
+  CountingOwner make;
+  const auto a = set.try_claim("order-3", 0, DedupSet::kNoExpiry, make);
+  ASSERT_EQ(a.result, Result::inserted);
+  EXPECT_FALSE(set.set_value("order-3", a.owner + 1, 99)) << "only the owner may repoint";
+  EXPECT_FALSE(set.set_value("absent", a.owner, 99));
+  EXPECT_TRUE(set.set_value("order-3", a.owner, 99));
+  auto live = set.find("order-3", 1);
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->first, a.owner);
+  EXPECT_EQ(live->second, 99u);
+}
+
 TEST(DedupSet, SetExpiryExtendsWindow) {
   DedupSet set(64);
   CountingOwner make;

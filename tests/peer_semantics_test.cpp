@@ -289,6 +289,29 @@ TEST_F(Peers, ARedrivenJobKeepsItsOwnBackoffVisibilityAndDedupId) {
       << "cancelling the redriven job released its id";
 }
 
+TEST_F(Peers, ARedrivenJobThatKeptItsTtlClaimCanStillBeDebounced) {
+  // Review: the kept claim still pointed at the first life's slot, so a debounce of the
+  // redriven job merged as a plain duplicate.
+  auto q = engine.queue<int>("digests", QueueOptions{});
+  std::vector<int> ran;
+  q.process({}, [&](Job<int>& j) {
+    ran.push_back(j.data());
+    return Outcome::retry("mail server down");
+  });
+  JobOptions o = with_dedup("user-7", 1h);
+  o.attempts = 2;
+  o.backoff = Backoff::fixed(1min);
+  const JobId id = q.add("digest", 1, o).id;
+  replay();
+  ASSERT_EQ(q.dlq().size(), 1u);
+  ASSERT_EQ(q.dlq().redrive(id), RedriveStatus::redriven);
+  engine.run_until_idle();  // its first attempt fails: delayed by its backoff
+  ASSERT_EQ(q.state(id).status, JobStatus::delayed);
+  const AddResult again = q.add("digest", 2, with_dedup("user-7", 1h, DedupMode::debounce, 10s));
+  EXPECT_EQ(again.status, AddStatus::debounced);
+  EXPECT_EQ(again.id, id);
+}
+
 TEST_F(Peers, ARedriveResetsTheCountersUnlessAskedToKeepThem) {
   auto q = engine.queue<int>("orders", QueueOptions{});
   std::vector<std::uint32_t> attempt_numbers;
@@ -567,7 +590,6 @@ TEST(PeerDeadLetters, AMoveOnlyPayloadsEntryWaitsForItsStaleHandler) {
   EXPECT_EQ(value, 7);
 }
 
-
 // --- review5: found by review of 069d3c3 and 84e50e7 ------------------------------------------
 
 TEST_F(Peers, AKeptCounterRedriveOfAJobThatUsedEveryAttemptDeadLettersOnItsNextFailure) {
@@ -622,7 +644,8 @@ struct Refiled {
   std::atomic<bool> running{false};
   std::atomic<bool> release{false};
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::threaded}};
-  Queue<std::string> q = engine.queue<std::string>("orders", QueueOptions{.visibility_timeout = 100ms});
+  Queue<std::string> q =
+      engine.queue<std::string>("orders", QueueOptions{.visibility_timeout = 100ms});
   struct Release {
     std::atomic<bool>& flag;
     ~Release() { flag = true; }  // before the engine's shutdown, whatever failed
@@ -661,14 +684,16 @@ TEST(PeerDeadLetters, AnObserverOfAJobFiledFromACopySeesItDeadLettered) {
   ASSERT_TRUE(t.lapse()) << "the handler never ran";
   ASSERT_TRUE(test::eventually([&] { return seen.load() != -1; }));
   EXPECT_EQ(seen.load(), static_cast<int>(JobStatus::dead_lettered))
-      << "state() from the dead_lettered observer: " << to_string(static_cast<JobStatus>(seen.load()));
+      << "state() from the dead_lettered observer: "
+      << to_string(static_cast<JobStatus>(seen.load()));
 }
 
 TEST(PeerDeadLetters, AnObserverThatCancelsAJobFiledFromACopyReturns) {
   // Same job; the observer cancels it (it has ended: false). try_cancel finds the slot busy in
   // `finishing`, held by this very thread with no Holding frame, and yields forever: the worker
   // never returns from the observer. Last in the file: on the hang the watchdog aborts.
-  const test::Watchdog watchdog(std::chrono::seconds(60), "AnObserverThatCancelsAJobFiledFromACopyReturns");
+  const test::Watchdog watchdog(std::chrono::seconds(60),
+                                "AnObserverThatCancelsAJobFiledFromACopyReturns");
   Refiled t;
   std::atomic<int> cancelled{-1};
   auto q = t.q;
@@ -678,10 +703,12 @@ TEST(PeerDeadLetters, AnObserverThatCancelsAJobFiledFromACopyReturns) {
   t.process();
   q.add("charge", "order-3");
   ASSERT_TRUE(t.lapse()) << "the handler never ran";
-  const bool returned = test::eventually([&] { return cancelled.load() != -1; }, std::chrono::seconds(10));
+  const bool returned =
+      test::eventually([&] { return cancelled.load() != -1; }, std::chrono::seconds(10));
   if (!returned) {
-    ADD_FAILURE() << "the observer's cancel() never returned: the worker spins in try_cancel on the "
-                     "slot it holds itself (the watchdog ends the process)";
+    ADD_FAILURE()
+        << "the observer's cancel() never returned: the worker spins in try_cancel on the "
+           "slot it holds itself (the watchdog ends the process)";
     std::fflush(stdout);
   }
   ASSERT_TRUE(returned);

@@ -52,7 +52,9 @@ class Job : private detail::JobFields {
   [[nodiscard]] std::string_view name() const noexcept { return name_; }
   /// queue() is the queue's name.
   [[nodiscard]] std::string_view queue() const noexcept { return queue_; }
-  /// data() is the payload. Read-only: after a lease lapse two handlers may read it at once.
+  /// data() is the payload. Read-only: after a lease lapse two handlers may read it at once, and
+  /// the DLQ may copy it while a stale handler reads it (so T's const reads and its copy
+  /// constructor must only read: no mutable caches, no non-atomic intrusive counts).
   [[nodiscard]] const T& data() const noexcept { return *data_; }
   /// attempt() is this attempt's number, 1-based (BullMQ's attemptsMade + 1).
   [[nodiscard]] std::uint32_t attempt() const noexcept { return attempts_made_ + 1; }

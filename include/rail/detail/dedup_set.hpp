@@ -190,6 +190,10 @@ class DedupSet {
   /// the entry with a new owner, so no other owner's claim is ever overridden.
   bool set_expiry(std::string_view key, std::uint64_t owner, std::int64_t expires_at_ns) noexcept;
 
+  /// set_value(key, owner, value) replaces the value stored with `key` if `owner` owns it (a
+  /// redriven job that kept its claim lives in another slot now). Returns whether it was found.
+  bool set_value(std::string_view key, std::uint64_t owner, std::uint64_t value) noexcept;
+
   /// find(key, now_ns) returns the live {owner, value} of `key` at now_ns, or nullopt. Read-only:
   /// it skips expired entries without reclaiming them.
   [[nodiscard]] std::optional<std::pair<std::uint64_t, std::uint64_t>> find(
@@ -566,6 +570,18 @@ inline bool DedupSet::set_expiry(std::string_view key, std::uint64_t owner,
   if (i == npos || s.table[i].owner != owner) return false;
   s.table[i].expires_at_ns = expires_at_ns;
   s.min_expiry = std::min(s.min_expiry, expires_at_ns);  // keep it a lower bound when shortening
+  return true;
+}
+
+inline bool DedupSet::set_value(std::string_view key, std::uint64_t owner,
+                                std::uint64_t value) noexcept {
+  if (key.size() > max_key_bytes_) return false;
+  const std::uint64_t hash = hash_of(key);
+  Shard& s = shard_for(hash);
+  const Guard guard(s.lock);
+  const std::size_t i = locate(s, hash, key);
+  if (i == npos || s.table[i].owner != owner) return false;
+  s.table[i].value = value;
   return true;
 }
 

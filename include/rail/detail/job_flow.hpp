@@ -139,9 +139,9 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   /// in_dlq(id): the job is in the DLQ (state() of a dead-lettered job no longer remembered).
   [[nodiscard]] virtual bool in_dlq(JobId id) const = 0;
   /// file_copy(idx, event): the job in slot idx is being dead-lettered while a stale handler
-  /// still reads its payload: file its DLQ entry now from a copy of the payload, then raise
-  /// `event` (if any). False when the payload cannot be copied (or the copy threw): nothing was
-  /// filed or raised; retire() files the entry when the last handler returns.
+  /// still reads its payload: copy the payload into its DLQ entry, leave the slot (leave_filed),
+  /// then file the entry and raise `event` (if any). False when the payload cannot be copied (or
+  /// the copy threw): nothing was done; retire() files the entry when the last handler returns.
   virtual bool file_copy(std::uint32_t idx, const Event* event) = 0;
 
   // --- for the typed layer ----------------------------------------------------------------------
@@ -196,6 +196,14 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   void release_slot(std::uint32_t idx) noexcept {
     slots_[idx].ctl.mark_free();
     free_.push(idx);
+  }
+  /// leave_filed(idx): file_copy has copied the entry of the job ending in slot idx: the job
+  /// ends (the slot is no longer ours), before the entry is filed and its event raised, so that
+  /// observers of the event find it ended (state(), cancel()). The last stale handler to return
+  /// only destroys the payload (EndKind::filed).
+  void leave_filed(std::uint32_t idx) {
+    slots_[idx].end_kind = EndKind::filed;
+    if (slots_[idx].ctl.end()) final_end(idx);  // the stale handler returned meanwhile
   }
   /// give_back(idx): a slot acquired but never filled (a duplicate add) returns unused.
   void give_back(std::uint32_t idx) noexcept { free_.push(idx); }

@@ -248,6 +248,7 @@ class QueueImpl final : public JobFlow {
       } catch (...) {
         return false;  // no memory for the copy: filed from the payload when the handler returns
       }
+      leave_filed(idx);  // the slot is not ours from here on: the entry is a copy
       file(std::move(*entry), event);
       return true;
     } else {
