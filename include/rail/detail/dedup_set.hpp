@@ -356,6 +356,10 @@ class DedupSet {
 
   // locate: index of `key`'s entry in `s` (live or expired), or npos. At most one entry per key
   // exists, because try_claim inserts only after its probe found no entry for the key.
+  /// update_owned(key, owner, update): calls update(shard, entry) under the shard lock if `owner`
+  /// owns `key`; returns whether it did.
+  template <class Update>
+  bool update_owned(std::string_view key, std::uint64_t owner, Update update) noexcept;
   std::size_t locate(const Shard& s, std::uint64_t hash, std::string_view key) const noexcept {
     for (std::size_t i = home(hash);; i = next(i)) {
       const Entry& e = s.table[i];
@@ -560,29 +564,29 @@ inline bool DedupSet::release(std::string_view key, std::uint64_t owner) noexcep
   return true;
 }
 
-inline bool DedupSet::set_expiry(std::string_view key, std::uint64_t owner,
-                                 std::int64_t expires_at_ns) noexcept {
+template <class Update>
+bool DedupSet::update_owned(std::string_view key, std::uint64_t owner, Update update) noexcept {
   if (key.size() > max_key_bytes_) return false;
   const std::uint64_t hash = hash_of(key);
   Shard& s = shard_for(hash);
   const Guard guard(s.lock);
   const std::size_t i = locate(s, hash, key);
   if (i == npos || s.table[i].owner != owner) return false;
-  s.table[i].expires_at_ns = expires_at_ns;
-  s.min_expiry = std::min(s.min_expiry, expires_at_ns);  // keep it a lower bound when shortening
+  update(s, s.table[i]);
   return true;
+}
+
+inline bool DedupSet::set_expiry(std::string_view key, std::uint64_t owner,
+                                 std::int64_t expires_at_ns) noexcept {
+  return update_owned(key, owner, [&](Shard& s, Entry& e) noexcept {
+    e.expires_at_ns = expires_at_ns;
+    s.min_expiry = std::min(s.min_expiry, expires_at_ns);  // keep it a lower bound when shortening
+  });
 }
 
 inline bool DedupSet::set_value(std::string_view key, std::uint64_t owner,
                                 std::uint64_t value) noexcept {
-  if (key.size() > max_key_bytes_) return false;
-  const std::uint64_t hash = hash_of(key);
-  Shard& s = shard_for(hash);
-  const Guard guard(s.lock);
-  const std::size_t i = locate(s, hash, key);
-  if (i == npos || s.table[i].owner != owner) return false;
-  s.table[i].value = value;
-  return true;
+  return update_owned(key, owner, [&](Shard&, Entry& e) noexcept { e.value = value; });
 }
 
 inline std::optional<std::pair<std::uint64_t, std::uint64_t>> DedupSet::find(
