@@ -780,6 +780,65 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   }
 }
 
+bool JobFlow::retime(JobId id, std::int64_t due) {
+  // As the wheel's owner: the timer is unlinked and relinked (or fired) in one step, so an
+  // earlier due time takes effect at once rather than when the old timer would have fired.
+  const auto done = core_.with_wheel([&](Wheel& wheel) {
+    timers_.drain(wheel, *this);  // slots in transit to the wheel are linked now
+    const std::int64_t now = core_.now_ns();
+    for (std::uint32_t i = 0; i < capacity_; ++i) {
+      JobSlot& s = slots_[i];
+      if (s.id.load(std::memory_order_relaxed) != id) continue;
+      const std::uint64_t c = s.ctl.load();
+      // The id is re-read after the word: retime's CAS against c fails if the slot moved on.
+      if (ctl::state(c) != SlotState::delayed || s.id.load(std::memory_order_relaxed) != id)
+        continue;
+      if (timers_.retime(i, c, std::max(due, now), now, wheel, *this)) return true;
+    }
+    return false;
+  });
+  if (!done)
+    throw Error(ErrorCode::would_deadlock,
+                "promote/change_delay on queue '" + name_ +
+                    "' was called from a callback that runs while timers fire (an observer of "
+                    "retry_due/stalled, a DLQ alert); call it from outside those callbacks");
+  return *done;
+}
+
+std::vector<JobInfo> JobFlow::jobs(JobStatus status, std::size_t limit) const {
+  std::vector<JobInfo> out;
+  if (limit == 0) return out;
+  for (std::uint32_t i = 0; i < capacity_; ++i) {
+    const JobSlot& s = slots_[i];
+    const std::uint64_t c = s.ctl.load();
+    const SlotState st = ctl::state(c);
+    const JobStatus as =
+        st == SlotState::waiting                                ? JobStatus::waiting
+        : st == SlotState::delayed || st == SlotState::updating ? JobStatus::delayed
+        : st == SlotState::active || st == SlotState::finishing ? JobStatus::active
+                                                                : JobStatus::unknown;
+    if (as != status) continue;
+    JobInfo j;
+    j.id = s.id.load(std::memory_order_relaxed);
+    j.state.status = as;
+    j.state.since =
+        TimePoint{Duration{as == JobStatus::delayed  ? s.due_ns.load(std::memory_order_relaxed)
+                           : as == JobStatus::active ? s.started()
+                                                     : s.added_ns}};
+    j.state.deliveries = s.delivered();
+    j.state.attempts_made = s.attempts();
+    j.state.stalls = s.stalled();
+    // A seqlock read, as state(): the fields describe one job only if the word did not move.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (s.ctl.load() != c) continue;  // it moved on: skipped, as if listed a moment later
+    out.push_back(j);
+  }
+  // Oldest first (ids are given in add order), then the limit.
+  std::sort(out.begin(), out.end(), [](const JobInfo& a, const JobInfo& b) { return a.id < b.id; });
+  if (out.size() > limit) out.resize(limit);
+  return out;
+}
+
 JobState JobFlow::state(JobId id) const {
   for (std::uint32_t i = 0; i < capacity_; ++i) {
     const JobSlot& s = slots_[i];

@@ -123,6 +123,20 @@ void TimerPort::fire(std::uint32_t tag, std::int64_t now, Wheel& wheel,
   }
 }
 
+bool TimerPort::retime(std::uint32_t idx, std::uint64_t c, std::int64_t due, std::int64_t now,
+                       Wheel& wheel, TimerClient& client) noexcept {
+  JobSlot& s = slots_[idx];
+  if (!s.ctl.begin_retime(c)) return false;
+  // Delayed, and the inbox drained: the wheel holds the index (linked or parked), so this
+  // always unlinks; the guard only keeps a broken invariant from relinking a node twice.
+  const bool held = unlink(s, wheel);
+  s.due_ns.store(due, std::memory_order_relaxed);  // ordered by end_retime's release
+  s.ctl.end_retime();
+  RAIL_INVARIANT(held, "retime: a delayed slot's timer is on the wheel once the inbox drained");
+  fire(idx, now, wheel, client);  // due has come: ready now; else linked (or parked) at due
+  return true;
+}
+
 bool TimerPort::unlink(JobSlot& s, Wheel& wheel) noexcept {
   if (take_parked(s)) return true;      // due never: held by the wheel owner
   if (!s.timer.linked()) return false;  // fired, or still on its way here

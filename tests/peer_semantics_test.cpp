@@ -136,6 +136,57 @@ TEST_F(Peers, APausedQueueStartsNothingEvenWithinTheRunThatPausedIt) {
 
 // --- leases ---------------------------------------------------------------------------------
 
+/// debounced_report(i): options of report i, debounced for an hour (built by append: GCC 12's
+/// -Wrestrict misfires on "r" + std::to_string(i)).
+JobOptions debounced_report(std::size_t i) {
+  std::string id = "r";
+  id += std::to_string(i);
+  return with_dedup(std::move(id), 1h, DedupMode::debounce, 1h);
+}
+
+TEST(PeerDelays, PromoteAndChangeDelayRaceCancelAndDebounceSafely) {
+  // Threaded: promote/change_delay take the wheel from the timer thread while other threads
+  // cancel and debounce the same delayed jobs. Every job ends exactly once.
+  for (int round = 0; round < 20; ++round) {
+    ManualClock clock;
+    std::atomic<int> ran{0};
+    Engine engine{EngineOptions{.clock = &clock, .mode = Mode::threaded}};
+    auto q = engine.queue<int>("reports", QueueOptions{});
+    q.process({.concurrency = 2}, [&](Job<int>&) { ran.fetch_add(1); });
+    std::vector<JobId> ids;
+    for (int i = 0; i < 64; ++i)
+      ids.push_back(q.add("report", i, debounced_report(i)).id);
+    std::atomic<int> cancelled{0};
+    std::thread promoter([&] {
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        (void)(i % 2 ? q.promote(ids[i]) : q.change_delay(ids[i], 1ms));
+    });
+    std::thread canceller([&] {
+      for (std::size_t i = 0; i < ids.size(); i += 3)
+        if (q.cancel(ids[i])) cancelled.fetch_add(1);
+    });
+    std::thread debouncer([&] {
+      for (std::size_t i = 0; i < ids.size(); i += 5)
+        (void)q.add("report", 100, debounced_report(i));
+    });
+    promoter.join();
+    canceller.join();
+    debouncer.join();
+    clock.advance(2h);  // whatever a debounce pushed back comes due too
+    ASSERT_TRUE(test::eventually([&] {
+      const QueueCounts c = q.counts();
+      // Adds count too: a debounce of a job cancelled first creates a new job (its id was free).
+      return c.completed + c.cancelled == c.added && c.active == 0;
+    })) << "round "
+        << round << ": completed " << q.counts().completed << ", cancelled " << q.counts().cancelled
+        << ", waiting " << q.counts().waiting << ", delayed " << q.counts().delayed << ", active "
+        << q.counts().active;
+    EXPECT_EQ(q.counts().cancelled, static_cast<std::uint64_t>(cancelled.load()));
+    EXPECT_EQ(static_cast<std::uint64_t>(ran.load()), q.counts().completed);
+    engine.shutdown(1s);
+  }
+}
+
 TEST(PeerLeases, AShortenedLeaseRedeliversAtItsNewDeadlineInThreadedMode) {
   // SQS ChangeMessageVisibility to a shorter timeout: the job is delivered again once the new,
   // earlier deadline passes — not when the queue's hour-long visibility timeout would have.
@@ -463,6 +514,93 @@ TEST_F(Peers, ExtendWithoutATtlIsAnErrorThatNamesIt) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_option);
     EXPECT_NE(std::string(e.what()).find("extend"), std::string::npos) << e.what();
   }
+}
+
+// --- delayed-job control and listing ---------------------------------------------------------
+
+TEST_F(Peers, PromoteRunsADelayedJobNow) {
+  auto q = engine.queue<int>("reports", QueueOptions{});
+  std::vector<int> ran;
+  q.process({}, [&](Job<int>& j) { ran.push_back(j.data()); });
+  const JobId id = q.add("report", 1, JobOptions{.delay = 1h}).id;
+  (void)q.add("report", 2, JobOptions{.delay = 1h});
+  ASSERT_TRUE(q.promote(id));
+  EXPECT_EQ(q.state(id).status, JobStatus::waiting);
+  engine.run_until_idle();
+  EXPECT_EQ(ran, std::vector<int>{1}) << "only the promoted job runs before its hour";
+  EXPECT_FALSE(q.promote(id)) << "no longer delayed";
+  EXPECT_FALSE(q.promote(9999)) << "unknown";
+}
+
+TEST_F(Peers, PromoteCutsARetrysBackoffShort) {
+  auto q = engine.queue<int>("charges", QueueOptions{});
+  int runs = 0;
+  q.process({}, [&](Job<int>&) { return ++runs == 1 ? Outcome::retry("declined") : Outcome{}; });
+  const JobId id = q.add("charge", 1, JobOptions{.attempts = 2, .backoff = Backoff::fixed(1h)}).id;
+  engine.run_until_idle();
+  ASSERT_EQ(q.state(id).status, JobStatus::delayed);
+  ASSERT_TRUE(q.promote(id));
+  engine.run_until_idle();
+  EXPECT_EQ(q.state(id).status, JobStatus::completed);
+}
+
+TEST_F(Peers, ChangeDelayMovesTheDueTimeEarlierOrLater) {
+  auto q = engine.queue<int>("reports", QueueOptions{});
+  std::vector<TimePoint> started;
+  q.process({}, [&](Job<int>& j) { started.push_back(j.started_at()); });
+  const JobId early = q.add("report", 1, JobOptions{.delay = 1h}).id;
+  const JobId late = q.add("report", 2, JobOptions{.delay = 1min}).id;
+  clock.advance(10s);
+  ASSERT_TRUE(q.change_delay(early, 20s));  // due at 30 s instead of 1 h
+  ASSERT_TRUE(q.change_delay(late, 2h));    // due at 2 h 10 s instead of 1 min
+  EXPECT_EQ(q.state(early).since, TimePoint{30s});
+  EXPECT_EQ(q.state(late).since, TimePoint{2h + 10s});
+  replay();
+  EXPECT_EQ(started, (std::vector<TimePoint>{TimePoint{30s}, TimePoint{2h + 10s}}));
+}
+
+TEST_F(Peers, ChangeDelayToMaxParksTheJobUntilPromoted) {
+  auto q = engine.queue<int>("reports", QueueOptions{});
+  int runs = 0;
+  q.process({}, [&](Job<int>&) { ++runs; });
+  const JobId id = q.add("report", 1, JobOptions{.delay = 1min}).id;
+  ASSERT_TRUE(q.change_delay(id, Duration::max()));
+  clock.advance(24h);
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(q.state(id).status, JobStatus::delayed);
+  ASSERT_TRUE(q.promote(id));
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 1);
+}
+
+TEST_F(Peers, ANegativeChangeDelayIsAnErrorThatNamesIt) {
+  auto q = engine.queue<int>("reports", QueueOptions{});
+  const JobId id = q.add("report", 1, JobOptions{.delay = 1min}).id;
+  EXPECT_THROW((void)q.change_delay(id, -1s), Error);
+}
+
+TEST_F(Peers, JobsListsAQueuesJobsByStateOldestFirstWithALimit) {
+  auto q = engine.queue<int>("reports", QueueOptions{});
+  std::vector<JobId> waiting, delayed;
+  for (int i = 0; i < 5; ++i)
+    waiting.push_back(q.add("report", i).id);
+  for (int i = 0; i < 3; ++i)
+    delayed.push_back(q.add("report", i, JobOptions{.delay = 1min * (3 - i)}).id);
+  auto ids = [](const std::vector<JobInfo>& v) {
+    std::vector<JobId> out;
+    for (const auto& j : v)
+      out.push_back(j.id);
+    return out;
+  };
+  EXPECT_EQ(ids(q.jobs(JobStatus::waiting)), waiting);
+  EXPECT_EQ(ids(q.jobs(JobStatus::waiting, 2)), (std::vector<JobId>{waiting[0], waiting[1]}));
+  const auto d = q.jobs(JobStatus::delayed);
+  EXPECT_EQ(ids(d), delayed);
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0].state.since, TimePoint{3min}) << "a delayed job's due time";
+  EXPECT_TRUE(q.jobs(JobStatus::active).empty());
+  EXPECT_TRUE(q.jobs(JobStatus::completed).empty()) << "ended jobs are not listed";
 }
 
 // --- the DLQ entry exists when the job is dead-lettered --------------------------------------

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "rail/clock.hpp"
+#include "rail/event.hpp"
 
 namespace rail {
 
@@ -27,6 +28,13 @@ struct JobState {
   std::uint32_t deliveries = 0;     // handler starts so far (live jobs only)
   std::uint32_t attempts_made = 0;  // failed attempts so far (live jobs only)
   std::uint32_t stalls = 0;         // lapsed leases so far (live jobs only)
+};
+
+/// JobInfo: one job of a queue's listing (Queue::jobs): its id and state. A waiting job's
+/// `since` is when it was added.
+struct JobInfo {
+  JobId id = 0;
+  JobState state;
 };
 
 }  // namespace rail

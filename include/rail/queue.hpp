@@ -8,9 +8,11 @@
 // still exists), let those threads finish, then destroy the Engine.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "rail/add_result.hpp"
 #include "rail/dead_letter_queue.hpp"
@@ -96,6 +98,31 @@ class Queue {
   /// deliveries, completed, dead-lettered, cancelled, or unknown). Cold path: scans the slots,
   /// then a history of ended jobs as large as the queue's capacity (rounded up, >= 1024).
   [[nodiscard]] JobState state(JobId id) const { return impl_->state(id); }
+
+  /// promote(id) runs a delayed job now (BullMQ promote): it becomes waiting at once. A job
+  /// waiting out a retry's backoff is delayed too, and is promoted the same way. Returns false
+  /// if job `id` is not delayed in this queue (waiting, running, ended or unknown). Throws
+  /// Error(would_deadlock) from a callback that runs while timers fire. Cold path: scans the
+  /// queue's slots.
+  bool promote(JobId id) { return impl_->retime(id, 0); }
+  /// change_delay(id, d) makes a delayed job due at now + d instead (BullMQ changeDelay); d = 0
+  /// promotes it, Duration::max() parks it until promoted or cancelled. Returns and throws as
+  /// promote().
+  bool change_delay(JobId id, Duration d) {
+    if (d.count() < 0)
+      throw Error(ErrorCode::invalid_option,
+                  "change_delay: the delay is negative; expected a duration >= 0");
+    return impl_->retime(id, detail::saturating_add(impl_->core().now_ns(), d));
+  }
+
+  /// jobs(status, limit) lists up to `limit` of this queue's live jobs in `status` (waiting,
+  /// delayed or active; other statuses list nothing: ended jobs are in the history of state()
+  /// and, dead-lettered, in dlq()), oldest first (BullMQ getJobs, asynq's inspector). A
+  /// snapshot: jobs that move while it is taken may be missed. Cold path: one pass over the
+  /// queue's slots, fine for an admin endpoint; no payloads (state(id) or the DLQ for more).
+  [[nodiscard]] std::vector<JobInfo> jobs(JobStatus status, std::size_t limit = SIZE_MAX) const {
+    return impl_->jobs(status, limit);
+  }
 
   /// take_leftovers() (after Engine::shutdown) moves out the jobs that never started, payload
   /// included, so the caller can persist them.

@@ -114,6 +114,10 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   bool drain(Duration timeout);
   bool cancel(JobId id);
   JobState state(JobId id) const;
+  /// retime(id, due): a delayed job runs at `due` instead (promote: now). See Queue::promote.
+  bool retime(JobId id, std::int64_t due);
+  /// jobs(status, limit): live jobs in `status` (waiting, delayed or active), oldest id first.
+  std::vector<JobInfo> jobs(JobStatus status, std::size_t limit) const;
 
   /// emit_dlq(kind, id, job_name, depth): the DLQ's events (evicted, alert).
   void emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth);

@@ -28,6 +28,7 @@
 //   ended      --unpin to 0 pins---------------> the unpinner frees it
 //   waiting | delayed --cancel (any thread, pins+1 while it records the end)--> cancelled
 //   delayed, pins 0   --begin_update (any thread)--> updating --end_update--> delayed
+//   delayed           --begin_retime (wheel owner)--> updating --end_retime--> delayed
 //   waiting | delayed, pins 0 --take_unstarted (after shutdown)--> finishing (then freed)
 //   any with pins > 0 --unpin (a stale handler leaving)--> same state, pins-1
 // "free-now" leaves the word as it is: the caller still holds the slot exclusively (pins 0, and
@@ -345,6 +346,26 @@ class SlotControl {
     // `updating` nobody else changes the word (cancel and the timer wait it out, and a pin
     // cannot be taken: activation needs `waiting`).
     word_.store(ctl::to(c, SlotState::delayed), std::memory_order_release);
+  }
+
+  /// begin_retime(c): the wheel's owner takes a delayed slot to move its due time (promote,
+  /// change_delay). Any pins: a stale handler may still read the payload, which a retime does
+  /// not touch; excluding debounce (and cancel, which waits out `updating`) is what it is for.
+  [[nodiscard]] bool begin_retime(Word c) noexcept {
+    if (ctl::state(c) != SlotState::delayed) return false;
+    // acq_rel: as begin_update.
+    return word_.compare_exchange_strong(c, ctl::to(c, SlotState::updating),
+                                         std::memory_order_acq_rel, std::memory_order_acquire);
+  }
+  /// end_retime(): the slot back to delayed. A CAS, unlike end_update: a stale handler may
+  /// unpin meanwhile, and its unpin must not be overwritten.
+  void end_retime() noexcept {
+    Word c = load();
+    do {
+      RAIL_INVARIANT(ctl::state(c) == SlotState::updating, "end_retime: only after begin_retime");
+      // release: the timer's acquire load sees the new due time.
+    } while (!word_.compare_exchange_weak(c, ctl::to(c, SlotState::delayed),
+                                          std::memory_order_release, std::memory_order_acquire));
   }
 
   /// take_unstarted(): after shutdown, takes a waiting or delayed job whose payload no stale

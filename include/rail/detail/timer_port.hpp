@@ -87,6 +87,12 @@ class TimerPort {
   /// true if its index is now the caller's (linked or parked), false if it fired or is still in
   /// transit (drain first for that: the wheel owner then reclaims it when it arrives).
   [[nodiscard]] bool unlink(JobSlot& s, Wheel& wheel) noexcept;
+  /// retime(idx, c, due, now, wheel, client): moves the due time of delayed slot idx, whose
+  /// word the caller read as c (and checked the job's id after), to `due`, the inbox drained
+  /// first; a due time that has come fires it at once. False if the slot moved on since c (it
+  /// fired, is being debounced or cancelled, or holds another job now).
+  [[nodiscard]] bool retime(std::uint32_t idx, std::uint64_t c, std::int64_t due, std::int64_t now,
+                            Wheel& wheel, TimerClient& client) noexcept;
   /// take_parked(s): a slot due never is held by the wheel owner with no node linked; takes its
   /// index (true) or says it is not parked. Touches only the node's deadline, never the wheel's
   /// lists, so a callback re-entered while its thread owns the wheel may call it.
