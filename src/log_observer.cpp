@@ -133,6 +133,17 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
     case EventKind::cancelled:
       line += icon("🛑") + "CANCELLED job " + id + " (" + name + ")";
       break;
+    case EventKind::paused:
+      line += icon("⏸") + "PAUSED queue " + std::string(e.queue) + ": no new job starts";
+      break;
+    case EventKind::resumed:
+      line += icon("▶") + "RESUMED queue " + std::string(e.queue);
+      break;
+    case EventKind::drained:
+      // Once per transition to idle: with a trickle of jobs that is once per job, so verbose.
+      if (!o.verbose) return {};
+      line += "DRAINED queue " + std::string(e.queue) + ": nothing waiting, delayed or running";
+      break;
   }
   return line;
 }

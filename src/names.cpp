@@ -34,6 +34,12 @@ std::string_view to_string(EventKind kind) noexcept {
       return "late_outcome";
     case EventKind::cancelled:
       return "cancelled";
+    case EventKind::paused:
+      return "paused";
+    case EventKind::resumed:
+      return "resumed";
+    case EventKind::drained:
+      return "drained";
   }
   return "unknown_event";
 }
