@@ -52,9 +52,12 @@ ThreadFactory set_thread_factory(ThreadFactory f) noexcept {
 }
 
 Dispatcher::Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity,
-                       const JobSlot* slots, const void* payload, std::size_t payload_stride)
+                       const JobSlot* slots, const void* payload, std::size_t payload_stride,
+                       std::string_view queue, const QueueBase& owner)
     : core_(core),
       stats_(stats),
+      queue_(queue),
+      owner_(owner),
       slots_(slots),
       payload_(static_cast<const char*>(payload)),
       payload_stride_(payload_stride),
@@ -158,6 +161,7 @@ std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std:
          !stop_.load(std::memory_order_acquire) && ready_.try_pop(idx)) {
     if (runner.deliver(idx, *inline_context_)) ++ran;
   }
+  if (ran < max) note_if_drained(false);  // ran out of jobs (or paused): idle now?
   return ran;
 }
 
@@ -172,20 +176,134 @@ void Dispatcher::join() noexcept {
     if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
 }
 
+void Dispatcher::pause() noexcept {
+  // seq_cst: publishes the pause to the workers' loads, and takes part in pause_and_wait's
+  // Dekker with parked workers (workers_acknowledged). The exchange tells the one call that
+  // changed the state, which alone raises the event.
+  if (!paused_.exchange(true, std::memory_order_seq_cst)) emit_queue_event(EventKind::paused);
+}
+
 void Dispatcher::resume() noexcept {
-  paused_.store(false, std::memory_order_release);  // workers' acquire load sees it
+  // acq_rel: as pause() (workers' acquire load sees it).
+  const bool was_paused = paused_.exchange(false, std::memory_order_acq_rel);
   // One signal per worker: each may be between its paused check and its wait().
   ready_ec_.notify_all(static_cast<std::int32_t>(std::max<std::uint32_t>(workers(), 1)));
+  if (was_paused) emit_queue_event(EventKind::resumed);
+}
+
+bool Dispatcher::pause_and_wait(Duration timeout) {
+  // The rule drain() follows: a handler of this queue (its events included) or a callback of
+  // the timer (which a worker of this queue may be running between two jobs) would wait for
+  // its own thread, which acknowledges the pause only from next_job.
+  if (current_delivery() == &owner_ || core_.in_timer_context())
+    throw Error(ErrorCode::would_deadlock,
+                "pause_and_wait() on queue '" + std::string(queue_) +
+                    "' was called from one of its own handlers (or an observer of its events on "
+                    "its worker) or from a callback of the timer (an observer of "
+                    "retry_due/stalled, a DLQ alert), which would wait for itself; call pause() "
+                    "there, or pause_and_wait from outside handlers and callbacks");
+  pause();
+  const auto deadline = steady_deadline(timeout);  // Duration::max(): no timeout
+  auto wait = std::chrono::microseconds(10);
+  auto sleep = [&] {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(wait);
+    wait = std::min(wait * 2, std::chrono::microseconds(2000));
+    return true;
+  };
+  if (core_.mode() != Mode::threaded) {
+    // Inline: handlers run only inside run_until_idle, which checks the pause before each job;
+    // from outside it (any other thread) wait for the one in progress there, if any.
+    while (stats_.counts(true).active != 0)
+      if (!sleep()) return false;
+    return true;
+  }
+  // release: a worker that acquires this epoch also sees the paused_ store above. Sleeping
+  // workers are not woken: they are parked, which counts as acknowledged (workers_acknowledged).
+  const std::uint64_t epoch = pause_epoch_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  while (!workers_acknowledged(epoch))
+    if (!sleep()) return false;
+  return true;
+}
+
+/// acknowledge_pause(wc): worker wc, between jobs, saw the queue paused.
+void Dispatcher::acknowledge_pause(WorkerContext& wc) noexcept {
+  // acquire: if this reads a pause_and_wait's epoch, the paused_ load below sees that pause (or
+  // a later resume, and then we do not acknowledge).
+  const std::uint64_t epoch = pause_epoch_.load(std::memory_order_acquire);
+  if (!paused_.load(std::memory_order_acquire)) return;
+  // relaxed load: our own last store. release store: our finished handler's effects and counts
+  // happen before the waiter's acquire load of the ack.
+  if (wc.pause_ack.load(std::memory_order_relaxed) != epoch)
+    wc.pause_ack.store(epoch, std::memory_order_release);
+}
+
+/// workers_acknowledged(epoch): every worker thread acknowledged `epoch` (or a later one), is
+/// parked (asleep between jobs), or has exited its loop.
+bool Dispatcher::workers_acknowledged(std::uint64_t epoch) const noexcept {
+  // acquire: the gate opens (release) once contexts_ is complete; it never changes after.
+  // Closed: no worker runs a job yet, and each will see paused_ before its first one.
+  if (gate_.load(std::memory_order_acquire) != kGateOpen) return true;
+  for (const auto& wc : contexts_) {
+    // acquire: pairs with the ack's release (the worker's handler has returned).
+    if (wc->pause_ack.load(std::memory_order_acquire) >= epoch) continue;
+    // seq_cst: Dekker with the worker's seq_cst unpark store and its seq_cst load of paused_
+    // in next_job, against pause()'s seq_cst store: if this reads `parked`, the unpark comes
+    // later in the single order, so the worker's next paused_ load sees the pause.
+    if (wc->parked.load(std::memory_order_seq_cst)) continue;
+    return false;
+  }
+  return true;
+}
+
+void Dispatcher::raise_if_drained(bool on_worker) noexcept {
+  // acq_rel RMW: orders this thread's counts before the next checker's reads, and the previous
+  // checker's counts before ours (see the header: the last two ends are never both missed).
+  std::uint64_t last = drained_mark_.fetch_add(0, std::memory_order_acq_rel);
+  const std::optional<std::uint64_t> mark = stats_.idle_mark();
+  if (!mark) return;
+  while (*mark > last) {
+    // acq_rel: one winner per mark, and marks only grow: a slower checker with an older mark
+    // cannot raise the event twice for one transition.
+    if (drained_mark_.compare_exchange_weak(last, *mark, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+      if (!on_worker) {
+        emit_queue_event(EventKind::drained);
+        return;
+      }
+      // As a delivery of this queue: an observer on its worker must not wait for that worker
+      // (drain, pause_and_wait throw would_deadlock).
+      const QueueBase* const outer = std::exchange(current_delivery(), &owner_);
+      emit_queue_event(EventKind::drained);
+      current_delivery() = outer;
+      return;
+    }
+  }
+}
+
+void Dispatcher::emit_queue_event(EventKind kind) const noexcept {
+  if (!core_.observed()) return;
+  Event e;
+  e.kind = kind;
+  e.at = TimePoint{Duration{core_.now_ns()}};
+  e.queue = queue_;
+  core_.emit(e);
 }
 
 void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& wc) {
   std::uint32_t idx = 0;
+  // However the loop ends, a pause_and_wait no longer waits for this worker.
+  struct Exit {
+    WorkerContext& wc;
+    ~Exit() { wc.pause_ack.store(WorkerContext::kExited, std::memory_order_release); }
+  } exit{wc};
   while (!stop_.load(std::memory_order_acquire)) {
     if (next_job(w, wc, idx)) {
       runner.deliver(idx, wc);
       continue;
     }
-    wc.fast = false;  // after idling, the next handler's speed is unknown: one job at a time
+    wc.fast = false;        // after idling, the next handler's speed is unknown: one job at a time
+    note_if_drained(true);  // this worker ran out of jobs: the queue may be idle now
     if (spin_for_job(w, wc, idx)) {
       runner.deliver(idx, wc);
       continue;
@@ -193,7 +311,13 @@ void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& 
     if (stop_.load(std::memory_order_acquire)) break;
     // Returns at once if a producer (or a worker filling its stash) signalled since; else sleeps
     // until one does. Either way the loop re-checks the ring and the stashes (event_count.hpp).
+    // Parked meanwhile: between jobs, so a pause_and_wait need not wait for (or wake) us. The
+    // semaphore's wake-ups go to any worker, so a pause cannot count on waking each one.
+    // release: our last handler's end happens before a waiter's acquire load of it.
+    wc.parked.store(true, std::memory_order_release);
     ready_ec_.wait();
+    // seq_cst: see workers_acknowledged (once per wake-up, not per job).
+    wc.parked.store(false, std::memory_order_seq_cst);
   }
 }
 
@@ -245,8 +369,12 @@ bool Dispatcher::work_visible() const noexcept {
 bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept {
   // After stop nothing new starts: shutdown may already have reported a ready job as not started
   // and handed its payload back (take_leftovers).
-  if (stop_.load(std::memory_order_acquire) || paused_.load(std::memory_order_acquire))
+  if (stop_.load(std::memory_order_acquire)) return false;
+  // seq_cst: see workers_acknowledged (a plain load on x86, ldar on ARMv8 as acquire is).
+  if (paused_.load(std::memory_order_seq_cst)) [[unlikely]] {
+    acknowledge_pause(wc);  // between jobs: a pause_and_wait may be waiting for us
     return false;
+  }
   if (wc.stash->take(idx)) return true;
   // A batch boundary: fire any timer that came due (backoffs, delays, lease sweeps) if the timer
   // thread has not.

@@ -103,6 +103,16 @@ bool Engine::cancel(JobId id) {
   return false;
 }
 
+Subscription Engine::subscribe(Observer observer) {
+  return Subscription(*this, on_event(std::move(observer)));
+}
+
+void Subscription::reset() noexcept {
+  if (engine_ != nullptr && id_ != ObserverId::none) (void)engine_->remove_observer(id_);
+  engine_ = nullptr;
+  id_ = ObserverId::none;
+}
+
 ShutdownReport Engine::shutdown(Duration grace) {
   core_->stop_accepting();
   bool first;

@@ -79,7 +79,7 @@ JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::
       payload_(static_cast<char*>(alloc_aligned(stride_ * capacity_, payload_align)),
                FreeCells{stride_ * capacity_, payload_align}),
       free_(capacity_, sizeof(JobSlot) + stride_),
-      dispatch_(core_, stats_, capacity_, slots_.get(), payload_.get(), stride_),
+      dispatch_(core_, stats_, capacity_, slots_.get(), payload_.get(), stride_, name_, *this),
       timers_(core_, slots_.get(), capacity_, options_.visibility_timeout) {}
 
 JobFlow::~JobFlow() {
@@ -717,7 +717,10 @@ bool JobFlow::cancel(JobId id) {
   // slot that no longer holds the job does not end the scan.
   for (std::uint32_t i = 0; i < capacity_; ++i) {
     if (slots_[i].id.load(std::memory_order_relaxed) != id) continue;
-    if (auto done = try_cancel(i, id)) return *done;
+    if (auto done = try_cancel(i, id)) {
+      if (*done) dispatch_.note_if_drained(false);  // the queue's last job may have gone
+      return *done;
+    }
   }
   return false;
 }

@@ -137,6 +137,17 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
       line += icon("🗑") + "DISCARDED job " + id + " (" + name + ") on attempt " +
               std::to_string(e.attempt) + ": " + std::string(e.error);
       break;
+    case EventKind::paused:
+      line += icon("⏸") + "PAUSED queue " + std::string(e.queue) + ": no new job starts";
+      break;
+    case EventKind::resumed:
+      line += icon("▶") + "RESUMED queue " + std::string(e.queue);
+      break;
+    case EventKind::drained:
+      // Once per transition to idle: with a trickle of jobs that is once per job, so verbose.
+      if (!o.verbose) return {};
+      line += "DRAINED queue " + std::string(e.queue) + ": nothing waiting, delayed or running";
+      break;
   }
   return line;
 }

@@ -36,6 +36,12 @@ std::string_view to_string(EventKind kind) noexcept {
       return "cancelled";
     case EventKind::discarded:
       return "discarded";
+    case EventKind::paused:
+      return "paused";
+    case EventKind::resumed:
+      return "resumed";
+    case EventKind::drained:
+      return "drained";
   }
   return "unknown_event";
 }

@@ -21,36 +21,53 @@ void QueueStats::add_workers(std::uint32_t n) {
   workers_.store(workers_owner_.get(), std::memory_order_release);
 }
 
-QueueCounts QueueStats::counts(bool paused) const noexcept {
+std::uint64_t QueueStats::sum(Counter c) const noexcept {
   // acquire: pairs with add_workers' release, so the array and its count are seen built.
   const WorkerCounters* owned = workers_.load(std::memory_order_acquire);
   const std::uint32_t owners = owned ? worker_count_.load(std::memory_order_relaxed) : 0;
-  auto r = [&](Counter c) {
-    std::uint64_t sum = shared_.read(c);
-    for (std::uint32_t w = 0; w < owners; ++w)
-      sum += owned[w].read(c);
-    return sum;
-  };
-  auto gauge = [](std::uint64_t in, std::uint64_t out) { return in > out ? in - out : 0; };
+  std::uint64_t total = shared_.read(c);
+  for (std::uint32_t w = 0; w < owners; ++w)
+    total += owned[w].read(c);
+  return total;
+}
+
+QueueStats::Gauges QueueStats::gauges() const noexcept {
   // Every outflow before any inflow: see the header.
-  const std::uint64_t attempt_ended = r(kAttemptEnded), from_ready = r(kFromReady),
-                      from_delayed = r(kFromDelayed);
-  const std::uint64_t started = r(kStarted), to_ready = r(kToReady), to_delayed = r(kToDelayed);
+  Gauges g{};
+  g.attempt_ended = sum(kAttemptEnded);
+  g.from_ready = sum(kFromReady);
+  g.from_delayed = sum(kFromDelayed);
+  g.started = sum(kStarted);
+  g.to_ready = sum(kToReady);
+  g.to_delayed = sum(kToDelayed);
+  return g;
+}
+
+QueueCounts QueueStats::counts(bool paused) const noexcept {
+  auto gauge = [](std::uint64_t in, std::uint64_t out) { return in > out ? in - out : 0; };
+  const Gauges g = gauges();
   QueueCounts c;
-  c.added = r(kAdded);
-  c.completed = r(kCompleted);
-  c.failed_attempts = r(kFailedAttempts);
-  c.dead_lettered = r(kDeadLettered);
-  c.cancelled = r(kCancelled);
-  c.discarded = r(kDiscarded);
-  c.deduplicated = r(kDeduplicated);
-  c.stalled = r(kStalled);
-  c.late_outcomes = r(kLateOutcomes);
-  c.waiting = gauge(to_ready, from_ready);
-  c.delayed = gauge(to_delayed, from_delayed);
-  c.active = gauge(started, attempt_ended);
+  c.added = sum(kAdded);
+  c.completed = sum(kCompleted);
+  c.failed_attempts = sum(kFailedAttempts);
+  c.dead_lettered = sum(kDeadLettered);
+  c.cancelled = sum(kCancelled);
+  c.discarded = sum(kDiscarded);
+  c.deduplicated = sum(kDeduplicated);
+  c.stalled = sum(kStalled);
+  c.late_outcomes = sum(kLateOutcomes);
+  c.waiting = gauge(g.to_ready, g.from_ready);
+  c.delayed = gauge(g.to_delayed, g.from_delayed);
+  c.active = gauge(g.started, g.attempt_ended);
   c.paused = paused;
   return c;
+}
+
+std::optional<std::uint64_t> QueueStats::idle_mark() const noexcept {
+  const Gauges g = gauges();
+  if (g.started > g.attempt_ended || g.to_ready > g.from_ready || g.to_delayed > g.from_delayed)
+    return std::nullopt;
+  return g.to_ready + g.to_delayed;
 }
 
 std::optional<JobStatus> QueueStats::recall(JobId id) const noexcept {

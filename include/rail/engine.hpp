@@ -4,8 +4,9 @@
 // Guarantee: every job a queue accepts ends exactly once — completed or dead-lettered — or is
 // listed by shutdown(); destroying an engine never loses track of a job silently (its events
 // and its shutdown report say where each went).
-// Threading: all members are thread-safe. queue() declarations and on_event() are cold (locked);
-// add/process paths are lock-free (see detail/queue_impl.hpp).
+// Threading: all members are thread-safe. queue() declarations, on_event() and remove_observer()
+// are cold (locked); add/process paths and event delivery are lock-free (see
+// detail/queue_impl.hpp, detail/observer_list.hpp).
 // Shutdown: shutdown(grace) stops accepting, lets running handlers finish until `grace` passes
 // and reports what was left. The destructor does the same with no grace for queued work, then
 // waits for running handlers to return (a handler that never returns blocks destruction — rail
@@ -35,6 +36,46 @@
 #include "rail/shutdown_report.hpp"
 
 namespace rail {
+
+class Engine;
+
+/// Subscription: owns one observer of an engine (Engine::subscribe) and removes it when
+/// destroyed or reset(), as Engine::remove_observer does (it waits for calls in progress unless
+/// it runs inside an observer). Move-only; an empty one owns nothing. Must not outlive its
+/// engine.
+class Subscription {
+ public:
+  Subscription() noexcept = default;
+  Subscription(Engine& engine, ObserverId id) noexcept : engine_(&engine), id_(id) {}
+  Subscription(Subscription&& other) noexcept
+      : engine_(std::exchange(other.engine_, nullptr)),
+        id_(std::exchange(other.id_, ObserverId::none)) {}
+  Subscription& operator=(Subscription&& other) noexcept {
+    if (this != &other) {
+      reset();
+      engine_ = std::exchange(other.engine_, nullptr);
+      id_ = std::exchange(other.id_, ObserverId::none);
+    }
+    return *this;
+  }
+  Subscription(const Subscription&) = delete;
+  Subscription& operator=(const Subscription&) = delete;
+  ~Subscription() { reset(); }
+
+  /// reset() removes the observer now (if any) and leaves the subscription empty.
+  void reset() noexcept;
+  /// release() leaves the observer in place for the engine's lifetime; returns its id.
+  ObserverId release() noexcept {
+    engine_ = nullptr;
+    return std::exchange(id_, ObserverId::none);
+  }
+  [[nodiscard]] ObserverId id() const noexcept { return id_; }
+  explicit operator bool() const noexcept { return id_ != ObserverId::none; }
+
+ private:
+  Engine* engine_ = nullptr;
+  ObserverId id_ = ObserverId::none;
+};
 
 class Engine {
  public:
@@ -113,11 +154,35 @@ class Engine {
     return Queue<T>(static_cast<detail::QueueImpl<T>*>(it->second.get()));
   }
 
-  /// on_event(observer) adds an observer of every job stage on every queue (at most 16). Add
-  /// observers before adding jobs to see every event; they cannot be removed. An observer must
+  /// on_event(observer) adds an observer of every job stage on every queue, called after the
+  /// observers added before it, and returns its id for remove_observer (ignore it to keep the
+  /// observer for the engine's lifetime). Any number of observers; add them before adding jobs
+  /// to see every event. Never waits. Called from inside an observer, the new one first sees
+  /// the events emitted after on_event returns (not the one being delivered). An observer must
   /// not throw: if it does, the exception is caught (the job's transition and the other
   /// observers go on), counted in observer_errors(), and the first one is reported on stderr.
-  void on_event(Observer observer) { core_->add_observer(std::move(observer)); }
+  /// Throws std::bad_alloc (nothing added) if memory runs out. Cold: takes a lock that emit()
+  /// never takes; emit() reads the observers lock-free.
+  ObserverId on_event(Observer observer) { return core_->add_observer(std::move(observer)); }
+
+  /// remove_observer(id) removes an observer; false if `id` names none (already removed, or
+  /// none). Once it returns the observer is never called again. Called outside any observer it
+  /// also waits until no call of it is in progress on any thread (it waits for the observer
+  /// calls in progress when it began, of any observer) and destroys its callable before
+  /// returning: what the observer uses may be destroyed at once. Do not call it while holding a
+  /// lock an observer may wait for. Called from inside an observer (this engine's or
+  /// another's, a self-removal included) it does not wait, which could deadlock: the current
+  /// event's delivery on this thread skips the removed observer from then on, a call already
+  /// running on another thread may still finish, and the callable is destroyed later (by an
+  /// on_event or remove_observer whose wait covers it, or the engine's destructor). Never throws.
+  bool remove_observer(ObserverId id) noexcept { return core_->remove_observer(id); }
+
+  /// subscribe(observer) is on_event with an owner: the returned Subscription removes the
+  /// observer (remove_observer, with its waiting rule) when it is destroyed or reset.
+  [[nodiscard]] Subscription subscribe(Observer observer);
+
+  /// observer_count() is the number of observers added and not removed (cold).
+  [[nodiscard]] std::size_t observer_count() const { return core_->observer_count(); }
 
   /// observer_errors() is how many observer calls have thrown on this engine so far.
   [[nodiscard]] std::uint64_t observer_errors() const noexcept { return core_->observer_errors(); }

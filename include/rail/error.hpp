@@ -15,7 +15,7 @@ enum class ErrorCode {
   queue_exists,    // a queue declared twice with a different payload type or options
   type_mismatch,   // a queue looked up with a payload type other than its own
   shutting_down,   // an operation after Engine::shutdown() began
-  capacity,        // a fixed-size table (names, observers, dedup window) is full, or a queue's
+  capacity,        // a fixed-size table (queues, dedup window) is full, or a queue's
                    // capacity needs more memory than the machine has (detail/footprint.hpp)
   wrong_mode,      // an inline-only call on a threaded engine, or the reverse
   journal,         // the DLQ journal could not be opened, written or read

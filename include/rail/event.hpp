@@ -1,17 +1,18 @@
 // Events: every stage of a job, delivered to observers with the job's id, name and attempt, so one
-// job can be traced from add to its end (the seed's "log the job id at every stage").
+// job can be traced from add to its end (the seed's "log the job id at every stage"), and the
+// queue-level moments (paused, resumed, drained) with job_id 0.
 //
 // Observers run synchronously on the thread where the stage happened (a producer for `added`, a
 // worker for `started`/`completed`, the timer thread for `retry_due`...), never with an engine
-// lock held, so an observer may call back into the engine (state, cancel, next_timer_in; a call
-// that would wait for the calling thread itself, such as drain() from a handler or a timer
-// event, throws Error(would_deadlock)). Stages found while timers fire (`retry_due`, `stalled`
-// and the failure or dead-lettering of a lapsed delivery) are delivered right after the timer
-// releases the wheel: a worker may already have started (even finished) the job by then, so
-// such an event can arrive after later events of the same job. Observers must be fast and must
-// not throw: a throw is caught (the job's transition and the other observers go on), counted in
-// Engine::observer_errors(), and the engine's first one is reported on stderr. Views in Event
-// are valid only during the call.
+// lock held, so an observer may call back into the engine (state, cancel, next_timer_in,
+// on_event, remove_observer; a call that would wait for the calling thread itself, such as
+// drain() from a handler or a timer event, throws Error(would_deadlock)). Stages found while
+// timers fire (`retry_due`, `stalled` and the failure or dead-lettering of a lapsed delivery)
+// are delivered right after the timer releases the wheel: a worker may already have started
+// (even finished) the job by then, so such an event can arrive after later events of the same
+// job. Observers must be fast and must not throw: a throw is caught (the job's transition and
+// the other observers go on), counted in Engine::observer_errors(), and the engine's first one
+// is reported on stderr. Views in Event are valid only during the call.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,15 @@ enum class EventKind : std::uint8_t {
   cancelled,       // cancel() removed the job (or its running handler's outcome was discarded)
   discarded,       // the handler dropped the job (Outcome::discard): ended, no retry, no DLQ;
                    // `error` holds the reason it gave
+  // Queue-level (job_id 0, `queue` set):
+  paused,   // pause() (or pause_and_wait) paused a running queue; once per pause, not per call
+  resumed,  // resume() resumed a paused queue
+  drained,  // the queue became idle: nothing waiting, delayed or running (stale handlers
+            // included) after work entered it since the last `drained`: raised by the worker
+            // that ran out of jobs (inline: run_until_idle) or the cancel() that emptied it,
+            // once per transition to idle, and only while someone observes. drain() would
+            // return true at that moment. (BullMQ's `drained` fires when the waiting list
+            // empties, with delayed jobs possibly left; rail's waits for those too.)
 };
 
 enum class DeadLetterReason : std::uint8_t {
@@ -80,5 +90,9 @@ struct Event {
 
 /// Observer: a callable receiving each event.
 using Observer = std::function<void(const Event&)>;
+
+/// ObserverId names an observer added with Engine::on_event, for Engine::remove_observer.
+/// Engine-unique, never reused; ObserverId::none names no observer.
+enum class ObserverId : std::uint64_t { none = 0 };
 
 }  // namespace rail

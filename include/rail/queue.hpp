@@ -77,11 +77,25 @@ class Queue {
     }
   }
 
-  /// pause() stops workers from starting jobs (running ones finish); adds are still accepted and
-  /// delayed jobs still become ready. resume() lets workers start again.
+  /// pause() stops workers from starting jobs (running ones finish, and a job a worker took
+  /// just before may still start); adds are still accepted and delayed jobs still become
+  /// ready. resume() lets workers start again. Each raises its event (EventKind::paused /
+  /// resumed) when it changes the state: a second pause() is silent. Never blocks.
   void pause() noexcept { impl_->pause(); }
   void resume() noexcept { impl_->resume(); }
   [[nodiscard]] bool paused() const noexcept { return impl_->paused(); }
+
+  /// pause_and_wait(timeout) pauses the queue as pause() does, then blocks until no handler of
+  /// it is running: every worker has returned from the handler it was running (or had just
+  /// taken a job for) and will start nothing until resume(). Handlers still running after their
+  /// lease lapsed count as running: they are waited for (BullMQ's pause(doNotWaitActive=false)
+  /// waits for its workers' active jobs the same way). Returns true once none runs, false if
+  /// `timeout` (real time) passed first; the queue stays paused either way. Threaded and inline
+  /// engines (inline, handlers run only inside run_until_idle: it returns at once unless
+  /// another thread is in there). Throws Error(would_deadlock), without pausing, when called
+  /// from one of this queue's handlers (or an observer of its events on its worker) or from a
+  /// timer callback (an observer of retry_due/stalled, a DLQ alert), as drain() does.
+  bool pause_and_wait(Duration timeout = Duration::max()) { return impl_->pause_and_wait(timeout); }
 
   /// drain(timeout) blocks until nothing is waiting, delayed or running on this queue (a paused
   /// queue with jobs never drains); returns false if `timeout` (real time) passed first.

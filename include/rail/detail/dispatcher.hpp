@@ -11,13 +11,33 @@
 // Idle workers: one of them at a time (the spinner) polls for up to kSpinNs before sleeping on
 // the event count; the others sleep at once. Producers skip the wake-up while a spinner is on
 // duty (a fence-against-fence Dekker hand-off: wake_for_ready and spin_for_job).
+// Pause: pause() sets paused_; a worker checks it before taking each job (next_job), so a job it
+// took before seeing the pause still runs. pause_and_wait() also waits for those: it bumps
+// pause_epoch_ and waits until every worker has acknowledged the new epoch or is parked. A
+// worker acknowledges only from next_job, between jobs, with the pause in sight: its handler (a
+// stale one whose lease lapsed included) has returned and it starts nothing more while paused.
+// A worker asleep on the event count is parked: it runs nothing, and when it wakes its next_job
+// sees the pause (a Dekker of seq_cst operations: workers_acknowledged). Sleepers are not
+// woken to acknowledge: the event count's signals go to whichever worker waits next, so one
+// worker could take them all. Nothing is paid per job while the queue runs (the ack is in
+// next_job's paused branch; parking is per sleep).
+// Drained: note_if_drained() runs where a worker (inline: run_inline) runs out of jobs, and
+// after a cancel; only while someone observes. It raises `drained` when the queue's gauges show
+// nothing waiting, delayed or active and work entered it since the last `drained` (the total of
+// moves into waiting or delayed grew: QueueStats::idle_mark). drained_mark_ keeps that total;
+// an RMW on it orders each checker's earlier counts before the next checker's reads, so of two
+// workers ending the last two jobs at once the later check sees both ends (Dekker, no fence).
 // Memory ordering: the ring push is a release and its pop an acquire (they carry the slot's
 // fields); stop_/paused_ are release on store and acquire on load, except stop_'s store and the
 // job flow's re-check after activation, which are seq_cst (SlotControl::activate explains why).
-// Threading: push_ready* from any thread; start/stop/join/pause/resume from any thread, cold;
-// run_inline by the inline engine's caller. The dispatcher serves one queue's ring today; its
-// workers only ever see the ring through next_job, so a pool shared by several queues (the next
-// capability) changes next_job's choice of ring, not the job flow.
+// pause_epoch_'s increment is a release after the paused_ store; a worker's acquire load of it
+// then sees the pause (acknowledge_pause), and its ack (release) after its last handler's
+// counts is acquired by the waiter. pause()'s store, next_job's paused_ load, a worker's unpark
+// store and the waiter's load of `parked` are seq_cst (workers_acknowledged says why).
+// Threading: push_ready* from any thread; start/stop/join/pause/resume/pause_and_wait from any
+// thread, cold; run_inline by the inline engine's caller. The dispatcher serves one queue's ring
+// today; its workers only ever see the ring through next_job, so a pool shared by several queues
+// (the next capability) changes next_job's choice of ring, not the job flow.
 #pragma once
 
 #include <atomic>
@@ -55,6 +75,12 @@ struct alignas(64) WorkerContext {  // its own lines: written on every job by it
   std::int64_t last_wall_ns = 0;   // steady clock: the batch-size heuristic's
   bool fast = false;  // the last delivery started within kFastHandlerNs of the one before
   bool manual_clock = false;
+  /// pause_ack: the last pause epoch this worker acknowledged between jobs (kExited once it
+  /// left its loop). Written by its worker, read by pause_and_wait.
+  std::atomic<std::uint64_t> pause_ack{0};
+  static constexpr std::uint64_t kExited = ~std::uint64_t{0};
+  /// parked: the worker sleeps between jobs (or is about to); written by its worker.
+  std::atomic<bool> parked{false};
 };
 
 /// ThreadFactory: how Dispatcher::start creates a worker thread running `body`. A test seam:
@@ -85,9 +111,11 @@ class Dispatcher {
   static constexpr std::int64_t kSpinNs = 50'000;
 
   /// Dispatcher(...): the ready ring has room for every slot. slots/payload/payload_stride let
-  /// next_job prefetch a batch's slots and payloads without knowing the payload type.
+  /// next_job prefetch a batch's slots and payloads without knowing the payload type. `queue`
+  /// names the queue in its events and `owner` is it (both outlive the dispatcher).
   Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity, const JobSlot* slots,
-             const void* payload, std::size_t payload_stride);
+             const void* payload, std::size_t payload_stride, std::string_view queue,
+             const QueueBase& owner);
   ~Dispatcher();
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
@@ -119,9 +147,20 @@ class Dispatcher {
   void join() noexcept;
   [[nodiscard]] bool stopping(std::memory_order order) const noexcept { return stop_.load(order); }
 
-  void pause() noexcept { paused_.store(true, std::memory_order_release); }
+  /// pause() / resume(): Queue::pause / resume; each raises its event when it changed the state.
+  void pause() noexcept;
   void resume() noexcept;
   [[nodiscard]] bool paused() const noexcept { return paused_.load(std::memory_order_acquire); }
+  /// pause_and_wait(timeout): Queue::pause_and_wait.
+  bool pause_and_wait(Duration timeout);
+
+  /// note_if_drained(on_worker): the queue may have become idle (see the header); on_worker:
+  /// called by one of its worker threads, which its observers must not wait for.
+  void note_if_drained(bool on_worker) noexcept {
+    if (!core_.observed()) [[likely]]
+      return;  // relaxed hint: nothing to pay when nobody observes
+    raise_if_drained(on_worker);
+  }
 
   /// workers(): worker threads (0 before start, 1 in inline mode).
   [[nodiscard]] std::uint32_t workers() const noexcept {
@@ -136,6 +175,10 @@ class Dispatcher {
   bool spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   bool steal(std::uint32_t w, std::uint32_t& idx) noexcept;
   [[nodiscard]] bool work_visible() const noexcept;
+  void acknowledge_pause(WorkerContext& wc) noexcept;
+  [[nodiscard]] bool workers_acknowledged(std::uint64_t epoch) const noexcept;
+  void raise_if_drained(bool on_worker) noexcept;
+  void emit_queue_event(EventKind kind) const noexcept;
 
   /// wake_for_ready(): after a push to the ready ring (or a stash), make sure a worker will look.
   void wake_for_ready() noexcept {
@@ -147,6 +190,8 @@ class Dispatcher {
 
   EngineCore& core_;
   QueueStats& stats_;
+  std::string_view queue_;
+  const QueueBase& owner_;
   const JobSlot* slots_;
   const char* payload_;
   std::size_t payload_stride_;
@@ -164,6 +209,9 @@ class Dispatcher {
   std::atomic<std::uint32_t> worker_count_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> paused_{false};
+  std::atomic<std::uint64_t> pause_epoch_{0};  // bumped by each pause_and_wait
+  // The idle_mark of the last `drained` (see the header); only touched when observed.
+  alignas(64) std::atomic<std::uint64_t> drained_mark_{0};
 };
 
 }  // namespace rail::detail

@@ -2,6 +2,9 @@
 // observers, and the timing wheel with its owner thread — kept apart from Engine so that the
 // typed queue implementation can use them without seeing the whole public class.
 //
+// Observers: an ObserverList (observer_list.hpp): any number, removable, walked by emit()
+// without a lock or an allocation while on_event / remove_observer swap its snapshot.
+//
 // Timer ownership: the wheel is single-owner (rail::detail::TimingWheel): whoever holds wheel_mu_
 // owns it. In threaded mode that is the timer thread, or a worker between two batches that finds
 // a timer due (poll_timers): at full load the timer thread waits for a core like everyone else,
@@ -29,6 +32,7 @@
 #include "rail/clock.hpp"
 #include "rail/detail/deadline.hpp"
 #include "rail/detail/name_table.hpp"
+#include "rail/detail/observer_list.hpp"
 #include "rail/detail/timing_wheel.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
@@ -77,7 +81,6 @@ inline const QueueBase*& current_delivery() noexcept {
 class EngineCore {
  public:
   static constexpr std::size_t kMaxQueues = 256;
-  static constexpr std::size_t kMaxObservers = 16;
 
   explicit EngineCore(const EngineOptions& options)
       : clock_(options.clock ? *options.clock : SteadyClock::instance()),
@@ -109,22 +112,19 @@ class EngineCore {
   void stop_accepting() noexcept { accepting_.store(false, std::memory_order_release); }
 
   // --- observers -------------------------------------------------------------------------------
-  void add_observer(Observer fn) {
-    std::lock_guard lock(observer_mu_);
-    std::size_t n = observer_count_.load(std::memory_order_relaxed);
-    if (n == kMaxObservers)
-      throw Error(ErrorCode::capacity,
-                  "an engine takes at most " + std::to_string(kMaxObservers) + " observers");
-    observers_[n] = std::move(fn);
-    // release: publishes observers_[n] to emit()'s acquire load of the count.
-    observer_count_.store(n + 1, std::memory_order_release);
+  /// add_observer(fn): lists fn after the others (Engine::on_event). Cold; never waits.
+  ObserverId add_observer(Observer fn) { return ObserverId{observers_.add(std::move(fn))}; }
+  /// remove_observer(id): Engine::remove_observer (see there for when it waits).
+  bool remove_observer(ObserverId id) noexcept {
+    return id != ObserverId::none && observers_.remove(static_cast<std::uint64_t>(id));
   }
+  [[nodiscard]] std::size_t observer_count() const { return observers_.size(); }
   /// observer_errors(): how many observer calls threw (Engine::observer_errors).
   [[nodiscard]] std::uint64_t observer_errors() const noexcept {
     return observer_errors_.load(std::memory_order_relaxed);
   }
   [[nodiscard]] bool observed() const noexcept {
-    return observer_count_.load(std::memory_order_relaxed) != 0;  // a hint; emit() re-loads
+    return observers_.any();  // a hint; emit() re-loads the list in order
   }
   /// emit(e): delivers e to every observer, with no engine lock held: while this thread owns the
   /// wheel (timers fire, leases lapse) the event is copied aside and delivered once the wheel is
@@ -327,18 +327,17 @@ class EngineCore {
   }
 
   void deliver(const Event& e) const noexcept {
-    std::size_t n = observer_count_.load(std::memory_order_acquire);
-    for (std::size_t i = 0; i < n; ++i) {
+    observers_.for_each([&](const Observer& observer) noexcept {
       // An observer must not throw (event.hpp). Letting it through would break a job's state
       // transition halfway, so the throw is caught, counted and reported once per engine.
       try {
-        observers_[i](e);
+        observer(e);
       } catch (const std::exception& ex) {
         observer_threw(e, ex.what());
       } catch (...) {
         observer_threw(e, "an exception not derived from std::exception");
       }
-    }
+    });
   }
 
   /// observer_threw(e, what): counts a throwing observer call; the first one of this engine is
@@ -381,9 +380,7 @@ class EngineCore {
   alignas(64) std::atomic<std::uint64_t> next_id_{1};
   alignas(64) std::atomic<bool> accepting_{true};
 
-  std::mutex observer_mu_;
-  std::array<Observer, kMaxObservers> observers_{};
-  std::atomic<std::size_t> observer_count_{0};
+  BasicObserverList<Observer> observers_;
   mutable std::atomic<std::uint64_t> observer_errors_{0};  // deliver() is const, as emit() is
 
   std::array<QueueBase*, kMaxQueues> queues_{};

@@ -110,6 +110,7 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   // --- lifecycle (see Queue) --------------------------------------------------------------------
   void pause() noexcept { dispatch_.pause(); }
   void resume() noexcept { dispatch_.resume(); }
+  bool pause_and_wait(Duration timeout) { return dispatch_.pause_and_wait(timeout); }
   [[nodiscard]] bool paused() const noexcept { return dispatch_.paused(); }
   bool drain(Duration timeout);
   bool cancel(JobId id);

@@ -73,6 +73,10 @@ class QueueStats {
 
   /// counts(paused): the snapshot Queue::counts() returns (see the header on gauges).
   [[nodiscard]] QueueCounts counts(bool paused) const noexcept;
+  /// idle_mark(): if the gauges show nothing waiting, delayed or active, the total of moves into
+  /// waiting or delayed so far (it grows whenever work enters the queue); else nullopt. Read as
+  /// counts() reads the gauges, so it never says idle with a job in flight.
+  [[nodiscard]] std::optional<std::uint64_t> idle_mark() const noexcept;
 
   /// remember(id, status): job `id` ended with `status`.
   void remember(JobId id, JobStatus status) noexcept {
@@ -99,6 +103,14 @@ class QueueStats {
   [[nodiscard]] std::uint32_t check(JobId id) const noexcept {
     return static_cast<std::uint32_t>(id >> bits_) & 0x0FFF'FFFFu;
   }
+
+  /// Gauges: the outflows (read first) and inflows behind waiting, delayed and active.
+  struct Gauges {
+    std::uint64_t attempt_ended, from_ready, from_delayed, started, to_ready, to_delayed;
+  };
+  /// sum(c): counter c over the shared stripes and the workers' own counters.
+  [[nodiscard]] std::uint64_t sum(Counter c) const noexcept;
+  [[nodiscard]] Gauges gauges() const noexcept;
 
   StripedCounters<kCounterKinds> shared_;
   std::atomic<const WorkerCounters*> workers_{nullptr};  // published by add_workers
