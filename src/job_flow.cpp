@@ -282,7 +282,7 @@ std::optional<AddResult> JobFlow::dedup_refusal(const DedupSet::Claim& claim,
 }
 
 AddResult JobFlow::note_duplicate(JobId owner, std::string_view job_name, const JobOptions& o,
-                                  std::int64_t now, bool debounced) {
+                                  std::int64_t now, bool debounced, AddStatus status) {
   stats_.add(kDeduplicated);
   if (core_.observed()) {
     Event e;
@@ -295,7 +295,7 @@ AddResult JobFlow::note_duplicate(JobId owner, std::string_view job_name, const 
     e.delay = o.delay;
     core_.emit(e);
   }
-  return {owner, debounced ? AddStatus::debounced : AddStatus::duplicate};
+  return {owner, debounced ? AddStatus::debounced : status};
 }
 
 // --- workers
@@ -608,7 +608,10 @@ void JobFlow::end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, 
   }
   record_end(s, kind, now, wc, why);
   s.end_kind = kind;
+  const JobId id = s.id.load(std::memory_order_relaxed);
+  const bool had_dedup = s.has_dedup;
   if (s.ctl.end()) final_end(idx);  // else the last stale handler to return frees it
+  ended(id, had_dedup);
 }
 
 void JobFlow::end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* wc) {
@@ -620,6 +623,8 @@ void JobFlow::end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerConte
   // from an observer finds nothing and answers false.
   JobSlot& s = slots_[idx];
   settle_end(s, EndKind::dead_lettered, wc);
+  const JobId id = s.id.load(std::memory_order_relaxed);
+  const bool had_dedup = s.has_dedup;
   std::optional<Event> ev;
   std::string error, own_name;
   if (core_.observed()) {
@@ -640,12 +645,16 @@ void JobFlow::end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerConte
   // entry and raises the event, so that observers find the job ended (review: an observer's
   // cancel() spun on a slot this thread still held in `finishing`).
   s.end_kind = EndKind::dead_lettered;
-  if (ctl::pins(s.ctl.load()) > 0 && file_copy(idx, pending)) return;
+  if (ctl::pins(s.ctl.load()) > 0 && file_copy(idx, pending)) {
+    ended(id, had_dedup);
+    return;
+  }
   if (s.ctl.end()) {
     final_end(idx, pending);  // files the entry (unless filed above) and raises the event
   } else if (pending) {
     core_.emit(*pending);  // a move-only payload: the last handler to return files the entry
   }
+  ended(id, had_dedup);
 }
 
 void JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc) {
@@ -764,6 +773,8 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   JobSlot& s = slots_[idx];
   stats_.add(from == SlotState::waiting ? kFromReady : kFromDelayed);
   record_end(s, EndKind::cancelled, core_.now_ns(), nullptr);
+  const JobId id = s.id.load(std::memory_order_relaxed);
+  const bool had_dedup = s.has_dedup;
   bool held = false;
   if (from == SlotState::delayed) {
     // As the wheel's owner: link what is in transit, then take the node off the wheel; its
@@ -781,6 +792,7 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   } else if (held) {
     reclaim_cancelled(idx);
   }
+  ended(id, had_dedup);  // an add deferred while the job ran before a lapse requeued it
 }
 
 bool JobFlow::retime(JobId id, std::int64_t due) {

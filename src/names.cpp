@@ -78,6 +78,8 @@ std::string_view to_string(AddStatus status) noexcept {
       return "dead_lettered";
     case AddStatus::dedup_full:
       return "dedup_full";
+    case AddStatus::deferred:
+      return "deferred";
   }
   return "unknown_status";
 }

@@ -61,7 +61,8 @@ void validate_job_options(const JobOptions& o, std::string_view where) {
     if (o.dedup.extend && !o.dedup.ttl)
       bad(where, "dedup.ttl", "unset with dedup.extend",
           "a ttl: extend restarts a window, so it needs one");
-  } else if (o.dedup.ttl || o.dedup.mode != DedupMode::merge || o.dedup.extend) [[unlikely]] {
+  } else if (o.dedup.ttl || o.dedup.mode != DedupMode::merge || o.dedup.extend ||
+             o.dedup.keep_last_if_active) [[unlikely]] {
     bad(where, "dedup.id", "empty while dedup.ttl or dedup.mode is set",
         "a dedup id to deduplicate on");
   }

@@ -516,6 +516,95 @@ TEST_F(Peers, ExtendWithoutATtlIsAnErrorThatNamesIt) {
   }
 }
 
+TEST_F(Peers, KeepLastIfActiveRunsTheNewestDuplicateOnceMoreAfterTheRunningJob) {
+  // BullMQ keepLastIfActive: duplicates while the job runs are not lost; the last one runs next.
+  auto q = engine.queue<int>("syncs", QueueOptions{});
+  JobOptions o = with_dedup("user-7", std::nullopt);
+  o.dedup.keep_last_if_active = true;
+  std::vector<int> ran;
+  std::vector<AddStatus> while_running;
+  JobId first = 0;
+  q.process({}, [&](Job<int>& j) {
+    ran.push_back(j.data());
+    if (j.data() == 1) {
+      for (int v : {2, 3}) {
+        const AddResult r = q.add("sync", v, o);
+        while_running.push_back(r.status);
+        EXPECT_EQ(r.id, first);
+      }
+    }
+  });
+  first = q.add("sync", 1, o).id;
+  EXPECT_EQ(q.add("sync", 9, o).status, AddStatus::duplicate) << "waiting: merged as usual";
+  replay();
+  EXPECT_EQ(while_running, (std::vector<AddStatus>{AddStatus::deferred, AddStatus::deferred}));
+  EXPECT_EQ(ran, (std::vector<int>{1, 3})) << "the newest kept add ran once, after the first";
+  EXPECT_EQ(q.counts().added, 2u);
+  EXPECT_EQ(q.counts().completed, 2u);
+}
+
+TEST_F(Peers, AKeptAddTakesOverAnIdTheEndedJobHeldForItsTtl) {
+  auto q = engine.queue<int>("syncs", QueueOptions{});
+  JobOptions o = with_dedup("user-7", 1h);
+  o.dedup.keep_last_if_active = true;
+  std::vector<int> ran;
+  q.process({}, [&](Job<int>& j) {
+    ran.push_back(j.data());
+    if (j.data() == 1) {
+      EXPECT_EQ(q.add("sync", 2, o).status, AddStatus::deferred);
+    }
+  });
+  (void)q.add("sync", 1, o);
+  replay();
+  EXPECT_EQ(ran, (std::vector<int>{1, 2}));
+  EXPECT_EQ(q.add("sync", 3, o).status, AddStatus::duplicate)
+      << "the kept add's job holds the id for its own ttl now";
+}
+
+TEST_F(Peers, AKeptAddThatFindsNoRoomGoesToTheDlqNotNowhere) {
+  auto q = engine.queue<int>("syncs", QueueOptions{.capacity = 1});
+  JobOptions o = with_dedup("user-7", std::nullopt);
+  o.dedup.keep_last_if_active = true;
+  q.process({}, [&](Job<int>& j) {
+    if (j.data() == 1) {
+      EXPECT_EQ(q.add("sync", 2, o).status, AddStatus::deferred);
+      // Fill the slot the running job will free before the kept add is made.
+      EXPECT_EQ(q.add("other", 3).status, AddStatus::full);
+    }
+  });
+  (void)q.add("sync", 1, o);
+  replay();
+  EXPECT_EQ(q.counts().completed + q.dlq().size(), 2u) << "the kept add ran or was filed";
+}
+
+TEST(PeerKeepLast, TheNewestAddIsNeverLostWhileWorkersRunTheKeptJob) {
+  for (int round = 0; round < 30; ++round) {
+    std::atomic<int> newest_ran{0};
+    ManualClock clock;
+    Engine engine{EngineOptions{.clock = &clock, .mode = Mode::threaded}};
+    auto q = engine.queue<int>("syncs", QueueOptions{});
+    q.process({.concurrency = 3}, [&](Job<int>& j) {
+      int seen = newest_ran.load();
+      while (j.data() > seen && !newest_ran.compare_exchange_weak(seen, j.data())) {
+      }
+    });
+    JobOptions o = with_dedup("user-7", std::nullopt);
+    o.dedup.keep_last_if_active = true;
+    int last_accepted = 0;
+    for (int v = 1; v <= 300; ++v) {
+      const AddResult r = q.add("sync", v, o);
+      if (r.status == AddStatus::added || r.status == AddStatus::deferred) last_accepted = v;
+      if (v % 7 == 0) std::this_thread::yield();
+    }
+    ASSERT_TRUE(q.drain(30s)) << "round " << round;
+    const QueueCounts c = q.counts();
+    EXPECT_EQ(c.completed, c.added) << "round " << round;
+    EXPECT_EQ(newest_ran.load(), last_accepted)
+        << "round " << round << ": the newest add that was added or kept never ran";
+    engine.shutdown(1s);
+  }
+}
+
 // --- delayed-job control and listing ---------------------------------------------------------
 
 TEST_F(Peers, PromoteRunsADelayedJobNow) {

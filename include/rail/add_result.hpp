@@ -18,6 +18,8 @@ enum class AddStatus : std::uint8_t {
   full,           // the queue held `capacity` unfinished jobs; nothing was created
   dead_lettered,  // the queue was full and its policy sent the new job `id` to the DLQ
   dedup_full,     // the dedup window held its maximum of live ids; nothing was created
+  deferred,       // DedupOptions::keep_last_if_active: job `id` is running, and this add is kept
+                  // (replacing one kept before) to be added as a new job once `id` ends
 };
 
 std::string_view to_string(AddStatus status) noexcept;
@@ -28,7 +30,8 @@ struct AddResult {
   /// duplicate is true when the add was merged into an existing job (status duplicate or
   /// debounced): BullMQ's "first.id === second.id".
   [[nodiscard]] bool duplicate() const noexcept {
-    return status == AddStatus::duplicate || status == AddStatus::debounced;
+    return status == AddStatus::duplicate || status == AddStatus::debounced ||
+           status == AddStatus::deferred;
   }
   /// accepted is true when the job exists in the queue now (new or merged).
   [[nodiscard]] bool accepted() const noexcept { return status == AddStatus::added || duplicate(); }

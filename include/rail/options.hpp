@@ -39,6 +39,11 @@ struct DedupOptions {
   /// extend: each duplicate add within the window restarts it (now + ttl), so a steady stream of
   /// duplicates keeps merging (BullMQ's `extend`). Needs a ttl. Debounce always restarts it.
   bool extend = false;
+  /// keep_last_if_active: a duplicate add while the kept job is running is not dropped: the
+  /// newest such add is kept (AddStatus::deferred) and added as a new job, holding the id,
+  /// once the running job ends, so the work it describes runs once more after it (BullMQ's
+  /// `keepLastIfActive`). Adds while the kept job waits or is delayed merge as usual.
+  bool keep_last_if_active = false;
 };
 
 /// JobOptions: per-add settings.

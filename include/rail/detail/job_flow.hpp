@@ -143,6 +143,9 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   virtual void retire(std::uint32_t idx, bool dead_letter, const Event* event) = 0;
   /// in_dlq(id): the job is in the DLQ (state() of a dead-lettered job no longer remembered).
   [[nodiscard]] virtual bool in_dlq(JobId id) const = 0;
+  /// run_deferred(id): job `id` has ended and an add was deferred until then
+  /// (keep_last_if_active): add it now. Called only when one may be pending (ended()).
+  virtual void run_deferred(JobId id) noexcept = 0;
   /// file_copy(idx, event): the job in slot idx is being dead-lettered while a stale handler
   /// still reads its payload: copy the payload into its DLQ entry, leave the slot (leave_filed),
   /// then file the entry and raise `event` (if any). False when the payload cannot be copied (or
@@ -197,6 +200,8 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
       return true;
     return acquire_slots_slow(out, n);
   }
+  /// try_acquire_slots(out, n): acquire_slots without waiting for room.
+  bool try_acquire_slots(std::uint32_t* out, std::size_t n) noexcept { return try_acquire(out, n); }
   /// release_slot(idx): the caller holds idx and has destroyed (or never built) its payload.
   void release_slot(std::uint32_t idx) noexcept {
     slots_[idx].ctl.mark_free();
@@ -281,7 +286,8 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   std::optional<AddResult> dedup_refusal(const DedupSet::Claim& claim, const JobOptions& o) const;
   /// note_duplicate(owner, job_name, o, now, debounced): a duplicate add merged into `owner`.
   AddResult note_duplicate(JobId owner, std::string_view job_name, const JobOptions& o,
-                           std::int64_t now, bool debounced);
+                           std::int64_t now, bool debounced,
+                           AddStatus status = AddStatus::duplicate);
 
   /// take_unstarted(take): after shutdown, under the wheel, hands every job that never started
   /// and that no handler pins to take(idx, delayed), which moves its payload out and destroys
@@ -289,6 +295,25 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   bool take_unstarted(const std::function<void(std::uint32_t, bool)>& take);
 
   DedupSet& dedup();
+
+  /// defer_while_active(idx, owner, keep): under the caller's lock on its deferred adds, calls
+  /// keep() if job `owner` is running in slot idx, and counts it; false (nothing kept) if the
+  /// job is not running there any more. With ended(), a Dekker hand-off: either the ending
+  /// job's thread sees the count, or this sees the job no longer running.
+  template <class Keep>
+  bool defer_while_active(std::uint32_t idx, JobId owner, Keep&& keep) {
+    // seq_cst: the count before the state, against ended()'s end-then-fence-then-count.
+    deferred_.fetch_add(1, std::memory_order_seq_cst);
+    const std::uint64_t c = slots_[idx].ctl.load(std::memory_order_seq_cst);
+    const SlotState st = ctl::state(c);
+    if ((st == SlotState::active || st == SlotState::finishing) &&
+        slots_[idx].id.load(std::memory_order_relaxed) == owner && keep())
+      return true;
+    deferred_.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  /// deferred_taken(): run_deferred took one (or keep() replaced one: one per job at most).
+  void deferred_taken() noexcept { deferred_.fetch_sub(1, std::memory_order_relaxed); }
 
   EngineCore& core_;
   const std::string name_;
@@ -340,6 +365,14 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   void reclaim_cancelled(std::uint32_t idx);
   std::optional<bool> try_cancel(std::uint32_t idx, JobId id);
   void end_cancelled(std::uint32_t idx, SlotState from);
+  /// ended(id, had_dedup): after a job left its slot (the state is no longer active/finishing
+  /// for it): run an add deferred until its end, if one may be pending.
+  void ended(JobId id, bool had_dedup) noexcept {
+    if (!had_dedup) [[likely]]
+      return;
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // see defer_while_active
+    if (deferred_.load(std::memory_order_relaxed) != 0) run_deferred(id);
+  }
   void final_end(std::uint32_t idx, const Event* event = nullptr) {
     retire(idx, slots_[idx].end_kind == EndKind::dead_lettered, event);
   }
@@ -373,7 +406,8 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   Dispatcher dispatch_;
   TimerPort timers_;
   std::unique_ptr<LeaseTracker> leases_;
-  std::atomic<bool> processing_{false};  // start_processing ran: admit may re-arm the sweep
+  std::atomic<bool> processing_{false};     // start_processing ran: admit may re-arm the sweep
+  std::atomic<std::uint32_t> deferred_{0};  // adds kept until their job ends (+ ones in flight)
   // The dedup window is built on the first add that carries a dedup id: a queue that never
   // deduplicates should not pay its memory (capacity x max key bytes).
   std::atomic<DedupSet*> dedup_{nullptr};

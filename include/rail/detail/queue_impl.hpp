@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -63,10 +64,18 @@ class QueueImpl final : public JobFlow {
 
   // --- adding ------------------------------------------------------------------------------------
   AddResult add(std::string_view job_name, T&& data, const JobOptions& o) {
+    return add_one(job_name, std::move(data), o, true);
+  }
+
+  /// add_one(..., may_block, retry): add(); a deferred add (run_deferred) may not wait for
+  /// room: it runs where another job ended, possibly on the timer thread. `retry`: see
+  /// merge_duplicate.
+  AddResult add_one(std::string_view job_name, T&& data, const JobOptions& o, bool may_block,
+                    bool retry = true) {
     admit(job_name, o);
     const std::uint16_t name_id = core_.names().intern(job_name);
     std::uint32_t idx;
-    if (!acquire_slots(&idx, 1)) [[unlikely]] {
+    if (!(may_block ? acquire_slots(&idx, 1) : try_acquire_slots(&idx, 1))) [[unlikely]] {
       // A duplicate of a live job merges even when there is no room for a new one.
       if (!o.dedup.id.empty()) {
         const std::int64_t now = core_.now_ns();
@@ -86,7 +95,7 @@ class QueueImpl final : public JobFlow {
       if (claim.result != DedupSet::Claim::Result::inserted) {
         give_back(idx);
         if (auto refused = dedup_refusal(claim, o)) return *refused;
-        return merge_duplicate(claim, job_name, std::move(data), o, now);
+        return merge_duplicate(claim, job_name, std::move(data), o, now, may_block, retry);
       }
       id = claim.owner;
       init_slot(idx, id, name_id, now, o);
@@ -287,8 +296,10 @@ class QueueImpl final : public JobFlow {
 
   bool in_dlq(JobId id) const override { return dlq_.contains(id); }
 
-  AddResult overflow(std::string_view job_name, T&& data, const JobOptions& o) {
-    if (options_.on_full != OverflowPolicy::dead_letter) return {0, AddStatus::full};
+  /// overflow(...): the queue is full: what its policy says (or the DLQ when `forced`).
+  AddResult overflow(std::string_view job_name, T&& data, const JobOptions& o,
+                     bool forced = false) {
+    if (options_.on_full != OverflowPolicy::dead_letter && !forced) return {0, AddStatus::full};
     const std::uint64_t id = core_.next_ids(1);
     const TimePoint now{Duration{core_.now_ns()}};
     DeadLetter<T> e{.id = id,
@@ -311,9 +322,20 @@ class QueueImpl final : public JobFlow {
   }
 
   /// merge_duplicate(claim, ...): an add whose dedup id a live job holds: debounce or replace it,
-  /// or merge; the window restarts when asked to (extend, debounce).
+  /// keep it for after the running job (keep_last_if_active), or merge; the window restarts
+  /// when asked to (extend, debounce).
   AddResult merge_duplicate(const DedupSet::Claim& claim, std::string_view job_name, T&& data,
-                            const JobOptions& o, std::int64_t now) {
+                            const JobOptions& o, std::int64_t now, bool may_block = true,
+                            bool retry = false) {
+    if (o.dedup.keep_last_if_active) {
+      if (keep_last(claim, job_name, data, o))
+        return note_duplicate(claim.owner, job_name, o, now, false, AddStatus::deferred);
+      // The kept job ended between the claim and the check (its id released, or held for its
+      // ttl): one more try adds this as a new job, or merges it within the ttl, instead of
+      // merging it into a job that will not run again.
+      if (retry && !still_queued(claim))
+        return add_one(job_name, std::move(data), o, may_block, false);
+    }
     const bool replaced =
         o.dedup.mode != DedupMode::merge && try_replace(claim, std::move(data), o, now);
     if (o.dedup.extend && !replaced)  // a replace restarted the window itself
@@ -347,9 +369,71 @@ class QueueImpl final : public JobFlow {
     return true;
   }
 
+  /// still_queued(claim): the claim's job is waiting or delayed (not running, not ended).
+  bool still_queued(const DedupSet::Claim& claim) const noexcept {
+    const auto idx = static_cast<std::uint32_t>(claim.value);
+    if (idx >= capacity()) return false;
+    const SlotState st = ctl::state(slot(idx).ctl.load());
+    return (st == SlotState::waiting || st == SlotState::delayed || st == SlotState::updating) &&
+           slot(idx).id.load(std::memory_order_relaxed) == claim.owner;
+  }
+
+  /// keep_last(claim, ...): the kept job runs: keep this add (the newest wins) to add after it.
+  bool keep_last(const DedupSet::Claim& claim, std::string_view job_name, T& data,
+                 const JobOptions& o) {
+    const auto idx = static_cast<std::uint32_t>(claim.value);
+    if (idx >= capacity()) return false;
+    std::lock_guard lock(deferred_mu_);
+    return defer_while_active(idx, claim.owner, [&] {
+      auto it = deferred_adds_.find(claim.owner);
+      if (it != deferred_adds_.end()) {
+        replace_payload(it->second.data, std::move(data));  // the newest wins
+        it->second.name.assign(job_name);
+        it->second.options = o;
+        deferred_taken();  // one per job: this add's count is not needed
+        return true;
+      }
+      deferred_adds_.emplace(claim.owner, Deferred{std::move(data), std::string(job_name), o});
+      return true;
+    });
+  }
+
+  void run_deferred(JobId id) noexcept override {
+    std::optional<Deferred> d;
+    {
+      std::lock_guard lock(deferred_mu_);
+      auto it = deferred_adds_.find(id);
+      if (it == deferred_adds_.end()) return;
+      d.emplace(std::move(it->second));
+      deferred_adds_.erase(it);
+      deferred_taken();
+    }
+    // The ended job's id may be held on for its ttl: the kept add takes it over.
+    if (!d->options.dedup.id.empty()) (void)dedup().release(d->options.dedup.id, id);
+    try {
+      const AddResult r = add_one(d->name, std::move(d->data), d->options, false);
+      if (r.status != AddStatus::full && r.status != AddStatus::dedup_full) return;
+    } catch (const std::exception&) {  // shutting down: it must not vanish either
+    }
+    // No room (or no engine to run it): the kept add goes to the DLQ rather than nowhere.
+    try {
+      overflow(d->name, std::move(d->data), d->options, true);
+    } catch (...) {  // no memory for the entry: nothing more can be done on this path
+    }
+  }
+
+  /// Deferred: an add kept until the running job it duplicates ends (keep_last_if_active).
+  struct Deferred {
+    T data;
+    std::string name;
+    JobOptions options;
+  };
+
   mutable DeadLetterQueue<T> dlq_;
   std::mutex handler_mu_;
   Handler handler_;
+  std::mutex deferred_mu_;
+  std::unordered_map<JobId, Deferred> deferred_adds_;
 };
 
 }  // namespace rail::detail
