@@ -20,6 +20,10 @@
 
 namespace {
 
+using rail::Backoff;
+using rail::BackoffKind;
+using rail::Duration;
+using rail::Jitter;
 using rail::JournalScan;
 using rail::StoredDeadLetter;
 
@@ -129,6 +133,27 @@ void warn_problems(const std::string& path, const JournalScan& s) {
               << "\n";
 }
 
+/// span(d): a duration in the largest unit that divides it ("500ms", "5s").
+std::string span(Duration d) {
+  const std::int64_t n = d.count();
+  if (n != 0 && n % 1'000'000'000 == 0) return std::to_string(n / 1'000'000'000) + "s";
+  if (n != 0 && n % 1'000'000 == 0) return std::to_string(n / 1'000'000) + "ms";
+  if (n != 0 && n % 1'000 == 0) return std::to_string(n / 1'000) + "us";
+  return std::to_string(n) + "ns";
+}
+
+/// backoff(b): a job's own backoff as its builder would read ("exponential 5s, jitter full").
+std::string backoff(const Backoff& b) {
+  static constexpr const char* kKinds[] = {"none", "fixed", "exponential", "custom"};
+  static constexpr const char* kJitters[] = {"none", "full", "equal", "decorrelated"};
+  std::string s = kKinds[static_cast<int>(b.kind)];  // the reader admits only these values
+  if (b.kind == BackoffKind::fixed || b.kind == BackoffKind::exponential) s += " " + span(b.delay);
+  if (b.jitter != Jitter::none)
+    s += std::string(", jitter ") + kJitters[static_cast<int>(b.jitter)];
+  if (b.cap != Duration::max()) s += ", cap " + span(b.cap);
+  return s;
+}
+
 nlohmann::json to_json(const StoredDeadLetter& e) {
   nlohmann::json errors = nlohmann::json::array();
   for (const auto& err : e.errors)
@@ -142,10 +167,15 @@ nlohmann::json to_json(const StoredDeadLetter& e) {
                       {"added_at", utc(wall(e, e.added_at_ns))},
                       {"dead_at", utc(e.dead_at_unix_ns)},
                       {"errors", errors},
+                      {"deliveries", e.deliveries},
+                      {"stalls", e.stalls},
+                      {"backoff", backoff(e.backoff)},
+                      {"dedup_id", e.dedup_id},
                       {"payload_hex", hex(e.payload)},
                       {"offset", e.offset}};
   // nlohmann::json requires UTF-8; printable ASCII is, anything else is left to payload_hex.
   if (printable(e.payload)) j["payload_text"] = e.payload;
+  if (e.visibility_timeout) j["visibility_timeout_ns"] = e.visibility_timeout->count();
   return j;
 }
 
@@ -215,7 +245,10 @@ int main(int argc, char** argv) {
       if (e.id != id) continue;
       std::cout << "id:        " << e.id << "\nname:      " << e.name
                 << "\nreason:    " << reason(e.reason) << "\nattempts:  " << e.attempts_made
-                << " of " << e.max_attempts << "\nadded at:  " << utc(wall(e, e.added_at_ns))
+                << " of " << e.max_attempts << "\ndelivered: " << e.deliveries << " times ("
+                << e.stalls << " stalled)\nbackoff:   " << backoff(e.backoff)
+                << (e.dedup_id.empty() ? "" : "\ndedup id:  " + e.dedup_id)
+                << "\nadded at:  " << utc(wall(e, e.added_at_ns))
                 << "\ndead at:   " << utc(e.dead_at_unix_ns) << "\noffset:    " << e.offset
                 << "\nerrors:\n";
       for (const auto& err : e.errors)
