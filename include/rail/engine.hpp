@@ -209,6 +209,11 @@ class Engine {
   /// shutdown(grace) stops accepting adds (they throw Error(shutting_down)), stops workers from
   /// starting new jobs, waits up to `grace` (real time) for running handlers, and reports what
   /// was left. Idempotent: a second call reports again without waiting.
+  /// Observers may still be called after it returns, until the engine is destroyed: the timer
+  /// keeps time, so a delayed job still comes due (retry_due; it then waits, as no worker starts
+  /// it, unless take_leftovers() took it), a handler that outlived `grace` may still lapse
+  /// (stalled) or end, and DLQ alerts may fire. Only the destructor guarantees no further
+  /// calls: whatever an observer captures must outlive the engine.
   ShutdownReport shutdown(Duration grace = std::chrono::seconds(30));
 
  private:
