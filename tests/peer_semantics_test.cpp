@@ -605,6 +605,58 @@ TEST(PeerKeepLast, TheNewestAddIsNeverLostWhileWorkersRunTheKeptJob) {
   }
 }
 
+// review6: a job waiting out a retry's backoff is kept-for and then left over at shutdown.
+TEST_F(Peers, AKeptAddIsNotLostWhenItsJobIsLeftOverAtShutdown) {
+  auto q = engine.queue<int>("syncs", QueueOptions{});
+  JobOptions o = with_dedup("user-7", std::nullopt);
+  o.dedup.keep_last_if_active = true;
+  o.attempts = 2;
+  o.backoff = Backoff::fixed(1h);
+  q.process({}, [&](Job<int>& j) {
+    if (j.data() == 1) {
+      EXPECT_EQ(q.add("sync", 2, o).status, AddStatus::deferred);
+      return Outcome::retry("later");  // the kept job goes back to delayed: it has not ended
+    }
+    return Outcome{};
+  });
+  (void)q.add("sync", 1, o);
+  engine.run_until_idle();
+  ASSERT_EQ(q.counts().delayed, 1u);
+  const ShutdownReport report = engine.shutdown(0s);
+  EXPECT_EQ(report.not_started.size(), 1u);
+  const auto left = q.take_leftovers();
+  ASSERT_EQ(left.size(), 1u);
+  // Both adds were accepted (added, deferred): the kept one must be handed back, filed or
+  // reported, not dropped with the queue's map of deferred adds.
+  EXPECT_EQ(left.size() + q.dlq().size(), 2u) << "the kept add (data 2) vanished at shutdown";
+}
+
+// review6: promote() of a job between leave_finishing(delayed) and its timer-inbox push (a
+// retry's backoff) found the slot delayed but its index not yet on the wheel:
+// RAIL_INVARIANT(held) in TimerPort::retime aborts. Filler jobs at lower slot indexes lengthen
+// the retime's scan between its drain() and its read of the target's word.
+TEST(PeerRetime, PromoteOfAJobOnItsWayToTheTimerDoesNotAbort) {
+  test::Watchdog dog(std::chrono::seconds(120), "PromoteOfAJobOnItsWayToTheTimerDoesNotAbort");
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::threaded}};
+  auto q = engine.queue<int>("retries", QueueOptions{.capacity = 4096});
+  for (int i = 0; i < 3000; ++i)
+    (void)q.add("filler", -1, JobOptions{.delay = 1000h});
+  std::atomic<int> runs{0};
+  q.process({.concurrency = 1}, [&](Job<int>& j) {
+    if (j.data() < 0) return Outcome{};
+    return runs.fetch_add(1) + 1 < 2000 ? Outcome::retry("again") : Outcome{};
+  });
+  const JobId id =
+      q.add("retry", 1, JobOptions{.attempts = 5000, .backoff = Backoff::fixed(1h)}).id;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (q.state(id).status != JobStatus::completed &&
+         std::chrono::steady_clock::now() < deadline)
+    (void)q.promote(id);
+  EXPECT_EQ(q.state(id).status, JobStatus::completed);
+  engine.shutdown(1s);
+}
+
 // --- delayed-job control and listing ---------------------------------------------------------
 
 TEST_F(Peers, PromoteRunsADelayedJobNow) {
