@@ -804,11 +804,15 @@ bool JobFlow::retime(JobId id, std::int64_t due) {
     for (std::uint32_t i = 0; i < capacity_; ++i) {
       JobSlot& s = slots_[i];
       if (s.id.load(std::memory_order_relaxed) != id) continue;
-      const std::uint64_t c = s.ctl.load();
-      // The id is re-read after the word: retime's CAS against c fails if the slot moved on.
-      if (ctl::state(c) != SlotState::delayed || s.id.load(std::memory_order_relaxed) != id)
-        continue;
-      if (timers_.retime(i, c, std::max(due, now), now, wheel, *this)) return true;
+      for (;;) {
+        const std::uint64_t c = s.ctl.load();
+        // The id is re-read after the word: retime's CAS against c fails if the slot moved on.
+        if (ctl::state(c) != SlotState::delayed || s.id.load(std::memory_order_relaxed) != id)
+          break;
+        if (timers_.retime(i, c, std::max(due, now), now, wheel, *this)) return true;
+        // The CAS failed: a stale handler unpinned (the job is still delayed: try again), or
+        // the job moved on (the loop ends).
+      }
     }
     return false;
   });
@@ -942,6 +946,7 @@ void JobFlow::collect_leftovers(ShutdownReport& report) const {
     if (unstarted) report.not_started.push_back(j);
     if (running) report.still_running.push_back(std::move(j));
   }
+  collect_deferred(report);
 }
 
 bool JobFlow::take_unstarted(const std::function<void(std::uint32_t, bool)>& take) {

@@ -127,12 +127,18 @@ bool TimerPort::retime(std::uint32_t idx, std::uint64_t c, std::int64_t due, std
                        Wheel& wheel, TimerClient& client) noexcept {
   JobSlot& s = slots_[idx];
   if (!s.ctl.begin_retime(c)) return false;
-  // Delayed, and the inbox drained: the wheel holds the index (linked or parked), so this
-  // always unlinks; the guard only keeps a broken invariant from relinking a node twice.
-  const bool held = unlink(s, wheel);
+  // A slot turns delayed just before its index is pushed to the inbox (publish_new,
+  // fail_attempt's retry): one that was delayed when the inbox was drained may still be in
+  // transit. Its submitter is a few instructions from the push and waits for nothing, so wait
+  // for the index here, holding the slot in `updating` (review: this was an invariant abort).
+  bool held = unlink(s, wheel);
+  while (!held) {
+    std::this_thread::yield();
+    drain(wheel, client);
+    held = unlink(s, wheel);
+  }
   s.due_ns.store(due, std::memory_order_relaxed);  // ordered by end_retime's release
   s.ctl.end_retime();
-  RAIL_INVARIANT(held, "retime: a delayed slot's timer is on the wheel once the inbox drained");
   fire(idx, now, wheel, client);  // due has come: ready now; else linked (or parked) at due
   return true;
 }

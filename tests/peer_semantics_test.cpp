@@ -623,12 +623,16 @@ TEST_F(Peers, AKeptAddIsNotLostWhenItsJobIsLeftOverAtShutdown) {
   engine.run_until_idle();
   ASSERT_EQ(q.counts().delayed, 1u);
   const ShutdownReport report = engine.shutdown(0s);
-  EXPECT_EQ(report.not_started.size(), 1u);
+  ASSERT_EQ(report.not_started.size(), 2u) << "the delayed job and the kept add";
+  EXPECT_EQ(report.not_started[1].id, 0u) << "a kept add has no job id yet";
+  // Both adds were accepted (added, deferred): the kept one is handed back with its payload,
+  // not dropped with the queue's map of deferred adds.
   const auto left = q.take_leftovers();
-  ASSERT_EQ(left.size(), 1u);
-  // Both adds were accepted (added, deferred): the kept one must be handed back, filed or
-  // reported, not dropped with the queue's map of deferred adds.
-  EXPECT_EQ(left.size() + q.dlq().size(), 2u) << "the kept add (data 2) vanished at shutdown";
+  ASSERT_EQ(left.size(), 2u) << "the kept add (data 2) vanished at shutdown";
+  EXPECT_EQ(left[0].data, 1);
+  EXPECT_EQ(left[1].data, 2);
+  EXPECT_EQ(left[1].id, 0u);
+  EXPECT_EQ(q.dlq().size(), 0u);
 }
 
 // review6: promote() of a job between leave_finishing(delayed) and its timer-inbox push (a

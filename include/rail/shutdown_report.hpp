@@ -9,7 +9,8 @@
 
 namespace rail {
 
-/// LeftoverJob: a job that shutdown() found unfinished.
+/// LeftoverJob: a job that shutdown() found unfinished. An add kept for after a running job
+/// (DedupOptions::keep_last_if_active) that never became a job has id 0.
 struct LeftoverJob {
   std::string queue;
   JobId id = 0;
@@ -18,7 +19,8 @@ struct LeftoverJob {
 };
 
 /// Leftover<T>: a job that never started, taken out of a queue after shutdown with its payload
-/// (Queue::take_leftovers), so the caller can persist it or hand it to another engine.
+/// (Queue::take_leftovers), so the caller can persist it or hand it to another engine. An add
+/// kept for after a running job (keep_last_if_active) that never became a job has id 0.
 template <class T>
 struct Leftover {
   JobId id = 0;

@@ -143,6 +143,8 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   virtual void retire(std::uint32_t idx, bool dead_letter, const Event* event) = 0;
   /// in_dlq(id): the job is in the DLQ (state() of a dead-lettered job no longer remembered).
   [[nodiscard]] virtual bool in_dlq(JobId id) const = 0;
+  /// collect_deferred(report): lists the adds kept for after a running job (not started).
+  virtual void collect_deferred(ShutdownReport& report) const = 0;
   /// run_deferred(id): job `id` has ended and an add was deferred until then
   /// (keep_last_if_active): add it now. Called only when one may be pending (ended()).
   virtual void run_deferred(JobId id) noexcept = 0;
@@ -306,9 +308,14 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
     deferred_.fetch_add(1, std::memory_order_seq_cst);
     const std::uint64_t c = slots_[idx].ctl.load(std::memory_order_seq_cst);
     const SlotState st = ctl::state(c);
-    if ((st == SlotState::active || st == SlotState::finishing) &&
-        slots_[idx].id.load(std::memory_order_relaxed) == owner && keep())
-      return true;
+    try {
+      if ((st == SlotState::active || st == SlotState::finishing) &&
+          slots_[idx].id.load(std::memory_order_relaxed) == owner && keep())
+        return true;
+    } catch (...) {  // no memory to keep it: the add fails, and the count must not stay raised
+      deferred_.fetch_sub(1, std::memory_order_relaxed);
+      throw;
+    }
     deferred_.fetch_sub(1, std::memory_order_relaxed);
     return false;
   }

@@ -193,6 +193,15 @@ class QueueImpl final : public JobFlow {
                   "take_leftovers() on queue '" + name_ +
                       "' was called from a callback that runs while timers fire; call it after "
                       "Engine::shutdown() returned, outside handlers and callbacks");
+    // Adds kept for after a running job (keep_last_if_active): their job was taken above or
+    // never starts again, or still runs past the grace and would file them to the DLQ when it
+    // ends; handed back here instead, all of them (review: they were lost).
+    std::lock_guard lock(deferred_mu_);
+    for (auto& [owner, d] : deferred_adds_) {
+      out.push_back(Leftover<T>{0, std::move(d.name), std::move(d.data), 0, false});
+      deferred_taken();
+    }
+    deferred_adds_.clear();
     return out;
   }
 
@@ -398,6 +407,12 @@ class QueueImpl final : public JobFlow {
     });
   }
 
+  void collect_deferred(ShutdownReport& report) const override {
+    std::lock_guard lock(deferred_mu_);
+    for (const auto& [owner, d] : deferred_adds_)
+      report.not_started.push_back(LeftoverJob{name_, 0, d.name, 0});
+  }
+
   void run_deferred(JobId id) noexcept override {
     std::optional<Deferred> d;
     {
@@ -432,7 +447,7 @@ class QueueImpl final : public JobFlow {
   mutable DeadLetterQueue<T> dlq_;
   std::mutex handler_mu_;
   Handler handler_;
-  std::mutex deferred_mu_;
+  mutable std::mutex deferred_mu_;
   std::unordered_map<JobId, Deferred> deferred_adds_;
 };
 
