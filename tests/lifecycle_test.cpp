@@ -392,10 +392,18 @@ TEST(Lifecycle, TakeLeftoversNeverHandsBackAJobThatRuns) {
         ASSERT_EQ(ran[i].load(), 0) << "job " << i << " was reported not started, then ran";
       }
     }
-    // Whatever neither ran nor came back is still waiting (a worker put it back after the stop)
-    // and comes back on a second call.
-    for (const auto& l : q.take_leftovers())
-      ++handed[l.data];
+    // Whatever neither ran nor came back is waiting again (a worker that activated it after
+    // the stop puts it back) and comes back on a later call. Such a worker counts nothing as
+    // started, so `active == 0` above does not wait for it: its put-back may still be a few
+    // instructions away, hence the repeated calls (the CI saw one land after a second call).
+    const auto all_accounted = [&] {
+      for (const auto& l : q.take_leftovers())
+        ++handed[l.data];
+      for (int i = 1; i <= kJobs; ++i)
+        if (ran[i].load() + handed[i] != 1) return false;
+      return true;
+    };
+    (void)eventually(all_accounted, std::chrono::seconds(10));
     for (int i = 1; i <= kJobs; ++i)
       ASSERT_EQ(ran[i].load() + handed[i], 1) << "job " << i << " was lost, round " << round;
   }
