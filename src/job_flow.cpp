@@ -147,6 +147,16 @@ void JobFlow::name_own(const std::uint32_t* idx, std::size_t n, std::string_view
   }
 }
 
+const std::string& JobFlow::log_failure(JobSlot& s, std::uint32_t attempt, std::int64_t now,
+                                        std::string reason) {
+  auto& log = extra(s).errors;
+  // Room for every record on first use, so the log never moves under a stale handler's view
+  // of its last error (see SlotExtra; a redrive that kept counters reserved more).
+  if (log.capacity() < s.max_attempts) log.reserve(s.max_attempts);
+  log.push_back(AttemptRecord{attempt, now, std::move(reason)});
+  return log.back().message;
+}
+
 SlotExtra& JobFlow::extra(JobSlot& s) {
   if (!s.extra) s.extra = ::new (alloc_aligned(sizeof(SlotExtra), alignof(SlotExtra))) SlotExtra();
   return *s.extra;
@@ -476,10 +486,7 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
       static_cast<std::uint16_t>(std::min<std::uint32_t>(s.attempts() + 1u, 0xFFFF));
   s.attempts_made.store(attempts, std::memory_order_relaxed);
   count(wc, kFailedAttempts);
-  auto& log = extra(s).errors;
-  if (log.capacity() < s.max_attempts) log.reserve(s.max_attempts);  // see SlotExtra
-  log.push_back(AttemptRecord{attempts, now, std::move(reason)});
-  const std::string& error = log.back().message;
+  const std::string& error = log_failure(s, attempts, now, std::move(reason));
 
   DeadLetterReason dead = DeadLetterReason::none;
   Duration delay{0};
@@ -585,9 +592,7 @@ void JobFlow::lapse(std::uint64_t lease, std::int64_t now) {
   if (stalls > static_cast<std::uint32_t>(options_.max_stalls)) {
     reason += "; stalled " + std::to_string(stalls) + " times (max_stalls " +
               std::to_string(options_.max_stalls) + ")";
-    auto& log = extra(s).errors;
-    if (log.capacity() < s.max_attempts) log.reserve(s.max_attempts);
-    log.push_back(AttemptRecord{s.attempts() + 1u, now, std::move(reason)});
+    (void)log_failure(s, s.attempts() + 1u, now, std::move(reason));
     end_job(idx, EndKind::dead_lettered, DeadLetterReason::lease_expired, now, nullptr);
     return;
   }
@@ -830,23 +835,10 @@ std::vector<JobInfo> JobFlow::jobs(JobStatus status, std::size_t limit) const {
   for (std::uint32_t i = 0; i < capacity_; ++i) {
     const JobSlot& s = slots_[i];
     const std::uint64_t c = s.ctl.load();
-    const SlotState st = ctl::state(c);
-    const JobStatus as =
-        st == SlotState::waiting                                ? JobStatus::waiting
-        : st == SlotState::delayed || st == SlotState::updating ? JobStatus::delayed
-        : st == SlotState::active || st == SlotState::finishing ? JobStatus::active
-                                                                : JobStatus::unknown;
-    if (as != status) continue;
+    if (status_of(ctl::state(c)) != status) continue;
     JobInfo j;
     j.id = s.id.load(std::memory_order_relaxed);
-    j.state.status = as;
-    j.state.since =
-        TimePoint{Duration{as == JobStatus::delayed  ? s.due_ns.load(std::memory_order_relaxed)
-                           : as == JobStatus::active ? s.started()
-                                                     : s.added_ns}};
-    j.state.deliveries = s.delivered();
-    j.state.attempts_made = s.attempts();
-    j.state.stalls = s.stalled();
+    j.state = live_state(s, c);
     // A seqlock read, as state(): the fields describe one job only if the word did not move.
     std::atomic_thread_fence(std::memory_order_acquire);
     if (s.ctl.load() != c) continue;  // it moved on: skipped, as if listed a moment later
@@ -858,33 +850,50 @@ std::vector<JobInfo> JobFlow::jobs(JobStatus status, std::size_t limit) const {
   return out;
 }
 
+JobStatus JobFlow::status_of(SlotState st) noexcept {
+  switch (st) {
+    case SlotState::waiting:
+      return JobStatus::waiting;
+    case SlotState::delayed:
+    case SlotState::updating:
+      return JobStatus::delayed;
+    case SlotState::active:
+    case SlotState::finishing:
+      return JobStatus::active;
+    default:
+      return JobStatus::unknown;  // ended or reused: the history knows
+  }
+}
+
+JobState JobFlow::live_state(const JobSlot& s, std::uint64_t c) const noexcept {
+  JobState st;
+  st.status = status_of(ctl::state(c));
+  switch (st.status) {
+    case JobStatus::waiting:
+      st.since = TimePoint{Duration{s.added_ns}};
+      break;
+    case JobStatus::delayed:
+      st.since = TimePoint{Duration{s.due_ns.load(std::memory_order_relaxed)}};
+      break;
+    case JobStatus::active:
+      st.since = TimePoint{Duration{s.started()}};
+      break;
+    default:
+      break;
+  }
+  st.deliveries = s.delivered();
+  st.attempts_made = s.attempts();
+  st.stalls = s.stalled();
+  return st;
+}
+
 JobState JobFlow::state(JobId id) const {
   for (std::uint32_t i = 0; i < capacity_; ++i) {
     const JobSlot& s = slots_[i];
     if (s.id.load(std::memory_order_relaxed) != id) continue;
     for (;;) {
       const std::uint64_t c = s.ctl.load();
-      JobState st;
-      switch (ctl::state(c)) {
-        case SlotState::waiting:
-          st.status = JobStatus::waiting;
-          break;
-        case SlotState::delayed:
-        case SlotState::updating:
-          st.status = JobStatus::delayed;
-          st.since = TimePoint{Duration{s.due_ns.load(std::memory_order_relaxed)}};
-          break;
-        case SlotState::active:
-        case SlotState::finishing:
-          st.status = JobStatus::active;
-          st.since = TimePoint{Duration{s.started()}};
-          break;
-        default:
-          st.status = JobStatus::unknown;  // ended or reused: the history below knows
-      }
-      st.deliveries = s.delivered();
-      st.attempts_made = s.attempts();
-      st.stalls = s.stalled();
+      const JobState st = live_state(s, c);
       // A seqlock read: the fields describe the job only if neither the word nor the id moved
       // while they were read (the fence keeps the re-reads after the field loads).
       std::atomic_thread_fence(std::memory_order_acquire);

@@ -357,6 +357,13 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
     return options_.visibility_timeout != Duration::max();
   }
   SlotExtra& extra(JobSlot& s);
+  /// log_failure(s, attempt, now, reason): appends to the job's error log; returns its text.
+  const std::string& log_failure(JobSlot& s, std::uint32_t attempt, std::int64_t now,
+                                 std::string reason);
+  /// status_of(state) / live_state(s, c): a live job's status, and its state as slot s with
+  /// word c shows it (the caller validates c afterwards: a seqlock read).
+  static JobStatus status_of(SlotState st) noexcept;
+  JobState live_state(const JobSlot& s, std::uint64_t c) const noexcept;
 
   void finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, WorkerContext& wc,
               TimePoint started, std::uint32_t delivery);
