@@ -182,7 +182,10 @@ TEST(PeerDelays, PromoteAndChangeDelayRaceCancelAndDebounceSafely) {
         << ", waiting " << q.counts().waiting << ", delayed " << q.counts().delayed << ", active "
         << q.counts().active;
     EXPECT_EQ(q.counts().cancelled, static_cast<std::uint64_t>(cancelled.load()));
-    EXPECT_EQ(static_cast<std::uint64_t>(ran.load()), q.counts().completed);
+    // A cancel that lands on a running job flags it: its handler ran, and it ends cancelled.
+    const QueueCounts c = q.counts();
+    EXPECT_GE(static_cast<std::uint64_t>(ran.load()), c.completed);
+    EXPECT_LE(static_cast<std::uint64_t>(ran.load()), c.completed + c.cancelled);
     engine.shutdown(1s);
   }
 }
@@ -654,8 +657,7 @@ TEST(PeerRetime, PromoteOfAJobOnItsWayToTheTimerDoesNotAbort) {
   const JobId id =
       q.add("retry", 1, JobOptions{.attempts = 5000, .backoff = Backoff::fixed(1h)}).id;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (q.state(id).status != JobStatus::completed &&
-         std::chrono::steady_clock::now() < deadline)
+  while (q.state(id).status != JobStatus::completed && std::chrono::steady_clock::now() < deadline)
     (void)q.promote(id);
   EXPECT_EQ(q.state(id).status, JobStatus::completed);
   engine.shutdown(1s);
