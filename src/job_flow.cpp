@@ -869,9 +869,6 @@ JobState JobFlow::live_state(const JobSlot& s, std::uint64_t c) const noexcept {
   JobState st;
   st.status = status_of(ctl::state(c));
   switch (st.status) {
-    case JobStatus::waiting:
-      st.since = TimePoint{Duration{s.added_ns}};
-      break;
     case JobStatus::delayed:
       st.since = TimePoint{Duration{s.due_ns.load(std::memory_order_relaxed)}};
       break;

@@ -24,7 +24,7 @@ std::string_view to_string(JobStatus status) noexcept;
 
 struct JobState {
   JobStatus status = JobStatus::unknown;
-  TimePoint since{};  // waiting: when added; delayed: due time; active: this delivery's start
+  TimePoint since{};  // delayed: due time; active: this delivery's start (waiting: unset)
   std::uint32_t deliveries = 0;     // handler starts so far (live jobs only)
   std::uint32_t attempts_made = 0;  // failed attempts so far (live jobs only)
   std::uint32_t stalls = 0;         // lapsed leases so far (live jobs only)
