@@ -30,8 +30,7 @@ struct JobState {
   std::uint32_t stalls = 0;         // lapsed leases so far (live jobs only)
 };
 
-/// JobInfo: one job of a queue's listing (Queue::jobs): its id and state. A waiting job's
-/// `since` is when it was added.
+/// JobInfo: one job of a queue's listing (Queue::jobs): its id and state.
 struct JobInfo {
   JobId id = 0;
   JobState state;
