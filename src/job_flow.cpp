@@ -170,19 +170,25 @@ DedupSet& JobFlow::dedup() {
   if (!dedup_owner_) {
     // Default: room for the queue's jobs and at least 4096 ids, because ids with a ttl outlive
     // their jobs (a small queue's window would otherwise fill at once).
-    dedup_owner_ = std::make_unique<DedupSet>(
+    auto window = std::make_unique<DedupSet>(
         options_.dedup_capacity ? options_.dedup_capacity : std::max<std::size_t>(capacity_, 4096));
+    keep_gates_ = std::make_unique<std::atomic<std::uint64_t>[]>(capacity_);
+    dedup_owner_ = std::move(window);
     dedup_.store(dedup_owner_.get(), std::memory_order_release);
   }
   return *dedup_owner_;
 }
 
-DedupSet::Claim JobFlow::claim_id(std::uint32_t idx, const JobOptions& o, std::int64_t now) {
+DedupSet::Claim JobFlow::claim_id(std::uint32_t idx, const JobOptions& o, std::int64_t now,
+                                  JobId successor_of) {
   const std::int64_t expires =
       o.dedup.ttl ? saturating_add(now, *o.dedup.ttl) : DedupSet::kNoExpiry;
-  return dedup().try_claim(o.dedup.id, now, expires, [&]() noexcept {
-    return std::pair<std::uint64_t, std::uint64_t>{core_.next_ids(1), idx};
-  });
+  return dedup().try_claim(
+      o.dedup.id, now, expires,
+      [&]() noexcept {
+        return std::pair<std::uint64_t, std::uint64_t>{core_.next_ids(1), idx};
+      },
+      successor_of);
 }
 
 std::optional<DedupSet::Claim> JobFlow::live_claim(const JobOptions& o, std::int64_t now) {
@@ -196,6 +202,8 @@ void JobFlow::claim_dedup(std::uint32_t idx, const JobOptions& o) {
   extra(s).dedup_key = o.dedup.id;
   s.has_dedup = true;
   s.dedup_has_ttl = o.dedup.ttl.has_value();
+  // relaxed: the holder's store, published with the job (publish's release).
+  keep_gate(idx).store(gate_open(s.id.load(std::memory_order_relaxed)), std::memory_order_relaxed);
 }
 
 void JobFlow::reclaim_dedup(std::uint32_t idx, JobId id, const std::string& key, std::int64_t now) {
@@ -220,6 +228,7 @@ void JobFlow::reclaim_dedup(std::uint32_t idx, JobId id, const std::string& key,
   x.dedup_key.assign(key);
   s.has_dedup = true;
   s.dedup_has_ttl = ttl;
+  keep_gate(idx).store(gate_open(id), std::memory_order_relaxed);  // as claim_dedup
 }
 
 void JobFlow::restore_counters(std::uint32_t idx, std::uint32_t attempts, std::uint32_t deliveries,
@@ -611,12 +620,11 @@ void JobFlow::end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, 
     end_dead_lettered(idx, now, wc);
     return;
   }
-  record_end(s, kind, now, wc, why);
+  const bool kept = record_end(s, kind, now, wc, why);
   s.end_kind = kind;
   const JobId id = s.id.load(std::memory_order_relaxed);
-  const bool had_dedup = s.has_dedup;
   if (s.ctl.end()) final_end(idx);  // else the last stale handler to return frees it
-  ended(id, had_dedup);
+  ended(id, kept);
 }
 
 void JobFlow::end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* wc) {
@@ -627,9 +635,8 @@ void JobFlow::end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerConte
   // then. Not raised in a Holding frame: by then the job has left its slot, so a cancel of it
   // from an observer finds nothing and answers false.
   JobSlot& s = slots_[idx];
-  settle_end(s, EndKind::dead_lettered, wc);
+  const bool kept = settle_end(s, EndKind::dead_lettered, wc);
   const JobId id = s.id.load(std::memory_order_relaxed);
-  const bool had_dedup = s.has_dedup;
   std::optional<Event> ev;
   std::string error, own_name;
   if (core_.observed()) {
@@ -651,7 +658,7 @@ void JobFlow::end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerConte
   // cancel() spun on a slot this thread still held in `finishing`).
   s.end_kind = EndKind::dead_lettered;
   if (ctl::pins(s.ctl.load()) > 0 && file_copy(idx, pending)) {
-    ended(id, had_dedup);
+    ended(id, kept);
     return;
   }
   if (s.ctl.end()) {
@@ -659,16 +666,23 @@ void JobFlow::end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerConte
   } else if (pending) {
     core_.emit(*pending);  // a move-only payload: the last handler to return files the entry
   }
-  ended(id, had_dedup);
+  ended(id, kept);
 }
 
-void JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc) {
+bool JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc) {
   const JobId id = s.id.load(std::memory_order_relaxed);
   // The id follows the job: released when it ends, except that a ttl keeps merging adds of a
   // job that ran (completed or dead-lettered) until it expires; a cancelled job never ran, so
-  // its id is free again at once (BullMQ removes a cancelled job's deduplication key).
-  if (s.has_dedup && (!s.dedup_has_ttl || kind == EndKind::cancelled))  // discarded: it ran
-    (void)dedup_.load(std::memory_order_acquire)->release(s.extra->dedup_key, id);
+  // its id is free again at once (BullMQ removes a cancelled job's deduplication key). An add
+  // kept for after the job takes the id over instead (run_deferred): closing the gate tells.
+  bool kept = false;
+  if (s.has_dedup) {
+    const auto idx = static_cast<std::uint32_t>(&s - slots_.get());
+    // acq_rel: one total order with an adder's CAS (keep_while_active).
+    kept = keep_gate(idx).exchange(0, std::memory_order_acq_rel) == gate_kept(id);
+    if (!kept && (!s.dedup_has_ttl || kind == EndKind::cancelled))  // discarded: it ran
+      (void)dedup_.load(std::memory_order_acquire)->release(s.extra->dedup_key, id);
+  }
   switch (kind) {
     case EndKind::completed:
       count(wc, kCompleted);
@@ -690,21 +704,23 @@ void JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc) {
     case EndKind::filed:
       RAIL_INVARIANT(false, "a job ends as completed, dead-lettered or cancelled");
   }
+  return kept;
 }
 
-void JobFlow::record_end(JobSlot& s, EndKind kind, std::int64_t now, WorkerContext* wc,
+bool JobFlow::record_end(JobSlot& s, EndKind kind, std::int64_t now, WorkerContext* wc,
                          std::string_view why) {
   // Observers below may cancel this job: it is ending. (A frame only when someone observes.)
   std::optional<Holding> holding;
   if (core_.observed()) holding.emplace(s, true);
-  settle_end(s, kind, wc);
-  if (!core_.observed()) return;
+  const bool kept = settle_end(s, kind, wc);
+  if (!core_.observed()) return kept;
   Event e = make_event(kind == EndKind::completed   ? EventKind::completed
                        : kind == EndKind::discarded ? EventKind::discarded
                                                     : EventKind::cancelled,
                        s, now);
   e.error = why;
   core_.emit(e);
+  return kept;
 }
 
 void JobFlow::reclaim_cancelled(std::uint32_t idx) {
@@ -777,9 +793,8 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   // instead of at its deadline; a waiting job's slot returns when a worker pops its index.
   JobSlot& s = slots_[idx];
   stats_.add(from == SlotState::waiting ? kFromReady : kFromDelayed);
-  record_end(s, EndKind::cancelled, core_.now_ns(), nullptr);
+  const bool kept = record_end(s, EndKind::cancelled, core_.now_ns(), nullptr);
   const JobId id = s.id.load(std::memory_order_relaxed);
-  const bool had_dedup = s.has_dedup;
   bool held = false;
   if (from == SlotState::delayed) {
     // As the wheel's owner: link what is in transit, then take the node off the wheel; its
@@ -797,7 +812,7 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   } else if (held) {
     reclaim_cancelled(idx);
   }
-  ended(id, had_dedup);  // an add deferred while the job ran before a lapse requeued it
+  ended(id, kept);  // an add deferred while the job ran before a lapse requeued it
 }
 
 bool JobFlow::retime(JobId id, std::int64_t due) {

@@ -277,6 +277,32 @@ TEST(DedupSet, SetValueRepointsOnlyTheOwnersClaim) {
   EXPECT_EQ(live->second, 99u);
 }
 
+TEST(DedupSet, ASuccessorTakesOverItsPredecessorsClaimInPlaceAndNobodyElses) {
+  DedupSet set(64);
+  CountingOwner make;
+  const auto a = set.try_claim("sync", 0, DedupSet::kNoExpiry, make);
+  ASSERT_EQ(a.result, Result::inserted);
+
+  const auto b = set.try_claim("sync", 1, 500, make, a.owner);
+  ASSERT_EQ(b.result, Result::inserted) << "the holder's successor takes the claim";
+  EXPECT_NE(b.owner, a.owner);
+  EXPECT_EQ(set.size(), 1U) << "taken over in place, not stored twice";
+  EXPECT_EQ(set.find("sync", 2), std::optional(std::pair(b.owner, b.value)));
+  EXPECT_FALSE(set.release("sync", a.owner)) << "the predecessor no longer owns it";
+  EXPECT_FALSE(set.find("sync", 500).has_value()) << "with the successor's own expiry";
+
+  const auto c = set.try_claim("sync", 2, DedupSet::kNoExpiry, make, a.owner);
+  EXPECT_EQ(c.result, Result::duplicate) << "a successor of someone else merges";
+  EXPECT_EQ(c.owner, b.owner);
+
+  // The predecessor's expired entry is taken over too (as a fresh claim would have been).
+  const auto d = set.try_claim("held", 0, 100, make);
+  const auto e = set.try_claim("held", 200, DedupSet::kNoExpiry, make, d.owner);
+  EXPECT_EQ(e.result, Result::inserted);
+  EXPECT_EQ(set.find("held", 300)->first, e.owner);
+  EXPECT_EQ(Peer::check_invariants(set), "");
+}
+
 TEST(DedupSet, SetExpiryExtendsWindow) {
   DedupSet set(64);
   CountingOwner make;

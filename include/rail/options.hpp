@@ -42,7 +42,11 @@ struct DedupOptions {
   /// keep_last_if_active: a duplicate add while the kept job is running is not dropped: the
   /// newest such add is kept (AddStatus::deferred) and added as a new job, holding the id,
   /// once the running job ends, so the work it describes runs once more after it (BullMQ's
-  /// `keepLastIfActive`). Adds while the kept job waits or is delayed merge as usual.
+  /// `keepLastIfActive`). Adds while the kept job waits or is delayed merge as usual, unless an
+  /// add is already kept for after it (it ran, then went back for a retry or a lapse): they
+  /// replace that one, the newest still wins. The id passes from the ended job to the kept add
+  /// with no moment in between at which another add could take it, so the jobs of one id run
+  /// in the order of their adds.
   bool keep_last_if_active = false;
 };
 

@@ -172,9 +172,14 @@ class DedupSet {
   /// The last two never call make_owner. Owners should be unique and nonzero: release() and
   /// set_expiry() trust the owner to tell claims apart, and 0 is Claim's "no owner". Never blocks
   /// except on the shard spin lock.
+  ///
+  /// `successor_of`, when nonzero, names an owner whose entry for `key` (live or expired) is
+  /// handed over in place: make_owner() is called and the entry takes its owner, value and
+  /// expires_at_ns, with no moment at which the key is free for anyone else.
   template <class MakeOwner>
   [[nodiscard]] Claim try_claim(std::string_view key, std::int64_t now_ns,
-                                std::int64_t expires_at_ns, MakeOwner&& make_owner) noexcept;
+                                std::int64_t expires_at_ns, MakeOwner&& make_owner,
+                                std::uint64_t successor_of = 0) noexcept;
 
   /// release(key, owner) removes `key` only if its stored owner is `owner`, so a finishing job
   /// releases its own id and never a newer job's claim. It returns whether an entry was removed.
@@ -501,7 +506,8 @@ inline DedupSet::DedupSet(std::size_t capacity, std::size_t shards, std::size_t 
 
 template <class MakeOwner>
 DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
-                                    std::int64_t expires_at_ns, MakeOwner&& make_owner) noexcept {
+                                    std::int64_t expires_at_ns, MakeOwner&& make_owner,
+                                    std::uint64_t successor_of) noexcept {
   static_assert(
       std::is_nothrow_invocable_r_v<std::pair<std::uint64_t, std::uint64_t>, MakeOwner&&>,
       "make_owner must be callable as `std::pair<uint64_t, uint64_t> () noexcept`: it runs under "
@@ -517,8 +523,16 @@ DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
   // go.
   std::size_t i = home(hash);
   for (;;) {
-    const Entry& e = s.table[i];
+    Entry& e = s.table[i];
     if (e.key_slot == kEmptySlot) break;
+    if (successor_of != 0 && e.owner == successor_of && matches(s, e, hash, key)) {
+      const auto [owner, value] = std::forward<MakeOwner>(make_owner)();
+      e.owner = owner;
+      e.value = value;
+      e.expires_at_ns = expires_at_ns;
+      s.min_expiry = std::min(s.min_expiry, expires_at_ns);
+      return {Claim::Result::inserted, owner, value};
+    }
     if (e.expires_at_ns <= now_ns) {
       erase_at(s, i);
       continue;

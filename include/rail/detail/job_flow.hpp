@@ -145,8 +145,8 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   [[nodiscard]] virtual bool in_dlq(JobId id) const = 0;
   /// collect_deferred(report): lists the adds kept for after a running job (not started).
   virtual void collect_deferred(ShutdownReport& report) const = 0;
-  /// run_deferred(id): job `id` has ended and an add was deferred until then
-  /// (keep_last_if_active): add it now. Called only when one may be pending (ended()).
+  /// run_deferred(id): job `id` has ended and an add was kept until then (keep_last_if_active;
+  /// its keep gate said so): add it now, taking over the dedup id the job held for it.
   virtual void run_deferred(JobId id) noexcept = 0;
   /// file_copy(idx, event): the job in slot idx is being dead-lettered while a stale handler
   /// still reads its payload: copy the payload into its DLQ entry, leave the slot (leave_filed),
@@ -243,9 +243,11 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   /// live_claim(o, now): the claim of a live job holding dedup id o.dedup.id, if any (a full
   /// queue's add checks it: a duplicate is a duplicate whether or not there is room).
   std::optional<DedupSet::Claim> live_claim(const JobOptions& o, std::int64_t now);
-  /// claim_id(idx, o, now): claims dedup id o.dedup.id for a new job in slot idx (its id is
-  /// drawn only if the claim is inserted).
-  DedupSet::Claim claim_id(std::uint32_t idx, const JobOptions& o, std::int64_t now);
+  /// claim_id(idx, o, now, successor_of): claims dedup id o.dedup.id for a new job in slot idx
+  /// (its id is drawn only if the claim is inserted), taking it over from job `successor_of`
+  /// if that one holds it (a kept add after its ended job).
+  DedupSet::Claim claim_id(std::uint32_t idx, const JobOptions& o, std::int64_t now,
+                           JobId successor_of = 0);
   /// claim_dedup(idx, o): slot idx's job now holds dedup id o.dedup.id.
   void claim_dedup(std::uint32_t idx, const JobOptions& o);
   /// reclaim_dedup(idx, id, key, now): a redriven job `id` in slot idx holds dedup id `key`
@@ -298,29 +300,42 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
 
   DedupSet& dedup();
 
-  /// defer_while_active(idx, owner, keep): under the caller's lock on its deferred adds, calls
-  /// keep() if job `owner` is running in slot idx, and counts it; false (nothing kept) if the
-  /// job is not running there any more. With ended(), a Dekker hand-off: either the ending
-  /// job's thread sees the count, or this sees the job no longer running.
-  template <class Keep>
-  bool defer_while_active(std::uint32_t idx, JobId owner, Keep&& keep) {
-    // seq_cst: the count before the state, against ended()'s end-then-fence-then-count.
-    deferred_.fetch_add(1, std::memory_order_seq_cst);
-    const std::uint64_t c = slots_[idx].ctl.load(std::memory_order_seq_cst);
-    const SlotState st = ctl::state(c);
-    try {
-      if ((st == SlotState::active || st == SlotState::finishing) &&
-          slots_[idx].id.load(std::memory_order_relaxed) == owner && keep())
-        return true;
-    } catch (...) {  // no memory to keep it: the add fails, and the count must not stay raised
-      deferred_.fetch_sub(1, std::memory_order_relaxed);
-      throw;
-    }
-    deferred_.fetch_sub(1, std::memory_order_relaxed);
+  /// The keep gate of a slot whose job holds a dedup id, a hand-off between adds that keep a
+  /// newer add for after the running job (keep_last_if_active) and the job's end:
+  ///   open(id)  the job may still get a kept add   (set by the holder when the job claims)
+  ///   kept(id)  an add is kept for after it        (an adder's CAS from open, once)
+  ///   0         closed: the job has ended           (the holder's exchange in settle_end)
+  /// One atomic word carries the whole decision, so exactly one of two things happens: the
+  /// adder's CAS comes first, and the ending job sees kept(id), holds its dedup id for the kept
+  /// add and runs it (run_deferred); or the exchange comes first, and the CAS fails: the add is
+  /// not kept and finds the id released (or held for a ttl). The id in the word makes the CAS
+  /// fail on a slot reused since the adder looked (ids are never reused). A kept add whose job
+  /// let the id go first could run after a newer add's job (CI saw it: the newest add lost).
+  static constexpr std::uint64_t gate_open(JobId id) noexcept { return id << 1; }
+  static constexpr std::uint64_t gate_kept(JobId id) noexcept { return id << 1 | 1; }
+
+  /// keep_while_active(idx, owner, keep): under the caller's lock on its kept adds, keeps an add
+  /// for after job `owner` if it is running in slot idx and no end closed its gate: calls keep()
+  /// (which records the add), then moves the gate from open to kept. False: nothing kept (keep()
+  /// undone by the caller's `undo`).
+  template <class Keep, class Undo>
+  bool keep_while_active(std::uint32_t idx, JobId owner, Keep&& keep, Undo&& undo) {
+    const SlotState st = ctl::state(slots_[idx].ctl.load());
+    if ((st != SlotState::active && st != SlotState::finishing) ||
+        slots_[idx].id.load(std::memory_order_relaxed) != owner)
+      return false;  // waiting or delayed: a duplicate merges as usual; or it ended
+    keep();
+    std::uint64_t open = gate_open(owner);
+    // acq_rel: one total order with the holder's exchange in settle_end (see above).
+    if (keep_gate(idx).compare_exchange_strong(open, gate_kept(owner), std::memory_order_acq_rel,
+                                               std::memory_order_acquire))
+      return true;
+    undo();
     return false;
   }
-  /// deferred_taken(): run_deferred took one (or keep() replaced one: one per job at most).
-  void deferred_taken() noexcept { deferred_.fetch_sub(1, std::memory_order_relaxed); }
+  std::atomic<std::uint64_t>& keep_gate(std::uint32_t idx) const noexcept {
+    return keep_gates_[idx];  // allocated with the dedup window (dedup())
+  }
 
   EngineCore& core_;
   const std::string name_;
@@ -372,20 +387,20 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   void lapse(std::uint64_t lease, std::int64_t now);
   void end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std::int64_t now,
                WorkerContext* wc, std::string_view why = {});
-  void record_end(JobSlot& s, EndKind kind, std::int64_t now, WorkerContext* wc,
+  /// record_end / settle_end: count the job's end and let its dedup id go; true if an add was
+  /// kept for after it (pass it to ended()).
+  bool record_end(JobSlot& s, EndKind kind, std::int64_t now, WorkerContext* wc,
                   std::string_view why = {});
-  void settle_end(JobSlot& s, EndKind kind, WorkerContext* wc);
+  bool settle_end(JobSlot& s, EndKind kind, WorkerContext* wc);
   void end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* wc);
   void reclaim_cancelled(std::uint32_t idx);
   std::optional<bool> try_cancel(std::uint32_t idx, JobId id);
   void end_cancelled(std::uint32_t idx, SlotState from);
-  /// ended(id, had_dedup): after a job left its slot (the state is no longer active/finishing
-  /// for it): run an add deferred until its end, if one may be pending.
-  void ended(JobId id, bool had_dedup) noexcept {
-    if (!had_dedup) [[likely]]
-      return;
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // see defer_while_active
-    if (deferred_.load(std::memory_order_relaxed) != 0) run_deferred(id);
+  /// ended(id, kept): after a job left its slot: run the add kept for after it, if its end
+  /// found one (settle_end's answer).
+  void ended(JobId id, bool kept) noexcept {
+    if (kept) [[unlikely]]
+      run_deferred(id);
   }
   void final_end(std::uint32_t idx, const Event* event = nullptr) {
     retire(idx, slots_[idx].end_kind == EndKind::dead_lettered, event);
@@ -420,12 +435,12 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   Dispatcher dispatch_;
   TimerPort timers_;
   std::unique_ptr<LeaseTracker> leases_;
-  std::atomic<bool> processing_{false};     // start_processing ran: admit may re-arm the sweep
-  std::atomic<std::uint32_t> deferred_{0};  // adds kept until their job ends (+ ones in flight)
+  std::atomic<bool> processing_{false};  // start_processing ran: admit may re-arm the sweep
   // The dedup window is built on the first add that carries a dedup id: a queue that never
   // deduplicates should not pay its memory (capacity x max key bytes).
   std::atomic<DedupSet*> dedup_{nullptr};
   std::unique_ptr<DedupSet> dedup_owner_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> keep_gates_;  // one per slot, with dedup_owner_
   std::mutex dedup_init_mu_;
 };
 

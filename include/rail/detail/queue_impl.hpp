@@ -64,23 +64,29 @@ class QueueImpl final : public JobFlow {
 
   // --- adding ------------------------------------------------------------------------------------
   AddResult add(std::string_view job_name, T&& data, const JobOptions& o) {
-    return add_one(job_name, std::move(data), o, true);
+    return add_one(job_name, std::move(data), o);
   }
 
-  /// add_one(..., may_block, retry): add(); a deferred add (run_deferred) may not wait for
-  /// room: it runs where another job ended, possibly on the timer thread. `retry`: see
-  /// merge_duplicate.
-  AddResult add_one(std::string_view job_name, T&& data, const JobOptions& o, bool may_block,
-                    bool retry = true) {
+  /// Who adds: a producer; a producer's add tried once more (see merge_duplicate); or an add
+  /// that was kept until its running job ended (run_deferred). A kept add may not wait for
+  /// room: it runs where another job ended, possibly on the timer thread.
+  enum class AddFrom : std::uint8_t { producer, producer_again, kept };
+
+  /// add_one(..., from, prior): add(), for the adder `from`; a kept add takes the dedup id over
+  /// from its ended job `prior`, which held it for it.
+  AddResult add_one(std::string_view job_name, T&& data, const JobOptions& o,
+                    AddFrom from = AddFrom::producer, JobId prior = 0) {
     admit(job_name, o);
     const std::uint16_t name_id = core_.names().intern(job_name);
     std::uint32_t idx;
+    const bool may_block = from != AddFrom::kept;
     if (!(may_block ? acquire_slots(&idx, 1) : try_acquire_slots(&idx, 1))) [[unlikely]] {
-      // A duplicate of a live job merges even when there is no room for a new one.
+      // A duplicate of a live job merges even when there is no room for a new one (the job
+      // that held the id for a kept add is no such job: it ended).
       if (!o.dedup.id.empty()) {
         const std::int64_t now = core_.now_ns();
-        if (auto claim = live_claim(o, now))
-          return merge_duplicate(*claim, job_name, std::move(data), o, now);
+        if (auto claim = live_claim(o, now); claim && claim->owner != prior)
+          return merge_duplicate(*claim, job_name, std::move(data), o, now, from);
       }
       return overflow(job_name, std::move(data), o);
     }
@@ -91,11 +97,11 @@ class QueueImpl final : public JobFlow {
       id = core_.next_ids(1);
       init_slot(idx, id, name_id, now, o);
     } else {
-      const DedupSet::Claim claim = claim_id(idx, o, now);
+      const DedupSet::Claim claim = claim_id(idx, o, now, prior);
       if (claim.result != DedupSet::Claim::Result::inserted) {
         give_back(idx);
         if (auto refused = dedup_refusal(claim, o)) return *refused;
-        return merge_duplicate(claim, job_name, std::move(data), o, now, may_block, retry);
+        return merge_duplicate(claim, job_name, std::move(data), o, now, from);
       }
       id = claim.owner;
       init_slot(idx, id, name_id, now, o);
@@ -199,7 +205,6 @@ class QueueImpl final : public JobFlow {
     std::lock_guard lock(deferred_mu_);
     for (auto& [owner, d] : deferred_adds_) {
       out.push_back(Leftover<T>{0, std::move(d.name), std::move(d.data), 0, false});
-      deferred_taken();
     }
     deferred_adds_.clear();
     return out;
@@ -334,16 +339,20 @@ class QueueImpl final : public JobFlow {
   /// keep it for after the running job (keep_last_if_active), or merge; the window restarts
   /// when asked to (extend, debounce).
   AddResult merge_duplicate(const DedupSet::Claim& claim, std::string_view job_name, T&& data,
-                            const JobOptions& o, std::int64_t now, bool may_block = true,
-                            bool retry = false) {
+                            const JobOptions& o, std::int64_t now, AddFrom from) {
+    // A kept add finds the id taken by another job only if that job was added after the kept
+    // add's own job let the id go (a ttl that lapsed), that is, by a newer add: it merges into
+    // that one. Kept again or replacing, it would run after newer data, or overwrite an add kept
+    // after it.
+    if (from == AddFrom::kept) return note_duplicate(claim.owner, job_name, o, now, false);
     if (o.dedup.keep_last_if_active) {
       if (keep_last(claim, job_name, data, o))
         return note_duplicate(claim.owner, job_name, o, now, false, AddStatus::deferred);
       // The kept job ended between the claim and the check (its id released, or held for its
       // ttl): one more try adds this as a new job, or merges it within the ttl, instead of
       // merging it into a job that will not run again.
-      if (retry && !still_queued(claim))
-        return add_one(job_name, std::move(data), o, may_block, false);
+      if (from == AddFrom::producer && !still_queued(claim))
+        return add_one(job_name, std::move(data), o, AddFrom::producer_again);
     }
     const bool replaced =
         o.dedup.mode != DedupMode::merge && try_replace(claim, std::move(data), o, now);
@@ -393,18 +402,25 @@ class QueueImpl final : public JobFlow {
     const auto idx = static_cast<std::uint32_t>(claim.value);
     if (idx >= capacity()) return false;
     std::lock_guard lock(deferred_mu_);
-    return defer_while_active(idx, claim.owner, [&] {
-      auto it = deferred_adds_.find(claim.owner);
-      if (it != deferred_adds_.end()) {
-        replace_payload(it->second.data, std::move(data));  // the newest wins
-        it->second.name.assign(job_name);
-        it->second.options = o;
-        deferred_taken();  // one per job: this add's count is not needed
-        return true;
-      }
-      deferred_adds_.emplace(claim.owner, Deferred{std::move(data), std::string(job_name), o});
+    auto it = deferred_adds_.find(claim.owner);
+    if (it != deferred_adds_.end()) {
+      // Kept before and not taken yet (run_deferred takes it under this lock), whatever the
+      // job's state now (a lapse may have put it back to waiting): the newest wins.
+      replace_payload(it->second.data, std::move(data));
+      it->second.name.assign(job_name);
+      it->second.options = o;
       return true;
-    });
+    }
+    return keep_while_active(
+        idx, claim.owner,
+        [&] {
+          deferred_adds_.emplace(claim.owner, Deferred{std::move(data), std::string(job_name), o});
+        },
+        [&] {
+          auto kept = deferred_adds_.find(claim.owner);
+          replace_payload(data, std::move(kept->second.data));  // the caller still owns it
+          deferred_adds_.erase(kept);
+        });
   }
 
   void collect_deferred(ShutdownReport& report) const override {
@@ -421,16 +437,20 @@ class QueueImpl final : public JobFlow {
       if (it == deferred_adds_.end()) return;
       d.emplace(std::move(it->second));
       deferred_adds_.erase(it);
-      deferred_taken();
     }
-    // The ended job's id may be held on for its ttl: the kept add takes it over.
-    if (!d->options.dedup.id.empty()) (void)dedup().release(d->options.dedup.id, id);
+    const std::string& key = d->options.dedup.id;
     try {
-      const AddResult r = add_one(d->name, std::move(d->data), d->options, false);
+      // The ended job held the id for the kept add (see the keep gate): the new job takes it
+      // over in place, so that no newer add can make a job that this one would then follow.
+      // An add that comes between taking the entry above and the claim finds the ended job
+      // holding the id and no add kept for it: it merges, as it would into the waiting job.
+      const AddResult r = add_one(d->name, std::move(d->data), d->options, AddFrom::kept, id);
       if (r.status != AddStatus::full && r.status != AddStatus::dedup_full) return;
     } catch (const std::exception&) {  // shutting down: it must not vanish either
     }
-    // No room (or no engine to run it): the kept add goes to the DLQ rather than nowhere.
+    // No room (or no engine to run it): the kept add goes to the DLQ rather than nowhere, and
+    // the id held for it is let go.
+    (void)dedup().release(key, id);
     try {
       overflow(d->name, std::move(d->data), d->options, true);
     } catch (...) {  // no memory for the entry: nothing more can be done on this path
