@@ -58,24 +58,30 @@ std::size_t Engine::run_until_idle() {
     throw Error(ErrorCode::wrong_mode,
                 "run_until_idle() runs jobs on the caller's thread and needs an engine built with "
                 "EngineOptions.mode = Mode::inlined; this engine runs its own worker threads");
+  return detail::run_inline(*core_);
+}
+
+namespace detail {
+std::size_t run_inline(EngineCore& core) {
   std::size_t ran = 0;
   for (;;) {
-    core_->process_timers();
+    core.process_timers();
     std::size_t round = 0;
-    std::size_t n = core_->queue_count();
+    std::size_t n = core.queue_count();
     for (std::size_t i = 0; i < n; ++i)
-      round += core_->queue_at(i)->run_ready(64);
+      round += core.queue_at(i)->run_ready(64);
     ran += round;
-    if (round == 0 && core_->process_timers() == 0) {
+    if (round == 0 && core.process_timers() == 0) {
       // Nothing ran and nothing became due: but a timer fired just now may have made a job ready.
       std::size_t again = 0;
       for (std::size_t i = 0; i < n; ++i)
-        again += core_->queue_at(i)->run_ready(64);
+        again += core.queue_at(i)->run_ready(64);
       ran += again;
       if (again == 0) return ran;
     }
   }
 }
+}  // namespace detail
 
 std::optional<Duration> Engine::next_timer_in() {
   auto next = core_->next_timer_ns();

@@ -80,7 +80,15 @@ JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::
                FreeCells{stride_ * capacity_, payload_align}),
       free_(capacity_, sizeof(JobSlot) + stride_),
       dispatch_(core_, stats_, capacity_, slots_.get(), payload_.get(), stride_, name_, *this),
-      timers_(core_, slots_.get(), capacity_, options_.visibility_timeout) {}
+      timers_(core_, slots_.get(), capacity_, options_.visibility_timeout) {
+  ends_.configure(options_.results, false);
+}
+
+void JobFlow::declare_result(std::type_index type, std::string (*format)(const void*)) {
+  result_type_ = type;
+  format_result_ = format;
+  ends_.configure(options_.results, type != typeid(void));
+}
 
 JobFlow::~JobFlow() {
   for (std::size_t i = 0; i < capacity_; ++i) {
@@ -466,14 +474,15 @@ void JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   // We hold the slot in `finishing`. A plain completion needs the time only for its event:
   // skip the clock read (~50 ns on a VM) when nobody observes.
   const bool cancelled = (ctl::flags(c) & ctl::kCancelRequested) != 0;
-  const bool plain_done = out.kind() == Outcome::Kind::done && !cancelled && !core_.observed();
+  const bool plain_done =
+      out.kind() == Outcome::Kind::done && !cancelled && !core_.observed() && !ends_.wanted();
   const std::int64_t now = plain_done ? 0 : core_.now_ns();
   if (cancelled) {
     end_job(idx, EndKind::cancelled, DeadLetterReason::none, now, &wc);
     return;
   }
   if (out.kind() == Outcome::Kind::done) {
-    end_job(idx, EndKind::completed, DeadLetterReason::none, now, &wc);
+    end_job(idx, EndKind::completed, DeadLetterReason::none, now, &wc, {}, std::move(out.result_));
     return;
   }
   if (out.kind() == Outcome::Kind::discard) {
@@ -613,18 +622,18 @@ void JobFlow::lapse(std::uint64_t lease, std::int64_t now) {
 // -----------------------------------------------------------------------------------------
 
 void JobFlow::end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std::int64_t now,
-                      WorkerContext* wc, std::string_view why) {
+                      WorkerContext* wc, std::string_view why, std::shared_ptr<const void> result) {
   JobSlot& s = slots_[idx];
   s.end_reason = reason;
   if (kind == EndKind::dead_lettered) {
     end_dead_lettered(idx, now, wc);
     return;
   }
-  const bool kept = record_end(s, kind, now, wc, why);
+  Settled settled = record_end(s, kind, now, wc, why, std::move(result));
   s.end_kind = kind;
   const JobId id = s.id.load(std::memory_order_relaxed);
   if (s.ctl.end()) final_end(idx);  // else the last stale handler to return frees it
-  ended(id, kept);
+  ended(id, std::move(settled));
 }
 
 void JobFlow::end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* wc) {
@@ -635,7 +644,7 @@ void JobFlow::end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerConte
   // then. Not raised in a Holding frame: by then the job has left its slot, so a cancel of it
   // from an observer finds nothing and answers false.
   JobSlot& s = slots_[idx];
-  const bool kept = settle_end(s, EndKind::dead_lettered, wc);
+  Settled settled = settle_end(s, EndKind::dead_lettered, wc, now);
   const JobId id = s.id.load(std::memory_order_relaxed);
   std::optional<Event> ev;
   std::string error, own_name;
@@ -658,7 +667,7 @@ void JobFlow::end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerConte
   // cancel() spun on a slot this thread still held in `finishing`).
   s.end_kind = EndKind::dead_lettered;
   if (ctl::pins(s.ctl.load()) > 0 && file_copy(idx, pending)) {
-    ended(id, kept);
+    ended(id, std::move(settled));
     return;
   }
   if (s.ctl.end()) {
@@ -666,23 +675,26 @@ void JobFlow::end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerConte
   } else if (pending) {
     core_.emit(*pending);  // a move-only payload: the last handler to return files the entry
   }
-  ended(id, kept);
+  ended(id, std::move(settled));
 }
 
-bool JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc) {
+JobFlow::Settled JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc, std::int64_t now,
+                                     std::string_view why, std::shared_ptr<const void> result) {
   const JobId id = s.id.load(std::memory_order_relaxed);
   // The id follows the job: released when it ends, except that a ttl keeps merging adds of a
   // job that ran (completed or dead-lettered) until it expires; a cancelled job never ran, so
   // its id is free again at once (BullMQ removes a cancelled job's deduplication key). An add
   // kept for after the job takes the id over instead (run_deferred): closing the gate tells.
-  bool kept = false;
+  Settled settled;
   if (s.has_dedup) {
     const auto idx = static_cast<std::uint32_t>(&s - slots_.get());
     // acq_rel: one total order with an adder's CAS (keep_while_active).
-    kept = keep_gate(idx).exchange(0, std::memory_order_acq_rel) == gate_kept(id);
-    if (!kept && (!s.dedup_has_ttl || kind == EndKind::cancelled))  // discarded: it ran
+    settled.kept = keep_gate(idx).exchange(0, std::memory_order_acq_rel) == gate_kept(id);
+    if (!settled.kept && (!s.dedup_has_ttl || kind == EndKind::cancelled))  // discarded: it ran
       (void)dedup_.load(std::memory_order_acquire)->release(s.extra->dedup_key, id);
   }
+  if (ends_.wanted()) [[unlikely]]
+    settled.end = end_record(s, kind, now, why, std::move(result));
   switch (kind) {
     case EndKind::completed:
       count(wc, kCompleted);
@@ -704,23 +716,60 @@ bool JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc) {
     case EndKind::filed:
       RAIL_INVARIANT(false, "a job ends as completed, dead-lettered or cancelled");
   }
-  return kept;
+  return settled;
 }
 
-bool JobFlow::record_end(JobSlot& s, EndKind kind, std::int64_t now, WorkerContext* wc,
-                         std::string_view why) {
+EndRecord JobFlow::end_record(const JobSlot& s, EndKind kind, std::int64_t now,
+                              std::string_view why, std::shared_ptr<const void> result) const {
+  EndRecord end;
+  end.id = s.id.load(std::memory_order_relaxed);
+  end.ended_at = TimePoint{Duration{now}};
+  end.attempts = s.attempts();
+  switch (kind) {
+    case EndKind::completed:
+      end.status = JobStatus::completed;
+      end.result = std::move(result);
+      end.attempts += 1;  // the one that succeeded
+      break;
+    case EndKind::dead_lettered:
+      end.status = JobStatus::dead_lettered;
+      end.reason = s.end_reason;
+      end.errors = attempt_errors(s);
+      if (!end.errors.empty()) end.error = end.errors.back().message;
+      break;
+    case EndKind::cancelled:
+      end.status = JobStatus::cancelled;
+      break;
+    case EndKind::discarded:
+      end.status = JobStatus::discarded;
+      end.error = why;
+      end.attempts += 1;  // the one that discarded it
+      break;
+    case EndKind::none:
+    case EndKind::filed:
+      break;
+  }
+  return end;
+}
+
+JobFlow::Settled JobFlow::record_end(JobSlot& s, EndKind kind, std::int64_t now, WorkerContext* wc,
+                                     std::string_view why, std::shared_ptr<const void> result) {
   // Observers below may cancel this job: it is ending. (A frame only when someone observes.)
   std::optional<Holding> holding;
   if (core_.observed()) holding.emplace(s, true);
-  const bool kept = settle_end(s, kind, wc);
-  if (!core_.observed()) return kept;
+  // The event shows the result; the record (if any) shares it.
+  const std::shared_ptr<const void> shown = core_.observed() ? result : nullptr;
+  Settled settled = settle_end(s, kind, wc, now, why, std::move(result));
+  if (!core_.observed()) return settled;
   Event e = make_event(kind == EndKind::completed   ? EventKind::completed
                        : kind == EndKind::discarded ? EventKind::discarded
                                                     : EventKind::cancelled,
                        s, now);
   e.error = why;
+  std::string text;
+  if (shown && format_result_) e.result = text = format_result_(shown.get());
   core_.emit(e);
-  return kept;
+  return settled;
 }
 
 void JobFlow::reclaim_cancelled(std::uint32_t idx) {
@@ -793,7 +842,7 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   // instead of at its deadline; a waiting job's slot returns when a worker pops its index.
   JobSlot& s = slots_[idx];
   stats_.add(from == SlotState::waiting ? kFromReady : kFromDelayed);
-  const bool kept = record_end(s, EndKind::cancelled, core_.now_ns(), nullptr);
+  Settled settled = record_end(s, EndKind::cancelled, core_.now_ns(), nullptr);
   const JobId id = s.id.load(std::memory_order_relaxed);
   bool held = false;
   if (from == SlotState::delayed) {
@@ -812,7 +861,7 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   } else if (held) {
     reclaim_cancelled(idx);
   }
-  ended(id, kept);  // an add deferred while the job ran before a lapse requeued it
+  ended(id, std::move(settled));  // an add kept while the job ran before a lapse requeued it
 }
 
 bool JobFlow::retime(JobId id, std::int64_t due) {
@@ -918,6 +967,21 @@ JobState JobFlow::state(JobId id) const {
   if (auto ended = stats_.recall(id)) return JobState{*ended};
   if (in_dlq(id)) return JobState{JobStatus::dead_lettered};
   return JobState{};
+}
+
+std::optional<EndRecord> JobFlow::end_of(JobId id) const {
+  if (auto retained = ends_.retained(id)) return retained;
+  const JobState st = state(id);
+  if (st.status == JobStatus::waiting || st.status == JobStatus::delayed ||
+      st.status == JobStatus::active)
+    return std::nullopt;
+  EndRecord end;
+  end.id = id;
+  end.status = st.status;
+  if (st.status == JobStatus::unknown)
+    end.error = "job " + std::to_string(id) + " is not in queue '" + name_ +
+                "': never added here, or ended so long ago that the queue's history forgot it";
+  return end;  // ended, but not retained: its status only (no result, no errors)
 }
 
 bool JobFlow::idle() const noexcept {

@@ -99,6 +99,7 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
     case EventKind::completed:
       line += icon("✅") + "COMPLETED job " + id + " (" + name + ") after " +
               std::to_string(e.attempt) + " attempt(s)";
+      if (!e.result.empty()) line += ": " + std::string(e.result);
       break;
     case EventKind::dead_lettered:
       if (e.reason == DeadLetterReason::attempts_exhausted)

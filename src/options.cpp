@@ -114,6 +114,14 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
       bad(where, "dlq.journal.file_mode", std::to_string(j.file_mode),
           "permission bits (0 .. 0777)");
   }
+  if (o.results.max_age.count() <= 0)
+    bad(where, "results.max_age", ns(o.results.max_age),
+        "a positive age (Duration::max() to keep ended jobs until the counts push them out)");
+  constexpr std::size_t kMaxRetained = std::size_t{1} << 24;
+  for (const auto& [field, keep] : {std::pair{"results.keep_completed", o.results.keep_completed},
+                                    std::pair{"results.keep_failed", o.results.keep_failed}})
+    if (keep && *keep > kMaxRetained)
+      bad(where, field, std::to_string(*keep), "0 .. 16777216 ended jobs to keep");
   validate_job_options(o.defaults, where + ".defaults");
   if (o.defaults.backoff.kind == BackoffKind::custom && !o.custom_backoff)
     bad(where, "custom_backoff", "empty while defaults.backoff is custom",

@@ -583,6 +583,74 @@ TEST_F(Peers, AKeptAddThatFindsNoRoomGoesToTheDlqNotNowhere) {
   EXPECT_EQ(q.counts().completed + q.dlq().size(), 2u) << "the kept add ran or was filed";
 }
 
+// review-gate: the job that held its id for a kept add ends, and the slot it frees is taken
+// before the kept add is made (here by an observer of its dead_lettered event, which the DLQ
+// raises after the slot was freed; under load, by any producer). Under OverflowPolicy::dead_letter
+// overflow() files the kept add and returns dead_lettered, which run_deferred takes for success:
+// the id the ended job held for it is never let go, and without a ttl every later add of that id
+// is a `duplicate` of a dead job, forever.
+TEST_F(Peers, AKeptAddFiledByAFullDeadLetterQueueLetsTheIdGo) {
+  auto q = engine.queue<int>("syncs",
+                             QueueOptions{.capacity = 1, .on_full = OverflowPolicy::dead_letter});
+  JobOptions o = with_dedup("user-7", std::nullopt);
+  o.dedup.keep_last_if_active = true;
+  JobId first = 0;
+  engine.on_event([&](const Event& e) {
+    if (e.kind == EventKind::dead_lettered && e.job_id == first) {
+      EXPECT_EQ(q.add("other", 100).status, AddStatus::added) << "takes the freed slot";
+    }
+  });
+  q.process({}, [&](Job<int>& j) {
+    if (j.data() == 1) {
+      EXPECT_EQ(q.add("sync", 2, o).status, AddStatus::deferred);
+      return Outcome::fail("boom");
+    }
+    return Outcome::done();
+  });
+  first = q.add("sync", 1, o).id;
+  replay();
+  EXPECT_EQ(q.dlq().size(), 2u) << "job 1 and its kept add (overflow)";
+  const AddResult later = q.add("sync", 3, o);
+  EXPECT_EQ(later.status, AddStatus::added) << "the id is still held by ended job " << later.id;
+}
+
+// review-gate: a ttl that lapsed while the kept job ran let a newer add make a job (3) that ran
+// and ended before the kept job did; the older kept add (2) then ran after it. An add kept for
+// a job holds that job's id past its ttl, until the kept add takes it over: 3 replaces 2.
+TEST(PeerKeepLast, AKeptAddHoldsItsJobsIdPastTheTtlSoANewerAddReplacesItInsteadOfOvertakingIt) {
+  test::Watchdog dog(std::chrono::seconds(60), "AKeptAddHoldsItsJobsIdPastTheTtl");
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::threaded}};
+  auto q = engine.queue<int>("syncs", QueueOptions{.visibility_timeout = Duration::max()});
+  JobOptions o = with_dedup("user-7", std::chrono::duration_cast<Duration>(1min));
+  o.dedup.keep_last_if_active = true;
+  std::mutex mu;
+  std::vector<int> ran;
+  std::atomic<bool> one_started{false}, release_one{false};
+  q.process({.concurrency = 2}, [&](Job<int>& j) {
+    {
+      std::lock_guard lock(mu);
+      ran.push_back(j.data());
+    }
+    if (j.data() == 1) {
+      one_started = true;
+      while (!release_one)
+        std::this_thread::yield();
+    }
+  });
+  ASSERT_EQ(q.add("sync", 1, o).status, AddStatus::added);
+  while (!one_started)
+    std::this_thread::yield();
+  ASSERT_EQ(q.add("sync", 2, o).status, AddStatus::deferred);
+  clock.advance(2min);  // 1's window would have lapsed while it runs
+  EXPECT_EQ(q.add("sync", 3, o).status, AddStatus::deferred) << "replaces 2: the newest wins";
+  release_one = true;
+  ASSERT_TRUE(q.drain(10s));
+  engine.shutdown(1s);
+  std::lock_guard lock(mu);
+  EXPECT_EQ(ran, (std::vector<int>{1, 3}));
+}
+
 // The jobs of one dedup id run one after another (the next is added only once the last ended),
 // so their data must only grow: a kept add that ran after a newer one, or that overwrote a newer
 // kept add (CI saw this: 133 accepted, 130 the last to run), breaks "the newest wins".

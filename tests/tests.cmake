@@ -68,6 +68,7 @@ set_property(GLOBAL APPEND PROPERTY RAIL_TEST_TARGETS split_race)
 rail_add_test(peer_semantics CONCURRENCY)
 rail_add_test(observers CONCURRENCY)
 rail_add_test(queue_events CONCURRENCY)
+rail_add_test(results CONCURRENCY)
 # Compile-fail: queue_with_dlq_journal of a payload type without a rail::JournalCodec must not
 # compile, and the diagnostic must name the type and JournalCodable (tests/compile_fail/check.sh
 # also compiles the same TU with a codec, which must succeed). No binary: it runs the compiler.

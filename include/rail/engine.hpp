@@ -90,8 +90,12 @@ class Engine {
   /// is already declared; Error(invalid_option) for bad options; Error(capacity) naming the
   /// bytes it would need when its preallocation (capacity x (128 B + sizeof(T)) plus rings,
   /// detail/footprint.hpp) exceeds the machine's physical memory or cannot be allocated.
-  template <class T>
-  Queue<T> queue(std::string_view name, QueueOptions options) {
+  ///
+  /// queue<T, R>(name, options) declares a queue whose handler returns a result of type R
+  /// (rail::Result<R>): its jobs' results reach the `completed` event (as text when R has an
+  /// operator<<), their handles (Queue::add_tracked) and Queue::result(id).
+  template <class T, class R = void>
+  Queue<T, R> queue(std::string_view name, QueueOptions options) {
     detail::validate_queue_options(options, name);
     detail::check_queue_footprint(name, options.capacity, sizeof(T));
     std::lock_guard lock(mu_);
@@ -108,8 +112,11 @@ class Engine {
     // it must not be able to fail (and leave the engine a pointer to a destroyed queue).
     auto entry = queues_.emplace(std::string(name), nullptr).first;
     try {
-      entry->second =
+      auto impl =
           std::make_unique<detail::QueueImpl<T>>(*core_, std::string(name), std::move(options));
+      if constexpr (!std::is_void_v<R>)
+        impl->declare_result(typeid(R), detail::result_printer<R>());
+      entry->second = std::move(impl);
     } catch (const std::bad_alloc&) {
       queues_.erase(entry);
       detail::throw_queue_allocation_failed(name, capacity, sizeof(T));
@@ -117,7 +124,7 @@ class Engine {
       queues_.erase(entry);
       throw;
     }
-    return Queue<T>(static_cast<detail::QueueImpl<T>*>(entry->second.get()));
+    return Queue<T, R>(static_cast<detail::QueueImpl<T>*>(entry->second.get()));
   }
 
   /// queue_with_dlq_journal<T>(name, options) declares a queue whose DLQ keeps a journal file
@@ -128,21 +135,21 @@ class Engine {
   /// and throws when one is asked for); and an empty options.dlq.journal.path is
   /// Error(invalid_option) naming the queue, not a DLQ silently kept in memory only. Only the DLQ
   /// is journaled: waiting and running jobs live in memory, as with queue<T>.
-  template <JournalCodable T>
-  Queue<T> queue_with_dlq_journal(std::string_view name, QueueOptions options) {
+  template <JournalCodable T, class R = void>
+  Queue<T, R> queue_with_dlq_journal(std::string_view name, QueueOptions options) {
     if (options.dlq.journal.path.empty())
       throw Error(ErrorCode::invalid_option,
                   "QueueOptions('" + std::string(name) +
                       "').dlq.journal.path is empty; expected the path of the DLQ's journal file "
                       "(queue_with_dlq_journal declares a queue whose DLQ keeps one; "
                       "queue<T>(name, options) declares a queue without)");
-    return queue<T>(name, std::move(options));
+    return queue<T, R>(name, std::move(options));
   }
 
   /// queue<T>(name) looks up a declared queue. Error(unknown_queue) if there is none;
-  /// Error(type_mismatch) if it was declared with another payload type.
-  template <class T>
-  Queue<T> queue(std::string_view name) {
+  /// Error(type_mismatch) if it was declared with another payload type or result type.
+  template <class T, class R = void>
+  Queue<T, R> queue(std::string_view name) {
     std::lock_guard lock(mu_);
     auto it = queues_.find(std::string(name));
     if (it == queues_.end())
@@ -151,7 +158,13 @@ class Engine {
     if (it->second->payload_type() != std::type_index(typeid(T)))
       throw Error(ErrorCode::type_mismatch, "queue '" + std::string(name) +
                                                 "' holds payloads of another type than requested");
-    return Queue<T>(static_cast<detail::QueueImpl<T>*>(it->second.get()));
+    auto* impl = static_cast<detail::QueueImpl<T>*>(it->second.get());
+    if (impl->result_type() != std::type_index(typeid(R)))
+      throw Error(ErrorCode::type_mismatch,
+                  "queue '" + std::string(name) +
+                      "' was declared with another result type than requested (queue<T, R>: R "
+                      "is the type its handler returns, void for none)");
+    return Queue<T, R>(impl);
   }
 
   /// on_event(observer) adds an observer of every job stage on every queue, called after the

@@ -86,6 +86,8 @@ struct Event {
   std::string_view error;        // attempt_failed / dead_lettered: the (last) failure
   DeadLetterReason reason = DeadLetterReason::none;
   std::string_view dedup_id;  // deduplicated / debounced: the window's id
+  std::string_view result;    // completed, on a queue with a result type R that can be printed
+                              // (operator<< or std::formatter): the result as text
 };
 
 /// Observer: a callable receiving each event.

@@ -92,6 +92,21 @@ enum class StallPolicy : std::uint8_t {
   count_as_attempt,
 };
 
+/// ResultRetention: how many ended jobs a queue keeps, with their results (completed) or their
+/// reason and errors (dead-lettered, cancelled, discarded), for Queue::result(id) and waits by
+/// id. Bounded both ways, so memory does not grow with the jobs ever run: the oldest go first
+/// once a count is reached, and any older than max_age (engine clock) go when the next end is
+/// recorded. A handle from add_tracked() sees its job's end whatever is retained. Keeping none
+/// costs nothing per job; keeping some costs a lock and a map node per ended job.
+struct ResultRetention {
+  /// Completed jobs to keep; nullopt: 1000 for a queue declared with a result type, else 0.
+  std::optional<std::size_t> keep_completed{};
+  /// Dead-lettered, cancelled and discarded jobs to keep; nullopt: as keep_completed.
+  std::optional<std::size_t> keep_failed{};
+  /// Ended jobs older than this are dropped; Duration::max(): kept until the counts push them.
+  Duration max_age = Duration::max();
+};
+
 /// QueueOptions: per-queue settings, fixed at declaration.
 struct QueueOptions {
   std::size_t capacity = 65'536;  // max unfinished jobs (waiting+delayed+active)
@@ -111,6 +126,9 @@ struct QueueOptions {
   /// StallPolicy::own_budget: how many stalls a job survives (redelivered each time, no attempt
   /// used); the next one dead-letters it. BullMQ's maxStalledCount, default 1. 0 .. 65535.
   std::int32_t max_stalls = 1;
+  /// What the queue remembers of its ended jobs for Queue::result(id) and waits by id (BullMQ's
+  /// removeOnComplete / removeOnFail). See ResultRetention.
+  ResultRetention results{};
 };
 
 /// WorkerOptions: the pool that drains a queue, sized to what the downstream service can take.

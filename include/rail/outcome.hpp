@@ -3,12 +3,19 @@
 // when what it throws is a rail::UnrecoverableError (unrecoverable_error.hpp).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "rail/clock.hpp"
 
 namespace rail {
+
+namespace detail {
+class JobFlow;
+}
+template <class R>
+class Result;
 
 class Outcome {
  public:
@@ -52,10 +59,14 @@ class Outcome {
   [[nodiscard]] std::string take_reason() noexcept { return std::move(reason_); }
 
  private:
+  template <class R>
+  friend class Result;
+  friend class detail::JobFlow;
   Outcome(Kind k, std::string_view reason, Duration d) : kind_(k), reason_(reason), delay_(d) {}
   Kind kind_ = Kind::done;
   std::string reason_;
   Duration delay_{0};
+  std::shared_ptr<const void> result_;  // done, on a queue with a result type (Result<R>)
 };
 
 }  // namespace rail

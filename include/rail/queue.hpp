@@ -18,16 +18,21 @@
 #include "rail/dead_letter_queue.hpp"
 #include "rail/detail/queue_impl.hpp"
 #include "rail/job.hpp"
+#include "rail/job_end.hpp"
+#include "rail/job_handle.hpp"
 #include "rail/job_state.hpp"
 #include "rail/options.hpp"
 #include "rail/outcome.hpp"
+#include "rail/result.hpp"
 #include "rail/shutdown_report.hpp"
 
 namespace rail {
 
 class Engine;
 
-template <class T>
+/// Queue<T, R>: payloads of type T; R is the result type its handler returns (Engine::queue<T,
+/// R>, rail::Result<R>), or void for a queue whose jobs only complete.
+template <class T, class R = void>
 class Queue {
  public:
   /// name() is the queue's name.
@@ -43,6 +48,36 @@ class Queue {
   AddResult add(std::string_view job_name, T data) {
     return impl_->add(job_name, std::move(data), impl_->options().defaults);
   }
+
+  /// add_tracked(name, data[, options]) adds as add() does and hands back a handle to wait on
+  /// the job's end (JobHandle: wait, wait_for, on_end) with its result (BullMQ's
+  /// job.waitUntilFinished). A new job's handle is registered before the job can run, so its end
+  /// is never missed, retained or not. A duplicate's handle reports the job it merged into; a
+  /// kept add (AddStatus::deferred), the running job it waits for; an add that created nothing
+  /// (full, dedup_full) has a handle already ended with status unknown and the reason.
+  JobHandle<R> add_tracked(std::string_view job_name, T data, const JobOptions& options) {
+    auto t = impl_->add_tracked(job_name, std::move(data), options);
+    return JobHandle<R>(impl_, std::move(t.waiter), t.added.id, t.added, t.sure);
+  }
+  JobHandle<R> add_tracked(std::string_view job_name, T data) {
+    return add_tracked(job_name, std::move(data), impl_->options().defaults);
+  }
+
+  /// track(id): a handle on job `id` of this queue, added earlier: it reports the end if the job
+  /// ended and is retained (QueueOptions::results) or still in the queue's history (status only
+  /// then), or waits for it. A job unknown to the queue ends at once with status unknown.
+  JobHandle<R> track(JobId id) {
+    return JobHandle<R>(impl_, impl_->ends().watch(id), id, AddResult{id, AddStatus::added}, false);
+  }
+  /// result(id): job `id`'s end if it ended and is retained (QueueOptions::results), without
+  /// waiting (BullMQ's job.returnvalue); nullopt while it runs or once it is no longer retained.
+  [[nodiscard]] std::optional<JobEnd<R>> result(JobId id) const {
+    auto e = impl_->ends().retained(id);
+    if (!e) return std::nullopt;
+    return JobHandle<R>::typed(*e);
+  }
+  /// wait(id, timeout): track(id).wait_for(timeout).
+  std::optional<JobEnd<R>> wait(JobId id, Duration timeout) { return track(id).wait_for(timeout); }
 
   /// add_bulk(name, items, options) creates one job per item (payloads are moved from) with
   /// consecutive ids, all or nothing under OverflowPolicy::reject/block. One pass over the rings
@@ -61,10 +96,19 @@ class Queue {
   /// concurrency outside 1 .. WorkerOptions::kMaxConcurrency. If the system refuses a worker
   /// thread, throws Error(resources) once the threads already started have exited without
   /// running a job: the queue then has no processor and process() may be called again.
+  /// On a queue with a result type R, the handler returns rail::Result<R>: an R when the job
+  /// is done, or an Outcome (retry, retry_after, fail, discard).
   template <class F>
   void process(const WorkerOptions& options, F&& handler) {
-    using R = std::invoke_result_t<F&, Job<T>&>;
-    if constexpr (std::is_void_v<R>) {
+    using Ret = std::invoke_result_t<F&, Job<T>&>;
+    if constexpr (!std::is_void_v<R>) {
+      static_assert(std::is_convertible_v<Ret, Result<R>>,
+                    "a handler of a queue with result type R returns rail::Result<R>: an R when "
+                    "the job is done, or an Outcome other than done");
+      impl_->set_handler([h = std::forward<F>(handler)](
+                             Job<T>& job) mutable -> Outcome { return Result<R>(h(job)).take(); },
+                         options);
+    } else if constexpr (std::is_void_v<Ret>) {
       impl_->set_handler(
           [h = std::forward<F>(handler)](Job<T>& job) mutable {
             h(job);
@@ -72,7 +116,7 @@ class Queue {
           },
           options);
     } else {
-      static_assert(std::is_convertible_v<R, Outcome>, "a handler returns rail::Outcome or void");
+      static_assert(std::is_convertible_v<Ret, Outcome>, "a handler returns rail::Outcome or void");
       impl_->set_handler(std::forward<F>(handler), options);
     }
   }

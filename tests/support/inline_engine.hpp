@@ -19,7 +19,7 @@ struct InlineEngine : ::testing::Test {
   void SetUp() override {
     engine.on_event([this](const Event& e) {
       Event copy = e;
-      copy.queue = copy.job_name = copy.error = copy.dedup_id = {};
+      copy.queue = copy.job_name = copy.error = copy.dedup_id = copy.result = {};
       events.push_back(copy);
     });
   }

@@ -70,6 +70,11 @@ class QueueBase {
   virtual void collect_leftovers(ShutdownReport& report) const = 0;
 };
 
+class EngineCore;
+/// run_inline(core): Engine::run_until_idle's loop (inline mode; the caller checked it): fires
+/// due timers and runs ready jobs until neither is left; returns how many jobs ran.
+std::size_t run_inline(EngineCore& core);
+
 /// current_delivery(): the queue whose job this thread is delivering (from the start of a
 /// delivery to its end, handler and events included), or null. Calls that wait for jobs to end
 /// (drain, shutdown) use it not to wait for the caller itself.

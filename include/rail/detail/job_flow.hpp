@@ -55,12 +55,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <typeindex>
 
 #include "rail/add_result.hpp"
 #include "rail/dead_letter_queue.hpp"
 #include "rail/detail/deadline.hpp"
 #include "rail/detail/dedup_set.hpp"
 #include "rail/detail/dispatcher.hpp"
+#include "rail/detail/end_tracker.hpp"
 #include "rail/detail/engine_core.hpp"
 #include "rail/detail/free_slots.hpp"
 #include "rail/detail/job_slot.hpp"
@@ -119,6 +121,16 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   bool retime(JobId id, std::int64_t due);
   /// jobs(status, limit): live jobs in `status` (waiting, delayed or active), oldest id first.
   std::vector<JobInfo> jobs(JobStatus status, std::size_t limit) const;
+
+  // --- results and waiting (Engine::queue<T, R>, Queue::add_tracked / result / wait) --------
+  /// declare_result(type, format): the queue's result type and its printer (null: none), set
+  /// once at declaration, before the queue is handed out; applies the retention defaults.
+  void declare_result(std::type_index type, std::string (*format)(const void*));
+  [[nodiscard]] std::type_index result_type() const noexcept { return result_type_; }
+  [[nodiscard]] EndTracker& ends() noexcept { return ends_; }
+  /// end_of(id): job `id`'s end if it ended and is retained, or what its history says (no result
+  /// or errors then), or nullopt while it is live (or unknown to the queue: status unknown).
+  [[nodiscard]] std::optional<EndRecord> end_of(JobId id) const;
 
   /// emit_dlq(kind, id, job_name, depth): the DLQ's events (evicted, alert).
   void emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth);
@@ -314,12 +326,15 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   static constexpr std::uint64_t gate_open(JobId id) noexcept { return id << 1; }
   static constexpr std::uint64_t gate_kept(JobId id) noexcept { return id << 1 | 1; }
 
-  /// keep_while_active(idx, owner, keep): under the caller's lock on its kept adds, keeps an add
-  /// for after job `owner` if it is running in slot idx and no end closed its gate: calls keep()
-  /// (which records the add), then moves the gate from open to kept. False: nothing kept (keep()
-  /// undone by the caller's `undo`).
+  /// keep_while_active(idx, owner, key, keep, undo): under the caller's lock on its kept adds,
+  /// keeps an add for after job `owner` if it is running in slot idx and no end closed its gate:
+  /// calls keep() (which records the add), then moves the gate from open to kept, and holds the
+  /// dedup id `key` for the job past its ttl (until the kept add takes it over): else a newer
+  /// add could make a job, once the ttl lapsed, that the older kept add would follow. False:
+  /// nothing kept (keep() undone by `undo`).
   template <class Keep, class Undo>
-  bool keep_while_active(std::uint32_t idx, JobId owner, Keep&& keep, Undo&& undo) {
+  bool keep_while_active(std::uint32_t idx, JobId owner, std::string_view key, Keep&& keep,
+                         Undo&& undo) {
     const SlotState st = ctl::state(slots_[idx].ctl.load());
     if ((st != SlotState::active && st != SlotState::finishing) ||
         slots_[idx].id.load(std::memory_order_relaxed) != owner)
@@ -327,10 +342,19 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
     keep();
     std::uint64_t open = gate_open(owner);
     // acq_rel: one total order with the holder's exchange in settle_end (see above).
-    if (keep_gate(idx).compare_exchange_strong(open, gate_kept(owner), std::memory_order_acq_rel,
-                                               std::memory_order_acquire))
-      return true;
+    if (!keep_gate(idx).compare_exchange_strong(open, gate_kept(owner), std::memory_order_acq_rel,
+                                                std::memory_order_acquire)) {
+      undo();
+      return false;
+    }
+    if (dedup().set_expiry(key, owner, DedupSet::kNoExpiry)) return true;
+    // The ttl lapsed and another add took the id since the caller's claim: that add is newer
+    // than the job, so this one merges into it instead. Reopen the gate unless the job's end
+    // closed it meanwhile (then run_deferred finds nothing kept: the id is not the job's).
     undo();
+    std::uint64_t kept = gate_kept(owner);
+    (void)keep_gate(idx).compare_exchange_strong(kept, gate_open(owner), std::memory_order_acq_rel,
+                                                 std::memory_order_acquire);
     return false;
   }
   std::atomic<std::uint64_t>& keep_gate(std::uint32_t idx) const noexcept {
@@ -386,21 +410,37 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
                     SplitMix64& rng, std::int64_t now, WorkerContext* wc);
   void lapse(std::uint64_t lease, std::int64_t now);
   void end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std::int64_t now,
-               WorkerContext* wc, std::string_view why = {});
-  /// record_end / settle_end: count the job's end and let its dedup id go; true if an add was
-  /// kept for after it (pass it to ended()).
-  bool record_end(JobSlot& s, EndKind kind, std::int64_t now, WorkerContext* wc,
-                  std::string_view why = {});
-  bool settle_end(JobSlot& s, EndKind kind, WorkerContext* wc);
+               WorkerContext* wc, std::string_view why = {},
+               std::shared_ptr<const void> result = {});
+  /// Settled: what a job's end leaves for once it left its slot (ended()).
+  struct Settled {
+    bool kept = false;             // an add was kept for after it: run_deferred
+    std::optional<EndRecord> end;  // its waiters and retained ends want it (EndTracker)
+  };
+  /// record_end / settle_end: count the job's end, let its dedup id go and note it for its
+  /// waiters (`result`: a completed job's); record_end also raises its event.
+  Settled record_end(JobSlot& s, EndKind kind, std::int64_t now, WorkerContext* wc,
+                     std::string_view why = {}, std::shared_ptr<const void> result = {});
+  Settled settle_end(JobSlot& s, EndKind kind, WorkerContext* wc, std::int64_t now,
+                     std::string_view why = {}, std::shared_ptr<const void> result = {});
+  EndRecord end_record(const JobSlot& s, EndKind kind, std::int64_t now, std::string_view why,
+                       std::shared_ptr<const void> result) const;
   void end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* wc);
   void reclaim_cancelled(std::uint32_t idx);
   std::optional<bool> try_cancel(std::uint32_t idx, JobId id);
   void end_cancelled(std::uint32_t idx, SlotState from);
-  /// ended(id, kept): after a job left its slot: run the add kept for after it, if its end
-  /// found one (settle_end's answer).
-  void ended(JobId id, bool kept) noexcept {
-    if (kept) [[unlikely]]
+  /// ended(id, settled): after a job left its slot: run the add kept for after it, if its end
+  /// found one, and tell its waiters (settle_end's answers). Here, not in settle_end: a waiter's
+  /// callback may cancel or wait, and must not find the slot still held by this thread.
+  void ended(JobId id, Settled&& settled) noexcept {
+    if (settled.kept) [[unlikely]]
       run_deferred(id);
+    if (settled.end) [[unlikely]] {
+      try {
+        ends_.record(std::move(*settled.end));
+      } catch (...) {  // no memory to retain it: its waiter learns it by id from the history
+      }
+    }
   }
   void final_end(std::uint32_t idx, const Event* event = nullptr) {
     retire(idx, slots_[idx].end_kind == EndKind::dead_lettered, event);
@@ -439,6 +479,10 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   // The dedup window is built on the first add that carries a dedup id: a queue that never
   // deduplicates should not pay its memory (capacity x max key bytes).
   std::atomic<DedupSet*> dedup_{nullptr};
+  // Results (Engine::queue<T, R>): R's identity and printer, and who hears of ends.
+  std::type_index result_type_{typeid(void)};
+  std::string (*format_result_)(const void*) = nullptr;  // null: R cannot be printed
+  EndTracker ends_;
   std::unique_ptr<DedupSet> dedup_owner_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> keep_gates_;  // one per slot, with dedup_owner_
   std::mutex dedup_init_mu_;

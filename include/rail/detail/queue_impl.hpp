@@ -67,15 +67,36 @@ class QueueImpl final : public JobFlow {
     return add_one(job_name, std::move(data), o);
   }
 
+  /// Tracked: an add and the waiter of the job it names (see Queue::add_tracked).
+  struct Tracked {
+    AddResult added;
+    std::shared_ptr<EndWaiter> waiter;
+    bool sure = false;  // registered before the job was published
+  };
+  Tracked add_tracked(std::string_view job_name, T&& data, const JobOptions& o) {
+    std::shared_ptr<EndWaiter> waiter;
+    const AddResult r = add_one(job_name, std::move(data), o, AddFrom::producer, 0, &waiter);
+    if (waiter) return {r, std::move(waiter), true};
+    // A duplicate (tracked as the job it merged into), a DLQ entry (overflow), or nothing.
+    if (r.id != 0) return {r, ends().watch(r.id), false};
+    auto none = std::make_shared<EndWaiter>();
+    EndRecord end;
+    end.error = "nothing was added to queue '" + name_ + "': " + std::string(to_string(r.status));
+    (void)none->resolve(end);
+    return {r, std::move(none), true};
+  }
+
   /// Who adds: a producer; a producer's add tried once more (see merge_duplicate); or an add
   /// that was kept until its running job ended (run_deferred). A kept add may not wait for
   /// room: it runs where another job ended, possibly on the timer thread.
   enum class AddFrom : std::uint8_t { producer, producer_again, kept };
 
-  /// add_one(..., from, prior): add(), for the adder `from`; a kept add takes the dedup id over
-  /// from its ended job `prior`, which held it for it.
+  /// add_one(..., from, prior, watch): add(), for the adder `from`; a kept add takes the dedup
+  /// id over from its ended job `prior`, which held it for it. `watch`: a new job's waiter is
+  /// registered there before the job is published (add_tracked), so its end cannot be missed.
   AddResult add_one(std::string_view job_name, T&& data, const JobOptions& o,
-                    AddFrom from = AddFrom::producer, JobId prior = 0) {
+                    AddFrom from = AddFrom::producer, JobId prior = 0,
+                    std::shared_ptr<EndWaiter>* watch = nullptr) {
     admit(job_name, o);
     const std::uint16_t name_id = core_.names().intern(job_name);
     std::uint32_t idx;
@@ -86,7 +107,7 @@ class QueueImpl final : public JobFlow {
       if (!o.dedup.id.empty()) {
         const std::int64_t now = core_.now_ns();
         if (auto claim = live_claim(o, now); claim && claim->owner != prior)
-          return merge_duplicate(*claim, job_name, std::move(data), o, now, from);
+          return merge_duplicate(*claim, job_name, std::move(data), o, now, from, watch);
       }
       return overflow(job_name, std::move(data), o);
     }
@@ -101,11 +122,20 @@ class QueueImpl final : public JobFlow {
       if (claim.result != DedupSet::Claim::Result::inserted) {
         give_back(idx);
         if (auto refused = dedup_refusal(claim, o)) return *refused;
-        return merge_duplicate(claim, job_name, std::move(data), o, now, from);
+        return merge_duplicate(claim, job_name, std::move(data), o, now, from, watch);
       }
       id = claim.owner;
       init_slot(idx, id, name_id, now, o);
       claim_dedup(idx, o);
+    }
+    if (watch) [[unlikely]] {
+      try {
+        *watch = ends().watch(id);
+      } catch (...) {  // no memory to track it: nothing was added
+        if (!o.dedup.id.empty()) (void)dedup().release(o.dedup.id, id);
+        give_back(idx);
+        throw;
+      }
     }
     ::new (cell(idx)) T(std::move(data));
     stats_.add(kAdded);
@@ -339,7 +369,8 @@ class QueueImpl final : public JobFlow {
   /// keep it for after the running job (keep_last_if_active), or merge; the window restarts
   /// when asked to (extend, debounce).
   AddResult merge_duplicate(const DedupSet::Claim& claim, std::string_view job_name, T&& data,
-                            const JobOptions& o, std::int64_t now, AddFrom from) {
+                            const JobOptions& o, std::int64_t now, AddFrom from,
+                            std::shared_ptr<EndWaiter>* watch = nullptr) {
     // A kept add finds the id taken by another job only if that job was added after the kept
     // add's own job let the id go (a ttl that lapsed), that is, by a newer add: it merges into
     // that one. Kept again or replacing, it would run after newer data, or overwrite an add kept
@@ -352,7 +383,7 @@ class QueueImpl final : public JobFlow {
       // ttl): one more try adds this as a new job, or merges it within the ttl, instead of
       // merging it into a job that will not run again.
       if (from == AddFrom::producer && !still_queued(claim))
-        return add_one(job_name, std::move(data), o, AddFrom::producer_again);
+        return add_one(job_name, std::move(data), o, AddFrom::producer_again, 0, watch);
     }
     const bool replaced =
         o.dedup.mode != DedupMode::merge && try_replace(claim, std::move(data), o, now);
@@ -412,7 +443,7 @@ class QueueImpl final : public JobFlow {
       return true;
     }
     return keep_while_active(
-        idx, claim.owner,
+        idx, claim.owner, o.dedup.id,
         [&] {
           deferred_adds_.emplace(claim.owner, Deferred{std::move(data), std::string(job_name), o});
         },
@@ -445,7 +476,11 @@ class QueueImpl final : public JobFlow {
       // An add that comes between taking the entry above and the claim finds the ended job
       // holding the id and no add kept for it: it merges, as it would into the waiting job.
       const AddResult r = add_one(d->name, std::move(d->data), d->options, AddFrom::kept, id);
-      if (r.status != AddStatus::full && r.status != AddStatus::dedup_full) return;
+      if (r.status == AddStatus::added || r.status == AddStatus::duplicate) return;
+      if (r.status == AddStatus::dead_lettered) {  // filed (OverflowPolicy::dead_letter)
+        (void)dedup().release(key, id);            // review: the id was held forever
+        return;
+      }
     } catch (const std::exception&) {  // shutting down: it must not vanish either
     }
     // No room (or no engine to run it): the kept add goes to the DLQ rather than nowhere, and

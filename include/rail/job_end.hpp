@@ -1,0 +1,33 @@
+// JobEnd<R>: how a job ended, as its waiters and Queue::result(id) see it: completed with its
+// result (a queue declared with a result type), dead-lettered with its reason and every
+// attempt's error, cancelled, or discarded with the handler's reason. `unknown` when the queue
+// cannot tell: never added, forgotten by its history, or left unstarted at shutdown.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rail/clock.hpp"
+#include "rail/dead_letter_queue.hpp"
+#include "rail/event.hpp"
+#include "rail/job_state.hpp"
+
+namespace rail {
+
+template <class R = void>
+struct JobEnd {
+  JobId id = 0;
+  JobStatus status = JobStatus::unknown;  // completed, dead_lettered, cancelled, discarded, unknown
+  std::shared_ptr<const R> result;  // completed, on a queue with a result type (shared, immutable)
+  DeadLetterReason reason = DeadLetterReason::none;  // dead_lettered
+  std::string error;  // dead_lettered: the last failure; discarded: the reason; unknown: why
+  std::vector<AttemptError> errors;  // dead_lettered: every attempt's failure, oldest first
+  std::uint32_t attempts = 0;        // attempts made, the last one included
+  TimePoint ended_at{};              // engine clock; unset for unknown
+
+  [[nodiscard]] bool completed() const noexcept { return status == JobStatus::completed; }
+};
+
+}  // namespace rail

@@ -1,0 +1,149 @@
+// JobHandle<R>: a job's end to wait on (Queue::add_tracked, Queue::track): BullMQ's
+// waitUntilFinished, Celery's AsyncResult.get. Cheap to copy (shared); every handle of one job
+// sees the same end. Must not outlive its Engine (as Queue handles).
+//
+// Waiting:
+// - threaded engine: wait() blocks until the job ends; wait_for(t) at most t (real time).
+//   Either throws Error(would_deadlock) from a timer callback (the job's retry may need that
+//   thread), and wait() also from a handler of the job's own queue, whose workers may all be
+//   waiting for jobs only they could run (wait_for is allowed there: it ties up that worker
+//   for at most t).
+// - inline engine: waiting drives run_until_idle() on the calling thread until the job ends; if
+//   the job cannot end without the clock moving (a delay or a backoff on a ManualClock), wait()
+//   throws Error(would_deadlock) naming the job and wait_for() returns nullopt. Not from inside
+//   a handler (Error(would_deadlock)): run_until_idle does not nest.
+// - on_end(cb): cb runs once on the thread where the job ended (at once on the caller's if it
+//   has), like an observer: fast, and it must not throw. wait() and wait_for() return after
+//   the job's callbacks ran.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "rail/add_result.hpp"
+#include "rail/detail/job_flow.hpp"
+#include "rail/job_end.hpp"
+
+namespace rail {
+
+template <class T, class R>
+class Queue;
+
+template <class R = void>
+class JobHandle {
+ public:
+  /// id() is the job's id; added() is what the add returned (a duplicate's id is the kept
+  /// job's, whose end this handle reports; Queue::track(id) has status added).
+  [[nodiscard]] JobId id() const noexcept { return id_; }
+  [[nodiscard]] const AddResult& added() const noexcept { return added_; }
+
+  /// ended(): the job's end if it has ended, without waiting.
+  [[nodiscard]] std::optional<JobEnd<R>> ended() const {
+    if (auto e = waiter_->ended()) return typed(*e);
+    if (!sure_) {
+      // Tracked by id after the job may have ended: its history (or retained end) tells, and
+      // the waiter is settled with it (unregistered, so ends stop being recorded for it).
+      if (auto e = flow_->end_of(id_)) {
+        flow_->ends().record(std::move(*e), false);
+        if (auto r = waiter_->ended()) return typed(*r);
+      }
+    }
+    return std::nullopt;
+  }
+
+  /// wait(): blocks until the job ends and returns its end (see the header for where it throws).
+  JobEnd<R> wait() const {
+    check_can_wait(true);
+    if (auto e = wait_until(std::chrono::steady_clock::time_point::max(), true)) return *e;
+    throw Error(ErrorCode::would_deadlock,
+                "wait() on job " + std::to_string(id_) + " of queue '" + flow_->name() +
+                    "': the inline engine ran everything it could and the job has not ended; it "
+                    "waits for the clock (a delay or a backoff): advance it, or use wait_for()");
+  }
+  /// wait_for(timeout): the job's end, or nullopt if `timeout` (real time; inline: the jobs that
+  /// can run now) passed first.
+  std::optional<JobEnd<R>> wait_for(Duration timeout) const {
+    check_can_wait(false);
+    return wait_until(detail::steady_deadline(timeout), false);
+  }
+
+  /// on_end(cb): cb(end) once the job ends (see the header).
+  void on_end(std::function<void(const JobEnd<R>&)> cb) const {
+    if (!sure_) (void)ended();  // a job that ended before it was tracked by id
+    waiter_->on_end([cb = std::move(cb)](const detail::EndRecord& e) { cb(typed(e)); });
+  }
+
+ private:
+  template <class, class>
+  friend class Queue;
+  JobHandle(detail::JobFlow* flow, std::shared_ptr<detail::EndWaiter> waiter, JobId id,
+            AddResult added, bool sure)
+      : flow_(flow), waiter_(std::move(waiter)), id_(id), added_(added), sure_(sure) {}
+
+  static JobEnd<R> typed(const detail::EndRecord& e) {
+    JobEnd<R> out;
+    out.id = e.id;
+    out.status = e.status;
+    if constexpr (!std::is_void_v<R>) out.result = std::static_pointer_cast<const R>(e.result);
+    out.reason = e.reason;
+    out.error = e.error;
+    out.errors = e.errors;
+    out.attempts = e.attempts;
+    out.ended_at = e.ended_at;
+    return out;
+  }
+
+  void check_can_wait(bool unbounded) const {
+    const char* what = unbounded ? "wait()" : "wait_for()";
+    if (flow_->core().in_timer_context())
+      throw Error(ErrorCode::would_deadlock,
+                  std::string(what) + " on job " + std::to_string(id_) +
+                      " from a callback of the timer (an observer of retry_due/stalled, a DLQ "
+                      "alert): the job may need that thread; wait outside timer callbacks");
+    const bool in_handler = detail::current_delivery() != nullptr;
+    if (flow_->core().mode() == Mode::inlined ? in_handler
+                                              : unbounded && detail::current_delivery() == flow_)
+      throw Error(ErrorCode::would_deadlock,
+                  std::string(what) + " on job " + std::to_string(id_) + " of queue '" +
+                      flow_->name() + "' from a handler: " +
+                      (flow_->core().mode() == Mode::inlined
+                           ? "an inline engine runs jobs only in run_until_idle, which does not "
+                             "nest; wait outside handlers"
+                           : "its workers may all be waiting for jobs only they could run; use "
+                             "wait_for(timeout), or wait outside the queue's handlers"));
+  }
+
+  std::optional<JobEnd<R>> wait_until(std::chrono::steady_clock::time_point deadline,
+                                      bool unbounded) const {
+    if (flow_->core().mode() == Mode::inlined) {
+      for (;;) {
+        if (auto e = ended()) return e;
+        if (detail::run_inline(flow_->core()) == 0) return ended();
+      }
+    }
+    (void)unbounded;
+    // Tracked at add (sure_): the end will be recorded; sleep until it is. By id: the end may
+    // have been recorded before the waiter was (see end_tracker.hpp): re-check now and then.
+    auto poll = std::chrono::milliseconds(1);
+    for (;;) {
+      if (!sure_) (void)ended();  // by id: the history may know it ended
+      if (waiter_->wait_until(std::chrono::steady_clock::time_point::min())) return ended();
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return std::nullopt;
+      const auto wake = sure_ || deadline - now < poll ? deadline : now + poll;
+      if (waiter_->wait_until(wake)) return ended();
+      poll = std::min(poll * 2, std::chrono::milliseconds(50));
+    }
+  }
+
+  detail::JobFlow* flow_;
+  std::shared_ptr<detail::EndWaiter> waiter_;
+  JobId id_;
+  AddResult added_;
+  bool sure_;  // registered before the job was published: its end will be recorded
+};
+
+}  // namespace rail

@@ -1,0 +1,360 @@
+// Job results, waiting on a job's end and retained ends (issue: results, progress, waiting).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rail/rail.hpp"
+#include "support/inline_engine.hpp"
+
+namespace rail {
+namespace {
+
+using namespace std::chrono_literals;
+using test::InlineEngine;
+
+struct Order {
+  std::string id;
+  double amount = 0;
+};
+struct Receipt {
+  std::string order_id;
+  double charged = 0;
+};
+std::ostream& operator<<(std::ostream& os, const Receipt& r) {
+  return os << "{ charged: " << r.charged << ", orderId: '" << r.order_id << "' }";
+}
+struct Opaque {  // no operator<<: its results show no text
+  int n = 0;
+};
+
+struct Results : InlineEngine {
+  std::vector<std::string> completed_texts;
+  void SetUp() override {
+    InlineEngine::SetUp();
+    engine.on_event([this](const Event& e) {
+      if (e.kind == EventKind::completed) completed_texts.emplace_back(e.result);
+    });
+  }
+};
+
+TEST_F(Results, AHandlersResultReachesItsHandleAndTheCompletedEvent) {
+  auto q = engine.queue<Order, Receipt>("charges", QueueOptions{});
+  q.process({}, [](Job<Order>& j) -> Result<Receipt> {
+    return Receipt{j.data().id, j.data().amount};
+  });
+  JobHandle<Receipt> h = q.add_tracked("charge-card", Order{"order-2", 19.99});
+  EXPECT_EQ(h.added().status, AddStatus::added);
+  EXPECT_FALSE(h.ended().has_value()) << "nothing ran yet";
+  const JobEnd<Receipt> end = h.wait();  // inline: drives run_until_idle
+  ASSERT_TRUE(end.completed());
+  ASSERT_TRUE(end.result);
+  EXPECT_EQ(end.result->order_id, "order-2");
+  EXPECT_EQ(end.result->charged, 19.99);
+  EXPECT_EQ(end.attempts, 1u);
+  EXPECT_EQ(completed_texts, (std::vector<std::string>{"{ charged: 19.99, orderId: 'order-2' }"}));
+}
+
+TEST_F(Results, AResultThatCannotBePrintedLeavesTheEventTextEmpty) {
+  auto q = engine.queue<int, Opaque>("opaque", QueueOptions{});
+  q.process({}, [](Job<int>& j) -> Result<Opaque> { return Opaque{j.data() * 2}; });
+  auto h = q.add_tracked("double", 21);
+  EXPECT_EQ(h.wait().result->n, 42);
+  EXPECT_EQ(completed_texts, (std::vector<std::string>{""}));
+}
+
+TEST_F(Results, RetriesThenAResultAndWaitSaysWhenOnlyTheClockCanEndTheJob) {
+  auto q = engine.queue<Order, Receipt>("charges", QueueOptions{});
+  int calls = 0;
+  q.process({}, [&](Job<Order>& j) -> Result<Receipt> {
+    if (++calls < 3) return Outcome::retry("gateway timeout");
+    return Receipt{j.data().id, j.data().amount};
+  });
+  JobOptions o;
+  o.attempts = 3;
+  o.backoff = Backoff::fixed(1s);
+  auto h = q.add_tracked("charge-card", Order{"order-2", 5}, o);
+  try {
+    (void)h.wait();
+    FAIL() << "wait() returned while the retry waited for the clock";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::would_deadlock);
+    EXPECT_NE(std::string(e.what()).find("advance"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(h.wait_for(1h).has_value()) << "inline: only what can run now";
+  clock.advance(1s);
+  EXPECT_FALSE(h.wait_for(0s).has_value()) << "the second attempt failed too";
+  clock.advance(1s);
+  const auto end = h.wait_for(0s);
+  ASSERT_TRUE(end && end->completed());
+  EXPECT_EQ(end->attempts, 3u);
+  EXPECT_EQ(end->result->order_id, "order-2");
+}
+
+TEST_F(Results, ADeadLetteredJobsHandleCarriesTheReasonAndEveryError) {
+  auto q = engine.queue<Order, Receipt>("charges", QueueOptions{});
+  q.process({}, [](Job<Order>& j) -> Result<Receipt> {
+    return Outcome::retry("declined #" + std::to_string(j.attempt()));
+  });
+  JobOptions o;
+  o.attempts = 2;
+  auto h = q.add_tracked("charge-card", Order{"order-3", 1}, o);
+  const auto end = h.wait();
+  EXPECT_EQ(end.status, JobStatus::dead_lettered);
+  EXPECT_EQ(end.reason, DeadLetterReason::attempts_exhausted);
+  EXPECT_FALSE(end.result);
+  ASSERT_EQ(end.errors.size(), 2u);
+  EXPECT_EQ(end.errors[0].message, "declined #1");
+  EXPECT_EQ(end.error, "declined #2");
+  EXPECT_TRUE(q.dlq().get(h.id()).has_value()) << "the entry is filed when the waiter hears";
+}
+
+TEST_F(Results, CancelledAndDiscardedJobsEndTheirHandlesSo) {
+  auto q = engine.queue<int, int>("q", QueueOptions{});
+  q.process({}, [](Job<int>& j) -> Result<int> {
+    if (j.data() == 2) return Outcome::discard("refunded meanwhile");
+    return j.data();
+  });
+  JobOptions later;
+  later.delay = 1h;
+  auto cancelled = q.add_tracked("later", 1, later);
+  auto discarded = q.add_tracked("now", 2);
+  ASSERT_TRUE(q.cancel(cancelled.id()));
+  EXPECT_EQ(cancelled.ended()->status, JobStatus::cancelled) << "at once, no run needed";
+  const auto d = discarded.wait();
+  EXPECT_EQ(d.status, JobStatus::discarded);
+  EXPECT_EQ(d.error, "refunded meanwhile");
+}
+
+TEST_F(Results, DoneWithoutAResultIsAFailedAttemptThatSaysSo) {
+  auto q = engine.queue<int, int>("q", QueueOptions{});
+  q.process({}, [](Job<int>&) -> Result<int> { return Outcome::done(); });
+  auto h = q.add_tracked("x", 1);
+  const auto end = h.wait();
+  EXPECT_EQ(end.status, JobStatus::dead_lettered);
+  EXPECT_NE(end.error.find("without a result"), std::string::npos) << end.error;
+}
+
+TEST_F(Results, OnEndRunsOnceWhenTheJobEndsOrAtOnceIfItHas) {
+  auto q = engine.queue<int, int>("q", QueueOptions{});
+  q.process({}, [](Job<int>& j) -> Result<int> { return j.data() + 1; });
+  auto h = q.add_tracked("x", 1);
+  std::vector<int> seen;
+  h.on_end([&](const JobEnd<int>& e) { seen.push_back(*e.result); });
+  EXPECT_TRUE(seen.empty());
+  engine.run_until_idle();
+  EXPECT_EQ(seen, (std::vector<int>{2}));
+  h.on_end([&](const JobEnd<int>& e) { seen.push_back(*e.result * 10); });
+  EXPECT_EQ(seen, (std::vector<int>{2, 20}));
+}
+
+TEST_F(Results, RetentionKeepsTheLastNAndDropsThoseOlderThanMaxAge) {
+  QueueOptions qo;
+  qo.results = {.keep_completed = 2, .keep_failed = 1, .max_age = 10min};
+  auto q = engine.queue<int, int>("q", qo);
+  q.process({}, [](Job<int>& j) -> Result<int> {
+    if (j.data() < 0) return Outcome::fail("negative");
+    return j.data() * 10;
+  });
+  std::vector<JobId> ids;
+  for (int v : {1, 2, 3, -1, -2})
+    ids.push_back(q.add("x", v).id);
+  engine.run_until_idle();
+  EXPECT_FALSE(q.result(ids[0])) << "pushed out by the count";
+  ASSERT_TRUE(q.result(ids[1]));
+  EXPECT_EQ(*q.result(ids[1])->result, 20);
+  EXPECT_EQ(*q.result(ids[2])->result, 30);
+  EXPECT_FALSE(q.result(ids[3])) << "failed ones have their own count";
+  EXPECT_EQ(q.result(ids[4])->status, JobStatus::dead_lettered);
+
+  clock.advance(11min);
+  const JobId fresh = q.add("x", 4).id;
+  engine.run_until_idle();
+  EXPECT_FALSE(q.result(ids[2])) << "older than max_age once the next end is recorded";
+  EXPECT_FALSE(q.result(ids[4]));
+  EXPECT_EQ(*q.result(fresh)->result, 40);
+}
+
+TEST_F(Results, AQueueWithAResultTypeRetainsByDefaultAndAPlainOneDoesNot) {
+  auto with = engine.queue<int, int>("with", QueueOptions{});
+  auto plain = engine.queue<int>("plain", QueueOptions{});
+  with.process({}, [](Job<int>& j) -> Result<int> { return j.data(); });
+  plain.process({}, [](Job<int>&) {});
+  const JobId a = with.add("x", 7).id;
+  const JobId b = plain.add("x", 7).id;
+  engine.run_until_idle();
+  EXPECT_EQ(*with.result(a)->result, 7);
+  EXPECT_FALSE(plain.result(b)) << "nothing retained, nothing paid per job";
+  // By id, the queue's history still tells how it ended (without a result).
+  const auto end = plain.track(b).ended();
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->status, JobStatus::completed);
+}
+
+TEST_F(Results, TrackingAnUnknownIdEndsAtOnceWithStatusUnknown) {
+  auto q = engine.queue<int>("q", QueueOptions{});
+  const auto end = q.track(12345).wait_for(0s);
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->status, JobStatus::unknown);
+  EXPECT_NE(end->error.find("12345"), std::string::npos) << end->error;
+}
+
+TEST_F(Results, ADuplicatesHandleReportsTheJobItMergedInto) {
+  auto q = engine.queue<int, int>("q", QueueOptions{});
+  q.process({}, [](Job<int>& j) -> Result<int> { return j.data(); });
+  JobOptions o;
+  o.dedup.id = "user-7";
+  auto first = q.add_tracked("sync", 1, o);
+  auto second = q.add_tracked("sync", 2, o);
+  EXPECT_EQ(second.added().status, AddStatus::duplicate);
+  EXPECT_EQ(second.id(), first.id());
+  EXPECT_EQ(*second.wait().result, 1) << "the kept job's result";
+}
+
+TEST_F(Results, AnAddThatMadeNothingHasAnEndedHandleThatSaysWhy) {
+  auto q = engine.queue<int, int>("q", QueueOptions{.capacity = 1});
+  q.process({}, [](Job<int>& j) -> Result<int> { return j.data(); });
+  (void)q.add("x", 1);
+  auto h = q.add_tracked("x", 2);
+  EXPECT_EQ(h.added().status, AddStatus::full);
+  const auto end = h.ended();
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->status, JobStatus::unknown);
+  EXPECT_NE(end->error.find("full"), std::string::npos) << end->error;
+}
+
+TEST_F(Results, LookingAQueueUpWithAnotherResultTypeIsATypeMismatch) {
+  (void)engine.queue<int, int>("q", QueueOptions{});
+  EXPECT_EQ((engine.queue<int, int>("q").name()), "q");
+  try {
+    (void)engine.queue<int>("q");
+    FAIL() << "looked up without its result type";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::type_mismatch);
+  }
+}
+
+TEST_F(Results, WaitingFromAHandlerOfAnInlineEngineThrowsWouldDeadlock) {
+  auto q = engine.queue<int, int>("q", QueueOptions{});
+  std::optional<JobHandle<int>> other;
+  ErrorCode code = ErrorCode::internal;
+  q.process({}, [&](Job<int>& j) -> Result<int> {
+    if (j.data() == 1) {
+      try {
+        (void)other->wait_for(0s);
+      } catch (const Error& e) {
+        code = e.code();
+      }
+    }
+    return j.data();
+  });
+  other = q.add_tracked("b", 2, JobOptions{.delay = 1h});
+  (void)q.add("a", 1);
+  engine.run_until_idle();
+  EXPECT_EQ(code, ErrorCode::would_deadlock);
+}
+
+TEST_F(Results, TheLogObserverPrintsTheResult) {
+  std::ostringstream out;
+  engine.on_event(make_log_observer(out, clock, LogOptions{}));
+  auto q = engine.queue<Order, Receipt>("charges", QueueOptions{});
+  q.process({}, [](Job<Order>& j) -> Result<Receipt> {
+    return Receipt{j.data().id, j.data().amount};
+  });
+  (void)q.add("charge-card", Order{"order-1", 42.5});
+  engine.run_until_idle();
+  EXPECT_NE(out.str().find("after 1 attempt(s): { charged: 42.5, orderId: 'order-1' }"),
+            std::string::npos)
+      << out.str();
+}
+
+// Threaded: every handle hears its own job's end exactly once, with its own result, while
+// workers race the producers that register the handles (oversubscribed: 4 workers, 2 cores).
+TEST(ResultsThreaded, EveryHandleHearsItsJobsEndOnceWithItsResult) {
+  for (int round = 0; round < 5; ++round) {
+    Engine engine;
+    auto q = engine.queue<int, int>("q", QueueOptions{.capacity = 4096});
+    q.process({.concurrency = 4}, [](Job<int>& j) -> Result<int> {
+      if (j.data() % 7 == 0 && j.attempt() == 1) return Outcome::retry("first try fails");
+      return j.data() * 3;
+    });
+    constexpr int kJobs = 2000;
+    JobOptions o;
+    o.attempts = 2;
+    std::vector<JobHandle<int>> handles;
+    std::atomic<int> callbacks{0};
+    std::mutex mu;
+    std::vector<int> results;
+    for (int i = 0; i < kJobs; ++i) {
+      handles.push_back(q.add_tracked("x", i, o));
+      handles.back().on_end([&](const JobEnd<int>& e) {
+        callbacks.fetch_add(1);
+        std::lock_guard lock(mu);
+        results.push_back(*e.result);
+      });
+    }
+    for (int i = 0; i < kJobs; ++i) {
+      const auto end = handles[i].wait_for(30s);
+      ASSERT_TRUE(end) << "round " << round << " job " << i;
+      ASSERT_TRUE(end->completed());
+      EXPECT_EQ(*end->result, i * 3);
+    }
+    EXPECT_EQ(callbacks.load(), kJobs);
+    std::sort(results.begin(), results.end());
+    for (int i = 0; i < kJobs; ++i)
+      ASSERT_EQ(results[i], i * 3);
+    engine.shutdown(1s);
+  }
+}
+
+TEST(ResultsThreaded, WaitFromAHandlerOfTheSameQueueThrowsButWaitForIsAllowed) {
+  Engine engine;
+  auto q = engine.queue<int, int>("q", QueueOptions{});
+  std::atomic<int> wait_code{-1};
+  std::atomic<bool> wait_for_ok{false};
+  std::optional<JobHandle<int>> other;
+  std::atomic<bool> ready{false};
+  q.process({.concurrency = 2}, [&](Job<int>& j) -> Result<int> {
+    if (j.data() == 1) {
+      while (!ready.load())
+        std::this_thread::yield();
+      try {
+        (void)other->wait();
+      } catch (const Error& e) {
+        wait_code = static_cast<int>(e.code());
+      }
+      wait_for_ok = other->wait_for(30s).has_value();
+    }
+    return j.data();
+  });
+  (void)q.add("a", 1);
+  other = q.add_tracked("b", 2);
+  ready = true;
+  ASSERT_TRUE(q.drain(30s));
+  EXPECT_EQ(wait_code.load(), static_cast<int>(ErrorCode::would_deadlock));
+  EXPECT_TRUE(wait_for_ok.load()) << "the other worker ran job 2";
+}
+
+// A wait by id registered while the job may be ending never hangs: it finds the end in the
+// queue's history (or the retained end) even when the end was recorded before the waiter.
+TEST(ResultsThreaded, AWaitByIdNeverHangsOnAJobThatEndedAroundIt) {
+  Engine engine;
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = 4096});
+  q.process({.concurrency = 3}, [](Job<int>&) {});
+  for (int i = 0; i < 3000; ++i) {
+    const JobId id = q.add("x", i).id;
+    const auto end = q.wait(id, 30s);
+    ASSERT_TRUE(end) << "job " << i;
+    ASSERT_EQ(end->status, JobStatus::completed);
+  }
+}
+
+}  // namespace
+}  // namespace rail
