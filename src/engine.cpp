@@ -143,8 +143,10 @@ ShutdownReport Engine::shutdown(Duration grace) {
   while (running() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ShutdownReport report;
-  for (auto& [name, q] : queues_)
+  for (auto& [name, q] : queues_) {
     q->collect_leftovers(report);
+    q->abandon_unstarted();  // a handle's wait() on a job left unstarted must not hang
+  }
   if (report.still_running.empty()) {
     for (auto& [name, q] : queues_)
       q->join_workers();

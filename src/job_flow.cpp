@@ -1034,6 +1034,18 @@ void JobFlow::collect_leftovers(ShutdownReport& report) const {
   collect_deferred(report);
 }
 
+void JobFlow::abandon_unstarted() {
+  if (!ends_.wanted()) return;
+  for (std::size_t i = 0; i < capacity_; ++i) {
+    const JobSlot& s = slots_[i];
+    const SlotState st = ctl::state(s.ctl.load(std::memory_order_seq_cst));  // as collect_leftovers
+    if (st != SlotState::waiting && st != SlotState::delayed && st != SlotState::updating) continue;
+    const JobId id = s.id.load(std::memory_order_relaxed);
+    ends_.abandon(id, "the engine shut down before job " + std::to_string(id) + " of queue '" +
+                          name_ + "' started; Queue::take_leftovers() hands it back");
+  }
+}
+
 bool JobFlow::take_unstarted(const std::function<void(std::uint32_t, bool)>& take) {
   // As the wheel's owner: a delayed job's timer is unlinked with the job, so nothing fires a
   // slot whose payload was handed back.

@@ -21,7 +21,7 @@ struct Replay {
       trace.push_back({e.kind, {e.job_id, e.at.time_since_epoch()}});
     });
     engine.on_event(make_log_observer(log, clock));
-    queue_ = std::make_unique<Queue<Order>>(declare(engine, s));
+    queue_ = std::make_unique<OrdersQueue>(declare(engine, s));
     results = add_orders(*queue_, s);
     start_worker(*queue_, s, &clock);
     settle(engine, *queue_, &clock);
@@ -32,11 +32,11 @@ struct Replay {
       if (kind == k && v.first == id) out.push_back(v.second);
     return out;
   }
-  Queue<Order>& queue() { return *queue_; }
-  std::vector<AddResult> results;
+  OrdersQueue& queue() { return *queue_; }
+  std::vector<JobHandle<Receipt>> results;
 
  private:
-  std::unique_ptr<Queue<Order>> queue_;
+  std::unique_ptr<OrdersQueue> queue_;
 };
 
 TEST(OrdersScenario, BullmqOrder2CompletesOnThirdAttemptAfter500And1000ms) {
@@ -60,9 +60,9 @@ TEST(OrdersScenario, BullmqOrder3ExhaustsThreeAttemptsIntoTheDlq) {
 TEST(OrdersScenario, BullmqOrder4EmailAddedTwiceIsOneJob) {
   Replay r(Scenario::bullmq);
   ASSERT_EQ(r.results.size(), 5u);
-  EXPECT_EQ(r.results[3].id, 4u);
-  EXPECT_EQ(r.results[4].id, 4u);
-  EXPECT_TRUE(r.results[4].duplicate());
+  EXPECT_EQ(r.results[3].id(), 4u);
+  EXPECT_EQ(r.results[4].id(), 4u);
+  EXPECT_TRUE(r.results[4].added().duplicate());
   EXPECT_EQ(r.times(EventKind::completed, 4).size(), 1u);
   Summary s = summarize(r.queue());
   EXPECT_EQ(s.added, 4u);
@@ -82,9 +82,20 @@ TEST(OrdersScenario, BullmqLogReadsLikeTheSeed) {
                      "retry in 500ms"),
             std::string::npos)
       << log;
-  EXPECT_NE(log.find("[00:00:01.500] ✅ COMPLETED job 2 (charge-card) after 3 attempt(s)"),
+  EXPECT_NE(log.find("[00:00:01.500] ✅ COMPLETED job 2 (charge-card) after 3 attempt(s): "
+                     "{ charged: 19.99, orderId: 'order-2' }"),
             std::string::npos)
       << log;
+  // order-2's handle: its result, as the demo prints it at the end.
+  const auto end = r.results[1].ended();
+  ASSERT_TRUE(end && end->completed());
+  EXPECT_EQ(end->result->order_id, "order-2");
+  EXPECT_EQ(end->result->charged, 19.99);
+  EXPECT_EQ(end->attempts, 3u);
+  // order-3's handle: dead-lettered with every attempt's error; the duplicate's is order-4's.
+  EXPECT_EQ(r.results[2].ended()->status, JobStatus::dead_lettered);
+  EXPECT_EQ(r.results[2].ended()->errors.size(), 3u);
+  EXPECT_EQ(r.results[4].ended()->result->order_id, "order-4");
   EXPECT_NE(log.find("💀 Job 3 exhausted all 3 attempts -> moving to DLQ"), std::string::npos);
   EXPECT_NE(log.find("DEDUP: add of send-confirmation-email with dedup id=order-4-email merged "
                      "into job 4"),
@@ -96,7 +107,7 @@ TEST(OrdersScenario, RabbitmqRetriesEveryTwoSecondsAndDeadLettersOnThirdFailure)
   EXPECT_EQ(r.times(EventKind::started, 3), (std::vector<Duration>{0s, 2s, 4s}));
   EXPECT_EQ(r.times(EventKind::dead_lettered, 3), (std::vector<Duration>{4s}));
   EXPECT_EQ(r.times(EventKind::completed, 2), (std::vector<Duration>{4s}));
-  EXPECT_TRUE(r.results[4].duplicate());
+  EXPECT_TRUE(r.results[4].added().duplicate());
   EXPECT_EQ(summarize(r.queue()).deduplicated, 1u);
 }
 
@@ -113,7 +124,7 @@ TEST(OrdersScenario, SqsOverrunningHandlerIsRedeliveredThenDeadLetteredWithLease
   ASSERT_EQ(dlq.size(), 1u);
   EXPECT_EQ(dlq[0].reason, DeadLetterReason::lease_expired);
   EXPECT_EQ(dlq[0].attempts_made, 3u);
-  EXPECT_TRUE(r.results[4].duplicate());  // the FIFO case: one job for one dedup id
+  EXPECT_TRUE(r.results[4].added().duplicate());  // the FIFO case: one job for one dedup id
   Summary s = summarize(r.queue());
   EXPECT_EQ(s.deduplicated, 1u);
   EXPECT_EQ(s.stalled, 3u);

@@ -275,6 +275,19 @@ TEST_F(Results, TheLogObserverPrintsTheResult) {
       << out.str();
 }
 
+TEST_F(Results, AHandleOnAJobLeftUnstartedAtShutdownEndsUnknownWithWhy) {
+  auto q = engine.queue<int, int>("q", QueueOptions{});
+  q.process({}, [](Job<int>& j) -> Result<int> { return j.data(); });
+  auto h = q.add_tracked("later", 1, JobOptions{.delay = 1h});
+  const ShutdownReport report = engine.shutdown();
+  ASSERT_EQ(report.not_started.size(), 1u);
+  const auto end = h.wait_for(0s);
+  ASSERT_TRUE(end) << "wait must not hang on a job that will never start";
+  EXPECT_EQ(end->status, JobStatus::unknown);
+  EXPECT_NE(end->error.find("take_leftovers"), std::string::npos) << end->error;
+  EXPECT_EQ(q.take_leftovers().size(), 1u) << "and the job is still handed back";
+}
+
 // Threaded: every handle hears its own job's end exactly once, with its own result, while
 // workers race the producers that register the handles (oversubscribed: 4 workers, 2 cores).
 TEST(ResultsThreaded, EveryHandleHearsItsJobsEndOnceWithItsResult) {

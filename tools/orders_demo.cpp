@@ -24,13 +24,19 @@ int main(int argc, char** argv) {
     engine.on_event(rail::make_log_observer(std::cout, engine.clock()));
     auto queue = rail::orders::declare(engine, scenario, dlq_journal);
     std::cout << "rail orders demo - scenario " << scenario_name << "\n";
-    auto results = rail::orders::add_orders(queue, scenario);
+    auto handles = rail::orders::add_orders(queue, scenario);
     rail::orders::start_worker(queue, scenario);
-    for (const auto& r : results)
-      if (r.duplicate())
-        std::cout << "add returned job " << r.id << " (duplicate: merged, nothing created)\n";
+    for (const auto& h : handles)
+      if (h.added().duplicate())
+        std::cout << "add returned job " << h.id() << " (duplicate: merged, nothing created)\n";
     rail::orders::settle(engine, queue, nullptr);
     rail::orders::inspect_dlq(queue, std::cout);
+    // As a producer that waits for one job (BullMQ's job.waitUntilFinished): order-2's handle.
+    const auto order2 = handles[1].wait();
+    std::cout << "order-2 (job " << order2.id << ") " << rail::to_string(order2.status) << " after "
+              << order2.attempts << " attempt(s): ";
+    if (order2.result) std::cout << *order2.result;
+    std::cout << "\n";
     auto s = rail::orders::summarize(queue);
     std::cout << "--- SUMMARY: completed " << s.completed << ", retried (failed attempts) "
               << s.failed_attempts << ", dead-lettered " << s.dead_lettered << ", deduplicated "

@@ -32,7 +32,7 @@ Scenario parse_scenario(std::string_view name) {
               "scenario '" + std::string(name) + "' is unknown; expected bullmq, rabbitmq or sqs");
 }
 
-Queue<Order> declare(Engine& engine, Scenario scenario, const std::string& dlq_journal) {
+OrdersQueue declare(Engine& engine, Scenario scenario, const std::string& dlq_journal) {
   QueueOptions q;
   q.dlq.journal.path = dlq_journal;
   q.capacity = 1024;
@@ -42,14 +42,14 @@ Queue<Order> declare(Engine& engine, Scenario scenario, const std::string& dlq_j
     q.stall_policy = StallPolicy::count_as_attempt;  // maxReceiveCount: every receive counts
   }
   // With a journal, the declaration that checks at compile time that Order has a codec.
-  if (!dlq_journal.empty()) return engine.queue_with_dlq_journal<Order>("orders", q);
-  return engine.queue<Order>("orders", q);
+  if (!dlq_journal.empty()) return engine.queue_with_dlq_journal<Order, Receipt>("orders", q);
+  return engine.queue<Order, Receipt>("orders", q);
 }
 
-void start_worker(Queue<Order>& queue, Scenario scenario, ManualClock* manual) {
+void start_worker(OrdersQueue& queue, Scenario scenario, ManualClock* manual) {
   std::uint32_t concurrency = scenario == Scenario::sqs ? 3 : 1;
   queue.process(WorkerOptions{.concurrency = concurrency},
-                [scenario, manual](Job<Order>& job) -> Outcome {
+                [scenario, manual](Job<Order>& job) -> Result<Receipt> {
                   const Order& o = job.data();
                   if (scenario == Scenario::sqs && o.order_id == "order-3") {
                     // Overruns its lease every time: the outcome arrives after the job was
@@ -60,7 +60,7 @@ void start_worker(Queue<Order>& queue, Scenario scenario, ManualClock* manual) {
                     } else {
                       std::this_thread::sleep_for(kSqsOverrun);
                     }
-                    return Outcome::done();
+                    return Receipt{o.order_id, o.amount};
                   }
                   if (o.fail_times > 0 && static_cast<int>(job.attempts_made()) < o.fail_times) {
                     // A thrown exception is a retryable failure carrying what(), like a rejected
@@ -68,24 +68,24 @@ void start_worker(Queue<Order>& queue, Scenario scenario, ManualClock* manual) {
                     throw std::runtime_error("Simulated payment gateway timeout (attempt " +
                                              std::to_string(job.attempt()) + ")");
                   }
-                  return Outcome::done();
+                  return Receipt{o.order_id, o.amount};
                 });
 }
 
-std::vector<AddResult> add_orders(Queue<Order>& queue, Scenario scenario) {
-  std::vector<AddResult> ids;
-  ids.push_back(queue.add("charge-card", Order{"order-1", 49.99, 0}));
-  ids.push_back(queue.add("charge-card", Order{"order-2", 19.99, 2}));
-  ids.push_back(queue.add("charge-card", Order{"order-3", 99.00, 99}));
+std::vector<JobHandle<Receipt>> add_orders(OrdersQueue& queue, Scenario scenario) {
+  std::vector<JobHandle<Receipt>> ids;
+  ids.push_back(queue.add_tracked("charge-card", Order{"order-1", 49.99, 0}));
+  ids.push_back(queue.add_tracked("charge-card", Order{"order-2", 19.99, 2}));
+  ids.push_back(queue.add_tracked("charge-card", Order{"order-3", 99.00, 99}));
   JobOptions email = retry_policy(scenario);
   email.dedup.id = scenario == Scenario::bullmq ? "order-4-email" : "order-4-confirmation";
   if (scenario == Scenario::sqs) email.dedup.ttl = 5min;  // SQS FIFO's deduplication interval
-  ids.push_back(queue.add("send-confirmation-email", Order{"order-4", 0, 0}, email));
-  ids.push_back(queue.add("send-confirmation-email", Order{"order-4", 0, 0}, email));
+  ids.push_back(queue.add_tracked("send-confirmation-email", Order{"order-4", 0, 0}, email));
+  ids.push_back(queue.add_tracked("send-confirmation-email", Order{"order-4", 0, 0}, email));
   return ids;
 }
 
-void settle(Engine& engine, Queue<Order>& queue, ManualClock* manual) {
+void settle(Engine& engine, OrdersQueue& queue, ManualClock* manual) {
   auto done = [&] {
     QueueCounts c = queue.counts();
     // Ended, and no overrunning handler still running (its late outcome is part of the story).
@@ -105,7 +105,13 @@ void settle(Engine& engine, Queue<Order>& queue, ManualClock* manual) {
     std::this_thread::sleep_for(1ms);
 }
 
-void inspect_dlq(Queue<Order>& queue, std::ostream& out) {
+std::ostream& operator<<(std::ostream& out, const Receipt& r) {
+  char charged[32];
+  std::snprintf(charged, sizeof charged, "%g", r.charged);
+  return out << "{ charged: " << charged << ", orderId: '" << r.order_id << "' }";
+}
+
+void inspect_dlq(OrdersQueue& queue, std::ostream& out) {
   for (const auto& e : queue.dlq().list()) {
     char amount[32];
     std::snprintf(amount, sizeof amount, "%g", e.data.amount);
@@ -118,7 +124,7 @@ void inspect_dlq(Queue<Order>& queue, std::ostream& out) {
   }
 }
 
-Summary summarize(Queue<Order>& queue) {
+Summary summarize(OrdersQueue& queue) {
   return queue.counts();
 }
 

@@ -32,6 +32,18 @@ struct Order {
   int fail_times = 0;  // the handler fails this many attempts first (99: always)
 };
 
+/// Receipt: what the handler returns, as the seed's worker does
+/// (`return { charged: job.data.amount, orderId: job.data.orderId }`).
+struct Receipt {
+  std::string order_id;
+  double charged = 0;
+};
+/// Prints a receipt as the seed's log shows it: { charged: 19.99, orderId: 'order-2' }.
+std::ostream& operator<<(std::ostream& out, const Receipt& r);
+
+/// OrdersQueue: the scenario's queue: orders in, receipts out.
+using OrdersQueue = Queue<Order, Receipt>;
+
 }  // namespace rail::orders
 
 /// The Order codec: how the demo's DLQ journal (orders_demo --dlq-journal FILE) stores an
@@ -55,7 +67,7 @@ Scenario parse_scenario(std::string_view name);
 
 /// declare(engine, scenario, dlq_journal) declares the "orders" queue with the scenario's retry
 /// policy; a non-empty `dlq_journal` is the path of its DLQ's journal (restored if it exists).
-Queue<Order> declare(Engine& engine, Scenario scenario, const std::string& dlq_journal = {});
+OrdersQueue declare(Engine& engine, Scenario scenario, const std::string& dlq_journal = {});
 
 /// start_worker(queue, scenario, manual) starts the queue's worker: concurrency 1 like the
 /// seed's single worker (3 for sqs, so a redelivery finds a free worker while the overrunning
@@ -63,20 +75,21 @@ Queue<Order> declare(Engine& engine, Scenario scenario, const std::string& dlq_j
 /// before anything runs, as in the seed (a simple-mode dedup id is released when its job
 /// completes; a fast worker could otherwise finish the email between the two adds). With a
 /// ManualClock the sqs handler "takes 3 s" by advancing it in 10 ms steps instead of sleeping.
-void start_worker(Queue<Order>& queue, Scenario scenario, ManualClock* manual = nullptr);
+void start_worker(OrdersQueue& queue, Scenario scenario, ManualClock* manual = nullptr);
 
-/// add_orders(queue, scenario) adds the four orders (order-4's email twice).
-std::vector<AddResult> add_orders(Queue<Order>& queue, Scenario scenario);
+/// add_orders(queue, scenario) adds the four orders (order-4's email twice), each with a handle
+/// on its job's end (the duplicate's is order-4's first job).
+std::vector<JobHandle<Receipt>> add_orders(OrdersQueue& queue, Scenario scenario);
 
 /// settle(engine, queue, manual) waits until every added job has ended. With a ManualClock and
 /// an inline engine it replays the scenario in virtual time (advancing to each timer); otherwise
 /// it polls the queue's counts in real time.
-void settle(Engine& engine, Queue<Order>& queue, ManualClock* manual);
+void settle(Engine& engine, OrdersQueue& queue, ManualClock* manual);
 
 /// inspect_dlq(queue, out) prints every DLQ entry as the seed's DLQ inspector does.
-void inspect_dlq(Queue<Order>& queue, std::ostream& out);
+void inspect_dlq(OrdersQueue& queue, std::ostream& out);
 
 /// summarize(queue) reads the final counts.
-Summary summarize(Queue<Order>& queue);
+Summary summarize(OrdersQueue& queue);
 
 }  // namespace rail::orders

@@ -68,6 +68,8 @@ class QueueBase {
   virtual void sweep_inline(std::int64_t now_ns) = 0;
   /// collect_leftovers(report): append every unfinished job (cold: scans all slots).
   virtual void collect_leftovers(ShutdownReport& report) const = 0;
+  /// abandon_unstarted(): after shutdown, the waiters of jobs that will never start hear so.
+  virtual void abandon_unstarted() = 0;
 };
 
 class EngineCore;

@@ -95,6 +95,7 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   /// idle(): nothing waiting, delayed or running (stale handlers included).
   bool idle() const noexcept final;
   void collect_leftovers(ShutdownReport& report) const final;
+  void abandon_unstarted() final;
   void drain_timer_inbox(Wheel& wheel) noexcept final { timers_.drain(wheel, *this); }
   void fire(std::uint32_t tag, std::int64_t now, Wheel& wheel) noexcept final {
     timers_.fire(tag, now, wheel, *this);
