@@ -2,7 +2,9 @@
 #include "rail/detail/job_flow.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <cmath>
 #include <thread>
 #include <utility>
 
@@ -406,6 +408,8 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   if (s.extra && !s.extra->errors.empty()) job.last_error_ = s.extra->errors.back().message;
   job.ctl_ = &s.ctl;
   job.token_ = token;
+  job.flow_ = this;
+  job.idx_ = idx;
   job.clock_ = &core_.clock();
   // Everything that reads the slot's plain fields happens before the lease is granted: from
   // the grant on, a lapse may take the slot (and write its attempt count) at any moment.
@@ -945,7 +949,51 @@ JobState JobFlow::live_state(const JobSlot& s, std::uint64_t c) const noexcept {
   st.deliveries = s.delivered();
   st.attempts_made = s.attempts();
   st.stalls = s.stalled();
+  // acquire: pairs with the release that published the cells.
+  if (const ProgressCell* cells = progress_.load(std::memory_order_acquire)) {
+    const ProgressCell& p = cells[&s - slots_.get()];
+    // relaxed: a hint read beside the slot's counters (state() validates the slot, not this).
+    if (p.id.load(std::memory_order_relaxed) == s.id.load(std::memory_order_relaxed))
+      st.progress = std::bit_cast<double>(p.bits.load(std::memory_order_relaxed));
+  }
   return st;
+}
+
+bool report_progress(JobFlow& flow, std::uint32_t idx, std::uint32_t token, double value) noexcept {
+  return flow.progress(idx, token, value);
+}
+
+bool JobFlow::progress(std::uint32_t idx, std::uint32_t token, double value) noexcept {
+  JobSlot& s = slots_[idx];
+  if (std::isnan(value) || s.ctl.fenced(token)) return false;
+  ProgressCell* cells = progress_.load(std::memory_order_acquire);
+  if (cells == nullptr) [[unlikely]] {
+    try {
+      std::lock_guard lock(progress_init_mu_);  // cold: once per queue
+      if (!progress_owner_) {
+        progress_owner_ = std::make_unique<ProgressCell[]>(capacity_);
+        progress_.store(progress_owner_.get(), std::memory_order_release);
+      }
+      cells = progress_owner_.get();
+    } catch (...) {  // no memory for the cells: the report is dropped
+      return false;
+    }
+  }
+  ProgressCell& p = cells[idx];
+  const JobId id = s.id.load(std::memory_order_relaxed);
+  const std::int64_t now = core_.now_ns();
+  // relaxed: this handler is the cell's only writer while its delivery counts (see the member).
+  const bool first = p.id.load(std::memory_order_relaxed) != id;
+  p.bits.store(std::bit_cast<std::uint64_t>(value), std::memory_order_relaxed);
+  if (first) p.id.store(id, std::memory_order_relaxed);
+  const std::int64_t last = p.last_event_ns.load(std::memory_order_relaxed);
+  if (core_.observed() && (first || now - last >= options_.progress_interval.count())) {
+    p.last_event_ns.store(now, std::memory_order_relaxed);
+    Event e = make_event(EventKind::progress, s, now);
+    e.progress = value;
+    core_.emit(e);
+  }
+  return true;
 }
 
 JobState JobFlow::state(JobId id) const {

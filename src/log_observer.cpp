@@ -134,6 +134,13 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
     case EventKind::cancelled:
       line += icon("🛑") + "CANCELLED job " + id + " (" + name + ")";
       break;
+    case EventKind::progress: {
+      if (!o.verbose) return {};
+      char value[32];
+      std::snprintf(value, sizeof value, "%g", e.progress);
+      line += "PROGRESS job " + id + " (" + name + "): " + value;
+      break;
+    }
     case EventKind::discarded:
       line += icon("🗑") + "DISCARDED job " + id + " (" + name + ") on attempt " +
               std::to_string(e.attempt) + ": " + std::string(e.error);

@@ -36,6 +36,8 @@ std::string_view to_string(EventKind kind) noexcept {
       return "cancelled";
     case EventKind::discarded:
       return "discarded";
+    case EventKind::progress:
+      return "progress";
     case EventKind::paused:
       return "paused";
     case EventKind::resumed:

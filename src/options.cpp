@@ -114,6 +114,8 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
       bad(where, "dlq.journal.file_mode", std::to_string(j.file_mode),
           "permission bits (0 .. 0777)");
   }
+  if (o.progress_interval.count() < 0)
+    bad(where, "progress_interval", ns(o.progress_interval), ">= 0 between two progress events");
   if (o.results.max_age.count() <= 0)
     bad(where, "results.max_age", ns(o.results.max_age),
         "a positive age (Duration::max() to keep ended jobs until the counts push them out)");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <mutex>
 #include <optional>
 #include <ostream>
@@ -286,6 +287,47 @@ TEST_F(Results, AHandleOnAJobLeftUnstartedAtShutdownEndsUnknownWithWhy) {
   EXPECT_EQ(end->status, JobStatus::unknown);
   EXPECT_NE(end->error.find("take_leftovers"), std::string::npos) << end->error;
   EXPECT_EQ(q.take_leftovers().size(), 1u) << "and the job is still handed back";
+}
+
+TEST_F(Results, ProgressShowsInStateAndRaisesEventsAtMostOncePerInterval) {
+  QueueOptions qo;
+  qo.progress_interval = 100ms;
+  auto q = engine.queue<int>("q", qo);
+  std::vector<std::optional<double>> seen;
+  q.process({}, [&](Job<int>& j) {
+    EXPECT_TRUE(j.progress(10));
+    EXPECT_TRUE(j.progress(20));  // same instant: state() only
+    seen.push_back(q.state(j.id()).progress);
+    clock.advance(99ms);
+    EXPECT_TRUE(j.progress(30));  // still inside the interval
+    clock.advance(1ms);
+    EXPECT_TRUE(j.progress(40));  // 100 ms after the last event
+    seen.push_back(q.state(j.id()).progress);
+    EXPECT_FALSE(j.progress(std::nan(""))) << "NaN is refused";
+  });
+  const JobId id = q.add("x", 1).id;
+  EXPECT_FALSE(q.state(id).progress) << "nothing reported yet";
+  engine.run_until_idle();
+  EXPECT_EQ(seen, (std::vector<std::optional<double>>{20.0, 40.0}));
+  std::vector<double> values;
+  for (const auto& e : of(EventKind::progress, id))
+    values.push_back(e.progress);
+  EXPECT_EQ(values, (std::vector<double>{10, 40})) << "rate-limited: the first, then 100 ms on";
+  EXPECT_FALSE(q.state(id).progress) << "an ended job shows none";
+}
+
+TEST_F(Results, ProgressOfADeliveryThatNoLongerCountsIsDropped) {
+  auto q = engine.queue<int>("q", QueueOptions{});
+  std::vector<bool> accepted;
+  q.process({}, [&](Job<int>& j) {
+    accepted.push_back(j.progress(1));
+    EXPECT_TRUE(q.cancel(j.id()));  // flags the running job: its work no longer counts
+    accepted.push_back(j.progress(2));
+  });
+  (void)q.add("x", 1);
+  engine.run_until_idle();
+  EXPECT_EQ(accepted, (std::vector<bool>{true, false}));
+  EXPECT_EQ(count(EventKind::progress), 1u);
 }
 
 // Threaded: every handle hears its own job's end exactly once, with its own result, while

@@ -47,6 +47,8 @@ enum class EventKind : std::uint8_t {
   cancelled,       // cancel() removed the job (or its running handler's outcome was discarded)
   discarded,       // the handler dropped the job (Outcome::discard): ended, no retry, no DLQ;
                    // `error` holds the reason it gave
+  progress,        // the handler reported `progress` (Job::progress), at most once per
+                   // QueueOptions::progress_interval per job
   // Queue-level (job_id 0, `queue` set):
   paused,   // pause() (or pause_and_wait) paused a running queue; once per pause, not per call
   resumed,  // resume() resumed a paused queue
@@ -86,6 +88,7 @@ struct Event {
   std::string_view error;        // attempt_failed / dead_lettered: the (last) failure
   DeadLetterReason reason = DeadLetterReason::none;
   std::string_view dedup_id;  // deduplicated / debounced: the window's id
+  double progress = 0;        // progress: the value the handler reported
   std::string_view result;    // completed, on a queue with a result type R that can be printed
                               // (operator<< or std::formatter): the result as text
 };

@@ -18,6 +18,9 @@ namespace detail {
 template <class T>
 class QueueImpl;
 class TimerPort;
+class JobFlow;
+/// report_progress(flow, idx, token, value): Job::progress (job_flow.cpp).
+bool report_progress(JobFlow& flow, std::uint32_t idx, std::uint32_t token, double value) noexcept;
 /// sweep_no_later_than(port, deadline): a handler shortened its lease (timer_port.hpp).
 void sweep_no_later_than(TimerPort& port, std::int64_t deadline) noexcept;
 
@@ -40,6 +43,8 @@ struct JobFields {
   std::uint64_t lease_ = 0;
   const Clock* clock_ = nullptr;
   TimerPort* timers_ = nullptr;  // threaded mode: where a shortened lease asks for an earlier sweep
+  JobFlow* flow_ = nullptr;      // where progress reports go
+  std::uint32_t idx_ = 0;        // the job's slot
 };
 }  // namespace detail
 
@@ -77,6 +82,16 @@ class Job : private detail::JobFields {
   /// job, or this delivery's lease lapsed (the job went to another worker or to the DLQ).
   /// Long handlers should poll it and return early.
   [[nodiscard]] bool cancelled() const noexcept { return ctl_->fenced(token_); }
+
+  /// progress(value) reports how far the handler got, e.g. a percentage (BullMQ's
+  /// updateProgress): state(id).progress shows the latest value while the job lives (retries
+  /// included), and a `progress` event carries it, at most once per
+  /// QueueOptions::progress_interval for the job (reports in between update state() only).
+  /// Returns false, dropping the report, once this delivery no longer counts (cancelled()), or
+  /// for NaN.
+  bool progress(double value) noexcept {
+    return detail::report_progress(*flow_, idx_, token_, value);
+  }
 
   /// extend_lease(d) renews this delivery's lease to end d from now (SQS ChangeMessageVisibility,
   /// BullMQ extendLock): a heartbeat for handlers that outlive the visibility timeout. Returns

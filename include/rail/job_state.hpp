@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "rail/clock.hpp"
@@ -25,9 +26,10 @@ std::string_view to_string(JobStatus status) noexcept;
 struct JobState {
   JobStatus status = JobStatus::unknown;
   TimePoint since{};  // delayed: due time; active: this delivery's start (waiting: unset)
-  std::uint32_t deliveries = 0;     // handler starts so far (live jobs only)
-  std::uint32_t attempts_made = 0;  // failed attempts so far (live jobs only)
-  std::uint32_t stalls = 0;         // lapsed leases so far (live jobs only)
+  std::uint32_t deliveries = 0;      // handler starts so far (live jobs only)
+  std::uint32_t attempts_made = 0;   // failed attempts so far (live jobs only)
+  std::uint32_t stalls = 0;          // lapsed leases so far (live jobs only)
+  std::optional<double> progress{};  // the handler's last Job::progress report (live jobs only)
 };
 
 /// JobInfo: one job of a queue's listing (Queue::jobs): its id and state.

@@ -126,6 +126,9 @@ struct QueueOptions {
   /// StallPolicy::own_budget: how many stalls a job survives (redelivered each time, no attempt
   /// used); the next one dead-letters it. BullMQ's maxStalledCount, default 1. 0 .. 65535.
   std::int32_t max_stalls = 1;
+  /// The least time between two `progress` events of one job: a chatty handler's reports in
+  /// between update state(id) but raise no event. 0: every report raises one.
+  Duration progress_interval = std::chrono::milliseconds(100);
   /// What the queue remembers of its ended jobs for Queue::result(id) and waits by id (BullMQ's
   /// removeOnComplete / removeOnFail). See ResultRetention.
   ResultRetention results{};

@@ -133,6 +133,9 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   /// or errors then), or nullopt while it is live (or unknown to the queue: status unknown).
   [[nodiscard]] std::optional<EndRecord> end_of(JobId id) const;
 
+  /// progress(idx, token, value): Job::progress of delivery `token` in slot idx.
+  bool progress(std::uint32_t idx, std::uint32_t token, double value) noexcept;
+
   /// emit_dlq(kind, id, job_name, depth): the DLQ's events (evicted, alert).
   void emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth);
 
@@ -484,6 +487,17 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   std::type_index result_type_{typeid(void)};
   std::string (*format_result_)(const void*) = nullptr;  // null: R cannot be printed
   EndTracker ends_;
+  // Progress (Job::progress): one cell per slot, allocated on the queue's first report. A cell
+  // belongs to the job whose id it holds; the live handler is its only writer (a stale one is
+  // fenced first), state() reads it relaxed (a hint, like the slot's counters).
+  struct ProgressCell {
+    std::atomic<JobId> id{0};
+    std::atomic<std::uint64_t> bits{0};  // the value's double bits
+    std::atomic<std::int64_t> last_event_ns{0};
+  };
+  std::atomic<ProgressCell*> progress_{nullptr};
+  std::unique_ptr<ProgressCell[]> progress_owner_;
+  std::mutex progress_init_mu_;
   std::unique_ptr<DedupSet> dedup_owner_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> keep_gates_;  // one per slot, with dedup_owner_
   std::mutex dedup_init_mu_;
