@@ -67,27 +67,58 @@ void EndTracker::configure(const ResultRetention& retention, bool has_result) {
   if (!retains && retained_before) wanted_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-std::shared_ptr<EndWaiter> EndTracker::watch(JobId id) {
-  std::lock_guard lock(mu_);
-  auto& w = waiters_[id];
-  if (!w) {
-    w = std::make_shared<EndWaiter>();
-    // relaxed: add_tracked registers before publishing the job, which orders this for the
-    // thread that ends it; by-id waits re-check (see the header).
-    wanted_.fetch_add(1, std::memory_order_relaxed);
+EndWaiter::~EndWaiter() {
+  if (tracker_) tracker_->unwatch(id_, this);
+}
+
+std::shared_ptr<EndWaiter> EndTracker::watch(JobId id, bool sure) {
+  std::shared_ptr<EndWaiter> w;
+  {
+    std::lock_guard lock(mu_);
+    // One entry per id, counted once in wanted_: an entry whose waiter is being destroyed is
+    // taken over (its destructor then finds another waiter there and leaves it alone).
+    auto [it, inserted] = waiters_.try_emplace(id);
+    w = it->second.lock();
+    if (!w) {
+      w = std::make_shared<EndWaiter>(this, id);
+      it->second = w;
+      // seq_cst, then the fence: see wanted() (the caller reads the history after this).
+      if (inserted) wanted_.fetch_add(1, std::memory_order_seq_cst);
+    }
   }
+  if (sure) w->make_sure();
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   return w;
 }
+
+void EndTracker::unwatch(JobId id, const EndWaiter* waiter) noexcept {
+  std::lock_guard lock(mu_);
+  auto it = waiters_.find(id);
+  // Only its own entry: record() or abandon() may have taken it, and a new waiter for the same
+  // id may have been registered since.
+  if (it == waiters_.end() || (!it->second.expired() && it->second.lock().get() != waiter)) return;
+  waiters_.erase(it);
+  wanted_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+namespace {
+std::shared_ptr<EndWaiter> take_waiter(std::unordered_map<JobId, std::weak_ptr<EndWaiter>>& waiters,
+                                       JobId id, std::atomic<std::uint32_t>& wanted) {
+  auto it = waiters.find(id);
+  if (it == waiters.end()) return nullptr;
+  std::shared_ptr<EndWaiter> w = it->second.lock();
+  if (!w) return nullptr;  // its last handle is going: its destructor unregisters it
+  waiters.erase(it);
+  wanted.fetch_sub(1, std::memory_order_relaxed);
+  return w;
+}
+}  // namespace
 
 void EndTracker::record(EndRecord&& end, bool retain_it) {
   std::shared_ptr<EndWaiter> waiter;
   {
     std::lock_guard lock(mu_);
-    if (auto it = waiters_.find(end.id); it != waiters_.end()) {
-      waiter = std::move(it->second);
-      waiters_.erase(it);
-      wanted_.fetch_sub(1, std::memory_order_relaxed);
-    }
+    waiter = take_waiter(waiters_, end.id, wanted_);
     if (retain_it && keep_completed_ + keep_failed_ > 0) {
       if (waiter) {
         retain(EndRecord(end));
@@ -103,23 +134,25 @@ std::optional<EndRecord> EndTracker::retained(JobId id) const {
   std::lock_guard lock(mu_);
   auto it = retained_.find(id);
   if (it == retained_.end()) return std::nullopt;
-  return it->second;
+  return it->second.end;
+}
+
+void EndTracker::forget(JobId id) {
+  std::lock_guard lock(mu_);
+  retained_.erase(id);  // its entry in an order queue goes stale (seq no longer matches)
 }
 
 void EndTracker::abandon(JobId id, std::string why) {
   std::shared_ptr<EndWaiter> waiter;
   {
     std::lock_guard lock(mu_);
-    auto it = waiters_.find(id);
-    if (it == waiters_.end()) return;
-    waiter = std::move(it->second);
-    waiters_.erase(it);
-    wanted_.fetch_sub(1, std::memory_order_relaxed);
+    waiter = take_waiter(waiters_, id, wanted_);
   }
+  if (!waiter) return;
   EndRecord end;
   end.id = id;
   end.error = std::move(why);
-  waiter->resolve(end);
+  (void)waiter->resolve(end);
 }
 
 void EndTracker::retain(EndRecord&& end) {
@@ -129,13 +162,20 @@ void EndTracker::retain(EndRecord&& end) {
   const std::size_t keep = completed ? keep_completed_ : keep_failed_;
   if (keep != 0) {
     const JobId id = end.id;
-    if (retained_.insert_or_assign(id, std::move(end)).second) order.emplace_back(id, at);
+    const std::uint64_t seq = ++seq_;
+    retained_.insert_or_assign(id, Kept{std::move(end), seq});
+    order.push_back(Order{id, at, seq});
     while (order.size() > keep) {
-      retained_.erase(order.front().first);
+      drop(order.front());
       order.pop_front();
     }
   }
   expire(at);
+}
+
+void EndTracker::drop(const Order& o) {
+  auto it = retained_.find(o.id);
+  if (it != retained_.end() && it->second.seq == o.seq) retained_.erase(it);
 }
 
 void EndTracker::expire(std::int64_t now_ns) {
@@ -144,8 +184,8 @@ void EndTracker::expire(std::int64_t now_ns) {
   // so the fronts hold the oldest.
   const std::int64_t cutoff = now_ns - std::min<std::int64_t>(max_age_.count(), now_ns);
   for (auto* order : {&completed_, &failed_}) {
-    while (!order->empty() && order->front().second < cutoff) {
-      retained_.erase(order->front().first);
+    while (!order->empty() && order->front().at < cutoff) {
+      drop(order->front());
       order->pop_front();
     }
   }

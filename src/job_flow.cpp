@@ -697,8 +697,6 @@ JobFlow::Settled JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc
     if (!settled.kept && (!s.dedup_has_ttl || kind == EndKind::cancelled))  // discarded: it ran
       (void)dedup_.load(std::memory_order_acquire)->release(s.extra->dedup_key, id);
   }
-  if (ends_.wanted()) [[unlikely]]
-    settled.end = end_record(s, kind, now, why, std::move(result));
   switch (kind) {
     case EndKind::completed:
       count(wc, kCompleted);
@@ -720,6 +718,11 @@ JobFlow::Settled JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc
     case EndKind::filed:
       RAIL_INVARIANT(false, "a job ends as completed, dead-lettered or cancelled");
   }
+  // After the history entry: a waiter by id registered too late for this check finds the job
+  // ended there (see EndTracker::wanted).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (ends_.wanted()) [[unlikely]]
+    settled.end = end_record(s, kind, now, why, std::move(result));
   return settled;
 }
 
@@ -1018,11 +1021,28 @@ JobState JobFlow::state(JobId id) const {
 }
 
 std::optional<EndRecord> JobFlow::end_of(JobId id) const {
-  if (auto retained = ends_.retained(id)) return retained;
-  const JobState st = state(id);
+  // The history first: a job whose end is in it may still hold its slot for a moment (its end
+  // record, if one is coming, is then on its way); a redriven job runs again under its id, so
+  // a live slot comes next, and only then what was retained of an earlier end.
+  for (std::uint32_t i = 0; i < capacity_; ++i) {
+    const JobSlot& s = slots_[i];
+    if (s.id.load(std::memory_order_relaxed) != id) continue;
+    const SlotState st = ctl::state(s.ctl.load());
+    if (s.id.load(std::memory_order_relaxed) == id &&
+        (st == SlotState::waiting || st == SlotState::delayed || st == SlotState::active ||
+         st == SlotState::updating))
+      return std::nullopt;  // live (a finishing job's end is decided: the history may have it)
+  }
+  const std::optional<JobStatus> ended = stats_.recall(id);
+  if (auto retained = ends_.retained(id); retained && (!ended || retained->status == *ended))
+    return retained;
+  const JobState st = ended ? JobState{*ended} : state(id);
   if (st.status == JobStatus::waiting || st.status == JobStatus::delayed ||
       st.status == JobStatus::active)
-    return std::nullopt;
+    return std::nullopt;  // finishing, its end not in the history yet
+  if (st.status == JobStatus::dead_lettered) {
+    if (auto filed = dlq_end(id)) return filed;  // reason and errors from its entry
+  }
   EndRecord end;
   end.id = id;
   end.status = st.status;

@@ -134,12 +134,16 @@ TEST_F(Results, CancelledAndDiscardedJobsEndTheirHandlesSo) {
   EXPECT_EQ(d.error, "refunded meanwhile");
 }
 
-TEST_F(Results, DoneWithoutAResultIsAFailedAttemptThatSaysSo) {
+TEST_F(Results, DoneWithoutAResultDeadLettersAtOnceSayingSo) {
   auto q = engine.queue<int, int>("q", QueueOptions{});
   q.process({}, [](Job<int>&) -> Result<int> { return Outcome::done(); });
-  auto h = q.add_tracked("x", 1);
+  JobOptions o;
+  o.attempts = 3;
+  auto h = q.add_tracked("x", 1, o);
   const auto end = h.wait();
   EXPECT_EQ(end.status, JobStatus::dead_lettered);
+  EXPECT_EQ(end.reason, DeadLetterReason::permanent_failure) << "a bug: not retried";
+  EXPECT_EQ(end.attempts, 1u);
   EXPECT_NE(end.error.find("without a result"), std::string::npos) << end.error;
 }
 
@@ -217,18 +221,6 @@ TEST_F(Results, ADuplicatesHandleReportsTheJobItMergedInto) {
   EXPECT_EQ(second.added().status, AddStatus::duplicate);
   EXPECT_EQ(second.id(), first.id());
   EXPECT_EQ(*second.wait().result, 1) << "the kept job's result";
-}
-
-TEST_F(Results, AnAddThatMadeNothingHasAnEndedHandleThatSaysWhy) {
-  auto q = engine.queue<int, int>("q", QueueOptions{.capacity = 1});
-  q.process({}, [](Job<int>& j) -> Result<int> { return j.data(); });
-  (void)q.add("x", 1);
-  auto h = q.add_tracked("x", 2);
-  EXPECT_EQ(h.added().status, AddStatus::full);
-  const auto end = h.ended();
-  ASSERT_TRUE(end);
-  EXPECT_EQ(end->status, JobStatus::unknown);
-  EXPECT_NE(end->error.find("full"), std::string::npos) << end->error;
 }
 
 TEST_F(Results, LookingAQueueUpWithAnotherResultTypeIsATypeMismatch) {
@@ -409,6 +401,159 @@ TEST(ResultsThreaded, AWaitByIdNeverHangsOnAJobThatEndedAroundIt) {
     ASSERT_TRUE(end) << "job " << i;
     ASSERT_EQ(end->status, JobStatus::completed);
   }
+}
+
+// --- Review of 172ca6d (results and waiting): cases that fail on it -------------------------
+
+// A handle from add_tracked on a job that shutdown left unstarted and take_leftovers() took:
+// EndTracker::abandon exists for this ("its waiter hears `unknown`") but nothing calls it, so
+// the job never ends for its handle: wait() blocks forever, wait_for() always times out.
+TEST(ResultsReview, AHandleOnAJobTakenAtShutdownHearsThatItWillNotEnd) {
+  Engine engine;
+  auto q = engine.queue<int, int>("q", QueueOptions{});
+  q.process({}, [](Job<int>& j) -> Result<int> { return j.data(); });
+  q.pause();
+  auto h = q.add_tracked("x", 1);
+  (void)engine.shutdown(0s);
+  const auto left = q.take_leftovers();
+  ASSERT_EQ(left.size(), 1u);
+  const auto end = h.wait_for(300ms);
+  ASSERT_TRUE(end) << "wait() would hang forever: the job was handed back and will never end";
+  EXPECT_EQ(end->status, JobStatus::unknown);
+}
+
+// Redrive keeps the job's id, and end_of() answers from the retained end first: a handle by
+// id on the redriven job, while it waits or runs again, is settled at once with the old
+// dead-lettered end and never hears the new run's result.
+TEST_F(Results, TrackingARedrivenJobWaitsForItsNewRun) {
+  auto q = engine.queue<int, int>("q", QueueOptions{});
+  int calls = 0;
+  q.process({}, [&](Job<int>& j) -> Result<int> {
+    if (++calls == 1) return Outcome::fail("first run fails");
+    return j.data() * 10;
+  });
+  auto h = q.add_tracked("x", 4);
+  ASSERT_EQ(h.wait().status, JobStatus::dead_lettered);
+  ASSERT_EQ(q.dlq().redrive(h.id()), RedriveStatus::redriven);
+  auto again = q.track(h.id());
+  const auto early = again.ended();
+  EXPECT_FALSE(early) << "the job is waiting again, yet its handle says "
+                      << (early ? std::string(to_string(early->status)) : "");
+  EXPECT_FALSE(q.result(h.id())) << "Queue::result: the job runs again; the old end is stale";
+  engine.run_until_idle();
+  const auto end = again.ended();
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->status, JobStatus::completed);
+  ASSERT_TRUE(end->result) << "the new run's result";
+  EXPECT_EQ(*end->result, 40);
+}
+
+// The retained end of a redriven job that then completed keeps its place in the failed order
+// (insert_or_assign keeps the key, not its deque): the next failures push the completed
+// result out although completed ends have room.
+TEST_F(Results, ARedrivenJobsCompletedEndIsRetainedAsCompleted) {
+  QueueOptions qo;
+  qo.results = {.keep_completed = 100, .keep_failed = 1};
+  auto q = engine.queue<int, int>("q", qo);
+  bool fail_first = true;
+  q.process({}, [&](Job<int>& j) -> Result<int> {
+    if (j.data() < 0) return Outcome::fail("negative");
+    if (fail_first) {
+      fail_first = false;
+      return Outcome::fail("first run fails");
+    }
+    return j.data();
+  });
+  const JobId a = q.add("a", 7).id;
+  engine.run_until_idle();
+  ASSERT_EQ(q.dlq().redrive(a), RedriveStatus::redriven);
+  engine.run_until_idle();
+  ASSERT_TRUE(q.result(a));
+  ASSERT_EQ(q.result(a)->status, JobStatus::completed);
+  (void)q.add("b", -1);  // one failure: keep_failed = 1 pushes the oldest failed id out
+  engine.run_until_idle();
+  ASSERT_TRUE(q.result(a)) << "a completed end, pushed out by a failure";
+  EXPECT_EQ(*q.result(a)->result, 7);
+}
+
+// A handle by id registered after the ending thread read wanted() (0: no waiter, no
+// retention) but while the job still held its slot: on_end() asks the history (the job is
+// still `active`), registers its callback, and the end is never recorded: the callback never
+// runs, and the waiter stays registered forever (wanted_ leaks). Deterministic here through
+// an observer of `completed` (the window is the event); threaded, a tracker racing the
+// workers hits the same window (review/race_on_end2.cpp).
+TEST_F(Results, OnEndOfAHandleByIdNeverMissesTheEnd) {
+  auto q = engine.queue<int>("plain", QueueOptions{});
+  q.process({}, [](Job<int>&) {});
+  int heard = 0;
+  bool tracked = false;
+  engine.on_event([&](const Event& e) {
+    if (e.kind != EventKind::completed || tracked) return;
+    tracked = true;
+    q.track(e.job_id).on_end([&](const JobEnd<>&) { ++heard; });
+  });
+  (void)q.add("x", 1);
+  engine.run_until_idle();
+  ASSERT_TRUE(tracked);
+  EXPECT_EQ(heard, 1) << "the job ended; its on_end callback never ran";
+}
+
+// An add to a full queue made no job (reject: a handle already ended, unknown, saying why) or a
+// DLQ entry (dead_letter: the handle reports it, reason overflow; review-results).
+TEST_F(Results, AnAddToAFullQueueHasAHandleThatSaysWhatBecameOfIt) {
+  for (const OverflowPolicy policy : {OverflowPolicy::reject, OverflowPolicy::dead_letter}) {
+    Engine e{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+    auto q = e.queue<int, int>("q", QueueOptions{.capacity = 1, .on_full = policy});
+    q.process({}, [](Job<int>& j) -> Result<int> { return j.data(); });
+    (void)q.add("x", 1);
+    auto h = q.add_tracked("x", 2);
+    const auto end = h.ended();
+    ASSERT_TRUE(end);
+    if (policy == OverflowPolicy::reject) {
+      EXPECT_EQ(h.added().status, AddStatus::full);
+      EXPECT_EQ(end->status, JobStatus::unknown);
+      EXPECT_NE(end->error.find("full"), std::string::npos) << end->error;
+    } else {
+      EXPECT_EQ(h.added().status, AddStatus::dead_lettered);
+      EXPECT_EQ(end->status, JobStatus::dead_lettered);
+      EXPECT_EQ(end->reason, DeadLetterReason::overflow);
+    }
+  }
+}
+
+// A handle from add_tracked shares its waiter with every handle by id on the job. Between the
+// job leaving its slot and ended() recording its end (run_deferred runs there: a kept add and
+// its `added` event), a lookup by id finds the job `completed` in the history and settles the
+// shared waiter with that status-only end (record(..., false)): the add_tracked handle, sure
+// to hear its job's end, gets it without its result. Threaded, any q.wait(id)/track(id) from
+// another thread racing the end does the same (the window is then shorter).
+TEST_F(Results, AnAddTrackedHandleGetsItsResultWhateverIsTrackedById) {
+  auto q = engine.queue<int, int>("q", QueueOptions{});
+  JobOptions o;
+  o.dedup.id = "user-7";
+  o.dedup.keep_last_if_active = true;
+  JobId first = 0;
+  q.process({}, [&](Job<int>& j) -> Result<int> {
+    if (j.data() == 1) {
+      EXPECT_EQ(q.add("sync", 2, o).status, AddStatus::deferred);
+    }
+    return j.data() * 10;
+  });
+  bool looked = false;
+  engine.on_event([&](const Event& e) {
+    if (e.kind == EventKind::added && first != 0 && e.job_id != first && !looked) {
+      looked = true;
+      (void)q.track(first).ended();  // e.g. a status endpoint polling job `first`
+    }
+  });
+  auto h = q.add_tracked("sync", 1, o);
+  first = h.id();
+  engine.run_until_idle();
+  ASSERT_TRUE(looked);
+  const auto end = h.wait();
+  EXPECT_EQ(end.status, JobStatus::completed);
+  ASSERT_TRUE(end.result) << "add_tracked's handle heard its job completed without its result";
+  EXPECT_EQ(*end.result, 10);
 }
 
 }  // namespace

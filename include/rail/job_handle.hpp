@@ -43,9 +43,10 @@ class JobHandle {
   /// ended(): the job's end if it has ended, without waiting.
   [[nodiscard]] std::optional<JobEnd<R>> ended() const {
     if (auto e = waiter_->ended()) return typed(*e);
-    if (!sure_) {
+    if (!sure_ && !waiter_->sure()) {
       // Tracked by id after the job may have ended: its history (or retained end) tells, and
-      // the waiter is settled with it (unregistered, so ends stop being recorded for it).
+      // the waiter is settled with it (unregistered, so ends stop being recorded for it). Not
+      // for a waiter an add_tracked registered too: its end, result included, is on its way.
       if (auto e = flow_->end_of(id_)) {
         flow_->ends().record(std::move(*e), false);
         if (auto r = waiter_->ended()) return typed(*r);

@@ -21,6 +21,7 @@
 
 #include "rail/error.hpp"
 #include "rail/outcome.hpp"
+#include "rail/unrecoverable_error.hpp"
 
 namespace rail {
 
@@ -39,13 +40,14 @@ class Result {
     outcome_.result_ = std::make_shared<const R>(std::move(value));
   }
   /// Result(outcome): retry, retry_after, fail or discard. Outcome::done() carries no result
-  /// on a queue that promises one: it throws Error(invalid_option), a failed attempt that says so.
+  /// on a queue that promises one: a bug in the handler, not a flaky downstream, so it throws
+  /// UnrecoverableError: the job is dead-lettered at once (permanent_failure) with that message.
   Result(Outcome outcome)  // NOLINT(google-explicit-constructor)
       : outcome_(std::move(outcome)) {
     if (outcome_.ok())
-      throw Error(ErrorCode::invalid_option,
-                  "a handler of a queue with a result type returned Outcome::done() without a "
-                  "result; return the result itself (rail::Result<R> from an R)");
+      throw UnrecoverableError(
+          "a handler of a queue with a result type returned Outcome::done() without a result; "
+          "return the result itself (rail::Result<R> from an R)");
   }
 
   /// take(): the Outcome the engine records (the result rides along with done).

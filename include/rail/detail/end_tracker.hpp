@@ -28,13 +28,22 @@ namespace rail::detail {
 
 using EndRecord = JobEnd<void>;
 
-/// EndWaiter: one watched job's end, shared by its handles. Resolved once.
+class EndTracker;
+
+/// EndWaiter: one watched job's end, shared by its handles. Resolved once. When its last handle
+/// is dropped before the end, it leaves the tracker (so an id that never ends costs nothing).
 class EndWaiter {
  public:
   using Callback = std::function<void(const EndRecord&)>;
 
-  /// resolve(end): the job ended; wakes waiters and runs the callbacks on this thread. False if
-  /// it was resolved already (the first end wins).
+  EndWaiter() = default;
+  EndWaiter(EndTracker* tracker, JobId id) : tracker_(tracker), id_(id) {}
+  ~EndWaiter();
+  EndWaiter(const EndWaiter&) = delete;
+  EndWaiter& operator=(const EndWaiter&) = delete;
+
+  /// resolve(end): the job ended; runs the callbacks on this thread, then wakes waiters. False
+  /// if it was resolved already (the first end wins).
   bool resolve(const EndRecord& end);
   /// ended(): the end, once resolved.
   [[nodiscard]] std::optional<EndRecord> ended() const;
@@ -43,8 +52,15 @@ class EndWaiter {
   bool wait_until(std::chrono::steady_clock::time_point deadline) const;
   /// on_end(cb): cb(end) once the job ends, on the ending thread; at once on this one if ended.
   void on_end(Callback cb);
+  /// sure(): registered before its job was published (add_tracked): its end will be recorded,
+  /// so the queue's history (status only) must not answer for it.
+  [[nodiscard]] bool sure() const noexcept { return sure_.load(std::memory_order_relaxed); }
+  void make_sure() noexcept { sure_.store(true, std::memory_order_relaxed); }
 
  private:
+  EndTracker* tracker_ = nullptr;  // null: never registered (an add that made nothing)
+  JobId id_ = 0;
+  std::atomic<bool> sure_{false};
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   std::optional<EndRecord> end_;
@@ -58,33 +74,53 @@ class EndTracker {
   void configure(const ResultRetention& retention, bool has_result);
 
   /// wanted(): someone waits or the queue retains ends: the flow builds a record for record().
+  /// The flow reads it after a seq_cst fence that follows the job's history entry; watch()
+  /// raises it before a fence that precedes its caller's read of the history: either the end
+  /// is recorded, or the watcher finds the job ended in the history (Dekker).
   [[nodiscard]] bool wanted() const noexcept {
-    // relaxed: see the header (a waiter by id re-checks; add_tracked registers before publish).
     return wanted_.load(std::memory_order_relaxed) != 0;
   }
 
-  /// watch(id): the waiter of job `id`, registered (the same one for every handle of the job).
-  std::shared_ptr<EndWaiter> watch(JobId id);
+  /// watch(id, sure): the waiter of job `id`, registered (the same one for every handle of the
+  /// job); `sure`: registered before the job was published. Fences (see wanted()).
+  std::shared_ptr<EndWaiter> watch(JobId id, bool sure);
   /// record(end, retain): a job ended: resolve its waiter (callbacks run here, outside the
   /// lock) and, if `retain`, retain the end as the retention says. retain = false: an end read
   /// back from the queue's history for a waiter by id (nothing new to retain).
   void record(EndRecord&& end, bool retain = true);
   /// retained(id): the retained end of job `id`, if any.
   [[nodiscard]] std::optional<EndRecord> retained(JobId id) const;
+  /// forget(id): job `id` runs again (redriven): its retained end is no longer its end.
+  void forget(JobId id);
   /// abandon(id, why): job `id` will not end (left unstarted at shutdown): its waiter, if any,
   /// hears `unknown` with `why`.
   void abandon(JobId id, std::string why);
 
  private:
-  void retain(EndRecord&& end);      // under mu_
-  void expire(std::int64_t now_ns);  // under mu_
+  friend class EndWaiter;
+  void unwatch(JobId id, const EndWaiter* waiter) noexcept;  // its last handle was dropped
+  void retain(EndRecord&& end);                              // under mu_
+  void expire(std::int64_t now_ns);                          // under mu_
+
+  struct Order;
+  void drop(const Order& o);  // under mu_: the retained end `o` named, unless retained again
+  struct Kept {
+    EndRecord end;
+    std::uint64_t seq;  // which retain() put it there (a redriven job's id is retained again)
+  };
+  struct Order {
+    JobId id;
+    std::int64_t at;
+    std::uint64_t seq;
+  };
 
   std::atomic<std::uint32_t> wanted_{0};  // waiters registered + 1 if ends are retained
   mutable std::mutex mu_;
-  std::unordered_map<JobId, std::shared_ptr<EndWaiter>> waiters_;
-  std::unordered_map<JobId, EndRecord> retained_;
-  std::deque<std::pair<JobId, std::int64_t>> completed_;  // retained, oldest first (end time)
-  std::deque<std::pair<JobId, std::int64_t>> failed_;
+  std::unordered_map<JobId, std::weak_ptr<EndWaiter>> waiters_;
+  std::unordered_map<JobId, Kept> retained_;
+  std::deque<Order> completed_;  // retained, oldest first (end time)
+  std::deque<Order> failed_;
+  std::uint64_t seq_ = 0;
   std::size_t keep_completed_ = 0;
   std::size_t keep_failed_ = 0;
   Duration max_age_ = Duration::max();

@@ -159,6 +159,8 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   virtual void retire(std::uint32_t idx, bool dead_letter, const Event* event) = 0;
   /// in_dlq(id): the job is in the DLQ (state() of a dead-lettered job no longer remembered).
   [[nodiscard]] virtual bool in_dlq(JobId id) const = 0;
+  /// dlq_end(id): job `id`'s end as its DLQ entry tells it (reason, errors), if it is there.
+  [[nodiscard]] virtual std::optional<EndRecord> dlq_end(JobId id) const = 0;
   /// collect_deferred(report): lists the adds kept for after a running job (not started).
   virtual void collect_deferred(ShutdownReport& report) const = 0;
   /// run_deferred(id): job `id` has ended and an add was kept until then (keep_last_if_active;

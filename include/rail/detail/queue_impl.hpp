@@ -78,7 +78,7 @@ class QueueImpl final : public JobFlow {
     const AddResult r = add_one(job_name, std::move(data), o, AddFrom::producer, 0, &waiter);
     if (waiter) return {r, std::move(waiter), true};
     // A duplicate (tracked as the job it merged into), a DLQ entry (overflow), or nothing.
-    if (r.id != 0) return {r, ends().watch(r.id), false};
+    if (r.id != 0) return {r, ends().watch(r.id, false), false};
     auto none = std::make_shared<EndWaiter>();
     EndRecord end;
     end.error = "nothing was added to queue '" + name_ + "': " + std::string(to_string(r.status));
@@ -130,7 +130,7 @@ class QueueImpl final : public JobFlow {
     }
     if (watch) [[unlikely]] {
       try {
-        *watch = ends().watch(id);
+        *watch = ends().watch(id, true);
       } catch (...) {  // no memory to track it: nothing was added
         if (!o.dedup.id.empty()) (void)dedup().release(o.dedup.id, id);
         give_back(idx);
@@ -257,6 +257,7 @@ class QueueImpl final : public JobFlow {
     init_slot(idx, e.id, name_id, now, o);
     slot(idx).added_ns = e.added_at.time_since_epoch().count();
     try {
+      ends().forget(e.id);  // it runs again: an earlier end retained under its id is not its end
       if (!r.reset_counters)
         restore_counters(idx, e.attempts_made, e.deliveries, e.stalls, e.errors);
       if (!e.dedup_id.empty()) reclaim_dedup(idx, e.id, e.dedup_id, now);
@@ -339,6 +340,21 @@ class QueueImpl final : public JobFlow {
   }
 
   bool in_dlq(JobId id) const override { return dlq_.contains(id); }
+
+  std::optional<EndRecord> dlq_end(JobId id) const override {
+    std::optional<EndRecord> end;
+    (void)dlq_.inspect(id, [&](const DeadLetter<T>& e) {
+      end.emplace();
+      end->id = e.id;
+      end->status = JobStatus::dead_lettered;
+      end->reason = e.reason;
+      end->errors = e.errors;
+      if (!e.errors.empty()) end->error = e.errors.back().message;
+      end->attempts = e.attempts_made;
+      end->ended_at = e.dead_at;
+    });
+    return end;
+  }
 
   /// overflow(...): the queue is full: what its policy says (or the DLQ when `forced`).
   AddResult overflow(std::string_view job_name, T&& data, const JobOptions& o,
