@@ -85,8 +85,8 @@ std::shared_ptr<EndWaiter> EndTracker::watch(JobId id, bool sure) {
       // seq_cst, then the fence: see wanted() (the caller reads the history after this).
       if (inserted) wanted_.fetch_add(1, std::memory_order_seq_cst);
     }
+    if (sure) w->make_sure();  // under mu_: a by-id watch() of the same job sees it set
   }
-  if (sure) w->make_sure();
   std::atomic_thread_fence(std::memory_order_seq_cst);
   return w;
 }

@@ -13,12 +13,37 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace rail_bench {
+
+/// take_options(argc, argv, take): calls take(arg) for each argument and keeps those it refuses
+/// (returns false) for Google Benchmark; returns them, argv[0] first.
+template <class Take>
+std::vector<char*> take_options(int argc, char** argv, Take take) {
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i)
+    if (i == 0 || !take(std::string(argv[i]))) rest.push_back(argv[i]);
+  return rest;
+}
+
+/// print_ratios(title, rates, baseline): each variant's rate and its ratio to `baseline`'s, on
+/// stderr (nothing if the baseline did not run).
+inline void print_ratios(const std::string& title, const std::map<std::string, double>& rates,
+                         const std::string& baseline) {
+  const auto base = rates.find(baseline);
+  if (base == rates.end() || base->second == 0) return;
+  std::fprintf(stderr, "\n%s\n", title.c_str());
+  for (const auto& [name, rate] : rates)
+    std::fprintf(stderr, "  %-24s %10.0f jobs/s  %6.3fx\n", name.c_str(), rate,
+                 rate / base->second);
+}
 
 /// pinning_requested() is true when the environment variable RAIL_BENCH_PIN is set to 1.
 inline bool pinning_requested() {

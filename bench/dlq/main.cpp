@@ -83,32 +83,21 @@ void dead_letter(benchmark::State& state, const Variant& v) {
   rates()[v.name] = seconds > 0 ? static_cast<double>(done) / seconds : 0;
 }
 
-void print_ratios() {
-  const double base = rates()["in_memory"];
-  if (base == 0) return;
-  std::fprintf(stderr,
-               "\ndead-lettering throughput vs the in-memory DLQ (same run; journal in %s)\n",
-               config().dir.c_str());
-  for (const auto& [name, rate] : rates())
-    std::fprintf(stderr, "  %-24s %10.0f jobs/s  %6.3fx\n", name.c_str(), rate, rate / base);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Config& c = config();
   const char* tmp = std::getenv("TMPDIR");
   c.dir = tmp && *tmp ? tmp : "/tmp";
-  std::vector<char*> rest;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
+  std::vector<char*> rest = rail_bench::take_options(argc, argv, [&c](const std::string& a) {
     if (a.rfind("--jobs=", 0) == 0)
       c.jobs = std::stoul(a.substr(7));
     else if (a.rfind("--dir=", 0) == 0)
       c.dir = a.substr(6);
     else
-      rest.push_back(argv[i]);
-  }
+      return false;
+    return true;
+  });
   int n = static_cast<int>(rest.size());
   benchmark::Initialize(&n, rest.data());
   if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 1;
@@ -128,6 +117,8 @@ int main(int argc, char** argv) {
         ->MinTime(0.5);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  print_ratios();
+  rail_bench::print_ratios(
+      "dead-lettering throughput vs the in-memory DLQ (same run; journal in " + c.dir + ")",
+      rates(), "in_memory");
   return 0;
 }

@@ -101,25 +101,14 @@ void run(benchmark::State& state, Variant v, const std::string& name) {
   rates()[name] = seconds > 0 ? static_cast<double>(done) / seconds : 0;
 }
 
-void print_ratios() {
-  const double base = rates()["plain"];
-  if (base == 0) return;
-  std::fprintf(stderr, "\nthroughput vs the plain queue (same run, 2 workers)\n");
-  for (const auto& [name, rate] : rates())
-    std::fprintf(stderr, "  %-20s %10.0f jobs/s  %6.3fx\n", name.c_str(), rate, rate / base);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<char*> rest;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--jobs=", 0) == 0)
-      jobs() = std::stoul(a.substr(7));
-    else
-      rest.push_back(argv[i]);
-  }
+  std::vector<char*> rest = rail_bench::take_options(argc, argv, [](const std::string& a) {
+    if (a.rfind("--jobs=", 0) != 0) return false;
+    jobs() = std::stoul(a.substr(7));
+    return true;
+  });
   int n = static_cast<int>(rest.size());
   benchmark::Initialize(&n, rest.data());
   if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 1;
@@ -137,6 +126,6 @@ int main(int argc, char** argv) {
         ->MinTime(0.5);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  print_ratios();
+  rail_bench::print_ratios("throughput vs the plain queue (same run, 2 workers)", rates(), "plain");
   return 0;
 }

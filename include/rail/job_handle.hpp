@@ -58,7 +58,7 @@ class JobHandle {
   /// wait(): blocks until the job ends and returns its end (see the header for where it throws).
   JobEnd<R> wait() const {
     check_can_wait(true);
-    if (auto e = wait_until(std::chrono::steady_clock::time_point::max(), true)) return *e;
+    if (auto e = wait_until(std::chrono::steady_clock::time_point::max())) return *e;
     throw Error(ErrorCode::would_deadlock,
                 "wait() on job " + std::to_string(id_) + " of queue '" + flow_->name() +
                     "': the inline engine ran everything it could and the job has not ended; it "
@@ -68,7 +68,7 @@ class JobHandle {
   /// can run now) passed first.
   std::optional<JobEnd<R>> wait_for(Duration timeout) const {
     check_can_wait(false);
-    return wait_until(detail::steady_deadline(timeout), false);
+    return wait_until(detail::steady_deadline(timeout));
   }
 
   /// on_end(cb): cb(end) once the job ends (see the header).
@@ -117,15 +117,13 @@ class JobHandle {
                              "wait_for(timeout), or wait outside the queue's handlers"));
   }
 
-  std::optional<JobEnd<R>> wait_until(std::chrono::steady_clock::time_point deadline,
-                                      bool unbounded) const {
+  std::optional<JobEnd<R>> wait_until(std::chrono::steady_clock::time_point deadline) const {
     if (flow_->core().mode() == Mode::inlined) {
       for (;;) {
         if (auto e = ended()) return e;
         if (detail::run_inline(flow_->core()) == 0) return ended();
       }
     }
-    (void)unbounded;
     // Tracked at add (sure_): the end will be recorded; sleep until it is. By id: the end may
     // have been recorded before the waiter was (see end_tracker.hpp): re-check now and then.
     auto poll = std::chrono::milliseconds(1);

@@ -54,6 +54,8 @@ class EndWaiter {
   void on_end(Callback cb);
   /// sure(): registered before its job was published (add_tracked): its end will be recorded,
   /// so the queue's history (status only) must not answer for it.
+  // relaxed: set under the tracker's lock in watch(), before the job is published; a by-id
+  // handle got this waiter from watch() under the same lock, so it reads the flag as set.
   [[nodiscard]] bool sure() const noexcept { return sure_.load(std::memory_order_relaxed); }
   void make_sure() noexcept { sure_.store(true, std::memory_order_relaxed); }
 
