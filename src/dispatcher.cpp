@@ -45,10 +45,18 @@ std::thread spawn(std::function<void()> body) {
   return std::thread(std::move(body));
 }
 
+// relaxed: a plain number, read by start() and copied into each worker's context before the
+// worker thread exists (the thread's creation orders it).
+std::atomic<std::int64_t> g_fast_handler_ns{Dispatcher::kFastHandlerNs};
+
 }  // namespace
 
 ThreadFactory set_thread_factory(ThreadFactory f) noexcept {
   return g_thread_factory.exchange(f, std::memory_order_acq_rel);
+}
+
+std::int64_t set_fast_handler_threshold(std::int64_t ns) noexcept {
+  return g_fast_handler_ns.exchange(ns, std::memory_order_relaxed);
 }
 
 Dispatcher::Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity,
@@ -79,10 +87,12 @@ void Dispatcher::start(JobRunner& runner, std::uint32_t workers, LeaseTracker& l
   try {
     stashes_ = std::make_unique<WorkerStash[]>(workers);
     const bool manual = core_.clock().is_manual();
+    const std::int64_t fast_ns = g_fast_handler_ns.load(std::memory_order_relaxed);
     for (std::uint32_t w = 0; w < workers; ++w) {
       contexts_.push_back(std::make_unique<WorkerContext>(leases.record(w), SplitMix64(seed ^ w),
                                                           &stashes_[w], nullptr));
       contexts_.back()->manual_clock = manual;
+      contexts_.back()->fast_handler_ns = fast_ns;
     }
     threads_.reserve(workers);  // a created thread is never dropped by a failing push_back
     for (std::uint32_t w = 0; w < workers; ++w)

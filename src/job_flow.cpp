@@ -392,7 +392,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   // under a manual clock (whose time stands still between advances).
   const std::int64_t wall =
       wc.manual_clock ? std::chrono::steady_clock::now().time_since_epoch().count() : now;
-  wc.fast = wall - wc.last_wall_ns < Dispatcher::kFastHandlerNs;
+  wc.fast = wall - wc.last_wall_ns < wc.fast_handler_ns;
   wc.last_wall_ns = wall;
   wc.last_start_ns = now;
   JobFields job;

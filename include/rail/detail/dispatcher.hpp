@@ -73,7 +73,8 @@ struct alignas(64) WorkerContext {  // its own lines: written on every job by it
   WorkerCounters* counters;        // null in inline mode (any thread may run it)
   std::int64_t last_start_ns = 0;  // engine clock: poll_timers' idea of now
   std::int64_t last_wall_ns = 0;   // steady clock: the batch-size heuristic's
-  bool fast = false;  // the last delivery started within kFastHandlerNs of the one before
+  bool fast = false;  // the last delivery started within fast_handler_ns of the one before
+  std::int64_t fast_handler_ns = 0;  // threaded: set_fast_handler_threshold's (inline: unused)
   bool manual_clock = false;
   /// pause_ack: the last pause epoch this worker acknowledged between jobs (kExited once it
   /// left its loop). Written by its worker, read by pause_and_wait.
@@ -92,6 +93,13 @@ using ThreadFactory = std::thread (*)(std::function<void()> body);
 /// set_thread_factory(f): Dispatcher::start creates its threads with f from now on (null:
 /// std::thread); returns the previous factory. Process-wide, for tests.
 ThreadFactory set_thread_factory(ThreadFactory f) noexcept;
+
+/// set_fast_handler_threshold(ns): workers that Dispatcher::start creates from now on count a
+/// handler as fast (and take batches) when it started within ns of the one before; returns the
+/// previous threshold. A test seam like set_thread_factory: a test of batch mechanics sets it to
+/// INT64_MAX, so that a batch forms whatever the machine's speed (under ThreadSanitizer two
+/// handler starts are rarely 20 us apart). Production keeps kFastHandlerNs.
+std::int64_t set_fast_handler_threshold(std::int64_t ns) noexcept;
 
 /// JobRunner: what the dispatcher hands each popped job to. deliver(idx, wc) runs the job unless
 /// it was cancelled (or handed back after stop); returns whether a handler ran.
