@@ -22,6 +22,8 @@ namespace rail {
 using Duration = std::chrono::nanoseconds;
 /// TimePoint is a point on the engine clock's timeline (steady, not wall time).
 using TimePoint = std::chrono::time_point<std::chrono::steady_clock, Duration>;
+/// WallTime is a point in civil time, UTC (Unix time: no leap seconds), as cron schedules read it.
+using WallTime = std::chrono::sys_time<Duration>;
 
 /// Clock is the engine's source of time.
 class Clock {
@@ -31,6 +33,12 @@ class Clock {
   [[nodiscard]] virtual TimePoint now() const noexcept = 0;
   /// is_manual() tells an engine to wait for advance() rather than for real time to pass.
   [[nodiscard]] virtual bool is_manual() const noexcept { return false; }
+  /// wall_now() is the current civil time (UTC), for schedules written in calendar terms (cron).
+  /// Unlike now() it may jump (the system's time is set); rail reads it when it computes a cron
+  /// schedule's next due time and waits on now().
+  [[nodiscard]] virtual WallTime wall_now() const noexcept {
+    return std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
+  }
 };
 
 /// SteadyClock reads std::chrono::steady_clock.
@@ -49,12 +57,17 @@ class SteadyClock final : public Clock {
 /// ManualClock starts at `start` and moves only when advance() or set() is called.
 /// Engines that use it subscribe to be told when time moves, so `clock.advance(500ms)` makes
 /// exactly the timers that became due fire (an inline engine moves their jobs to ready at once;
-/// a threaded engine's timer thread wakes and does the same).
+/// a threaded engine's timer thread wakes and does the same). Its civil time (wall_now) is
+/// `wall_at_start` (default 1970-01-01 00:00 UTC) plus the time advanced since: a test of a cron
+/// schedule states the date it starts on, and the calendar moves with the clock.
 class ManualClock final : public Clock {
  public:
   using Listener = std::function<void(TimePoint)>;
 
-  explicit ManualClock(TimePoint start = TimePoint{}) : now_ns_(start.time_since_epoch().count()) {}
+  explicit ManualClock(TimePoint start = TimePoint{}, WallTime wall_at_start = WallTime{})
+      : now_ns_(start.time_since_epoch().count()),
+        start_ns_(start.time_since_epoch().count()),
+        wall_at_start_(wall_at_start) {}
 
   [[nodiscard]] TimePoint now() const noexcept override {
     // acquire pairs with the release in set(): whoever sees the new time also sees the writes
@@ -62,6 +75,12 @@ class ManualClock final : public Clock {
     return TimePoint{Duration{now_ns_.load(std::memory_order_acquire)}};
   }
   [[nodiscard]] bool is_manual() const noexcept override { return true; }
+  /// wall_now(): the civil time at start plus the time advanced since (saturating).
+  [[nodiscard]] WallTime wall_now() const noexcept override {
+    const std::int64_t moved = now().time_since_epoch().count() - start_ns_;  // >= 0: monotonic
+    return WallTime{Duration{
+        detail::saturating_add(wall_at_start_.time_since_epoch().count(), Duration{moved})}};
+  }
 
   /// advance(d) moves time forward by d (d < 0 is ignored: time never goes back) and runs the
   /// listeners on this thread. Past the end of the range time stops at TimePoint::max().
@@ -101,6 +120,8 @@ class ManualClock final : public Clock {
 
  private:
   std::atomic<std::int64_t> now_ns_;
+  const std::int64_t start_ns_;
+  const WallTime wall_at_start_;
   std::recursive_mutex mu_;
   std::vector<std::pair<std::uint64_t, Listener>> listeners_;
   std::uint64_t next_token_ = 0;
