@@ -172,6 +172,39 @@ SlotExtra& JobFlow::extra(JobSlot& s) {
   return *s.extra;
 }
 
+void JobFlow::validate_schedule(std::string_view id, std::string_view job_name,
+                                const ScheduleOptions& o) {
+  admit(job_name, o.job);
+  const std::string where = "schedule '" + std::string(id) + "' on queue '" + name_ + "': ";
+  if (id.empty() || id.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos)
+    throw Error(ErrorCode::invalid_option,
+                "schedule on queue '" + name_ + "': the id is blank; expected a name to upsert by");
+  if (o.job.delay.count() != 0)
+    throw Error(ErrorCode::invalid_option,
+                where +
+                    "ScheduleOptions.job.delay is set; expected 0 (the schedule decides when "
+                    "each run starts)");
+  if (!o.job.dedup.id.empty())
+    throw Error(ErrorCode::invalid_option,
+                where + "ScheduleOptions.job.dedup.id is '" + o.job.dedup.id +
+                    "'; expected none (each run is a job of its own; overlap decides whether runs "
+                    "may share time)");
+  if (o.max_catch_up == 0)
+    throw Error(ErrorCode::invalid_option,
+                where + "ScheduleOptions.max_catch_up is 0; expected 1 or more");
+}
+
+ScheduleTable& JobFlow::schedules() {
+  if (ScheduleTable* t = schedules_.load(std::memory_order_acquire)) return *t;
+  std::lock_guard lock(schedules_init_mu_);  // cold: once per queue
+  if (!schedules_owner_) {
+    schedules_owner_ = std::make_unique<ScheduleTable>(core_, index_, name_);
+    // release: the wheel's owner (drain_timer_inbox, fire) acquires a fully built table.
+    schedules_.store(schedules_owner_.get(), std::memory_order_release);
+  }
+  return *schedules_owner_;
+}
+
 DedupSet& JobFlow::dedup() {
   // acquire: pairs with the release below, so a reader sees a fully built set.
   if (DedupSet* d = dedup_.load(std::memory_order_acquire)) [[likely]]

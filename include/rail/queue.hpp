@@ -24,6 +24,7 @@
 #include "rail/options.hpp"
 #include "rail/outcome.hpp"
 #include "rail/result.hpp"
+#include "rail/schedule.hpp"
 #include "rail/shutdown_report.hpp"
 
 namespace rail {
@@ -79,6 +80,43 @@ class Queue {
   }
   /// wait(id, timeout): track(id).wait_for(timeout).
   std::optional<JobEnd<R>> wait(JobId id, Duration timeout) { return track(id).wait_for(timeout); }
+
+  /// schedule(id, when, name, data, options) declares a repeatable job: at each due time of
+  /// `when` a job named `name` with a copy of `data` is added to this queue (schedule.hpp says
+  /// how overlap and missed runs go). Upserted by id: declaring an existing id replaces its
+  /// definition and never doubles it. Returns the schedule as it now stands. Throws as add()
+  /// does for a bad name or JobOptions, and Error(invalid_option) for a blank id or a delay or
+  /// dedup id in options.job. A run is added as add() would, except that it never waits for
+  /// room: a full queue refuses it (ScheduleInfo::refused; filed to the DLQ under
+  /// OverflowPolicy::dead_letter).
+  ScheduleInfo schedule(
+      std::string_view id, const Schedule& when, std::string_view job_name, T data,
+      const ScheduleOptions& options = {}) requires std::is_copy_constructible_v<T> {
+    return impl_->schedule(id, when, job_name, std::move(data), options);
+  }
+  /// every(id, interval, name, data, options): schedule(id, Schedule::every(interval), ...).
+  ScheduleInfo every(std::string_view id, Duration interval, std::string_view job_name, T data,
+                     const ScheduleOptions& options = {}) requires std::is_copy_constructible_v<T> {
+    return schedule(id, Schedule::every(interval), job_name, std::move(data), options);
+  }
+  /// cron(id, expr, name, data, options): schedule(id, Schedule::cron(expr), ...), in UTC.
+  ScheduleInfo cron(std::string_view id, std::string_view expr, std::string_view job_name, T data,
+                    const ScheduleOptions& options = {}) requires std::is_copy_constructible_v<T> {
+    return schedule(id, Schedule::cron(expr), job_name, std::move(data), options);
+  }
+  /// unschedule(id) removes schedule `id`: no due time of it comes any more, owed runs are
+  /// dropped, runs already added go on. False if there is none.
+  bool unschedule(std::string_view id) { return impl_->schedules().remove(id); }
+  /// schedule_info(id): schedule `id` as it stands, or nullopt.
+  [[nodiscard]] std::optional<ScheduleInfo> schedule_info(std::string_view id) const {
+    const auto* t = impl_->schedules_if_any();
+    return t ? t->info(id) : std::nullopt;
+  }
+  /// schedules(): every schedule of this queue, by id.
+  [[nodiscard]] std::vector<ScheduleInfo> schedules() const {
+    const auto* t = impl_->schedules_if_any();
+    return t ? t->list() : std::vector<ScheduleInfo>{};
+  }
 
   /// add_bulk(name, items, options) creates one job per item (payloads are moved from) with
   /// consecutive ids, all or nothing under OverflowPolicy::reject/block. One pass over the rings

@@ -68,6 +68,7 @@
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/queue_stats.hpp"
+#include "rail/detail/schedule_table.hpp"
 #include "rail/detail/timer_port.hpp"
 #include "rail/event.hpp"
 #include "rail/job.hpp"
@@ -96,8 +97,18 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   bool idle() const noexcept final;
   void collect_leftovers(ShutdownReport& report) const final;
   void abandon_unstarted() final;
-  void drain_timer_inbox(Wheel& wheel) noexcept final { timers_.drain(wheel, *this); }
+  void drain_timer_inbox(Wheel& wheel) noexcept final {
+    timers_.drain(wheel, *this);
+    // acquire: a table published by schedules() is fully built.
+    if (ScheduleTable* t = schedules_.load(std::memory_order_acquire)) [[unlikely]]
+      t->drain(wheel);
+  }
   void fire(std::uint32_t tag, std::int64_t now, Wheel& wheel) noexcept final {
+    if (ScheduleTable::owns_tag(tag)) [[unlikely]] {
+      // A schedule's node is linked only after its table was published (acquire, as above).
+      schedules_.load(std::memory_order_acquire)->fire(tag, now, wheel);
+      return;
+    }
     timers_.fire(tag, now, wheel, *this);
   }
   std::size_t run_ready(std::size_t max) final;
@@ -132,6 +143,17 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   /// end_of(id): job `id`'s end if it ended and is retained, or what its history says (no result
   /// or errors then), or nullopt while it is live (or unknown to the queue: status unknown).
   [[nodiscard]] std::optional<EndRecord> end_of(JobId id) const;
+
+  // --- repeatable jobs (Queue::schedule) ---------------------------------------------------------
+  /// validate_schedule(id, job_name, o): throws as admit() does, and Error(invalid_option) for
+  /// an empty id or options a schedule decides itself (delay, dedup) or cannot use.
+  void validate_schedule(std::string_view id, std::string_view job_name, const ScheduleOptions& o);
+  /// schedules(): the queue's schedule table, built on first use (cold).
+  [[nodiscard]] ScheduleTable& schedules();
+  /// schedules_if_any(): the table, or null when the queue never had a schedule.
+  [[nodiscard]] const ScheduleTable* schedules_if_any() const noexcept {
+    return schedules_.load(std::memory_order_acquire);
+  }
 
   /// progress(idx, token, value): Job::progress of delivery `token` in slot idx.
   bool progress(std::uint32_t idx, std::uint32_t token, double value) noexcept;
@@ -503,6 +525,11 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   std::unique_ptr<DedupSet> dedup_owner_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> keep_gates_;  // one per slot, with dedup_owner_
   std::mutex dedup_init_mu_;
+  // Repeatable jobs: built on the first schedule. After ends_: a schedule's live runs hold
+  // waiters that leave ends_ when the table goes.
+  std::atomic<ScheduleTable*> schedules_{nullptr};
+  std::unique_ptr<ScheduleTable> schedules_owner_;
+  std::mutex schedules_init_mu_;
 };
 
 }  // namespace rail::detail

@@ -86,10 +86,11 @@ class QueueImpl final : public JobFlow {
     return {r, std::move(none), true};
   }
 
-  /// Who adds: a producer; a producer's add tried once more (see merge_duplicate); or an add
-  /// that was kept until its running job ended (run_deferred). A kept add may not wait for
-  /// room: it runs where another job ended, possibly on the timer thread.
-  enum class AddFrom : std::uint8_t { producer, producer_again, kept };
+  /// Who adds: a producer; a producer's add tried once more (see merge_duplicate); an add that
+  /// was kept until its running job ended (run_deferred); or a schedule's run. A kept add and a
+  /// run may not wait for room: they run where another job ended or a timer fired, possibly on
+  /// the timer thread.
+  enum class AddFrom : std::uint8_t { producer, producer_again, kept, schedule };
 
   /// add_one(..., from, prior, watch): add(), for the adder `from`; a kept add takes the dedup
   /// id over from its ended job `prior`, which held it for it. `watch`: a new job's waiter is
@@ -100,7 +101,7 @@ class QueueImpl final : public JobFlow {
     admit(job_name, o);
     const std::uint16_t name_id = core_.names().intern(job_name);
     std::uint32_t idx;
-    const bool may_block = from != AddFrom::kept;
+    const bool may_block = from != AddFrom::kept && from != AddFrom::schedule;
     if (!(may_block ? acquire_slots(&idx, 1) : try_acquire_slots(&idx, 1))) [[unlikely]] {
       // A duplicate of a live job merges even when there is no room for a new one (the job
       // that held the id for a kept add is no such job: it ended).
@@ -142,6 +143,19 @@ class QueueImpl final : public JobFlow {
     if (core_.observed()) note_added(slot(idx), o.delay);
     publish_new(idx, now, o.delay);
     return {id, AddStatus::added};
+  }
+
+  /// schedule(id, when, name, data, o): Queue::schedule. Validates as add() would, then upserts.
+  ScheduleInfo schedule(std::string_view id, const Schedule& when, std::string_view job_name,
+                        T&& data,
+                        const ScheduleOptions& o) requires std::is_copy_constructible_v<T> {
+    validate_schedule(id, job_name, o);
+    ScheduleTable::Definition def{when, o, std::string(job_name), nullptr};
+    def.add = [this, name = def.job_name, data = std::move(data),
+               job = o.job](std::shared_ptr<EndWaiter>* watch) {
+      return add_one(name, T(data), job, AddFrom::schedule, 0, watch);
+    };
+    return schedules().upsert(id, std::move(def));
   }
 
   /// add_bulk: all payloads get one name and one set of options (no dedup: ids differ per job).
