@@ -79,6 +79,59 @@ const BadInput kBadInputs[] = {
      ErrorCode::invalid_option,
      "WorkerOptions('q').concurrency is 4097; expected at most WorkerOptions::kMaxConcurrency "
      "(4096)"},
+    {"NegativeProgressInterval",
+     [](Engine& e, Queue<int>&) {
+       (void)e.queue<int>("p", QueueOptions{.progress_interval = -1ns});
+     },
+     ErrorCode::invalid_option, "progress_interval is -1 ns"},
+    {"ZeroResultsMaxAge",
+     [](Engine& e, Queue<int>&) {
+       QueueOptions qo;
+       qo.results.max_age = 0ns;
+       (void)e.queue<int>("r", qo);
+     },
+     ErrorCode::invalid_option, "results.max_age is 0 ns"},
+    {"NegativeResultsMaxAge",
+     [](Engine& e, Queue<int>&) {
+       QueueOptions qo;
+       qo.results.max_age = -5s;
+       (void)e.queue<int>("r", qo);
+     },
+     ErrorCode::invalid_option, "results.max_age"},
+    {"NegativeMaxStalls",
+     [](Engine& e, Queue<int>&) { (void)e.queue<int>("s", QueueOptions{.max_stalls = -1}); },
+     ErrorCode::invalid_option, "max_stalls is -1; expected 0 .. 65535"},
+    {"ZeroDlqMaxEntries",
+     [](Engine& e, Queue<int>&) {
+       QueueOptions qo;
+       qo.dlq.max_entries = 0;
+       (void)e.queue<int>("m", qo);
+     },
+     ErrorCode::invalid_option, "dlq.max_entries"},
+    {"NegativeBlockTimeout",
+     [](Engine& e, Queue<int>&) { (void)e.queue<int>("b", QueueOptions{.block_timeout = -1ms}); },
+     ErrorCode::invalid_option, "block_timeout"},
+    {"BlankJobName", [](Engine&, Queue<int>& q) { (void)q.add(" \t", 1); },
+     ErrorCode::invalid_option, "job name"},
+    {"NegativeChangeDelay", [](Engine&, Queue<int>& q) { (void)q.change_delay(1, -1s); },
+     ErrorCode::invalid_option, "change_delay: the delay is negative"},
+    {"UnknownQueue", [](Engine& e, Queue<int>&) { (void)e.queue<int>("nope"); },
+     ErrorCode::unknown_queue, "no queue named 'nope'"},
+    {"QueueOfAnotherPayloadType", [](Engine& e, Queue<int>&) { (void)e.queue<double>("q"); },
+     ErrorCode::type_mismatch, "another type"},
+    {"QueueOfAnotherResultType", [](Engine& e, Queue<int>&) { (void)e.queue<int, int>("q"); },
+     ErrorCode::type_mismatch, "another result type"},
+    {"QueueDeclaredTwice", [](Engine& e, Queue<int>&) { (void)e.queue<int>("q", {}); },
+     ErrorCode::queue_exists, "already declared"},
+    {"ScheduleEveryZero", [](Engine&, Queue<int>& q) { (void)q.every("s", 0s, "a", 1); },
+     ErrorCode::invalid_option, "expected a duration > 0"},
+    {"ScheduleWithADelay",
+     [](Engine&, Queue<int>& q) { (void)q.every("s", 1s, "a", 1, {.job = {.delay = 1s}}); },
+     ErrorCode::invalid_option, "ScheduleOptions.job.delay is set"},
+    {"BadCronField", [](Engine&, Queue<int>& q) { (void)q.cron("s", "* 24 * * *", "a", 1); },
+     ErrorCode::invalid_option, "hour field '24' is out of range"},
+    {"CronWithFourFields", [](Engine&, Queue<int>& q) { (void)q.cron("s", "* * * *", "a", 1); },
+     ErrorCode::invalid_option, "expected 5"},
     {"NonPositiveTimerTick",
      [](Engine&, Queue<int>&) { Engine e(EngineOptions{.timer_tick = 0ns}); },
      ErrorCode::invalid_option, "timer_tick"},

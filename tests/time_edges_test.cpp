@@ -4,9 +4,9 @@
 //
 // Inline tests run on a ManualClock that starts at 1 s, so that `now + max - 1 ns` passes the
 // clock's range (it would not from 0); the end of the range itself is pinned separately. The
-// threaded tests (shutdown grace, block_timeout, drain, the lease sweep) wait on latches and on
-// the engine's own state, bounded by a watchdog; no sleep decides an outcome. UBSan (the asan
-// preset in CI) reports any signed overflow left on these paths.
+// threaded tests (shutdown grace, block_timeout, drain, pause_and_wait, wait_for, the lease
+// sweep) wait on latches and on the engine's own state, bounded by a watchdog; no sleep decides
+// an outcome. UBSan (the asan preset in CI) reports any signed overflow left on these paths.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -282,6 +282,93 @@ TEST_P(InlineEdge, ExtendLeaseByAnyDurationSaturates) {
 // --- the end of the clock's range ----------------------------------------------------------------
 
 // From time 0, max - 1 ns is a real deadline (INT64_MAX - 1 ns): it fires exactly there.
+// A schedule's interval: 0 is refused; 1 ns is due at every nanosecond (a late timer runs once
+// and counts the rest as skipped); an interval past the clock's range is never due: no timer, no
+// run, next_run empty.
+TEST_P(InlineEdge, ScheduleIntervalIsDueEachIntervalOrNever) {
+  const Edge e = GetParam();
+  auto q = engine.queue<int>("q", {});
+  q.process({}, [&](Job<int>& job) { starts.push_back(job.attempt()); });
+  if (e.d == 0ns) {
+    EXPECT_THROW((void)q.every("s", e.d, "tick", 1), Error);
+    return;
+  }
+  const ScheduleInfo declared = q.every("s", e.d, "tick", 1);
+  EXPECT_EQ(declared.next_run.has_value(), !e.never);
+  advance_past();
+  const ScheduleInfo i = *q.schedule_info("s");
+  if (e.never) {
+    EXPECT_TRUE(starts.empty());
+    EXPECT_EQ(engine.next_timer_in(), std::nullopt);
+    EXPECT_EQ(i.runs, 0u);
+    return;
+  }
+  EXPECT_EQ(starts.size(), 2u) << "one run per timer pass: at 1 ns, then once for the ages";
+  EXPECT_EQ(i.skipped, static_cast<std::uint64_t>(kAges.count()) - 1);
+  EXPECT_EQ(i.next_run, clock.now() + 1ns);
+}
+
+// results.max_age: 0 is refused; 1 ns drops a retained end once the next end is recorded after
+// it; past the range, ends stay until the counts push them out.
+TEST_P(InlineEdge, ResultsMaxAgeDropsRetainedEndsAfterItOrNever) {
+  const Edge e = GetParam();
+  QueueOptions qo;
+  qo.results.keep_completed = 10;
+  qo.results.max_age = e.d;
+  if (e.d == 0ns) {
+    EXPECT_THROW((void)engine.queue<int>("q", qo), Error);
+    return;
+  }
+  auto q = engine.queue<int>("q", qo);
+  q.process({}, [](Job<int>&) {});
+  const JobId first = q.add("j", 1).id;
+  engine.run_until_idle();
+  ASSERT_TRUE(q.result(first).has_value());
+  advance_past();
+  (void)q.add("j", 2);  // an end recorded after the first one aged
+  engine.run_until_idle();
+  EXPECT_EQ(q.result(first).has_value(), e.never);
+}
+
+// progress_interval: 0 lets every report through as an event; any other interval lets the first
+// through and holds the rest back while the clock stands still.
+TEST_P(InlineEdge, ProgressIntervalRaisesAnEventPerReportOrOnlyTheFirst) {
+  const Edge e = GetParam();
+  int events = 0;
+  engine.on_event([&](const Event& ev) { events += ev.kind == EventKind::progress; });
+  auto q = engine.queue<int>("q", QueueOptions{.progress_interval = e.d});
+  q.process({}, [](Job<int>& job) {
+    for (int i = 1; i <= 3; ++i)
+      (void)job.progress(i);
+  });
+  (void)q.add("j", 1);
+  engine.run_until_idle();
+  EXPECT_EQ(events, e.d == 0ns ? 3 : 1);
+}
+
+// change_delay(d): 0 promotes; 1 ns makes it due a nanosecond on; past the range parks the job
+// (delayed, no timer) until it is promoted.
+TEST_P(InlineEdge, ChangeDelayMovesTheDueTimeOrParksTheJob) {
+  const Edge e = GetParam();
+  auto q = engine.queue<int>("q", {});
+  q.process({}, [&](Job<int>& job) { starts.push_back(job.attempt()); });
+  const JobId id = q.add("j", 1, {.delay = 1h}).id;
+  ASSERT_TRUE(q.change_delay(id, e.d));
+  engine.run_until_idle();
+  EXPECT_EQ(starts.size(), e.d == 0ns ? 1u : 0u);
+  advance_past();
+  if (!e.never) {
+    EXPECT_EQ(starts.size(), 1u);
+    return;
+  }
+  EXPECT_TRUE(starts.empty());
+  EXPECT_EQ(q.state(id).status, JobStatus::delayed);
+  EXPECT_EQ(engine.next_timer_in(), std::nullopt);
+  EXPECT_TRUE(q.promote(id));
+  engine.run_until_idle();
+  EXPECT_EQ(starts.size(), 1u);
+}
+
 TEST(TimeEdges, DelayReachingTheLastNanosecondOfTheRangeFiresExactlyThere) {
   ManualClock clock;
   Engine engine({.clock = &clock, .mode = Mode::inlined});
@@ -408,6 +495,38 @@ TEST_P(ThreadedEdge, ShutdownGraceReportsOrWaitsForTheRunningHandler) {
   }
 }
 
+// drain(timeout), pause_and_wait(timeout) and a handle's wait_for(timeout): 0 and 1 ns give up
+// while a handler runs; max - 1 ns and max wait until it returned.
+TEST_P(ThreadedEdge, WaitsGiveUpOrWaitForTheRunningHandler) {
+  const Edge e = GetParam();
+  test::Watchdog watchdog(60s, "WaitsGiveUpOrWaitForTheRunningHandler");
+  for (const std::string wait : {"drain", "pause_and_wait", "wait_for"}) {
+    std::latch started(1);
+    std::latch release(1);
+    Engine engine;
+    auto q = engine.queue<int>("q", {});
+    q.process({}, [&](Job<int>&) {
+      started.count_down();
+      release.wait();
+    });
+    JobHandle<void> h = q.add_tracked("j", 1);
+    started.wait();
+    auto waiting = std::async(std::launch::async, [&] {
+      if (wait == "drain") return q.drain(e.d);
+      if (wait == "pause_and_wait") return q.pause_and_wait(e.d);
+      return h.wait_for(e.d).has_value();
+    });
+    if (!e.never) {
+      EXPECT_FALSE(waiting.get()) << wait;
+      release.count_down();
+      continue;
+    }
+    EXPECT_EQ(waiting.wait_for(0s), std::future_status::timeout) << wait;
+    release.count_down();
+    EXPECT_TRUE(waiting.get()) << wait;
+  }
+}
+
 // block_timeout 0 or 1 ns: a full queue answers full; max - 1 ns or max: the add waits until the
 // running job frees its slot.
 TEST_P(ThreadedEdge, BlockTimeoutAnswersFullOrWaitsForRoom) {
@@ -437,32 +556,6 @@ TEST_P(ThreadedEdge, BlockTimeoutAnswersFullOrWaitsForRoom) {
   release.count_down();
   EXPECT_EQ(blocked.get(), AddStatus::added);
   EXPECT_TRUE(q.drain());
-}
-
-// drain(timeout): 0 and 1 ns time out on a busy queue; max - 1 ns and max wait until it is idle.
-TEST_P(ThreadedEdge, DrainTimesOutOrWaitsUntilIdle) {
-  const Edge e = GetParam();
-  test::Watchdog watchdog(60s, "DrainTimesOutOrWaitsUntilIdle");
-  std::latch started(1);
-  std::latch release(1);
-  Engine engine;
-  auto q = engine.queue<int>("q", {});
-  q.process({}, [&](Job<int>&) {
-    started.count_down();
-    release.wait();
-  });
-  (void)q.add("j", 1);
-  started.wait();
-  if (!e.never) {
-    EXPECT_FALSE(q.drain(e.d));
-    release.count_down();
-    EXPECT_TRUE(q.drain());
-    return;
-  }
-  auto draining = std::async(std::launch::async, [&] { return q.drain(e.d); });
-  EXPECT_EQ(draining.wait_for(0s), std::future_status::timeout);
-  release.count_down();
-  EXPECT_TRUE(draining.get());
 }
 
 // A visibility timeout past the clock's range: the lease sweep is not armed at a wrapped time
