@@ -365,6 +365,68 @@ TEST(Lifecycle, ShutdownFromAHandlerDoesNotWaitForItself) {
   EXPECT_TRUE(contains(r.still_running, self.load()));
 }
 
+TEST(Lifecycle, AHandlerMayCallStateCancelAndNextTimerIn) {
+  test::Watchdog watchdog(60s, "AHandlerMayCallStateCancelAndNextTimerIn");
+  ManualClock clock;
+  Engine engine({.clock = &clock});
+  auto q = engine.queue<int>("q", {});
+  const JobId delayed = q.add("later", 2, JobOptions{.delay = 1h}).id;
+  std::promise<void> done;
+  std::atomic<bool> ok{false};
+  q.process({}, [&](Job<int>& j) {
+    if (j.data() != 1) return;
+    const bool active = engine.state(j.id()).status == JobStatus::active;
+    // The delayed job's hour, or less: next_timer_in() is a lower bound (the wheel's tick).
+    const std::optional<Duration> next = engine.next_timer_in();
+    const bool cancelled = engine.cancel(delayed);
+    ok = active && next && *next > 0ns && *next <= 1h && cancelled;
+    done.set_value();
+  });
+  (void)q.add("now", 1);
+  ASSERT_EQ(done.get_future().wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(ok.load());
+  EXPECT_EQ(q.state(delayed).status, JobStatus::cancelled);
+}
+
+TEST(Lifecycle, ShutdownFromAnObserverDoesNotWaitForItsOwnDelivery) {
+  // The observer of `started` runs on the worker delivering that job, before its handler: a
+  // shutdown from there must not wait its grace for the delivery it is part of.
+  test::Watchdog watchdog(60s, "ShutdownFromAnObserverDoesNotWaitForItsOwnDelivery");
+  Engine engine;
+  auto q = engine.queue<int>("q", {});
+  std::promise<ShutdownReport> report;
+  std::atomic<bool> asked{false};
+  engine.on_event([&](const Event& e) {
+    if (e.kind != EventKind::started || asked.exchange(true)) return;
+    report.set_value(engine.shutdown(1h));  // would wait an hour for this very delivery
+  });
+  q.process({}, [](Job<int>&) {});
+  const JobId id = q.add("a", 1).id;
+  auto f = report.get_future();
+  ASSERT_EQ(f.wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(contains(f.get().still_running, id));
+}
+
+TEST(Lifecycle, DrainFromAnObserverOnAWorkerThrowsWouldDeadlock) {
+  test::Watchdog watchdog(60s, "DrainFromAnObserverOnAWorkerThrowsWouldDeadlock");
+  Engine engine;
+  auto q = engine.queue<int>("q", {});
+  std::atomic<int> code{-1};
+  engine.on_event([&](const Event& e) {
+    if (e.kind != EventKind::completed) return;
+    try {
+      (void)q.drain(1h);
+      code = 0;
+    } catch (const Error& err) {
+      code = static_cast<int>(err.code());
+    }
+  });
+  q.process({}, [](Job<int>&) {});
+  (void)q.add("a", 1);
+  ASSERT_TRUE(eventually([&] { return code.load() != -1; }));
+  EXPECT_EQ(code.load(), static_cast<int>(ErrorCode::would_deadlock));
+}
+
 // Shutdown against workers between popping a ready job and starting it: every job is either
 // run or handed back by take_leftovers, never both, and none that shutdown reported as not
 // started runs.
