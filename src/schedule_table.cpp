@@ -32,12 +32,11 @@ ScheduleTable::ScheduleTable(EngineCore& core, std::uint16_t queue_index, std::s
     : core_(core), queue_index_(queue_index), queue_name_(std::move(queue_name)) {}
 
 ScheduleTable::~ScheduleTable() {
-  // The queue goes with the engine; its nodes must not stay linked in a wheel that outlives them.
-  (void)core_.with_wheel([&](Wheel& wheel) {
-    for (auto& e : slots_)
-      if (e) (void)wheel.cancel(e->node);
-    return 0;
-  });
+  // The table goes with its queue, and queues go only with the engine, after the timer thread
+  // stopped and the clock's listener left: nothing advances the wheel again, and its destructor
+  // does not touch nodes (timing_wheel.hpp, SHUTDOWN), so the nodes are left linked, as the job
+  // slots' are. Unlinking them here would write into their neighbours, which may be timer nodes
+  // of a queue the engine destroyed just before (review: a write into freed memory).
 }
 
 void ScheduleTable::first_due(Entry& e, std::int64_t now, WallTime wall) const {
