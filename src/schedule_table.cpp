@@ -1,6 +1,7 @@
 #include "rail/detail/schedule_table.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "rail/detail/deadline.hpp"
@@ -214,7 +215,12 @@ void ScheduleTable::fire(std::uint32_t tag, std::int64_t now, Wheel& wheel) noex
         break;
       case MissedRuns::catch_up:
         if (o.overlap) {
-          start = std::min<std::uint64_t>(n, o.max_catch_up);
+          // The due time that fired runs, and with it up to max_catch_up of the missed ones, as
+          // many as would be owed without overlap (review: the due time itself counted against
+          // max_catch_up, so overlap ran one run fewer).
+          // Bounded by what the 32-bit live count can still hold (max_catch_up may be 2^32 - 1).
+          start = std::min<std::uint64_t>(1 + std::min<std::uint64_t>(missed, o.max_catch_up),
+                                          std::numeric_limits<std::uint32_t>::max() - e.tally.live);
           e.tally.skipped += n - start;
         } else {
           e.tally.owed += missed;

@@ -233,5 +233,54 @@ TEST(ScheduleReview, EngineDestructionWithLiveRunsOfARemovedAndAKeptSchedule) {
   }
 }
 
+// --- accounting
+
+struct Inline : ::testing::Test {
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+};
+
+TEST_F(Inline, CatchUpWithOverlapRunsTheDueTimeAndUpToMaxCatchUpMissedOnes) {
+  // Ten due times at once, nothing live: the latest one runs, and of the nine missed ones at most
+  // max_catch_up are owed — run one after another without overlap, at once with it. Either way
+  // 1 + 3 runs and 6 skipped (review: with overlap the due time itself counted against
+  // max_catch_up, so it ran 3 and skipped 7).
+  for (const bool overlap : {false, true}) {
+    auto q = engine.queue<int>(overlap ? "overlap" : "serial", QueueOptions{});
+    int ran = 0;
+    q.process({}, [&](Job<int>&) { ++ran; });
+    (void)q.every(
+        "s", 1min, "job", 0,
+        ScheduleOptions{.missed = MissedRuns::catch_up, .overlap = overlap, .max_catch_up = 3});
+    clock.advance(10min);
+    engine.run_until_idle();
+    const ScheduleInfo i = *q.schedule_info("s");
+    EXPECT_EQ(ran, 4) << "overlap " << overlap;
+    EXPECT_EQ(i.runs, 4u) << "overlap " << overlap;
+    EXPECT_EQ(i.skipped, 6u) << "overlap " << overlap;
+    EXPECT_EQ(i.owed, 0u);
+    EXPECT_TRUE(q.unschedule("s"));
+  }
+}
+
+TEST_F(Inline, CatchUpWithOverlapOnASmallQueueAccountsForEveryDueTime) {
+  auto q = engine.queue<int>("small", QueueOptions{.capacity = 2});
+  int ran = 0;
+  q.process({}, [&](Job<int>&) { ++ran; });
+  (void)q.every(
+      "s", 1min, "job", 0,
+      ScheduleOptions{.missed = MissedRuns::catch_up, .overlap = true, .max_catch_up = 5});
+  clock.advance(10min);  // 10 due times: 1 + 5 start, 4 skipped; 2 fit, 4 refused
+  ScheduleInfo i = *q.schedule_info("s");
+  EXPECT_EQ(i.runs, 2u);
+  EXPECT_EQ(i.refused, 4u);
+  EXPECT_EQ(i.skipped, 4u);
+  EXPECT_EQ(i.live, 2u);
+  EXPECT_EQ(i.runs + i.refused + i.skipped + i.owed, 10u) << "every due time accounted for";
+  engine.run_until_idle();
+  EXPECT_EQ(ran, 2);
+  EXPECT_EQ(q.schedule_info("s")->live, 0u);
+}
+
 }  // namespace
 }  // namespace rail
