@@ -282,5 +282,34 @@ TEST_F(Inline, CatchUpWithOverlapOnASmallQueueAccountsForEveryDueTime) {
   EXPECT_EQ(q.schedule_info("s")->live, 0u);
 }
 
+TEST_F(Inline, RunNowThatMeetsALiveRunIsAMissedDueTime) {
+  // run_now asks for a run at declaration; while a run of the schedule is live (no overlap) it is
+  // a missed due time like any other: MissedRuns decides (review: it was dropped uncounted, so
+  // run_once never ran it and skip never counted it).
+  struct Case {
+    MissedRuns missed;
+    std::uint64_t owed, skipped;
+    int ran;
+  };
+  int n = 0;
+  for (const Case c : {Case{MissedRuns::skip, 0, 1, 1}, Case{MissedRuns::run_once, 1, 0, 2},
+                       Case{MissedRuns::catch_up, 1, 0, 2}}) {
+    auto q = engine.queue<int>("q" + std::to_string(n++), QueueOptions{});
+    int ran = 0;
+    q.process({}, [&](Job<int>&) { ++ran; });
+    (void)q.every("s", 1min, "job", 0, ScheduleOptions{.missed = c.missed});
+    clock.advance(1min);  // the first run is added and stays live (nothing runs it yet)
+    ASSERT_EQ(q.schedule_info("s")->live, 1u);
+    // A new `when` with run_now: due now, but the first run is live.
+    const ScheduleInfo i =
+        q.every("s", 5min, "job", 0, ScheduleOptions{.missed = c.missed, .run_now = true});
+    EXPECT_EQ(i.owed, c.owed) << static_cast<int>(c.missed);
+    EXPECT_EQ(i.skipped, c.skipped) << static_cast<int>(c.missed);
+    engine.run_until_idle();
+    EXPECT_EQ(ran, c.ran) << static_cast<int>(c.missed);
+    EXPECT_TRUE(q.unschedule("s"));
+  }
+}
+
 }  // namespace
 }  // namespace rail
