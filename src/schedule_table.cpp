@@ -281,14 +281,19 @@ void ScheduleTable::add_runs(const std::shared_ptr<Entry>& e, std::uint64_t n) {
     }
     std::shared_ptr<EndWaiter> waiter;
     AddResult r{0, AddStatus::full};
+    bool shutting_down = false;
     try {
       r = def->add(&waiter);
     } catch (const std::exception&) {
       // Shutdown began after the check above (Error(shutting_down)), or no memory: not added.
+      shutting_down = !core_.accepting();
     }
     std::unique_lock lock(mu_);
     if (r.status != AddStatus::added || !waiter) {
       --e->tally.live;
+      // A run dropped because shutdown began is not a refusal, as it is not when shutdown began
+      // before the check above (review: the count depended on which side of it shutdown fell).
+      if (shutting_down) continue;
       ++e->tally.refused;
       if (r.id != 0) e->tally.last_job = r.id;  // filed to the DLQ (OverflowPolicy::dead_letter)
       continue;

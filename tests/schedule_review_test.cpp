@@ -311,5 +311,36 @@ TEST_F(Inline, RunNowThatMeetsALiveRunIsAMissedDueTime) {
   }
 }
 
+/// Payload whose copy (made for each run just before it is added) runs a hook once.
+struct Hooked {
+  static inline std::function<void()> on_copy;
+  int v = 0;
+  Hooked() = default;
+  explicit Hooked(int x) : v(x) {}
+  Hooked(const Hooked& o) : v(o.v) {
+    if (auto f = std::exchange(on_copy, nullptr)) f();
+  }
+  Hooked(Hooked&&) noexcept = default;
+  Hooked& operator=(const Hooked&) = default;
+  Hooked& operator=(Hooked&&) noexcept = default;
+};
+
+TEST_F(Inline, ARunDroppedBecauseShutdownBeganIsNotCountedAsRefused) {
+  // A run is dropped at shutdown whether shutdown began before the table's check of accepting()
+  // or between that check and the add (here: the payload's copy, made in that window, starts it).
+  // refused counts what a full queue did not take; either way the count must be the same
+  // (review: the second window counted a refusal, the first did not).
+  auto q = engine.queue<Hooked>("q", QueueOptions{});
+  Hooked::on_copy = [&] { (void)engine.shutdown(0s); };
+  const ScheduleInfo i = q.every("s", 1min, "job", Hooked{1}, ScheduleOptions{.run_now = true});
+  Hooked::on_copy = nullptr;
+  EXPECT_EQ(i.live, 1u) << "the run_now run was being added";
+  const ScheduleInfo after = *q.schedule_info("s");
+  EXPECT_EQ(after.runs, 0u);
+  EXPECT_EQ(after.refused, 0u) << "shutdown, not a full queue";
+  EXPECT_EQ(after.live, 0u);
+  EXPECT_EQ(q.counts().added, 0u);
+}
+
 }  // namespace
 }  // namespace rail
