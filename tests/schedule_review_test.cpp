@@ -342,5 +342,335 @@ TEST_F(Inline, ARunDroppedBecauseShutdownBeganIsNotCountedAsRefused) {
   EXPECT_EQ(q.counts().added, 0u);
 }
 
+// --- threads
+
+TEST(ScheduleReview, EveryDueTimeIsAccountedForWhileUpsertsRaceTheTimerAndRunEnds) {
+  // One schedule, its `when` fixed (the grid stays), re-declared from several threads with other
+  // missed/overlap/max_catch_up while the clock ticks and workers end runs (some retry). Once
+  // quiet: runs + skipped + refused = the due times that passed, and the queue added exactly the
+  // runs. Owed runs move to skipped when an upsert's options owe fewer, never vanish.
+  for (int round = 0; round < repeats(6); ++round) {
+    test::Watchdog dog(180s, "accounting round " + std::to_string(round));
+    const std::uint32_t seed = 0xC0FFEEu + static_cast<std::uint32_t>(round);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    ManualClock clock;
+    Engine engine({.clock = &clock});
+    auto q = engine.queue<int>(
+        "q", QueueOptions{.capacity = 1024, .visibility_timeout = Duration::max()});
+    q.process({.concurrency = 3}, [&](Job<int>& j) {
+      if (j.data() % 3 == 0 && j.attempt() == 1) return Outcome::retry("once more");
+      if (j.data() % 7 == 0) std::this_thread::yield();
+      return Outcome::done();
+    });
+    constexpr Duration kEvery = 1ms;
+    const TimePoint t0 = clock.now();
+    (void)q.every("s", kEvery, "run", 0,
+                  ScheduleOptions{.job = {.attempts = 2, .backoff = Backoff::fixed(2ms)}});
+    Ticker ticker(clock, 1ms);
+    std::vector<std::thread> upserters;
+    for (int t = 0; t < 3; ++t)
+      upserters.emplace_back([&, t] {
+        std::mt19937 rng(seed * 31 + static_cast<std::uint32_t>(t));
+        for (int i = 0; i < 400; ++i) {
+          const auto missed = static_cast<MissedRuns>(rng() % 3);
+          const bool overlap = rng() % 4 == 0;
+          const auto max = static_cast<std::uint32_t>(1 + rng() % 4);
+          (void)q.every("s", kEvery, "run", static_cast<int>(rng() % 100),
+                        ScheduleOptions{.job = {.attempts = 2, .backoff = Backoff::fixed(2ms)},
+                                        .missed = missed,
+                                        .overlap = overlap,
+                                        .max_catch_up = max});
+          if (i % 16 == 0) (void)q.schedules();
+          std::this_thread::yield();
+        }
+      });
+    for (auto& t : upserters)
+      t.join();
+    ticker.stop();
+    const auto due = static_cast<std::uint64_t>((clock.now() - t0) / kEvery);
+    // Quiet: the timer handled the last advance and no run is being added. Each due time is
+    // then a run (added or refused), skipped, or owed (a run in backoff keeps owed runs waiting:
+    // the clock no longer moves).
+    auto accounted = [&] {
+      const ScheduleInfo i = *q.schedule_info("s");
+      return i.runs + i.skipped + i.refused + i.owed;
+    };
+    const bool quiet = test::eventually([&] { return accounted() == due; });
+    const ScheduleInfo i = *q.schedule_info("s");
+    EXPECT_TRUE(quiet) << "due " << due << " runs " << i.runs << " skipped " << i.skipped
+                       << " refused " << i.refused << " owed " << i.owed << " live " << i.live;
+    // refused may be > 0: time runs far ahead of slow workers, and overlapping runs can fill
+    // the queue; the sum above counts them.
+    EXPECT_EQ(q.counts().added, i.runs);
+    // Let the runs in backoff and the owed runs finish: no further due time comes.
+    ASSERT_TRUE(q.unschedule("s"));
+    ASSERT_TRUE(test::eventually([&] {
+      clock.advance(1ms);
+      return q.counts().completed == q.counts().added && q.counts().active == 0;
+    }));
+  }
+}
+
+TEST(ScheduleReview, ChurnOfManySchedulesNeverFiresARemovedOneOrDoublesOne) {
+  // Threads declare and remove many ids (indices are reused) while the clock ticks and workers
+  // run. Each declaration carries a fresh generation in its payload; once a generation is
+  // removed (or replaced by a new `when`) only the runs already being added may still come.
+  for (int round = 0; round < repeats(4); ++round) {
+    test::Watchdog dog(180s, "churn round " + std::to_string(round));
+    const std::uint32_t seed = 0xBEEFu + static_cast<std::uint32_t>(round);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    ManualClock clock;
+    Engine engine({.clock = &clock});
+    // No lease sweep: the wheel then holds schedule timers only.
+    auto q = engine.queue<int>(
+        "q", QueueOptions{.capacity = 4096, .visibility_timeout = Duration::max()});
+    std::atomic<std::uint64_t> ran{0};
+    q.process({.concurrency = 2}, [&](Job<int>&) { ran.fetch_add(1); });
+    constexpr int kIds = 40;
+    Ticker ticker(clock, 1ms);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 3; ++t)
+      threads.emplace_back([&, t] {
+        std::mt19937 rng(seed * 17 + static_cast<std::uint32_t>(t));
+        for (int i = 0; i < 2000; ++i) {
+          const int id = static_cast<int>(rng() % kIds);
+          const std::string name = "s" + std::to_string(id);
+          if (rng() % 3 == 0) {
+            (void)q.unschedule(name);
+          } else {
+            const auto every = std::chrono::milliseconds(1 + rng() % 3);
+            (void)q.every(name, every, "run", id,
+                          ScheduleOptions{.missed = static_cast<MissedRuns>(rng() % 3),
+                                          .overlap = rng() % 2 == 0,
+                                          .run_now = rng() % 4 == 0});
+          }
+        }
+      });
+    // The last word per id, said while the others still race the table and the timer.
+    std::set<std::string> expected;
+    {
+      std::mt19937 rng(seed);
+      for (int id = 0; id < kIds; ++id) {
+        const std::string name = "s" + std::to_string(id);
+        if (rng() % 2 == 0) expected.insert(name);
+      }
+    }
+    for (auto& t : threads)
+      t.join();
+    for (int id = 0; id < kIds; ++id) {
+      const std::string name = "s" + std::to_string(id);
+      if (expected.count(name)) {
+        (void)q.every(name, 2ms, "run", id);
+      } else {
+        (void)q.unschedule(name);
+      }
+    }
+    for (int k = 0; k < 20; ++k)
+      clock.advance(1ms);
+    ticker.stop();
+    std::set<std::string> listed;
+    for (const auto& i : q.schedules()) {
+      EXPECT_TRUE(listed.insert(i.id).second) << "listed twice: " << i.id;
+    }
+    EXPECT_EQ(listed, expected);
+    // Remove them all; after that, however far the clock moves, no new run is added beyond the
+    // ones being added at the removal (at most one per schedule and firing thread).
+    for (const auto& id : expected)
+      EXPECT_TRUE(q.unschedule(id));
+    EXPECT_TRUE(q.schedules().empty());
+    ASSERT_TRUE(q.drain(60s));
+    const std::uint64_t added = q.counts().added;
+    for (int k = 0; k < 50; ++k)
+      clock.advance(1s);
+    ASSERT_TRUE(q.drain(60s));
+    EXPECT_LE(q.counts().added, added + 2 * kIds) << "removed schedules fired";
+    EXPECT_FALSE(engine.next_timer_in().has_value()) << "no schedule timer left in the wheel";
+    // A run being added when its schedule went may land after a drain: wait for it to end.
+    EXPECT_TRUE(test::eventually([&] { return q.counts().added == q.counts().completed; }));
+  }
+}
+
+TEST(ScheduleReview, ManySchedulesFireTogetherAndEachIsRemovedExactlyOnce) {
+  // Two thousand schedules on a few intervals fire in the same passes; then two threads remove
+  // every id at once: each id is removed by exactly one of them, and nothing is left behind.
+  for (int round = 0; round < repeats(3); ++round) {
+    test::Watchdog dog(180s, "many schedules round " + std::to_string(round));
+    ManualClock clock;
+    Engine engine({.clock = &clock});
+    auto q = engine.queue<int>(
+        "q", QueueOptions{.capacity = 1024, .visibility_timeout = Duration::max()});
+    q.process({.concurrency = 2}, [](Job<int>&) {});
+    constexpr int kSchedules = 2000;
+    for (int s = 0; s < kSchedules; ++s)
+      (void)q.every(
+          "s" + std::to_string(s), std::chrono::milliseconds(1 + s % 4), "run", s,
+          ScheduleOptions{.missed = static_cast<MissedRuns>(s % 3), .overlap = s % 5 == 0});
+    Ticker ticker(clock, 1ms);
+    (void)test::eventually([&] { return ticker.advances() >= 20; });
+    std::atomic<int> removed{0};
+    auto remover = [&](int from, int step) {
+      for (int k = 0; k < kSchedules; ++k) {
+        const int s = (from + k * step + kSchedules) % kSchedules;
+        if (q.unschedule("s" + std::to_string(s))) removed.fetch_add(1);
+      }
+    };
+    std::thread up([&] { remover(0, 1); });
+    std::thread down([&] { remover(kSchedules - 1, -1); });
+    up.join();
+    down.join();
+    ticker.stop();
+    EXPECT_EQ(removed.load(), kSchedules);
+    EXPECT_TRUE(q.schedules().empty());
+    EXPECT_FALSE(engine.next_timer_in().has_value());
+    ASSERT_TRUE(q.drain(60s));
+    EXPECT_GT(q.counts().added, 0u);
+    // A run being added when its schedule went may land after a drain: wait for it to end.
+    EXPECT_TRUE(test::eventually([&] { return q.counts().added == q.counts().completed; }));
+  }
+}
+
+TEST(ScheduleReview, InlineEngineDeclaresFromOtherThreadsWhileItsOwnerRunsAndAdvances) {
+  // Inline mode: one thread advances the clock (which fires timers) and runs jobs; others
+  // declare and remove schedules at the same time.
+  for (int round = 0; round < repeats(4); ++round) {
+    test::Watchdog dog(180s, "inline round " + std::to_string(round));
+    ManualClock clock;
+    Engine engine({.clock = &clock, .mode = Mode::inlined});
+    auto q = engine.queue<int>("q", QueueOptions{.capacity = 4096});
+    std::uint64_t ran = 0;  // the owner's only
+    q.process({}, [&](Job<int>&) { ++ran; });
+    std::atomic<bool> stop{false};
+    std::thread owner([&] {
+      while (!stop.load()) {
+        clock.advance(1ms);
+        (void)engine.run_until_idle();
+      }
+    });
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t)
+      threads.emplace_back([&, t] {
+        std::mt19937 rng(static_cast<std::uint32_t>(round * 7 + t));
+        for (int i = 0; i < 1500; ++i) {
+          const std::string id = "s" + std::to_string(rng() % 16);
+          if (rng() % 4 == 0) {
+            (void)q.unschedule(id);
+          } else {
+            (void)q.every(id, std::chrono::milliseconds(1 + rng() % 3), "run", i,
+                          ScheduleOptions{.missed = static_cast<MissedRuns>(rng() % 3),
+                                          .overlap = rng() % 3 == 0,
+                                          .run_now = rng() % 5 == 0});
+          }
+          if (i % 64 == 0) (void)q.schedules();
+        }
+      });
+    for (auto& t : threads)
+      t.join();
+    for (const auto& i : q.schedules())
+      EXPECT_TRUE(q.unschedule(i.id));
+    stop.store(true);
+    owner.join();
+    (void)engine.run_until_idle();
+    EXPECT_GT(ran, 0u);
+    EXPECT_EQ(q.counts().added, q.counts().completed);
+    EXPECT_EQ(q.counts().added, ran);
+  }
+}
+
+TEST(ScheduleReview, ARunThatLapsesToTheDlqOnTheTimerThreadStartsTheOwedRun) {
+  // The run's lease lapses on the timer thread (attempts 1, count_as_attempt): it is filed to the
+  // DLQ and ends there, while that thread owns the wheel. Its end starts the owed run (after the
+  // wheel is released), and a user callback on the same end re-enters the table from the owning
+  // thread (declares, lists, removes) without waiting for the wheel it holds.
+  for (int round = 0; round < repeats(10); ++round) {
+    test::Watchdog dog(120s, "lapse round " + std::to_string(round));
+    ManualClock clock;
+    std::atomic<bool> release{false};
+    std::atomic<int> runs_started{0};
+    struct ReleaseOnExit {
+      std::atomic<bool>& flag;
+      ~ReleaseOnExit() { flag.store(true); }
+    };
+    Engine engine({.clock = &clock});
+    ReleaseOnExit release_on_exit{release};
+    auto q = engine.queue<int>("q", QueueOptions{.capacity = 8,
+                                                 .visibility_timeout = 15min,
+                                                 .stall_policy = StallPolicy::count_as_attempt});
+    q.process({.concurrency = 2}, [&](Job<int>&) {
+      if (runs_started.fetch_add(1) == 0)  // the first run is stuck until released
+        (void)test::eventually([&] { return release.load(); }, 60s);
+    });
+    const MissedRuns missed = round % 2 ? MissedRuns::run_once : MissedRuns::catch_up;
+    (void)q.every("s", 10min, "run", 0, ScheduleOptions{.missed = missed});
+    clock.advance(10min);  // run 1: started, stuck; its lease lapses within 15 min
+    ASSERT_TRUE(test::eventually([&] { return runs_started.load() == 1; }));
+    clock.advance(10min);  // due while run 1 is live: owed
+    ASSERT_TRUE(test::eventually([&] { return q.schedule_info("s")->owed == 1; }));
+    const JobId first = q.schedule_info("s")->last_job;
+    std::atomic<bool> callback_ran{false};
+    q.track(first).on_end([&](const JobEnd<void>& e) {
+      // On the timer thread, which owns the wheel: user code touching schedules must not wait
+      // for it.
+      EXPECT_EQ(e.status, JobStatus::dead_lettered);
+      (void)q.every("other", 1h, "other", 1);
+      (void)q.schedules();
+      EXPECT_TRUE(q.unschedule("other"));
+      callback_ran.store(true);
+    });
+    // The lease (from 10 min) lapses at 25 min, when a sweep comes: filed to the DLQ on the timer
+    // thread. A minute at a time after that, so no due time (30 min) comes meanwhile.
+    clock.advance(5min);
+    for (int m = 0; m < 4 && !test::eventually([&] { return callback_ran.load(); }, 1s); ++m)
+      clock.advance(1min);
+    ASSERT_TRUE(test::eventually([&] { return callback_ran.load(); }));
+    ASSERT_TRUE(test::eventually([&] { return runs_started.load() == 2; }))
+        << "the owed run started when the lapsed run ended";
+    ASSERT_TRUE(test::eventually([&] { return q.schedule_info("s")->live == 0; }));
+    const ScheduleInfo i = *q.schedule_info("s");
+    EXPECT_EQ(i.runs, 2u);
+    EXPECT_EQ(i.owed, 0u);
+    EXPECT_EQ(q.dlq().size(), 1u);
+    EXPECT_FALSE(q.schedule_info("other").has_value());
+    release.store(true);
+  }
+}
+
+TEST(ScheduleReview, ShutdownWhileDueTimesFireAndRunsEnd) {
+  for (int round = 0; round < repeats(8); ++round) {
+    test::Watchdog dog(120s, "shutdown round " + std::to_string(round));
+    ManualClock clock;
+    std::optional<Ticker> ticker;
+    std::uint64_t runs = 0, added = 0;
+    {
+      Engine engine({.clock = &clock});
+      auto q = engine.queue<int>("q", QueueOptions{.capacity = 16});
+      q.process({.concurrency = 2}, [&](Job<int>& j) {
+        if (j.data() == 1) std::this_thread::yield();
+      });
+      for (int s = 0; s < 8; ++s)
+        (void)q.every(
+            "s" + std::to_string(s), std::chrono::milliseconds(1 + s % 3), "run", s % 2,
+            ScheduleOptions{
+                .missed = static_cast<MissedRuns>(s % 3), .overlap = s % 2 == 1, .run_now = true});
+      ticker.emplace(clock, 1ms);
+      (void)test::eventually([&] { return q.counts().completed >= 20; });
+      std::thread unscheduler([&] {
+        for (int s = 0; s < 8; s += 2)
+          (void)q.unschedule("s" + std::to_string(s));
+      });
+      (void)engine.shutdown(round % 2 ? 0s : 1s);
+      unscheduler.join();
+      for (int k = 0; k < 20; ++k)
+        clock.advance(1ms);
+      for (const auto& i : q.schedules())
+        runs += i.runs;
+      added = q.counts().added;
+      // The engine dies with the ticker still advancing its clock.
+    }
+    ticker.reset();
+    EXPECT_GT(added, 0u);
+    EXPECT_LE(runs, added) << "each run counted was added";
+  }
+}
+
 }  // namespace
 }  // namespace rail
