@@ -140,6 +140,14 @@ int repeats(int n) {
   return n;
 }
 
+/// named(prefix, n): prefix followed by n ("s" + std::to_string(n) draws GCC 12's false
+/// -Wrestrict warning).
+std::string named(const char* prefix, std::uint64_t n) {
+  std::string s(prefix);
+  s.append(std::to_string(n));
+  return s;
+}
+
 /// Ticker: a thread that advances a ManualClock by `step` until stopped (the timer thread fires
 /// whatever became due; a worker may fire it first between batches).
 class Ticker {
@@ -294,7 +302,7 @@ TEST_F(Inline, RunNowThatMeetsALiveRunIsAMissedDueTime) {
   int n = 0;
   for (const Case c : {Case{MissedRuns::skip, 0, 1, 1}, Case{MissedRuns::run_once, 1, 0, 2},
                        Case{MissedRuns::catch_up, 1, 0, 2}}) {
-    auto q = engine.queue<int>("q" + std::to_string(n++), QueueOptions{});
+    auto q = engine.queue<int>(named("q", n++), QueueOptions{});
     int ran = 0;
     q.process({}, [&](Job<int>&) { ++ran; });
     (void)q.every("s", 1min, "job", 0, ScheduleOptions{.missed = c.missed});
@@ -350,9 +358,9 @@ TEST(ScheduleReview, EveryDueTimeIsAccountedForWhileUpsertsRaceTheTimerAndRunEnd
   // quiet: runs + skipped + refused = the due times that passed, and the queue added exactly the
   // runs. Owed runs move to skipped when an upsert's options owe fewer, never vanish.
   for (int round = 0; round < repeats(6); ++round) {
-    test::Watchdog dog(180s, "accounting round " + std::to_string(round));
+    test::Watchdog dog(180s, named("accounting round ", round));
     const std::uint32_t seed = 0xC0FFEEu + static_cast<std::uint32_t>(round);
-    SCOPED_TRACE("seed " + std::to_string(seed));
+    SCOPED_TRACE(named("seed ", seed));
     ManualClock clock;
     Engine engine({.clock = &clock});
     auto q = engine.queue<int>(
@@ -416,9 +424,9 @@ TEST(ScheduleReview, ChurnOfManySchedulesNeverFiresARemovedOneOrDoublesOne) {
   // run. Each declaration carries a fresh generation in its payload; once a generation is
   // removed (or replaced by a new `when`) only the runs already being added may still come.
   for (int round = 0; round < repeats(4); ++round) {
-    test::Watchdog dog(180s, "churn round " + std::to_string(round));
+    test::Watchdog dog(180s, named("churn round ", round));
     const std::uint32_t seed = 0xBEEFu + static_cast<std::uint32_t>(round);
-    SCOPED_TRACE("seed " + std::to_string(seed));
+    SCOPED_TRACE(named("seed ", seed));
     ManualClock clock;
     Engine engine({.clock = &clock});
     // No lease sweep: the wheel then holds schedule timers only.
@@ -434,7 +442,7 @@ TEST(ScheduleReview, ChurnOfManySchedulesNeverFiresARemovedOneOrDoublesOne) {
         std::mt19937 rng(seed * 17 + static_cast<std::uint32_t>(t));
         for (int i = 0; i < 2000; ++i) {
           const int id = static_cast<int>(rng() % kIds);
-          const std::string name = "s" + std::to_string(id);
+          const std::string name = named("s", id);
           if (rng() % 3 == 0) {
             (void)q.unschedule(name);
           } else {
@@ -451,14 +459,14 @@ TEST(ScheduleReview, ChurnOfManySchedulesNeverFiresARemovedOneOrDoublesOne) {
     {
       std::mt19937 rng(seed);
       for (int id = 0; id < kIds; ++id) {
-        const std::string name = "s" + std::to_string(id);
+        const std::string name = named("s", id);
         if (rng() % 2 == 0) expected.insert(name);
       }
     }
     for (auto& t : threads)
       t.join();
     for (int id = 0; id < kIds; ++id) {
-      const std::string name = "s" + std::to_string(id);
+      const std::string name = named("s", id);
       if (expected.count(name)) {
         (void)q.every(name, 2ms, "run", id);
       } else {
@@ -494,7 +502,7 @@ TEST(ScheduleReview, ManySchedulesFireTogetherAndEachIsRemovedExactlyOnce) {
   // Two thousand schedules on a few intervals fire in the same passes; then two threads remove
   // every id at once: each id is removed by exactly one of them, and nothing is left behind.
   for (int round = 0; round < repeats(3); ++round) {
-    test::Watchdog dog(180s, "many schedules round " + std::to_string(round));
+    test::Watchdog dog(180s, named("many schedules round ", round));
     ManualClock clock;
     Engine engine({.clock = &clock});
     auto q = engine.queue<int>(
@@ -503,7 +511,7 @@ TEST(ScheduleReview, ManySchedulesFireTogetherAndEachIsRemovedExactlyOnce) {
     constexpr int kSchedules = 2000;
     for (int s = 0; s < kSchedules; ++s)
       (void)q.every(
-          "s" + std::to_string(s), std::chrono::milliseconds(1 + s % 4), "run", s,
+          named("s", s), std::chrono::milliseconds(1 + s % 4), "run", s,
           ScheduleOptions{.missed = static_cast<MissedRuns>(s % 3), .overlap = s % 5 == 0});
     Ticker ticker(clock, 1ms);
     (void)test::eventually([&] { return ticker.advances() >= 20; });
@@ -511,7 +519,7 @@ TEST(ScheduleReview, ManySchedulesFireTogetherAndEachIsRemovedExactlyOnce) {
     auto remover = [&](int from, int step) {
       for (int k = 0; k < kSchedules; ++k) {
         const int s = (from + k * step + kSchedules) % kSchedules;
-        if (q.unschedule("s" + std::to_string(s))) removed.fetch_add(1);
+        if (q.unschedule(named("s", s))) removed.fetch_add(1);
       }
     };
     std::thread up([&] { remover(0, 1); });
@@ -533,7 +541,7 @@ TEST(ScheduleReview, InlineEngineDeclaresFromOtherThreadsWhileItsOwnerRunsAndAdv
   // Inline mode: one thread advances the clock (which fires timers) and runs jobs; others
   // declare and remove schedules at the same time.
   for (int round = 0; round < repeats(4); ++round) {
-    test::Watchdog dog(180s, "inline round " + std::to_string(round));
+    test::Watchdog dog(180s, named("inline round ", round));
     ManualClock clock;
     Engine engine({.clock = &clock, .mode = Mode::inlined});
     auto q = engine.queue<int>("q", QueueOptions{.capacity = 4096});
@@ -551,7 +559,7 @@ TEST(ScheduleReview, InlineEngineDeclaresFromOtherThreadsWhileItsOwnerRunsAndAdv
       threads.emplace_back([&, t] {
         std::mt19937 rng(static_cast<std::uint32_t>(round * 7 + t));
         for (int i = 0; i < 1500; ++i) {
-          const std::string id = "s" + std::to_string(rng() % 16);
+          const std::string id = named("s", rng() % 16);
           if (rng() % 4 == 0) {
             (void)q.unschedule(id);
           } else {
@@ -582,7 +590,7 @@ TEST(ScheduleReview, ARunThatLapsesToTheDlqOnTheTimerThreadStartsTheOwedRun) {
   // wheel is released), and a user callback on the same end re-enters the table from the owning
   // thread (declares, lists, removes) without waiting for the wheel it holds.
   for (int round = 0; round < repeats(10); ++round) {
-    test::Watchdog dog(120s, "lapse round " + std::to_string(round));
+    test::Watchdog dog(120s, named("lapse round ", round));
     ManualClock clock;
     std::atomic<bool> release{false};
     std::atomic<int> runs_started{0};
@@ -636,7 +644,7 @@ TEST(ScheduleReview, ARunThatLapsesToTheDlqOnTheTimerThreadStartsTheOwedRun) {
 
 TEST(ScheduleReview, ShutdownWhileDueTimesFireAndRunsEnd) {
   for (int round = 0; round < repeats(8); ++round) {
-    test::Watchdog dog(120s, "shutdown round " + std::to_string(round));
+    test::Watchdog dog(120s, named("shutdown round ", round));
     ManualClock clock;
     std::optional<Ticker> ticker;
     std::uint64_t runs = 0, added = 0;
@@ -648,14 +656,14 @@ TEST(ScheduleReview, ShutdownWhileDueTimesFireAndRunsEnd) {
       });
       for (int s = 0; s < 8; ++s)
         (void)q.every(
-            "s" + std::to_string(s), std::chrono::milliseconds(1 + s % 3), "run", s % 2,
+            named("s", s), std::chrono::milliseconds(1 + s % 3), "run", s % 2,
             ScheduleOptions{
                 .missed = static_cast<MissedRuns>(s % 3), .overlap = s % 2 == 1, .run_now = true});
       ticker.emplace(clock, 1ms);
       (void)test::eventually([&] { return q.counts().completed >= 20; });
       std::thread unscheduler([&] {
         for (int s = 0; s < 8; s += 2)
-          (void)q.unschedule("s" + std::to_string(s));
+          (void)q.unschedule(named("s", s));
       });
       (void)engine.shutdown(round % 2 ? 0s : 1s);
       unscheduler.join();
