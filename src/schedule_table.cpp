@@ -1,6 +1,7 @@
 #include "rail/detail/schedule_table.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "rail/detail/deadline.hpp"
@@ -32,12 +33,11 @@ ScheduleTable::ScheduleTable(EngineCore& core, std::uint16_t queue_index, std::s
     : core_(core), queue_index_(queue_index), queue_name_(std::move(queue_name)) {}
 
 ScheduleTable::~ScheduleTable() {
-  // The queue goes with the engine; its nodes must not stay linked in a wheel that outlives them.
-  (void)core_.with_wheel([&](Wheel& wheel) {
-    for (auto& e : slots_)
-      if (e) (void)wheel.cancel(e->node);
-    return 0;
-  });
+  // The table goes with its queue, and queues go only with the engine, after the timer thread
+  // stopped and the clock's listener left: nothing advances the wheel again, and its destructor
+  // does not touch nodes (timing_wheel.hpp, SHUTDOWN), so the nodes are left linked, as the job
+  // slots' are. Unlinking them here would write into their neighbours, which may be timer nodes
+  // of a queue the engine destroyed just before (review: a write into freed memory).
 }
 
 void ScheduleTable::first_due(Entry& e, std::int64_t now, WallTime wall) const {
@@ -53,6 +53,28 @@ void ScheduleTable::first_due(Entry& e, std::int64_t now, WallTime wall) const {
   }
   e.next_wall = *next;
   e.next_due = saturating_add(now, *next - wall);
+}
+
+void ScheduleTable::miss_one(ScheduleInfo& tally, const ScheduleOptions& o) {
+  switch (o.missed) {
+    case MissedRuns::skip:
+      ++tally.skipped;
+      break;
+    case MissedRuns::run_once:
+      if (tally.owed == 0) {
+        tally.owed = 1;
+      } else {
+        ++tally.skipped;  // the owed run makes up for it
+      }
+      break;
+    case MissedRuns::catch_up:
+      if (tally.owed < o.max_catch_up) {
+        ++tally.owed;
+      } else {
+        ++tally.skipped;  // the oldest owed one goes; as many stay owed
+      }
+      break;
+  }
 }
 
 ScheduleInfo ScheduleTable::upsert(std::string_view id, Definition def) {
@@ -101,6 +123,11 @@ ScheduleInfo ScheduleTable::upsert(std::string_view id, Definition def) {
       if (o.run_now && (o.overlap || e->tally.live == 0)) {
         ++e->tally.live;
         started = e;
+      } else if (o.run_now) {
+        // A run of the schedule is live: the run asked for now is a missed due time, as one
+        // that fires meanwhile would be (review: it was dropped without a count, and run_once
+        // or catch_up never ran it).
+        miss_one(e->tally, o);
       }
     }
     out = info_of(*e);
@@ -215,7 +242,12 @@ void ScheduleTable::fire(std::uint32_t tag, std::int64_t now, Wheel& wheel) noex
         break;
       case MissedRuns::catch_up:
         if (o.overlap) {
-          start = std::min<std::uint64_t>(n, o.max_catch_up);
+          // The due time that fired runs, and with it up to max_catch_up of the missed ones, as
+          // many as would be owed without overlap (review: the due time itself counted against
+          // max_catch_up, so overlap ran one run fewer).
+          // Bounded by what the 32-bit live count can still hold (max_catch_up may be 2^32 - 1).
+          start = std::min<std::uint64_t>(1 + std::min<std::uint64_t>(missed, o.max_catch_up),
+                                          std::numeric_limits<std::uint32_t>::max() - e.tally.live);
           e.tally.skipped += n - start;
         } else {
           e.tally.owed += missed;
@@ -249,14 +281,19 @@ void ScheduleTable::add_runs(const std::shared_ptr<Entry>& e, std::uint64_t n) {
     }
     std::shared_ptr<EndWaiter> waiter;
     AddResult r{0, AddStatus::full};
+    bool shutting_down = false;
     try {
       r = def->add(&waiter);
     } catch (const std::exception&) {
       // Shutdown began after the check above (Error(shutting_down)), or no memory: not added.
+      shutting_down = !core_.accepting();
     }
     std::unique_lock lock(mu_);
     if (r.status != AddStatus::added || !waiter) {
       --e->tally.live;
+      // A run dropped because shutdown began is not a refusal, as it is not when shutdown began
+      // before the check above (review: the count depended on which side of it shutdown fell).
+      if (shutting_down) continue;
       ++e->tally.refused;
       if (r.id != 0) e->tally.last_job = r.id;  // filed to the DLQ (OverflowPolicy::dead_letter)
       continue;

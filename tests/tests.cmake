@@ -81,3 +81,4 @@ add_test(NAME compile_fail.queue_with_dlq_journal_without_codec_names_the_payloa
 set_tests_properties(compile_fail.queue_with_dlq_journal_without_codec_names_the_payload_type
                      PROPERTIES LABELS unit TIMEOUT 120)
 rail_add_test(schedule CONCURRENCY)
+rail_add_test(schedule_review CONCURRENCY)

@@ -90,6 +90,9 @@ class ScheduleTable {
   /// start_later(e, n): add_runs once the wheel is released (at once when it is not held).
   void start_later(std::shared_ptr<Entry> e, std::uint64_t n);
   [[nodiscard]] static ScheduleInfo info_of(const Entry& e);
+  /// miss_one(tally, o): one due time passed while a run is live and no overlap is allowed:
+  /// skipped or owed as o.missed says (under mu_).
+  static void miss_one(ScheduleInfo& tally, const ScheduleOptions& o);
 
   EngineCore& core_;
   const std::uint16_t queue_index_;
