@@ -20,6 +20,7 @@
 #include <cstring>
 #include <utility>
 
+#include "rail/detail/deadline.hpp"
 #include "rail/detail/journal_format.hpp"
 #include "rail/error.hpp"
 
@@ -404,7 +405,10 @@ void DlqJournal::sync_through(std::uint64_t ticket) noexcept {
 void DlqJournal::interval_loop() {
   std::unique_lock lock(interval_mu_);
   while (!interval_stop_) {
-    interval_cv_.wait_for(lock, options_.sync_interval, [this] { return interval_stop_; });
+    // Through the saturating helper: wait_for(Duration::max()) adds it to now() and overflows
+    // into the past, which made the thread sync in a tight loop instead of never.
+    interval_cv_.wait_until(lock, steady_deadline(options_.sync_interval),
+                            [this] { return interval_stop_; });
     if (interval_stop_) break;
     lock.unlock();
     sync();

@@ -385,6 +385,28 @@ TEST_F(JournalTest, IntervalSyncReportsFromItsThread) {
   EXPECT_EQ(reported.load(), 1);
 }
 
+// sync_interval at its edges (issue 10): 0 is refused; 1 ns syncs at once; an interval past the
+// clock's range never syncs on its own. It did: wait_for(max) overflowed into the past and the
+// interval thread synced in a tight loop, reporting the entry within microseconds. The absence
+// is checked for 200 ms, three orders of magnitude past that.
+TEST_F(JournalTest, SyncIntervalAtItsEdgesSyncsAtOnceOrNeverOnItsOwn) {
+  for (const Duration d : {0ns, 1ns, Duration::max() - 1ns, Duration::max()}) {
+    std::atomic<int> reported{0};
+    QueueOptions o = options(JournalOptions{.sync = JournalSync::interval, .sync_interval = d});
+    o.dlq.journal.on_durable = [&](JobId) { reported.fetch_add(1); };
+    if (d == 0ns) {
+      EXPECT_THROW({ Generation g(o); }, Error);
+      continue;
+    }
+    Generation g(o);
+    (void)g.fail("a");
+    const auto deadline = std::chrono::steady_clock::now() + (d == 1ns ? Duration(10s) : 200ms);
+    while (reported.load() == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    EXPECT_EQ(reported.load() > 0, d == 1ns) << d.count() << " ns";
+  }
+}
+
 TEST_F(JournalTest, CompactionKeepsLiveEntriesAndDropsDeadBytes) {
   JournalOptions j{.grow_chunk = 4096, .compact_min_dead_bytes = 2048, .compact_dead_ratio = 0.5};
   std::vector<JobId> kept;

@@ -369,6 +369,27 @@ TEST_P(InlineEdge, ChangeDelayMovesTheDueTimeOrParksTheJob) {
   EXPECT_EQ(starts.size(), 1u);
 }
 
+// EngineOptions.timer_tick: 0 is refused; any positive tick, up to the whole range, still fires
+// a delayed job exactly at its due time (a tick only sizes the wheel's buckets).
+TEST_P(InlineEdge, TimerTickOfAnyWidthFiresExactlyAtTheDueTime) {
+  const Edge e = GetParam();
+  if (e.d == 0ns) {
+    EXPECT_THROW(Engine(EngineOptions{.clock = &clock, .mode = Mode::inlined, .timer_tick = e.d}),
+                 Error);
+    return;
+  }
+  Engine ticked(EngineOptions{.clock = &clock, .mode = Mode::inlined, .timer_tick = e.d});
+  auto q = ticked.queue<int>("q", {});
+  q.process({}, [&](Job<int>& job) { starts.push_back(job.attempt()); });
+  (void)q.add("j", 1, {.delay = 5s});
+  clock.advance(5s - 1ns);
+  ticked.run_until_idle();
+  EXPECT_TRUE(starts.empty());
+  clock.advance(1ns);
+  ticked.run_until_idle();
+  EXPECT_EQ(starts.size(), 1u);
+}
+
 TEST(TimeEdges, DelayReachingTheLastNanosecondOfTheRangeFiresExactlyThere) {
   ManualClock clock;
   Engine engine({.clock = &clock, .mode = Mode::inlined});
