@@ -105,6 +105,28 @@ TEST(Deadline, ExponentialBackoffSaturatesAtMaxAndNeverWraps) {
   }
 }
 
+// Jitter and cap at the edges: every kind of backoff, jittered every way and capped at each edge,
+// gives a delay in [0, max] for the first and the 100th attempt (UBSan checks the arithmetic).
+TEST(Deadline, JitterAndCapAtTheEdgesStayInRange) {
+  SplitMix64 rng(7);
+  for (const Edge& delay : kEdges)
+    for (const Edge& cap : kEdges)
+      for (const Jitter j : {Jitter::none, Jitter::full, Jitter::equal, Jitter::decorrelated}) {
+        if (j == Jitter::decorrelated && delay.d == 0ns) continue;  // refused by validation
+        for (const Backoff b : {Backoff::fixed(delay.d), Backoff::exponential(delay.d)}) {
+          const Backoff jittered = b.with_jitter(j).capped_at(cap.d);
+          Duration previous{0};
+          for (const std::uint32_t n : {1u, 2u, 100u}) {
+            const Duration d =
+                next_delay(jittered, RetryContext{1, n, "e", previous}, nullptr, rng);
+            EXPECT_GE(d, 0ns) << delay.name << " capped at " << cap.name << ", attempt " << n;
+            EXPECT_LE(d, std::max(cap.d, delay.d)) << delay.name << " capped at " << cap.name;
+            previous = d;
+          }
+        }
+      }
+}
+
 // --- inline mode: the job-level durations --------------------------------------------------------
 
 struct InlineEdge : ::testing::TestWithParam<Edge> {
