@@ -936,21 +936,30 @@ bool JobFlow::retime(JobId id, std::int64_t due) {
 std::vector<JobInfo> JobFlow::jobs(JobStatus status, std::size_t limit) const {
   std::vector<JobInfo> out;
   if (limit == 0) return out;
+  // The `limit` oldest (smallest ids: ids are given in add order) in a max-heap by id, so a
+  // listing of 100 costs one pass plus O(log 100) per job, whatever the queue holds; a job newer
+  // than every kept one is skipped before its state is read.
+  const auto newer = [](const JobInfo& a, const JobInfo& b) { return a.id < b.id; };
   for (std::uint32_t i = 0; i < capacity_; ++i) {
     const JobSlot& s = slots_[i];
     const std::uint64_t c = s.ctl.load();
     if (status_of(ctl::state(c)) != status) continue;
     JobInfo j;
     j.id = s.id.load(std::memory_order_relaxed);
+    if (out.size() == limit && j.id >= out.front().id) continue;
     j.state = live_state(s, c);
     // A seqlock read, as state(): the fields describe one job only if the word did not move.
     std::atomic_thread_fence(std::memory_order_acquire);
     if (s.ctl.load() != c) continue;  // it moved on: skipped, as if listed a moment later
-    out.push_back(j);
+    if (out.size() == limit) {
+      std::pop_heap(out.begin(), out.end(), newer);
+      out.back() = j;
+    } else {
+      out.push_back(j);
+    }
+    std::push_heap(out.begin(), out.end(), newer);
   }
-  // Oldest first (ids are given in add order), then the limit.
-  std::sort(out.begin(), out.end(), [](const JobInfo& a, const JobInfo& b) { return a.id < b.id; });
-  if (out.size() > limit) out.resize(limit);
+  std::sort_heap(out.begin(), out.end(), newer);  // oldest first
   return out;
 }
 

@@ -7,6 +7,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -825,6 +827,35 @@ TEST_F(Peers, JobsListsAQueuesJobsByStateOldestFirstWithALimit) {
   EXPECT_EQ(d[0].state.since, TimePoint{3min}) << "a delayed job's due time";
   EXPECT_TRUE(q.jobs(JobStatus::active).empty());
   EXPECT_TRUE(q.jobs(JobStatus::completed).empty()) << "ended jobs are not listed";
+}
+
+TEST_F(Peers, JobsWithALimitListsTheOldestEvenWhenSlotsAreReusedOutOfOrder) {
+  // Cancels free slots that newer jobs then take, so the slots' order is not the ids' order:
+  // the listing must still be the `limit` smallest ids, ascending. Delayed jobs: a cancelled
+  // one gives its slot back at once.
+  auto q = engine.queue<int>("reports", QueueOptions{.capacity = 64});
+  std::mt19937_64 rng(11);
+  std::set<JobId> live;
+  for (int round = 0; round < 400; ++round) {
+    if (live.size() < 60 && (live.empty() || rng() % 3 != 0)) {
+      const AddResult r = q.add("report", round, JobOptions{.delay = 1h});
+      ASSERT_EQ(r.status, AddStatus::added) << "round " << round;
+      live.insert(r.id);
+    } else {
+      auto it = live.begin();
+      std::advance(it, static_cast<long>(rng() % live.size()));
+      ASSERT_TRUE(q.cancel(*it));
+      live.erase(it);
+    }
+    for (const std::size_t limit : {std::size_t{1}, std::size_t{3}, std::size_t{10}, SIZE_MAX}) {
+      std::vector<JobId> want(live.begin(), live.end());
+      if (want.size() > limit) want.resize(limit);
+      std::vector<JobId> got;
+      for (const auto& j : q.jobs(JobStatus::delayed, limit))
+        got.push_back(j.id);
+      ASSERT_EQ(got, want) << "round " << round << ", limit " << limit;
+    }
+  }
 }
 
 // --- the DLQ entry exists when the job is dead-lettered --------------------------------------
