@@ -67,8 +67,8 @@ enum class MissedRuns : std::uint8_t {
   /// schedule is live, else as soon as the live run ends (anacron, systemd's Persistent=true).
   run_once,
   /// Each one runs: at once with overlap, else one after another as each run ends
-  /// (folly FunctionScheduler's steady mode). At most ScheduleOptions::max_catch_up are owed at
-  /// a time; older ones are skipped and counted.
+  /// (folly FunctionScheduler's steady mode). At most ScheduleOptions::max_catch_up missed runs
+  /// are made up at a time (besides the due time that fired); older ones are skipped and counted.
   catch_up,
 };
 
@@ -81,7 +81,8 @@ struct ScheduleOptions {
   /// overlap: a run may start while an earlier run of the schedule is still live.
   bool overlap = false;
   /// run_now: also run once when the schedule is declared (or its `when` changes), then follow
-  /// the schedule (BullMQ's `immediately`).
+  /// the schedule (BullMQ's `immediately`). Without overlap, a run of the schedule that is still
+  /// live makes this run a missed due time (skipped, or owed as `missed` says).
   bool run_now = false;
   /// catch_up: the most missed runs owed at once (>= 1).
   std::uint32_t max_catch_up = 1000;
