@@ -37,7 +37,8 @@ std::size_t use(rail::Engine& engine, const char* name, T sample) {
   q.process({.concurrency = 2}, [](rail::Job<T>& job) {
     return job.attempt() < 2 ? rail::Outcome::retry("again") : rail::Outcome::done();
   });
-  (void)q.add("job", sample, {.attempts = 3, .backoff = rail::Backoff::exponential(std::chrono::milliseconds(1))});
+  (void)q.add("job", sample,
+              {.attempts = 3, .backoff = rail::Backoff::exponential(std::chrono::milliseconds(1))});
   std::vector<T> batch(4, sample);
   (void)q.add_bulk("bulk", std::span<T>(batch));
   std::size_t n = q.dlq().list().size();
