@@ -55,23 +55,21 @@ void ScheduleTable::first_due(Entry& e, std::int64_t now, WallTime wall) const {
   e.next_due = saturating_add(now, *next - wall);
 }
 
-void ScheduleTable::miss_one(ScheduleInfo& tally, const ScheduleOptions& o) {
+void ScheduleTable::owe(ScheduleInfo& tally, const ScheduleOptions& o, std::uint64_t missed) {
+  if (missed == 0) return;
   switch (o.missed) {
     case MissedRuns::skip:
-      ++tally.skipped;
+      tally.skipped += missed;
       break;
-    case MissedRuns::run_once:
-      if (tally.owed == 0) {
-        tally.owed = 1;
-      } else {
-        ++tally.skipped;  // the owed run makes up for it
-      }
+    case MissedRuns::run_once:  // one owed run makes up for all of them
+      tally.skipped += missed - (tally.owed == 0 ? 1 : 0);
+      tally.owed = 1;
       break;
-    case MissedRuns::catch_up:
-      if (tally.owed < o.max_catch_up) {
-        ++tally.owed;
-      } else {
-        ++tally.skipped;  // the oldest owed one goes; as many stay owed
+    case MissedRuns::catch_up:  // the oldest owed ones go past the bound; as many stay owed
+      tally.owed += missed;
+      if (tally.owed > o.max_catch_up) {
+        tally.skipped += tally.owed - o.max_catch_up;
+        tally.owed = o.max_catch_up;
       }
       break;
   }
@@ -127,7 +125,7 @@ ScheduleInfo ScheduleTable::upsert(std::string_view id, Definition def) {
         // A run of the schedule is live: the run asked for now is a missed due time, as one
         // that fires meanwhile would be (review: it was dropped without a count, and run_once
         // or catch_up never ran it).
-        miss_one(e->tally, o);
+        owe(e->tally, o, 1);
       }
     }
     out = info_of(*e);
@@ -224,39 +222,22 @@ void ScheduleTable::fire(std::uint32_t tag, std::int64_t now, Wheel& wheel) noex
     }
     if (!is_never(e.next_due)) wheel.schedule(e.node, e.next_due);
 
-    const bool free = o.overlap || e.tally.live == 0;
-    std::uint64_t missed = free ? n - 1 : n;  // due times no run starts for now
-    if (free) start = 1;
-    switch (o.missed) {
-      case MissedRuns::skip:
-        e.tally.skipped += missed;
-        break;
-      case MissedRuns::run_once:
-        // A run that starts now makes up for them; else one owed run does, when the live ends.
-        if (!free && missed > 0) {
-          e.tally.skipped += missed - (e.tally.owed == 0 ? 1 : 0);
-          e.tally.owed = 1;
-        } else {
-          e.tally.skipped += missed;
-        }
-        break;
-      case MissedRuns::catch_up:
-        if (o.overlap) {
-          // The due time that fired runs, and with it up to max_catch_up of the missed ones, as
-          // many as would be owed without overlap (review: the due time itself counted against
-          // max_catch_up, so overlap ran one run fewer).
-          // Bounded by what the 32-bit live count can still hold (max_catch_up may be 2^32 - 1).
-          start = std::min<std::uint64_t>(1 + std::min<std::uint64_t>(missed, o.max_catch_up),
-                                          std::numeric_limits<std::uint32_t>::max() - e.tally.live);
-          e.tally.skipped += n - start;
-        } else {
-          e.tally.owed += missed;
-          if (e.tally.owed > o.max_catch_up) {
-            e.tally.skipped += e.tally.owed - o.max_catch_up;
-            e.tally.owed = o.max_catch_up;
-          }
-        }
-        break;
+    if (!o.overlap && e.tally.live > 0) {
+      owe(e.tally, o, n);  // the live run blocks every one of them
+    } else if (o.missed != MissedRuns::catch_up) {
+      start = 1;  // the run that starts now makes up for the missed ones (skip, run_once)
+      e.tally.skipped += n - 1;
+    } else if (!o.overlap) {
+      start = 1;
+      owe(e.tally, o, n - 1);  // caught up one after another, as each run ends
+    } else {
+      // The due time that fired runs, and with it up to max_catch_up of the missed ones, as
+      // many as would be owed without overlap (review: the due time itself counted against
+      // max_catch_up, so overlap ran one run fewer).
+      // Bounded by what the 32-bit live count can still hold (max_catch_up may be 2^32 - 1).
+      start = std::min<std::uint64_t>(1 + std::min<std::uint64_t>(n - 1, o.max_catch_up),
+                                      std::numeric_limits<std::uint32_t>::max() - e.tally.live);
+      e.tally.skipped += n - start;
     }
     e.tally.live += static_cast<std::uint32_t>(start);
     if (start > 0) started = slots_[index];

@@ -90,9 +90,9 @@ class ScheduleTable {
   /// start_later(e, n): add_runs once the wheel is released (at once when it is not held).
   void start_later(std::shared_ptr<Entry> e, std::uint64_t n);
   [[nodiscard]] static ScheduleInfo info_of(const Entry& e);
-  /// miss_one(tally, o): one due time passed while a run is live and no overlap is allowed:
-  /// skipped or owed as o.missed says (under mu_).
-  static void miss_one(ScheduleInfo& tally, const ScheduleOptions& o);
+  /// owe(tally, o, missed): `missed` due times passed while no run could start for them (a run
+  /// of the schedule is live, no overlap): skipped, or owed for when it ends, as o.missed says.
+  static void owe(ScheduleInfo& tally, const ScheduleOptions& o, std::uint64_t missed);
 
   EngineCore& core_;
   const std::uint16_t queue_index_;
