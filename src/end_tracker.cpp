@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "rail/detail/asymmetric_fence.hpp"
 #include "rail/detail/deadline.hpp"
 
 namespace rail::detail {
@@ -82,12 +83,16 @@ std::shared_ptr<EndWaiter> EndTracker::watch(JobId id, bool sure) {
     if (!w) {
       w = std::make_shared<EndWaiter>(this, id);
       it->second = w;
-      // seq_cst, then the fence: see wanted() (the caller reads the history after this).
-      if (inserted) wanted_.fetch_add(1, std::memory_order_seq_cst);
+      // relaxed: ordered before the caller's read of the history by the fence below, or, for a
+      // sure waiter, published with the job (see wanted()).
+      if (inserted) wanted_.fetch_add(1, std::memory_order_relaxed);
     }
     if (sure) w->make_sure();  // under mu_: a by-id watch() of the same job sees it set
   }
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // A waiter by id races the job's end: the heavy side of settle_end's light fence (Dekker).
+  // A sure waiter was registered before its job was published: the end, which acquires that
+  // publication, sees wanted_ raised without a fence.
+  if (!sure) heavy_fence();
   return w;
 }
 

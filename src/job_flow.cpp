@@ -10,6 +10,7 @@
 
 #include "rail/detail/allocation.hpp"
 #include "rail/detail/assert.hpp"
+#include "rail/detail/asymmetric_fence.hpp"
 #include "rail/error.hpp"
 #include "rail/unrecoverable_error.hpp"
 
@@ -752,8 +753,8 @@ JobFlow::Settled JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc
       RAIL_INVARIANT(false, "a job ends as completed, dead-lettered or cancelled");
   }
   // After the history entry: a waiter by id registered too late for this check finds the job
-  // ended there (see EndTracker::wanted).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // ended there (see EndTracker::wanted; the waiter's side pays for the fence).
+  light_fence();
   if (ends_.wanted()) [[unlikely]]
     settled.end = end_record(s, kind, now, why, std::move(result));
   return settled;

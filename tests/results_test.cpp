@@ -403,6 +403,32 @@ TEST(ResultsThreaded, AWaitByIdNeverHangsOnAJobThatEndedAroundIt) {
   }
 }
 
+// A handle by id that registers while its job ends is the rare side of a Dekker handshake
+// whose per-job side is only a compiler barrier (asymmetric_fence.hpp: the waiter's membarrier
+// fences both). Either the end sees the waiter, or the waiter finds the end in the history: no
+// on_end is ever lost, and none runs twice. Three workers end jobs while this thread tracks
+// each right after adding it, so many registrations land inside an end.
+TEST(ResultsThreaded, AnOnEndByIdRacingItsJobsEndRunsExactlyOnce) {
+  Engine engine;
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = 1 << 15});
+  q.process({.concurrency = 3}, [](Job<int>&) {});
+  constexpr int kJobs = 20000;
+  std::vector<JobHandle<>> handles;
+  handles.reserve(kJobs);
+  std::vector<std::atomic<int>> heard(kJobs);
+  for (int i = 0; i < kJobs; ++i) {
+    const JobId id = q.add("x", i).id;
+    handles.push_back(q.track(id));
+    handles.back().on_end([&heard, i](const JobEnd<>&) { heard[i].fetch_add(1); });
+  }
+  ASSERT_TRUE(q.drain(60s));
+  for (int i = 0; i < kJobs; ++i) {
+    // on_end runs on the ending thread before drain() can see the queue empty, or on this
+    // thread inside on_end() when the job had already ended.
+    ASSERT_EQ(heard[i].load(), 1) << "job " << i << " of " << kJobs;
+  }
+}
+
 // --- Review of 172ca6d (results and waiting): cases that fail on it -------------------------
 
 // A handle from add_tracked on a job that shutdown left unstarted and take_leftovers() took:

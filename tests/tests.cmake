@@ -38,6 +38,7 @@ target_link_libraries(soak_test PRIVATE rail_soak)
 rail_add_test(lifecycle CONCURRENCY)
 rail_add_test(slot_table CONCURRENCY)
 rail_add_test(free_slots CONCURRENCY)
+rail_add_test(asymmetric_fence CONCURRENCY)
 rail_add_test(dlq_journal)
 rail_add_test(dlq_journal_crash LABEL crash)
 # rail-dlq on the orders demo's journal (issue 12's acceptance check); built by rail_tests.

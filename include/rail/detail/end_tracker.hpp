@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "rail/detail/asymmetric_fence.hpp"
 #include "rail/job_end.hpp"
 #include "rail/options.hpp"
 
@@ -72,13 +73,15 @@ class EndWaiter {
 
 class EndTracker {
  public:
+  EndTracker() noexcept { init_asymmetric_fence(); }  // before any job of the queue ends
   /// configure(retention, has_result): the queue's retention (defaults per ResultRetention).
   void configure(const ResultRetention& retention, bool has_result);
 
   /// wanted(): someone waits or the queue retains ends: the flow builds a record for record().
-  /// The flow reads it after a seq_cst fence that follows the job's history entry; watch()
-  /// raises it before a fence that precedes its caller's read of the history: either the end
-  /// is recorded, or the watcher finds the job ended in the history (Dekker).
+  /// The flow reads it after a light fence that follows the job's history entry; watch() raises
+  /// it before the heavy fence that precedes its caller's read of the history: either the end
+  /// is recorded, or the watcher finds the job ended in the history (Dekker, with the cost on
+  /// the waiter's side: asymmetric_fence.hpp).
   [[nodiscard]] bool wanted() const noexcept {
     return wanted_.load(std::memory_order_relaxed) != 0;
   }

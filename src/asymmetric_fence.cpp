@@ -1,0 +1,54 @@
+#include "rail/detail/asymmetric_fence.hpp"
+
+#if defined(__linux__)
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace rail::detail {
+
+namespace {
+
+#if defined(__linux__) && defined(__NR_membarrier)
+long membarrier(int cmd) noexcept {
+  return ::syscall(__NR_membarrier, cmd, 0, 0);
+}
+
+bool register_expedited() noexcept {
+  const long supported = membarrier(MEMBARRIER_CMD_QUERY);
+  if (supported < 0 || (supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
+  return membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+}
+#else
+bool register_expedited() noexcept {
+  return false;
+}
+#endif
+
+}  // namespace
+
+void init_asymmetric_fence() noexcept {
+  // A function-local static: every caller returns after the one registration completed.
+  static const bool registered = [] {
+    const bool ok = register_expedited();
+    // release: a thread that reads true runs after the registration (see the header).
+    if (ok) g_membarrier_expedited.store(true, std::memory_order_release);
+    return ok;
+  }();
+  (void)registered;
+}
+
+void heavy_fence() noexcept {
+#if defined(__linux__) && defined(__NR_membarrier)
+  // acquire: pairs with the registration's release store.
+  if (g_membarrier_expedited.load(std::memory_order_acquire)) {
+    // A failure after a successful registration is not documented for this command; fall back
+    // to the full fence rather than leave the handshake unfenced.
+    if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
+  }
+#endif
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+}  // namespace rail::detail
