@@ -53,6 +53,18 @@ void Engine::stop_timer_thread() {
   if (timer_thread_.joinable()) timer_thread_.join();
 }
 
+Downstream Engine::downstream(std::string_view name, const DownstreamOptions& options) {
+  validate(options, name);
+  return Downstream(core_->declare_downstream(name, options), *core_);
+}
+
+Downstream Engine::downstream(std::string_view name) {
+  if (detail::DownstreamGate* gate = core_->find_downstream(name)) return Downstream(*gate, *core_);
+  throw Error(ErrorCode::unknown_downstream,
+              "no downstream named '" + std::string(name) +
+                  "'; declare it first with downstream(name, options)");
+}
+
 std::size_t Engine::run_until_idle() {
   if (core_->mode() != Mode::inlined)
     throw Error(ErrorCode::wrong_mode,

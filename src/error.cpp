@@ -8,6 +8,8 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "invalid_option";
     case ErrorCode::unknown_queue:
       return "unknown_queue";
+    case ErrorCode::unknown_downstream:
+      return "unknown_downstream";
     case ErrorCode::queue_exists:
       return "queue_exists";
     case ErrorCode::type_mismatch:

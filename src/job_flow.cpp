@@ -85,6 +85,10 @@ JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::
       dispatch_(core_, stats_, capacity_, slots_.get(), payload_.get(), stride_, name_, *this),
       timers_(core_, slots_.get(), capacity_, options_.visibility_timeout) {
   ends_.configure(options_.results, false);
+  if (!options_.downstream.empty()) {
+    downstream_ = &core_.downstream(options_.downstream, name_);
+    blocked_ = std::make_unique<MpmcRing<std::uint32_t>>(capacity_);
+  }
 }
 
 void JobFlow::declare_result(std::type_index type, std::string (*format)(const void*)) {
@@ -105,6 +109,7 @@ JobFlow::~JobFlow() {
 void JobFlow::attach() {
   index_ = core_.register_queue(this);
   timers_.tag_nodes(index_);
+  if (downstream_) downstream_->attach(this);
 }
 
 // --- adding
@@ -418,10 +423,24 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
     s.deliveries.store(delivered, std::memory_order_relaxed);
     return false;  // back to waiting, for take_leftovers; its index stays with nobody
   }
+  const std::uint32_t token = ctl::seq(a.word);
+  // The downstream's admission, before anything counts this delivery: a refused job waits
+  // unstarted (throttle), a job flagged cancelled meanwhile ends without running (as at stop).
+  bool permit = false;
+  bool skip = stopping;
+  if (downstream_ && !stopping) [[unlikely]] {
+    const auto d = downstream_->admit(s.id.load(std::memory_order_relaxed), now, this);
+    if (d.verdict == DownstreamGate::Verdict::admitted) {
+      permit = true;
+    } else if (throttle(idx, token, delivered, d, now, wc)) {
+      return true;
+    } else {
+      skip = true;
+    }
+  }
   // Into `active` before out of `waiting`: see counts().
   count(&wc, kStarted);
   count(&wc, kFromReady);
-  const std::uint32_t token = ctl::seq(a.word);
   // Start to start: the previous handler's run plus this worker's overhead. Real time even
   // under a manual clock (whose time stands still between advances).
   const std::int64_t wall =
@@ -458,7 +477,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   }
 
   Outcome out;  // done: a job flagged cancelled after stop ends cancelled without running
-  if (!stopping) {
+  if (!skip) {
     try {
       out = run_handler(idx, job);
     } catch (const UnrecoverableError& e) {
@@ -470,6 +489,9 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
     }
   }
   if (leased) LeaseTracker::release(wc.record);
+  // The permit counts handlers inside the downstream: given back as this one returns, before
+  // its outcome is applied (which may wait for nothing, but a retry's backoff is not a call).
+  if (permit) downstream_->release();
   finish(idx, token, std::move(out), wc, job.started_at_, job.deliveries_);
   // After finish() returned the slot to the free list (final_end): once counts() shows the
   // attempt ended (drain() returns), the slot is free for the next add.
@@ -525,6 +547,21 @@ void JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   }
   if (out.kind() == Outcome::Kind::discard) {
     end_job(idx, EndKind::discarded, DeadLetterReason::none, now, &wc, out.reason());
+    return;
+  }
+  if (out.kind() == Outcome::Kind::pushback) {
+    // The downstream said "too many" (HTTP 429): it is paused for retry_after, and this job
+    // waits as long, with no attempt used (BullMQ's rate limit from a worker, asynq RetryAfter).
+    if (downstream_) downstream_->limits().pause_for(now, out.delay());
+    const std::int64_t due = saturating_add(now, out.delay());
+    if (core_.observed())
+      note_throttled(s, now, due,
+                     (downstream_ ? "downstream '" + downstream_->name() + "' pushed back: "
+                                  : std::string("pushed back: ")) +
+                         out.reason());
+    s.due_ns.store(due, std::memory_order_relaxed);  // published by the inbox push
+    s.ctl.leave_finishing(SlotState::delayed);
+    to_timer(idx);
     return;
   }
   const FailKind kind = out.kind() == Outcome::Kind::fail          ? FailKind::permanent
@@ -603,7 +640,83 @@ std::int64_t JobFlow::timer_sweep(std::int64_t now) noexcept {
   return leases_->sweep(now, [&](std::uint64_t lease, std::int64_t) { lapse(lease, now); });
 }
 
+bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t delivered,
+                       const DownstreamGate::Decision& decision, std::int64_t now,
+                       WorkerContext& wc) {
+  JobSlot& s = slots_[idx];
+  s.deliveries.store(delivered, std::memory_order_relaxed);  // no delivery happened
+  if (core_.observed()) {
+    std::string why = "downstream '" + downstream_->name() + "': ";
+    switch (decision.why) {
+      case Admission::Kind::no_permit:
+        why += "every permit is in use";
+        break;
+      case Admission::Kind::rate_limited:
+        why += "no token before its rate refills";
+        break;
+      case Admission::Kind::paused:
+        why += "paused by a pushback";
+        break;
+      case Admission::Kind::admitted:
+        break;
+    }
+    note_throttled(s, now,
+                   decision.verdict == DownstreamGate::Verdict::lead ? decision.until_ns : -1,
+                   std::move(why));
+  }
+  if (decision.verdict == DownstreamGate::Verdict::block) {
+    // Back to waiting (pins - 1) with its index in the blocked ring: still counted waiting.
+    if (!s.ctl.deactivate(token)) return false;
+    push_held(*blocked_, idx);
+    downstream_->blocked(decision.why);
+    return true;
+  }
+  // The leader: to the wheel until its token (or the pause's end), as a retry's backoff goes.
+  const auto f = s.ctl.finish(token);
+  RAIL_INVARIANT(f.result == SlotControl<>::Finish::live,
+                 "throttle: no lease was granted, so nothing but this worker ends the delivery");
+  if (ctl::flags(f.word) & ctl::kCancelRequested) {
+    // Cancelled since it was activated: it ends here, as a job cancelled at stop does.
+    downstream_->forget_leader(s.id.load(std::memory_order_relaxed));
+    count(&wc, kStarted);
+    count(&wc, kFromReady);
+    end_job(idx, EndKind::cancelled, DeadLetterReason::none, now, &wc);
+    count(&wc, kAttemptEnded);
+    return true;
+  }
+  s.due_ns.store(decision.until_ns, std::memory_order_relaxed);  // published by the inbox push
+  s.ctl.leave_finishing(SlotState::delayed);
+  to_timer(idx);           // into `delayed` ...
+  count(&wc, kFromReady);  // ... before out of `waiting`: see counts()
+  return true;
+}
+
+void JobFlow::note_throttled(const JobSlot& s, std::int64_t now, std::int64_t until,
+                             std::string why) const noexcept {
+  Event e = make_event(EventKind::throttled, s, now);
+  e.delay = until < 0 || is_never(until) ? Duration{-1} : Duration{until - now};
+  e.error = std::move(why);
+  core_.emit(e);
+}
+
+bool JobFlow::wake_blocked() noexcept {
+  std::uint32_t idx;
+  if (!blocked_ || !blocked_->try_pop(idx)) return false;
+  dispatch_.requeue(idx);
+  return true;
+}
+
+void JobFlow::promote_leader(JobId id) noexcept {
+  try {
+    (void)retime(id, core_.now_ns());
+  } catch (...) {  // retime allocates nothing; a failure leaves the leader due when it was
+  }
+}
+
 void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
+  // The gate's leader is ready again: it steps down now, not when a worker delivers it, so that
+  // a paused queue or busy workers cannot hold up another queue's jobs waiting at the gate.
+  if (downstream_) downstream_->forget_leader(slots_[idx].id.load(std::memory_order_relaxed));
   if (core_.observed()) emit(EventKind::retry_due, slots_[idx], now);
   dispatch_.push_ready(idx);  // into `waiting` (counted there) ...
   stats_.add(kFromDelayed);   // ... before out of `delayed`: see counts()
@@ -885,6 +998,8 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   stats_.add(from == SlotState::waiting ? kFromReady : kFromDelayed);
   Settled settled = record_end(s, EndKind::cancelled, core_.now_ns(), nullptr);
   const JobId id = s.id.load(std::memory_order_relaxed);
+  // A leader of its downstream's waiting jobs leaves the wheel: another job must lead.
+  if (downstream_ && from == SlotState::delayed) downstream_->forget_leader(id);
   bool held = false;
   if (from == SlotState::delayed) {
     // As the wheel's owner: link what is in transit, then take the node off the wheel; its

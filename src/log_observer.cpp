@@ -141,6 +141,12 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
       line += "PROGRESS job " + id + " (" + name + "): " + value;
       break;
     }
+    case EventKind::throttled:
+      // Once per refusal: a saturated downstream refuses a job per start, so verbose.
+      if (!o.verbose) return {};
+      line += "THROTTLED job " + id + " (" + name + "): " + std::string(e.error) +
+              (e.delay.count() >= 0 ? "; waits " + human(e.delay) : "; waits for a permit");
+      break;
     case EventKind::discarded:
       line += icon("🗑") + "DISCARDED job " + id + " (" + name + ") on attempt " +
               std::to_string(e.attempt) + ": " + std::string(e.error);

@@ -38,6 +38,8 @@ std::string_view to_string(EventKind kind) noexcept {
       return "discarded";
     case EventKind::progress:
       return "progress";
+    case EventKind::throttled:
+      return "throttled";
     case EventKind::paused:
       return "paused";
     case EventKind::resumed:

@@ -5,6 +5,7 @@
 
 #include "rail/backoff.hpp"
 #include "rail/detail/job_slot.hpp"
+#include "rail/downstream.hpp"
 #include "rail/error.hpp"
 
 namespace rail {
@@ -32,6 +33,27 @@ void validate(const Backoff& b, std::string_view where) {
   if (b.kind == BackoffKind::none && b.jitter != Jitter::none)
     bad(where, "backoff.jitter", "set with backoff kind none",
         "a fixed or exponential backoff to apply jitter to");
+}
+
+void validate(const DownstreamOptions& o, std::string_view name) {
+  if (!o.rate) return;  // every concurrency is valid: 0 is unlimited
+  const std::string where = "DownstreamOptions('" + std::string(name) + "')";
+  const RateLimit& r = *o.rate;
+  const std::string limit = std::to_string(RateLimit::kMaxTokens);
+  if (r.per.count() <= 0) bad(where, "rate.per", ns(r.per), "a positive period");
+  if (r.per == Duration::max())
+    bad(where, "rate.per", "Duration::max()", "a finite period (leave rate unset for no limit)");
+  if (r.max == 0) bad(where, "rate.max", "0", "1 or more starts per rate.per");
+  if (r.max > RateLimit::kMaxTokens)
+    bad(where, "rate.max", std::to_string(r.max), "at most RateLimit::kMaxTokens (" + limit + ")");
+  // One token per nanosecond at most: the refill count then grows no faster than the clock and
+  // reaches its clamp (2^61) only after 73 years (detail/downstream_limits.hpp, "Bounds").
+  if (r.max > static_cast<std::uint64_t>(r.per.count()))
+    bad(where, "rate.max", std::to_string(r.max) + " per " + ns(r.per),
+        "at most one start per nanosecond (rate.max <= rate.per in ns)");
+  if (r.burst > RateLimit::kMaxTokens)
+    bad(where, "rate.burst", std::to_string(r.burst),
+        "0 (the same as rate.max) .. RateLimit::kMaxTokens (" + limit + ")");
 }
 
 namespace detail {

@@ -28,6 +28,7 @@
 #include "rail/clock.hpp"
 #include "rail/detail/engine_core.hpp"
 #include "rail/detail/footprint.hpp"
+#include "rail/downstream.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
 #include "rail/journal_codec.hpp"
@@ -126,6 +127,16 @@ class Engine {
     }
     return Queue<T, R>(static_cast<detail::QueueImpl<T>*>(entry->second.get()));
   }
+
+  /// downstream(name, options) declares the downstream service `name` (a payment gateway, a
+  /// mail API) with its limits: at most options.concurrency jobs inside it at once and
+  /// options.rate starts per period, across every queue whose QueueOptions::downstream names it
+  /// (declare it before those queues). Called again for a declared name, it changes the limits
+  /// at once (a gateway announced a new quota). Error(invalid_option) naming the field for bad
+  /// options (rail::validate).
+  Downstream downstream(std::string_view name, const DownstreamOptions& options);
+  /// downstream(name): a declared downstream; Error(unknown_downstream) if there is none.
+  Downstream downstream(std::string_view name);
 
   /// queue_with_dlq_journal<T>(name, options) declares a queue whose DLQ keeps a journal file
   /// (options.dlq.journal), with queue<T>(name, options)'s behaviour and errors otherwise. It

@@ -10,18 +10,19 @@
 namespace rail {
 
 enum class ErrorCode {
-  invalid_option,  // an option is out of range or inconsistent with another
-  unknown_queue,   // a queue name that was never declared
-  queue_exists,    // a queue declared twice with a different payload type or options
-  type_mismatch,   // a queue looked up with a payload type other than its own
-  shutting_down,   // an operation after Engine::shutdown() began
-  capacity,        // a fixed-size table (queues, dedup window) is full, or a queue's
-                   // capacity needs more memory than the machine has (detail/footprint.hpp)
-  wrong_mode,      // an inline-only call on a threaded engine, or the reverse
-  journal,         // the DLQ journal could not be opened, written or read
-  would_deadlock,  // a call from a handler or observer that would wait for the caller itself
-  resources,       // the system refused what a call needs from it (a worker thread)
-  internal,        // a broken invariant inside rail: always a bug, please report it
+  invalid_option,      // an option is out of range or inconsistent with another
+  unknown_queue,       // a queue name that was never declared
+  unknown_downstream,  // a downstream name that was never declared (Engine::downstream)
+  queue_exists,        // a queue declared twice with a different payload type or options
+  type_mismatch,       // a queue looked up with a payload type other than its own
+  shutting_down,       // an operation after Engine::shutdown() began
+  capacity,            // a fixed-size table (queues, dedup window) is full, or a queue's
+                       // capacity needs more memory than the machine has (detail/footprint.hpp)
+  wrong_mode,          // an inline-only call on a threaded engine, or the reverse
+  journal,             // the DLQ journal could not be opened, written or read
+  would_deadlock,      // a call from a handler or observer that would wait for the caller itself
+  resources,           // the system refused what a call needs from it (a worker thread)
+  internal,            // a broken invariant inside rail: always a bug, please report it
 };
 
 /// to_string(code) names the code as it is spelled in the enum, for messages and logs.

@@ -49,6 +49,10 @@ enum class EventKind : std::uint8_t {
                    // `error` holds the reason it gave
   progress,        // the handler reported `progress` (Job::progress), at most once per
                    // QueueOptions::progress_interval per job
+  throttled,       // the job's downstream refused it a start (every permit in use, no token
+                   // yet, paused) or its handler pushed back (Outcome::pushback): it waits, with
+                   // no attempt used; `delay` is the wait when known (negative: until a permit
+                   // frees), `error` says why
   // Queue-level (job_id 0, `queue` set):
   paused,   // pause() (or pause_and_wait) paused a running queue; once per pause, not per call
   resumed,  // resume() resumed a paused queue

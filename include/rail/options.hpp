@@ -132,6 +132,10 @@ struct QueueOptions {
   /// What the queue remembers of its ended jobs for Queue::result(id) and waits by id (BullMQ's
   /// removeOnComplete / removeOnFail). See ResultRetention.
   ResultRetention results{};
+  /// The downstream service this queue's handlers call (Engine::downstream declares it): its
+  /// concurrency and rate limits decide when each job may start, shared with every other queue
+  /// that names it. Empty: none.
+  std::string downstream{};
 };
 
 /// WorkerOptions: the pool that drains a queue, sized to what the downstream service can take.

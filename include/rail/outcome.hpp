@@ -23,8 +23,9 @@ class Outcome {
     done,         // the job completed
     retry,        // the attempt failed; retry after the job's backoff if attempts remain
     retry_after,  // the attempt failed; retry after delay() (overrides backoff) if attempts remain
-    fail,     // permanent failure: skip remaining attempts, dead-letter now (UnrecoverableError)
-    discard,  // drop the job: it ends `discarded`, with no retry and no DLQ entry
+    fail,      // permanent failure: skip remaining attempts, dead-letter now (UnrecoverableError)
+    discard,   // drop the job: it ends `discarded`, with no retry and no DLQ entry
+    pushback,  // the downstream refused the call (429): retry after delay(), no attempt used
   };
 
   /// done() completes the job. Outcome{} is done() too.
@@ -47,6 +48,15 @@ class Outcome {
   /// do by cancelling itself.
   static Outcome discard(std::string_view reason) {
     return Outcome{Kind::discard, reason, Duration{0}};
+  }
+
+  /// pushback(retry_after, reason): the downstream refused the call as too many (HTTP 429,
+  /// with its Retry-After). The queue's downstream (QueueOptions::downstream) admits no job
+  /// until retry_after has passed, and this job runs again then without using an attempt
+  /// (BullMQ's rate limit from a worker, asynq's RetryAfter). retry_after >= 0; on a queue
+  /// without a downstream only this job waits.
+  static Outcome pushback(Duration retry_after, std::string_view reason = "429 too many requests") {
+    return Outcome{Kind::pushback, reason, retry_after < Duration{0} ? Duration{0} : retry_after};
   }
 
   Outcome() noexcept = default;

@@ -6,6 +6,7 @@
 #include "rail/clock.hpp"
 #include "rail/cron.hpp"
 #include "rail/dead_letter_queue.hpp"
+#include "rail/downstream.hpp"
 #include "rail/engine.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"

@@ -144,6 +144,13 @@ class Dispatcher {
     wake_for_ready();
   }
   void push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexcept;
+  /// requeue(idx): a job that never left `waiting` (its downstream refused it, then woke it)
+  /// goes back to the ready ring: counted in `waiting` already, so not counted again.
+  void requeue(std::uint32_t idx) noexcept {
+    while (!ready_.try_push(idx))
+      std::this_thread::yield();  // transient: see MpmcRing (every index has room)
+    wake_for_ready();
+  }
 
   /// run_inline(runner, leases, seed, max): inline mode: runs up to max ready jobs on this thread.
   std::size_t run_inline(JobRunner& runner, LeaseTracker& leases, std::uint64_t seed,

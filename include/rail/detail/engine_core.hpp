@@ -22,6 +22,8 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <typeindex>
@@ -31,6 +33,7 @@
 #include "rail/add_result.hpp"
 #include "rail/clock.hpp"
 #include "rail/detail/deadline.hpp"
+#include "rail/detail/downstream_gate.hpp"
 #include "rail/detail/name_table.hpp"
 #include "rail/detail/observer_list.hpp"
 #include "rail/detail/timing_wheel.hpp"
@@ -159,6 +162,15 @@ class EngineCore {
     return queue_count_.load(std::memory_order_acquire);
   }
   [[nodiscard]] QueueBase* queue_at(std::size_t i) const noexcept { return queues_[i]; }
+
+  // --- downstreams (cold: declared and looked up under downstream_mu_) -------------------------
+  /// declare_downstream(name, options): downstream `name` with these limits: new, or an existing
+  /// one whose limits change at once (Engine::downstream). Options validated by the caller.
+  DownstreamGate& declare_downstream(std::string_view name, const DownstreamOptions& options);
+  /// downstream(name, queue): the gate queue `queue` names; Error(invalid_option) if undeclared.
+  DownstreamGate& downstream(std::string_view name, std::string_view queue);
+  /// find_downstream(name): the gate, or null.
+  DownstreamGate* find_downstream(std::string_view name);
 
   // --- timers ----------------------------------------------------------------------------------
   /// owns_wheel(): this thread holds the wheel (it is inside with_wheel). User code reached from
@@ -392,6 +404,9 @@ class EngineCore {
 
   std::array<QueueBase*, kMaxQueues> queues_{};
   std::atomic<std::size_t> queue_count_{0};
+  // Gates live as long as the engine core: queues (destroyed first) point at them.
+  std::mutex downstream_mu_;
+  std::map<std::string, std::unique_ptr<DownstreamGate>, std::less<>> downstreams_;
 
   std::mutex wheel_mu_;
   Wheel wheel_;

@@ -62,6 +62,7 @@
 #include "rail/detail/deadline.hpp"
 #include "rail/detail/dedup_set.hpp"
 #include "rail/detail/dispatcher.hpp"
+#include "rail/detail/downstream_gate.hpp"
 #include "rail/detail/end_tracker.hpp"
 #include "rail/detail/engine_core.hpp"
 #include "rail/detail/free_slots.hpp"
@@ -85,7 +86,7 @@ void validate_worker_options(const WorkerOptions& o, std::string_view queue);
 /// reject_job_name(name, queue): throws Error(invalid_option) for an empty or blank job name.
 [[noreturn]] void reject_job_name(std::string_view name, std::string_view queue);
 
-class JobFlow : public QueueBase, private JobRunner, private TimerClient {
+class JobFlow : public QueueBase, private JobRunner, private TimerClient, private BlockedQueue {
  public:
   JobFlow(const JobFlow&) = delete;
   JobFlow& operator=(const JobFlow&) = delete;
@@ -398,6 +399,19 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   // JobRunner / TimerClient
   bool deliver(std::uint32_t idx, WorkerContext& wc) final;
   void timer_fired(std::uint32_t idx, std::int64_t now) noexcept final;
+
+  // BlockedQueue: jobs refused by the queue's downstream (downstream_gate.hpp).
+  bool wake_blocked() noexcept final;
+  void promote_leader(JobId id) noexcept final;
+  /// throttle(idx, token, delivered, decision, now, wc): the gate refused the job deliver just
+  /// activated (delivery `token`, whose count was `delivered` before): it waits, unstarted and
+  /// with no attempt used, in the blocked ring or (the gate's leader) on the wheel. False if a
+  /// cancel flagged it meanwhile: deliver then ends it as cancelled without running it.
+  bool throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t delivered,
+                const DownstreamGate::Decision& decision, std::int64_t now, WorkerContext& wc);
+  /// note_throttled(s, now, until, why): the job's `throttled` event (observed engines only).
+  void note_throttled(const JobSlot& s, std::int64_t now, std::int64_t until,
+                      std::string why) const noexcept;
   void timer_reclaim(std::uint32_t idx) noexcept final;
   std::int64_t timer_sweep(std::int64_t now) noexcept final;
 
@@ -502,6 +516,10 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient {
   FreeSlots free_;
   Dispatcher dispatch_;
   TimerPort timers_;
+  // The downstream the queue's jobs call (QueueOptions::downstream), owned by the engine, and the
+  // ring of this queue's jobs it refused (room for every index, like the ready ring).
+  DownstreamGate* downstream_ = nullptr;
+  std::unique_ptr<MpmcRing<std::uint32_t>> blocked_;
   std::unique_ptr<LeaseTracker> leases_;
   std::atomic<bool> processing_{false};  // start_processing ran: admit may re-arm the sweep
   // The dedup window is built on the first add that carries a dedup id: a queue that never

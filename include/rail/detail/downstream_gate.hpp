@@ -1,0 +1,120 @@
+// DownstreamGate: one downstream's door for the queues whose jobs call it. It owns the limits
+// (downstream_limits.hpp: permits, the token bucket, the pushback pause) and decides where a
+// job that is refused goes, so that it waits without holding a worker thread and without
+// polling, and starts as soon as a permit frees or a token refills.
+//
+// Where a refused job waits (JobFlow::deliver asks admit() right after activating the slot,
+// before any lease, attempt or counter):
+//   no permit       back to `waiting`, its index in the queue's blocked ring (not the ready
+//                   ring): a release_permit() wakes one blocked job (wake_one), which a worker
+//                   then admits or blocks again.
+//   no token yet /  one job per gate, the leader, goes to the timing wheel as a `delayed` job due
+//   paused          when the token comes (or the pause ends); the others wait in the blocked
+//                   rings. When the leader is delivered again it steps down; each admission
+//                   wakes one blocked job (a chain that admits jobs as fast as tokens allow),
+//                   and a job refused again for time becomes the next leader.
+// So a gate has at most one timer on the wheel whatever the number of waiting jobs (no herd of
+// timers due at the same token), and a job refused costs one ring push and pop, no attempt.
+//
+// Wake-ups are never lost (Dekker, with a seq_cst fence on each side):
+//   blocker: push its index, count it in blocked_, fence, then if a permit is free or no leader
+//            is armed, wake one (perhaps itself);
+//   waker:   release the permit (or step down as leader), fence, then if blocked_ > 0, wake one.
+// Either the blocker sees the free permit (or the absent leader), or the waker sees the count.
+// A wake may find a job that no longer needs it (woken, refused again: one extra delivery).
+// A leader cancelled on the wheel steps down in its cancel (forget_leader) and wakes one.
+//
+// Memory ordering: the blocked rings are MpmcRings (push release, pop acquire); the requeue into
+// the ready ring hands the slot on as any ready push does. leader_ and blocked_ carry no data
+// (the fences above order them). Threading: any thread admits, blocks, releases and wakes; attach
+// and the run-time changes are cold and serialized by mu_.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "rail/detail/downstream_limits.hpp"
+#include "rail/downstream.hpp"
+#include "rail/job_state.hpp"
+
+namespace rail::detail {
+
+/// BlockedQueue: a queue whose jobs may wait at a gate (JobFlow).
+class BlockedQueue {
+ public:
+  /// wake_blocked(): moves one job of this queue's blocked ring to its ready ring; false when
+  /// the ring is empty.
+  virtual bool wake_blocked() noexcept = 0;
+  /// promote_leader(id): the gate's limits changed: job `id`, delayed as the gate's leader,
+  /// runs now (Queue::promote).
+  virtual void promote_leader(JobId id) noexcept = 0;
+
+ protected:
+  ~BlockedQueue() = default;
+};
+
+class DownstreamGate {
+ public:
+  static constexpr std::size_t kMaxQueues = 256;  // an engine's queues (EngineCore::kMaxQueues)
+
+  DownstreamGate(std::string name, const DownstreamOptions& options, std::int64_t now_ns);
+  DownstreamGate(const DownstreamGate&) = delete;
+  DownstreamGate& operator=(const DownstreamGate&) = delete;
+
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] DownstreamLimits& limits() noexcept { return limits_; }
+  [[nodiscard]] const DownstreamLimits& limits() const noexcept { return limits_; }
+
+  /// attach(q): queue q's jobs call this downstream (at the queue's declaration).
+  void attach(BlockedQueue* q);
+
+  /// Verdict: what deliver does with the job it activated.
+  enum class Verdict : std::uint8_t {
+    admitted,  // run it; release() when its handler returns
+    block,     // put it in the queue's blocked ring, then blocked()
+    lead,      // it leads: to the wheel until `until_ns`
+  };
+  struct Decision {
+    Verdict verdict;
+    std::int64_t until_ns;  // lead: the due time
+    Admission::Kind why;    // what refused it (for the event)
+  };
+  /// admit(id, now, q): job `id` of queue q asks to start at `now` (see the header).
+  [[nodiscard]] Decision admit(JobId id, std::int64_t now, BlockedQueue* q) noexcept;
+  /// blocked(why): the caller pushed a job refused for `why` into its blocked ring (the
+  /// blocker's side).
+  void blocked(Admission::Kind why) noexcept;
+  /// release(): a handler admitted here returned (the waker's side).
+  void release() noexcept;
+  /// forget_leader(id): job `id` left the wheel without being delivered (cancelled, taken).
+  void forget_leader(JobId id) noexcept;
+  /// changed(): the limits changed at run time: wake a blocked job and promote the leader, so
+  /// that a higher limit takes effect at once.
+  void changed() noexcept;
+
+  /// blocked_count(): jobs in the blocked rings now (a figure).
+  [[nodiscard]] std::int64_t blocked_count() const noexcept {
+    return blocked_.load(std::memory_order_relaxed);  // relaxed: a figure
+  }
+
+ private:
+  /// wake_one(): moves one blocked job to its queue's ready ring, round robin over the queues.
+  bool wake_one() noexcept;
+  /// wake_if_blocked(): the waker's side: fence, then wake one if any is blocked.
+  void wake_if_blocked() noexcept;
+
+  const std::string name_;
+  DownstreamLimits limits_;
+  std::mutex mu_;  // attach, changed
+  std::array<std::atomic<BlockedQueue*>, kMaxQueues> queues_{};
+  std::atomic<std::size_t> queue_count_{0};
+  std::atomic<std::size_t> cursor_{0};  // round robin: where the next wake starts
+  std::atomic<std::int64_t> blocked_{0};
+  std::atomic<JobId> leader_{0};  // the job on the wheel for this gate (0: none)
+  std::atomic<BlockedQueue*> leader_queue_{nullptr};  // its queue, for changed()
+};
+
+}  // namespace rail::detail

@@ -1,0 +1,85 @@
+// Downstream limits: what the service behind a queue's handlers can take (issue 14). A pool of
+// workers sized to the machine is not a pool sized to the payment API it calls: that API allows
+// so many calls in flight (concurrency) and so many per period (rate), and answers 429 with a
+// retry-after when pushed past either. DownstreamOptions states those limits; the engine admits a
+// job to a handler only when both allow it, and a handler's 429 pauses admissions until the
+// retry-after (detail/downstream_limits.hpp holds the lock-free kernel).
+//
+// Rate semantics follow BullMQ's limiter ({max, duration}): at most `max` starts per `per`, as a
+// token bucket that refills `max` tokens per `per`, exactly (integer arithmetic, no drift over any
+// horizon), and holds at most `burst`. A start costs one token. In any window of length w, at most
+// burst + ceil(w * max / per) jobs start.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "rail/clock.hpp"
+
+namespace rail {
+
+/// RateLimit: at most `max` starts per `per` (BullMQ's limiter), from a token bucket of capacity
+/// `burst` that starts full.
+struct RateLimit {
+  /// The bound on `max` and `burst`: 2^40 (about 10^12) tokens. It keeps the bucket's counters
+  /// far from overflow (detail/downstream_limits.hpp: "Bounds"); no downstream takes more.
+  static constexpr std::uint64_t kMaxTokens = std::uint64_t{1} << 40;
+  std::uint64_t max = 0;                   // starts per `per`: 1 .. kMaxTokens, at most 1 per ns
+  Duration per = std::chrono::seconds(1);  // positive and finite (not Duration::max())
+  std::uint64_t burst = 0;                 // bucket capacity: 0 means `max`; else 1 .. kMaxTokens
+};
+
+/// DownstreamOptions: the limits of one downstream service, shared by every job that calls it.
+struct DownstreamOptions {
+  std::uint32_t concurrency = 0;    // jobs admitted at once (in flight); 0: unlimited
+  std::optional<RateLimit> rate{};  // starts per period; nullopt: unlimited
+};
+
+/// validate(o, name): throws rail::Error(invalid_option) naming the downstream, the field, the
+/// value given and what is expected, e.g. "DownstreamOptions('payments').rate.max is 0; expected
+/// 1 or more starts per rate.per". Every concurrency is valid (0 is unlimited).
+void validate(const DownstreamOptions& o, std::string_view name);
+
+namespace detail {
+class DownstreamGate;
+class EngineCore;
+}  // namespace detail
+
+/// DownstreamStats: a downstream's figures now (each read on its own, not one instant).
+struct DownstreamStats {
+  std::uint32_t in_flight = 0;              // jobs admitted and not yet returned
+  std::uint32_t concurrency = 0;            // the limit; 0: unlimited
+  std::optional<std::uint64_t> tokens{};    // starts the bucket allows now; nullopt: no rate limit
+  std::optional<TimePoint> paused_until{};  // a pushback's pause, while it lasts
+  std::uint64_t waiting = 0;  // jobs refused a permit or a token, waiting (at most one more
+                              // waits on the timing wheel for the next token)
+};
+
+/// Downstream: a handle on a declared downstream (Engine::downstream). Copyable; valid while
+/// its engine lives. Every change takes effect at once: the next job to start sees it, and jobs
+/// waiting for a permit or a token are woken to try it.
+class Downstream {
+ public:
+  [[nodiscard]] const std::string& name() const noexcept;
+  /// set_concurrency(limit): at most `limit` jobs inside at once (0: unlimited). Lowered below
+  /// the jobs inside, no job starts until enough have returned.
+  void set_concurrency(std::uint32_t limit);
+  /// set_rate(rate): the new rate (nullopt: none), starting with the tokens the bucket holds
+  /// now (at most the new burst). Error(invalid_option) as DownstreamOptions' validation says.
+  void set_rate(const std::optional<RateLimit>& rate);
+  /// pause_for(d): no job starts before d has passed (what Outcome::pushback does); only
+  /// extends a pause in progress.
+  void pause_for(Duration d);
+  [[nodiscard]] DownstreamStats stats() const;
+
+ private:
+  friend class Engine;
+  Downstream(detail::DownstreamGate& gate, detail::EngineCore& core) noexcept
+      : gate_(&gate), core_(&core) {}
+  detail::DownstreamGate* gate_;
+  detail::EngineCore* core_;
+};
+
+}  // namespace rail

@@ -1,0 +1,144 @@
+// DownstreamGate: see include/rail/detail/downstream_gate.hpp.
+#include "rail/detail/downstream_gate.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "rail/detail/engine_core.hpp"
+#include "rail/error.hpp"
+
+namespace rail::detail {
+
+DownstreamGate::DownstreamGate(std::string name, const DownstreamOptions& options,
+                               std::int64_t now_ns)
+    : name_(std::move(name)), limits_(options, now_ns) {}
+
+void DownstreamGate::attach(BlockedQueue* q) {
+  std::lock_guard lock(mu_);
+  const std::size_t n = queue_count_.load(std::memory_order_relaxed);
+  if (n == kMaxQueues)  // unreachable: an engine holds at most as many queues
+    throw Error(ErrorCode::capacity, "downstream '" + name_ + "' is called by " +
+                                         std::to_string(kMaxQueues) + " queues already");
+  queues_[n].store(q, std::memory_order_relaxed);
+  // release: a waker that reads the new count sees the queue pointer stored before it.
+  queue_count_.store(n + 1, std::memory_order_release);
+}
+
+DownstreamGate::Decision DownstreamGate::admit(JobId id, std::int64_t now,
+                                               BlockedQueue* q) noexcept {
+  const Admission a = limits_.try_admit(now);
+  if (a.kind == Admission::Kind::admitted) {
+    // The chain: a token or a permit was there for this job; perhaps for the next one too.
+    wake_if_blocked();
+    return {Verdict::admitted, 0, a.kind};
+  }
+  // A permit held for a moment and given back (try_admit's returned_permit) may have refused
+  // another job meanwhile: wake one as a release would.
+  if (a.returned_permit) wake_if_blocked();
+  if (a.kind != Admission::Kind::no_permit && !is_never(a.until_ns)) {
+    // relaxed: leader_ carries no data; blocked()'s fence orders it against the count. The
+    // queue is stored after: changed() may pair a new leader with an old queue, whose promote
+    // then finds no such job and does nothing (the leader runs at its due time).
+    JobId expected = 0;
+    if (leader_.compare_exchange_strong(expected, id, std::memory_order_relaxed)) {
+      leader_queue_.store(q, std::memory_order_release);
+      return {Verdict::lead, a.until_ns, a.kind};
+    }
+  }
+  return {Verdict::block, a.until_ns, a.kind};
+}
+
+void DownstreamGate::blocked(Admission::Kind why) noexcept {
+  blocked_.fetch_add(1, std::memory_order_relaxed);
+  // seq_cst fence: the blocker's side of the hand-off (see the header): our push and count
+  // before the reads of the permits and the leader.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Refused a permit: a release since then would have found us counted, else one is free now.
+  // Refused for time: the leader's stepping down would have found us, else one must lead.
+  const bool wake = why == Admission::Kind::no_permit
+                        ? limits_.permit_free()
+                        : leader_.load(std::memory_order_relaxed) == 0;
+  if (wake) (void)wake_one();
+}
+
+void DownstreamGate::release() noexcept {
+  limits_.release_permit();
+  wake_if_blocked();
+}
+
+void DownstreamGate::forget_leader(JobId id) noexcept {
+  JobId expected = id;
+  // relaxed: see admit.
+  if (leader_.compare_exchange_strong(expected, 0, std::memory_order_relaxed)) wake_if_blocked();
+}
+
+void DownstreamGate::changed() noexcept {
+  (void)wake_one();  // a new permit or rate: the first blocked job tries it
+  const JobId leader = leader_.load(std::memory_order_relaxed);
+  BlockedQueue* q = leader_queue_.load(std::memory_order_acquire);
+  if (leader != 0 && q) q->promote_leader(leader);
+}
+
+void DownstreamGate::wake_if_blocked() noexcept {
+  // seq_cst fence: the waker's side of the hand-off: our release (or stepping down) before the
+  // read of the blocked count.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (blocked_.load(std::memory_order_relaxed) > 0) (void)wake_one();
+}
+
+bool DownstreamGate::wake_one() noexcept {
+  // acquire: pairs with attach's release store of the count.
+  const std::size_t n = queue_count_.load(std::memory_order_acquire);
+  if (n == 0) return false;
+  // relaxed: the cursor only spreads wakes over the queues; any value is correct.
+  const std::size_t start = cursor_.fetch_add(1, std::memory_order_relaxed);
+  for (std::size_t k = 0; k < n; ++k) {
+    BlockedQueue* q = queues_[(start + k) % n].load(std::memory_order_relaxed);
+    if (q->wake_blocked()) {
+      blocked_.fetch_sub(1, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace rail::detail
+
+namespace rail {
+
+const std::string& Downstream::name() const noexcept {
+  return gate_->name();
+}
+
+void Downstream::set_concurrency(std::uint32_t limit) {
+  gate_->limits().set_concurrency(limit);
+  gate_->changed();
+}
+
+void Downstream::set_rate(const std::optional<RateLimit>& rate) {
+  validate(DownstreamOptions{.concurrency = 0, .rate = rate}, gate_->name());
+  gate_->limits().set_rate(rate, core_->now_ns());
+  gate_->changed();
+}
+
+void Downstream::pause_for(Duration d) {
+  if (d.count() < 0)
+    throw Error(ErrorCode::invalid_option,
+                "Downstream('" + gate_->name() + "').pause_for: the duration is negative (" +
+                    std::to_string(d.count()) + " ns); expected 0 or more");
+  gate_->limits().pause_for(core_->now_ns(), d);
+}
+
+DownstreamStats Downstream::stats() const {
+  const std::int64_t now = core_->now_ns();
+  const auto s = gate_->limits().snapshot(now);
+  DownstreamStats out;
+  out.in_flight = s.in_flight;
+  out.concurrency = s.concurrency;
+  out.tokens = s.tokens;
+  if (s.paused_until_ns > now) out.paused_until = TimePoint{Duration{s.paused_until_ns}};
+  out.waiting = static_cast<std::uint64_t>(std::max<std::int64_t>(0, gate_->blocked_count()));
+  return out;
+}
+
+}  // namespace rail

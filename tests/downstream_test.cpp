@@ -1,0 +1,329 @@
+// Downstreams through the public API: a queue's jobs start only as its downstream's concurrency
+// and rate allow, a handler's pushback pauses the downstream without using an attempt, limits
+// change at run time, and a refused job waits without a worker thread. Timed behaviour runs
+// under the manual clock in inline mode (no sleeps); the concurrency budget runs threaded.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "rail/rail.hpp"
+#include "support/inline_engine.hpp"
+
+namespace rail {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// calling(name): queue options whose jobs call downstream `name`.
+QueueOptions calling(const std::string& name) {
+  QueueOptions o;
+  o.downstream = name;
+  return o;
+}
+
+struct DownstreamInline : test::InlineEngine {
+  /// limited(o): a downstream "api" with limits o and a queue "q" that calls it.
+  Queue<int> limited(const DownstreamOptions& o) {
+    engine.downstream("api", o);
+    return engine.queue<int>("q", calling("api"));
+  }
+};
+
+TEST_F(DownstreamInline, ARateOf300PerSecondStartsExactly300InEachSimulatedSecond) {
+  auto q = limited({.rate = RateLimit{.max = 300, .per = 1s, .burst = 300}});
+  std::size_t started = 0;
+  q.process({}, [&](Job<int>& j) {
+    EXPECT_EQ(j.attempt(), 1u) << "waiting for a token used no attempt";
+    ++started;
+  });
+  for (int i = 0; i < 1000; ++i)
+    (void)q.add("call", i);
+  engine.run_until_idle();
+  EXPECT_EQ(started, 300u) << "the full bucket: exactly burst starts at once";
+  for (std::size_t second = 1; second <= 2; ++second) {
+    clock.advance(999ms);
+    engine.run_until_idle();
+    EXPECT_LE(started, 300u * second + 300u);
+    clock.advance(1ms);
+    engine.run_until_idle();
+    EXPECT_EQ(started, 300u * (second + 1)) << "after " << second << " s";
+  }
+  clock.advance(1s);
+  engine.run_until_idle();
+  EXPECT_EQ(started, 1000u);
+  EXPECT_EQ(q.counts().completed, 1000u);
+  EXPECT_EQ(q.counts().failed_attempts, 0u);
+}
+
+TEST_F(DownstreamInline, ATokenAtATimeStartsEachJobAtItsOwnRefill) {
+  // 10 per second, burst 1: one start every 100 ms, each job exactly when its token refills.
+  auto q = limited({.rate = RateLimit{.max = 10, .per = 1s, .burst = 1}});
+  std::vector<Duration> at;
+  q.process({}, [&](Job<int>&) { at.push_back(clock.now().time_since_epoch()); });
+  for (int i = 0; i < 5; ++i)
+    (void)q.add("call", i);
+  replay();
+  ASSERT_EQ(at.size(), 5u);
+  for (std::size_t i = 1; i < at.size(); ++i)
+    EXPECT_EQ(at[i] - at[i - 1], 100ms) << "start " << i;
+  EXPECT_EQ(engine.downstream("api").stats().waiting, 0u);
+}
+
+TEST_F(DownstreamInline, APushbackPausesTheDownstreamForExactlyItsRetryAfterAndUsesNoAttempt) {
+  auto q = limited({.concurrency = 0, .rate = std::nullopt});
+  std::vector<std::pair<int, Duration>> runs;
+  bool pushed = false;
+  q.process({}, [&](Job<int>& j) {
+    runs.emplace_back(j.data(), clock.now().time_since_epoch());
+    if (!pushed) {
+      pushed = true;
+      return Outcome::pushback(2s, "429 from the gateway");
+    }
+    EXPECT_EQ(j.attempt(), 1u) << "job " << j.data() << ": a pushback uses no attempt";
+    return Outcome::done();
+  });
+  const Duration t0 = clock.now().time_since_epoch();
+  (void)q.add("call", 1);
+  engine.run_until_idle();
+  ASSERT_EQ(runs.size(), 1u);
+  (void)q.add("call", 2);
+  (void)q.add("call", 3);
+  engine.run_until_idle();
+  EXPECT_EQ(runs.size(), 1u) << "no job starts while the downstream is paused";
+  clock.advance(2s - 1ns);
+  engine.run_until_idle();
+  EXPECT_EQ(runs.size(), 1u) << "1 ns before the retry-after";
+  clock.advance(1ns);
+  engine.run_until_idle();
+  ASSERT_EQ(runs.size(), 4u);
+  for (std::size_t i = 1; i < runs.size(); ++i)
+    EXPECT_EQ(runs[i].second - t0, 2s) << "job " << runs[i].first;
+  EXPECT_EQ(q.counts().completed, 3u);
+  EXPECT_EQ(q.counts().failed_attempts, 0u);
+  EXPECT_GE(count(EventKind::throttled), 1u);
+}
+
+TEST_F(DownstreamInline, ARateRaisedAtRunTimeTakesEffectAtOnce) {
+  auto q = limited({.rate = RateLimit{.max = 1, .per = 1s, .burst = 1}});
+  std::size_t started = 0;
+  q.process({}, [&](Job<int>&) { ++started; });
+  for (int i = 0; i < 50; ++i)
+    (void)q.add("call", i);
+  engine.run_until_idle();
+  ASSERT_EQ(started, 1u);
+  // The gateway announces a new quota. The bucket keeps what it held (nothing) and refills at
+  // the new rate from now: the next token comes in 10 ms, not in the second the old rate said
+  // (the job waiting on the wheel for that second is brought forward).
+  engine.downstream("api").set_rate(RateLimit{.max = 100, .per = 1s, .burst = 20});
+  engine.run_until_idle();
+  EXPECT_EQ(started, 1u) << "the empty bucket stays empty";
+  clock.advance(10ms);
+  engine.run_until_idle();
+  EXPECT_EQ(started, 2u) << "one token 10 ms after the change";
+  for (int i = 0; i < 48; ++i) {
+    clock.advance(10ms);
+    engine.run_until_idle();
+  }
+  EXPECT_EQ(started, 50u) << "one start per 10 ms";
+}
+
+TEST_F(DownstreamInline, AConcurrencyLoweredAtRunTimeTakesEffectAtTheNextStart) {
+  auto q = limited({.concurrency = 0});
+  auto api = engine.downstream("api");
+  std::size_t started = 0;
+  q.process({}, [&](Job<int>&) {
+    ++started;
+    if (started == 1) api.set_concurrency(1);  // from inside the first handler: it holds 1
+    return Outcome::done();
+  });
+  (void)q.add("call", 1);
+  engine.run_until_idle();
+  EXPECT_EQ(api.stats().concurrency, 1u);
+  EXPECT_EQ(api.stats().in_flight, 0u);
+  for (int i = 0; i < 5; ++i)
+    (void)q.add("call", i);
+  engine.run_until_idle();
+  EXPECT_EQ(started, 6u);
+}
+
+TEST_F(DownstreamInline, CancellingTheJobThatWaitsForTheNextTokenLetsTheOthersGoOn) {
+  // B waits on the wheel for the next token, C waits behind it: with B cancelled, C must still
+  // start when the token comes (someone else takes over B's place on the wheel).
+  auto q = limited({.rate = RateLimit{.max = 1, .per = 1s, .burst = 1}});
+  std::vector<int> ran;
+  q.process({}, [&](Job<int>& j) { ran.push_back(j.data()); });
+  (void)q.add("call", 1);
+  const JobId b = q.add("call", 2).id;
+  (void)q.add("call", 3);
+  engine.run_until_idle();
+  ASSERT_EQ(ran, std::vector<int>{1});
+  EXPECT_EQ(q.state(b).status, JobStatus::delayed) << "B leads: it waits on the timing wheel";
+  ASSERT_TRUE(q.cancel(b));
+  clock.advance(1s);
+  engine.run_until_idle();
+  EXPECT_EQ(ran, (std::vector<int>{1, 3}));
+  EXPECT_EQ(q.counts().cancelled, 1u);
+  EXPECT_EQ(q.counts().waiting, 0u);
+  EXPECT_EQ(q.counts().delayed, 0u);
+}
+
+TEST_F(DownstreamInline, TwoQueuesShareOneRate) {
+  engine.downstream("api", {.rate = RateLimit{.max = 5, .per = 1s, .burst = 5}});
+  auto a = engine.queue<int>("a", calling("api"));
+  auto b = engine.queue<int>("b", calling("api"));
+  std::size_t started = 0;
+  a.process({}, [&](Job<int>&) { ++started; });
+  b.process({}, [&](Job<int>&) { ++started; });
+  for (int i = 0; i < 10; ++i) {
+    (void)a.add("call", i);
+    (void)b.add("call", i);
+  }
+  engine.run_until_idle();
+  EXPECT_EQ(started, 5u);
+  clock.advance(1s);
+  engine.run_until_idle();
+  EXPECT_EQ(started, 10u);
+  clock.advance(1s);
+  engine.run_until_idle();
+  EXPECT_EQ(started, 15u);
+  clock.advance(5s);  // the bucket holds at most its burst: 5 more, not 25
+  engine.run_until_idle();
+  EXPECT_EQ(started, 20u);
+  EXPECT_EQ(a.counts().completed, 10u);
+  EXPECT_EQ(b.counts().completed, 10u);
+}
+
+TEST_F(DownstreamInline, ThrottledEventsSayWhyAndHowLong) {
+  std::vector<std::string> why;
+  engine.on_event([&](const Event& e) {
+    if (e.kind == EventKind::throttled) why.emplace_back(e.error);
+  });
+  auto q = limited({.rate = RateLimit{.max = 1, .per = 1s, .burst = 1}});
+  q.process({}, [](Job<int>&) {});
+  (void)q.add("call", 1);
+  (void)q.add("call", 2);
+  engine.run_until_idle();
+  ASSERT_EQ(count(EventKind::throttled), 1u);
+  EXPECT_EQ(first(EventKind::throttled).delay, 1s);
+  ASSERT_EQ(why.size(), 1u);
+  EXPECT_NE(why[0].find("downstream 'api'"), std::string::npos) << why[0];
+  EXPECT_NE(why[0].find("token"), std::string::npos) << why[0];
+}
+
+TEST_F(DownstreamInline, JobsWaitingAtShutdownAreHandedBackAsLeftovers) {
+  auto q = limited({.rate = RateLimit{.max = 1, .per = 1h, .burst = 1}});
+  q.process({}, [](Job<int>&) {});
+  for (int i = 0; i < 4; ++i)
+    (void)q.add("call", i);
+  engine.run_until_idle();
+  (void)engine.shutdown(0s);
+  const auto left = q.take_leftovers();
+  EXPECT_EQ(left.size(), 3u) << "one ran; the leader and the two behind it never started";
+}
+
+TEST(DownstreamErrors, BadNamesAndOptionsSayWhatIsWrong) {
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+  try {
+    (void)engine.queue<int>("q", calling("nowhere"));
+    FAIL() << "a queue naming an undeclared downstream was declared";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("'nowhere'"), std::string::npos) << e.what();
+  }
+  try {
+    (void)engine.downstream("nowhere");
+    FAIL() << "an undeclared downstream was found";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unknown_downstream);
+  }
+  try {
+    (void)engine.downstream("api", {.rate = RateLimit{.max = 0}});
+    FAIL() << "a rate of 0 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("rate.max"), std::string::npos) << e.what();
+  }
+  auto api = engine.downstream("api", {});
+  EXPECT_THROW(api.pause_for(-1s), Error);
+  EXPECT_THROW(api.set_rate(RateLimit{.max = 1, .per = 0s}), Error);
+}
+
+// --- threaded ------------------------------------------------------------------------------------
+
+// A budget of 3 shared by two queues of 4 workers each: never more than 3 handlers inside,
+// whatever the interleaving (8 threads on 2 cores, yielding inside the handler), and every job
+// runs exactly once.
+TEST(DownstreamThreaded, AConcurrencyOf3SharedByTwoQueuesNeverHasMoreThan3Inside) {
+  for (int round = 0; round < 3; ++round) {
+    Engine engine;
+    engine.downstream("gateway", {.concurrency = 3});
+    auto a = engine.queue<int>("a", calling("gateway"));
+    auto b = engine.queue<int>("b", calling("gateway"));
+    std::atomic<int> inside{0}, high{0};
+    std::atomic<std::uint64_t> ran{0};
+    auto handler = [&](Job<int>&) {
+      const int now = inside.fetch_add(1) + 1;
+      int h = high.load();
+      while (now > h && !high.compare_exchange_weak(h, now)) {
+      }
+      for (int i = 0; i < 3; ++i)
+        std::this_thread::yield();
+      inside.fetch_sub(1);
+      ran.fetch_add(1);
+    };
+    a.process({.concurrency = 4}, handler);
+    b.process({.concurrency = 4}, handler);
+    constexpr int kJobs = 3000;
+    for (int i = 0; i < kJobs; ++i) {
+      ASSERT_EQ(a.add("call", i).status, AddStatus::added);
+      ASSERT_EQ(b.add("call", i).status, AddStatus::added);
+    }
+    ASSERT_TRUE(a.drain(60s));
+    ASSERT_TRUE(b.drain(60s));
+    EXPECT_LE(high.load(), 3) << "round " << round;
+    EXPECT_GE(high.load(), 2) << "round " << round << ": the budget was never used in parallel";
+    EXPECT_EQ(ran.load(), 2u * kJobs);
+    EXPECT_EQ(engine.downstream("gateway").stats().in_flight, 0u);
+    EXPECT_EQ(engine.downstream("gateway").stats().waiting, 0u);
+  }
+}
+
+// Payments' gateway hangs: its 2 permits are held by handlers that do not return. Email has its
+// own downstream and keeps going; the payment jobs refused a permit wait without a thread: the
+// payments queue's other workers stay free (idle), and every payment job runs once the gateway
+// comes back.
+TEST(DownstreamThreaded, AStalledDownstreamDoesNotSlowAnotherOne) {
+  Engine engine;
+  engine.downstream("payments", {.concurrency = 2});
+  engine.downstream("email", {.concurrency = 4});
+  auto pay = engine.queue<int>("pay", calling("payments"));
+  auto mail = engine.queue<int>("mail", calling("email"));
+  std::atomic<bool> gateway_up{false};
+  std::atomic<int> paid{0}, mailed{0};
+  pay.process({.concurrency = 6}, [&](Job<int>&) {
+    while (!gateway_up.load())
+      std::this_thread::yield();
+    paid.fetch_add(1);
+  });
+  mail.process({.concurrency = 4}, [&](Job<int>&) { mailed.fetch_add(1); });
+  for (int i = 0; i < 200; ++i)
+    (void)pay.add("charge", i);
+  for (int i = 0; i < 5000; ++i)
+    (void)mail.add("send", i);
+  ASSERT_TRUE(mail.drain(60s)) << "email stalled behind payments";
+  EXPECT_EQ(mailed.load(), 5000);
+  EXPECT_EQ(paid.load(), 0);
+  const auto c = pay.counts();
+  EXPECT_EQ(c.active, 2u) << "only the 2 permitted handlers hold a thread";
+  EXPECT_EQ(c.waiting + c.delayed, 198u);
+  gateway_up.store(true);
+  ASSERT_TRUE(pay.drain(60s));
+  EXPECT_EQ(paid.load(), 200);
+}
+
+}  // namespace
+}  // namespace rail
