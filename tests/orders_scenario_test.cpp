@@ -5,6 +5,8 @@
 
 #include <sstream>
 
+#include "orders/downstreams_scenario.hpp"
+
 namespace rail::orders {
 namespace {
 
@@ -144,3 +146,24 @@ TEST(OrdersScenario, UnknownScenarioIsAClearError) {
 
 }  // namespace
 }  // namespace rail::orders
+
+// Issue 14's demo: the payments gateway's quota holds (never more starts in any 1 s than the
+// bucket's burst + rate), its concurrency too, and payments finish while the email API hangs
+// with only its 2 permitted handlers holding threads; then every email goes out.
+TEST(DownstreamsScenario, RateLimitedPaymentsFinishWhileAStalledEmailApiWaitsWithoutThreads) {
+  rail::Engine engine;
+  std::ostringstream log;
+  const auto r = rail::orders::run_downstreams(engine, &log);
+  EXPECT_TRUE(r.ok()) << log.str();
+  EXPECT_EQ(r.charged, 60u);
+  EXPECT_EQ(r.mailed, 20u);
+  EXPECT_TRUE(r.payments_done_before_email) << log.str();
+  EXPECT_LE(r.max_in_window, r.bound_in_window) << log.str();
+  EXPECT_LE(r.max_charges_in_flight, 3u);
+  EXPECT_LE(r.mail_active_while_stalled, 2u);
+  EXPECT_EQ(r.mail_waiting_while_stalled + r.mail_active_while_stalled, 20u);
+  // 60 charges at 20/s from a bucket of 5 cannot take less than (60 - 5) / 20 = 2.75 s.
+  ASSERT_EQ(r.charge_starts.size(), 60u);
+  EXPECT_GE(r.charge_starts.back(), std::chrono::milliseconds(2750) - std::chrono::milliseconds(1))
+      << log.str();
+}

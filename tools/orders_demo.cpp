@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "orders/downstreams_scenario.hpp"
 #include "orders/orders_scenario.hpp"
 
 int main(int argc, char** argv) {
@@ -10,8 +11,9 @@ int main(int argc, char** argv) {
   std::string scenario_name = "bullmq";
   app.add_option("--scenario", scenario_name,
                  "bullmq (exponential 500 ms), rabbitmq (fixed 2000 ms) or sqs (visibility timeout "
-                 "2 s, an overrunning handler, maxReceiveCount 3)")
-      ->check(CLI::IsMember({"bullmq", "rabbitmq", "sqs"}));
+                 "2 s, an overrunning handler, maxReceiveCount 3) or downstreams (a rate-limited "
+                 "payments gateway and a hung email API, issue 14)")
+      ->check(CLI::IsMember({"bullmq", "rabbitmq", "sqs", "downstreams"}));
   std::string dlq_journal;
   app.add_option("--dlq-journal", dlq_journal,
                  "keep the DLQ in this journal file (restored on the next run; read it with "
@@ -19,6 +21,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (scenario_name == "downstreams") {
+      rail::Engine engine;
+      std::cout << "rail orders demo - scenario downstreams\n";
+      const bool ok = rail::orders::run_downstreams(engine, &std::cout).ok();
+      engine.shutdown();
+      return ok ? 0 : 1;
+    }
     auto scenario = rail::orders::parse_scenario(scenario_name);
     rail::Engine engine;
     engine.on_event(rail::make_log_observer(std::cout, engine.clock()));
