@@ -36,6 +36,11 @@ int main(int argc, char** argv) {
   app.add_flag("--no-redrives", no_redrives, "do not redrive DLQ entries while workers run");
   bool no_pauses = false;
   app.add_flag("--no-pauses", no_pauses, "do not pause and resume the queue");
+  bool no_downstream = false;
+  app.add_flag("--no-downstream", no_downstream,
+               "the queue calls no downstream (no limits, no pushbacks)");
+  app.add_option("--pushback", c.pushback, "per-delivery Outcome::pushback rate")
+      ->check(CLI::Range(0.0, 1.0));
   int visibility_ms = 50;
   app.add_option("--visibility-ms", visibility_ms, "lease length")->check(CLI::Range(1, 3'600'000));
   app.add_option("--capacity", c.capacity)->check(CLI::Range(1u, 1u << 24));
@@ -45,6 +50,7 @@ int main(int argc, char** argv) {
                "of using the stall budget (BullMQ, the default)");
   CLI11_PARSE(app, argc, argv);
   c.pauses = !no_pauses;
+  c.downstream = !no_downstream;
   c.redrives = !no_redrives;
   if (sqs_stalls) c.stall_policy = rail::StallPolicy::count_as_attempt;
   c.visibility = std::chrono::milliseconds(visibility_ms);

@@ -21,7 +21,7 @@ struct Payload {
   std::uint64_t plan = 0;  // seeds the fate of every delivery
 };
 
-enum class Fate { ok, fail, throw_, permanent, discard, hang };
+enum class Fate { ok, fail, throw_, permanent, discard, hang, pushback };
 
 Fate fate(const Config& c, std::uint64_t plan, std::uint32_t delivery) {
   SplitMix64 r(plan ^ (std::uint64_t{delivery} * 0x9E3779B97F4A7C15ULL));
@@ -31,6 +31,7 @@ Fate fate(const Config& c, std::uint64_t plan, std::uint32_t delivery) {
   if ((x -= c.discard) < 0) return Fate::discard;
   if ((x -= c.throw_) < 0) return Fate::throw_;
   if ((x -= c.fail) < 0) return Fate::fail;
+  if (c.downstream && (x -= c.pushback) < 0) return Fate::pushback;
   return Fate::ok;
 }
 
@@ -40,7 +41,7 @@ Fate fate(const Config& c, std::uint64_t plan, std::uint32_t delivery) {
 constexpr std::uint32_t kMaxDelivery = 16;
 struct Track {
   std::atomic<std::uint8_t> accepted{0}, cancel_accepted{0}, delayed{0};
-  std::atomic<std::uint16_t> started{0}, failed{0}, stalled{0}, late{0};
+  std::atomic<std::uint16_t> started{0}, failed{0}, stalled{0}, late{0}, pushed{0};
   std::atomic<std::uint16_t> completed{0}, dead{0}, cancelled{0}, discarded{0};
   std::atomic<std::uint16_t> completed_delivery{0};
   std::atomic<std::uint16_t> started_mask{0}, stalled_mask{0};  // bit d-1: delivery d
@@ -107,7 +108,7 @@ Report run(const Config& cfg) {
   if (cfg.manual_clock) eo.clock = &manual;
   Engine engine(eo);
   Clock& clock = engine.clock();
-  std::atomic<std::uint64_t> debounced{0};
+  std::atomic<std::uint64_t> debounced{0}, throttled{0};
 
   engine.on_event([&](const Event& e) {
     if (e.job_id == 0) return;
@@ -168,6 +169,11 @@ Report run(const Config& cfg) {
       case EventKind::debounced:
         debounced.fetch_add(1, std::memory_order_relaxed);
         break;
+      case EventKind::throttled:
+        // A pushback ends a delivery (its handler returned); a refusal comes before one.
+        if (e.error.find("pushed back") != std::string_view::npos) bump(t.pushed);
+        throttled.fetch_add(1, std::memory_order_relaxed);
+        break;
       default:
         break;
     }
@@ -180,9 +186,31 @@ Report run(const Config& cfg) {
   qo.defaults.attempts = 3;
   qo.defaults.backoff = Backoff::fixed(1ms).with_jitter(Jitter::full);
   qo.dlq.max_entries = max_id;
+  // The downstream: its concurrency flips between `budget` and 1, its rate between two quotas
+  // and none (the flipper thread below), so the most handlers ever inside is `budget`.
+  const std::uint32_t budget = std::max<std::uint32_t>(1, cfg.workers / 2);
+  std::atomic<std::uint32_t> inside{0}, most_inside{0};
+  if (cfg.downstream) {
+    engine.downstream("soak-api", {.concurrency = budget,
+                                   .rate = RateLimit{.max = 200'000, .per = 1s, .burst = 256}});
+    qo.downstream = "soak-api";
+  }
   auto q = engine.queue<Payload>("soak", qo);
   q.process(WorkerOptions{.concurrency = cfg.workers}, [&](Job<Payload>& j) -> Outcome {
+    struct Inside {  // handlers inside the downstream at once (invariant 6)
+      std::atomic<std::uint32_t>& n;
+      explicit Inside(std::atomic<std::uint32_t>& count, std::atomic<std::uint32_t>& most)
+          : n(count) {
+        const std::uint32_t now = n.fetch_add(1) + 1;
+        std::uint32_t m = most.load();
+        while (now > m && !most.compare_exchange_weak(m, now)) {
+        }
+      }
+      ~Inside() { n.fetch_sub(1); }
+    } in{inside, most_inside};
     switch (fate(cfg, j.data().plan, j.deliveries())) {
+      case Fate::pushback:
+        return Outcome::pushback(1ms, "429 from the soak's downstream");
       case Fate::ok:
         return Outcome::done();
       case Fate::fail:
@@ -252,6 +280,24 @@ Report run(const Config& cfg) {
           if (q.dlq().redrive(e.id) == RedriveStatus::redriven) redrives.fetch_add(1);
         }
       }
+    });
+  }
+  // The downstream's limits flip while jobs run (a gateway announcing new quotas).
+  std::thread flipper;
+  std::atomic<std::uint64_t> limit_changes{0};
+  if (cfg.downstream) {
+    flipper = std::thread([&] {
+      auto api = engine.downstream("soak-api");
+      for (std::uint64_t k = 0; producing.load() && !stopped.load(); ++k) {
+        std::this_thread::sleep_for(3ms);
+        api.set_concurrency(k % 3 == 1 ? 1 : budget);
+        api.set_rate(k % 4 == 3 ? std::nullopt
+                                : std::optional<RateLimit>(RateLimit{
+                                      .max = k % 2 ? 20'000u : 200'000u, .per = 1s, .burst = 64}));
+        limit_changes.fetch_add(1);
+      }
+      api.set_concurrency(budget);
+      api.set_rate(std::nullopt);  // let what is left finish at full speed
     });
   }
   // A shutdown in the middle of the run: producers see Error(shutting_down) and stop; what never
@@ -396,6 +442,7 @@ Report run(const Config& cfg) {
   if (pauser.joinable()) pauser.join();
   if (redriver.joinable()) redriver.join();
   if (stopper.joinable()) stopper.join();
+  if (flipper.joinable()) flipper.join();
   q.resume();
   std::uint64_t handed_back = 0;
   // After a mid-run shutdown: wait for the handlers that were running (a hung one returns once
@@ -475,6 +522,7 @@ Report run(const Config& cfg) {
     rep.late_outcomes += t.late;
     rep.deliveries += t.started;
     rep.failed_attempts += t.failed;
+    rep.pushbacks += t.pushed;
     if (t.delayed) ++rep.delayed;
     if (accounted != lives) continue;
     if (t.cancel_accepted && !t.cancelled)
@@ -496,11 +544,13 @@ Report run(const Config& cfg) {
     if (t.started > kMaxDelivery || t.started_mask != all_n)
       v.add(job() + std::to_string(t.started) + " starts, numbered other than 1.." +
             std::to_string(t.started));
-    const std::uint32_t ended_deliveries = t.failed + (own_budget ? t.stalled.load() : 0u);
+    const std::uint32_t ended_deliveries =
+        t.failed + (own_budget ? t.stalled.load() : 0u) + t.pushed.load();
     if ((t.completed || t.discarded) && ended_deliveries + 1 != t.started)
       v.add(job() + (t.completed ? "completed" : "discarded") + " after " +
             std::to_string(t.started) + " deliveries with " + std::to_string(t.failed) +
-            " failures and " + std::to_string(t.stalled) + " stalls");
+            " failures, " + std::to_string(t.stalled) + " stalls and " + std::to_string(t.pushed) +
+            " pushbacks");
     if (own_budget && t.stalled > static_cast<std::uint32_t>(QueueOptions{}.max_stalls) + 1)
       v.add(job() + std::to_string(t.stalled) + " stalls, past the budget of " +
             std::to_string(QueueOptions{}.max_stalls));
@@ -521,6 +571,12 @@ Report run(const Config& cfg) {
       }
     }
   }
+  if (most_inside.load() > budget && cfg.downstream)
+    v.add(std::to_string(most_inside.load()) + " handlers inside the downstream at once; its " +
+          "concurrency was never above " + std::to_string(budget));
+  rep.most_inside = most_inside.load();
+  rep.throttled = throttled.load();
+  rep.limit_changes = limit_changes.load();
   QueueCounts c = q.counts();
   // A redrive counts as an add of the queue (a new life), not of the producers.
   if (c.added != rep.accepted + redrives.load())
@@ -571,6 +627,16 @@ void print(const Report& r, const Config& c, std::ostream& out) {
       static_cast<unsigned long long>(r.pauses_with_work),
       static_cast<unsigned long long>(r.starts_while_paused));
   out << line;
+  if (c.downstream) {
+    std::snprintf(
+        line, sizeof line,
+        "  downstream: %llu pushbacks, %llu throttled, %llu limit changes, at most %llu "
+        "handlers inside (concurrency %u)\n",
+        static_cast<unsigned long long>(r.pushbacks), static_cast<unsigned long long>(r.throttled),
+        static_cast<unsigned long long>(r.limit_changes),
+        static_cast<unsigned long long>(r.most_inside), std::max<std::uint32_t>(1, c.workers / 2));
+    out << line;
+  }
   std::snprintf(
       line, sizeof line,
       "  debounced %llu, redriven %llu, delayed jobs cancelled at once %llu, handed "

@@ -30,7 +30,10 @@
 //      of them under count_as_attempt; the DLQ entry's attempts, deliveries and stalls equal
 //      what the events said (checked for jobs with one life: a redrive restarts the numbering);
 //   5. a paused queue starts nothing: after pause() returns, a worker may start the one job it
-//      had already taken, and no other until resume().
+//      had already taken, and no other until resume();
+//   6. with a downstream, never more handlers inside it at once than its largest concurrency
+//      limit, however the limits flip; a pushed-back delivery uses no attempt (it counts with
+//      the failed and stalled ones in 4, and the DLQ entry's attempts exclude it).
 // The report also counts what the run exercised (delayed jobs, re-adds, pauses that held back
 // waiting work, debounces, redrives, jobs handed back), so a caller can tell a clean run from one
 // that injected nothing, and states the checker's totals as Jepsen's queue checker does: ok,
@@ -69,6 +72,11 @@ struct Config {
   std::chrono::milliseconds visibility{50};
   StallPolicy stall_policy = StallPolicy::own_budget;  // what a lapsed lease costs
   std::size_t capacity = 8192;
+  // Downstream (issue 14): the queue calls one, whose concurrency (workers / 2) and rate are
+  // flipped at run time by a thread of their own; a handler pushes back (Outcome::pushback,
+  // 1 ms) at this rate per delivery.
+  bool downstream = true;
+  double pushback = 0.003;
 };
 
 struct Report {
@@ -76,6 +84,7 @@ struct Report {
   std::uint64_t duplicates_merged = 0, duplicates_new = 0, stalls = 0, late_outcomes = 0;
   std::uint64_t deliveries = 0, failed_attempts = 0, cancels_accepted = 0, delayed = 0;
   std::uint64_t pauses = 0, pauses_with_work = 0, starts_while_paused = 0;
+  std::uint64_t pushbacks = 0, throttled = 0, limit_changes = 0, most_inside = 0;
   std::uint64_t debounced = 0, redriven = 0, handed_back = 0, delayed_cancelled = 0;
   // The checker's totals: jobs accounted for exactly (ok), with a life that never ended and was
   // not handed back (lost), with more ends than lives (duplicated), and completions that came
