@@ -666,7 +666,14 @@ bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t del
   }
   if (decision.verdict == DownstreamGate::Verdict::block) {
     // Back to waiting (pins - 1) with its index in the blocked ring: still counted waiting.
-    if (!s.ctl.deactivate(token)) return false;
+    if (!s.ctl.deactivate(token)) {
+      // Cancelled meanwhile: deliver goes on with this delivery (ending it unrun), so it keeps
+      // its number (soak: a `started` event numbered 0 when this was missing).
+      s.deliveries.store(
+          static_cast<std::uint16_t>(delivered == 0xFFFF ? delivered : delivered + 1),
+          std::memory_order_relaxed);
+      return false;
+    }
     push_held(*blocked_, idx);
     downstream_->blocked(decision.why);
     return true;

@@ -213,6 +213,35 @@ TEST_F(DownstreamInline, ThrottledEventsSayWhyAndHowLong) {
   EXPECT_NE(why[0].find("token"), std::string::npos) << why[0];
 }
 
+// An observer of `throttled` cancels the job while the worker still holds it (between the
+// refusal and its return to waiting): the job ends cancelled without running, and the delivery
+// the worker then winds up keeps its number (the soak found a `started` numbered 0 here).
+TEST_F(DownstreamInline, AJobCancelledAsItIsRefusedEndsCancelledWithItsDeliveryNumbered) {
+  auto q = limited({.concurrency = 1});
+  JobId victim = 0;
+  engine.on_event([&](const Event& e) {
+    if (e.kind == EventKind::throttled && e.job_id == victim) (void)q.cancel(victim);
+  });
+  int ran = 0;
+  q.process({}, [&](Job<int>& j) {
+    ++ran;
+    if (j.data() == 1) {
+      victim = q.add("call", 2).id;  // refused: the one permit is ours
+      engine.run_until_idle();       // re-entered: runs what is ready (the victim) now
+    }
+  });
+  (void)q.add("call", 1);
+  engine.run_until_idle();
+  EXPECT_EQ(ran, 1) << "the cancelled job must not run";
+  EXPECT_EQ(q.state(victim).status, JobStatus::cancelled);
+  for (const auto& e : of(EventKind::started, victim))
+    EXPECT_EQ(e.deliveries, 1u) << "a start is numbered from 1";
+  const auto c = q.counts();
+  EXPECT_EQ(c.waiting + c.active + c.delayed, 0u);
+  EXPECT_EQ(c.cancelled, 1u);
+  EXPECT_EQ(c.completed, 1u);
+}
+
 TEST_F(DownstreamInline, JobsWaitingAtShutdownAreHandedBackAsLeftovers) {
   auto q = limited({.rate = RateLimit{.max = 1, .per = 1h, .burst = 1}});
   q.process({}, [](Job<int>&) {});
