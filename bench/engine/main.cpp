@@ -49,6 +49,10 @@ void print_ratios() {
        add, 0},
       {"feature cost: dedup ids vs plain add", case_name("rail", "add+dedup", 1, 2), add, 0},
       {"feature cost: event observer vs plain add", case_name("rail", "add+events", 1, 2), add, 0},
+      {"feature cost: downstream permit vs plain add", case_name("rail", "add+permit", 1, 2), add,
+       0},
+      {"feature cost: downstream rate + permit vs plain add", case_name("rail", "add+rate", 1, 2),
+       add, 0},
   };
   std::fprintf(stderr, "\nengine throughput ratios (median jobs/s of each benchmark, same run)\n");
   for (const Ratio& row : rows) {

@@ -8,6 +8,10 @@
 //                  the retry goes straight back to the ready ring) and completes on the second
 //   add+dedup      every job carries a unique dedup id (no ttl: held until the job ends)
 //   add+events     an observer (one relaxed atomic increment) sees every event
+//   add+permit     the queue calls a downstream whose concurrency equals the workers: every
+//                  job takes and gives back a permit, none waits (the permit's own cost)
+//   add+rate       the queue calls a downstream with a rate too high to bind (10^9/s, burst
+//                  2^20): every job takes a token and a permit, none waits
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,7 +30,7 @@ struct NoOp {
   std::uint64_t seq = 0;
 };
 
-enum class Feature { none, failures, dedup, events };
+enum class Feature { none, failures, dedup, events, permit, rate };
 
 struct RailCase {
   int producers;
@@ -93,7 +97,17 @@ void add_one(rail::Queue<NoOp>& q, const rail::JobOptions& o, std::uint64_t seq,
 void rail_throughput(benchmark::State& state, const std::string& name, RailCase c) {
   const Config& cfg = config();
   rail::Engine engine;
-  auto q = engine.queue<NoOp>("bench", rail::QueueOptions{.capacity = cfg.capacity});
+  rail::QueueOptions qo;
+  qo.capacity = cfg.capacity;
+  if (c.feature == Feature::permit || c.feature == Feature::rate) {
+    rail::DownstreamOptions d{.concurrency = static_cast<std::uint32_t>(c.workers)};
+    if (c.feature == Feature::rate)
+      d.rate = rail::RateLimit{
+          .max = 1'000'000'000, .per = std::chrono::seconds(1), .burst = std::uint64_t{1} << 20};
+    engine.downstream("api", d);
+    qo.downstream = "api";
+  }
+  auto q = engine.queue<NoOp>("bench", qo);
   CompletionLatch latch;
   AddStats stats;
   std::atomic<std::uint64_t> events{0};
@@ -194,6 +208,8 @@ void register_rail_extras() {
   add(case_name("rail", "add+fail10%", 1, 2), {1, 2, 0, Feature::failures});
   add(case_name("rail", "add+dedup", 1, 2), {1, 2, 0, Feature::dedup});
   add(case_name("rail", "add+events", 1, 2), {1, 2, 0, Feature::events});
+  add(case_name("rail", "add+permit", 1, 2), {1, 2, 0, Feature::permit});
+  add(case_name("rail", "add+rate", 1, 2), {1, 2, 0, Feature::rate});
 }
 
 }  // namespace bench
