@@ -35,7 +35,10 @@ DownstreamGate::Decision DownstreamGate::admit(JobId id, std::int64_t now,
   // A permit held for a moment and given back (try_admit's returned_permit) may have refused
   // another job meanwhile: wake one as a release would.
   if (a.returned_permit) wake_if_blocked();
-  if (a.kind != Admission::Kind::no_permit && !is_never(a.until_ns)) {
+  // A refusal due never (paused for good) leads too: it parks on the wheel, and the others wait
+  // behind it. Were it blocked instead, each refused job would find no leader and wake itself:
+  // refused, blocked, woken, refused, forever (review: run_until_idle never returned).
+  if (a.kind != Admission::Kind::no_permit) {
     // relaxed: leader_ carries no data; blocked()'s fence orders it against the count. The
     // queue is stored after: changed() may pair a new leader with an old queue, whose promote
     // then finds no such job and does nothing (the leader runs at its due time).

@@ -413,7 +413,13 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   const auto a = s.ctl.activate();
   if (a.result != SlotControl<>::Activation::active) {
     s.deliveries.store(delivered, std::memory_order_relaxed);
-    if (a.result == SlotControl<>::Activation::cancelled) reclaim_cancelled(idx);
+    if (a.result == SlotControl<>::Activation::cancelled) {
+      reclaim_cancelled(idx);
+      // Woken from the blocked ring, it took a wake it cannot use: hand it on (review: a
+      // cancelled job behind a cancelled leader stranded the rest).
+      if (downstream_) [[unlikely]]
+        downstream_->pass_wake();
+    }
     return false;  // taken: handed back by take_leftovers after shutdown; drop the index
   }
   // seq_cst: with activate's CAS and shutdown's store, in one order (see SlotControl::activate):
@@ -701,7 +707,7 @@ void JobFlow::note_throttled(const JobSlot& s, std::int64_t now, std::int64_t un
 
 bool JobFlow::wake_blocked() noexcept {
   std::uint32_t idx;
-  if (!blocked_ || !blocked_->try_pop(idx)) return false;
+  if (!blocked_ || dispatch_.paused() || !blocked_->try_pop(idx)) return false;
   dispatch_.requeue(idx);
   return true;
 }
@@ -1020,6 +1026,14 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   ended(id, std::move(settled));  // an add kept while the job ran before a lapse requeued it
 }
 
+bool JobFlow::pause_and_wait(Duration timeout) {
+  // Paused first, so that the wake is handed on before the wait (unless the call is refused:
+  // Dispatcher::pause_and_wait throws would_deadlock there without pausing).
+  if (downstream_ && current_delivery() != this && !core_.in_timer_context()) [[unlikely]]
+    pause();
+  return dispatch_.pause_and_wait(timeout);
+}
+
 bool JobFlow::retime(JobId id, std::int64_t due) {
   // As the wheel's owner: the timer is unlinked and relinked (or fired) in one step, so an
   // earlier due time takes effect at once rather than when the old timer would have fired.
@@ -1034,7 +1048,13 @@ bool JobFlow::retime(JobId id, std::int64_t due) {
         // The id is re-read after the word: retime's CAS against c fails if the slot moved on.
         if (ctl::state(c) != SlotState::delayed || s.id.load(std::memory_order_relaxed) != id)
           break;
-        if (timers_.retime(i, c, std::max(due, now), now, wheel, *this)) return true;
+        if (timers_.retime(i, c, std::max(due, now), now, wheel, *this)) {
+          // Due later than now: if it led its downstream's waiting jobs, it no longer waits for
+          // their token; another leads (review: a leader parked by change_delay held them). Due
+          // now, it fired above and stepped down in timer_fired.
+          if (due > now) stepped_aside(id);
+          return true;
+        }
         // The CAS failed: a stale handler unpinned (the job is still delayed: try again), or
         // the job moved on (the loop ends).
       }

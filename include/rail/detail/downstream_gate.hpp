@@ -22,7 +22,10 @@
 //   waker:   release the permit (or step down as leader), fence, then if blocked_ > 0, wake one.
 // Either the blocker sees the free permit (or the absent leader), or the waker sees the count.
 // A wake may find a job that no longer needs it (woken, refused again: one extra delivery).
-// A leader cancelled on the wheel steps down in its cancel (forget_leader) and wakes one.
+// A leader cancelled on the wheel steps down in its cancel (forget_leader) and wakes one; so
+// does a leader whose due time moves later (change_delay, a debounce). A wake that reaches a
+// cancelled job is handed on (pass_wake); a paused queue takes no wake (its jobs stay blocked)
+// and hands one on when it pauses and when it resumes.
 //
 // Memory ordering: the blocked rings are MpmcRings (push release, pop acquire); the requeue into
 // the ready ring hands the slot on as any ready push does. leader_ and blocked_ carry no data
@@ -46,7 +49,8 @@ namespace rail::detail {
 class BlockedQueue {
  public:
   /// wake_blocked(): moves one job of this queue's blocked ring to its ready ring; false when
-  /// the ring is empty.
+  /// the ring is empty or the queue is paused (a job woken into a paused queue would hold the
+  /// wake, and another queue's jobs at the gate would wait for its resume).
   virtual bool wake_blocked() noexcept = 0;
   /// promote_leader(id): the gate's limits changed: job `id`, delayed as the gate's leader,
   /// runs now (Queue::promote).
@@ -91,6 +95,9 @@ class DownstreamGate {
   void release() noexcept;
   /// forget_leader(id): job `id` left the wheel without being delivered (cancelled, taken).
   void forget_leader(JobId id) noexcept;
+  /// pass_wake(): a wake this caller received went to a job that cannot use it (cancelled, or in
+  /// a queue that was paused meanwhile): hand it on, as a release would (the waker's side).
+  void pass_wake() noexcept { wake_if_blocked(); }
   /// changed(): the limits changed at run time: wake a blocked job and promote the leader, so
   /// that a higher limit takes effect at once.
   void changed() noexcept;
