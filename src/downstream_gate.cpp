@@ -97,10 +97,7 @@ bool DownstreamGate::wake_one() noexcept {
   const std::size_t start = cursor_.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t k = 0; k < n; ++k) {
     BlockedQueue* q = queues_[(start + k) % n].load(std::memory_order_relaxed);
-    if (q->wake_blocked()) {
-      blocked_.fetch_sub(1, std::memory_order_relaxed);
-      return true;
-    }
+    if (q->wake_blocked(blocked_)) return true;
   }
   return false;
 }

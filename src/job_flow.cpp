@@ -705,9 +705,10 @@ void JobFlow::note_throttled(const JobSlot& s, std::int64_t now, std::int64_t un
   core_.emit(e);
 }
 
-bool JobFlow::wake_blocked() noexcept {
+bool JobFlow::wake_blocked(std::atomic<std::int64_t>& blocked) noexcept {
   std::uint32_t idx;
   if (!blocked_ || dispatch_.paused() || !blocked_->try_pop(idx)) return false;
+  blocked.fetch_sub(1, std::memory_order_relaxed);  // relaxed: a figure (see the gate's fences)
   dispatch_.requeue(idx);
   return true;
 }

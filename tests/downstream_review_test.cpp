@@ -160,5 +160,199 @@ TEST_F(Review, ALeaderDebouncedLaterStepsDown) {
   EXPECT_EQ(ran, (std::vector<int>{1, 3, 20}));
 }
 
+// --- threaded ------------------------------------------------------------------------------------
+
+/// until(pred, limit): polls pred (yielding) until it holds or `limit` of real time passed.
+template <class Pred>
+bool until(Pred pred, Duration limit = 60s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// A budget of 1: job 0 holds the permit; jobs 1 and 2 wait in the blocked ring, in that order.
+// Job 1 is cancelled. Job 0's release wakes the first blocked job, job 1, whose delivery only
+// reclaims its slot: the wake ended there, and job 2 waited forever with the permit free.
+TEST(ReviewThreaded, AWakeThatReachesACancelledJobIsHandedOn) {
+  Engine engine;
+  auto api = engine.downstream("api", {.concurrency = 1});
+  auto q = engine.queue<int>("q", calling("api"));
+  std::atomic<bool> hold{true}, holding{false};
+  std::atomic<int> ran{0};
+  q.process({.concurrency = 3}, [&](Job<int>& j) {
+    if (j.data() == 0) {
+      holding.store(true);
+      while (hold.load())
+        std::this_thread::yield();
+    }
+    ran.fetch_add(1);
+  });
+  (void)q.add("call", 0);
+  ASSERT_TRUE(until([&] { return holding.load(); }));
+  const JobId first = q.add("call", 1).id;
+  ASSERT_TRUE(until([&] { return api.stats().waiting == 1; }));
+  (void)q.add("call", 2);
+  ASSERT_TRUE(until([&] { return api.stats().waiting == 2; }));
+  ASSERT_TRUE(q.cancel(first));
+  hold.store(false);
+  EXPECT_TRUE(q.drain(20s)) << "job 2 was left in the blocked ring with the permit free";
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_EQ(api.stats().waiting, 0u);
+  EXPECT_EQ(api.stats().in_flight, 0u);
+}
+
+// Three queues share one downstream (concurrency and rate) under 2 producers, a canceller and a
+// thread that flips the limits, pauses and resumes a queue and pauses the downstream, with 9
+// workers (12+ threads on 2 cores). Handlers push back now and then; queue c's leases lapse now
+// and then (a stale handler and the redelivery both hold permits). Every job must end exactly
+// once (completed jobs ran their handler to `done` exactly once, except c's, whose stale
+// handlers may also have returned), the gauges must return to 0 and the permits be all back.
+TEST(ReviewThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
+  const int rounds = 3;
+  for (int round = 0; round < rounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::mt19937_64 seed_rng(0x5eed0000 + round);
+    Engine engine;
+    auto gw = engine.downstream("gw", {.concurrency = 3,
+                                       .rate = RateLimit{.max = 20'000, .per = 1s, .burst = 40}});
+    QueueOptions leased = calling("gw");
+    leased.visibility_timeout = 3ms;
+    leased.max_stalls = 10'000;
+    auto a = engine.queue<int>("a", calling("gw"));
+    auto b = engine.queue<int>("b", calling("gw"));
+    auto c = engine.queue<int>("c", leased);
+    constexpr int kPerProducer = 2500;
+    constexpr int kJobs = 2 * kPerProducer;
+    std::vector<std::atomic<int>> done(kJobs);
+    std::atomic<int> inside{0}, high{0};
+    auto handler = [&](Job<int>& j) -> Outcome {
+      const int now = inside.fetch_add(1) + 1;
+      int h = high.load();
+      while (now > h && !high.compare_exchange_weak(h, now)) {
+      }
+      const std::uint64_t r = static_cast<std::uint64_t>(j.id()) * 0x9E3779B97F4A7C15ull;
+      Outcome out = Outcome::done();
+      if (j.deliveries() == 1 && r % 50 == 0) out = Outcome::pushback(std::chrono::microseconds(300));
+      if (j.queue() == "c" && j.deliveries() == 1 && r % 40 == 1) {
+        // Outlive the lease: the job is redelivered while this handler holds its permit.
+        const auto until = std::chrono::steady_clock::now() + 6ms;
+        while (std::chrono::steady_clock::now() < until)
+          std::this_thread::yield();
+      }
+      for (int i = 0; i < 2; ++i)
+        std::this_thread::yield();
+      inside.fetch_sub(1);
+      if (out.kind() == Outcome::Kind::done) done[j.data()].fetch_add(1);
+      return out;
+    };
+    a.process({.concurrency = 3}, handler);
+    b.process({.concurrency = 3}, handler);
+    c.process({.concurrency = 3}, handler);
+    Queue<int>* queues[3] = {&a, &b, &c};
+    std::vector<std::atomic<JobId>> ids(kJobs);
+    std::vector<std::atomic<int>> where(kJobs);
+    std::atomic<int> producers_left{2};
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> threads;
+    for (int p = 0; p < 2; ++p) {
+      threads.emplace_back([&, p, s = seed_rng()] {
+        std::mt19937_64 rng(s);
+        for (int i = 0; i < kPerProducer; ++i) {
+          const int data = p * kPerProducer + i;
+          const int qi = static_cast<int>(rng() % 3);
+          JobOptions o;
+          if (rng() % 8 == 0) o.delay = std::chrono::microseconds(rng() % 2000);
+          const auto added = queues[qi]->add("call", data, o);
+          ASSERT_EQ(added.status, AddStatus::added);
+          where[data].store(qi);
+          ids[data].store(added.id);
+          if (rng() % 64 == 0) std::this_thread::yield();
+        }
+        producers_left.fetch_sub(1);
+      });
+    }
+    std::atomic<int> cancels{0};
+    threads.emplace_back([&, s = seed_rng()] {
+      std::mt19937_64 rng(s);
+      while (producers_left.load() > 0) {
+        const int data = static_cast<int>(rng() % kJobs);
+        const JobId id = ids[data].load();
+        if (id != 0 && queues[where[data].load()]->cancel(id)) cancels.fetch_add(1);
+        std::this_thread::yield();
+      }
+    });
+    threads.emplace_back([&, s = seed_rng()] {
+      std::mt19937_64 rng(s);
+      while (producers_left.load() > 0 && !stop.load()) {
+        switch (rng() % 6) {
+          case 0: {
+            const auto limit = static_cast<std::uint32_t>(1 + rng() % 4);
+            gw.set_concurrency(limit);
+            break;
+          }
+          case 1:
+            if (rng() % 3 == 0) {
+              gw.set_rate(std::nullopt);
+            } else {
+              gw.set_rate(RateLimit{.max = 5'000 + rng() % 20'000, .per = 1s,
+                                    .burst = 1 + rng() % 50});
+            }
+            break;
+          case 2:
+            queues[rng() % 3]->pause();
+            break;
+          case 3:
+            for (auto* q : queues)
+              q->resume();
+            break;
+          case 4:
+            gw.pause_for(std::chrono::microseconds(rng() % 500));
+            break;
+          default:
+            break;
+        }
+        std::this_thread::yield();
+      }
+    });
+    for (auto& t : threads)
+      t.join();
+    for (auto* q : queues)
+      q->resume();
+    gw.set_concurrency(4);
+    gw.set_rate(std::nullopt);
+    for (auto* q : queues)
+      ASSERT_TRUE(q->drain(60s)) << q->name() << ": " << q->counts().waiting << " waiting, "
+                                 << q->counts().delayed << " delayed, " << q->counts().active
+                                 << " active; gate waiting " << gw.stats().waiting;
+    EXPECT_LE(high.load(), 4) << "the highest limit set was 4";
+    std::uint64_t ended = 0;
+    for (auto* q : queues) {
+      const auto n = q->counts();
+      EXPECT_EQ(n.waiting + n.delayed + n.active, 0u) << q->name();
+      ended += n.completed + n.cancelled + n.dead_lettered;
+      EXPECT_EQ(n.dead_lettered, 0u) << q->name();
+    }
+    EXPECT_EQ(ended, static_cast<std::uint64_t>(kJobs));
+    EXPECT_EQ(gw.stats().waiting, 0u);
+    EXPECT_EQ(gw.stats().in_flight, 0u);
+    for (int d = 0; d < kJobs; ++d) {
+      const auto st = queues[where[d].load()]->state(ids[d].load()).status;
+      if (st == JobStatus::completed) {
+        if (where[d].load() == 2) {
+          EXPECT_GE(done[d].load(), 1) << "job " << d;
+        } else {
+          EXPECT_EQ(done[d].load(), 1) << "job " << d;
+        }
+      } else {
+        EXPECT_EQ(st, JobStatus::cancelled) << "job " << d;
+        EXPECT_LE(done[d].load(), where[d].load() == 2 ? 2 : 1) << "job " << d;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rail

@@ -51,7 +51,10 @@ class BlockedQueue {
   /// wake_blocked(): moves one job of this queue's blocked ring to its ready ring; false when
   /// the ring is empty or the queue is paused (a job woken into a paused queue would hold the
   /// wake, and another queue's jobs at the gate would wait for its resume).
-  virtual bool wake_blocked() noexcept = 0;
+  /// `blocked` (the gate's count) is decremented between the pop and the requeue, so that a job
+  /// that runs and ends at once is never still counted once its queue drained (review: stats()
+  /// showed 1 waiting after drain() had returned).
+  virtual bool wake_blocked(std::atomic<std::int64_t>& blocked) noexcept = 0;
   /// promote_leader(id): the gate's limits changed: job `id`, delayed as the gate's leader,
   /// runs now (Queue::promote).
   virtual void promote_leader(JobId id) noexcept = 0;

@@ -417,7 +417,7 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   void timer_fired(std::uint32_t idx, std::int64_t now) noexcept final;
 
   // BlockedQueue: jobs refused by the queue's downstream (downstream_gate.hpp).
-  bool wake_blocked() noexcept final;
+  bool wake_blocked(std::atomic<std::int64_t>& blocked) noexcept final;
   void promote_leader(JobId id) noexcept final;
   /// throttle(idx, token, delivered, decision, now, wc): the gate refused the job deliver just
   /// activated (delivery `token`, whose count was `delivered` before): it waits, unstarted and
