@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -158,6 +159,148 @@ TEST_F(Review, ALeaderDebouncedLaterStepsDown) {
   clock.advance(1h);
   engine.run_until_idle();
   EXPECT_EQ(ran, (std::vector<int>{1, 3, 20}));
+}
+
+// A randomized run under the manual clock: three queues on one downstream, adds (delayed,
+// debounced, merged), cancels, pauses and resumes, promotes and change_delays, pushbacks, retries,
+// rate changes and downstream pauses, time advancing in random steps. Then everything resumes and
+// time runs until no timer is left: every job must have ended (none stranded in a blocked ring),
+// each completed one ran to `done` once, the gauges read 0 and the downstream holds nothing.
+// With a fixed rate (fixed = true: no set_rate), no window of `per` saw more than burst + max
+// starts.
+void fuzz_inline(std::uint64_t seed, bool fixed) {
+  SCOPED_TRACE("seed " + std::to_string(seed) + (fixed ? " fixed rate" : " rate changes"));
+  std::mt19937_64 rng(seed);
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+  const RateLimit rate{.max = 1 + rng() % 20, .per = 100ms, .burst = 1 + rng() % 5};
+  auto gw = engine.downstream("gw", {.concurrency = static_cast<std::uint32_t>(rng() % 3),
+                                     .rate = rate});
+  std::vector<Queue<int>> queues;
+  for (const char* name : {"a", "b", "c"})
+    queues.push_back(engine.queue<int>(name, calling("gw")));
+  std::vector<std::pair<int, JobId>> jobs;  // (queue, id) of each job made
+  std::map<JobId, int> done;
+  std::vector<std::int64_t> starts;
+  for (auto& q : queues) {
+    q.process({}, [&](Job<int>& j) -> Outcome {
+      starts.push_back(clock.now().time_since_epoch().count());
+      const std::uint64_t r = rng() % 100;
+      if (r < 6) return Outcome::pushback(std::chrono::milliseconds(rng() % 300));
+      if (r < 12) return Outcome::retry_after(std::chrono::milliseconds(rng() % 200), "again");
+      ++done[j.id()];
+      return Outcome::done();
+    });
+  }
+  for (int step = 0; step < 400; ++step) {
+    const std::size_t qi = rng() % queues.size();
+    auto& q = queues[qi];
+    switch (rng() % 12) {
+      case 0:
+      case 1:
+      case 2: {
+        JobOptions o;
+        o.attempts = 1000;
+        if (rng() % 4 == 0) o.delay = std::chrono::milliseconds(rng() % 500);
+        if (rng() % 4 == 0) {
+          o.dedup.id = "k" + std::to_string(rng() % 4);
+          o.dedup.ttl = std::chrono::milliseconds(1 + rng() % 1000);
+          o.dedup.mode = rng() % 2 ? DedupMode::debounce : DedupMode::merge;
+        }
+        const auto added = q.add("call", 0, o);
+        if (added.status == AddStatus::added) jobs.emplace_back(static_cast<int>(qi), added.id);
+        break;
+      }
+      case 3:
+        if (!jobs.empty()) {
+          const auto& [jq, id] = jobs[rng() % jobs.size()];
+          (void)queues[jq].cancel(id);
+        }
+        break;
+      case 4:
+        q.pause();
+        break;
+      case 5:
+        q.resume();
+        break;
+      case 6:
+        if (!jobs.empty()) {
+          const auto& [jq, id] = jobs[rng() % jobs.size()];
+          if (rng() % 2) {
+            (void)queues[jq].promote(id);
+          } else {
+            (void)queues[jq].change_delay(id, std::chrono::milliseconds(rng() % 700));
+          }
+        }
+        break;
+      case 7:
+        if (!fixed) {
+          if (rng() % 4 == 0) {
+            gw.set_rate(std::nullopt);
+          } else {
+            gw.set_rate(RateLimit{.max = 1 + rng() % 20, .per = 100ms, .burst = 1 + rng() % 5});
+          }
+        }
+        break;
+      case 8:
+        gw.pause_for(std::chrono::milliseconds(rng() % 200));
+        break;
+      case 9:
+        if (!fixed) gw.set_concurrency(static_cast<std::uint32_t>(rng() % 3));
+        break;
+      default:
+        clock.advance(std::chrono::milliseconds(rng() % 60));
+        break;
+    }
+    engine.run_until_idle();
+  }
+  for (auto& q : queues)
+    q.resume();
+  engine.run_until_idle();
+  while (auto next = engine.next_timer_in()) {
+    clock.advance(std::max<Duration>(*next, 1ns));
+    engine.run_until_idle();
+  }
+  std::uint64_t ended = 0;
+  for (auto& q : queues) {
+    const auto n = q.counts();
+    EXPECT_EQ(n.waiting, 0u) << q.name() << ": stranded";
+    EXPECT_EQ(n.delayed, 0u) << q.name();
+    EXPECT_EQ(n.active, 0u) << q.name();
+    ended += n.completed + n.cancelled + n.dead_lettered;
+  }
+  EXPECT_EQ(ended, jobs.size());
+  EXPECT_EQ(gw.stats().waiting, 0u);
+  EXPECT_EQ(gw.stats().in_flight, 0u);
+  for (const auto& [jq, id] : jobs) {
+    const auto st = queues[jq].state(id).status;
+    if (st == JobStatus::completed) {
+      EXPECT_EQ(done[id], 1) << "job " << id;
+    }
+  }
+  if (fixed) {
+    const std::int64_t per = Duration{100ms}.count();
+    const std::size_t bound = rate.burst + rate.max;
+    for (std::size_t i = 0, j = 0; i < starts.size(); ++i) {
+      while (j < starts.size() && starts[j] <= starts[i] + per)
+        ++j;
+      ASSERT_LE(j - i, bound) << "starts in [" << starts[i] << ", +" << per << "]";
+    }
+  }
+}
+
+TEST(ReviewFuzz, InlineWithAFixedRate) {
+  for (std::uint64_t seed = 1; seed <= 150; ++seed) {
+    fuzz_inline(seed, true);
+    if (HasFailure()) return;
+  }
+}
+
+TEST(ReviewFuzz, InlineWithRateChanges) {
+  for (std::uint64_t seed = 1; seed <= 150; ++seed) {
+    fuzz_inline(seed, false);
+    if (HasFailure()) return;
+  }
 }
 
 // --- threaded ------------------------------------------------------------------------------------
