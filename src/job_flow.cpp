@@ -497,7 +497,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   if (leased) LeaseTracker::release(wc.record);
   // The permit counts handlers inside the downstream: given back as this one returns, before
   // its outcome is applied (which may wait for nothing, but a retry's backoff is not a call).
-  if (permit) downstream_->release();
+  if (permit) downstream_->release(core_.now_ns());
   finish(idx, token, std::move(out), wc, job.started_at_, job.deliveries_);
   // After finish() returned the slot to the free list (final_end): once counts() shows the
   // attempt ended (drain() returns), the slot is free for the next add.
@@ -721,12 +721,17 @@ void JobFlow::promote_leader(JobId id) noexcept {
 }
 
 void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
-  // The gate's leader is ready again: it steps down now, not when a worker delivers it, so that
-  // a paused queue or busy workers cannot hold up another queue's jobs waiting at the gate.
-  if (downstream_) downstream_->forget_leader(slots_[idx].id.load(std::memory_order_relaxed));
+  // Read before the push: from then on a worker may take the slot (and end its job).
+  const JobId id = slots_[idx].id.load(std::memory_order_relaxed);
   if (core_.observed()) emit(EventKind::retry_due, slots_[idx], now);
   dispatch_.push_ready(idx);  // into `waiting` (counted there) ...
   stats_.add(kFromDelayed);   // ... before out of `delayed`: see counts()
+  // The gate's leader is ready again: it steps down now, not when a worker delivers it, so that
+  // a paused queue or busy workers cannot hold up another queue's jobs waiting at the gate. After
+  // its push: the job this wakes is behind it in the ready ring, so that the leader, first in
+  // line, takes the token it waited for (review: the woken job took it, and the leader, refused,
+  // led again, each time, for as long as others waited).
+  if (downstream_) downstream_->forget_leader(id);
 }
 
 void JobFlow::timer_reclaim(std::uint32_t idx) noexcept {

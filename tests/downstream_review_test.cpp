@@ -161,6 +161,32 @@ TEST_F(Review, ALeaderDebouncedLaterStepsDown) {
   EXPECT_EQ(ran, (std::vector<int>{1, 3, 20}));
 }
 
+// The leader steps down when its token comes and wakes the first blocked job, which reached the
+// ready ring before the leader itself: that job took the token, the leader was refused and led
+// again. And every handler's return (a permit released, though the downstream has no
+// concurrency limit) and every admission woke one more, refused, to the back of the blocked ring.
+// So the leader ran only once nobody else waited, and the oldest blocked jobs went round the ring
+// behind newer ones: with one new job per token they ran last. One token at a time, the jobs
+// start in the order they were added.
+TEST_F(Review, TheLeaderIsNotOvertakenByTheJobsItWakes) {
+  engine.downstream("api", {.rate = RateLimit{.max = 10, .per = 1s, .burst = 1}});
+  auto q = engine.queue<int>("q", calling("api"));
+  std::vector<int> order;
+  q.process({}, [&](Job<int>& j) { order.push_back(j.data()); });
+  for (int i = 0; i < 5; ++i)
+    (void)q.add("call", i);
+  engine.run_until_idle();
+  for (int i = 5; i < 30; ++i) {  // one more job per token
+    clock.advance(100ms);
+    (void)q.add("call", i);
+    engine.run_until_idle();
+  }
+  replay();
+  ASSERT_EQ(order.size(), 30u);
+  for (std::size_t k = 0; k < order.size(); ++k)
+    EXPECT_EQ(order[k], static_cast<int>(k)) << "start " << k << ": a job was overtaken";
+}
+
 // A randomized run under the manual clock: three queues on one downstream, adds (delayed,
 // debounced, merged), cancels, pauses and resumes, promotes and change_delays, pushbacks, retries,
 // rate changes and downstream pauses, time advancing in random steps. Then everything resumes and

@@ -94,8 +94,8 @@ class DownstreamGate {
   /// blocked(why): the caller pushed a job refused for `why` into its blocked ring (the
   /// blocker's side).
   void blocked(Admission::Kind why) noexcept;
-  /// release(): a handler admitted here returned (the waker's side).
-  void release() noexcept;
+  /// release(now): a handler admitted here returned at `now` (the waker's side).
+  void release(std::int64_t now) noexcept;
   /// forget_leader(id): job `id` left the wheel without being delivered (cancelled, taken).
   void forget_leader(JobId id) noexcept;
   /// pass_wake(): a wake this caller received went to a job that cannot use it (cancelled, or in
@@ -115,6 +115,11 @@ class DownstreamGate {
   bool wake_one() noexcept;
   /// wake_if_blocked(): the waker's side: fence, then wake one if any is blocked.
   void wake_if_blocked() noexcept;
+  /// wake_if_useful(now, or_leaderless): wake_if_blocked, if the job woken could start at `now`
+  /// (a permit and a token there, no pause), or, with or_leaderless, if no job leads (the woken
+  /// one will, if refused for time). Both read after the fence. A wake that no job can use sends
+  /// the job it wakes to the back of the blocked ring, behind jobs that came after it.
+  void wake_if_useful(std::int64_t now, bool or_leaderless) noexcept;
 
   const std::string name_;
   DownstreamLimits limits_;
