@@ -497,7 +497,15 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   if (leased) LeaseTracker::release(wc.record);
   // The permit counts handlers inside the downstream: given back as this one returns, before
   // its outcome is applied (which may wait for nothing, but a retry's backoff is not a call).
-  if (permit) downstream_->release(core_.now_ns());
+  if (permit) {
+    const std::int64_t end = core_.now_ns();
+    // A 429 pauses the downstream before the permit goes back: the release may wake a job, and
+    // another worker must not admit it into the pause (finish() extends the pause to the job's
+    // own due time).
+    if (out.kind() == Outcome::Kind::pushback) [[unlikely]]
+      downstream_->limits().pause_for(end, out.delay());
+    downstream_->release(end);
+  }
   finish(idx, token, std::move(out), wc, job.started_at_, job.deliveries_);
   // After finish() returned the slot to the free list (final_end): once counts() shows the
   // attempt ended (drain() returns), the slot is free for the next add.

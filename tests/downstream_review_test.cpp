@@ -187,6 +187,69 @@ TEST_F(Review, TheLeaderIsNotOvertakenByTheJobsItWakes) {
     EXPECT_EQ(order[k], static_cast<int>(k)) << "start " << k << ": a job was overtaken";
 }
 
+// A lease lapses while the handler holds the only permit: the job is redelivered at once, but
+// its redelivery waits (blocked, no thread) until the stale handler returns its permit, and
+// starts then, at that moment of the manual clock; never two inside.
+TEST_F(Review, ALapsedDeliveryAndItsRedeliveryNeverHoldTwoPermitsOfOne) {
+  engine.downstream("api", {.concurrency = 1});
+  QueueOptions o = calling("api");
+  o.visibility_timeout = 1s;
+  auto q = engine.queue<int>("q", o);
+  auto api = engine.downstream("api");
+  int inside = 0, high = 0;
+  std::vector<Duration> started;
+  q.process({}, [&](Job<int>& j) {
+    high = std::max(high, ++inside);
+    started.push_back(clock.now().time_since_epoch());
+    if (j.deliveries() == 1) {
+      clock.advance(2s);  // the lease lapses under this handler: the job is redelivered
+      EXPECT_TRUE(j.cancelled());
+      EXPECT_EQ(api.stats().waiting, 0u) << "not delivered while this handler is inside";
+      clock.advance(1s);
+    }
+    --inside;
+    return Outcome::done();
+  });
+  const Duration t0 = clock.now().time_since_epoch();
+  (void)q.add("call", 1);
+  engine.run_until_idle();
+  ASSERT_EQ(started.size(), 2u);
+  EXPECT_EQ(started[1] - t0, 3s) << "the redelivery starts as the stale handler returns";
+  EXPECT_EQ(high, 1);
+  EXPECT_EQ(q.counts().completed, 1u);
+  EXPECT_EQ(q.counts().waiting + q.counts().active, 0u);
+  EXPECT_EQ(api.stats().in_flight, 0u);
+}
+
+// A job dead-lettered on a gated queue and redriven runs under the gate again: it waits for the
+// token like any other job, without using an attempt.
+TEST_F(Review, ARedrivenJobWaitsAtTheGateLikeAnyOther) {
+  engine.downstream("api", {.rate = RateLimit{.max = 1, .per = 1s, .burst = 1}});
+  auto q = engine.queue<int>("q", calling("api"));
+  bool fail = true;
+  std::vector<Duration> runs;
+  q.process({}, [&](Job<int>&) {
+    runs.push_back(clock.now().time_since_epoch());
+    if (fail) return Outcome::fail("bad");
+    return Outcome::done();
+  });
+  const JobId id = q.add("call", 1).id;
+  engine.run_until_idle();
+  ASSERT_EQ(q.state(id).status, JobStatus::dead_lettered);
+  fail = false;
+  ASSERT_EQ(q.dlq().redrive(id, {}), RedriveStatus::redriven);
+  (void)q.add("call", 2);
+  engine.run_until_idle();
+  EXPECT_EQ(runs.size(), 1u) << "no token yet";
+  clock.advance(1s);
+  engine.run_until_idle();
+  clock.advance(1s);
+  engine.run_until_idle();
+  EXPECT_EQ(runs.size(), 3u);
+  EXPECT_EQ(q.counts().completed, 2u);
+  EXPECT_EQ(q.counts().waiting + q.counts().delayed, 0u);
+}
+
 // A randomized run under the manual clock: three queues on one downstream, adds (delayed,
 // debounced, merged), cancels, pauses and resumes, promotes and change_delays, pushbacks, retries,
 // rate changes and downstream pauses, time advancing in random steps. Then everything resumes and
@@ -520,6 +583,46 @@ TEST(ReviewThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
         EXPECT_LE(done[d].load(), where[d].load() == 2 ? 2 : 1) << "job " << d;
       }
     }
+  }
+}
+
+// Shutdown with jobs blocked at the gate and one holding the permit: every job is either run or
+// handed back by take_leftovers, exactly once, and the permit comes back.
+TEST(ReviewThreaded, ShutdownHandsBackTheJobsWaitingAtTheGate) {
+  for (int round = 0; round < 5; ++round) {
+    Engine engine;
+    auto api = engine.downstream("api", {.concurrency = 1,
+                                         .rate = RateLimit{.max = 1000, .per = 1s, .burst = 5}});
+    auto a = engine.queue<int>("a", calling("api"));
+    auto b = engine.queue<int>("b", calling("api"));
+    std::atomic<bool> hold{true};
+    std::vector<std::atomic<int>> ran(400);
+    auto handler = [&](Job<int>& j) {
+      if (j.data() == 0)
+        while (hold.load())
+          std::this_thread::yield();
+      ran[j.data()].fetch_add(1);
+    };
+    a.process({.concurrency = 3}, handler);
+    b.process({.concurrency = 3}, handler);
+    (void)a.add("call", 0);
+    ASSERT_TRUE(until([&] { return api.stats().in_flight == 1; }));
+    for (int i = 1; i < 400; ++i)
+      (void)(i % 2 ? a : b).add("call", i);
+    ASSERT_TRUE(until([&] { return api.stats().waiting >= 300; }));
+    std::thread releaser([&] {
+      std::this_thread::yield();
+      hold.store(false);
+    });
+    const auto report = engine.shutdown(10s);
+    releaser.join();
+    std::vector<int> left(400, 0);
+    for (auto* q : {&a, &b})
+      for (auto& l : q->take_leftovers())
+        ++left[l.data];
+    for (int i = 0; i < 400; ++i)
+      EXPECT_EQ(ran[i].load() + left[i], 1) << "job " << i << ", round " << round;
+    EXPECT_TRUE(until([&] { return api.stats().in_flight == 0; }));
   }
 }
 
