@@ -28,14 +28,21 @@ DownstreamGate::Decision DownstreamGate::admit(JobId id, std::int64_t now,
                                                BlockedQueue* q) noexcept {
   const Admission a = limits_.try_admit(now);
   if (a.kind == Admission::Kind::admitted) {
-    // The chain: a token or a permit was there for this job; perhaps for the next one too.
-    wake_if_blocked();
+    // The chain: a token and a permit were there for this job; if there is one for the next
+    // job too, wake it. Not otherwise: it would be refused and go to the back of the blocked
+    // ring, behind jobs that came after it (review: under a steady load at the rate, the oldest
+    // jobs went round the ring and started last). Whoever frees the next permit or leads to the
+    // next token wakes the next job then.
+    wake_if_useful(now, false);
     return {Verdict::admitted, 0, a.kind};
   }
   // A permit held for a moment and given back (try_admit's returned_permit) may have refused
   // another job meanwhile: wake one as a release would.
   if (a.returned_permit) wake_if_blocked();
-  if (a.kind != Admission::Kind::no_permit && !is_never(a.until_ns)) {
+  // A refusal due never (paused for good) leads too: it parks on the wheel, and the others wait
+  // behind it. Were it blocked instead, each refused job would find no leader and wake itself:
+  // refused, blocked, woken, refused, forever (review: run_until_idle never returned).
+  if (a.kind != Admission::Kind::no_permit) {
     // relaxed: leader_ carries no data; blocked()'s fence orders it against the count. The
     // queue is stored after: changed() may pair a new leader with an old queue, whose promote
     // then finds no such job and does nothing (the leader runs at its due time).
@@ -61,9 +68,12 @@ void DownstreamGate::blocked(Admission::Kind why) noexcept {
   if (wake) (void)wake_one();
 }
 
-void DownstreamGate::release() noexcept {
-  limits_.release_permit();
-  wake_if_blocked();
+void DownstreamGate::release(std::int64_t now) noexcept {
+  // With no limit at the release, no job waits for a permit: jobs wait only for time, and their
+  // leader's stepping down wakes them (review: each return woke one, which was refused again).
+  // With one, the freed permit is of use only with a token there; without, a leader brings the
+  // token and wakes then, and with no leader the woken job will lead.
+  if (limits_.release_permit()) wake_if_useful(now, true);
 }
 
 void DownstreamGate::forget_leader(JobId id) noexcept {
@@ -86,6 +96,17 @@ void DownstreamGate::wake_if_blocked() noexcept {
   if (blocked_.load(std::memory_order_relaxed) > 0) (void)wake_one();
 }
 
+void DownstreamGate::wake_if_useful(std::int64_t now, bool or_leaderless) noexcept {
+  // seq_cst fence: as wake_if_blocked. The conditions are read after it: a waker that skips the
+  // wake because a leader is armed read that leader after the fence, so the leader's stepping
+  // down (CAS, fence, count) comes later in the fence order and sees every job counted before
+  // ours (a job refused a permit before our release included).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (blocked_.load(std::memory_order_relaxed) <= 0) return;
+  if (limits_.may_admit(now) || (or_leaderless && leader_.load(std::memory_order_relaxed) == 0))
+    (void)wake_one();
+}
+
 bool DownstreamGate::wake_one() noexcept {
   // acquire: pairs with attach's release store of the count.
   const std::size_t n = queue_count_.load(std::memory_order_acquire);
@@ -94,10 +115,7 @@ bool DownstreamGate::wake_one() noexcept {
   const std::size_t start = cursor_.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t k = 0; k < n; ++k) {
     BlockedQueue* q = queues_[(start + k) % n].load(std::memory_order_relaxed);
-    if (q->wake_blocked()) {
-      blocked_.fetch_sub(1, std::memory_order_relaxed);
-      return true;
-    }
+    if (q->wake_blocked(blocked_)) return true;
   }
   return false;
 }

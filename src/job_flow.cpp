@@ -413,7 +413,13 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   const auto a = s.ctl.activate();
   if (a.result != SlotControl<>::Activation::active) {
     s.deliveries.store(delivered, std::memory_order_relaxed);
-    if (a.result == SlotControl<>::Activation::cancelled) reclaim_cancelled(idx);
+    if (a.result == SlotControl<>::Activation::cancelled) {
+      reclaim_cancelled(idx);
+      // Woken from the blocked ring, it took a wake it cannot use: hand it on (review: a
+      // cancelled job behind a cancelled leader stranded the rest).
+      if (downstream_) [[unlikely]]
+        downstream_->pass_wake();
+    }
     return false;  // taken: handed back by take_leftovers after shutdown; drop the index
   }
   // seq_cst: with activate's CAS and shutdown's store, in one order (see SlotControl::activate):
@@ -491,7 +497,15 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   if (leased) LeaseTracker::release(wc.record);
   // The permit counts handlers inside the downstream: given back as this one returns, before
   // its outcome is applied (which may wait for nothing, but a retry's backoff is not a call).
-  if (permit) downstream_->release();
+  if (permit) {
+    const std::int64_t end = core_.now_ns();
+    // A 429 pauses the downstream before the permit goes back: the release may wake a job, and
+    // another worker must not admit it into the pause (finish() extends the pause to the job's
+    // own due time).
+    if (out.kind() == Outcome::Kind::pushback) [[unlikely]]
+      downstream_->limits().pause_for(end, out.delay());
+    downstream_->release(end);
+  }
   finish(idx, token, std::move(out), wc, job.started_at_, job.deliveries_);
   // After finish() returned the slot to the free list (final_end): once counts() shows the
   // attempt ended (drain() returns), the slot is free for the next add.
@@ -706,9 +720,10 @@ void JobFlow::note_throttled(const JobSlot& s, std::int64_t now, std::int64_t un
   core_.emit(e);
 }
 
-bool JobFlow::wake_blocked() noexcept {
+bool JobFlow::wake_blocked(std::atomic<std::int64_t>& blocked) noexcept {
   std::uint32_t idx;
-  if (!blocked_ || !blocked_->try_pop(idx)) return false;
+  if (!blocked_ || dispatch_.paused() || !blocked_->try_pop(idx)) return false;
+  blocked.fetch_sub(1, std::memory_order_relaxed);  // relaxed: a figure (see the gate's fences)
   dispatch_.requeue(idx);
   return true;
 }
@@ -721,12 +736,17 @@ void JobFlow::promote_leader(JobId id) noexcept {
 }
 
 void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
-  // The gate's leader is ready again: it steps down now, not when a worker delivers it, so that
-  // a paused queue or busy workers cannot hold up another queue's jobs waiting at the gate.
-  if (downstream_) downstream_->forget_leader(slots_[idx].id.load(std::memory_order_relaxed));
+  // Read before the push: from then on a worker may take the slot (and end its job).
+  const JobId id = slots_[idx].id.load(std::memory_order_relaxed);
   if (core_.observed()) emit(EventKind::retry_due, slots_[idx], now);
   dispatch_.push_ready(idx);  // into `waiting` (counted there) ...
   stats_.add(kFromDelayed);   // ... before out of `delayed`: see counts()
+  // The gate's leader is ready again: it steps down now, not when a worker delivers it, so that
+  // a paused queue or busy workers cannot hold up another queue's jobs waiting at the gate. After
+  // its push: the job this wakes is behind it in the ready ring, so that the leader, first in
+  // line, takes the token it waited for (review: the woken job took it, and the leader, refused,
+  // led again, each time, for as long as others waited).
+  if (downstream_) downstream_->forget_leader(id);
 }
 
 void JobFlow::timer_reclaim(std::uint32_t idx) noexcept {
@@ -1027,6 +1047,14 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   ended(id, std::move(settled));  // an add kept while the job ran before a lapse requeued it
 }
 
+bool JobFlow::pause_and_wait(Duration timeout) {
+  // Paused first, so that the wake is handed on before the wait (unless the call is refused:
+  // Dispatcher::pause_and_wait throws would_deadlock there without pausing).
+  if (downstream_ && current_delivery() != this && !core_.in_timer_context()) [[unlikely]]
+    pause();
+  return dispatch_.pause_and_wait(timeout);
+}
+
 bool JobFlow::retime(JobId id, std::int64_t due) {
   // As the wheel's owner: the timer is unlinked and relinked (or fired) in one step, so an
   // earlier due time takes effect at once rather than when the old timer would have fired.
@@ -1041,7 +1069,13 @@ bool JobFlow::retime(JobId id, std::int64_t due) {
         // The id is re-read after the word: retime's CAS against c fails if the slot moved on.
         if (ctl::state(c) != SlotState::delayed || s.id.load(std::memory_order_relaxed) != id)
           break;
-        if (timers_.retime(i, c, std::max(due, now), now, wheel, *this)) return true;
+        if (timers_.retime(i, c, std::max(due, now), now, wheel, *this)) {
+          // Due later than now: if it led its downstream's waiting jobs, it no longer waits for
+          // their token; another leads (review: a leader parked by change_delay held them). Due
+          // now, it fired above and stepped down in timer_fired.
+          if (due > now) stepped_aside(id);
+          return true;
+        }
         // The CAS failed: a stale handler unpinned (the job is still delayed: try again), or
         // the job moved on (the loop ends).
       }

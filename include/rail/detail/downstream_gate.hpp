@@ -22,7 +22,10 @@
 //   waker:   release the permit (or step down as leader), fence, then if blocked_ > 0, wake one.
 // Either the blocker sees the free permit (or the absent leader), or the waker sees the count.
 // A wake may find a job that no longer needs it (woken, refused again: one extra delivery).
-// A leader cancelled on the wheel steps down in its cancel (forget_leader) and wakes one.
+// A leader cancelled on the wheel steps down in its cancel (forget_leader) and wakes one; so
+// does a leader whose due time moves later (change_delay, a debounce). A wake that reaches a
+// cancelled job is handed on (pass_wake); a paused queue takes no wake (its jobs stay blocked)
+// and hands one on when it pauses and when it resumes.
 //
 // Memory ordering: the blocked rings are MpmcRings (push release, pop acquire); the requeue into
 // the ready ring hands the slot on as any ready push does. leader_ and blocked_ carry no data
@@ -46,8 +49,12 @@ namespace rail::detail {
 class BlockedQueue {
  public:
   /// wake_blocked(): moves one job of this queue's blocked ring to its ready ring; false when
-  /// the ring is empty.
-  virtual bool wake_blocked() noexcept = 0;
+  /// the ring is empty or the queue is paused (a job woken into a paused queue would hold the
+  /// wake, and another queue's jobs at the gate would wait for its resume).
+  /// `blocked` (the gate's count) is decremented between the pop and the requeue, so that a job
+  /// that runs and ends at once is never still counted once its queue drained (review: stats()
+  /// showed 1 waiting after drain() had returned).
+  virtual bool wake_blocked(std::atomic<std::int64_t>& blocked) noexcept = 0;
   /// promote_leader(id): the gate's limits changed: job `id`, delayed as the gate's leader,
   /// runs now (Queue::promote).
   virtual void promote_leader(JobId id) noexcept = 0;
@@ -87,10 +94,13 @@ class DownstreamGate {
   /// blocked(why): the caller pushed a job refused for `why` into its blocked ring (the
   /// blocker's side).
   void blocked(Admission::Kind why) noexcept;
-  /// release(): a handler admitted here returned (the waker's side).
-  void release() noexcept;
+  /// release(now): a handler admitted here returned at `now` (the waker's side).
+  void release(std::int64_t now) noexcept;
   /// forget_leader(id): job `id` left the wheel without being delivered (cancelled, taken).
   void forget_leader(JobId id) noexcept;
+  /// pass_wake(): a wake this caller received went to a job that cannot use it (cancelled, or in
+  /// a queue that was paused meanwhile): hand it on, as a release would (the waker's side).
+  void pass_wake() noexcept { wake_if_blocked(); }
   /// changed(): the limits changed at run time: wake a blocked job and promote the leader, so
   /// that a higher limit takes effect at once.
   void changed() noexcept;
@@ -105,6 +115,11 @@ class DownstreamGate {
   bool wake_one() noexcept;
   /// wake_if_blocked(): the waker's side: fence, then wake one if any is blocked.
   void wake_if_blocked() noexcept;
+  /// wake_if_useful(now, or_leaderless): wake_if_blocked, if the job woken could start at `now`
+  /// (a permit and a token there, no pause), or, with or_leaderless, if no job leads (the woken
+  /// one will, if refused for time). Both read after the fence. A wake that no job can use sends
+  /// the job it wakes to the back of the blocked ring, behind jobs that came after it.
+  void wake_if_useful(std::int64_t now, bool or_leaderless) noexcept;
 
   const std::string name_;
   DownstreamLimits limits_;

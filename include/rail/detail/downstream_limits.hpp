@@ -182,11 +182,13 @@ class BasicDownstreamLimits {
   }
 
   /// release_permit(): gives back a permit from try_acquire_permit or an admitting try_admit.
-  /// Precondition: the caller holds one (checked: aborts otherwise).
-  void release_permit() noexcept {
+  /// Precondition: the caller holds one (checked: aborts otherwise). Returns whether a limit was
+  /// in force at the release (else nobody could have been refused a permit before it).
+  bool release_permit() noexcept {
     // release: the holder's work happens before the next acquirer of the permit starts.
     const std::uint64_t before = permits_.fetch_sub(1, std::memory_order_release);
     RAIL_INVARIANT((before & kHeldMask) != 0, "release_permit without a permit held");
+    return (before >> 32) != 0;
   }
 
   /// in_flight(): permits held now (a figure).
@@ -269,10 +271,19 @@ class BasicDownstreamLimits {
       return {Admission::Kind::rate_limited, *at, false};
     if (!try_acquire_permit()) return {Admission::Kind::no_permit, 0, false};
     if (const auto at = token_step<true>(now_ns)) {
-      release_permit();
+      (void)release_permit();
       return {Admission::Kind::rate_limited, *at, true};
     }
     return {Admission::Kind::admitted, 0, false};
+  }
+
+  /// may_admit(now_ns): a try_admit at now_ns would likely admit (not paused, a permit free, a
+  /// token there), taking nothing. A hint (relaxed reads): the gate wakes the next waiting job
+  /// after an admission only then.
+  [[nodiscard]] bool may_admit(std::int64_t now_ns) noexcept {
+    // relaxed: see the ordering contract (pause).
+    if (now_ns < paused_until_.load(std::memory_order_relaxed)) return false;
+    return permit_free() && !token_step<false>(now_ns).has_value();
   }
 
   // --- introspection ---------------------------------------------------------------------------

@@ -123,9 +123,19 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   [[nodiscard]] EngineCore& core() noexcept { return core_; }
 
   // --- lifecycle (see Queue) --------------------------------------------------------------------
-  void pause() noexcept { dispatch_.pause(); }
-  void resume() noexcept { dispatch_.resume(); }
-  bool pause_and_wait(Duration timeout) { return dispatch_.pause_and_wait(timeout); }
+  /// pause/resume: a queue that calls a downstream hands on a wake its paused ready ring may hold
+  /// (wake_blocked skips a paused queue), and takes one back when it resumes.
+  void pause() noexcept {
+    dispatch_.pause();
+    if (downstream_) [[unlikely]]
+      downstream_->pass_wake();
+  }
+  void resume() noexcept {
+    dispatch_.resume();
+    if (downstream_) [[unlikely]]
+      downstream_->pass_wake();
+  }
+  bool pause_and_wait(Duration timeout);
   [[nodiscard]] bool paused() const noexcept { return dispatch_.paused(); }
   bool drain(Duration timeout);
   bool cancel(JobId id);
@@ -257,6 +267,12 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   void leave_filed(std::uint32_t idx) {
     slots_[idx].end_kind = EndKind::filed;
     if (slots_[idx].ctl.end()) final_end(idx);  // the stale handler returned meanwhile
+  }
+  /// stepped_aside(id): job `id`, delayed, is now due later than its downstream's token or pause
+  /// (a debounce): if it was the gate's leader, another job leads (forget_leader).
+  void stepped_aside(JobId id) noexcept {
+    if (downstream_) [[unlikely]]
+      downstream_->forget_leader(id);
   }
   /// give_back(idx): a slot acquired but never filled (a duplicate add) returns unused.
   void give_back(std::uint32_t idx) noexcept { free_.push(idx); }
@@ -401,7 +417,7 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   void timer_fired(std::uint32_t idx, std::int64_t now) noexcept final;
 
   // BlockedQueue: jobs refused by the queue's downstream (downstream_gate.hpp).
-  bool wake_blocked() noexcept final;
+  bool wake_blocked(std::atomic<std::int64_t>& blocked) noexcept final;
   void promote_leader(JobId id) noexcept final;
   /// throttle(idx, token, delivered, decision, now, wc): the gate refused the job deliver just
   /// activated (delivery `token`, whose count was `delivered` before): it waits, unstarted and

@@ -437,14 +437,19 @@ class QueueImpl final : public JobFlow {
     // the add then merges as a plain duplicate instead of writing under a reader.
     if (!s.ctl.begin_update(c)) return false;
     replace_payload(payload(idx), std::move(data));  // any payload: see payload.hpp
+    bool later = false;
     if (o.dedup.mode == DedupMode::debounce) {
-      const std::int64_t due =
-          std::max(s.due_ns.load(std::memory_order_relaxed), saturating_add(now, o.delay));
+      const std::int64_t before = s.due_ns.load(std::memory_order_relaxed);
+      const std::int64_t due = std::max(before, saturating_add(now, o.delay));
       s.due_ns.store(due, std::memory_order_relaxed);
+      later = due > before;
     }
     if (o.dedup.ttl && (o.dedup.mode == DedupMode::debounce || o.dedup.extend))
       (void)dedup().set_expiry(o.dedup.id, claim.owner, saturating_add(now, *o.dedup.ttl));
     s.ctl.end_update();
+    // A debounced job no longer waits for its downstream's token: if it led the jobs waiting
+    // for it, another leads (review: the rest waited out the debounce).
+    if (later) stepped_aside(claim.owner);
     return true;
   }
 
