@@ -83,7 +83,9 @@ void DownstreamGate::forget_leader(JobId id) noexcept {
 }
 
 void DownstreamGate::changed() noexcept {
-  (void)wake_one();  // a new permit or rate: the first blocked job tries it
+  // A new permit or rate: the first blocked job tries it. Through the fence (wake_if_blocked):
+  // the change is the waker's side of the hand-off with a job refused under the old limits.
+  wake_if_blocked();
   const JobId leader = leader_.load(std::memory_order_relaxed);
   BlockedQueue* q = leader_queue_.load(std::memory_order_acquire);
   if (leader != 0 && q) q->promote_leader(leader);

@@ -277,8 +277,8 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
   const RateLimit rate{.max = 1 + rng() % 20, .per = 100ms, .burst = 1 + rng() % 5};
-  auto gw = engine.downstream("gw", {.concurrency = static_cast<std::uint32_t>(rng() % 3),
-                                     .rate = rate});
+  auto gw =
+      engine.downstream("gw", {.concurrency = static_cast<std::uint32_t>(rng() % 3), .rate = rate});
   std::vector<Queue<int>> queues;
   for (const char* name : {"a", "b", "c"})
     queues.push_back(engine.queue<int>(name, calling("gw")));
@@ -462,8 +462,8 @@ TEST(ReviewThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
     SCOPED_TRACE("round " + std::to_string(round));
     std::mt19937_64 seed_rng(0x5eed0000 + round);
     Engine engine;
-    auto gw = engine.downstream("gw", {.concurrency = 3,
-                                       .rate = RateLimit{.max = 20'000, .per = 1s, .burst = 40}});
+    auto gw = engine.downstream(
+        "gw", {.concurrency = 3, .rate = RateLimit{.max = 20'000, .per = 1s, .burst = 40}});
     QueueOptions leased = calling("gw");
     leased.visibility_timeout = 3ms;
     leased.max_stalls = 10'000;
@@ -481,7 +481,8 @@ TEST(ReviewThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
       }
       const std::uint64_t r = static_cast<std::uint64_t>(j.id()) * 0x9E3779B97F4A7C15ull;
       Outcome out = Outcome::done();
-      if (j.deliveries() == 1 && r % 50 == 0) out = Outcome::pushback(std::chrono::microseconds(300));
+      if (j.deliveries() == 1 && r % 50 == 0)
+        out = Outcome::pushback(std::chrono::microseconds(300));
       if (j.queue() == "c" && j.deliveries() == 1 && r % 40 == 1) {
         // Outlive the lease: the job is redelivered while this handler holds its permit.
         const auto until = std::chrono::steady_clock::now() + 6ms;
@@ -543,8 +544,8 @@ TEST(ReviewThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
             if (rng() % 3 == 0) {
               gw.set_rate(std::nullopt);
             } else {
-              gw.set_rate(RateLimit{.max = 5'000 + rng() % 20'000, .per = 1s,
-                                    .burst = 1 + rng() % 50});
+              gw.set_rate(
+                  RateLimit{.max = 5'000 + rng() % 20'000, .per = 1s, .burst = 1 + rng() % 50});
             }
             break;
           case 2:
@@ -605,8 +606,8 @@ TEST(ReviewThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
 TEST(ReviewThreaded, ShutdownHandsBackTheJobsWaitingAtTheGate) {
   for (int round = 0; round < 5; ++round) {
     Engine engine;
-    auto api = engine.downstream("api", {.concurrency = 1,
-                                         .rate = RateLimit{.max = 1000, .per = 1s, .burst = 5}});
+    auto api = engine.downstream(
+        "api", {.concurrency = 1, .rate = RateLimit{.max = 1000, .per = 1s, .burst = 5}});
     auto a = engine.queue<int>("a", calling("api"));
     auto b = engine.queue<int>("b", calling("api"));
     std::atomic<bool> hold{true};
@@ -638,6 +639,36 @@ TEST(ReviewThreaded, ShutdownHandsBackTheJobsWaitingAtTheGate) {
       EXPECT_EQ(ran[i].load() + left[i], 1) << "job " << i << ", round " << round;
     EXPECT_TRUE(until([&] { return api.stats().in_flight == 0; }));
   }
+}
+
+// OPEN (not fixed on this branch; run with --gtest_also_run_disabled_tests): a job cancelled
+// while it waits in the blocked ring keeps its slot until a wake happens to pop its index, so
+// while the downstream is stalled the queue stays full of cancelled jobs (and stats().waiting
+// counts them, though counts().waiting does not).
+TEST(ReviewThreaded, DISABLED_CancelledBlockedJobsGiveTheirSlotsBack) {
+  Engine engine;
+  auto api = engine.downstream("api", {.concurrency = 1});
+  QueueOptions o = calling("api");
+  o.capacity = 8;
+  auto q = engine.queue<int>("q", o);
+  std::atomic<bool> hold{true};
+  q.process({.concurrency = 2}, [&](Job<int>& j) {
+    if (j.data() == 0)
+      while (hold.load())
+        std::this_thread::yield();
+  });
+  (void)q.add("call", 0);
+  ASSERT_TRUE(until([&] { return api.stats().in_flight == 1; }));
+  std::vector<JobId> ids;
+  for (int i = 1; i < 8; ++i)
+    ids.push_back(q.add("call", i).id);
+  ASSERT_TRUE(until([&] { return api.stats().waiting == 7; }));
+  for (JobId id : ids)
+    ASSERT_TRUE(q.cancel(id));
+  EXPECT_EQ(api.stats().waiting, 0u);
+  EXPECT_EQ(q.add("call", 8).status, AddStatus::added) << "the cancelled jobs still hold slots";
+  hold.store(false);
+  EXPECT_TRUE(q.drain(20s));
 }
 
 }  // namespace
