@@ -14,14 +14,7 @@
 
 #include "rail/detail/allocation.hpp"
 #include "rail/rail.hpp"
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define RAIL_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define RAIL_TEST_SANITIZED 1
-#endif
-#endif
+#include "support/sanitized.hpp"
 
 namespace rail {
 namespace {
@@ -47,7 +40,7 @@ void use_rail() {
 void* volatile g_sink = nullptr;
 
 TEST(Allocator, ConsumerLinkingRailKeepsGlibcMalloc) {
-#ifdef RAIL_TEST_SANITIZED
+#ifdef RAIL_SANITIZED
   GTEST_SKIP() << "malloc is the sanitizer's here";
 #else
   use_rail();
@@ -64,7 +57,7 @@ TEST(Allocator, ConsumerLinkingRailKeepsGlibcMalloc) {
 }
 
 TEST(Allocator, ConsumerLinkingRailKeepsItsOperatorNew) {
-#ifdef RAIL_TEST_SANITIZED
+#ifdef RAIL_SANITIZED
   GTEST_SKIP() << "operator new is the sanitizer's here";
 #else
   use_rail();

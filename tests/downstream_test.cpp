@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "rail/rail.hpp"
+#include "support/downstream_options.hpp"
 #include "support/inline_engine.hpp"
 
 namespace rail {
@@ -17,18 +18,11 @@ namespace {
 
 using namespace std::chrono_literals;
 
-/// calling(name): queue options whose jobs call downstream `name`.
-QueueOptions calling(const std::string& name) {
-  QueueOptions o;
-  o.downstream = name;
-  return o;
-}
-
 struct DownstreamInline : test::InlineEngine {
   /// limited(o): a downstream "api" with limits o and a queue "q" that calls it.
   Queue<int> limited(const DownstreamOptions& o) {
     engine.downstream("api", o);
-    return engine.queue<int>("q", calling("api"));
+    return engine.queue<int>("q", test::calling("api"));
   }
 };
 
@@ -172,8 +166,8 @@ TEST_F(DownstreamInline, CancellingTheJobThatWaitsForTheNextTokenLetsTheOthersGo
 
 TEST_F(DownstreamInline, TwoQueuesShareOneRate) {
   engine.downstream("api", {.rate = RateLimit{.max = 5, .per = 1s, .burst = 5}});
-  auto a = engine.queue<int>("a", calling("api"));
-  auto b = engine.queue<int>("b", calling("api"));
+  auto a = engine.queue<int>("a", test::calling("api"));
+  auto b = engine.queue<int>("b", test::calling("api"));
   std::size_t started = 0;
   a.process({}, [&](Job<int>&) { ++started; });
   b.process({}, [&](Job<int>&) { ++started; });
@@ -257,7 +251,7 @@ TEST(DownstreamErrors, BadNamesAndOptionsSayWhatIsWrong) {
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
   try {
-    (void)engine.queue<int>("q", calling("nowhere"));
+    (void)engine.queue<int>("q", test::calling("nowhere"));
     FAIL() << "a queue naming an undeclared downstream was declared";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_option);
@@ -290,8 +284,8 @@ TEST(DownstreamThreaded, AConcurrencyOf3SharedByTwoQueuesNeverHasMoreThan3Inside
   for (int round = 0; round < 3; ++round) {
     Engine engine;
     engine.downstream("gateway", {.concurrency = 3});
-    auto a = engine.queue<int>("a", calling("gateway"));
-    auto b = engine.queue<int>("b", calling("gateway"));
+    auto a = engine.queue<int>("a", test::calling("gateway"));
+    auto b = engine.queue<int>("b", test::calling("gateway"));
     std::atomic<int> inside{0}, high{0};
     std::atomic<std::uint64_t> ran{0};
     auto handler = [&](Job<int>&) {
@@ -329,8 +323,8 @@ TEST(DownstreamThreaded, AStalledDownstreamDoesNotSlowAnotherOne) {
   Engine engine;
   engine.downstream("payments", {.concurrency = 2});
   engine.downstream("email", {.concurrency = 4});
-  auto pay = engine.queue<int>("pay", calling("payments"));
-  auto mail = engine.queue<int>("mail", calling("email"));
+  auto pay = engine.queue<int>("pay", test::calling("payments"));
+  auto mail = engine.queue<int>("mail", test::calling("email"));
   std::atomic<bool> gateway_up{false};
   std::atomic<int> paid{0}, mailed{0};
   pay.process({.concurrency = 6}, [&](Job<int>&) {
