@@ -190,7 +190,10 @@ void Dispatcher::pause() noexcept {
   // seq_cst: publishes the pause to the workers' loads, and takes part in pause_and_wait's
   // Dekker with parked workers (workers_acknowledged). The exchange tells the one call that
   // changed the state, which alone raises the event.
-  if (!paused_.exchange(true, std::memory_order_seq_cst)) emit_queue_event(EventKind::paused);
+  if (!paused_.exchange(true, std::memory_order_seq_cst)) {
+    if (pause_listener_) pause_listener_->pause_changed();
+    emit_queue_event(EventKind::paused);
+  }
 }
 
 void Dispatcher::resume() noexcept {
@@ -198,7 +201,10 @@ void Dispatcher::resume() noexcept {
   const bool was_paused = paused_.exchange(false, std::memory_order_acq_rel);
   // One signal per worker: each may be between its paused check and its wait().
   ready_ec_.notify_all(static_cast<std::int32_t>(std::max<std::uint32_t>(workers(), 1)));
-  if (was_paused) emit_queue_event(EventKind::resumed);
+  if (was_paused) {
+    if (pause_listener_) pause_listener_->pause_changed();
+    emit_queue_event(EventKind::resumed);
+  }
 }
 
 bool Dispatcher::pause_and_wait(Duration timeout) {

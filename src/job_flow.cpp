@@ -88,6 +88,7 @@ JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::
   if (!options_.downstream.empty()) {
     downstream_ = &core_.downstream(options_.downstream, name_);
     blocked_ = std::make_unique<MpmcRing<std::uint32_t>>(capacity_);
+    dispatch_.listen_to_pauses(this);
   }
 }
 
@@ -500,8 +501,8 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   if (permit) {
     const std::int64_t end = core_.now_ns();
     // A 429 pauses the downstream before the permit goes back: the release may wake a job, and
-    // another worker must not admit it into the pause (finish() extends the pause to the job's
-    // own due time).
+    // another worker must not admit it into the pause. Here, not in finish(): the downstream
+    // refused the call even if the lease lapsed meanwhile (finish() then ignores the outcome).
     if (out.kind() == Outcome::Kind::pushback) [[unlikely]]
       downstream_->limits().pause_for(end, out.delay());
     downstream_->release(end);
@@ -564,9 +565,9 @@ void JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
     return;
   }
   if (out.kind() == Outcome::Kind::pushback) {
-    // The downstream said "too many" (HTTP 429): it is paused for retry_after, and this job
-    // waits as long, with no attempt used (BullMQ's rate limit from a worker, asynq RetryAfter).
-    if (downstream_) downstream_->limits().pause_for(now, out.delay());
+    // The downstream said "too many" (HTTP 429): deliver paused it for retry_after before the
+    // permit went back, and this job waits as long, with no attempt used (BullMQ's rate limit
+    // from a worker, asynq's RetryAfter).
     const std::int64_t due = saturating_add(now, out.delay());
     if (core_.observed())
       note_throttled(s, now, due,
@@ -1045,14 +1046,6 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
     reclaim_cancelled(idx);
   }
   ended(id, std::move(settled));  // an add kept while the job ran before a lapse requeued it
-}
-
-bool JobFlow::pause_and_wait(Duration timeout) {
-  // Paused first, so that the wake is handed on before the wait (unless the call is refused:
-  // Dispatcher::pause_and_wait throws would_deadlock there without pausing).
-  if (downstream_ && current_delivery() != this && !core_.in_timer_context()) [[unlikely]]
-    pause();
-  return dispatch_.pause_and_wait(timeout);
 }
 
 bool JobFlow::retime(JobId id, std::int64_t due) {

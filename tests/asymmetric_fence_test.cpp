@@ -74,19 +74,17 @@ std::uint32_t both_zero(int rounds, bool fenced) {
   return forbidden;
 }
 
+// Unfenced, the same rounds show the reordering (about one in ten when both threads have a
+// core; on a loaded machine the threads may never overlap, so that count is reported, not
+// asserted): it is what the fenced count must not show.
 TEST(AsymmetricFence, LightAndHeavyFencesForbidBothLoadsMissingBothStores) {
   rail::detail::init_asymmetric_fence();
+  const std::uint32_t unfenced = both_zero(20000, false);
   EXPECT_EQ(both_zero(20000, true), 0u)
       << "a store and a load on each side were reordered: the handshake is not fenced ("
-      << (rail::detail::g_membarrier_expedited.load() ? "membarrier" : "full fences") << ")";
-}
-
-// The litmus test's own check: without fences the forbidden outcome does occur (about one round
-// in ten when both threads have a core), so the test above can fail. Reported, not asserted:
-// on a loaded machine the two threads may never run at the same moment.
-TEST(AsymmetricFence, WithoutFencesTheLitmusShowsTheReordering) {
-  const std::uint32_t seen = both_zero(20000, false);
-  std::printf("unfenced: both loads missed both stores in %u of 20000 rounds\n", seen);
+      << (rail::detail::g_membarrier_expedited.load() ? "membarrier" : "full fences")
+      << "); unfenced, " << unfenced << " of 20000 rounds reordered";
+  std::printf("unfenced: %u of 20000 rounds reordered\n", unfenced);
 }
 
 TEST(AsymmetricFence, InitIsIdempotentAndTheHeavyFenceAlwaysReturns) {

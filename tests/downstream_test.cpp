@@ -340,6 +340,10 @@ TEST(DownstreamThreaded, AStalledDownstreamDoesNotSlowAnotherOne) {
   ASSERT_TRUE(mail.drain(60s)) << "email stalled behind payments";
   EXPECT_EQ(mailed.load(), 5000);
   EXPECT_EQ(paid.load(), 0);
+  // Both permitted handlers are in (or about to be): wait for them, bounded, as drain() does.
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (pay.counts().active < 2 && std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
   const auto c = pay.counts();
   EXPECT_EQ(c.active, 2u) << "only the 2 permitted handlers hold a thread";
   EXPECT_EQ(c.waiting + c.delayed, 198u);

@@ -111,6 +111,16 @@ class JobRunner {
   ~JobRunner() = default;
 };
 
+/// PauseListener: told when the queue's paused state changed (pause(), pause_and_wait(),
+/// resume()), after the change, on the caller's thread.
+class PauseListener {
+ public:
+  virtual void pause_changed() noexcept = 0;
+
+ protected:
+  ~PauseListener() = default;
+};
+
 class Dispatcher {
  public:
   /// Start to start, the time under which a worker's handlers count as fast (batches).
@@ -139,13 +149,11 @@ class Dispatcher {
   /// push_ready(idx): a job may start now (counted into `waiting`), and a worker will look.
   void push_ready(std::uint32_t idx) noexcept {
     stats_.add(kToReady);
-    while (!ready_.try_push(idx))
-      std::this_thread::yield();  // transient: see MpmcRing (every index has room)
-    wake_for_ready();
+    requeue(idx);
   }
   void push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexcept;
-  /// requeue(idx): a job that never left `waiting` (its downstream refused it, then woke it)
-  /// goes back to the ready ring: counted in `waiting` already, so not counted again.
+  /// requeue(idx): push_ready without the count: for a job that never left `waiting` (its
+  /// downstream refused it, then woke it), counted there already.
   void requeue(std::uint32_t idx) noexcept {
     while (!ready_.try_push(idx))
       std::this_thread::yield();  // transient: see MpmcRing (every index has room)
@@ -166,6 +174,9 @@ class Dispatcher {
   void pause() noexcept;
   void resume() noexcept;
   [[nodiscard]] bool paused() const noexcept { return paused_.load(std::memory_order_acquire); }
+  /// listen_to_pauses(l): l hears every change of the paused state from now on. Once, at the
+  /// queue's construction, before any pause.
+  void listen_to_pauses(PauseListener* l) noexcept { pause_listener_ = l; }
   /// pause_and_wait(timeout): Queue::pause_and_wait.
   bool pause_and_wait(Duration timeout);
 
@@ -224,6 +235,7 @@ class Dispatcher {
   std::atomic<std::uint32_t> worker_count_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> paused_{false};
+  PauseListener* pause_listener_ = nullptr;    // set before the queue is published
   std::atomic<std::uint64_t> pause_epoch_{0};  // bumped by each pause_and_wait
   // The idle_mark of the last `drained` (see the header); only touched when observed.
   alignas(64) std::atomic<std::uint64_t> drained_mark_{0};

@@ -86,7 +86,11 @@ void validate_worker_options(const WorkerOptions& o, std::string_view queue);
 /// reject_job_name(name, queue): throws Error(invalid_option) for an empty or blank job name.
 [[noreturn]] void reject_job_name(std::string_view name, std::string_view queue);
 
-class JobFlow : public QueueBase, private JobRunner, private TimerClient, private BlockedQueue {
+class JobFlow : public QueueBase,
+                private JobRunner,
+                private TimerClient,
+                private BlockedQueue,
+                private PauseListener {
  public:
   JobFlow(const JobFlow&) = delete;
   JobFlow& operator=(const JobFlow&) = delete;
@@ -123,19 +127,9 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   [[nodiscard]] EngineCore& core() noexcept { return core_; }
 
   // --- lifecycle (see Queue) --------------------------------------------------------------------
-  /// pause/resume: a queue that calls a downstream hands on a wake its paused ready ring may hold
-  /// (wake_blocked skips a paused queue), and takes one back when it resumes.
-  void pause() noexcept {
-    dispatch_.pause();
-    if (downstream_) [[unlikely]]
-      downstream_->pass_wake();
-  }
-  void resume() noexcept {
-    dispatch_.resume();
-    if (downstream_) [[unlikely]]
-      downstream_->pass_wake();
-  }
-  bool pause_and_wait(Duration timeout);
+  void pause() noexcept { dispatch_.pause(); }
+  void resume() noexcept { dispatch_.resume(); }
+  bool pause_and_wait(Duration timeout) { return dispatch_.pause_and_wait(timeout); }
   [[nodiscard]] bool paused() const noexcept { return dispatch_.paused(); }
   bool drain(Duration timeout);
   bool cancel(JobId id);
@@ -415,6 +409,10 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   // JobRunner / TimerClient
   bool deliver(std::uint32_t idx, WorkerContext& wc) final;
   void timer_fired(std::uint32_t idx, std::int64_t now) noexcept final;
+
+  /// PauseListener: a queue that calls a downstream hands on a wake its paused ready ring may
+  /// hold (wake_blocked skips a paused queue), and takes one back when it resumes.
+  void pause_changed() noexcept final { downstream_->pass_wake(); }
 
   // BlockedQueue: jobs refused by the queue's downstream (downstream_gate.hpp).
   bool wake_blocked(std::atomic<std::int64_t>& blocked) noexcept final;
