@@ -478,14 +478,17 @@ TEST(ThreadedEngine, FinishedJobsFreeTheirSlotsWhileTheirBatchRuns) {
   const test::Watchdog watchdog(300s, "FinishedJobsFreeTheirSlotsWhileTheirBatchRuns");
   for (int round = 0; round < 3; ++round) {
     BatchRound h;
-    std::atomic<bool> release{false};
+    std::atomic<bool> release{false}, last_started{false};
     h.park_probe = &release;
     Engine engine;
     auto q = engine.queue<int>("q", QueueOptions{.capacity = 64});
     q.process({.concurrency = 2}, [&](Job<int>& j) {
       if (h.handle(j)) return;
       if (j.data() == 0) h.open();
-      if (j.data() == BatchRound::kBatch - 1) (void)eventually([&] { return release.load(); });
+      if (j.data() == BatchRound::kBatch - 1) {
+        last_started.store(true);
+        (void)eventually([&] { return release.load(); });
+      }
     });
     ReleaseOnExit release_on_exit{release};
     h.start(q);
@@ -493,7 +496,11 @@ TEST(ThreadedEngine, FinishedJobsFreeTheirSlotsWhileTheirBatchRuns) {
     ASSERT_TRUE(h.probe_first.load()) << "round " << round << ": the runner did not take the "
                                       << "whole batch";
     // Running: the probe (helper) and batch job 15 (runner). Ended: the gate, the feeders and
-    // batch jobs 0 .. 14; an attempt counts as ended only after its slot went back.
+    // batch jobs 0 .. 14. The runner started job 15 after job 14 gave its slot back, so every
+    // ended job's slot is free once last_started reads true. (counts() alone does not say so:
+    // it is not a snapshot, and it could read job 14's completion but not yet its attempt's end,
+    // showing active == 2 before job 15 started; CI under TSan once saw 61 accepted.)
+    ASSERT_TRUE(eventually([&] { return last_started.load(); }));
     ASSERT_TRUE(eventually([&] {
       QueueCounts c = q.counts();
       return c.completed == 3 + BatchRound::kBatch - 1 && c.active == 2;

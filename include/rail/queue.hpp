@@ -228,7 +228,10 @@ class Queue {
   /// dlq() is this queue's dead-letter queue.
   [[nodiscard]] DeadLetterQueue<T>& dlq() const noexcept { return impl_->dlq(); }
 
-  /// counts() is a snapshot of the queue's jobs by state.
+  /// counts() is the queue's jobs by state, read counter by counter without stopping the
+  /// workers: exact once the queue is quiet (after drain()); while jobs move, one may be counted
+  /// ended (completed) before its attempt's end leaves `active`. Each gauge reads its outflow
+  /// first, so it never shows a job twice.
   [[nodiscard]] QueueCounts counts() const noexcept { return impl_->counts(); }
 
   /// capacity() is QueueOptions::capacity.
