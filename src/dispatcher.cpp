@@ -7,23 +7,12 @@
 #include <string>
 #include <system_error>
 
+#include "rail/detail/cpu_relax.hpp"
 #include "rail/detail/deadline.hpp"
 #include "rail/error.hpp"
 
 namespace rail::detail {
 namespace {
-
-std::int64_t steady_ns() noexcept {
-  return std::chrono::steady_clock::now().time_since_epoch().count();
-}
-
-void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
 
 /// prefetch_for_write(p): starts fetching p's line in exclusive state, so the CAS that follows
 /// does not pay a second trip to upgrade a shared copy. __builtin_prefetch(p, 1) emits PREFETCHW
@@ -37,23 +26,11 @@ void prefetch_for_write(const void* p) noexcept {
 #endif
 }
 
-// acquire/release: a factory installed by a test is fully visible to the start() that loads it.
-std::atomic<ThreadFactory> g_thread_factory{nullptr};
-
-std::thread spawn(std::function<void()> body) {
-  if (ThreadFactory f = g_thread_factory.load(std::memory_order_acquire)) return f(std::move(body));
-  return std::thread(std::move(body));
-}
-
 // relaxed: a plain number, read by start() and copied into each worker's context before the
 // worker thread exists (the thread's creation orders it).
 std::atomic<std::int64_t> g_fast_handler_ns{Dispatcher::kFastHandlerNs};
 
 }  // namespace
-
-ThreadFactory set_thread_factory(ThreadFactory f) noexcept {
-  return g_thread_factory.exchange(f, std::memory_order_acq_rel);
-}
 
 std::int64_t set_fast_handler_threshold(std::int64_t ns) noexcept {
   return g_fast_handler_ns.exchange(ns, std::memory_order_relaxed);
@@ -76,6 +53,18 @@ Dispatcher::~Dispatcher() {
   join();
 }
 
+void Dispatcher::make_contexts(std::uint32_t workers, LeaseTracker& leases, std::uint64_t seed) {
+  stashes_ = std::make_unique<WorkerStash[]>(workers);
+  const bool manual = core_.clock().is_manual();
+  const std::int64_t fast_ns = g_fast_handler_ns.load(std::memory_order_relaxed);
+  for (std::uint32_t w = 0; w < workers; ++w) {
+    contexts_.push_back(std::make_unique<WorkerContext>(leases.record(w), SplitMix64(seed ^ w),
+                                                        &stashes_[w], nullptr));
+    contexts_.back()->manual_clock = manual;
+    contexts_.back()->fast_handler_ns = fast_ns;
+  }
+}
+
 void Dispatcher::start(JobRunner& runner, std::uint32_t workers, LeaseTracker& leases,
                        std::uint64_t seed, std::string_view queue) {
   if (core_.mode() != Mode::threaded) {
@@ -85,23 +74,13 @@ void Dispatcher::start(JobRunner& runner, std::uint32_t workers, LeaseTracker& l
   // Nothing a worker could observe (its counters, the worker count, a job) exists until every
   // thread does: a failure halfway then undoes only what this call built.
   try {
-    stashes_ = std::make_unique<WorkerStash[]>(workers);
-    const bool manual = core_.clock().is_manual();
-    const std::int64_t fast_ns = g_fast_handler_ns.load(std::memory_order_relaxed);
-    for (std::uint32_t w = 0; w < workers; ++w) {
-      contexts_.push_back(std::make_unique<WorkerContext>(leases.record(w), SplitMix64(seed ^ w),
-                                                          &stashes_[w], nullptr));
-      contexts_.back()->manual_clock = manual;
-      contexts_.back()->fast_handler_ns = fast_ns;
-    }
-    threads_.reserve(workers);  // a created thread is never dropped by a failing push_back
-    for (std::uint32_t w = 0; w < workers; ++w)
-      threads_.push_back(spawn([this, &runner, w] {
-        if (pass_gate()) worker_loop(runner, w, *contexts_[w]);
-      }));
+    make_contexts(workers, leases, seed);
+    threads_.spawn(workers,
+                   [this, &runner](std::uint32_t w) { worker_loop(runner, w, *contexts_[w]); });
   } catch (const std::system_error& e) {
     const std::size_t started = threads_.size();
-    abandon_start();
+    contexts_.clear();
+    stashes_.reset();
     throw Error(ErrorCode::resources,
                 "queue '" + std::string(queue) + "': process() could not start worker thread " +
                     std::to_string(started + 1) + " of " + std::to_string(workers) + " (" +
@@ -113,7 +92,8 @@ void Dispatcher::start(JobRunner& runner, std::uint32_t workers, LeaseTracker& l
                     "call process() again with a lower WorkerOptions.concurrency or once threads "
                     "are free");
   } catch (...) {
-    abandon_start();
+    contexts_.clear();
+    stashes_.reset();
     throw;
   }
   stats_.add_workers(workers);
@@ -121,29 +101,64 @@ void Dispatcher::start(JobRunner& runner, std::uint32_t workers, LeaseTracker& l
     contexts_[w]->counters = &stats_.worker(w);
   // relaxed: a sizing hint for wake-ups; the workers see it through the gate.
   worker_count_.store(workers, std::memory_order_relaxed);
-  // release: the workers' acquire in pass_gate() sees their contexts and counters complete.
-  gate_.store(kGateOpen, std::memory_order_release);
-  gate_.notify_all();
+  // release: pause_and_wait's acquire load sees contexts_ complete.
+  contexts_ready_.store(true, std::memory_order_release);
+  threads_.open();  // release: the workers see their contexts and counters complete
 }
 
-/// pass_gate(): a new worker waits until start() created every thread; false: start() failed
-/// and the worker must exit without touching anything.
-bool Dispatcher::pass_gate() noexcept {
-  gate_.wait(kGateClosed, std::memory_order_acquire);
-  return gate_.load(std::memory_order_acquire) == kGateOpen;
+void Dispatcher::join_pool(JobRunner& runner, std::uint32_t pool_size, WakeTarget& wake,
+                           LeaseTracker& leases, std::uint64_t seed, std::uint32_t share) {
+  make_contexts(pool_size, leases, seed);
+  stats_.add_workers(pool_size);
+  for (std::uint32_t w = 0; w < pool_size; ++w) {
+    contexts_[w]->counters = &stats_.worker(w);
+    // Not in a turn of this queue: parked as far as pause_and_wait is concerned.
+    contexts_[w]->parked.store(true, std::memory_order_relaxed);
+  }
+  pool_runner_ = &runner;
+  share_ = share;
+  worker_count_.store(pool_size, std::memory_order_relaxed);  // a sizing hint, as in start()
+  contexts_ready_.store(true, std::memory_order_release);     // as in start()
+  // Producers notify the pool from now on. A push made just before this store may have woken
+  // our own (unwatched) event count: a Dekker, fence against the fence in wake_for_ready: either
+  // that producer loads the pool's target, or the pool's check for work, after it publishes us
+  // (WorkerPool::add, which the caller runs next), sees its push. The pool's workers see this
+  // dispatcher, and what was written above, through that publication.
+  wake_.store(&wake, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-/// abandon_start(): start() failed halfway: the threads it created exit at the gate and are
-/// joined, and what it built for them goes, so that start() may run again.
-void Dispatcher::abandon_start() noexcept {
-  gate_.store(kGateAbandoned, std::memory_order_release);
-  gate_.notify_all();
-  for (auto& t : threads_)
-    t.join();
-  threads_.clear();
-  contexts_.clear();
-  stashes_.reset();
-  gate_.store(kGateClosed, std::memory_order_relaxed);  // no thread is left to read it
+std::uint32_t Dispatcher::serve_turn(std::uint32_t w) noexcept {
+  if (!turn_possible()) return 0;  // most visits: an idle queue costs a few loads
+  if (share_ != 0) {
+    // relaxed: a count of workers, ordering nothing; RMWs on one word are totally ordered, so
+    // never more than share_ are in.
+    std::uint32_t in = serving_.load(std::memory_order_relaxed);
+    do {
+      if (in >= share_) return 0;
+    } while (!serving_.compare_exchange_weak(in, in + 1, std::memory_order_relaxed));
+  }
+  WorkerContext& wc = *contexts_[w];
+  // seq_cst: the worker's unpark, against pause_and_wait (workers_acknowledged): once per turn.
+  wc.parked.store(false, std::memory_order_seq_cst);
+  std::uint32_t ran = 0, idx = 0;
+  bool more = true;
+  while (ran < kTurn && (more = next_job(w, wc, idx))) {
+    pool_runner_->deliver(idx, wc);
+    ++ran;
+  }
+  if (!more) {
+    wc.fast = false;                     // as after idling in worker_loop
+    if (ran > 0) note_if_drained(true);  // this worker ran the queue dry: it may be idle now
+  }
+  // release: our last handler's end happens before a waiter's acquire load of `parked`.
+  wc.parked.store(true, std::memory_order_release);
+  if (share_ != 0) {
+    serving_.fetch_sub(1, std::memory_order_relaxed);
+    // The turn ended with work left: a worker turned away by the share may be asleep by now.
+    if (more) wake_for_ready();
+  }
+  return ran;
 }
 
 void Dispatcher::push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexcept {
@@ -155,8 +170,10 @@ void Dispatcher::push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexce
     done += k;
   }
   const std::size_t wake = std::max<std::size_t>(1, std::min<std::size_t>(n, workers()));
+  // acquire: as in wake_for_ready.
+  WakeTarget& t = *wake_.load(std::memory_order_acquire);
   for (std::size_t i = 0; i < wake; ++i)
-    ready_ec_.notify();
+    t.ec.notify();
 }
 
 std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std::uint64_t seed,
@@ -178,12 +195,13 @@ std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std:
 void Dispatcher::stop() noexcept {
   // seq_cst: in one order with the job flow's activation and its re-check (SlotControl::activate).
   stop_.store(true, std::memory_order_seq_cst);
-  ready_ec_.notify_all(INT32_MAX / 2);  // every later wait() returns at once
+  // Our own workers: every later wait() returns at once. (A pool's workers look at stop_ in
+  // their next turn of this queue; the pool is stopped by the engine.)
+  own_.ec.notify_all(INT32_MAX / 2);
 }
 
 void Dispatcher::join() noexcept {
-  for (auto& t : threads_)
-    if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
+  threads_.join();
 }
 
 void Dispatcher::pause() noexcept {
@@ -200,7 +218,8 @@ void Dispatcher::resume() noexcept {
   // acq_rel: as pause() (workers' acquire load sees it).
   const bool was_paused = paused_.exchange(false, std::memory_order_acq_rel);
   // One signal per worker: each may be between its paused check and its wait().
-  ready_ec_.notify_all(static_cast<std::int32_t>(std::max<std::uint32_t>(workers(), 1)));
+  wake_.load(std::memory_order_acquire)
+      ->ec.notify_all(static_cast<std::int32_t>(std::max<std::uint32_t>(workers(), 1)));
   if (was_paused) {
     if (pause_listener_) pause_listener_->pause_changed();
     emit_queue_event(EventKind::resumed);
@@ -257,9 +276,9 @@ void Dispatcher::acknowledge_pause(WorkerContext& wc) noexcept {
 /// workers_acknowledged(epoch): every worker thread acknowledged `epoch` (or a later one), is
 /// parked (asleep between jobs), or has exited its loop.
 bool Dispatcher::workers_acknowledged(std::uint64_t epoch) const noexcept {
-  // acquire: the gate opens (release) once contexts_ is complete; it never changes after.
-  // Closed: no worker runs a job yet, and each will see paused_ before its first one.
-  if (gate_.load(std::memory_order_acquire) != kGateOpen) return true;
+  // acquire: set (release) once contexts_ is complete; it never changes after. Not yet: no
+  // worker runs a job yet, and each will see paused_ before its first one.
+  if (!contexts_ready_.load(std::memory_order_acquire)) return true;
   for (const auto& wc : contexts_) {
     // acquire: pairs with the ack's release (the worker's handler has returned).
     if (wc->pause_ack.load(std::memory_order_acquire) >= epoch) continue;
@@ -331,7 +350,7 @@ void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& 
     // semaphore's wake-ups go to any worker, so a pause cannot count on waking each one.
     // release: our last handler's end happens before a waiter's acquire load of it.
     wc.parked.store(true, std::memory_order_release);
-    ready_ec_.wait();
+    own_.ec.wait();
     // seq_cst: see workers_acknowledged (once per wake-up, not per job).
     wc.parked.store(false, std::memory_order_seq_cst);
   }
@@ -345,7 +364,7 @@ void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& 
 bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept {
   std::uint32_t none = 0;
   // relaxed: only decides who spins; clearing the duty is ordered by the fence below.
-  if (!spinning_.compare_exchange_strong(none, 1, std::memory_order_relaxed)) return false;
+  if (!own_.spinning.compare_exchange_strong(none, 1, std::memory_order_relaxed)) return false;
   const std::int64_t until = saturating_add(steady_ns(), Duration{kSpinNs});
   bool got = false;
   for (std::uint32_t round = 1; !got; ++round) {
@@ -357,15 +376,15 @@ bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t&
       break;
   }
   // Dekker with wake_for_ready(), fence against fence: either the producer's fence comes first
-  // and our re-check below sees its push, or ours does and the producer sees spinning_ == 0 and
+  // and our re-check below sees its push, or ours does and the producer sees the flag at 0 and
   // notifies. Without the fence our store could pass the re-check's loads, and a push made while
   // we stop would wait for the next wake-up.
-  spinning_.store(0, std::memory_order_relaxed);
+  own_.spinning.store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (got) {
     // Work pushed or stashed while we held the duty went unannounced (ours, other workers',
     // timers fired by poll_timers): a sleeper must take it if our handler runs long.
-    if (work_visible()) ready_ec_.notify();
+    if (work_visible()) own_.ec.notify();
     return true;
   }
   return next_job(w, wc, idx);  // false at once after stop

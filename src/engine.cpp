@@ -12,6 +12,12 @@ Engine::Engine(EngineOptions options) {
     throw Error(ErrorCode::invalid_option,
                 "EngineOptions.timer_tick is " + std::to_string(options.timer_tick.count()) +
                     " ns; expected a positive duration (1 ms is a good default)");
+  if (options.workers > WorkerOptions::kMaxConcurrency)
+    throw Error(ErrorCode::invalid_option,
+                "EngineOptions.workers is " + std::to_string(options.workers) +
+                    "; expected at most WorkerOptions::kMaxConcurrency (" +
+                    std::to_string(WorkerOptions::kMaxConcurrency) +
+                    ") shared pool threads, or 0 for one per core");
   core_ = std::make_unique<detail::EngineCore>(options);
   Clock& clock = core_->clock();
   if (clock.is_manual()) {
@@ -41,8 +47,10 @@ Engine::~Engine() {
   }
   for (auto& [name, q] : queues_)
     q->stop_workers();
+  core_->stop_shared_pool();
   for (auto& [name, q] : queues_)
     q->join_workers();
+  core_->join_shared_pool();
   stop_timer_thread();
   queues_.clear();  // destroys the payloads of whatever was left
 }
@@ -143,6 +151,7 @@ ShutdownReport Engine::shutdown(Duration grace) {
   if (!first) grace = Duration{0};
   for (auto& [name, q] : queues_)
     q->stop_workers();
+  core_->stop_shared_pool();
   const auto deadline = detail::steady_deadline(grace);  // grace = max: wait for every handler
   // Called from a handler (or an observer on a worker), shutdown does not wait for the caller's
   // own job: it is reported as still running.
@@ -162,6 +171,7 @@ ShutdownReport Engine::shutdown(Duration grace) {
   if (report.still_running.empty()) {
     for (auto& [name, q] : queues_)
       q->join_workers();
+    core_->join_shared_pool();
   }
   return report;
 }

@@ -1,7 +1,46 @@
 // EngineCore: see include/rail/detail/engine_core.hpp (its cold, compiled parts).
 #include "rail/detail/engine_core.hpp"
 
+#include <algorithm>
+#include <thread>
+
+#include "rail/detail/worker_pool.hpp"
+
 namespace rail::detail {
+
+EngineCore::EngineCore(const EngineOptions& options)
+    : clock_(options.clock ? *options.clock : SteadyClock::instance()),
+      mode_(options.mode),
+      seed_(options.seed),
+      pool_size_(options.workers != 0 ? options.workers
+                                      : std::max(1u, std::thread::hardware_concurrency())),
+      wheel_(options.timer_tick.count(), clock_.now().time_since_epoch().count()) {}
+
+EngineCore::~EngineCore() = default;  // WorkerPool is complete here
+
+WorkerPool& EngineCore::shared_pool() {
+  const std::lock_guard lock(pool_mu_);
+  if (!pool_) {
+    auto pool = std::make_unique<WorkerPool>(pool_size_);
+    pool->start();  // throws Error(resources): nothing kept, the next call tries again
+    pool_ = std::move(pool);
+  }
+  return *pool_;
+}
+
+void EngineCore::stop_shared_pool() noexcept {
+  const std::lock_guard lock(pool_mu_);
+  if (pool_) pool_->stop();
+}
+
+void EngineCore::join_shared_pool() noexcept {
+  WorkerPool* pool;
+  {
+    const std::lock_guard lock(pool_mu_);
+    pool = pool_.get();
+  }
+  if (pool) pool->join();  // not under the lock: a handler on the pool may be starting a queue
+}
 
 DownstreamGate& EngineCore::declare_downstream(std::string_view name,
                                                const DownstreamOptions& options) {

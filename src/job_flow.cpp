@@ -11,6 +11,7 @@
 #include "rail/detail/allocation.hpp"
 #include "rail/detail/assert.hpp"
 #include "rail/detail/asymmetric_fence.hpp"
+#include "rail/detail/worker_pool.hpp"
 #include "rail/error.hpp"
 #include "rail/unrecoverable_error.hpp"
 
@@ -371,15 +372,14 @@ AddResult JobFlow::note_duplicate(JobId owner, std::string_view job_name, const 
 // --------------------------------------------------------------------------------------
 
 void JobFlow::start_processing(const WorkerOptions& w) {
-  const std::uint32_t workers = core_.mode() == Mode::threaded ? w.concurrency : 1;
-  leases_ = std::make_unique<LeaseTracker>(workers);
-  try {
-    dispatch_.start(*this, workers, *leases_, core_.seed() ^ (std::uint64_t{index_} << 32), name_);
-  } catch (...) {
-    // start() joined the threads it had started before any ran a job: undo the rest, so that
-    // the queue is as before.
-    leases_.reset();
-    throw;
+  const std::uint64_t seed = core_.seed() ^ (std::uint64_t{index_} << 32);
+  if (w.pool == Pool::shared && core_.mode() == Mode::threaded) {
+    WorkerPool& pool = core_.shared_pool();  // may throw Error(resources): nothing done yet
+    leases_ = std::make_unique<LeaseTracker>(pool.size());
+    dispatch_.join_pool(*this, pool.size(), pool.wake(), *leases_, seed, w.concurrency);
+    pool.add(dispatch_);
+  } else {
+    start_dedicated(w, seed);
   }
   // seq_cst, before the request below: see admit_unusual. (Also the release that publishes
   // leases_ to sweep_inline and run_ready.)
@@ -388,6 +388,19 @@ void JobFlow::start_processing(const WorkerOptions& w) {
   // ManualClock::advance, whose process_timers() calls sweep_inline() directly, so no timer is
   // left on the wheel for next_timer_in() to chase forever.
   if (leases_enabled() && core_.mode() == Mode::threaded) timers_.request_sweep();
+}
+
+void JobFlow::start_dedicated(const WorkerOptions& w, std::uint64_t seed) {
+  const std::uint32_t workers = core_.mode() == Mode::threaded ? w.concurrency : 1;
+  leases_ = std::make_unique<LeaseTracker>(workers);
+  try {
+    dispatch_.start(*this, workers, *leases_, seed, name_);
+  } catch (...) {
+    // start() joined the threads it had started before any ran a job: undo the rest, so that
+    // the queue is as before.
+    leases_.reset();
+    throw;
+  }
 }
 
 std::size_t JobFlow::run_ready(std::size_t max) {

@@ -92,11 +92,16 @@ void validate_job_options(const JobOptions& o, std::string_view where) {
 
 void validate_worker_options(const WorkerOptions& o, std::string_view queue) {
   const std::string where = "WorkerOptions('" + std::string(queue) + "')";
-  if (o.concurrency == 0) bad(where, "concurrency", "0", "1 or more");
+  if (o.pool != Pool::dedicated && o.pool != Pool::shared)
+    bad(where, "pool", std::to_string(static_cast<int>(o.pool)), "Pool::dedicated or Pool::shared");
+  if (o.concurrency == 0 && o.pool == Pool::dedicated)
+    bad(where, "concurrency", "0",
+        "1 or more threads (0, kWholePool, is for Pool::shared: no share of its own)");
   if (o.concurrency > WorkerOptions::kMaxConcurrency)
     bad(where, "concurrency", std::to_string(o.concurrency),
         "at most WorkerOptions::kMaxConcurrency (" +
-            std::to_string(WorkerOptions::kMaxConcurrency) + ") worker threads per queue");
+            std::to_string(WorkerOptions::kMaxConcurrency) + ") " +
+            (o.pool == Pool::dedicated ? "worker threads per queue" : "workers of the pool"));
 }
 
 void reject_job_name(std::string_view name, std::string_view queue) {

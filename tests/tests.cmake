@@ -86,3 +86,4 @@ set_tests_properties(compile_fail.queue_with_dlq_journal_without_codec_names_the
 rail_add_test(schedule CONCURRENCY)
 rail_add_test(schedule_review CONCURRENCY)
 rail_add_test(downstream_review CONCURRENCY)
+rail_add_test(worker_pool CONCURRENCY)

@@ -139,13 +139,30 @@ struct QueueOptions {
 };
 
 /// WorkerOptions: the pool that drains a queue, sized to what the downstream service can take.
+/// Pool: which threads run a queue's handlers.
+enum class Pool : std::uint8_t {
+  dedicated,  // the queue's own WorkerOptions.concurrency threads
+  shared,     // the engine's shared pool (EngineOptions.workers threads, shared by its queues)
+};
+
 struct WorkerOptions {
   /// The largest concurrency process() accepts. Each unit is an OS thread with its own stack (8 MB
   /// of address space by default) and a worker record; pools beyond a few hundred threads mostly
   /// contend for cores, and a typo such as 10'000 should fail at once, not exhaust the process's
   /// thread limit halfway.
   static constexpr std::uint32_t kMaxConcurrency = 4096;
-  std::uint32_t concurrency = 1;  // handler calls in flight at once (threads): 1 .. kMaxConcurrency
+  /// concurrency on the shared pool: no share of its own, every pool worker may run its jobs.
+  static constexpr std::uint32_t kWholePool = 0;
+  /// Handler calls in flight at once. Dedicated: that many threads, 1 .. kMaxConcurrency.
+  /// Shared: at most that many of the pool's workers run this queue's jobs at once (its share),
+  /// or kWholePool.
+  std::uint32_t concurrency = 1;
+  Pool pool = Pool::dedicated;
+
+  /// shared(share): the shared pool, with at most `share` workers at once (kWholePool: any).
+  [[nodiscard]] static constexpr WorkerOptions shared(std::uint32_t share = kWholePool) noexcept {
+    return WorkerOptions{share, Pool::shared};
+  }
 };
 
 /// Mode: whether the engine runs its own threads.
@@ -160,6 +177,9 @@ struct EngineOptions {
   Mode mode = Mode::threaded;
   Duration timer_tick = std::chrono::milliseconds(1);  // timing-wheel granularity
   std::uint64_t seed = 0x5EEDu;  // jitter randomness (per-thread streams derive from it)
+  /// The shared worker pool's threads (queues that process with Pool::shared), started by the
+  /// first such queue: 1 .. WorkerOptions::kMaxConcurrency, or 0 for the core count.
+  std::uint32_t workers = 0;
 };
 
 }  // namespace rail

@@ -95,6 +95,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "rail/detail/cpu_relax.hpp"
 #include "rail/error.hpp"
 
 namespace rail::detail {
@@ -235,17 +236,6 @@ class DedupSet {
 
   using HashFn = std::uint64_t (*)(std::string_view) noexcept;
 
-  static void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    // pause: yields the core to a sibling hyperthread and avoids the memory-order mis-speculation
-    // flush on leaving the spin.
-    __builtin_ia32_pause();
-#elif defined(__aarch64__) || defined(__arm__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-    // Other targets: spin without a hint; the yield after kSpinsBeforeYield still bounds waste.
-  }
-
   // Test-and-test-and-set spin lock. The Atom seam (STYLE rule 5) lets a test substitute a
   // deterministic atomic and run this exact kernel. The table code that uses it is plain sequential
   // code under the lock, so the lock is the only concurrent kernel here.
@@ -334,18 +324,10 @@ class DedupSet {
     // always predicted).
     return test_hash_ == nullptr ? hash_bytes(key) : test_hash_(key);
   }
-  std::size_t shard_index(std::uint64_t hash) const noexcept {
-    return (hash >> 32) & shard_mask_;
-  }
-  Shard& shard_for(std::uint64_t hash) const noexcept {
-    return shards_[shard_index(hash)];
-  }
-  std::size_t home(std::uint64_t hash) const noexcept {
-    return hash & table_mask_;
-  }
-  std::size_t next(std::size_t i) const noexcept {
-    return (i + 1) & table_mask_;
-  }
+  std::size_t shard_index(std::uint64_t hash) const noexcept { return (hash >> 32) & shard_mask_; }
+  Shard& shard_for(std::uint64_t hash) const noexcept { return shards_[shard_index(hash)]; }
+  std::size_t home(std::uint64_t hash) const noexcept { return hash & table_mask_; }
+  std::size_t next(std::size_t i) const noexcept { return (i + 1) & table_mask_; }
   char* key_bytes(const Shard& s, std::uint32_t slot) const noexcept {
     return s.keys + std::size_t{slot} * max_key_bytes_;
   }

@@ -34,10 +34,14 @@
 // then sees the pause (acknowledge_pause), and its ack (release) after its last handler's
 // counts is acquired by the waiter. pause()'s store, next_job's paused_ load, a worker's unpark
 // store and the waiter's load of `parked` are seq_cst (workers_acknowledged says why).
-// Threading: push_ready* from any thread; start/stop/join/pause/resume/pause_and_wait from any
-// thread, cold; run_inline by the inline engine's caller. The dispatcher serves one queue's ring
-// today; its workers only ever see the ring through next_job, so a pool shared by several queues
-// (the next capability) changes next_job's choice of ring, not the job flow.
+// Threads: its own (start: WorkerOptions.pool = Pool::dedicated), or the engine's shared pool
+// (join_pool: worker_pool.hpp), whose workers take turns over their queues' dispatchers
+// (serve_turn). Either way each worker has its own context and stash here, and the workers reach
+// the ring only through next_job. A pooled dispatcher's producers wake the pool's sleepers (its
+// WakeTarget) instead of its own, and a pool worker counts as parked here while it is not in a
+// turn of this queue: pause_and_wait waits only for this queue's handlers.
+// Threading: push_ready* from any thread; start/join_pool/stop/join/pause/resume/pause_and_wait
+// from any thread, cold; run_inline by the inline engine's caller; serve_turn by pool workers.
 #pragma once
 
 #include <atomic>
@@ -56,6 +60,7 @@
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/mpmc_ring.hpp"
 #include "rail/detail/queue_stats.hpp"
+#include "rail/detail/thread_group.hpp"
 #include "rail/detail/worker_stash.hpp"
 
 namespace rail::detail {
@@ -84,21 +89,20 @@ struct alignas(64) WorkerContext {  // its own lines: written on every job by it
   std::atomic<bool> parked{false};
 };
 
-/// ThreadFactory: how Dispatcher::start creates a worker thread running `body`. A test seam:
-/// production uses std::thread's constructor, and a test substitutes a factory that throws the
-/// std::system_error that constructor throws when the system has no thread to give (RLIMIT_NPROC
-/// cannot produce that failure deterministically: it does not bind root).
-using ThreadFactory = std::thread (*)(std::function<void()> body);
+/// WakeTarget: where idle workers wait and producers' wake-ups go: the event count they sleep on
+/// and the flag of the one that spins instead (spin_for_job). A dispatcher's own, or the shared
+/// pool's for every queue on it.
+struct WakeTarget {
+  // Its own line: producers read it on every push.
+  alignas(64) std::atomic<std::uint32_t> spinning{0};
+  EventCount ec;
+};
 
-/// set_thread_factory(f): Dispatcher::start creates its threads with f from now on (null:
-/// std::thread); returns the previous factory. Process-wide, for tests.
-ThreadFactory set_thread_factory(ThreadFactory f) noexcept;
-
-/// set_fast_handler_threshold(ns): workers that Dispatcher::start creates from now on count a
-/// handler as fast (and take batches) when it started within ns of the one before; returns the
-/// previous threshold. A test seam like set_thread_factory: a test of batch mechanics sets it to
-/// INT64_MAX, so that a batch forms whatever the machine's speed (under ThreadSanitizer two
-/// handler starts are rarely 20 us apart). Production keeps kFastHandlerNs.
+/// set_fast_handler_threshold(ns): workers that Dispatcher::start (or join_pool) sets up from now
+/// on count a handler as fast (and take batches) when it started within ns of the one before;
+/// returns the previous threshold. A test seam like set_thread_factory: a test of batch mechanics
+/// sets it to INT64_MAX, so that a batch forms whatever the machine's speed (under ThreadSanitizer
+/// two handler starts are rarely 20 us apart). Production keeps kFastHandlerNs.
 std::int64_t set_fast_handler_threshold(std::int64_t ns) noexcept;
 
 /// JobRunner: what the dispatcher hands each popped job to. deliver(idx, wc) runs the job unless
@@ -145,6 +149,27 @@ class Dispatcher {
   /// `queue` when the system refused a thread) and may be called again.
   void start(JobRunner& runner, std::uint32_t workers, LeaseTracker& leases, std::uint64_t seed,
              std::string_view queue);
+  /// join_pool(runner, pool_size, wake, leases, seed, share): instead of start(): the engine's
+  /// shared pool of pool_size workers will run this queue's jobs (serve_turn), at most `share`
+  /// of them at once (0: any number); its producers wake `wake`, the pool's. The caller then
+  /// adds the dispatcher to the pool. Once per dispatcher.
+  void join_pool(JobRunner& runner, std::uint32_t pool_size, WakeTarget& wake, LeaseTracker& leases,
+                 std::uint64_t seed, std::uint32_t share);
+  /// serve_turn(w): pool worker w runs up to kTurn of this queue's jobs; returns how many ran
+  /// (0 at once when none is visible, the queue's share of the pool is taken, it is paused or
+  /// stopped).
+  std::uint32_t serve_turn(std::uint32_t w) noexcept;
+  /// Jobs a pool worker runs from one queue before it moves on to the next.
+  static constexpr std::uint32_t kTurn = WorkerStash::kCapacity;
+  /// work_visible(): a ready job in the ring or in any worker's stash (a hint, for wake-ups).
+  [[nodiscard]] bool work_visible() const noexcept;
+  /// turn_possible(): a hint that serve_turn would run a job: work is visible, the queue is
+  /// neither paused nor stopped, and its share of the pool is not taken.
+  [[nodiscard]] bool turn_possible() const noexcept {
+    // relaxed: a hint; serve_turn decides with next_job's own loads.
+    return !stop_.load(std::memory_order_relaxed) && !paused_.load(std::memory_order_relaxed) &&
+           (share_ == 0 || serving_.load(std::memory_order_relaxed) < share_) && work_visible();
+  }
 
   /// push_ready(idx): a job may start now (counted into `waiting`), and a worker will look.
   void push_ready(std::uint32_t idx) noexcept {
@@ -195,12 +220,10 @@ class Dispatcher {
 
  private:
   void worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& wc);
-  [[nodiscard]] bool pass_gate() noexcept;
-  void abandon_start() noexcept;
+  void make_contexts(std::uint32_t workers, LeaseTracker& leases, std::uint64_t seed);
   bool next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   bool spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   bool steal(std::uint32_t w, std::uint32_t& idx) noexcept;
-  [[nodiscard]] bool work_visible() const noexcept;
   void acknowledge_pause(WorkerContext& wc) noexcept;
   [[nodiscard]] bool workers_acknowledged(std::uint64_t epoch) const noexcept;
   void raise_if_drained(bool on_worker) noexcept;
@@ -208,10 +231,16 @@ class Dispatcher {
 
   /// wake_for_ready(): after a push to the ready ring (or a stash), make sure a worker will look.
   void wake_for_ready() noexcept {
-    // seq_cst: orders our push before the load of spinning_ (see spin_for_job).
+    // seq_cst: orders our push before the loads below: the spinner's flag (see spin_for_job)
+    // and the target itself (see join_pool).
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (spinning_.load(std::memory_order_relaxed) != 0) return;  // the spinner will find it
-    ready_ec_.notify();
+    // acquire: a pool's target is fully built before join_pool publishes it.
+    WakeTarget& t = *wake_.load(std::memory_order_acquire);
+    if (t.spinning.load(std::memory_order_relaxed) != 0) return;  // the spinner will find it
+    t.ec.notify();
+  }
+  [[nodiscard]] bool pooled() const noexcept {
+    return wake_.load(std::memory_order_relaxed) != &own_;  // set once, before any serve_turn
   }
 
   EngineCore& core_;
@@ -222,16 +251,19 @@ class Dispatcher {
   const char* payload_;
   std::size_t payload_stride_;
   MpmcRing<std::uint32_t> ready_;
-  EventCount ready_ec_;
-  // 1 while a worker spins for jobs (spin_for_job); its own line: producers read it on every push.
-  alignas(64) std::atomic<std::uint32_t> spinning_{0};
+  // The dedicated workers' wake target; wake_ points at it, or at the shared pool's.
+  WakeTarget own_;
+  std::atomic<WakeTarget*> wake_{&own_};
   std::unique_ptr<WorkerStash[]> stashes_;  // threaded mode: one per worker
   std::vector<std::unique_ptr<WorkerContext>> contexts_;
   std::optional<WorkerContext> inline_context_;  // inline mode: the run_until_idle caller
-  std::vector<std::thread> threads_;
-  // start()'s gate: new threads wait while it is closed, run once it opens, exit if abandoned.
-  static constexpr std::uint32_t kGateClosed = 0, kGateOpen = 1, kGateAbandoned = 2;
-  std::atomic<std::uint32_t> gate_{kGateClosed};
+  ThreadGroup threads_;                          // dedicated workers
+  JobRunner* pool_runner_ = nullptr;             // pooled: set before the pool sees us
+  std::uint32_t share_ = 0;                      // pooled: most pool workers at once (0: any)
+  // pooled: workers in a turn of this queue (counted only under a share); its own line.
+  alignas(64) std::atomic<std::uint32_t> serving_{0};
+  // contexts_ is complete (release; set once): pause_and_wait may read it.
+  std::atomic<bool> contexts_ready_{false};
   std::atomic<std::uint32_t> worker_count_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> paused_{false};

@@ -76,6 +76,7 @@ class QueueBase {
 };
 
 class EngineCore;
+class WorkerPool;
 /// run_inline(core): Engine::run_until_idle's loop (inline mode; the caller checked it): fires
 /// due timers and runs ready jobs until neither is left; returns how many jobs ran.
 std::size_t run_inline(EngineCore& core);
@@ -92,11 +93,10 @@ class EngineCore {
  public:
   static constexpr std::size_t kMaxQueues = 256;
 
-  explicit EngineCore(const EngineOptions& options)
-      : clock_(options.clock ? *options.clock : SteadyClock::instance()),
-        mode_(options.mode),
-        seed_(options.seed),
-        wheel_(options.timer_tick.count(), clock_.now().time_since_epoch().count()) {}
+  explicit EngineCore(const EngineOptions& options);
+  ~EngineCore();
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
 
   [[nodiscard]] Clock& clock() const noexcept { return clock_; }
   [[nodiscard]] std::int64_t now_ns() const noexcept {
@@ -162,6 +162,17 @@ class EngineCore {
     return queue_count_.load(std::memory_order_acquire);
   }
   [[nodiscard]] QueueBase* queue_at(std::size_t i) const noexcept { return queues_[i]; }
+
+  // --- the shared worker pool (cold: created under pool_mu_) -----------------------------------
+  /// shared_pool(): the engine's shared pool, started by the first queue that processes on it;
+  /// throws Error(resources) if its threads cannot be created (then the next call tries again).
+  WorkerPool& shared_pool();
+  /// pool_size(): the shared pool's threads (EngineOptions.workers, or the core count).
+  [[nodiscard]] std::uint32_t pool_size() const noexcept { return pool_size_; }
+  /// stop_shared_pool() / join_shared_pool(): Engine::shutdown and ~Engine, after every queue
+  /// was stopped; no-ops when no queue used the pool.
+  void stop_shared_pool() noexcept;
+  void join_shared_pool() noexcept;
 
   // --- downstreams (cold: declared and looked up under downstream_mu_) -------------------------
   /// declare_downstream(name, options): downstream `name` with these limits: new, or an existing
@@ -404,6 +415,9 @@ class EngineCore {
 
   std::array<QueueBase*, kMaxQueues> queues_{};
   std::atomic<std::size_t> queue_count_{0};
+  std::uint32_t pool_size_;
+  std::mutex pool_mu_;
+  std::unique_ptr<WorkerPool> pool_;  // guarded by pool_mu_; never replaced once started
   // Gates live as long as the engine core: queues (destroyed first) point at them.
   std::mutex downstream_mu_;
   std::map<std::string, std::unique_ptr<DownstreamGate>, std::less<>> downstreams_;

@@ -406,6 +406,8 @@ class JobFlow : public QueueBase,
   QueueStats stats_;
 
  private:
+  /// start_dedicated(w, seed): start_processing on the queue's own threads (or inline).
+  void start_dedicated(const WorkerOptions& w, std::uint64_t seed);
   // JobRunner / TimerClient
   bool deliver(std::uint32_t idx, WorkerContext& wc) final;
   void timer_fired(std::uint32_t idx, std::int64_t now) noexcept final;

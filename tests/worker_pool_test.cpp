@@ -1,0 +1,399 @@
+// The engine's shared worker pool (WorkerOptions::shared, EngineOptions.workers): queues on it
+// run on the pool's threads only, each within its share; a queue whose handlers hang or whose
+// downstream is stalled does not take the pool from the others; pause_and_wait, leases and
+// shutdown behave as on a dedicated pool; a pool that cannot start its threads fails cleanly.
+// Threaded tests wait with eventually() (bounded), never with a sleep that decides the outcome;
+// timed behaviour (a lease) uses the manual clock.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "rail/rail.hpp"
+#include "support/downstream_options.hpp"
+#include "support/eventually.hpp"
+#include "support/watchdog.hpp"
+
+namespace rail {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+
+/// numbered(prefix, i): "q7" for ("q", 7).
+std::string numbered(const char* prefix, int i) {
+  std::string name(prefix);
+  name += std::to_string(i);
+  return name;
+}
+
+/// HighWater: the most handlers inside at once (an atomic high-water mark).
+struct HighWater {
+  std::atomic<int> inside{0}, most{0};
+  void enter() {
+    const int now = inside.fetch_add(1) + 1;
+    int seen = most.load();
+    while (now > seen && !most.compare_exchange_weak(seen, now)) {
+    }
+  }
+  void leave() { inside.fetch_sub(1); }
+};
+
+TEST(WorkerPool, TwentyQueuesRunOnThePoolsThreadsOnly) {
+  Engine engine({.workers = 2});
+  std::mutex mu;
+  std::set<std::thread::id> threads;
+  std::atomic<int> done{0};
+  std::vector<Queue<int>> queues;
+  for (int i = 0; i < 20; ++i) {
+    queues.push_back(engine.queue<int>(numbered("q", i), QueueOptions{.capacity = 1024}));
+    queues.back().process(WorkerOptions::shared(), [&](Job<int>&) {
+      {
+        const std::lock_guard lock(mu);
+        threads.insert(std::this_thread::get_id());
+      }
+      done.fetch_add(1);
+    });
+  }
+  for (int round = 0; round < 50; ++round)
+    for (auto& q : queues)
+      ASSERT_EQ(q.add("job", round).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return done.load() == 1000; })) << done.load();
+  for (auto& q : queues)
+    EXPECT_EQ(q.counts().completed, 50u);
+  const std::lock_guard lock(mu);
+  EXPECT_LE(threads.size(), 2u) << "20 queues, 2 pool threads: no queue has threads of its own";
+}
+
+TEST(WorkerPool, AQueuesShareCapsHowManyPoolWorkersRunItsJobs) {
+  // A pool of 4; queue "one" may use 1 of them, "wide" all. Handlers stay inside until two of
+  // "wide" are in at once (bounded), so "one" has every chance to exceed its share.
+  const test::Watchdog watchdog(120s, "AQueuesShareCapsHowManyPoolWorkersRunItsJobs");
+  Engine engine({.workers = 4});
+  HighWater one_hw, wide_hw;
+  auto one = engine.queue<int>("one", QueueOptions{});
+  auto wide = engine.queue<int>("wide", QueueOptions{});
+  one.process(WorkerOptions::shared(1), [&](Job<int>&) {
+    one_hw.enter();
+    std::this_thread::yield();
+    one_hw.leave();
+  });
+  wide.process(WorkerOptions::shared(), [&](Job<int>&) {
+    wide_hw.enter();
+    (void)eventually([&] { return wide_hw.most.load() >= 2; }, 5s);
+    wide_hw.leave();
+  });
+  for (int i = 0; i < 2000; ++i) {
+    ASSERT_EQ(one.add("a", i).status, AddStatus::added);
+    if (i % 20 == 0) {
+      ASSERT_EQ(wide.add("b", i).status, AddStatus::added);
+    }
+  }
+  ASSERT_TRUE(
+      eventually([&] { return one.counts().completed == 2000 && wide.counts().completed == 100; }));
+  EXPECT_EQ(one_hw.most.load(), 1) << "share 1: never two of its handlers at once";
+  EXPECT_GE(wide_hw.most.load(), 2) << "no share: several pool workers run it";
+}
+
+TEST(WorkerPool, HungHandlersOfOneQueueLeaveThePoolToTheOthers) {
+  // Pool of 3; "slow" may use 2 of them and both of its handlers hang. "fast" still runs all of
+  // its jobs on the third worker.
+  const test::Watchdog watchdog(120s, "HungHandlersOfOneQueueLeaveThePoolToTheOthers");
+  Engine engine({.workers = 3});
+  std::atomic<bool> release{false};
+  std::atomic<int> hung{0};
+  auto slow = engine.queue<int>("slow", QueueOptions{});
+  auto fast = engine.queue<int>("fast", QueueOptions{});
+  slow.process(WorkerOptions::shared(2), [&](Job<int>&) {
+    hung.fetch_add(1);
+    (void)eventually([&] { return release.load(); }, 60s);
+  });
+  std::atomic<int> fast_done{0};
+  fast.process(WorkerOptions::shared(), [&](Job<int>&) { fast_done.fetch_add(1); });
+  for (int i = 0; i < 10; ++i)
+    ASSERT_EQ(slow.add("hang", i).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return hung.load() == 2; }));
+  for (int i = 0; i < 5000; ++i)
+    ASSERT_EQ(fast.add("quick", i).status, AddStatus::added);
+  EXPECT_TRUE(eventually([&] { return fast_done.load() == 5000; })) << fast_done.load();
+  EXPECT_EQ(hung.load(), 2) << "slow's share stayed at 2 while fast ran";
+  release.store(true);
+  EXPECT_TRUE(eventually([&] { return slow.counts().completed == 10; }));
+}
+
+TEST(WorkerPool, AStalledDownstreamHoldsNoPoolWorker) {
+  // Pool of 2. "payments" (downstream concurrency 1) hangs in its one permitted call; its other
+  // jobs wait for the permit without a thread, so the second worker runs every email.
+  const test::Watchdog watchdog(120s, "AStalledDownstreamHoldsNoPoolWorker");
+  Engine engine({.workers = 2});
+  engine.downstream("gateway", {.concurrency = 1});
+  std::atomic<bool> release{false};
+  std::atomic<int> charges{0}, emails{0};
+  auto payments = engine.queue<int>("payments", test::calling("gateway"));
+  auto email = engine.queue<int>("email", QueueOptions{});
+  payments.process(WorkerOptions::shared(), [&](Job<int>&) {
+    charges.fetch_add(1);
+    (void)eventually([&] { return release.load(); }, 60s);
+  });
+  email.process(WorkerOptions::shared(), [&](Job<int>&) { emails.fetch_add(1); });
+  for (int i = 0; i < 20; ++i)
+    ASSERT_EQ(payments.add("charge", i).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return charges.load() == 1; }));
+  for (int i = 0; i < 2000; ++i)
+    ASSERT_EQ(email.add("send", i).status, AddStatus::added);
+  EXPECT_TRUE(eventually([&] { return emails.load() == 2000; })) << emails.load();
+  EXPECT_EQ(charges.load(), 1) << "the downstream let one call in";
+  release.store(true);
+  EXPECT_TRUE(eventually([&] { return payments.counts().completed == 20; }));
+}
+
+TEST(WorkerPool, PauseAndWaitWaitsOnlyForTheQueuesOwnHandlers) {
+  // A pool worker hangs in queue b's handler; pausing a (on the same pool) must not wait for it.
+  // A pool of 3: b's second job (below) hangs a second worker, and a needs the third.
+  const test::Watchdog watchdog(120s, "PauseAndWaitWaitsOnlyForTheQueuesOwnHandlers");
+  Engine engine({.workers = 3});
+  std::atomic<bool> release{false};
+  std::atomic<int> b_in{0}, a_runs{0};
+  auto a = engine.queue<int>("a", QueueOptions{});
+  auto b = engine.queue<int>("b", QueueOptions{});
+  a.process(WorkerOptions::shared(), [&](Job<int>&) { a_runs.fetch_add(1); });
+  b.process(WorkerOptions::shared(), [&](Job<int>&) {
+    b_in.fetch_add(1);
+    (void)eventually([&] { return release.load(); }, 60s);
+  });
+  ASSERT_EQ(b.add("hang", 0).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return b_in.load() == 1; }));
+  for (int i = 0; i < 100; ++i)
+    ASSERT_EQ(a.add("x", i).status, AddStatus::added);
+  EXPECT_TRUE(a.pause_and_wait(30s)) << "a's handlers are done or parked; b's do not count";
+  const int runs = a_runs.load();
+  for (int i = 0; i < 100; ++i)
+    ASSERT_EQ(a.add("y", i).status, AddStatus::added);
+  // Nothing of a starts while it is paused: b's second job (below) proves the free worker is
+  // making rounds past a.
+  ASSERT_EQ(b.add("after", 1).status, AddStatus::added);
+  EXPECT_TRUE(eventually([&] { return b_in.load() == 2; }));
+  EXPECT_EQ(a_runs.load(), runs);
+  a.resume();
+  EXPECT_TRUE(eventually([&] { return a.counts().completed == 200; }));
+  release.store(true);
+}
+
+TEST(WorkerPool, ALapsedLeaseIsDeliveredAgainByAnotherPoolWorker) {
+  // Manual clock: the first delivery hangs past its 1 s visibility timeout; the sweep redelivers
+  // the job, another worker completes it, and the late outcome of the first is fenced off.
+  const test::Watchdog watchdog(120s, "ALapsedLeaseIsDeliveredAgainByAnotherPoolWorker");
+  ManualClock clock;
+  Engine engine({.clock = &clock, .workers = 2});
+  auto q = engine.queue<int>("q", QueueOptions{.visibility_timeout = 1s});
+  std::atomic<bool> release{false};
+  std::atomic<int> deliveries{0};
+  q.process(WorkerOptions::shared(), [&](Job<int>& j) {
+    deliveries.fetch_add(1);
+    if (j.deliveries() == 1) (void)eventually([&] { return release.load(); }, 60s);
+  });
+  ASSERT_EQ(q.add("job", 1).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return deliveries.load() == 1; }));
+  clock.advance(2s);  // the lease lapses: delivered again
+  EXPECT_TRUE(eventually([&] { return q.counts().completed == 1; }));
+  EXPECT_EQ(deliveries.load(), 2);
+  release.store(true);
+  EXPECT_TRUE(eventually([&] { return q.counts().late_outcomes == 1; }));
+  EXPECT_EQ(q.counts().completed, 1u);
+}
+
+TEST(WorkerPool, ShutdownReportsAHungPoolHandlerAndReturnsWithinGrace) {
+  const test::Watchdog watchdog(120s, "ShutdownReportsAHungPoolHandlerAndReturnsWithinGrace");
+  std::atomic<bool> release{false};
+  {
+    Engine engine({.workers = 2});
+    auto q = engine.queue<int>("q", QueueOptions{});
+    std::atomic<int> in{0};
+    q.process(WorkerOptions::shared(), [&](Job<int>& j) {
+      if (j.data() == 0) {
+        in.fetch_add(1);
+        (void)eventually([&] { return release.load(); }, 60s);
+      }
+    });
+    ASSERT_EQ(q.add("hang", 0).status, AddStatus::added);
+    ASSERT_TRUE(eventually([&] { return in.load() == 1; }));
+    const auto before = std::chrono::steady_clock::now();
+    const ShutdownReport report = engine.shutdown(50ms);
+    EXPECT_LT(std::chrono::steady_clock::now() - before, 20s);
+    ASSERT_EQ(report.still_running.size(), 1u);
+    release.store(true);  // the engine's destructor joins the pool once the handler returns
+  }
+}
+
+TEST(WorkerPool, DedicatedAndSharedQueuesRunSideBySide) {
+  Engine engine({.workers = 2});
+  auto own = engine.queue<int>("own", QueueOptions{});
+  auto shared = engine.queue<int>("shared", QueueOptions{});
+  std::atomic<int> own_done{0}, shared_done{0};
+  own.process({.concurrency = 2}, [&](Job<int>&) { own_done.fetch_add(1); });
+  shared.process(WorkerOptions::shared(), [&](Job<int>&) { shared_done.fetch_add(1); });
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(own.add("a", i).status, AddStatus::added);
+    ASSERT_EQ(shared.add("b", i).status, AddStatus::added);
+  }
+  EXPECT_TRUE(eventually([&] { return own_done.load() == 1000 && shared_done.load() == 1000; }));
+}
+
+TEST(WorkerPool, JobsAddedBeforeTheQueueJoinsThePoolRun) {
+  Engine engine({.workers = 2});
+  auto q = engine.queue<int>("q", QueueOptions{});
+  for (int i = 0; i < 100; ++i)
+    ASSERT_EQ(q.add("early", i).status, AddStatus::added);
+  std::atomic<int> done{0};
+  q.process(WorkerOptions::shared(), [&](Job<int>&) { done.fetch_add(1); });
+  EXPECT_TRUE(eventually([&] { return done.load() == 100; }));
+}
+
+TEST(WorkerPool, InvalidPoolOptionsAreRejectedWithTheirName) {
+  try {
+    Engine engine({.workers = WorkerOptions::kMaxConcurrency + 1});
+    FAIL() << "accepted EngineOptions.workers past kMaxConcurrency";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("EngineOptions.workers"), std::string::npos) << e.what();
+  }
+  Engine engine({.workers = 1});
+  auto q = engine.queue<int>("q", QueueOptions{});
+  try {
+    q.process({.concurrency = 0}, [](Job<int>&) {});
+    FAIL() << "a dedicated pool of 0 threads";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("kWholePool"), std::string::npos) << e.what();
+  }
+  try {
+    q.process({.concurrency = 1, .pool = static_cast<Pool>(7)}, [](Job<int>&) {});
+    FAIL() << "an unknown pool";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("pool"), std::string::npos) << e.what();
+  }
+  std::atomic<int> done{0};
+  q.process(WorkerOptions::shared(), [&](Job<int>&) { done.fetch_add(1); });  // still possible
+  ASSERT_EQ(q.add("x", 1).status, AddStatus::added);
+  EXPECT_TRUE(eventually([&] { return done.load() == 1; }));
+}
+
+/// RefuseSecondThread: the second thread a ThreadGroup asks for is refused as std::thread
+/// refuses one when the system has none left.
+struct RefuseSecondThread {
+  static inline std::atomic<int> calls{0};
+  static std::thread make(std::function<void()> body) {
+    if (calls.fetch_add(1) == 1)
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                              "refused by the test");
+    return std::thread(std::move(body));
+  }
+  RefuseSecondThread() {
+    calls.store(0);
+    previous = detail::set_thread_factory(&make);
+  }
+  ~RefuseSecondThread() { (void)detail::set_thread_factory(previous); }
+  detail::ThreadFactory previous = nullptr;
+};
+
+TEST(WorkerPool, APoolThatCannotStartThrowsResourcesAndALaterProcessStartsIt) {
+  Engine engine({.workers = 2});
+  auto q = engine.queue<int>("q", QueueOptions{});
+  std::atomic<int> done{0};
+  auto handler = [&](Job<int>&) { done.fetch_add(1); };
+  {
+    const RefuseSecondThread refuse;
+    try {
+      q.process(WorkerOptions::shared(), handler);
+      FAIL() << "the pool started without its second thread";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::resources);
+      EXPECT_NE(std::string(e.what()).find("shared worker pool"), std::string::npos) << e.what();
+    }
+  }
+  ASSERT_EQ(q.add("x", 1).status, AddStatus::added);
+  q.process(WorkerOptions::shared(), handler);
+  EXPECT_TRUE(eventually([&] { return done.load() == 1; }));
+}
+
+TEST(WorkerPool, OversubscribedStressAccountsForEveryJob) {
+  // 6 queues (shares 1, 2 and none) on a pool of 3, 4 producers, pauses, resumes and cancels at
+  // random, on 2 cores: every job added ends completed or cancelled, exactly once.
+  const test::Watchdog watchdog(300s, "OversubscribedStressAccountsForEveryJob");
+  for (int round = 0; round < 3; ++round) {
+    Engine engine({.seed = static_cast<std::uint64_t>(round), .workers = 3});
+    std::vector<Queue<int>> queues;
+    std::atomic<int> ran{0};
+    HighWater hw[6];
+    for (int i = 0; i < 6; ++i) {
+      queues.push_back(engine.queue<int>(numbered("q", i), QueueOptions{.capacity = 4096}));
+      const std::uint32_t share = i % 3 == 2 ? WorkerOptions::kWholePool : i % 3 + 1;
+      queues.back().process(WorkerOptions::shared(share), [&, i](Job<int>&) {
+        hw[i].enter();
+        ran.fetch_add(1);
+        hw[i].leave();
+      });
+    }
+    std::atomic<int> added{0}, cancelled{0};
+    std::vector<std::thread> producers;
+    for (int p = 0; p < 4; ++p)
+      producers.emplace_back([&, p] {
+        std::mt19937 rng(static_cast<unsigned>(round * 10 + p));
+        for (int k = 0; k < 3000; ++k) {
+          auto& q = queues[rng() % queues.size()];
+          const AddResult r = q.add("job", k);
+          if (r.status != AddStatus::added) continue;
+          added.fetch_add(1);
+          switch (rng() % 64) {
+            case 0:
+              if (engine.cancel(r.id)) cancelled.fetch_add(1);
+              break;
+            case 1:
+              q.pause();
+              std::this_thread::yield();
+              q.resume();
+              break;
+            default:
+              break;
+          }
+        }
+      });
+    for (auto& t : producers)
+      t.join();
+    // A job cancelled while it runs ends cancelled after its handler returns: count ends, not
+    // handler calls.
+    auto ends = [&] {
+      std::uint64_t completed = 0, cancels = 0;
+      for (auto& q : queues) {
+        const QueueCounts c = q.counts();
+        completed += c.completed;
+        cancels += c.cancelled;
+      }
+      return std::pair{completed, cancels};
+    };
+    ASSERT_TRUE(eventually([&] {
+      const auto [completed, cancels] = ends();
+      return completed + cancels == static_cast<std::uint64_t>(added.load());
+    })) << "round "
+        << round << ": " << ends().first << " completed + " << ends().second << " cancelled of "
+        << added.load();
+    const auto [completed, cancels] = ends();
+    EXPECT_EQ(cancels, static_cast<std::uint64_t>(cancelled.load()));
+    EXPECT_GE(static_cast<std::uint64_t>(ran.load()), completed);
+    for (int i = 0; i < 6; ++i) {
+      const int share = i % 3 == 2 ? 3 : i % 3 + 1;
+      EXPECT_LE(hw[i].most.load(), share) << "queue " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rail
