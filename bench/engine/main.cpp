@@ -53,6 +53,21 @@ void print_ratios() {
        0},
       {"feature cost: downstream rate + permit vs plain add", case_name("rail", "add+rate", 1, 2),
        add, 0},
+      // Issue 14: the shared pool.
+      {"shared pool: single add, 1P+2W vs moodycamel pool", case_name("rail", "add:shared", 1, 2),
+       mc, 1.0},
+      {"shared pool: single add, 2P+2W vs moodycamel pool", case_name("rail", "add:shared", 2, 2),
+       case_name("moodycamel", "fn", 2, 2), 1.0},
+      {"shared pool: add_bulk:64, 1P+2W vs moodycamel pool",
+       case_name("rail", "add_bulk:64:shared", 1, 2), mc, 3.0},
+      {"shared pool vs the queue's own pool, single add 1P+2W",
+       case_name("rail", "add:shared", 1, 2), add, 0},
+      {"20 queues: one shared pool (2 thr) vs a pool each (20 thr)",
+       case_name("rail", "add:20q-shared", 1, 2), case_name("rail", "add:20q-own1", 1, 20), 0},
+      {"busy cores: shared pool vs moodycamel pool, 1P+2W",
+       case_name("rail", "add:busy-shared", 1, 2), case_name("moodycamel", "fn:busy", 1, 2), 1.0},
+      {"busy cores: own pool vs moodycamel pool, 1P+2W", case_name("rail", "add:busy", 1, 2),
+       case_name("moodycamel", "fn:busy", 1, 2), 0},
   };
   std::fprintf(stderr, "\nengine throughput ratios (median jobs/s of each benchmark, same run)\n");
   for (const Ratio& row : rows) {

@@ -7,6 +7,9 @@
 //   struct+deqbulk   PlainTask (function pointer + context), enqueue + wait_dequeue_bulk(64)
 //   struct+bulk:B    PlainTask, enqueue_bulk of B + wait_dequeue_bulk(B): like for like with
 //                    rail's add_bulk
+//   fn:busy          fn with a CPU-bound thread per core running throughout (BackgroundLoad):
+//                    the baseline of rail's oversubscription rows
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +24,9 @@ void hit_latch(void* latch) {
 }
 
 void moodycamel_fn(benchmark::State& state, const std::string& name, int producers, int workers,
-                   bool tokens) {
+                   bool tokens, bool busy = false) {
+  std::optional<BackgroundLoad> load;
+  if (busy) load.emplace();
   CompletionLatch latch;
   MoodycamelPool<std::function<void()>> pool(workers, 1, tokens);
   timed_batches(state, name, latch, [&] {
@@ -74,6 +79,8 @@ void register_moodycamel(int p, int w) {
 }
 
 void register_moodycamel_extras() {
+  add(case_name("moodycamel", "fn:busy", 1, 2),
+      [](benchmark::State& s, const std::string& n) { moodycamel_fn(s, n, 1, 2, false, true); });
   add(case_name("moodycamel", "struct+deqbulk", 1, 2),
       [](benchmark::State& s, const std::string& n) { moodycamel_struct(s, n, 1, 2, 1, 64); });
   add(case_name("moodycamel", "struct+bulk:256", 1, 2),

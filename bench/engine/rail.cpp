@@ -12,9 +12,18 @@
 //                  job takes and gives back a permit, none waits (the permit's own cost)
 //   add+rate       the queue calls a downstream with a rate too high to bind (10^9/s, burst
 //                  2^20): every job takes a token and a permit, none waits
+//   add:shared     the queue runs on the engine's shared pool of `workers` threads
+//                  (WorkerOptions::shared) instead of its own: the cost of the pool's turns
+//   add:20q-shared / add:20q-own1
+//                  20 queues, the producers spreading jobs over them round robin: all on one
+//                  shared pool of `workers` threads, or each with one thread of its own (20)
+//   add:busy, add:busy-shared
+//                  add (own pool) and add:shared with a CPU-bound thread per core running
+//                  throughout (BackgroundLoad): against moodycamel's fn:busy
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <rail/rail.hpp>
 #include <span>
 #include <string>
@@ -37,6 +46,10 @@ struct RailCase {
   int workers;
   std::size_t batch;  // 0: single add()
   Feature feature;
+  int queues = 1;       // jobs spread round robin over this many queues
+  bool shared = false;  // the engine's shared pool of `workers` threads; else per queue:
+                        // `workers` threads (1 queue) or 1 thread each (several)
+  bool busy = false;    // a BackgroundLoad runs throughout
 };
 
 /// DedupIds: preformatted ids, so the benchmark does not charge string formatting to rail. Two
@@ -96,7 +109,10 @@ void add_one(rail::Queue<NoOp>& q, const rail::JobOptions& o, std::uint64_t seq,
 
 void rail_throughput(benchmark::State& state, const std::string& name, RailCase c) {
   const Config& cfg = config();
-  rail::Engine engine;
+  std::optional<BackgroundLoad> load;
+  if (c.busy) load.emplace();
+  const auto workers = static_cast<std::uint32_t>(c.workers);
+  rail::Engine engine({.workers = workers});
   rail::QueueOptions qo;
   qo.capacity = cfg.capacity;
   if (c.feature == Feature::permit || c.feature == Feature::rate) {
@@ -107,22 +123,28 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
     engine.downstream("api", d);
     qo.downstream = "api";
   }
-  auto q = engine.queue<NoOp>("bench", qo);
+  std::vector<rail::Queue<NoOp>> queues;
+  for (int i = 0; i < c.queues; ++i)
+    queues.push_back(engine.queue<NoOp>("bench" + std::to_string(i), qo));
   CompletionLatch latch;
   AddStats stats;
   std::atomic<std::uint64_t> events{0};
   if (c.feature == Feature::events)
     engine.on_event(
         [&events](const rail::Event&) { events.fetch_add(1, std::memory_order_relaxed); });
-  const auto workers = static_cast<std::uint32_t>(c.workers);
-  if (c.feature == Feature::failures) {
-    q.process({.concurrency = workers}, [&latch](rail::Job<NoOp>& j) {
-      if (j.attempt() == 1 && j.data().seq % 10 == 0) return rail::Outcome::retry("x");
-      latch.hit();
-      return rail::Outcome::done();
-    });
-  } else {
-    q.process({.concurrency = workers}, [&latch](rail::Job<NoOp>&) { latch.hit(); });
+  const rail::WorkerOptions wo = c.shared        ? rail::WorkerOptions::shared()
+                                 : c.queues == 1 ? rail::WorkerOptions{.concurrency = workers}
+                                                 : rail::WorkerOptions{.concurrency = 1};
+  for (auto& q : queues) {
+    if (c.feature == Feature::failures) {
+      q.process(wo, [&latch](rail::Job<NoOp>& j) {
+        if (j.attempt() == 1 && j.data().seq % 10 == 0) return rail::Outcome::retry("x");
+        latch.hit();
+        return rail::Outcome::done();
+      });
+    } else {
+      q.process(wo, [&latch](rail::Job<NoOp>&) { latch.hit(); });
+    }
   }
   std::unique_ptr<DedupIds> ids;
   if (c.feature == Feature::dedup) ids = std::make_unique<DedupIds>(cfg.jobs);
@@ -134,7 +156,7 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
       o.dedup.id.reserve(DedupIds::kWidth);
       for (std::uint64_t i = begin; i < end; ++i) {
         if (ids) o.dedup.id.assign(ids->id(iteration & 1, i));
-        add_one(q, o, i, latch, stats);
+        add_one(queues[i % queues.size()], o, i, latch, stats);
       }
       return;
     }
@@ -144,7 +166,8 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
       for (std::size_t k = 0; k < n; ++k)
         batch[k].seq = i + k;
       for (;;) {
-        auto r = q.add_bulk("noop", std::span<NoOp>(batch.data(), n), o);
+        auto r = queues[(i / c.batch) % queues.size()].add_bulk(
+            "noop", std::span<NoOp>(batch.data(), n), o);
         if (r.status == rail::AddStatus::added) break;
         if (r.status == rail::AddStatus::full) {
           stats.full.fetch_add(1, std::memory_order_relaxed);
@@ -166,10 +189,19 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
   // The handler's latch.hit() runs before the engine counts the completion, so give the last
   // job's bookkeeping a moment before comparing totals.
   const std::uint64_t expected = cfg.jobs * (static_cast<std::uint64_t>(state.iterations()) + 1);
-  auto counts = q.counts();
+  auto total = [&] {
+    rail::QueueCounts sum;
+    for (auto& q : queues) {
+      const rail::QueueCounts one = q.counts();
+      sum.completed += one.completed;
+      sum.failed_attempts += one.failed_attempts;
+    }
+    return sum;
+  };
+  auto counts = total();
   for (int spin = 0; spin < 1000 && counts.completed != expected; ++spin) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    counts = q.counts();
+    counts = total();
   }
   const std::uint64_t errors = stats.errors.load();
   state.counters["failed_attempts"] = static_cast<double>(counts.failed_attempts);
@@ -210,6 +242,13 @@ void register_rail_extras() {
   add(case_name("rail", "add+events", 1, 2), {1, 2, 0, Feature::events});
   add(case_name("rail", "add+permit", 1, 2), {1, 2, 0, Feature::permit});
   add(case_name("rail", "add+rate", 1, 2), {1, 2, 0, Feature::rate});
+  add(case_name("rail", "add:shared", 1, 2), {1, 2, 0, Feature::none, 1, true});
+  add(case_name("rail", "add:shared", 2, 2), {2, 2, 0, Feature::none, 1, true});
+  add(case_name("rail", "add_bulk:64:shared", 1, 2), {1, 2, 64, Feature::none, 1, true});
+  add(case_name("rail", "add:20q-shared", 1, 2), {1, 2, 0, Feature::none, 20, true});
+  add(case_name("rail", "add:20q-own1", 1, 20), {1, 20, 0, Feature::none, 20, false});
+  add(case_name("rail", "add:busy", 1, 2), {1, 2, 0, Feature::none, 1, false, true});
+  add(case_name("rail", "add:busy-shared", 1, 2), {1, 2, 0, Feature::none, 1, true, true});
 }
 
 }  // namespace bench
