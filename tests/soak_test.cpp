@@ -1,7 +1,8 @@
 // The soak harness's short run, in the normal suite and under ThreadSanitizer: >= 200,000 jobs
 // with every fault kind (failures, throws, permanent failures, hangs past the lease), duplicate
 // adds (merged and debounced), delayed jobs and cancels of them, cancels, pauses and resumes,
-// redrives, and a shutdown in the middle of a run, on the real and on a manual clock.
+// redrives, and a shutdown in the middle of a run, on the real and on a manual clock, on a queue's
+// own threads and on the engine's shared pool.
 #include "soak/soak.hpp"
 
 #include <gtest/gtest.h>
@@ -59,12 +60,16 @@ TEST(Soak, InvariantsHoldOnAManualClock) {
   expect_clean(c);
 }
 
-TEST(Soak, EveryJobIsAccountedForAfterAShutdownInTheMiddleOfTheRun) {
+TEST(Soak, EveryJobIsAccountedForAfterAShutdownInTheMiddleOfTheRunOnEitherPool) {
+  // Seed 21: the queue's own 8 threads, real clock. Seed 22: the engine's shared pool of 6
+  // threads (with 4 producers, oversubscribed on 2 cores), manual clock.
   for (std::uint64_t seed : {21u, 22u}) {
     Config c;
     c.jobs = 200'000;
     c.shutdown_at = 0.5;
     c.manual_clock = seed % 2 == 0;
+    c.shared_pool = seed % 2 == 0;
+    if (c.shared_pool) c.workers = 6;
     c.visibility = std::chrono::milliseconds(20);
     c.seed = seed;
     expect_clean(c);

@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
   int visibility_ms = 50;
   app.add_option("--visibility-ms", visibility_ms, "lease length")->check(CLI::Range(1, 3'600'000));
   app.add_option("--capacity", c.capacity)->check(CLI::Range(1u, 1u << 24));
+  app.add_flag("--shared-pool", c.shared_pool,
+               "the queue runs on the engine's shared pool of --workers threads");
   bool sqs_stalls = false;
   app.add_flag("--sqs-stalls", sqs_stalls,
                "a lapsed lease is a failed attempt (StallPolicy::count_as_attempt, SQS) instead "

@@ -105,6 +105,7 @@ Report run(const Config& cfg) {
   ManualClock manual;
   EngineOptions eo;
   eo.seed = cfg.seed;
+  eo.workers = cfg.workers;  // the shared pool's, when the queue uses it
   if (cfg.manual_clock) eo.clock = &manual;
   Engine engine(eo);
   Clock& clock = engine.clock();
@@ -196,7 +197,9 @@ Report run(const Config& cfg) {
     qo.downstream = "soak-api";
   }
   auto q = engine.queue<Payload>("soak", qo);
-  q.process(WorkerOptions{.concurrency = cfg.workers}, [&](Job<Payload>& j) -> Outcome {
+  const WorkerOptions wo =
+      cfg.shared_pool ? WorkerOptions::shared() : WorkerOptions{.concurrency = cfg.workers};
+  q.process(wo, [&](Job<Payload>& j) -> Outcome {
     struct Inside {  // handlers inside the downstream at once (invariant 6)
       std::atomic<std::uint32_t>& n;
       explicit Inside(std::atomic<std::uint32_t>& count, std::atomic<std::uint32_t>& most)
@@ -600,10 +603,11 @@ Report run(const Config& cfg) {
 void print(const Report& r, const Config& c, std::ostream& out) {
   char line[512];
   std::snprintf(line, sizeof line,
-                "soak: %llu jobs accepted in %.1f s (%s clock, %u producers, %u workers, seed "
+                "soak: %llu jobs accepted in %.1f s (%s clock, %u producers, %u workers%s, seed "
                 "%llu)\n",
                 static_cast<unsigned long long>(r.accepted), r.seconds,
                 c.manual_clock ? "manual" : "real", c.producers, c.workers,
+                c.shared_pool ? " of the shared pool" : "",
                 static_cast<unsigned long long>(c.seed));
   out << line;
   std::snprintf(

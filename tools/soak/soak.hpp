@@ -77,6 +77,9 @@ struct Config {
   // 1 ms) at this rate per delivery.
   bool downstream = true;
   double pushback = 0.003;
+  // The queue runs on the engine's shared pool of `workers` threads (WorkerOptions::shared)
+  // instead of threads of its own.
+  bool shared_pool = false;
 };
 
 struct Report {
