@@ -68,6 +68,16 @@ void DownstreamGate::blocked(Admission::Kind why) noexcept {
   if (wake) (void)wake_one();
 }
 
+void DownstreamGate::swept(std::int64_t removed) noexcept {
+  blocked_.fetch_sub(removed, std::memory_order_relaxed);  // relaxed: a figure, as in wake_blocked
+  // seq_cst fence: as in blocked(), our pushes before the reads below. The jobs put back were
+  // refused either a permit or time: wake one if either could now be had.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (blocked_.load(std::memory_order_relaxed) > 0 &&
+      (limits_.permit_free() || leader_.load(std::memory_order_relaxed) == 0))
+    (void)wake_one();
+}
+
 void DownstreamGate::release(std::int64_t now) noexcept {
   // With no limit at the release, no job waits for a permit: jobs wait only for time, and their
   // leader's stepping down wakes them (review: each return woke one, which was refused again).

@@ -1034,7 +1034,8 @@ std::optional<bool> JobFlow::try_cancel(std::uint32_t idx, JobId id) {
 void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   // cancel() took a waiting or delayed job and holds a pin on its slot: record its end, then
   // give the slot back. A delayed job's timer is unlinked here, so its capacity returns at once
-  // instead of at its deadline; a waiting job's slot returns when a worker pops its index.
+  // instead of at its deadline; a waiting job's slot returns when a worker pops its index, or,
+  // in a blocked ring (which only wakes pop), when the sweep below does.
   JobSlot& s = slots_[idx];
   stats_.add(from == SlotState::waiting ? kFromReady : kFromDelayed);
   Settled settled = record_end(s, EndKind::cancelled, core_.now_ns(), nullptr);
@@ -1059,6 +1060,27 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
     reclaim_cancelled(idx);
   }
   ended(id, std::move(settled));  // an add kept while the job ran before a lapse requeued it
+  if (blocked_ && from == SlotState::waiting) sweep_blocked();
+}
+
+void JobFlow::sweep_blocked() noexcept {
+  // Cold (a cancel). The blocked ring is popped only by wakes, which a stalled downstream may
+  // not make for a long time: a cancelled job there would keep its slot (and count as blocked)
+  // as long (review: a queue full of cancelled jobs answered `full`). Each index present now is
+  // taken once: a cancelled job's slot is reclaimed, as a popper reclaims it; one taken by
+  // take_leftovers after shutdown is dropped, as a popper drops it; the rest go back, in order.
+  std::int64_t removed = 0;
+  std::uint32_t idx;
+  for (std::size_t n = blocked_->size_approx(); n > 0 && blocked_->try_pop(idx); --n) {
+    const SlotState st = ctl::state(slots_[idx].ctl.load());
+    if (st == SlotState::waiting) {
+      push_held(*blocked_, idx);  // cancelled meanwhile: the next popper reclaims it
+      continue;
+    }
+    ++removed;
+    if (st == SlotState::cancelled) reclaim_cancelled(idx);
+  }
+  downstream_->swept(removed);
 }
 
 bool JobFlow::retime(JobId id, std::int64_t due) {

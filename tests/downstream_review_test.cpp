@@ -632,5 +632,61 @@ TEST(ReviewThreaded, ShutdownHandsBackTheJobsWaitingAtTheGate) {
   }
 }
 
+TEST(ReviewThreaded, CancelledBlockedJobsGiveTheirSlotsBack) {
+  // A job cancelled while it waits in the blocked ring gives its slot back at the cancel, not
+  // when a wake happens to pop its index: with the downstream stalled, the queue would stay full
+  // of cancelled jobs (the review's open finding).
+  Engine engine;
+  auto api = engine.downstream("api", {.concurrency = 1});
+  QueueOptions o = test::calling("api");
+  o.capacity = 8;
+  auto q = engine.queue<int>("q", o);
+  std::atomic<bool> hold{true};
+  q.process({.concurrency = 2}, [&](Job<int>& j) {
+    if (j.data() == 0)
+      while (hold.load())
+        std::this_thread::yield();
+  });
+  (void)q.add("call", 0);
+  ASSERT_TRUE(until([&] { return api.stats().in_flight == 1; }));
+  std::vector<JobId> ids;
+  for (int i = 1; i < 8; ++i)
+    ids.push_back(q.add("call", i).id);
+  ASSERT_TRUE(until([&] { return api.stats().waiting == 7; }));
+  for (JobId id : ids)
+    ASSERT_TRUE(q.cancel(id));
+  EXPECT_EQ(api.stats().waiting, 0u);
+  std::size_t added = 0;
+  while (q.add("call", 8).status == AddStatus::added)
+    ++added;
+  EXPECT_EQ(added, 7u) << "every cancelled job's slot is free again";
+  hold.store(false);
+  EXPECT_TRUE(q.drain(20s));
+  EXPECT_EQ(q.counts().completed, 8u);
+  EXPECT_EQ(q.counts().cancelled, 7u);
+}
+
+TEST(ReviewThreaded, CancelsSweepingTheBlockedRingLoseNoWake) {
+  // Cancels sweep the blocked ring while permits are released: the live jobs the sweeps put
+  // back must all run (a wake that found the ring empty mid-sweep is made up for).
+  for (int round = 0; round < 20; ++round) {
+    Engine engine;
+    auto api = engine.downstream("api", {.concurrency = 1});
+    auto q = engine.queue<int>("q", test::calling("api"));
+    q.process({.concurrency = 3}, [](Job<int>&) { std::this_thread::yield(); });
+    std::vector<JobId> ids;
+    for (int i = 0; i < 400; ++i)
+      ids.push_back(q.add("call", i).id);
+    std::size_t cancelled = 0;
+    for (std::size_t i = 0; i < ids.size(); i += 3)
+      cancelled += q.cancel(ids[i]) ? 1 : 0;
+    ASSERT_TRUE(q.drain(30s)) << "round " << round << ": a live job was stranded";
+    const QueueCounts c = q.counts();
+    EXPECT_EQ(c.completed + c.cancelled, 400u) << "round " << round;
+    EXPECT_EQ(c.cancelled, cancelled) << "round " << round;
+    EXPECT_EQ(api.stats().waiting, 0u) << "round " << round;
+  }
+}
+
 }  // namespace
 }  // namespace rail

@@ -425,6 +425,9 @@ class JobFlow : public QueueBase,
   /// cancel flagged it meanwhile: deliver then ends it as cancelled without running it.
   bool throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t delivered,
                 const DownstreamGate::Decision& decision, std::int64_t now, WorkerContext& wc);
+  /// sweep_blocked(): a waiting job was cancelled: give back the slots of the cancelled jobs
+  /// in the blocked ring now, rather than when wakes pop them.
+  void sweep_blocked() noexcept;
   /// note_throttled(s, now, until, why): the job's `throttled` event (observed engines only).
   void note_throttled(const JobSlot& s, std::int64_t now, std::int64_t until,
                       std::string why) const noexcept;
