@@ -583,7 +583,7 @@ void JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
     // from a worker, asynq's RetryAfter).
     const std::int64_t due = saturating_add(now, out.delay());
     if (core_.observed())
-      note_throttled(s, now, due,
+      note_throttled(s, now, due, Throttle::pushed_back,
                      (downstream_ ? "downstream '" + downstream_->name() + "' pushed back: "
                                   : std::string("pushed back: ")) +
                          out.reason());
@@ -675,22 +675,26 @@ bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t del
   s.deliveries.store(delivered, std::memory_order_relaxed);  // no delivery happened
   if (core_.observed()) {
     std::string why = "downstream '" + downstream_->name() + "': ";
+    Throttle cause = Throttle::none;
     switch (decision.why) {
       case Admission::Kind::no_permit:
         why += "every permit is in use";
+        cause = Throttle::no_permit;
         break;
       case Admission::Kind::rate_limited:
         why += "no token before its rate refills";
+        cause = Throttle::rate_limited;
         break;
       case Admission::Kind::paused:
         why += "paused by a pushback";
+        cause = Throttle::paused;
         break;
       case Admission::Kind::admitted:
         break;
     }
     note_throttled(s, now,
                    decision.verdict == DownstreamGate::Verdict::lead ? decision.until_ns : -1,
-                   std::move(why));
+                   cause, std::move(why));
   }
   if (decision.verdict == DownstreamGate::Verdict::block) {
     // Back to waiting (pins - 1) with its index in the blocked ring: still counted waiting.
@@ -726,9 +730,10 @@ bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t del
   return true;
 }
 
-void JobFlow::note_throttled(const JobSlot& s, std::int64_t now, std::int64_t until,
+void JobFlow::note_throttled(const JobSlot& s, std::int64_t now, std::int64_t until, Throttle cause,
                              std::string why) const noexcept {
   Event e = make_event(EventKind::throttled, s, now);
+  e.throttle = cause;
   e.delay = until < 0 || is_never(until) ? Duration{-1} : Duration{until - now};
   e.error = std::move(why);
   core_.emit(e);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -97,7 +98,13 @@ TEST_F(DownstreamInline, APushbackPausesTheDownstreamForExactlyItsRetryAfterAndU
     EXPECT_EQ(runs[i].second - t0, 2s) << "job " << runs[i].first;
   EXPECT_EQ(q.counts().completed, 3u);
   EXPECT_EQ(q.counts().failed_attempts, 0u);
-  EXPECT_GE(count(EventKind::throttled), 1u);
+  // The pushing job's event names its own pushback; the others were held by the pause.
+  const auto held = of(EventKind::throttled);
+  ASSERT_GE(held.size(), 2u);
+  EXPECT_EQ(held[0].throttle, Throttle::pushed_back);
+  EXPECT_EQ(held[0].delay, 2s);
+  for (std::size_t i = 1; i < held.size(); ++i)
+    EXPECT_EQ(held[i].throttle, Throttle::paused) << "event " << i;
 }
 
 TEST_F(DownstreamInline, ARateRaisedAtRunTimeTakesEffectAtOnce) {
@@ -205,6 +212,40 @@ TEST_F(DownstreamInline, ThrottledEventsSayWhyAndHowLong) {
   ASSERT_EQ(why.size(), 1u);
   EXPECT_NE(why[0].find("downstream 'api'"), std::string::npos) << why[0];
   EXPECT_NE(why[0].find("token"), std::string::npos) << why[0];
+  EXPECT_EQ(first(EventKind::throttled).throttle, Throttle::rate_limited);
+}
+
+TEST(DownstreamThreaded, AJobRefusedAPermitIsThrottledForNoPermitUntilOneFrees) {
+  Engine engine;
+  engine.downstream("api", {.concurrency = 1});
+  std::mutex mu;
+  std::vector<std::pair<Throttle, Duration>> held;
+  engine.on_event([&](const Event& e) {
+    if (e.kind != EventKind::throttled) return;
+    const std::lock_guard lock(mu);
+    held.emplace_back(e.throttle, e.delay);
+  });
+  auto q = engine.queue<int>("q", test::calling("api"));
+  std::atomic<bool> release{false};
+  std::atomic<int> in{0};
+  q.process({.concurrency = 2}, [&](Job<int>& j) {
+    in.fetch_add(1);
+    if (j.data() == 1)
+      while (!release.load())
+        std::this_thread::yield();
+  });
+  (void)q.add("call", 1);
+  while (in.load() == 0)
+    std::this_thread::yield();
+  (void)q.add("call", 2);  // the permit is held: refused, it waits for it
+  while (engine.downstream("api").stats().waiting == 0)
+    std::this_thread::yield();
+  release.store(true);
+  EXPECT_TRUE(q.drain(30s));
+  const std::lock_guard lock(mu);
+  ASSERT_GE(held.size(), 1u);
+  EXPECT_EQ(held[0].first, Throttle::no_permit);
+  EXPECT_LT(held[0].second, Duration{0}) << "until a permit frees: no known wait";
 }
 
 // An observer of `throttled` cancels the job while the worker still holds it (between the

@@ -26,6 +26,15 @@ namespace rail {
 /// JobId is unique per engine, assigned in add order starting at 1; 0 means "no job".
 using JobId = std::uint64_t;
 
+/// Throttle: what held a job back, in its `throttled` event.
+enum class Throttle : std::uint8_t {
+  none,          // not a throttled event
+  no_permit,     // every permit of its downstream was in use (concurrency)
+  rate_limited,  // no token before its downstream's rate refills
+  paused,        // its downstream was paused by a pushback (or Downstream::pause_for)
+  pushed_back,   // its own handler pushed back (Outcome::pushback): it waits retry_after
+};
+
 enum class EventKind : std::uint8_t {
   added,           // a job was created (delay > 0: it waits on the timing wheel first)
   deduplicated,    // an add was merged into job_id (dedup_id names the window; no job created)
@@ -51,8 +60,8 @@ enum class EventKind : std::uint8_t {
                    // QueueOptions::progress_interval per job
   throttled,       // the job's downstream refused it a start (every permit in use, no token
                    // yet, paused) or its handler pushed back (Outcome::pushback): it waits, with
-                   // no attempt used; `delay` is the wait when known (negative: until a permit
-                   // frees), `error` says why
+                   // no attempt used; `throttle` says which, `delay` is the wait when known
+                   // (negative: until a permit frees), `error` says why in words
   // Queue-level (job_id 0, `queue` set):
   paused,   // pause() (or pause_and_wait) paused a running queue; once per pause, not per call
   resumed,  // resume() resumed a paused queue
@@ -95,6 +104,7 @@ struct Event {
   double progress = 0;        // progress: the value the handler reported
   std::string_view result;    // completed, on a queue with a result type R that can be printed
                               // (operator<< or std::formatter): the result as text
+  Throttle throttle = Throttle::none;  // throttled: what held the job back
 };
 
 /// Observer: a callable receiving each event.

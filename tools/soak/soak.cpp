@@ -172,7 +172,7 @@ Report run(const Config& cfg) {
         break;
       case EventKind::throttled:
         // A pushback ends a delivery (its handler returned); a refusal comes before one.
-        if (e.error.find("pushed back") != std::string_view::npos) bump(t.pushed);
+        if (e.throttle == Throttle::pushed_back) bump(t.pushed);
         throttled.fetch_add(1, std::memory_order_relaxed);
         break;
       default:

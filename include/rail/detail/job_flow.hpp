@@ -428,8 +428,9 @@ class JobFlow : public QueueBase,
   /// sweep_blocked(): a waiting job was cancelled: give back the slots of the cancelled jobs
   /// in the blocked ring now, rather than when wakes pop them.
   void sweep_blocked() noexcept;
-  /// note_throttled(s, now, until, why): the job's `throttled` event (observed engines only).
-  void note_throttled(const JobSlot& s, std::int64_t now, std::int64_t until,
+  /// note_throttled(s, now, until, cause, why): the job's `throttled` event (observed engines
+  /// only).
+  void note_throttled(const JobSlot& s, std::int64_t now, std::int64_t until, Throttle cause,
                       std::string why) const noexcept;
   void timer_reclaim(std::uint32_t idx) noexcept final;
   std::int64_t timer_sweep(std::int64_t now) noexcept final;
