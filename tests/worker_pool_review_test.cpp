@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <span>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "rail/rail.hpp"
@@ -18,6 +20,25 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::eventually;
+
+/// spin_until(pred, limit): eventually() without its 1 ms sleeps, for a test whose next step must
+/// follow the awaited one within microseconds (while a pool worker still spins). Bounded.
+template <class Pred>
+bool spin_until(Pred pred, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+/// numbered(prefix, i): "q7" for ("q", 7).
+std::string numbered(const char* prefix, int i) {
+  std::string name(prefix);
+  name += std::to_string(i);
+  return name;
+}
 
 // A pool worker's turn ends after Dispatcher::kTurn (16) jobs. When the queue's last job is the
 // turn's 16th, the turn ended with its last next_job successful, so it never saw the queue run
@@ -40,6 +61,51 @@ TEST(WorkerPoolReview, DrainedIsRaisedWhenTheQueueRunsDryOnTheLastJobOfATurn) {
   }
   EXPECT_EQ(q.counts().completed, 48u);
   EXPECT_EQ(drained.load(), 3) << "one per batch";
+}
+
+// Producers skip the wake-up while a pool worker spins on duty; the spinner, once it sees work,
+// gives the duty up and makes a round. Jobs pushed to two queues during its duty were announced
+// to nobody: if the spinner's round reached a's first and a's handler waited for b's job, that
+// job waited for it too, with the pool's other worker asleep. Many idle members make the
+// spinner's sweep slow enough for both pushes to land within one; b comes after a in member
+// order, so the round (almost always) serves a first. A race: at beb42a1 about half the runs
+// stalled a round (2 s in a's handler); none did in 30 runs with the fix.
+TEST(WorkerPoolReview, JobsPushedToTwoQueuesDuringTheSpinnersDutyWakeASleeper) {
+  const test::Watchdog watchdog(120s, "JobsPushedToTwoQueuesDuringTheSpinnersDutyWakeASleeper");
+#ifdef RAIL_SANITIZED
+  constexpr int kRounds = 300;
+#else
+  constexpr int kRounds = 3000;
+#endif
+  Engine engine({.workers = 2});
+  std::vector<Queue<int>> idle;
+  for (int i = 0; i < 200; ++i) {
+    idle.push_back(engine.queue<int>(numbered("idle", i), QueueOptions{.capacity = 4}));
+    idle.back().process(WorkerOptions::shared(), [](Job<int>&) {});
+  }
+  auto a = engine.queue<int>("a", QueueOptions{.capacity = 4});
+  auto b = engine.queue<int>("b", QueueOptions{.capacity = 4});
+  std::atomic<bool> b_ran{false};
+  std::atomic<int> a_done{0}, stalled{0};
+  a.process(WorkerOptions::shared(), [&](Job<int>&) {
+    // Bounded: b's job needs the other worker, which a producer or the spinner must have woken.
+    const auto until = std::chrono::steady_clock::now() + 2s;
+    while (!b_ran.load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+    if (!b_ran.load()) stalled.fetch_add(1);
+    a_done.fetch_add(1);
+  });
+  b.process(WorkerOptions::shared(), [&](Job<int>&) { b_ran.store(true); });
+  for (int round = 0; round < kRounds && stalled.load() == 0; ++round) {
+    b_ran.store(false);
+    for (int k = round % 3; k > 0; --k)  // vary the moment of the pushes within the duty
+      std::this_thread::yield();
+    ASSERT_EQ(a.add("waits-for-b", round).status, AddStatus::added);
+    ASSERT_EQ(b.add("b", round).status, AddStatus::added);
+    // Not eventually(): its 1 ms sleep would let the spinner's duty (50 us) lapse every round.
+    ASSERT_TRUE(spin_until([&] { return a_done.load() == round + 1; }, 10s)) << "round " << round;
+  }
+  EXPECT_EQ(stalled.load(), 0) << "b's job waited for a's handler while a pool worker slept";
 }
 
 }  // namespace
