@@ -11,6 +11,9 @@
 namespace rail::detail {
 
 void WorkerPool::start() {
+  // acquire: as the workers' loads. A pool stopped before it started (the engine was shutting
+  // down) has nothing to run: no thread, and join() returns at once.
+  if (stop_.load(std::memory_order_acquire)) return;
   try {
     threads_.spawn(size_, [this](std::uint32_t w) { worker_loop(w); });
   } catch (const std::system_error& e) {

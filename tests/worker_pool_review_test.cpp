@@ -108,5 +108,46 @@ TEST(WorkerPoolReview, JobsPushedToTwoQueuesDuringTheSpinnersDutyWakeASleeper) {
   EXPECT_EQ(stalled.load(), 0) << "b's job waited for a's handler while a pool worker slept";
 }
 
+// shutdown() stops the shared pool, waits for handlers, then joins the pool. A queue that
+// started the pool meanwhile (its process() ran while shutdown waited for a handler: here that
+// handler itself) got a pool that nobody stopped, and shutdown's join waited for its threads
+// forever; the engine's destructor did the same between its stop and its join.
+TEST(WorkerPoolReview, APoolStartedWhileShutdownWaitsIsStoppedWithTheEngine) {
+  const test::Watchdog watchdog(30s, "APoolStartedWhileShutdownWaitsIsStoppedWithTheEngine");
+  Engine engine({.workers = 2});
+  auto probe = engine.queue<int>("probe", QueueOptions{.capacity = 4096});  // never processed
+  auto own = engine.queue<int>("own", QueueOptions{});
+  auto pooled = engine.queue<int>("pooled", QueueOptions{});
+  std::atomic<bool> started{false}, joined{false};
+  own.process({.concurrency = 1}, [&](Job<int>&) {
+    started.store(true);
+    // Shutdown has begun once adds are refused; it waits for this handler meanwhile.
+    (void)eventually(
+        [&] {
+          try {
+            (void)probe.add("probe", 0);
+            return false;
+          } catch (const Error&) {
+            return true;
+          }
+        },
+        20s);
+    pooled.process(WorkerOptions::shared(), [](Job<int>&) {});  // the engine's first pool user
+    joined.store(true);
+  });
+  ASSERT_EQ(own.add("starts-the-pool", 0).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return started.load(); }));
+  std::atomic<bool> returned{false};
+  std::thread stopper([&] {
+    const ShutdownReport report = engine.shutdown(30s);
+    EXPECT_TRUE(report.still_running.empty());
+    returned.store(true);
+  });
+  // A hang here ends in the watchdog: the stopper cannot be abandoned with the engine in use.
+  EXPECT_TRUE(eventually([&] { return returned.load(); }, 20s)) << "shutdown joined a live pool";
+  stopper.join();
+  EXPECT_TRUE(joined.load());
+}
+
 }  // namespace
 }  // namespace rail

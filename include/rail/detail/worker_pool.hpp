@@ -51,7 +51,7 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   /// start(): creates the threads, all or nothing; throws Error(resources) when the system
-  /// refuses one (the ones created exited without running anything).
+  /// refuses one (the ones created exited without running anything). None after stop().
   void start();
   /// add(d): d (joined with join_pool) is served from now on; its visible jobs wake a worker.
   void add(Dispatcher& d);
