@@ -147,10 +147,11 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w) noexcept {
     pool_runner_->deliver(idx, wc);
     ++ran;
   }
-  if (!more) {
-    wc.fast = false;                     // as after idling in worker_loop
-    if (ran > 0) note_if_drained(true);  // this worker ran the queue dry: it may be idle now
-  }
+  if (!more) wc.fast = false;  // as after idling in worker_loop
+  // This worker may have run the queue dry: also when the turn ended on kTurn with the last job
+  // (next_job never failed; the next turn finds nothing visible and returns before looking).
+  // Only while observed (note_if_drained), and once per turn, not per job.
+  if (ran > 0) note_if_drained(true);
   // release: our last handler's end happens before a waiter's acquire load of `parked`.
   wc.parked.store(true, std::memory_order_release);
   if (share_ != 0) {

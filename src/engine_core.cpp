@@ -22,6 +22,7 @@ WorkerPool& EngineCore::shared_pool() {
   const std::lock_guard lock(pool_mu_);
   if (!pool_) {
     auto pool = std::make_unique<WorkerPool>(pool_size_);
+    if (pool_stopped_) pool->stop();  // see the header: no thread is started then
     pool->start();  // throws Error(resources): nothing kept, the next call tries again
     pool_ = std::move(pool);
   }
@@ -30,6 +31,7 @@ WorkerPool& EngineCore::shared_pool() {
 
 void EngineCore::stop_shared_pool() noexcept {
   const std::lock_guard lock(pool_mu_);
+  pool_stopped_ = true;  // a pool started from now on starts stopped
   if (pool_) pool_->stop();
 }
 

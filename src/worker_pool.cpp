@@ -11,6 +11,9 @@
 namespace rail::detail {
 
 void WorkerPool::start() {
+  // acquire: as the workers' loads. A pool stopped before it started (the engine was shutting
+  // down) has nothing to run: no thread, and join() returns at once.
+  if (stop_.load(std::memory_order_acquire)) return;
   try {
     threads_.spawn(size_, [this](std::uint32_t w) { worker_loop(w); });
   } catch (const std::system_error& e) {
@@ -74,15 +77,17 @@ bool WorkerPool::round(std::uint32_t w, std::uint32_t& first) noexcept {
   return ran;
 }
 
-bool WorkerPool::any_turn_possible() const noexcept {
+std::uint32_t WorkerPool::turns_possible(std::uint32_t most) const noexcept {
   const std::uint32_t n = count_.load(std::memory_order_acquire);  // as in round()
-  for (std::uint32_t i = 0; i < n; ++i)
-    if (members_[i]->turn_possible()) return true;
-  return false;
+  std::uint32_t found = 0;
+  for (std::uint32_t i = 0; i < n && found < most; ++i)
+    found += members_[i]->turn_possible() ? 1 : 0;
+  return found;
 }
 
 /// spin(): if no other worker is spinning, watch every member until a turn may run a job or
-/// kSpinNs pass. True: go round (the duty is given up first); false: sleep.
+/// kSpinNs pass. True: go round (the duty is given up first, and a sleeper woken for each other
+/// member with work); false: sleep.
 bool WorkerPool::spin() noexcept {
   std::uint32_t none = 0;
   // relaxed: only decides who spins; giving the duty up is ordered by the fence below.
@@ -91,17 +96,24 @@ bool WorkerPool::spin() noexcept {
   bool seen = false;
   for (std::uint32_t k = 1; !seen; ++k) {
     cpu_relax();
-    seen = any_turn_possible();
+    seen = turns_possible(1) > 0;
     // The clock only every 16 rounds: a round already reads every member.
     if (!seen && k % 16 == 0 && (stop_.load(std::memory_order_acquire) || steady_ns() >= until))
       break;
   }
   // Dekker with wake_for_ready, fence against fence (as in Dispatcher::spin_for_job): either a
-  // producer's fence comes first and the re-check below sees its push, or ours does and the
+  // producer's fence comes first and the count below sees its push, or ours does and the
   // producer sees the duty free and notifies.
   wake_.spinning.store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  return seen || any_turn_possible();
+  // Pushes made while we held the duty skipped their wake-ups, to any member. Our round serves one
+  // member first and may stay in its handler; every other member with work gets a sleeper (within
+  // a member, next_job chains the wake-ups on, as in a dedicated pool). One member: no wake-up,
+  // so the steady trickle the spinner exists for costs no system call.
+  const std::uint32_t members = turns_possible(size_);
+  for (std::uint32_t i = 1; i < members; ++i)
+    wake_.ec.notify();
+  return seen || members > 0;
 }
 
 }  // namespace rail::detail

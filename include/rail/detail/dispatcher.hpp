@@ -21,8 +21,9 @@
 // woken to acknowledge: the event count's signals go to whichever worker waits next, so one
 // worker could take them all. Nothing is paid per job while the queue runs (the ack is in
 // next_job's paused branch; parking is per sleep).
-// Drained: note_if_drained() runs where a worker (inline: run_inline) runs out of jobs, and
-// after a cancel; only while someone observes. It raises `drained` when the queue's gauges show
+// Drained: note_if_drained() runs where a worker (inline: run_inline) runs out of jobs, after a
+// pool turn that ran a job (it may have ended on the queue's last), and after a cancel; only
+// while someone observes. It raises `drained` when the queue's gauges show
 // nothing waiting, delayed or active and work entered it since the last `drained` (the total of
 // moves into waiting or delayed grew: QueueStats::idle_mark). drained_mark_ keeps that total;
 // an RMW on it orders each checker's earlier counts before the next checker's reads, so of two

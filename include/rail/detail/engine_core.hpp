@@ -170,7 +170,9 @@ class EngineCore {
   /// pool_size(): the shared pool's threads (EngineOptions.workers, or the core count).
   [[nodiscard]] std::uint32_t pool_size() const noexcept { return pool_size_; }
   /// stop_shared_pool() / join_shared_pool(): Engine::shutdown and ~Engine, after every queue
-  /// was stopped; no-ops when no queue used the pool.
+  /// was stopped; no-ops when no queue used the pool. A pool that a process() starts after
+  /// stop_shared_pool (shutdown waits for handlers, and one may call it) starts stopped, with no
+  /// thread, as a stopped queue's workers run nothing: the join that follows never waits for it.
   void stop_shared_pool() noexcept;
   void join_shared_pool() noexcept;
 
@@ -418,6 +420,7 @@ class EngineCore {
   std::uint32_t pool_size_;
   std::mutex pool_mu_;
   std::unique_ptr<WorkerPool> pool_;  // guarded by pool_mu_; never replaced once started
+  bool pool_stopped_ = false;         // guarded by pool_mu_: stop_shared_pool() ran
   // Gates live as long as the engine core: queues (destroyed first) point at them.
   std::mutex downstream_mu_;
   std::map<std::string, std::unique_ptr<DownstreamGate>, std::less<>> downstreams_;

@@ -18,7 +18,9 @@
 // every member's turn_possible() hint, for up to Dispatcher::kSpinNs; the others sleep on the
 // pool's event count, which every member's producers notify (WakeTarget). The spinner gives up
 // its duty before it runs anything, so producers never skip a wake-up while it runs a handler;
-// the jobs it then leaves behind are announced by next_job, as in a dedicated pool.
+// pushes it covered are announced as it leaves: a sleeper for each member with work but one (its
+// round may stay in the first one's handler), and within a member by next_job, as in a
+// dedicated pool.
 // Memory ordering: count_ is published with release after the member is stored; workers load it
 // with acquire, which carries the member's join_pool writes. The spinner's duty is a Dekker with
 // wake_for_ready, fence against fence (see spin). stop_ is release/acquire.
@@ -49,7 +51,7 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   /// start(): creates the threads, all or nothing; throws Error(resources) when the system
-  /// refuses one (the ones created exited without running anything).
+  /// refuses one (the ones created exited without running anything). None after stop().
   void start();
   /// add(d): d (joined with join_pool) is served from now on; its visible jobs wake a worker.
   void add(Dispatcher& d);
@@ -65,7 +67,8 @@ class WorkerPool {
   void worker_loop(std::uint32_t w);
   bool round(std::uint32_t w, std::uint32_t& first) noexcept;
   bool spin() noexcept;
-  [[nodiscard]] bool any_turn_possible() const noexcept;
+  /// turns_possible(most): members whose turn_possible() hint holds, counting up to `most`.
+  [[nodiscard]] std::uint32_t turns_possible(std::uint32_t most) const noexcept;
 
   const std::uint32_t size_;
   WakeTarget wake_;
