@@ -171,7 +171,9 @@ void Dispatcher::push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexce
     done += k;
   }
   const std::size_t wake = std::max<std::size_t>(1, std::min<std::size_t>(n, workers()));
-  // acquire: as in wake_for_ready.
+  // seq_cst fence, then acquire: as in wake_for_ready (join_pool's hand-off needs our pushes
+  // ordered before the load of the target). Once per bulk.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   WakeTarget& t = *wake_.load(std::memory_order_acquire);
   for (std::size_t i = 0; i < wake; ++i)
     t.ec.notify();

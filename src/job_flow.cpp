@@ -1300,6 +1300,13 @@ bool JobFlow::drain(Duration timeout) {
                     "' was called from one of its own handlers or from a callback of the timer "
                     "(an observer of retry_due/stalled, a DLQ alert), which would wait for "
                     "itself; drain from outside handlers and callbacks");
+  if (dispatch_.waits_for_caller())
+    throw Error(ErrorCode::would_deadlock,
+                "drain() on queue '" + name_ +
+                    "' was called from a handler (or observer) on the engine's shared pool, "
+                    "whose one worker is the caller: the queue's jobs, which run on that pool, "
+                    "would wait for it; drain from outside the pool, or give the pool more "
+                    "workers (EngineOptions.workers)");
   // Cold path: poll with a growing sleep. A drained queue stays drained only if nobody adds.
   const auto deadline = steady_deadline(timeout);  // Duration::max(): no timeout
   auto pause = std::chrono::microseconds(10);

@@ -41,7 +41,11 @@ void WorkerPool::add(Dispatcher& d) {
     count_.store(n + 1, std::memory_order_release);
   }
   // Jobs added before the queue joined (or while it joined: see Dispatcher::join_pool) were
-  // announced to nobody. This check comes after join_pool's fence.
+  // announced to nobody. seq_cst fence: also a push whose producer skipped its wake-up for a
+  // spinner that then gave up its duty without seeing us as a member: that spinner's load of
+  // count_ missed our store, so its fence precedes ours, and the producer's precedes its (it saw
+  // the duty taken): the check below sees the push.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (d.work_visible())
     for (std::uint32_t i = 0; i < size_; ++i)
       wake_.ec.notify();
@@ -53,7 +57,8 @@ void WorkerPool::stop() noexcept {
 }
 
 void WorkerPool::worker_loop(std::uint32_t w) {
-  std::uint32_t first = w;  // workers start their rounds at different members
+  served_target() = &wake_;  // Dispatcher::waits_for_caller
+  std::uint32_t first = w;   // workers start their rounds at different members
   while (!stop_.load(std::memory_order_acquire)) {
     if (round(w, first)) continue;
     if (spin()) continue;

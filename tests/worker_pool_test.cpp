@@ -260,6 +260,31 @@ TEST(WorkerPool, JobsAddedBeforeTheQueueJoinsThePoolRun) {
   EXPECT_TRUE(eventually([&] { return done.load() == 100; }));
 }
 
+TEST(WorkerPool, DrainFromTheOnlyPoolWorkerOfAQueueOnThatPoolThrowsWouldDeadlock) {
+  // Pool of 1: a's handler draining b (on the same pool) would wait for its own thread. With a
+  // second worker, b's jobs run there and the drain returns.
+  const test::Watchdog watchdog(120s, "DrainFromTheOnlyPoolWorkerOfAQueueOnThatPoolThrows...");
+  for (std::uint32_t workers : {1u, 2u}) {
+    Engine engine({.workers = workers});
+    auto a = engine.queue<int>("a", QueueOptions{});
+    auto b = engine.queue<int>("b", QueueOptions{});
+    b.process(WorkerOptions::shared(), [](Job<int>&) {});
+    std::atomic<int> outcome{0};  // 1: drained, 2: would_deadlock, 3: anything else
+    a.process(WorkerOptions::shared(), [&](Job<int>&) {
+      try {
+        outcome.store(b.drain(30s) ? 1 : 3);
+      } catch (const Error& e) {
+        outcome.store(e.code() == ErrorCode::would_deadlock ? 2 : 3);
+      }
+    });
+    ASSERT_EQ(b.add("x", 1).status, AddStatus::added);
+    ASSERT_EQ(a.add("drain b", 1).status, AddStatus::added);
+    ASSERT_TRUE(eventually([&] { return outcome.load() != 0; }));
+    EXPECT_EQ(outcome.load(), workers == 1 ? 2 : 1) << workers << " pool workers";
+    EXPECT_TRUE(eventually([&] { return b.counts().completed == 1; }));
+  }
+}
+
 TEST(WorkerPool, InvalidPoolOptionsAreRejectedWithTheirName) {
   try {
     Engine engine({.workers = WorkerOptions::kMaxConcurrency + 1});

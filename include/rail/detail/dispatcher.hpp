@@ -23,9 +23,9 @@
 // next_job's paused branch; parking is per sleep).
 // Drained: note_if_drained() runs where a worker (inline: run_inline) runs out of jobs, after a
 // pool turn that ran a job (it may have ended on the queue's last), and after a cancel; only
-// while someone observes. It raises `drained` when the queue's gauges show
-// nothing waiting, delayed or active and work entered it since the last `drained` (the total of
-// moves into waiting or delayed grew: QueueStats::idle_mark). drained_mark_ keeps that total;
+// while someone observes. It raises `drained` when the queue's gauges show nothing waiting,
+// delayed or active and work entered it since the last `drained` (the total of moves into
+// waiting or delayed grew: QueueStats::idle_mark). drained_mark_ keeps that total;
 // an RMW on it orders each checker's earlier counts before the next checker's reads, so of two
 // workers ending the last two jobs at once the later check sees both ends (Dekker, no fence).
 // Memory ordering: the ring push is a release and its pop an acquire (they carry the slot's
@@ -98,6 +98,13 @@ struct WakeTarget {
   alignas(64) std::atomic<std::uint32_t> spinning{0};
   EventCount ec;
 };
+
+/// served_target(): the wake target of the shared pool whose worker this thread is (null on
+/// any other thread); set once by each pool worker.
+inline WakeTarget*& served_target() noexcept {
+  thread_local WakeTarget* target = nullptr;
+  return target;
+}
 
 /// set_fast_handler_threshold(ns): workers that Dispatcher::start (or join_pool) sets up from now
 /// on count a handler as fast (and take batches) when it started within ns of the one before;
@@ -212,6 +219,13 @@ class Dispatcher {
     if (!core_.observed()) [[likely]]
       return;  // relaxed hint: nothing to pay when nobody observes
     raise_if_drained(on_worker);
+  }
+
+  /// waits_for_caller(): on a shared pool of one worker, called by that worker: whatever waits
+  /// here for this queue's jobs to run would wait for the caller itself.
+  [[nodiscard]] bool waits_for_caller() const noexcept {
+    return pooled() && workers() == 1 &&
+           served_target() == wake_.load(std::memory_order_relaxed);  // set before any turn
   }
 
   /// workers(): worker threads (0 before start, 1 in inline mode).
