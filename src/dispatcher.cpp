@@ -96,7 +96,14 @@ void Dispatcher::start(JobRunner& runner, std::uint32_t workers, LeaseTracker& l
     stashes_.reset();
     throw;
   }
-  stats_.add_workers(workers);
+  try {
+    stats_.add_workers(workers);  // the counters' array: may throw bad_alloc
+  } catch (...) {
+    threads_.abandon();  // the threads wait at the gate: they exit without running a job
+    contexts_.clear();
+    stashes_.reset();
+    throw;
+  }
   for (std::uint32_t w = 0; w < workers; ++w)
     contexts_[w]->counters = &stats_.worker(w);
   // relaxed: a sizing hint for wake-ups; the workers see it through the gate.
@@ -108,8 +115,14 @@ void Dispatcher::start(JobRunner& runner, std::uint32_t workers, LeaseTracker& l
 
 void Dispatcher::join_pool(JobRunner& runner, std::uint32_t pool_size, WakeTarget& wake,
                            LeaseTracker& leases, std::uint64_t seed, std::uint32_t share) {
-  make_contexts(pool_size, leases, seed);
-  stats_.add_workers(pool_size);
+  try {  // what may throw (bad_alloc) comes first, and is undone: process() may be called again
+    make_contexts(pool_size, leases, seed);
+    stats_.add_workers(pool_size);
+  } catch (...) {
+    contexts_.clear();
+    stashes_.reset();
+    throw;
+  }
   for (std::uint32_t w = 0; w < pool_size; ++w) {
     contexts_[w]->counters = &stats_.worker(w);
     // Not in a turn of this queue: parked as far as pause_and_wait is concerned.

@@ -376,7 +376,12 @@ void JobFlow::start_processing(const WorkerOptions& w) {
   if (w.pool == Pool::shared && core_.mode() == Mode::threaded) {
     WorkerPool& pool = core_.shared_pool();  // may throw Error(resources): nothing done yet
     leases_ = std::make_unique<LeaseTracker>(pool.size());
-    dispatch_.join_pool(*this, pool.size(), pool.wake(), *leases_, seed, w.concurrency);
+    try {
+      dispatch_.join_pool(*this, pool.size(), pool.wake(), *leases_, seed, w.concurrency);
+    } catch (...) {
+      leases_.reset();  // join_pool undid its part: the queue is as before
+      throw;
+    }
     pool.add(dispatch_);
   } else {
     start_dedicated(w, seed);

@@ -32,14 +32,18 @@ void ThreadGroup::spawn(std::uint32_t n, const std::function<void(std::uint32_t)
       created_ = threads_.size();
     }
   } catch (...) {
-    gate_.store(kAbandoned, std::memory_order_release);
-    gate_.notify_all();
-    for (auto& t : threads_)
-      t.join();
-    threads_.clear();
-    gate_.store(kClosed, std::memory_order_relaxed);  // no thread is left to read it
+    abandon();
     throw;
   }
+}
+
+void ThreadGroup::abandon() noexcept {
+  gate_.store(kAbandoned, std::memory_order_release);
+  gate_.notify_all();
+  for (auto& t : threads_)
+    t.join();
+  threads_.clear();
+  gate_.store(kClosed, std::memory_order_relaxed);  // no thread is left to read it
 }
 
 void ThreadGroup::open() noexcept {

@@ -43,6 +43,9 @@ class ThreadGroup {
   void spawn(std::uint32_t n, const std::function<void(std::uint32_t)>& body);
   /// open(): the threads run their bodies. After the owner wrote what they read (release).
   void open() noexcept;
+  /// abandon(): instead of open(), when the owner's setup failed after spawn(): the threads exit
+  /// without running their bodies and are joined; the group is empty again.
+  void abandon() noexcept;
   /// join(): waits for every thread but the calling one.
   void join() noexcept;
   /// size(): threads created by the last spawn() (on failure: before the refused one).
