@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/refuse_thread.hpp"
+
 namespace rail::detail {
 namespace {
 
@@ -46,23 +48,13 @@ TEST(ThreadGroup, AbandonedThreadsExitWithoutRunningTheirBody) {
   EXPECT_EQ(ran.load(), 2);
 }
 
-struct RefuseThird {
-  static inline std::atomic<int> calls{0};
-  static std::thread make(std::function<void()> body) {
-    if (calls.fetch_add(1) == 2)
-      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
-                              "refused by the test");
-    return std::thread(std::move(body));
-  }
-};
-
 TEST(ThreadGroup, ARefusedThreadUndoesTheSpawnAndRethrows) {
-  RefuseThird::calls.store(0);
-  const ThreadFactory previous = set_thread_factory(&RefuseThird::make);
   std::atomic<int> ran{0};
   ThreadGroup group;
-  EXPECT_THROW(group.spawn(5, [&](std::uint32_t) { ran.fetch_add(1); }), std::system_error);
-  (void)set_thread_factory(previous);
+  {
+    const test::RefuseNthThread refuse(3);
+    EXPECT_THROW(group.spawn(5, [&](std::uint32_t) { ran.fetch_add(1); }), std::system_error);
+  }
   EXPECT_EQ(group.size(), 2u) << "two were created before the refused third";
   EXPECT_EQ(ran.load(), 0) << "they exited without running";
   group.spawn(1, [&](std::uint32_t) { ran.fetch_add(1); });

@@ -19,6 +19,7 @@
 #include "rail/rail.hpp"
 #include "support/downstream_options.hpp"
 #include "support/eventually.hpp"
+#include "support/refuse_thread.hpp"
 #include "support/watchdog.hpp"
 
 namespace rail {
@@ -315,31 +316,13 @@ TEST(WorkerPool, InvalidPoolOptionsAreRejectedWithTheirName) {
   EXPECT_TRUE(eventually([&] { return done.load() == 1; }));
 }
 
-/// RefuseSecondThread: the second thread a ThreadGroup asks for is refused as std::thread
-/// refuses one when the system has none left.
-struct RefuseSecondThread {
-  static inline std::atomic<int> calls{0};
-  static std::thread make(std::function<void()> body) {
-    if (calls.fetch_add(1) == 1)
-      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
-                              "refused by the test");
-    return std::thread(std::move(body));
-  }
-  RefuseSecondThread() {
-    calls.store(0);
-    previous = detail::set_thread_factory(&make);
-  }
-  ~RefuseSecondThread() { (void)detail::set_thread_factory(previous); }
-  detail::ThreadFactory previous = nullptr;
-};
-
 TEST(WorkerPool, APoolThatCannotStartThrowsResourcesAndALaterProcessStartsIt) {
   Engine engine({.workers = 2});
   auto q = engine.queue<int>("q", QueueOptions{});
   std::atomic<int> done{0};
   auto handler = [&](Job<int>&) { done.fetch_add(1); };
   {
-    const RefuseSecondThread refuse;
+    const test::RefuseNthThread refuse(2);
     try {
       q.process(WorkerOptions::shared(), handler);
       FAIL() << "the pool started without its second thread";
