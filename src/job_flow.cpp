@@ -1084,7 +1084,7 @@ void JobFlow::sweep_blocked() noexcept {
   for (std::size_t n = blocked_->size_approx(); n > 0 && blocked_->try_pop(idx); --n) {
     const SlotState st = ctl::state(slots_[idx].ctl.load());
     if (st == SlotState::waiting) {
-      push_held(*blocked_, idx);  // cancelled meanwhile: the next popper reclaims it
+      push_held(*blocked_, idx);  // live (if cancelled after our read, its next popper reclaims it)
       continue;
     }
     ++removed;
