@@ -68,13 +68,16 @@ void DownstreamGate::blocked(Admission::Kind why) noexcept {
   if (wake) (void)wake_one();
 }
 
-void DownstreamGate::swept(std::int64_t removed) noexcept {
+void DownstreamGate::swept(std::int64_t removed, std::int64_t now) noexcept {
   blocked_.fetch_sub(removed, std::memory_order_relaxed);  // relaxed: a figure, as in wake_blocked
-  // seq_cst fence: as in blocked(), our pushes before the reads below. The jobs put back were
-  // refused either a permit or time: wake one if either could now be had.
+  // seq_cst fence: as in blocked(), our pushes before the reads below. A wake missed meanwhile
+  // was a release's (a permit is free now) or a leader's stepping down (no leader now). With no
+  // permit free, the next release wakes one: waking now would only send a job round the ring
+  // (review: a concurrency-only gate's sweeps did, and a cancel met the job in transit).
+  // With one free: wake if the job could start now, or would lead (refused for time).
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (blocked_.load(std::memory_order_relaxed) > 0 &&
-      (limits_.permit_free() || leader_.load(std::memory_order_relaxed) == 0))
+  if (blocked_.load(std::memory_order_relaxed) > 0 && limits_.permit_free() &&
+      (limits_.may_admit(now) || leader_.load(std::memory_order_relaxed) == 0))
     (void)wake_one();
 }
 

@@ -1090,7 +1090,7 @@ void JobFlow::sweep_blocked() noexcept {
     ++removed;
     if (st == SlotState::cancelled) reclaim_cancelled(idx);
   }
-  downstream_->swept(removed);
+  downstream_->swept(removed, core_.now_ns());
 }
 
 bool JobFlow::retime(JobId id, std::int64_t due) {

@@ -35,6 +35,13 @@ std::string numbered(const char* prefix, int i) {
   return name;
 }
 
+/// ReleaseOnExit: lets hung handlers go when the test leaves its scope (an ASSERT included),
+/// before the engine (declared earlier) joins the pool they run on.
+struct ReleaseOnExit {
+  std::atomic<bool>& release;
+  ~ReleaseOnExit() { release.store(true); }
+};
+
 /// HighWater: the most handlers inside at once (an atomic high-water mark).
 struct HighWater {
   std::atomic<int> inside{0}, most{0};
@@ -111,9 +118,10 @@ TEST(WorkerPool, HungHandlersOfOneQueueLeaveThePoolToTheOthers) {
   // Pool of 3; "slow" may use 2 of them and both of its handlers hang. "fast" still runs all of
   // its jobs on the third worker.
   const test::Watchdog watchdog(120s, "HungHandlersOfOneQueueLeaveThePoolToTheOthers");
-  Engine engine({.workers = 3});
   std::atomic<bool> release{false};
   std::atomic<int> hung{0};
+  Engine engine({.workers = 3});
+  const ReleaseOnExit release_on_exit{release};
   auto slow = engine.queue<int>("slow", QueueOptions{});
   auto fast = engine.queue<int>("fast", QueueOptions{});
   slow.process(WorkerOptions::shared(2), [&](Job<int>&) {
@@ -137,10 +145,11 @@ TEST(WorkerPool, AStalledDownstreamHoldsNoPoolWorker) {
   // Pool of 2. "payments" (downstream concurrency 1) hangs in its one permitted call; its other
   // jobs wait for the permit without a thread, so the second worker runs every email.
   const test::Watchdog watchdog(120s, "AStalledDownstreamHoldsNoPoolWorker");
-  Engine engine({.workers = 2});
-  engine.downstream("gateway", {.concurrency = 1});
   std::atomic<bool> release{false};
   std::atomic<int> charges{0}, emails{0};
+  Engine engine({.workers = 2});
+  const ReleaseOnExit release_on_exit{release};
+  engine.downstream("gateway", {.concurrency = 1});
   auto payments = engine.queue<int>("payments", test::calling("gateway"));
   auto email = engine.queue<int>("email", QueueOptions{});
   payments.process(WorkerOptions::shared(), [&](Job<int>&) {
@@ -163,9 +172,10 @@ TEST(WorkerPool, PauseAndWaitWaitsOnlyForTheQueuesOwnHandlers) {
   // A pool worker hangs in queue b's handler; pausing a (on the same pool) must not wait for it.
   // A pool of 3: b's second job (below) hangs a second worker, and a needs the third.
   const test::Watchdog watchdog(120s, "PauseAndWaitWaitsOnlyForTheQueuesOwnHandlers");
-  Engine engine({.workers = 3});
   std::atomic<bool> release{false};
   std::atomic<int> b_in{0}, a_runs{0};
+  Engine engine({.workers = 3});
+  const ReleaseOnExit release_on_exit{release};  // b's handlers return before the engine joins
   auto a = engine.queue<int>("a", QueueOptions{});
   auto b = engine.queue<int>("b", QueueOptions{});
   a.process(WorkerOptions::shared(), [&](Job<int>&) { a_runs.fetch_add(1); });
@@ -196,10 +206,11 @@ TEST(WorkerPool, ALapsedLeaseIsDeliveredAgainByAnotherPoolWorker) {
   // the job, another worker completes it, and the late outcome of the first is fenced off.
   const test::Watchdog watchdog(120s, "ALapsedLeaseIsDeliveredAgainByAnotherPoolWorker");
   ManualClock clock;
-  Engine engine({.clock = &clock, .workers = 2});
-  auto q = engine.queue<int>("q", QueueOptions{.visibility_timeout = 1s});
   std::atomic<bool> release{false};
   std::atomic<int> deliveries{0};
+  Engine engine({.clock = &clock, .workers = 2});
+  const ReleaseOnExit release_on_exit{release};
+  auto q = engine.queue<int>("q", QueueOptions{.visibility_timeout = 1s});
   q.process(WorkerOptions::shared(), [&](Job<int>& j) {
     deliveries.fetch_add(1);
     if (j.deliveries() == 1) (void)eventually([&] { return release.load(); }, 60s);

@@ -101,10 +101,10 @@ class DownstreamGate {
   /// pass_wake(): a wake this caller received went to a job that cannot use it (cancelled, or in
   /// a queue that was paused meanwhile): hand it on, as a release would (the waker's side).
   void pass_wake() noexcept { wake_if_blocked(); }
-  /// swept(removed): a sweep of a blocked ring (a cancel's) took `removed` jobs out for good
-  /// and put the others back: they were out of the ring for a moment, in which a wake may have
-  /// found it empty, so this is the blocker's side again (see blocked()).
-  void swept(std::int64_t removed) noexcept;
+  /// swept(removed, now): a sweep of a blocked ring (a cancel's) took `removed` jobs out for
+  /// good and put the others back: they were out of the ring for a moment, in which a wake may
+  /// have found it empty, so this is the blocker's side again (see blocked()).
+  void swept(std::int64_t removed, std::int64_t now) noexcept;
   /// changed(): the limits changed at run time: wake a blocked job and promote the leader, so
   /// that a higher limit takes effect at once.
   void changed() noexcept;
