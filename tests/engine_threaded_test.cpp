@@ -18,22 +18,16 @@
 #include "rail/detail/worker_stash.hpp"
 #include "rail/rail.hpp"
 #include "support/eventually.hpp"
+#include "support/release_on_exit.hpp"
 #include "support/watchdog.hpp"
 
 namespace rail {
 namespace {
 
 using namespace std::chrono_literals;
+using test::ReleaseOnExit;
 
 using test::eventually;
-
-/// ReleaseOnExit: sets a release flag when destroyed. Declared after the engine, it is destroyed
-/// before it whatever assertion returns early, so a handler held on the flag ends and the
-/// engine's destructor (which waits for handlers) does not hang.
-struct ReleaseOnExit {
-  std::atomic<bool>& flag;
-  ~ReleaseOnExit() { flag.store(true); }
-};
 
 /// Held: a handler that reports its start and returns only once released. Declare it before the
 /// engine (the engine's destructor waits for the handler, which reads it).

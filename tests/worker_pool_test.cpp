@@ -20,6 +20,7 @@
 #include "support/downstream_options.hpp"
 #include "support/eventually.hpp"
 #include "support/refuse_thread.hpp"
+#include "support/release_on_exit.hpp"
 #include "support/watchdog.hpp"
 
 namespace rail {
@@ -27,6 +28,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::eventually;
+using test::ReleaseOnExit;
 
 /// numbered(prefix, i): "q7" for ("q", 7).
 std::string numbered(const char* prefix, int i) {
@@ -35,11 +37,16 @@ std::string numbered(const char* prefix, int i) {
   return name;
 }
 
-/// ReleaseOnExit: lets hung handlers go when the test leaves its scope (an ASSERT included),
-/// before the engine (declared earlier) joins the pool they run on.
-struct ReleaseOnExit {
-  std::atomic<bool>& release;
-  ~ReleaseOnExit() { release.store(true); }
+/// Hang: handlers that stay inside until released (bounded), counting how many came in.
+/// Declare it before the engine and a test::ReleaseOnExit on `release` after it, so the handlers
+/// return before the engine joins the pool they run on, whatever assertion returns early.
+struct Hang {
+  void operator()() {
+    in.fetch_add(1);
+    (void)eventually([&] { return release.load(); }, 60s);
+  }
+  std::atomic<bool> release{false};
+  std::atomic<int> in{0};
 };
 
 /// HighWater: the most handlers inside at once (an atomic high-water mark).
@@ -118,26 +125,22 @@ TEST(WorkerPool, HungHandlersOfOneQueueLeaveThePoolToTheOthers) {
   // Pool of 3; "slow" may use 2 of them and both of its handlers hang. "fast" still runs all of
   // its jobs on the third worker.
   const test::Watchdog watchdog(120s, "HungHandlersOfOneQueueLeaveThePoolToTheOthers");
-  std::atomic<bool> release{false};
-  std::atomic<int> hung{0};
+  Hang hung;
   Engine engine({.workers = 3});
-  const ReleaseOnExit release_on_exit{release};
+  const ReleaseOnExit release_on_exit{hung.release};
   auto slow = engine.queue<int>("slow", QueueOptions{});
   auto fast = engine.queue<int>("fast", QueueOptions{});
-  slow.process(WorkerOptions::shared(2), [&](Job<int>&) {
-    hung.fetch_add(1);
-    (void)eventually([&] { return release.load(); }, 60s);
-  });
+  slow.process(WorkerOptions::shared(2), [&](Job<int>&) { hung(); });
   std::atomic<int> fast_done{0};
   fast.process(WorkerOptions::shared(), [&](Job<int>&) { fast_done.fetch_add(1); });
   for (int i = 0; i < 10; ++i)
     ASSERT_EQ(slow.add("hang", i).status, AddStatus::added);
-  ASSERT_TRUE(eventually([&] { return hung.load() == 2; }));
+  ASSERT_TRUE(eventually([&] { return hung.in.load() == 2; }));
   for (int i = 0; i < 5000; ++i)
     ASSERT_EQ(fast.add("quick", i).status, AddStatus::added);
   EXPECT_TRUE(eventually([&] { return fast_done.load() == 5000; })) << fast_done.load();
-  EXPECT_EQ(hung.load(), 2) << "slow's share stayed at 2 while fast ran";
-  release.store(true);
+  EXPECT_EQ(hung.in.load(), 2) << "slow's share stayed at 2 while fast ran";
+  hung.release.store(true);
   EXPECT_TRUE(eventually([&] { return slow.counts().completed == 10; }));
 }
 
@@ -145,26 +148,23 @@ TEST(WorkerPool, AStalledDownstreamHoldsNoPoolWorker) {
   // Pool of 2. "payments" (downstream concurrency 1) hangs in its one permitted call; its other
   // jobs wait for the permit without a thread, so the second worker runs every email.
   const test::Watchdog watchdog(120s, "AStalledDownstreamHoldsNoPoolWorker");
-  std::atomic<bool> release{false};
-  std::atomic<int> charges{0}, emails{0};
+  Hang charges;
+  std::atomic<int> emails{0};
   Engine engine({.workers = 2});
-  const ReleaseOnExit release_on_exit{release};
+  const ReleaseOnExit release_on_exit{charges.release};
   engine.downstream("gateway", {.concurrency = 1});
   auto payments = engine.queue<int>("payments", test::calling("gateway"));
   auto email = engine.queue<int>("email", QueueOptions{});
-  payments.process(WorkerOptions::shared(), [&](Job<int>&) {
-    charges.fetch_add(1);
-    (void)eventually([&] { return release.load(); }, 60s);
-  });
+  payments.process(WorkerOptions::shared(), [&](Job<int>&) { charges(); });
   email.process(WorkerOptions::shared(), [&](Job<int>&) { emails.fetch_add(1); });
   for (int i = 0; i < 20; ++i)
     ASSERT_EQ(payments.add("charge", i).status, AddStatus::added);
-  ASSERT_TRUE(eventually([&] { return charges.load() == 1; }));
+  ASSERT_TRUE(eventually([&] { return charges.in.load() == 1; }));
   for (int i = 0; i < 2000; ++i)
     ASSERT_EQ(email.add("send", i).status, AddStatus::added);
   EXPECT_TRUE(eventually([&] { return emails.load() == 2000; })) << emails.load();
-  EXPECT_EQ(charges.load(), 1) << "the downstream let one call in";
-  release.store(true);
+  EXPECT_EQ(charges.in.load(), 1) << "the downstream let one call in";
+  charges.release.store(true);
   EXPECT_TRUE(eventually([&] { return payments.counts().completed == 20; }));
 }
 
@@ -172,19 +172,16 @@ TEST(WorkerPool, PauseAndWaitWaitsOnlyForTheQueuesOwnHandlers) {
   // A pool worker hangs in queue b's handler; pausing a (on the same pool) must not wait for it.
   // A pool of 3: b's second job (below) hangs a second worker, and a needs the third.
   const test::Watchdog watchdog(120s, "PauseAndWaitWaitsOnlyForTheQueuesOwnHandlers");
-  std::atomic<bool> release{false};
-  std::atomic<int> b_in{0}, a_runs{0};
+  Hang b_in;
+  std::atomic<int> a_runs{0};
   Engine engine({.workers = 3});
-  const ReleaseOnExit release_on_exit{release};  // b's handlers return before the engine joins
+  const ReleaseOnExit release_on_exit{b_in.release};
   auto a = engine.queue<int>("a", QueueOptions{});
   auto b = engine.queue<int>("b", QueueOptions{});
   a.process(WorkerOptions::shared(), [&](Job<int>&) { a_runs.fetch_add(1); });
-  b.process(WorkerOptions::shared(), [&](Job<int>&) {
-    b_in.fetch_add(1);
-    (void)eventually([&] { return release.load(); }, 60s);
-  });
+  b.process(WorkerOptions::shared(), [&](Job<int>&) { b_in(); });
   ASSERT_EQ(b.add("hang", 0).status, AddStatus::added);
-  ASSERT_TRUE(eventually([&] { return b_in.load() == 1; }));
+  ASSERT_TRUE(eventually([&] { return b_in.in.load() == 1; }));
   for (int i = 0; i < 100; ++i)
     ASSERT_EQ(a.add("x", i).status, AddStatus::added);
   EXPECT_TRUE(a.pause_and_wait(30s)) << "a's handlers are done or parked; b's do not count";
@@ -194,11 +191,11 @@ TEST(WorkerPool, PauseAndWaitWaitsOnlyForTheQueuesOwnHandlers) {
   // Nothing of a starts while it is paused: b's second job (below) proves the free worker is
   // making rounds past a.
   ASSERT_EQ(b.add("after", 1).status, AddStatus::added);
-  EXPECT_TRUE(eventually([&] { return b_in.load() == 2; }));
+  EXPECT_TRUE(eventually([&] { return b_in.in.load() == 2; }));
   EXPECT_EQ(a_runs.load(), runs);
   a.resume();
   EXPECT_TRUE(eventually([&] { return a.counts().completed == 200; }));
-  release.store(true);
+  b_in.release.store(true);
 }
 
 TEST(WorkerPool, ALapsedLeaseIsDeliveredAgainByAnotherPoolWorker) {
