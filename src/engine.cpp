@@ -51,6 +51,9 @@ Engine::~Engine() {
   for (auto& [name, q] : queues_)
     q->join_workers();
   core_->join_shared_pool();
+  // Before the timer thread stops: a completer inside may still hand a retry to the wheel.
+  for (auto& [name, q] : queues_)
+    q->close_completions();
   stop_timer_thread();
   queues_.clear();  // destroys the payloads of whatever was left
 }

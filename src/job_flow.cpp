@@ -375,11 +375,11 @@ void JobFlow::start_processing(const WorkerOptions& w) {
   const std::uint64_t seed = core_.seed() ^ (std::uint64_t{index_} << 32);
   if (w.pool == Pool::shared && core_.mode() == Mode::threaded) {
     WorkerPool& pool = core_.shared_pool();  // may throw Error(resources): nothing done yet
-    leases_ = std::make_unique<LeaseTracker>(pool.size());
+    make_leases(pool.size(), w.max_pending);
     try {
       dispatch_.join_pool(*this, pool.size(), pool.wake(), *leases_, seed, w.concurrency);
     } catch (...) {
-      leases_.reset();  // join_pool undid its part: the queue is as before
+      drop_leases();  // join_pool undid its part: the queue is as before
       throw;
     }
     pool.add(dispatch_);
@@ -397,15 +397,29 @@ void JobFlow::start_processing(const WorkerOptions& w) {
 
 void JobFlow::start_dedicated(const WorkerOptions& w, std::uint64_t seed) {
   const std::uint32_t workers = core_.mode() == Mode::threaded ? w.concurrency : 1;
-  leases_ = std::make_unique<LeaseTracker>(workers);
+  make_leases(workers, w.max_pending);
   try {
     dispatch_.start(*this, workers, *leases_, seed, name_);
   } catch (...) {
     // start() joined the threads it had started before any ran a job: undo the rest, so that
     // the queue is as before.
-    leases_.reset();
+    drop_leases();
     throw;
   }
+}
+
+void JobFlow::make_leases(std::size_t workers, std::uint32_t max_pending) {
+  // The workers' records first, then one per pending delivery: one sweep scans both.
+  auto leases = std::make_unique<LeaseTracker>(workers + max_pending);
+  if (max_pending > 0)
+    pending_ =
+        std::make_unique<PendingJobs>(*this, max_pending, static_cast<std::uint32_t>(workers));
+  leases_ = std::move(leases);
+}
+
+void JobFlow::drop_leases() noexcept {
+  pending_.reset();
+  leases_.reset();
 }
 
 std::size_t JobFlow::run_ready(std::size_t max) {
@@ -493,6 +507,9 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   // the grant on, a lapse may take the slot (and write its attempt count) at any moment.
   if (core_.observed()) emit(EventKind::started, s, now);
   const bool leased = leases_enabled() && s.visibility_ns != Duration::max().count();
+  Deferral deferral{.taken = false, .permit = permit};
+  if (pending_) [[unlikely]]
+    job.deferral_ = &deferral;
   if (leased) {
     job.record_ = &wc.record;
     job.lease_ = make_lease(idx, token);
@@ -513,18 +530,17 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
       out = Outcome::retry("handler threw a non-std::exception");
     }
   }
-  if (leased) LeaseTracker::release(wc.record);
-  // The permit counts handlers inside the downstream: given back as this one returns, before
-  // its outcome is applied (which may wait for nothing, but a retry's backoff is not a call).
-  if (permit) {
-    const std::int64_t end = core_.now_ns();
-    // A 429 pauses the downstream before the permit goes back: the release may wake a job, and
-    // another worker must not admit it into the pause. Here, not in finish(): the downstream
-    // refused the call even if the lease lapsed meanwhile (finish() then ignores the outcome).
-    if (out.kind() == Outcome::Kind::pushback) [[unlikely]]
-      downstream_->limits().pause_for(end, out.delay());
-    downstream_->release(end);
+  if (deferral.taken) [[unlikely]] {
+    // A Completion owns the delivery: its lease, its permit and its outcome. Nothing of the
+    // slot is read from here on: the completion may have ended the job already.
+    return true;
   }
+  if (out.kind() == Outcome::Kind::pending) [[unlikely]]
+    out = Outcome::retry(
+        "the handler returned Outcome::pending() without calling Job::defer(): nothing would "
+        "complete the job");
+  if (leased) LeaseTracker::release(wc.record);
+  if (permit) return_permit(out, core_.now_ns());
   finish(idx, token, std::move(out), wc, job.started_at_, job.deliveries_);
   // After finish() returned the slot to the free list (final_end): once counts() shows the
   // attempt ended (drain() returns), the slot is free for the next add.
@@ -532,7 +548,18 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   return true;
 }
 
-void JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, WorkerContext& wc,
+void JobFlow::return_permit(const Outcome& out, std::int64_t now) noexcept {
+  // The permit counts calls inside the downstream: given back as the call is over, before its
+  // outcome is applied (which may wait for nothing, but a retry's backoff is not a call).
+  // A 429 pauses the downstream before the permit goes back: the release may wake a job, and
+  // another worker must not admit it into the pause. Before finish(): the downstream refused
+  // the call even if the lease lapsed meanwhile (finish() then ignores the outcome).
+  if (out.kind() == Outcome::Kind::pushback) [[unlikely]]
+    downstream_->limits().pause_for(now, out.delay());
+  downstream_->release(now);
+}
+
+bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, WorkerContext& wc,
                      TimePoint started, std::uint32_t delivery) {
   JobSlot& s = slots_[idx];
   // Read while our pin still holds the slot: once a stale handler unpins, the slot may be freed
@@ -561,7 +588,7 @@ void JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
       core_.emit(e);
     }
     if (f.result == SlotControl<>::Finish::stale_last) final_end(idx);
-    return;
+    return false;
   }
   const std::uint64_t c = f.word;
   // We hold the slot in `finishing`. A plain completion needs the time only for its event:
@@ -572,15 +599,15 @@ void JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   const std::int64_t now = plain_done ? 0 : core_.now_ns();
   if (cancelled) {
     end_job(idx, EndKind::cancelled, DeadLetterReason::none, now, &wc);
-    return;
+    return false;  // the outcome did not count: cancel() decided the end
   }
   if (out.kind() == Outcome::Kind::done) {
     end_job(idx, EndKind::completed, DeadLetterReason::none, now, &wc, {}, std::move(out.result_));
-    return;
+    return true;
   }
   if (out.kind() == Outcome::Kind::discard) {
     end_job(idx, EndKind::discarded, DeadLetterReason::none, now, &wc, out.reason());
-    return;
+    return true;
   }
   if (out.kind() == Outcome::Kind::pushback) {
     // The downstream said "too many" (HTTP 429): deliver paused it for retry_after before the
@@ -595,12 +622,114 @@ void JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
     s.due_ns.store(due, std::memory_order_relaxed);  // published by the inbox push
     s.ctl.leave_finishing(SlotState::delayed);
     to_timer(idx);
-    return;
+    return true;
   }
   const FailKind kind = out.kind() == Outcome::Kind::fail          ? FailKind::permanent
                         : out.kind() == Outcome::Kind::retry_after ? FailKind::retry_after
                                                                    : FailKind::retry;
   fail_attempt(idx, out.take_reason(), kind, out.delay(), wc.rng, now, &wc);
+  return true;
+}
+
+// --- pending jobs
+// ------------------------------------------------------------------------------
+
+Completion defer_job(JobFlow& flow, JobFields& job) {
+  return flow.defer(job);
+}
+
+Completion JobFlow::defer(JobFields& job) {
+  if (job.deferral_ == nullptr)
+    throw Error(ErrorCode::invalid_option,
+                "Job::defer() on queue '" + name_ +
+                    "', whose WorkerOptions.max_pending is 0; expected process() with "
+                    "max_pending >= 1 (the jobs that may await their Completion at once)");
+  if (job.deferral_->taken)
+    throw Error(ErrorCode::invalid_option, "Job::defer() called twice for delivery " +
+                                               std::to_string(job.deliveries_) + " of job " +
+                                               std::to_string(job.id_) + " on queue '" + name_ +
+                                               "'; expected one Completion per delivery");
+  std::uint32_t r = 0;
+  if (!pending_->take(r))
+    throw Error(ErrorCode::capacity,
+                "queue '" + name_ + "' has WorkerOptions.max_pending (" +
+                    std::to_string(pending_->size()) +
+                    ") jobs awaiting their Completion already; expected fewer in flight (bound "
+                    "them with a downstream's concurrency) or a larger max_pending");
+  PendingJob& p = pending_->job(r);
+  p.idx = job.idx_;
+  p.token = job.token_;
+  p.delivery = job.deliveries_;
+  p.permit = job.deferral_->permit;
+  p.started_ns = job.started_at_.time_since_epoch().count();
+  p.lease = 0;
+  if (job.record_ != nullptr) {
+    LeaseRecord& worker = *job.record_;
+    LeaseRecord& record = leases_->record(pending_->lease_record(r));
+    // The lease moves with its deadline unchanged: granted here before the worker's record
+    // lets go, so every sweep finds it in one record or both (a lease lapsed from both is
+    // lapsed once: the second lapse CAS finds the delivery gone). relaxed: the worker's record
+    // is this thread's own; the sweep's CAS is ordered by the word itself.
+    LeaseTracker::grant(record, job.lease_, worker.deadline_ns.load(std::memory_order_relaxed));
+    std::uint64_t held = job.lease_;
+    // acq_rel, like the sweep's CAS on the same word: exactly one of the two clears it.
+    if (!worker.lease.compare_exchange_strong(held, 0, std::memory_order_acq_rel,
+                                              std::memory_order_relaxed))
+      LeaseTracker::release(record);  // the sweep lapsed it meanwhile: nothing left to watch
+    else
+      p.lease = job.lease_;
+    // The record is the Completion's: once it completes, the record serves another delivery,
+    // so the handler's view must not renew it (Job::extend_lease says false after defer()).
+    job.record_ = nullptr;
+  }
+  job.deferral_->taken = true;
+  return Completion(pending_->hub(), r, job.id_);
+}
+
+bool JobFlow::complete_pending(std::uint32_t r, Outcome&& out, std::type_index result_type) {
+  const PendingJob p = pending_->job(r);
+  LeaseRecord& record = leases_->record(pending_->lease_record(r));
+  if (p.lease != 0) LeaseTracker::release(record);  // a lapse after this loses to finish()
+  if (out.kind() == Outcome::Kind::pending) {
+    out = Outcome::retry(
+        "Completion::complete(Outcome::pending()): a completion delivers the outcome itself");
+  } else if (result_type != typeid(void) && result_type != result_type_) {
+    out = Outcome::fail(
+        "Completion::complete(Result<R>) with R = " + std::string(result_type.name()) +
+        " on queue '" + name_ + "', whose result type is " +
+        (result_type_ == typeid(void) ? std::string("none (complete with an Outcome)")
+                                      : std::string(result_type_.name())));
+  } else if (result_type == typeid(void) && result_type_ != typeid(void) && out.ok()) {
+    out = Outcome::fail("Completion::complete(Outcome::done()) on queue '" + name_ +
+                        "', which has a result type; expected complete(rail::Result<R>(result))");
+  }
+  if (p.permit) return_permit(out, core_.now_ns());
+  // The completer's own context: no worker counters (the shared stripes count), its own
+  // randomness for the retry's jitter.
+  WorkerContext wc(record, SplitMix64(core_.seed() ^ (std::uint64_t{p.token} << 32 | p.idx)),
+                   nullptr, nullptr);
+  const bool counted =
+      finish(p.idx, p.token, std::move(out), wc, TimePoint{Duration{p.started_ns}}, p.delivery);
+  count(nullptr, kAttemptEnded);  // after finish(), as deliver counts it: see there
+  pending_->give_back(r);
+  return counted;
+}
+
+bool JobFlow::pending_cancelled(std::uint32_t r) const noexcept {
+  const PendingJob& p = pending_->job(r);
+  return slots_[p.idx].ctl.fenced(p.token);
+}
+
+bool JobFlow::extend_pending(std::uint32_t r, Duration d) noexcept {
+  const PendingJob& p = pending_->job(r);
+  if (p.lease == 0) return !pending_cancelled(r);  // leases disabled, or lapsed at the hand-off
+  LeaseRecord& record = leases_->record(pending_->lease_record(r));
+  const std::int64_t deadline = saturating_add(core_.now_ns(), d);
+  // relaxed: only the Completion's holder renews this record (see Job::extend_lease).
+  const std::int64_t before = record.deadline_ns.load(std::memory_order_relaxed);
+  if (!LeaseTracker::renew(record, p.lease, deadline)) return false;
+  if (deadline < before && core_.mode() == Mode::threaded) sweep_no_later_than(timers_, deadline);
+  return !pending_cancelled(r);
 }
 
 void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,

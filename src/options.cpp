@@ -102,6 +102,10 @@ void validate_worker_options(const WorkerOptions& o, std::string_view queue) {
         "at most WorkerOptions::kMaxConcurrency (" +
             std::to_string(WorkerOptions::kMaxConcurrency) + ") " +
             (o.pool == Pool::dedicated ? "worker threads per queue" : "workers of the pool"));
+  if (o.max_pending > WorkerOptions::kMaxPending)
+    bad(where, "max_pending", std::to_string(o.max_pending),
+        "at most WorkerOptions::kMaxPending (" + std::to_string(WorkerOptions::kMaxPending) +
+            ") jobs awaiting their Completion");
 }
 
 void reject_job_name(std::string_view name, std::string_view queue) {

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "rail/clock.hpp"
+#include "rail/completion.hpp"
 #include "rail/detail/deadline.hpp"
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/lease_tracker.hpp"
@@ -23,6 +24,16 @@ class JobFlow;
 bool report_progress(JobFlow& flow, std::uint32_t idx, std::uint32_t token, double value) noexcept;
 /// sweep_no_later_than(port, deadline): a handler shortened its lease (timer_port.hpp).
 void sweep_no_later_than(TimerPort& port, std::int64_t deadline) noexcept;
+struct JobFields;
+/// defer_job(flow, job): Job::defer (job_flow.cpp).
+Completion defer_job(JobFlow& flow, JobFields& job);
+
+/// Deferral: what a delivery's handler handed to a Completion (Job::defer), read by the
+/// delivering worker once the handler returned.
+struct Deferral {
+  bool taken = false;   // a Completion owns the delivery: its lease, permit and outcome
+  bool permit = false;  // the delivery holds a downstream permit (handed over with it)
+};
 
 /// JobFields: everything a Job<T> shows but its payload, filled by the job flow (job_flow.hpp)
 /// without knowing the payload type.
@@ -45,6 +56,7 @@ struct JobFields {
   TimerPort* timers_ = nullptr;  // threaded mode: where a shortened lease asks for an earlier sweep
   JobFlow* flow_ = nullptr;      // where progress reports go
   std::uint32_t idx_ = 0;        // the job's slot
+  Deferral* deferral_ = nullptr;  // null: the queue allows no pending jobs (max_pending 0)
 };
 }  // namespace detail
 
@@ -97,8 +109,11 @@ class Job : private detail::JobFields {
   /// BullMQ extendLock): a heartbeat for handlers that outlive the visibility timeout. Returns
   /// false if the lease had already lapsed (the job was delivered again; stop working on it).
   /// Duration::max() (or any d reaching past the clock's range) makes the lease never lapse.
+  /// After defer(), the Completion renews the lease (Completion::extend_lease); this returns
+  /// false.
   bool extend_lease(Duration d) noexcept {
-    if (record_ == nullptr) return !cancelled();  // leases disabled (visibility max)
+    if (deferral_ != nullptr && deferral_->taken) return false;  // the Completion's lease now
+    if (record_ == nullptr) return !cancelled();                 // leases disabled (visibility max)
     const std::int64_t deadline =
         detail::saturating_add(clock_->now().time_since_epoch().count(), d);
     // relaxed: the record is this worker's own; only its deadline's order against the sweep
@@ -110,6 +125,15 @@ class Job : private detail::JobFields {
     if (deadline < before && timers_ != nullptr) detail::sweep_no_later_than(*timers_, deadline);
     return !cancelled();
   }
+
+  /// defer(): the handler's work goes on after it returns Outcome::pending(): the returned
+  /// Completion takes over this delivery (its lease, which keeps running, its downstream
+  /// permit and its outcome) and may complete it from any thread (completion.hpp). Once
+  /// deferred, what the handler returns or throws is ignored: the Completion decides.
+  /// Throws Error(invalid_option) on a queue whose WorkerOptions::max_pending is 0 or when
+  /// called twice for one delivery, Error(capacity) when max_pending jobs are pending already
+  /// (a throw from the handler: the attempt fails with that message).
+  [[nodiscard]] Completion defer() { return detail::defer_job(*flow_, *this); }
 
  private:
   friend class detail::QueueImpl<T>;

@@ -158,10 +158,17 @@ struct WorkerOptions {
   /// or kWholePool.
   std::uint32_t concurrency = 1;
   Pool pool = Pool::dedicated;
+  /// The largest max_pending process() accepts (a lease record of 64 bytes each).
+  static constexpr std::uint32_t kMaxPending = std::uint32_t{1} << 20;
+  /// Jobs whose handler returned Outcome::pending() (Job::defer, completion.hpp) that may await
+  /// their Completion at once, 0 .. kMaxPending: the queue keeps a lease record for each.
+  /// 0: handlers cannot defer. A defer() beyond it throws Error(capacity); bound the jobs in
+  /// flight with a downstream's concurrency (at most max_pending) so that it never does.
+  std::uint32_t max_pending = 0;
 
   /// shared(share): the shared pool, with at most `share` workers at once (kWholePool: any).
   [[nodiscard]] static constexpr WorkerOptions shared(std::uint32_t share = kWholePool) noexcept {
-    return WorkerOptions{share, Pool::shared};
+    return WorkerOptions{share, Pool::shared, 0};
   }
 };
 

@@ -26,6 +26,7 @@ class Outcome {
     fail,      // permanent failure: skip remaining attempts, dead-letter now (UnrecoverableError)
     discard,   // drop the job: it ends `discarded`, with no retry and no DLQ entry
     pushback,  // the downstream refused the call (429): retry after delay(), no attempt used
+    pending,   // the handler called Job::defer(): its Completion delivers the outcome later
   };
 
   /// done() completes the job. Outcome{} is done() too.
@@ -57,6 +58,15 @@ class Outcome {
   /// without a downstream only this job waits.
   static Outcome pushback(Duration retry_after, std::string_view reason = "429 too many requests") {
     return Outcome{Kind::pushback, reason, retry_after < Duration{0} ? Duration{0} : retry_after};
+  }
+
+  /// pending(): the handler's work goes on after it returns; the Completion that Job::defer()
+  /// gave it delivers the outcome (completion.hpp). Without a defer() first it is a mistake
+  /// that counts as a retry saying so: nothing would ever complete the job.
+  static Outcome pending() noexcept {
+    Outcome o;
+    o.kind_ = Kind::pending;
+    return o;
   }
 
   Outcome() noexcept = default;

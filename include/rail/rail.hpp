@@ -4,6 +4,7 @@
 #include "rail/add_result.hpp"
 #include "rail/backoff.hpp"
 #include "rail/clock.hpp"
+#include "rail/completion.hpp"
 #include "rail/cron.hpp"
 #include "rail/dead_letter_queue.hpp"
 #include "rail/downstream.hpp"

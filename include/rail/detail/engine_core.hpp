@@ -62,6 +62,9 @@ class QueueBase {
   /// stop_workers(): workers finish their current job and exit; join_workers() waits for them.
   virtual void stop_workers() noexcept = 0;
   virtual void join_workers() noexcept = 0;
+  /// close_completions(): at teardown, after join_workers: Completions still out (Job::defer)
+  /// touch the queue no more.
+  virtual void close_completions() noexcept = 0;
   [[nodiscard]] virtual QueueCounts counts() const noexcept = 0;
   [[nodiscard]] virtual bool idle() const noexcept = 0;
   /// cancel_job(id) / job_state(id): Queue::cancel / Queue::state, type-erased for Engine.

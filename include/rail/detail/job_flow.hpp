@@ -68,6 +68,7 @@
 #include "rail/detail/free_slots.hpp"
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/lease_tracker.hpp"
+#include "rail/detail/pending_jobs.hpp"
 #include "rail/detail/queue_stats.hpp"
 #include "rail/detail/schedule_table.hpp"
 #include "rail/detail/timer_port.hpp"
@@ -91,6 +92,10 @@ class JobFlow : public QueueBase,
                 private TimerClient,
                 private BlockedQueue,
                 private PauseListener {
+  // Pending jobs: Job::defer and the Completion's calls (completion.hpp).
+  friend class rail::Completion;
+  friend Completion defer_job(JobFlow& flow, JobFields& job);
+
  public:
   JobFlow(const JobFlow&) = delete;
   JobFlow& operator=(const JobFlow&) = delete;
@@ -225,6 +230,23 @@ class JobFlow : public QueueBase,
   void start_processing(const WorkerOptions& w);
   [[nodiscard]] bool processing() const noexcept {
     return processing_.load(std::memory_order_acquire);
+  }
+
+  // --- pending jobs (Job::defer, completion.hpp) -------------------------------------------------
+  /// defer(job): the handler of `job` hands its delivery to a Completion (Job::defer's throws).
+  Completion defer(JobFields& job);
+  /// complete_pending(r, out, result_type): pending record r's Completion delivers `out` (of a
+  /// Result<R> with R = result_type, or void): applied as the handler's outcome. True if it
+  /// counted. Called inside the hub (CompletionHub::enter).
+  bool complete_pending(std::uint32_t r, Outcome&& out, std::type_index result_type);
+  /// pending_cancelled(r) / extend_pending(r, d): Completion::cancelled / extend_lease, inside
+  /// the hub.
+  [[nodiscard]] bool pending_cancelled(std::uint32_t r) const noexcept;
+  bool extend_pending(std::uint32_t r, Duration d) noexcept;
+  /// close_completions(): the engine's teardown, once no worker runs: Completions still out
+  /// complete nothing from now on (CompletionHub::close).
+  void close_completions() noexcept final {
+    if (pending_) pending_->hub()->close();
   }
 
   /// admit(name, o): throws unless the engine accepts jobs and name and o are valid here.
@@ -408,6 +430,10 @@ class JobFlow : public QueueBase,
  private:
   /// start_dedicated(w, seed): start_processing on the queue's own threads (or inline).
   void start_dedicated(const WorkerOptions& w, std::uint64_t seed);
+  /// make_leases(workers, max_pending) / drop_leases(): the lease records of the workers and of
+  /// the pending deliveries (PendingJobs), before the workers start; undone if they fail to.
+  void make_leases(std::size_t workers, std::uint32_t max_pending);
+  void drop_leases() noexcept;
   // JobRunner / TimerClient
   bool deliver(std::uint32_t idx, WorkerContext& wc) final;
   void timer_fired(std::uint32_t idx, std::int64_t now) noexcept final;
@@ -466,8 +492,12 @@ class JobFlow : public QueueBase,
   static JobStatus status_of(SlotState st) noexcept;
   JobState live_state(const JobSlot& s, std::uint64_t c) const noexcept;
 
-  void finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, WorkerContext& wc,
+  /// finish(...): the handler of delivery `token` returned `out`; true if it counted (live).
+  bool finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, WorkerContext& wc,
               TimePoint started, std::uint32_t delivery);
+  /// return_permit(out, now): a delivery that held a downstream permit is over; a pushback
+  /// pauses the downstream first.
+  void return_permit(const Outcome& out, std::int64_t now) noexcept;
   void fail_attempt(std::uint32_t idx, std::string reason, FailKind kind, Duration explicit_delay,
                     SplitMix64& rng, std::int64_t now, WorkerContext* wc);
   void lapse(std::uint64_t lease, std::int64_t now);
@@ -541,6 +571,8 @@ class JobFlow : public QueueBase,
   DownstreamGate* downstream_ = nullptr;
   std::unique_ptr<MpmcRing<std::uint32_t>> blocked_;
   std::unique_ptr<LeaseTracker> leases_;
+  // Deliveries handed to a Completion (WorkerOptions::max_pending > 0), set before processing_.
+  std::unique_ptr<PendingJobs> pending_;
   std::atomic<bool> processing_{false};  // start_processing ran: admit may re-arm the sweep
   // The dedup window is built on the first add that carries a dedup id: a queue that never
   // deduplicates should not pay its memory (capacity x max key bytes).

@@ -1,0 +1,115 @@
+// PendingJobs: the deliveries a queue's handlers handed to a Completion (Job::defer), and the
+// CompletionHub the Completions share with the queue so that either may outlive the other.
+//
+// A pending delivery holds what a running handler holds: its slot's pin (slot_table.hpp: the
+// job stays `active`, exactly one of the completion and a lapse wins it), a lease record that
+// the queue's lease sweep scans like a worker's, and the downstream permit if it took one. The
+// records are preallocated (WorkerOptions::max_pending of them, behind the workers' records in
+// the queue's LeaseTracker) and handed out through a ring of free record numbers, so deferring
+// allocates nothing.
+//
+// CompletionHub algorithm: one word, bit 63 `closed`, bits 0..62 the completers inside the
+// queue. enter() adds one and backs out if closed; leave() takes one away; close() (the engine's
+// teardown, after its workers were joined) sets the bit and waits until nobody is inside.
+// Invariant: once close() returned, no completer is inside the queue and none will enter, so
+// the queue may be destroyed; a Completion then only drops its reference to the hub.
+// Memory ordering: enter's fetch_add and close's fetch_or are RMWs of one word, so they are
+// ordered: an enter before the close is seen by the closer (it waits), an enter after it sees
+// the bit (and touches nothing). enter is acquire so that nothing the completer reads of the
+// queue moves above it; leave is release and the closer's wait acquire, so everything a
+// completer did happens before the queue's destruction.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+
+#include "rail/detail/mpmc_ring.hpp"
+#include "rail/event.hpp"
+
+namespace rail::detail {
+
+class JobFlow;
+
+class CompletionHub {
+ public:
+  explicit CompletionHub(JobFlow& flow) noexcept : flow_(flow) {}
+
+  [[nodiscard]] JobFlow& flow() const noexcept { return flow_; }
+
+  /// enter(): true if the queue is still there (the caller must leave()); false once closed.
+  [[nodiscard]] bool enter() noexcept {
+    // acquire: see the header.
+    if ((word_.fetch_add(1, std::memory_order_acquire) & kClosed) == 0) return true;
+    word_.fetch_sub(1, std::memory_order_relaxed);  // closed: the closer ignores this count
+    return false;
+  }
+  void leave() noexcept {
+    word_.fetch_sub(1, std::memory_order_release);  // pairs with close()'s acquire loads
+  }
+  /// close(): no completer enters from now on; returns once none is inside.
+  void close() noexcept {
+    // acq_rel: ordered against every enter (see the header).
+    word_.fetch_or(kClosed, std::memory_order_acq_rel);
+    // A completer inside runs one finish (no waits of rail's own); observers may take longer.
+    while ((word_.load(std::memory_order_acquire) & ~kClosed) != 0)
+      std::this_thread::yield();
+  }
+
+ private:
+  static constexpr std::uint64_t kClosed = std::uint64_t{1} << 63;
+  JobFlow& flow_;
+  std::atomic<std::uint64_t> word_{0};
+};
+
+/// PendingJob: one deferred delivery, written by the deferring handler's thread before the
+/// Completion leaves it and read by the completer after it got the Completion (the user's
+/// hand-off of the Completion orders the two), so plain fields.
+struct PendingJob {
+  std::uint32_t idx = 0;       // the job's slot
+  std::uint32_t token = 0;     // the delivery (the slot's seq at activation)
+  std::uint32_t delivery = 0;  // the job's delivery count, for a late outcome's event
+  bool permit = false;         // it holds a permit of the queue's downstream
+  std::uint64_t lease = 0;     // its lease word (0: leases disabled)
+  std::int64_t started_ns = 0;
+};
+
+class PendingJobs {
+ public:
+  /// PendingJobs(flow, n, first_record): room for n pending deliveries, whose lease records
+  /// are the queue tracker's records first_record .. first_record + n - 1.
+  PendingJobs(JobFlow& flow, std::uint32_t n, std::uint32_t first_record)
+      : hub_(std::make_shared<CompletionHub>(flow)),
+        jobs_(std::make_unique<PendingJob[]>(n)),
+        free_(n),
+        size_(n),
+        first_record_(first_record) {
+    for (std::uint32_t r = 0; r < n; ++r)
+      (void)free_.try_push(r);  // the ring has room for every record
+  }
+
+  /// take(r): a free record number, false when max_pending deliveries are pending already.
+  [[nodiscard]] bool take(std::uint32_t& r) noexcept { return free_.try_pop(r); }
+  /// give_back(r): its completion was applied.
+  void give_back(std::uint32_t r) noexcept {
+    const bool room = free_.try_push(r);  // room for every record: r was taken from it
+    (void)room;
+  }
+  [[nodiscard]] PendingJob& job(std::uint32_t r) noexcept { return jobs_[r]; }
+  [[nodiscard]] const PendingJob& job(std::uint32_t r) const noexcept { return jobs_[r]; }
+  [[nodiscard]] std::uint32_t size() const noexcept { return size_; }
+  [[nodiscard]] std::uint32_t lease_record(std::uint32_t r) const noexcept {
+    return first_record_ + r;
+  }
+  [[nodiscard]] const std::shared_ptr<CompletionHub>& hub() const noexcept { return hub_; }
+
+ private:
+  std::shared_ptr<CompletionHub> hub_;
+  std::unique_ptr<PendingJob[]> jobs_;
+  MpmcRing<std::uint32_t> free_;
+  std::uint32_t size_;
+  std::uint32_t first_record_;
+};
+
+}  // namespace rail::detail

@@ -1,0 +1,449 @@
+// Async completion (issue 14): a handler returns Outcome::pending() and a Completion delivers the
+// outcome later, from any thread. Pinned under the manual clock of an inline engine, then with
+// 1,000 jobs in flight on two worker threads and against lapses racing completions.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rail/rail.hpp"
+#include "support/downstream_options.hpp"
+#include "support/eventually.hpp"
+#include "support/inline_engine.hpp"
+#include "support/watchdog.hpp"
+
+namespace rail {
+namespace {
+
+using namespace std::chrono_literals;
+using Completions = test::InlineEngine;
+
+/// Parked: the Completions handlers handed over, completed by the test when it chooses.
+struct Parked {
+  std::mutex mu;
+  std::vector<Completion> all;
+  void put(Completion c) {
+    const std::lock_guard lock(mu);
+    all.push_back(std::move(c));
+  }
+  std::vector<Completion> take() {
+    const std::lock_guard lock(mu);
+    return std::exchange(all, {});
+  }
+  std::size_t size() {
+    const std::lock_guard lock(mu);
+    return all.size();
+  }
+};
+
+template <class T>
+auto deferring(Parked& parked) {
+  return [&parked](Job<T>& job) {
+    parked.put(job.defer());
+    return Outcome::pending();
+  };
+}
+
+TEST_F(Completions, APendingJobIsActiveUntilItsCompletionComesFromAnotherThread) {
+  auto q = engine.queue<int>("emails", {});
+  Parked parked;
+  q.process({.max_pending = 4}, deferring<int>(parked));
+  const JobId id = q.add("send", 1).id;
+  EXPECT_EQ(engine.run_until_idle(), 1u);
+  ASSERT_EQ(parked.size(), 1u);
+  EXPECT_EQ(q.counts().active, 1u) << "a pending job counts as active";
+  EXPECT_EQ(q.state(id).status, JobStatus::active);
+  EXPECT_EQ(count(EventKind::completed), 0u);
+
+  std::vector<Completion> cs = parked.take();
+  EXPECT_EQ(cs[0].id(), id);
+  bool counted = false;
+  std::thread([&] { counted = cs[0].complete(Outcome::done()); }).join();
+  EXPECT_TRUE(counted);
+  EXPECT_FALSE(cs[0]) << "complete() uses the Completion up";
+  EXPECT_FALSE(cs[0].complete(Outcome::done())) << "a second complete() does nothing";
+  EXPECT_EQ(q.counts().active, 0u);
+  EXPECT_EQ(q.counts().completed, 1u);
+  EXPECT_EQ(of(EventKind::completed, id).size(), 1u);
+}
+
+TEST_F(Completions, ACompletionAfterTheLeaseLapsedIsFencedAndTheJobIsDeliveredAgain) {
+  auto q = engine.queue<int>("emails", {.visibility_timeout = 30s});
+  Parked parked;
+  int deliveries = 0;
+  q.process({.max_pending = 4}, [&](Job<int>& job) {
+    if (++deliveries == 1) {
+      parked.put(job.defer());
+      return Outcome::pending();
+    }
+    return Outcome::done();
+  });
+  const JobId id = q.add("send", 1).id;
+  engine.run_until_idle();
+  clock.advance(30s);  // the pending delivery's lease lapses: delivered again, done
+  engine.run_until_idle();
+  EXPECT_EQ(deliveries, 2);
+  EXPECT_EQ(count(EventKind::stalled), 1u);
+  ASSERT_EQ(of(EventKind::completed, id).size(), 1u);
+
+  std::vector<Completion> late = parked.take();
+  EXPECT_TRUE(late[0].cancelled()) << "its delivery no longer counts";
+  EXPECT_FALSE(late[0].complete(Outcome::fail("too late"))) << "fenced like a late handler";
+  EXPECT_EQ(q.counts().late_outcomes, 1u);
+  EXPECT_EQ(q.counts().completed, 1u);
+  EXPECT_EQ(q.counts().dead_lettered, 0u) << "the late failure did not count";
+  EXPECT_EQ(q.counts().active, 0u);
+}
+
+// The same fault script through a synchronous and an asynchronous handler: attempts, backoff,
+// events and the DLQ entry come out the same.
+TEST_F(Completions, RetriesBackoffAndTheDlqBehaveExactlyAsWithSynchronousHandlers) {
+  const QueueOptions o{.defaults = {.attempts = 3, .backoff = Backoff::fixed(10s)}};
+  auto sync = engine.queue<int>("sync", o);
+  auto async = engine.queue<int>("async", o);
+  auto outcome_of = [](std::uint32_t attempt) {
+    return attempt == 1 ? Outcome::retry("timeout") : Outcome::retry_after(5s, "503");
+  };
+  sync.process({}, [&](Job<int>& job) { return outcome_of(job.attempt()); });
+  Parked parked;
+  async.process({.max_pending = 8}, [&](Job<int>& job) {
+    parked.put(job.defer());
+    return Outcome::pending();
+  });
+  const JobId s = sync.add("charge", 1).id;
+  const JobId a = async.add("charge", 1).id;
+  std::uint32_t attempt = 0;
+  for (int step = 0; step < 10; ++step) {
+    engine.run_until_idle();
+    ++attempt;
+    for (Completion& c : parked.take())
+      EXPECT_TRUE(c.complete(outcome_of(attempt)));
+    engine.run_until_idle();
+    if (auto next = engine.next_timer_in()) clock.advance(*next);
+  }
+  auto kinds = [&](JobId id) {
+    std::vector<std::pair<EventKind, Duration>> out;
+    for (const Event& e : events)
+      if (e.job_id == id) out.emplace_back(e.kind, since_start(e));
+    return out;
+  };
+  EXPECT_EQ(kinds(s), kinds(a)) << "the same events at the same virtual times";
+  auto sync_entry = sync.dlq().get(s);
+  auto async_entry = async.dlq().get(a);
+  ASSERT_TRUE(sync_entry && async_entry);
+  EXPECT_EQ(async_entry->reason, DeadLetterReason::attempts_exhausted);
+  EXPECT_EQ(async_entry->attempts_made, sync_entry->attempts_made);
+  EXPECT_EQ(async_entry->deliveries, 3u);
+  ASSERT_EQ(async_entry->errors.size(), 3u);
+  EXPECT_EQ(async_entry->errors[0].message, "timeout");
+  EXPECT_EQ(async_entry->errors[2].message, "503");
+  EXPECT_EQ(async.counts().active, 0u);
+}
+
+TEST_F(Completions, ADroppedCompletionFailsTheAttemptAndTheJobIsRetried) {
+  auto q = engine.queue<int>("emails", {.defaults = {.attempts = 2}});
+  int deliveries = 0;
+  q.process({.max_pending = 4}, [&](Job<int>& job) {
+    if (++deliveries == 1) {
+      Completion lost = job.defer();  // a callback that never runs: destroyed here
+      return Outcome::pending();
+    }
+    return Outcome::done();
+  });
+  const JobId id = q.add("send", 1).id;
+  engine.run_until_idle();
+  EXPECT_EQ(deliveries, 2);
+  const auto failed = of(EventKind::attempt_failed, id);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(q.state(id).status, JobStatus::completed);
+  EXPECT_EQ(q.counts().failed_attempts, 1u);
+}
+
+TEST_F(Completions, ReturningPendingWithoutDeferIsAFailedAttemptThatNamesTheMistake) {
+  auto q = engine.queue<int>("emails", {});
+  q.process({.max_pending = 4}, [](Job<int>&) { return Outcome::pending(); });
+  const JobId id = q.add("send", 1).id;
+  engine.run_until_idle();
+  auto entry = q.dlq().get(id);
+  ASSERT_TRUE(entry);
+  EXPECT_NE(entry->last_error().find("without calling Job::defer()"), std::string::npos)
+      << entry->last_error();
+  EXPECT_EQ(q.counts().active, 0u);
+}
+
+TEST_F(Completions, DeferOnAQueueWithoutMaxPendingFailsTheAttemptNamingTheOption) {
+  auto q = engine.queue<int>("emails", {});
+  q.process({}, [](Job<int>& job) {
+    Completion c = job.defer();
+    return Outcome::pending();
+  });
+  const JobId id = q.add("send", 1).id;
+  engine.run_until_idle();
+  auto entry = q.dlq().get(id);
+  ASSERT_TRUE(entry);
+  EXPECT_NE(entry->last_error().find("max_pending is 0"), std::string::npos) << entry->last_error();
+}
+
+TEST_F(Completions, DeferBeyondMaxPendingFailsThatAttemptWithACapacityError) {
+  auto q = engine.queue<int>("emails", {});
+  Parked parked;
+  std::vector<ErrorCode> refused;
+  q.process({.max_pending = 2}, [&](Job<int>& job) {
+    try {
+      parked.put(job.defer());
+    } catch (const Error& e) {
+      refused.push_back(e.code());
+      throw;
+    }
+    return Outcome::pending();
+  });
+  for (int i = 0; i < 3; ++i)
+    q.add("send", i);
+  engine.run_until_idle();
+  EXPECT_EQ(parked.size(), 2u);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0], ErrorCode::capacity);
+  EXPECT_EQ(q.counts().dead_lettered, 1u) << "its one attempt failed with the message";
+  for (Completion& c : parked.take())
+    c.complete(Outcome::done());
+  EXPECT_EQ(q.counts().completed, 2u);
+  // The records came back: the next jobs defer again.
+  q.add("send", 4);
+  q.add("send", 5);
+  engine.run_until_idle();
+  EXPECT_EQ(parked.size(), 2u);
+  for (Completion& c : parked.take())
+    EXPECT_TRUE(c.complete(Outcome::done()));
+  EXPECT_EQ(q.counts().completed, 4u);
+}
+
+TEST_F(Completions, CancellingAPendingJobEndsItCancelledWhenItsCompletionComes) {
+  auto q = engine.queue<int>("emails", {});
+  Parked parked;
+  q.process({.max_pending = 4}, deferring<int>(parked));
+  const JobId id = q.add("send", 1).id;
+  engine.run_until_idle();
+  EXPECT_TRUE(q.cancel(id));
+  std::vector<Completion> cs = parked.take();
+  EXPECT_TRUE(cs[0].cancelled()) << "the async work may stop early";
+  EXPECT_FALSE(cs[0].complete(Outcome::done())) << "the cancel decided the end";
+  EXPECT_EQ(q.state(id).status, JobStatus::cancelled);
+  EXPECT_EQ(q.counts().completed, 0u);
+  EXPECT_EQ(q.counts().active, 0u);
+}
+
+TEST_F(Completions, ACompletionRenewsItsLeaseAndTheHandlersViewNoLongerCan) {
+  auto q = engine.queue<int>("emails", {.visibility_timeout = 30s});
+  Parked parked;
+  bool view_renewed = true;
+  q.process({.max_pending = 4}, [&](Job<int>& job) {
+    parked.put(job.defer());
+    view_renewed = job.extend_lease(1h);
+    return Outcome::pending();
+  });
+  q.add("send", 1);
+  engine.run_until_idle();
+  EXPECT_FALSE(view_renewed) << "after defer() the Completion holds the lease";
+  std::vector<Completion> cs = parked.take();
+  clock.advance(20s);
+  engine.run_until_idle();
+  EXPECT_TRUE(cs[0].extend_lease(30s));  // now ends at 50 s
+  clock.advance(20s);                    // 40 s: past the first deadline, not the new one
+  engine.run_until_idle();
+  EXPECT_EQ(count(EventKind::stalled), 0u);
+  EXPECT_TRUE(cs[0].complete(Outcome::done()));
+  EXPECT_EQ(q.counts().completed, 1u);
+}
+
+TEST_F(Completions, ADownstreamsConcurrencyCountsPendingJobsNotThreads) {
+  auto gateway = engine.downstream("gateway", {.concurrency = 3});
+  auto q = engine.queue<int>("charges", test::calling("gateway"));
+  Parked parked;
+  q.process({.max_pending = 16}, deferring<int>(parked));
+  for (int i = 0; i < 10; ++i)
+    q.add("charge", i);
+  engine.run_until_idle();
+  EXPECT_EQ(parked.size(), 3u) << "three calls in flight, on one thread";
+  EXPECT_EQ(gateway.stats().in_flight, 3u);
+  std::vector<Completion> cs = parked.take();
+  cs[0].complete(Outcome::done());
+  engine.run_until_idle();
+  EXPECT_EQ(parked.size(), 1u) << "one permit came back: one more call";
+  EXPECT_EQ(gateway.stats().in_flight, 3u);
+  // A pushback from a completion pauses the downstream as a handler's would.
+  cs[1].complete(Outcome::pushback(2s));
+  engine.run_until_idle();
+  EXPECT_EQ(parked.size(), 1u) << "paused: nothing starts";
+  EXPECT_TRUE(gateway.stats().paused_until.has_value());
+  clock.advance(2s);
+  engine.run_until_idle();
+  EXPECT_EQ(parked.size(), 2u);
+}
+
+TEST_F(Completions, AQueueWithAResultTypeCompletesWithAResultAndRejectsAnother) {
+  auto q = engine.queue<int, std::string>("quotes", {});
+  Parked parked;
+  q.process({.max_pending = 4}, [&](Job<int>& job) -> Result<std::string> {
+    parked.put(job.defer());
+    return Outcome::pending();
+  });
+  const JobId good = q.add("quote", 1).id;
+  const JobId wrong = q.add("quote", 2).id;
+  const JobId bare = q.add("quote", 3).id;
+  engine.run_until_idle();
+  std::vector<Completion> cs = parked.take();
+  ASSERT_EQ(cs.size(), 3u);
+  EXPECT_TRUE(cs[0].complete(Result<std::string>(std::string("19.99 EUR"))));
+  EXPECT_TRUE(cs[1].complete(Result<int>(7)));
+  EXPECT_TRUE(cs[2].complete(Outcome::done()));
+  EXPECT_EQ(q.state(good).status, JobStatus::completed);
+  auto entry = q.dlq().get(wrong);
+  ASSERT_TRUE(entry);
+  EXPECT_EQ(entry->reason, DeadLetterReason::permanent_failure);
+  EXPECT_NE(entry->last_error().find("result type"), std::string::npos) << entry->last_error();
+  ASSERT_TRUE(q.dlq().get(bare));
+  EXPECT_NE(q.dlq().get(bare)->last_error().find("Result<R>"), std::string::npos);
+}
+
+TEST(CompletionLifetime, ACompletionThatOutlivesItsEngineDoesNothing) {
+  ManualClock clock;
+  Completion kept;
+  {
+    Engine engine(EngineOptions{.clock = &clock, .mode = Mode::inlined});
+    auto q = engine.queue<std::string>("emails", {});
+    q.process({.max_pending = 1}, [&](Job<std::string>& job) {
+      kept = job.defer();
+      return Outcome::pending();
+    });
+    q.add("send", std::string(100, 'x'));
+    engine.run_until_idle();
+    const ShutdownReport report = engine.shutdown(0s);
+    ASSERT_EQ(report.still_running.size(), 1u) << "a pending job is reported as running";
+  }
+  ASSERT_TRUE(kept);
+  EXPECT_TRUE(kept.cancelled());
+  EXPECT_FALSE(kept.extend_lease(1s));
+  EXPECT_FALSE(kept.complete(Outcome::done())) << "the engine is gone: nothing to complete";
+}
+
+// --- threads ----------------------------------------------------------------------------------
+
+TEST(CompletionThreads, AThousandJobsInFlightOnTwoWorkerThreads) {
+  const test::Watchdog watchdog(120s, "AThousandJobsInFlightOnTwoWorkerThreads");
+  constexpr int kJobs = 1000;
+  Engine engine;
+  auto q =
+      engine.queue<int>("calls", {.defaults = {.attempts = 2, .backoff = Backoff::fixed(1ms)}});
+  std::mutex mu;
+  std::vector<std::pair<Completion, std::uint32_t>> calls;  // with the attempt they carry
+  std::atomic<int> in_flight{0};
+  std::atomic<int> high_water{0};
+  q.process({.concurrency = 2, .max_pending = kJobs}, [&](Job<int>& job) {
+    const int now = in_flight.fetch_add(1) + 1;
+    int seen = high_water.load();
+    while (seen < now && !high_water.compare_exchange_weak(seen, now)) {
+    }
+    const std::lock_guard lock(mu);
+    calls.emplace_back(job.defer(), job.attempt());
+    return Outcome::pending();
+  });
+  auto take = [&] {
+    const std::lock_guard lock(mu);
+    return std::exchange(calls, {});
+  };
+  std::uint64_t flaky_jobs = 0;
+  for (int i = 0; i < kJobs; ++i) {
+    const AddResult r = q.add("call", i);
+    ASSERT_EQ(r.status, AddStatus::added);
+    flaky_jobs += r.id % 3 == 0 ? 1 : 0;
+  }
+  // The simulated downstream answers once every call is in flight: two worker threads hold
+  // a thousand calls.
+  ASSERT_TRUE(test::eventually([&] { return high_water.load() == kJobs; }));
+  EXPECT_EQ(q.counts().active, static_cast<std::uint64_t>(kJobs));
+  // Two completer threads answer in random order: a third of the jobs fail their first attempt.
+  std::atomic<std::uint64_t> retried{0};
+  auto answer = [&](unsigned seed) {
+    std::mt19937 rng(seed);
+    while (q.counts().completed < kJobs) {
+      auto batch = take();
+      std::shuffle(batch.begin(), batch.end(), rng);
+      for (auto& [c, attempt] : batch) {
+        in_flight.fetch_sub(1);
+        const bool flaky = attempt == 1 && c.id() % 3 == 0;
+        if (flaky) retried.fetch_add(1);
+        EXPECT_TRUE(c.complete(flaky ? Outcome::retry("503") : Outcome::done()));
+      }
+      std::this_thread::yield();
+    }
+  };
+  std::thread a(answer, 1u), b(answer, 2u);
+  a.join();
+  b.join();
+  const QueueCounts c = q.counts();
+  EXPECT_EQ(c.completed, static_cast<std::uint64_t>(kJobs));
+  EXPECT_EQ(c.active, 0u);
+  EXPECT_EQ(c.dead_lettered, 0u);
+  EXPECT_EQ(c.late_outcomes, 0u);
+  EXPECT_EQ(c.failed_attempts, retried.load());
+  EXPECT_EQ(retried.load(), flaky_jobs) << "each flaky job failed once, then completed";
+}
+
+// Completions race lease lapses (1 ms leases, answers after 0-3 ms) from four threads while two
+// workers redeliver: every job ends exactly once, completed or dead-lettered.
+TEST(CompletionThreads, CompletionsRacingLapsesAccountForEveryJob) {
+  const test::Watchdog watchdog(120s, "CompletionsRacingLapsesAccountForEveryJob");
+  for (int round = 0; round < 4; ++round) {
+    constexpr int kJobs = 400;
+    Engine engine(EngineOptions{.timer_tick = 100us});
+    auto q = engine.queue<int>(
+        "calls", {.defaults = {.attempts = 2}, .visibility_timeout = 1ms, .max_stalls = 3});
+    Parked parked;
+    q.process({.concurrency = 2, .max_pending = 4 * kJobs}, deferring<int>(parked));
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> completers;
+    for (unsigned t = 0; t < 4; ++t)
+      completers.emplace_back([&, t] {
+        std::mt19937 rng(t * 7919u + static_cast<unsigned>(round));
+        while (!stop.load()) {
+          std::vector<Completion> batch = parked.take();
+          for (Completion& c : batch) {
+            std::this_thread::sleep_for(std::chrono::microseconds(rng() % 1500));
+            const unsigned pick = rng() % 4;
+            if (pick == 0) {
+              c = Completion{};  // dropped: a failed attempt
+            } else {
+              c.complete(pick == 1 ? Outcome::retry("503") : Outcome::done());
+            }
+          }
+          std::this_thread::yield();
+        }
+      });
+    for (int i = 0; i < kJobs; ++i)
+      ASSERT_EQ(q.add("call", i).status, AddStatus::added);
+    const bool settled = test::eventually([&] {
+      const QueueCounts c = q.counts();
+      return c.completed + c.dead_lettered == kJobs && c.active == 0;
+    });
+    stop.store(true);
+    for (auto& t : completers)
+      t.join();
+    const QueueCounts c = q.counts();
+    ASSERT_TRUE(settled) << "round " << round << ": completed " << c.completed << " dlq "
+                         << c.dead_lettered << " active " << c.active;
+    EXPECT_EQ(c.completed + c.dead_lettered, static_cast<std::uint64_t>(kJobs));
+    EXPECT_EQ(q.dlq().size(), c.dead_lettered);
+    for (Completion& late : parked.take())
+      EXPECT_FALSE(late.complete(Outcome::done())) << "every job had ended";
+  }
+}
+
+}  // namespace
+}  // namespace rail
