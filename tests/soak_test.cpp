@@ -41,6 +41,9 @@ void expect_clean(const Config& c) {
   EXPECT_GT(r.delayed, 0u) << out.str();
   EXPECT_GT(r.pauses, 0u) << out.str();
   EXPECT_GT(r.pauses_with_work, 0u) << out.str();  // a pause that had something to hold back
+  if (c.async > 0) {
+    EXPECT_GT(r.deferred, 0u) << out.str();  // async handlers' completions
+  }
   std::cout << out.str();
 }
 

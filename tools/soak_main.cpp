@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
   int visibility_ms = 50;
   app.add_option("--visibility-ms", visibility_ms, "lease length")->check(CLI::Range(1, 3'600'000));
   app.add_option("--capacity", c.capacity)->check(CLI::Range(1u, 1u << 24));
+  app.add_option("--async", c.async,
+                 "per-delivery rate of async handlers (Job::defer, completed by another thread)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--shared-pool", c.shared_pool,
                "the queue runs on the engine's shared pool of --workers threads");
   bool sqs_stalls = false;

@@ -6,6 +6,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -23,9 +24,14 @@ struct Payload {
 
 enum class Fate { ok, fail, throw_, permanent, discard, hang, pushback };
 
-Fate fate(const Config& c, std::uint64_t plan, std::uint32_t delivery) {
+/// unit(plan, delivery): a number in [0, 1) fixed by the job's plan and the delivery.
+double unit(std::uint64_t plan, std::uint32_t delivery) {
   SplitMix64 r(plan ^ (std::uint64_t{delivery} * 0x9E3779B97F4A7C15ULL));
-  double x = static_cast<double>(r.next() >> 11) / 9007199254740992.0;
+  return static_cast<double>(r.next() >> 11) / 9007199254740992.0;
+}
+
+Fate fate(const Config& c, std::uint64_t plan, std::uint32_t delivery) {
+  double x = unit(plan, delivery);
   if ((x -= c.hang) < 0) return Fate::hang;
   if ((x -= c.permanent) < 0) return Fate::permanent;
   if ((x -= c.discard) < 0) return Fate::discard;
@@ -197,21 +203,47 @@ Report run(const Config& cfg) {
     qo.downstream = "soak-api";
   }
   auto q = engine.queue<Payload>("soak", qo);
-  const WorkerOptions wo =
+  WorkerOptions wo =
       cfg.shared_pool ? WorkerOptions::shared() : WorkerOptions{.concurrency = cfg.workers};
+  if (cfg.async > 0)
+    wo.max_pending = static_cast<std::uint32_t>(
+        std::min<std::size_t>(2 * cfg.capacity, WorkerOptions::kMaxPending));
+  // Calls inside the downstream at once (invariant 6): from a handler's start to its return,
+  // or, deferred, to just before its Completion completes (which gives the permit back).
+  auto enter_downstream = [&] {
+    const std::uint32_t now = inside.fetch_add(1) + 1;
+    std::uint32_t m = most_inside.load();
+    while (now > m && !most_inside.compare_exchange_weak(m, now)) {
+    }
+  };
+  // Async deliveries (cfg.async of them): the handler defers, and a completer thread applies
+  // the same fate later (a hang: once the delivery is fenced; an exception: a dropped
+  // Completion).
+  struct Call {
+    Completion done;
+    Fate fate;
+  };
+  std::mutex calls_mu;
+  std::deque<Call> calls;
+  std::atomic<std::uint64_t> deferred{0};
   q.process(wo, [&](Job<Payload>& j) -> Outcome {
-    struct Inside {  // handlers inside the downstream at once (invariant 6)
-      std::atomic<std::uint32_t>& n;
-      explicit Inside(std::atomic<std::uint32_t>& count, std::atomic<std::uint32_t>& most)
-          : n(count) {
-        const std::uint32_t now = n.fetch_add(1) + 1;
-        std::uint32_t m = most.load();
-        while (now > m && !most.compare_exchange_weak(m, now)) {
-        }
+    enter_downstream();
+    const Fate f = fate(cfg, j.data().plan, j.deliveries());
+    if (cfg.async > 0 &&
+        unit(j.data().plan ^ 0xA5A5'5A5A'C3C3'3C3Cull, j.deliveries()) < cfg.async) {
+      Completion c = j.defer();  // throws Error(capacity) only past max_pending: a failure
+      {
+        const std::lock_guard lock(calls_mu);
+        calls.push_back({std::move(c), f});
       }
-      ~Inside() { n.fetch_sub(1); }
-    } in{inside, most_inside};
-    switch (fate(cfg, j.data().plan, j.deliveries())) {
+      deferred.fetch_add(1);
+      return Outcome::pending();
+    }
+    struct Leave {
+      std::atomic<std::uint32_t>& n;
+      ~Leave() { n.fetch_sub(1); }
+    } leave{inside};
+    switch (f) {
       case Fate::pushback:
         return Outcome::pushback(1ms, "429 from the soak's downstream");
       case Fate::ok:
@@ -236,6 +268,54 @@ Report run(const Config& cfg) {
   });
 
   std::atomic<bool> producing{true}, settled{false}, stopped{false};
+  std::vector<std::thread> completers;
+  for (unsigned t = 0; cfg.async > 0 && t < 2; ++t)
+    completers.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(cfg.seed) * 31u + t);
+      while (!settled.load()) {
+        std::optional<Call> call;
+        {
+          const std::lock_guard lock(calls_mu);
+          if (!calls.empty()) {
+            call.emplace(std::move(calls.front()));
+            calls.pop_front();
+          }
+        }
+        if (!call) {
+          std::this_thread::sleep_for(50us);
+          continue;
+        }
+        // The call's latency: up to 200 us, less under the manual clock (whose driver moves
+        // 1 ms per 20 us), so that few lapse but for the hangs.
+        std::this_thread::sleep_for(
+            std::chrono::microseconds(rng() % (cfg.manual_clock ? 20 : 200)));
+        if (call->fate == Fate::hang)
+          while (!call->done.cancelled() && !settled.load())
+            std::this_thread::sleep_for(cfg.manual_clock ? 10us : 1ms);
+        inside.fetch_sub(1);
+        switch (call->fate) {
+          case Fate::ok:
+          case Fate::hang:
+            call->done.complete(Outcome::done());
+            break;
+          case Fate::fail:
+            call->done.complete(Outcome::retry("flaky downstream, async"));
+            break;
+          case Fate::throw_:
+            call->done = Completion{};  // dropped: a failed attempt
+            break;
+          case Fate::permanent:
+            call->done.complete(Outcome::fail("permanent failure, async"));
+            break;
+          case Fate::discard:
+            call->done.complete(Outcome::discard("not worth doing any more"));
+            break;
+          case Fate::pushback:
+            call->done.complete(Outcome::pushback(1ms, "429 from the soak's downstream, async"));
+            break;
+        }
+      }
+    });
   std::atomic<std::uint64_t> dup_merged{0}, dup_new{0}, cancels_ok{0}, pauses{0};
   std::atomic<std::uint64_t> pauses_with_work{0}, accepted_count{0}, redrives{0};
   std::atomic<std::uint64_t> delayed_cancelled{0};
@@ -480,6 +560,8 @@ Report run(const Config& cfg) {
   }
   settled.store(true);
   if (driver.joinable()) driver.join();
+  for (auto& t : completers)
+    t.join();
   ShutdownReport sr = engine.shutdown(10s);
   if (!sr.clean())
     v.add("shutdown found " + std::to_string(sr.not_started.size()) + " unstarted and " +
@@ -578,6 +660,7 @@ Report run(const Config& cfg) {
     v.add(std::to_string(most_inside.load()) + " handlers inside the downstream at once; its " +
           "concurrency was never above " + std::to_string(budget));
   rep.most_inside = most_inside.load();
+  rep.deferred = deferred.load();
   rep.throttled = throttled.load();
   rep.limit_changes = limit_changes.load();
   QueueCounts c = q.counts();
@@ -631,6 +714,11 @@ void print(const Report& r, const Config& c, std::ostream& out) {
       static_cast<unsigned long long>(r.pauses_with_work),
       static_cast<unsigned long long>(r.starts_while_paused));
   out << line;
+  if (c.async > 0) {
+    std::snprintf(line, sizeof line, "  async: %llu deliveries completed by a Completion\n",
+                  static_cast<unsigned long long>(r.deferred));
+    out << line;
+  }
   if (c.downstream) {
     std::snprintf(
         line, sizeof line,

@@ -5,7 +5,9 @@
 // Faults, per delivery, chosen by a seeded plan carried in the payload: a retryable failure, a
 // thrown exception, a permanent failure, a discard (Outcome::discard), an UnrecoverableError, or a
 // hang past the lease (the handler waits until its
-// delivery is fenced, then returns an outcome that must be ignored). Besides: duplicate adds
+// delivery is fenced, then returns an outcome that must be ignored). Some deliveries are async
+// (Config::async): the handler defers, and a completer thread applies the same fault through
+// the Completion (an exception is a dropped Completion). Besides: duplicate adds
 // inside and outside their dedup window (some in debounce mode, landing on delayed, waiting and
 // running jobs), delayed jobs and cancels of them at once, cancellations, pauses and resumes,
 // redrives from the DLQ while workers run, and (optionally) a shutdown in the middle of the run
@@ -80,6 +82,9 @@ struct Config {
   // The queue runs on the engine's shared pool of `workers` threads (WorkerOptions::shared)
   // instead of threads of its own.
   bool shared_pool = false;
+  // Async handlers (issue 14): this share of the deliveries defers (Job::defer) and a completer
+  // thread applies the delivery's fate through its Completion a little later.
+  double async = 0.1;
 };
 
 struct Report {
@@ -89,6 +94,7 @@ struct Report {
   std::uint64_t pauses = 0, pauses_with_work = 0, starts_while_paused = 0;
   std::uint64_t pushbacks = 0, throttled = 0, limit_changes = 0, most_inside = 0;
   std::uint64_t debounced = 0, redriven = 0, handed_back = 0, delayed_cancelled = 0;
+  std::uint64_t deferred = 0;  // deliveries a Completion completed (or dropped)
   // The checker's totals: jobs accounted for exactly (ok), with a life that never ended and was
   // not handed back (lost), with more ends than lives (duplicated), and completions that came
   // from a delivery whose lease had lapsed (late outcomes applied).
