@@ -199,7 +199,7 @@ void DlqJournal::open_existing(Fd& f, std::uint64_t size, std::vector<StoredDead
                           "modified. Inspect it with rail-dlq verify, or open it with "
                           "JournalOnCorruption::skip_and_report to drop the damaged record");
   created_unix_ns_ = scan.header.created_unix_ns;
-  detailed_ = scan.header.version >= 2;
+  version_ = scan.header.version;
   used_ = scan.used_bytes;
   dead_ = scan.dead_bytes;
   for (const auto& p : scan.problems) {

@@ -87,10 +87,12 @@ JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::
       timers_(core_, slots_.get(), capacity_, options_.visibility_timeout) {
   ends_.configure(options_.results, false);
   if (!options_.downstream.empty()) {
-    downstream_ = &core_.downstream(options_.downstream, name_);
-    blocked_ = std::make_unique<MpmcRing<std::uint32_t>>(capacity_);
-    dispatch_.listen_to_pauses(this);
+    link_owner_.push_back(
+        std::make_unique<GateLink>(*this, core_.downstream(options_.downstream, name_), capacity_));
+    links_[0].store(link_owner_.back().get(), std::memory_order_relaxed);  // before attach()
   }
+  // Every queue: a link made later (JobOptions::downstream) needs to hear of pauses too.
+  dispatch_.listen_to_pauses(this);
 }
 
 void JobFlow::declare_result(std::type_index type, std::string (*format)(const void*)) {
@@ -111,7 +113,53 @@ JobFlow::~JobFlow() {
 void JobFlow::attach() {
   index_ = core_.register_queue(this);
   timers_.tag_nodes(index_);
-  if (downstream_) downstream_->attach(this);
+  if (GateLink* own = link(0)) own->gate().attach(own);
+}
+
+// --- downstreams
+// --------------------------------------------------------------------------------
+
+std::uint8_t JobFlow::link_of(const std::string& downstream) const noexcept {
+  // acquire: pairs with link_to's release store of the count.
+  const std::size_t n = link_count_.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < n; ++i) {
+    const GateLink* l = links_[i].load(std::memory_order_relaxed);  // published with the count
+    if (l != nullptr && l->gate().name() == downstream) return static_cast<std::uint8_t>(i);
+  }
+  return 0;  // unreachable after link_to: the queue's own (admit made every named link)
+}
+
+void JobFlow::link_to(const std::string& downstream) {
+  if (downstream == options_.downstream) return;  // link 0
+  const std::lock_guard lock(links_mu_);
+  const std::size_t n = link_count_.load(std::memory_order_relaxed);  // written under the lock
+  for (std::size_t i = 1; i < n; ++i)
+    if (links_[i].load(std::memory_order_relaxed)->gate().name() == downstream) return;
+  DownstreamGate* gate = core_.find_downstream(downstream);
+  if (gate == nullptr)
+    throw Error(ErrorCode::unknown_downstream,
+                "JobOptions.downstream names '" + downstream + "' on queue '" + name_ +
+                    "', which was never declared; expected a name given to Engine::downstream()");
+  if (n == GateLink::kMaxLinks)
+    throw Error(ErrorCode::capacity, "queue '" + name_ + "' already calls " +
+                                         std::to_string(GateLink::kMaxLinks - 1) +
+                                         " downstreams named per job; JobOptions.downstream '" +
+                                         downstream + "' would be one more");
+  auto made = std::make_unique<GateLink>(*this, *gate, capacity_);
+  link_owner_.reserve(link_owner_.size() + 1);  // no throw after the gate knows the link
+  gate->attach(made.get());
+  links_[n].store(made.get(), std::memory_order_relaxed);
+  link_owner_.push_back(std::move(made));
+  // release: a reader that sees the count sees the link stored before it.
+  link_count_.store(n + 1, std::memory_order_release);
+}
+
+bool GateLink::wake_blocked(std::atomic<std::int64_t>& blocked) noexcept {
+  return flow_.wake_from(*this, blocked);
+}
+
+void GateLink::promote_leader(JobId id) noexcept {
+  flow_.promote_leader(id);
 }
 
 // --- adding
@@ -123,6 +171,7 @@ void JobFlow::throw_shutting_down() const {
 }
 
 void JobFlow::admit_unusual(const JobOptions& o) {
+  if (!o.downstream.empty()) link_to(o.downstream);
   if (o.backoff.kind == BackoffKind::custom && !options_.custom_backoff)
     throw Error(ErrorCode::invalid_option,
                 "JobOptions.backoff is custom but queue '" + name_ +
@@ -447,11 +496,12 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   if (a.result != SlotControl<>::Activation::active) {
     s.deliveries.store(delivered, std::memory_order_relaxed);
     if (a.result == SlotControl<>::Activation::cancelled) {
+      GateLink* const gate = link(s.link);  // read while the index is still ours
       reclaim_cancelled(idx);
       // Woken from the blocked ring, it took a wake it cannot use: hand it on (review: a
       // cancelled job behind a cancelled leader stranded the rest).
-      if (downstream_) [[unlikely]]
-        downstream_->pass_wake();
+      if (gate) [[unlikely]]
+        gate->gate().pass_wake();
     }
     return false;  // taken: handed back by take_leftovers after shutdown; drop the index
   }
@@ -467,11 +517,12 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   // unstarted (throttle), a job flagged cancelled meanwhile ends without running (as at stop).
   bool permit = false;
   bool skip = stopping;
-  if (downstream_ && !stopping) [[unlikely]] {
-    const auto d = downstream_->admit(s.id.load(std::memory_order_relaxed), now, this);
+  GateLink* const gate = link(s.link);
+  if (gate && !stopping) [[unlikely]] {
+    const auto d = gate->gate().admit(s.id.load(std::memory_order_relaxed), now, gate);
     if (d.verdict == DownstreamGate::Verdict::admitted) {
       permit = true;
-    } else if (throttle(idx, token, delivered, d, now, wc)) {
+    } else if (throttle(idx, token, delivered, *gate, d, now, wc)) {
       return true;
     } else {
       skip = true;
@@ -540,7 +591,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
         "the handler returned Outcome::pending() without calling Job::defer(): nothing would "
         "complete the job");
   if (leased) LeaseTracker::release(wc.record);
-  if (permit) return_permit(out, core_.now_ns());
+  if (permit) return_permit(gate->gate(), out, core_.now_ns());
   finish(idx, token, std::move(out), wc, job.started_at_, job.deliveries_);
   // After finish() returned the slot to the free list (final_end): once counts() shows the
   // attempt ended (drain() returns), the slot is free for the next add.
@@ -548,15 +599,15 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   return true;
 }
 
-void JobFlow::return_permit(const Outcome& out, std::int64_t now) noexcept {
+void JobFlow::return_permit(DownstreamGate& gate, const Outcome& out, std::int64_t now) noexcept {
   // The permit counts calls inside the downstream: given back as the call is over, before its
   // outcome is applied (which may wait for nothing, but a retry's backoff is not a call).
   // A 429 pauses the downstream before the permit goes back: the release may wake a job, and
   // another worker must not admit it into the pause. Before finish(): the downstream refused
   // the call even if the lease lapsed meanwhile (finish() then ignores the outcome).
   if (out.kind() == Outcome::Kind::pushback) [[unlikely]]
-    downstream_->limits().pause_for(now, out.delay());
-  downstream_->release(now);
+    gate.limits().pause_for(now, out.delay());
+  gate.release(now);
 }
 
 bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, WorkerContext& wc,
@@ -615,10 +666,11 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
     // from a worker, asynq's RetryAfter).
     const std::int64_t due = saturating_add(now, out.delay());
     if (core_.observed())
-      note_throttled(s, now, due, Throttle::pushed_back,
-                     (downstream_ ? "downstream '" + downstream_->name() + "' pushed back: "
-                                  : std::string("pushed back: ")) +
-                         out.reason());
+      note_throttled(
+          s, now, due, Throttle::pushed_back,
+          (link(s.link) ? "downstream '" + link(s.link)->gate().name() + "' pushed back: "
+                        : std::string("pushed back: ")) +
+              out.reason());
     s.due_ns.store(due, std::memory_order_relaxed);  // published by the inbox push
     s.ctl.leave_finishing(SlotState::delayed);
     to_timer(idx);
@@ -661,6 +713,7 @@ Completion JobFlow::defer(JobFields& job) {
   p.token = job.token_;
   p.delivery = job.deliveries_;
   p.permit = job.deferral_->permit;
+  p.link = slots_[job.idx_].link;  // the slot is this handler's (pinned, active)
   p.started_ns = job.started_at_.time_since_epoch().count();
   p.lease = 0;
   if (job.record_ != nullptr) {
@@ -703,7 +756,7 @@ bool JobFlow::complete_pending(std::uint32_t r, Outcome&& out, std::type_index r
     out = Outcome::fail("Completion::complete(Outcome::done()) on queue '" + name_ +
                         "', which has a result type; expected complete(rail::Result<R>(result))");
   }
-  if (p.permit) return_permit(out, core_.now_ns());
+  if (p.permit) return_permit(link(p.link)->gate(), out, core_.now_ns());
   // The completer's own context: no worker counters (the shared stripes count), its own
   // randomness for the retry's jitter.
   WorkerContext wc(record, SplitMix64(core_.seed() ^ (std::uint64_t{p.token} << 32 | p.idx)),
@@ -803,12 +856,12 @@ std::int64_t JobFlow::timer_sweep(std::int64_t now) noexcept {
 }
 
 bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t delivered,
-                       const DownstreamGate::Decision& decision, std::int64_t now,
+                       GateLink& gate, const DownstreamGate::Decision& decision, std::int64_t now,
                        WorkerContext& wc) {
   JobSlot& s = slots_[idx];
   s.deliveries.store(delivered, std::memory_order_relaxed);  // no delivery happened
   if (core_.observed()) {
-    std::string why = "downstream '" + downstream_->name() + "': ";
+    std::string why = "downstream '" + gate.gate().name() + "': ";
     Throttle cause = Throttle::none;
     switch (decision.why) {
       case Admission::Kind::no_permit:
@@ -840,8 +893,8 @@ bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t del
           std::memory_order_relaxed);
       return false;
     }
-    push_held(*blocked_, idx);
-    downstream_->blocked(decision.why);
+    push_held(gate.blocked(), idx);
+    gate.gate().blocked(decision.why);
     return true;
   }
   // The leader: to the wheel until its token (or the pause's end), as a retry's backoff goes.
@@ -850,7 +903,7 @@ bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t del
                  "throttle: no lease was granted, so nothing but this worker ends the delivery");
   if (ctl::flags(f.word) & ctl::kCancelRequested) {
     // Cancelled since it was activated: it ends here, as a job cancelled at stop does.
-    downstream_->forget_leader(s.id.load(std::memory_order_relaxed));
+    gate.gate().forget_leader(s.id.load(std::memory_order_relaxed));
     count(&wc, kStarted);
     count(&wc, kFromReady);
     end_job(idx, EndKind::cancelled, DeadLetterReason::none, now, &wc);
@@ -873,9 +926,9 @@ void JobFlow::note_throttled(const JobSlot& s, std::int64_t now, std::int64_t un
   core_.emit(e);
 }
 
-bool JobFlow::wake_blocked(std::atomic<std::int64_t>& blocked) noexcept {
+bool JobFlow::wake_from(GateLink& link, std::atomic<std::int64_t>& blocked) noexcept {
   std::uint32_t idx;
-  if (!blocked_ || dispatch_.paused() || !blocked_->try_pop(idx)) return false;
+  if (dispatch_.paused() || !link.blocked().try_pop(idx)) return false;
   blocked.fetch_sub(1, std::memory_order_relaxed);  // relaxed: a figure (see the gate's fences)
   dispatch_.requeue(idx);
   return true;
@@ -891,6 +944,7 @@ void JobFlow::promote_leader(JobId id) noexcept {
 void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
   // Read before the push: from then on a worker may take the slot (and end its job).
   const JobId id = slots_[idx].id.load(std::memory_order_relaxed);
+  GateLink* const gate = link(slots_[idx].link);
   if (core_.observed()) emit(EventKind::retry_due, slots_[idx], now);
   dispatch_.push_ready(idx);  // into `waiting` (counted there) ...
   stats_.add(kFromDelayed);   // ... before out of `delayed`: see counts()
@@ -899,7 +953,7 @@ void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
   // its push: the job this wakes is behind it in the ready ring, so that the leader, first in
   // line, takes the token it waited for (review: the woken job took it, and the leader, refused,
   // led again, each time, for as long as others waited).
-  if (downstream_) downstream_->forget_leader(id);
+  if (gate) gate->gate().forget_leader(id);
 }
 
 void JobFlow::timer_reclaim(std::uint32_t idx) noexcept {
@@ -1180,7 +1234,8 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   Settled settled = record_end(s, EndKind::cancelled, core_.now_ns(), nullptr);
   const JobId id = s.id.load(std::memory_order_relaxed);
   // A leader of its downstream's waiting jobs leaves the wheel: another job must lead.
-  if (downstream_ && from == SlotState::delayed) downstream_->forget_leader(id);
+  if (GateLink* gate = link(s.link); gate && from == SlotState::delayed)
+    gate->gate().forget_leader(id);
   bool held = false;
   if (from == SlotState::delayed) {
     // As the wheel's owner: link what is in transit, then take the node off the wheel; its
@@ -1199,7 +1254,7 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
     reclaim_cancelled(idx);
   }
   ended(id, std::move(settled));  // an add kept while the job ran before a lapse requeued it
-  if (blocked_ && from == SlotState::waiting) sweep_blocked();
+  if (from == SlotState::waiting) sweep_blocked();
 }
 
 void JobFlow::sweep_blocked() noexcept {
@@ -1208,18 +1263,21 @@ void JobFlow::sweep_blocked() noexcept {
   // as long (review: a queue full of cancelled jobs answered `full`). Each index present now is
   // taken once: a cancelled job's slot is reclaimed, as a popper reclaims it; one taken by
   // take_leftovers after shutdown is dropped, as a popper drops it; the rest go back, in order.
-  std::int64_t removed = 0;
-  std::uint32_t idx;
-  for (std::size_t n = blocked_->size_approx(); n > 0 && blocked_->try_pop(idx); --n) {
-    const SlotState st = ctl::state(slots_[idx].ctl.load());
-    if (st == SlotState::waiting) {
-      push_held(*blocked_, idx);  // live (if cancelled after our read, its next popper reclaims it)
-      continue;
+  for_each_link([this](GateLink& link) {
+    MpmcRing<std::uint32_t>& ring = link.blocked();
+    std::int64_t removed = 0;
+    std::uint32_t idx;
+    for (std::size_t n = ring.size_approx(); n > 0 && ring.try_pop(idx); --n) {
+      const SlotState st = ctl::state(slots_[idx].ctl.load());
+      if (st == SlotState::waiting) {
+        push_held(ring, idx);  // live (if cancelled after our read, its next popper reclaims it)
+        continue;
+      }
+      ++removed;
+      if (st == SlotState::cancelled) reclaim_cancelled(idx);
     }
-    ++removed;
-    if (st == SlotState::cancelled) reclaim_cancelled(idx);
-  }
-  downstream_->swept(removed, core_.now_ns());
+    link.gate().swept(removed, core_.now_ns());
+  });
 }
 
 bool JobFlow::retime(JobId id, std::int64_t due) {

@@ -95,7 +95,8 @@ class Cursor {
   std::size_t pos_ = 0;
 };
 
-bool decode_entry(std::span<const std::byte> body, StoredDeadLetter& e, bool detailed) {
+bool decode_entry(std::span<const std::byte> body, StoredDeadLetter& e, std::uint8_t type) {
+  const bool detailed = type != kTypeEntry;
   Cursor c(body);
   std::uint8_t reason;
   std::uint32_t n_errors;
@@ -127,6 +128,7 @@ bool decode_entry(std::span<const std::byte> body, StoredDeadLetter& e, bool det
                         static_cast<Jitter>(jitter), Duration{cap}};
     if (has_visibility) e.visibility_timeout = Duration{visibility};
   }
+  if (type == kTypeRoutedEntry && !c.take_str(e.downstream)) return false;
   return c.left() == 0;
 }
 
@@ -166,7 +168,8 @@ FrameCheck check_frame(std::span<const std::byte> b, std::uint64_t off, Frame& f
   if (len > kMaxBody || padded(std::uint64_t{kRecordHeader} + len) > room)
     return FrameCheck::bad_length;
   const auto type = std::to_integer<std::uint8_t>(p[12]);
-  if ((type != kTypeEntry && type != kTypeTombstone && type != kTypeDetailedEntry) ||
+  if ((type != kTypeEntry && type != kTypeTombstone && type != kTypeDetailedEntry &&
+       type != kTypeRoutedEntry) ||
       p[13] != std::byte{0} || p[14] != std::byte{0} || p[15] != std::byte{0})
     return FrameCheck::bad_type;
   if (crc32c({p + 8, std::size_t{len} + 8}) != get_le<std::uint32_t>(p + 4))
@@ -254,7 +257,8 @@ std::string encode_header(std::string_view queue, std::string_view codec,
   return h;
 }
 
-std::string encode_entry(const StoredDeadLetter& e, bool detailed) {
+std::string encode_entry(const StoredDeadLetter& e, std::uint32_t version) {
+  const bool detailed = version >= 2;
   std::string body;
   body.reserve(64 + e.name.size() + e.payload.size());
   put_le<std::uint64_t>(body, e.id);
@@ -282,7 +286,9 @@ std::string encode_entry(const StoredDeadLetter& e, bool detailed) {
   put_u8(body, e.visibility_timeout ? 1 : 0);
   put_le<std::int64_t>(body, e.visibility_timeout.value_or(Duration{0}).count());
   put_str(body, e.dedup_id);
-  return frame(kTypeDetailedEntry, body);
+  if (version < 3) return frame(kTypeDetailedEntry, body);
+  put_str(body, e.downstream);
+  return frame(kTypeRoutedEntry, body);
 }
 
 std::string encode_tombstone(TombstoneCause cause, std::span<const JobId> ids) {
@@ -348,14 +354,16 @@ JournalScan scan_journal(std::span<const std::byte> b) {
       off = *next;
       continue;
     }
-    if (f.type == kTypeEntry || f.type == kTypeDetailedEntry) {
+    if (f.type == kTypeEntry || f.type == kTypeDetailedEntry || f.type == kTypeRoutedEntry) {
       StoredDeadLetter e;
-      const bool detailed = f.type == kTypeDetailedEntry;
-      if (detailed && s.header.version < 2) {
+      // The first format that holds each type: 1, 2 and 3.
+      const std::uint32_t since = f.type == kTypeEntry ? 1 : f.type == kTypeDetailedEntry ? 2 : 3;
+      if (s.header.version < since) {
         problem(JournalProblem::Kind::undecodable, off,
-                "entry record at offset " + std::to_string(off) +
-                    " has type 3, which a version-1 file never holds; skipped");
-      } else if (!decode_entry(f.body, e, detailed)) {
+                "entry record at offset " + std::to_string(off) + " has type " +
+                    std::to_string(f.type) + ", which a version-" +
+                    std::to_string(s.header.version) + " file never holds; skipped");
+      } else if (!decode_entry(f.body, e, f.type)) {
         problem(JournalProblem::Kind::undecodable, off,
                 "entry record at offset " + std::to_string(off) +
                     " passed its CRC32C but its fields do not add up to its length; skipped");

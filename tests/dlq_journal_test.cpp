@@ -174,12 +174,15 @@ TEST_F(JournalTest, TheJobsOwnOptionsAndCountsSurviveARestartAndItsRedriveUsesTh
   o.backoff.cap = 1min;
   o.visibility_timeout = 90s;
   o.dedup.id = "order-3";
+  o.downstream = "gateway";
   JobId id;
   {
     Generation g(options());
+    g.engine.downstream("gateway", {.concurrency = 4});
     id = g.fail_with("order-3", o);
   }
   Generation g2(options());
+  auto gateway = g2.engine.downstream("gateway", {.concurrency = 4});
   auto e = g2.q.dlq().get(id);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->deliveries, 2u);
@@ -190,7 +193,14 @@ TEST_F(JournalTest, TheJobsOwnOptionsAndCountsSurviveARestartAndItsRedriveUsesTh
   EXPECT_EQ(e->backoff.cap, 1min);
   EXPECT_EQ(e->visibility_timeout, std::optional<Duration>(90s));
   EXPECT_EQ(e->dedup_id, "order-3");
+  EXPECT_EQ(e->downstream, "gateway");
   ASSERT_EQ(g2.q.dlq().redrive(id), RedriveStatus::redriven);
+  std::uint32_t inside = 0;
+  g2.engine.on_event([&](const Event& ev) {
+    if (ev.kind == EventKind::started && ev.job_id == id) inside = gateway.stats().in_flight;
+  });
+  g2.engine.run_until_idle();
+  EXPECT_EQ(inside, 1u) << "the redriven job called the downstream it named";
   EXPECT_EQ(g2.q.add("charge-card", "again", {.dedup = {.id = "order-3"}}).status,
             AddStatus::duplicate)
       << "the restored job holds its dedup id again";
@@ -208,7 +218,7 @@ TEST_F(JournalTest, AVersion1JournalStillOpensAndKeepsItsFormat) {
   old.reason = DeadLetterReason::attempts_exhausted;
   old.attempts_made = 1;
   old.max_attempts = 1;
-  write_file(path, h + detail::journal::encode_entry(old, /*detailed=*/false));
+  write_file(path, h + detail::journal::encode_entry(old, /*version=*/1));
   {
     Generation g(options());
     auto restored = g.q.dlq().get(7);
@@ -224,16 +234,20 @@ TEST_F(JournalTest, AVersion1JournalStillOpensAndKeepsItsFormat) {
   EXPECT_EQ(scan.live.size(), 2u);
 }
 
-TEST_F(JournalTest, ADetailedRecordInAVersion1FileIsReportedNotTrusted) {
-  const std::string h = header_of_version(1);
-  StoredDeadLetter e;
-  e.id = 7;
-  e.payload = "order-7";
-  write_file(path, h + detail::journal::encode_entry(e, /*detailed=*/true));
-  JournalScan scan = read_journal(path);
-  ASSERT_EQ(scan.problems.size(), 1u);
-  EXPECT_EQ(scan.problems[0].kind, JournalProblem::Kind::undecodable);
-  EXPECT_TRUE(scan.live.empty());
+// A record of a type newer than its file's format: type 3 (details) in a version-1 file, type 4
+// (details and downstream) in a version-2 one.
+TEST_F(JournalTest, ARecordNewerThanItsFilesFormatIsReportedNotTrusted) {
+  for (const std::uint32_t file : {1u, 2u}) {
+    StoredDeadLetter e;
+    e.id = 7;
+    e.payload = "order-7";
+    e.downstream = "gateway";
+    write_file(path, header_of_version(file) + detail::journal::encode_entry(e, file + 1));
+    JournalScan scan = read_journal(path);
+    ASSERT_EQ(scan.problems.size(), 1u) << "version " << file;
+    EXPECT_EQ(scan.problems[0].kind, JournalProblem::Kind::undecodable);
+    EXPECT_TRUE(scan.live.empty());
+  }
 }
 
 TEST_F(JournalTest, ANewEngineRestoresEntriesWithTheirIdsErrorsAndPayloads) {

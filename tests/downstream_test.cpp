@@ -12,7 +12,10 @@
 
 #include "rail/rail.hpp"
 #include "support/downstream_options.hpp"
+#include "support/eventually.hpp"
 #include "support/inline_engine.hpp"
+#include "support/release_on_exit.hpp"
+#include "support/watchdog.hpp"
 
 namespace rail {
 namespace {
@@ -391,6 +394,157 @@ TEST(DownstreamThreaded, AStalledDownstreamDoesNotSlowAnotherOne) {
   gateway_up.store(true);
   ASSERT_TRUE(pay.drain(60s));
   EXPECT_EQ(paid.load(), 200);
+}
+
+// --- a downstream per job (JobOptions::downstream) -------------------------------------------
+
+JobOptions calling_job(std::string downstream) {
+  JobOptions o;
+  o.downstream = std::move(downstream);
+  return o;
+}
+
+TEST_F(DownstreamInline, EachJobTakesThePermitsOfTheDownstreamItNames) {
+  auto payments = engine.downstream("payments", {.concurrency = 1});
+  auto email = engine.downstream("email", {.concurrency = 2});
+  auto q = engine.queue<int>("work", {});  // no downstream of its own
+  std::vector<Completion> calls;
+  q.process({.max_pending = 16}, [&](Job<int>& job) {
+    calls.push_back(job.defer());  // in flight until completed: holds its permit
+    return Outcome::pending();
+  });
+  for (int i = 0; i < 3; ++i) {
+    (void)q.add("charge", i, calling_job("payments"));
+    (void)q.add("send", i, calling_job("email"));
+    (void)q.add("log", i);  // calls nothing: never waits
+  }
+  engine.run_until_idle();
+  EXPECT_EQ(calls.size(), 6u) << "1 charge + 2 sends + 3 logs in flight";
+  EXPECT_EQ(payments.stats().in_flight, 1u);
+  EXPECT_EQ(email.stats().in_flight, 2u);
+  EXPECT_EQ(payments.stats().waiting, 2u);
+  EXPECT_EQ(email.stats().waiting, 1u);
+  // A charge's pushback pauses payments only.
+  std::vector<Completion> first = std::exchange(calls, {});
+  for (Completion& c : first) {
+    if (c.id() % 3 == 1) {  // the charges were added first of each three
+      c.complete(Outcome::pushback(5s));
+    } else {
+      c.complete(Outcome::done());
+    }
+  }
+  engine.run_until_idle();
+  EXPECT_TRUE(payments.stats().paused_until.has_value());
+  EXPECT_FALSE(email.stats().paused_until.has_value());
+  EXPECT_EQ(calls.size(), 1u) << "the last send started; no charge while payments is paused";
+  for (Completion& c : std::exchange(calls, {}))
+    c.complete(Outcome::done());
+  clock.advance(5s);
+  replay();
+  for (int round = 0; round < 8 && !calls.empty(); ++round) {
+    for (Completion& c : std::exchange(calls, {}))
+      c.complete(Outcome::done());
+    replay();
+  }
+  EXPECT_EQ(q.counts().completed, 9u);
+  EXPECT_EQ(payments.stats().in_flight + email.stats().in_flight, 0u);
+}
+
+TEST_F(DownstreamInline, AJobNamingItsQueuesOwnDownstreamSharesThatGate) {
+  auto api = engine.downstream("api", {.concurrency = 1});
+  auto q = engine.queue<int>("q", test::calling("api"));
+  std::vector<Completion> calls;
+  q.process({.max_pending = 4}, [&](Job<int>& job) {
+    calls.push_back(job.defer());
+    return Outcome::pending();
+  });
+  (void)q.add("a", 1);
+  (void)q.add("b", 2, calling_job("api"));
+  engine.run_until_idle();
+  EXPECT_EQ(calls.size(), 1u) << "one permit for both";
+  EXPECT_EQ(api.stats().waiting, 1u);
+  calls[0].complete(Outcome::done());
+  engine.run_until_idle();
+  EXPECT_EQ(q.counts().completed, 1u);
+  ASSERT_EQ(calls.size(), 2u);
+  calls[1].complete(Outcome::done());
+  EXPECT_EQ(q.counts().completed, 2u);
+}
+
+TEST_F(DownstreamInline, ACancelledJobWaitingForTheDownstreamItNamedGivesItsSlotBack) {
+  engine.downstream("payments", {.concurrency = 1});
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = 3});
+  std::vector<Completion> calls;
+  q.process({.max_pending = 4}, [&](Job<int>& job) {
+    calls.push_back(job.defer());
+    return Outcome::pending();
+  });
+  (void)q.add("charge", 1, calling_job("payments"));
+  const JobId waiting = q.add("charge", 2, calling_job("payments")).id;
+  engine.run_until_idle();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(q.add("charge", 3).status, AddStatus::added);
+  EXPECT_EQ(q.add("charge", 4).status, AddStatus::full);
+  ASSERT_TRUE(q.cancel(waiting));
+  EXPECT_EQ(q.add("charge", 5).status, AddStatus::added) << "its slot came back at once";
+}
+
+TEST(DownstreamErrors, AJobNamingAnUnknownDownstreamIsRefusedWithItsName) {
+  ManualClock clock;
+  Engine engine(EngineOptions{.clock = &clock, .mode = Mode::inlined});
+  auto q = engine.queue<int>("q", {});
+  try {
+    (void)q.add("charge", 1, calling_job("paymnets"));
+    FAIL() << "expected Error(unknown_downstream)";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unknown_downstream);
+    EXPECT_NE(std::string(e.what()).find("'paymnets'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(q.counts().added, 0u) << "nothing was added";
+  // 15 downstreams named per job, besides the queue's own: the 16th is refused.
+  for (int i = 0; i < 16; ++i)
+    engine.downstream("d" + std::to_string(i), {});
+  for (int i = 0; i < 15; ++i)
+    EXPECT_EQ(q.add("call", i, calling_job("d" + std::to_string(i))).status, AddStatus::added);
+  try {
+    (void)q.add("call", 15, calling_job("d15"));
+    FAIL() << "expected Error(capacity)";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::capacity);
+  }
+  EXPECT_EQ(q.add("call", 16, calling_job("d3")).status, AddStatus::added) << "known ones still go";
+}
+
+TEST(DownstreamThreaded, AStalledDownstreamNamedPerJobHoldsOnlyItsConcurrencyOfWorkers) {
+  const test::Watchdog watchdog(120s,
+                                "AStalledDownstreamNamedPerJobHoldsOnlyItsConcurrencyOfWorkers");
+  std::atomic<bool> gateway_up{false};
+  std::atomic<int> paid{0}, mailed{0};
+  Engine engine;
+  const test::ReleaseOnExit release{gateway_up};
+  engine.downstream("payments", {.concurrency = 1});
+  engine.downstream("email", {.concurrency = 4});
+  auto q = engine.queue<int>("work", {});
+  q.process({.concurrency = 3}, [&](Job<int>& job) {
+    if (job.name() == "charge") {
+      while (!gateway_up.load())
+        std::this_thread::yield();
+      paid.fetch_add(1);
+    } else {
+      mailed.fetch_add(1);
+    }
+  });
+  for (int i = 0; i < 50; ++i)
+    (void)q.add("charge", i, calling_job("payments"));
+  for (int i = 0; i < 3000; ++i)
+    (void)q.add("send", i, calling_job("email"));
+  ASSERT_TRUE(test::eventually([&] { return mailed.load() == 3000; }, 60s))
+      << "email stalled behind payments: " << mailed.load();
+  EXPECT_EQ(paid.load(), 0);
+  EXPECT_LE(q.counts().active, 1u) << "one worker in the stalled gateway, the rest free";
+  gateway_up.store(true);
+  ASSERT_TRUE(q.drain(60s));
+  EXPECT_EQ(paid.load(), 50);
 }
 
 }  // namespace

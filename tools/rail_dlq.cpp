@@ -171,6 +171,7 @@ nlohmann::json to_json(const StoredDeadLetter& e) {
                       {"stalls", e.stalls},
                       {"backoff", backoff(e.backoff)},
                       {"dedup_id", e.dedup_id},
+                      {"downstream", e.downstream},
                       {"payload_hex", hex(e.payload)},
                       {"offset", e.offset}};
   // nlohmann::json requires UTF-8; printable ASCII is, anything else is left to payload_hex.
@@ -248,6 +249,7 @@ int main(int argc, char** argv) {
                 << " of " << e.max_attempts << "\ndelivered: " << e.deliveries << " times ("
                 << e.stalls << " stalled)\nbackoff:   " << backoff(e.backoff)
                 << (e.dedup_id.empty() ? "" : "\ndedup id:  " + e.dedup_id)
+                << (e.downstream.empty() ? "" : "\ndownstream: " + e.downstream)
                 << "\nadded at:  " << utc(wall(e, e.added_at_ns))
                 << "\ndead at:   " << utc(e.dead_at_unix_ns) << "\noffset:    " << e.offset
                 << "\nerrors:\n";

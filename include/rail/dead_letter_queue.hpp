@@ -69,6 +69,7 @@ struct DeadLetter {
   Backoff backoff{};
   std::optional<Duration> visibility_timeout{};  // unset: the queue's
   std::string dedup_id;                          // empty: none
+  std::string downstream;                        // JobOptions::downstream; empty: the queue's
   [[nodiscard]] std::string_view last_error() const noexcept {
     return errors.empty() ? std::string_view{} : std::string_view{errors.back().message};
   }
@@ -453,7 +454,8 @@ class DeadLetterQueue {
       s.backoff = e.backoff;
       s.visibility_timeout = e.visibility_timeout;
       s.dedup_id = e.dedup_id;
-      return detail::journal::encode_entry(s, journal_->detailed());
+      s.downstream = e.downstream;
+      return detail::journal::encode_entry(s, journal_->version());
     } else {
       return {};  // unreachable: open_journal() refused a journal for this payload type
     }
@@ -518,6 +520,7 @@ class DeadLetterQueue {
           .backoff = s.backoff,
           .visibility_timeout = s.visibility_timeout,
           .dedup_id = std::move(s.dedup_id),
+          .downstream = std::move(s.downstream),
       };
       e.errors.reserve(s.errors.size());
       for (auto& err : s.errors)

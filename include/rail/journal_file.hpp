@@ -6,13 +6,15 @@
 // crafted) yields either a JournalScan listing the problems with their offsets or an Error(journal)
 // saying why the file is not a readable journal; never a crash or an unbounded allocation.
 //
-// FILE FORMAT, version 2. All integers little-endian; "str" is a u32 byte count then the bytes.
-// Version 2 added record type 3 (an entry with the job's details); a version-1 file holds types
-// 1 and 2 only, and this build keeps appending type 1 to it (an older build can still read it).
+// FILE FORMAT, version 3. All integers little-endian; "str" is a u32 byte count then the bytes.
+// Version 2 added record type 3 (an entry with the job's details), version 3 type 4 (one with the
+// downstream it named, too). A file keeps the format it was created with: this build appends
+// type 1 entries to a version-1 file and type 3 to a version-2 one (an older build can still read
+// it; a job's own downstream is then not kept: its redrive calls the queue's).
 //
 // Header, at offset 0, H bytes (H a multiple of 8, 32 <= H <= 4096):
 //   0   u8[8]  magic "RAILDLQJ"
-//   8   u32    format version (1 or 2; a reader refuses a larger one and never writes to it)
+//   8   u32    format version (1 to 3; a reader refuses a larger one and never writes to it)
 //   12  u32    H, the header length
 //   16  u32    CRC32C (Castagnoli, as in iSCSI/ext4) of the H header bytes with this field zeroed
 //   20  u16    Q, the queue name's length
@@ -24,7 +26,8 @@
 //   +0  u32    record magic 0x52454331 ("1CER" in file order)
 //   +4  u32    CRC32C of bytes [+8, +16+L): the length, the type and the body
 //   +8  u32    L, the body length (L <= 1 GiB and the record must fit in the file)
-//   +12 u8     type: 1 entry, 2 tombstone, 3 entry with details (version 2 files only)
+//   +12 u8     type: 1 entry, 2 tombstone, 3 entry with details (version 2 on), 4 entry with
+//              details and downstream (version 3 on)
 //   +13 u8[3]  zero
 //   +16 u8[L]  body, then zero bytes up to the next multiple of 8
 // A record header of 16 zero bytes followed only by zero bytes ends the log: the file grows in
@@ -44,6 +47,10 @@
 //   i64 visibility timeout ns | str dedup id (empty: none)
 // and nothing after it. A type-1 entry restores with zero deliveries and stalls, no backoff, the
 // queue's visibility timeout and no dedup id.
+//
+// Routed entry body (type 4): the detailed entry body above, then
+//   str downstream (JobOptions::downstream; empty: the queue's)
+// and nothing after it.
 //
 // Tombstone body (type 2), entries that left the DLQ:
 //   u8 cause (1 redriven, 2 removed, 3 purged, 4 evicted) | u32 count N | N times u64 job id
@@ -97,6 +104,7 @@ struct StoredDeadLetter {
   Backoff backoff{};
   std::optional<Duration> visibility_timeout{};
   std::string dedup_id;
+  std::string downstream;          // format 3 on (JobOptions::downstream); empty: the queue's
   std::uint64_t offset = 0;        // where its record starts in the file (set by the reader)
   std::uint64_t record_bytes = 0;  // its record's size, padding included (set by the reader)
 };

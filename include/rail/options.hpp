@@ -58,6 +58,10 @@ struct JobOptions {
   DedupOptions dedup{};
   /// Lease length of each delivery of this job; unset: QueueOptions::visibility_timeout.
   std::optional<Duration> visibility_timeout{};
+  /// The downstream service this job calls (Engine::downstream declares it), when it is not
+  /// the queue's (QueueOptions::downstream); empty: the queue's. Its permits and tokens admit
+  /// the job's deliveries. A queue's jobs may name up to 15 downstreams besides the queue's own.
+  std::string downstream{};
 };
 
 /// What add() does when the queue holds `capacity` unfinished jobs.

@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "rail/detail/journal_format.hpp"
 #include "rail/journal_file.hpp"
 #include "rail/journal_options.hpp"
 
@@ -67,9 +68,9 @@ class DlqJournal {
   /// sync() flushes every record appended so far; blocks for the fdatasync.
   void sync() noexcept;
 
-  /// detailed(): entries are encoded with the job's details (journal::encode_entry), which a
-  /// version-2 file holds; a version-1 file keeps its format so older builds still read it.
-  [[nodiscard]] bool detailed() const noexcept { return detailed_; }
+  /// version(): the file's format, in which its entries are encoded (journal::encode_entry): a
+  /// file written by an older build keeps its format so that build still reads it.
+  [[nodiscard]] std::uint32_t version() const noexcept { return version_; }
   /// failure() is the I/O error that stopped the journal, empty while it works.
   [[nodiscard]] std::string failure() const;
   /// live_entries() / used_bytes() / dead_bytes(): the journal's size accounting.
@@ -101,7 +102,7 @@ class DlqJournal {
   std::string queue_;
   std::string codec_;
   std::int64_t created_unix_ns_ = 0;
-  bool detailed_ = true;  // the file's entries are type 3 (version 2); a version-1 file's type 1
+  std::uint32_t version_ = journal::kVersion;  // the file's format (a new file: this build's)
 
   mutable std::mutex mu_;  // the file, the mapping and the accounting below
   int fd_ = -1;

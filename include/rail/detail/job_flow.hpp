@@ -46,6 +46,7 @@
 // queue (threaded mode) or the run_until_idle() caller (inline mode) run handlers.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -56,6 +57,7 @@
 #include <string>
 #include <string_view>
 #include <typeindex>
+#include <vector>
 
 #include "rail/add_result.hpp"
 #include "rail/dead_letter_queue.hpp"
@@ -66,6 +68,7 @@
 #include "rail/detail/end_tracker.hpp"
 #include "rail/detail/engine_core.hpp"
 #include "rail/detail/free_slots.hpp"
+#include "rail/detail/gate_link.hpp"
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/pending_jobs.hpp"
@@ -87,14 +90,11 @@ void validate_worker_options(const WorkerOptions& o, std::string_view queue);
 /// reject_job_name(name, queue): throws Error(invalid_option) for an empty or blank job name.
 [[noreturn]] void reject_job_name(std::string_view name, std::string_view queue);
 
-class JobFlow : public QueueBase,
-                private JobRunner,
-                private TimerClient,
-                private BlockedQueue,
-                private PauseListener {
+class JobFlow : public QueueBase, private JobRunner, private TimerClient, private PauseListener {
   // Pending jobs: Job::defer and the Completion's calls (completion.hpp).
   friend class rail::Completion;
   friend Completion defer_job(JobFlow& flow, JobFields& job);
+  friend class GateLink;  // wakes and promotes this queue's jobs
 
  public:
   JobFlow(const JobFlow&) = delete;
@@ -258,7 +258,8 @@ class JobFlow : public QueueBase,
         [[unlikely]]
       reject_job_name(name, name_);
     validate_job_options(o, "JobOptions");
-    if (o.backoff.kind == BackoffKind::custom || o.visibility_timeout) [[unlikely]]
+    if (o.backoff.kind == BackoffKind::custom || o.visibility_timeout || !o.downstream.empty())
+        [[unlikely]]
       admit_unusual(o);
   }
   [[noreturn]] void throw_shutting_down() const;
@@ -287,8 +288,7 @@ class JobFlow : public QueueBase,
   /// stepped_aside(id): job `id`, delayed, is now due later than its downstream's token or pause
   /// (a debounce): if it was the gate's leader, another job leads (forget_leader).
   void stepped_aside(JobId id) noexcept {
-    if (downstream_) [[unlikely]]
-      downstream_->forget_leader(id);
+    for_each_link([id](GateLink& l) { l.gate().forget_leader(id); });
   }
   /// give_back(idx): a slot acquired but never filled (a duplicate add) returns unused.
   void give_back(std::uint32_t idx) noexcept { free_.push(idx); }
@@ -310,6 +310,7 @@ class JobFlow : public QueueBase,
     s.end_kind = EndKind::none;
     s.end_reason = DeadLetterReason::none;
     s.has_dedup = false;
+    s.link = o.downstream.empty() ? 0 : link_of(o.downstream);  // admit made it
     s.set_backoff(o.backoff);
     if (s.extra) s.extra->errors.clear();
   }
@@ -331,6 +332,13 @@ class JobFlow : public QueueBase,
   /// into slot idx (after init_slot). May throw (bad_alloc) before any change to the counters.
   void restore_counters(std::uint32_t idx, std::uint32_t attempts, std::uint32_t deliveries,
                         std::uint32_t stalls, const std::vector<AttemptError>& errors);
+  /// link_to(downstream): finds or makes the link to a declared downstream (cold: admit);
+  /// Error(unknown_downstream) or Error(capacity) past kMaxLinks.
+  void link_to(const std::string& downstream);
+  /// own_downstream(s): the downstream the job named if it is not the queue's (else empty).
+  [[nodiscard]] std::string own_downstream(const JobSlot& s) const {
+    return s.link == 0 ? std::string() : link(s.link)->gate().name();
+  }
   /// own_visibility(s): the job's lease length if it is not the queue's.
   [[nodiscard]] std::optional<Duration> own_visibility(const JobSlot& s) const noexcept {
     if (s.visibility_ns == options_.visibility_timeout.count()) return std::nullopt;
@@ -440,16 +448,35 @@ class JobFlow : public QueueBase,
 
   /// PauseListener: a queue that calls a downstream hands on a wake its paused ready ring may
   /// hold (wake_blocked skips a paused queue), and takes one back when it resumes.
-  void pause_changed() noexcept final { downstream_->pass_wake(); }
+  void pause_changed() noexcept final {
+    for_each_link([](GateLink& l) { l.gate().pass_wake(); });
+  }
 
-  // BlockedQueue: jobs refused by the queue's downstream (downstream_gate.hpp).
-  bool wake_blocked(std::atomic<std::int64_t>& blocked) noexcept final;
-  void promote_leader(JobId id) noexcept final;
+  // Downstreams: the queue's links to the gates its jobs call (gate_link.hpp).
+  /// link(i): link i, or null (link 0 of a queue without a downstream of its own).
+  [[nodiscard]] GateLink* link(std::uint8_t i) const noexcept {
+    // relaxed: a job's link number reached this thread through the slot's publication, which
+    // comes after the link's (release) store: that store happens before this load.
+    return links_[i].load(std::memory_order_relaxed);
+  }
+  template <class F>
+  void for_each_link(F&& f) const noexcept {
+    // acquire: pairs with link_to's release store of the count (the links before it are in).
+    const std::size_t n = link_count_.load(std::memory_order_acquire);
+    for (std::size_t i = 0; i < n; ++i)
+      if (GateLink* l = links_[i].load(std::memory_order_relaxed)) f(*l);
+  }
+  /// link_of(downstream): the link number of an add's JobOptions::downstream, which admit made
+  /// (link_to): 0 for none or the queue's own.
+  [[nodiscard]] std::uint8_t link_of(const std::string& downstream) const noexcept;
+  /// wake_from(link, blocked) / promote_leader(id): GateLink's BlockedQueue calls.
+  bool wake_from(GateLink& link, std::atomic<std::int64_t>& blocked) noexcept;
+  void promote_leader(JobId id) noexcept;
   /// throttle(idx, token, delivered, decision, now, wc): the gate refused the job deliver just
   /// activated (delivery `token`, whose count was `delivered` before): it waits, unstarted and
   /// with no attempt used, in the blocked ring or (the gate's leader) on the wheel. False if a
   /// cancel flagged it meanwhile: deliver then ends it as cancelled without running it.
-  bool throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t delivered,
+  bool throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t delivered, GateLink& gate,
                 const DownstreamGate::Decision& decision, std::int64_t now, WorkerContext& wc);
   /// sweep_blocked(): a waiting job was cancelled: give back the slots of the cancelled jobs
   /// in the blocked ring now, rather than when wakes pop them.
@@ -497,7 +524,7 @@ class JobFlow : public QueueBase,
               TimePoint started, std::uint32_t delivery);
   /// return_permit(out, now): a delivery that held a downstream permit is over; a pushback
   /// pauses the downstream first.
-  void return_permit(const Outcome& out, std::int64_t now) noexcept;
+  void return_permit(DownstreamGate& gate, const Outcome& out, std::int64_t now) noexcept;
   void fail_attempt(std::uint32_t idx, std::string reason, FailKind kind, Duration explicit_delay,
                     SplitMix64& rng, std::int64_t now, WorkerContext* wc);
   void lapse(std::uint64_t lease, std::int64_t now);
@@ -566,10 +593,13 @@ class JobFlow : public QueueBase,
   FreeSlots free_;
   Dispatcher dispatch_;
   TimerPort timers_;
-  // The downstream the queue's jobs call (QueueOptions::downstream), owned by the engine, and the
-  // ring of this queue's jobs it refused (room for every index, like the ready ring).
-  DownstreamGate* downstream_ = nullptr;
-  std::unique_ptr<MpmcRing<std::uint32_t>> blocked_;
+  // The downstreams the queue's jobs call (gates owned by the engine), each with the ring of this
+  // queue's jobs it refused: link 0 is QueueOptions::downstream's (null without one), the others
+  // JobOptions::downstream's, made on first use under links_mu_ and never removed.
+  std::array<std::atomic<GateLink*>, GateLink::kMaxLinks> links_{};
+  std::atomic<std::size_t> link_count_{1};
+  std::vector<std::unique_ptr<GateLink>> link_owner_;
+  std::mutex links_mu_;
   std::unique_ptr<LeaseTracker> leases_;
   // Deliveries handed to a Completion (WorkerOptions::max_pending > 0), set before processing_.
   std::unique_ptr<PendingJobs> pending_;

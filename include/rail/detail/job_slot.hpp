@@ -76,9 +76,9 @@ struct alignas(64) JobSlot {
   std::atomic<std::uint16_t> attempts_made{0};  // failed attempts so far (lapses included)
   std::uint16_t max_attempts = 1;               // JobOptions::attempts (SQS maxReceiveCount)
   std::atomic<std::uint16_t> deliveries{0};     // handler starts (SQS ApproximateReceiveCount)
-  std::uint16_t name = 0;  // NameTable index, or kOwnName: the name is in extra->own_name
-  BackoffKind backoff_kind = BackoffKind::none;
-  Jitter jitter = Jitter::none;
+  std::uint16_t name = 0;         // NameTable index, or kOwnName: the name is in extra->own_name
+  std::uint8_t backoff_bits = 0;  // BackoffKind << 4 | Jitter: see backoff() (a byte for `link`)
+  std::uint8_t link = 0;  // the downstream the job calls: its queue's GateLink (gate_link.hpp)
   bool has_dedup = false;
   bool dedup_has_ttl = false;
   EndKind end_kind = EndKind::none;
@@ -100,11 +100,14 @@ struct alignas(64) JobSlot {
   }
 
   [[nodiscard]] Backoff backoff() const noexcept {
-    return Backoff{backoff_kind, Duration{backoff_delay_ns}, jitter, Duration{backoff_cap_ns}};
+    return Backoff{static_cast<BackoffKind>(backoff_bits >> 4), Duration{backoff_delay_ns},
+                   static_cast<Jitter>(backoff_bits & 0xF), Duration{backoff_cap_ns}};
   }
   void set_backoff(const Backoff& b) noexcept {
-    backoff_kind = b.kind;
-    jitter = b.jitter;
+    static_assert(static_cast<unsigned>(BackoffKind::custom) < 16 &&
+                  static_cast<unsigned>(Jitter::decorrelated) < 16);
+    backoff_bits = static_cast<std::uint8_t>(static_cast<unsigned>(b.kind) << 4 |
+                                             static_cast<unsigned>(b.jitter));
     backoff_delay_ns = b.delay.count();
     backoff_cap_ns = b.cap.count();
   }

@@ -14,7 +14,7 @@
 namespace rail::detail::journal {
 
 inline constexpr char kMagic[8] = {'R', 'A', 'I', 'L', 'D', 'L', 'Q', 'J'};
-inline constexpr std::uint32_t kVersion = 2;
+inline constexpr std::uint32_t kVersion = 3;
 inline constexpr std::uint32_t kMinHeader = 32;
 inline constexpr std::uint32_t kMaxHeader = 4096;
 inline constexpr std::uint32_t kRecordMagic = 0x52454331u;
@@ -23,6 +23,7 @@ inline constexpr std::uint32_t kMaxBody = std::uint32_t{1} << 30;
 inline constexpr std::uint8_t kTypeEntry = 1;
 inline constexpr std::uint8_t kTypeTombstone = 2;
 inline constexpr std::uint8_t kTypeDetailedEntry = 3;  // version 2
+inline constexpr std::uint8_t kTypeRoutedEntry = 4;    // version 3: + JobOptions::downstream
 
 /// crc32c(bytes, seed): CRC-32C (Castagnoli polynomial 0x1EDC6F41, reflected); `seed` continues a
 /// previous call's result.
@@ -44,9 +45,10 @@ inline constexpr std::uint8_t kTypeDetailedEntry = 3;  // version 2
 /// each (DlqJournal checks it with a clear Error).
 [[nodiscard]] std::string encode_header(std::string_view queue, std::string_view codec,
                                         std::int64_t created_unix_ns);
-/// encode_entry(e, detailed) / encode_tombstone(cause, ids): one framed record, padding included;
-/// `detailed`: type 3 (a version-2 file), else type 1 (a version-1 file keeps its format).
-[[nodiscard]] std::string encode_entry(const StoredDeadLetter& e, bool detailed = true);
+/// encode_entry(e, version) / encode_tombstone(cause, ids): one framed record, padding included,
+/// in the entry layout of a file of format `version`, which keeps its format: type 4 (version
+/// 3), type 3 (version 2: no downstream) or type 1 (version 1: neither the details).
+[[nodiscard]] std::string encode_entry(const StoredDeadLetter& e, std::uint32_t version = kVersion);
 [[nodiscard]] std::string encode_tombstone(TombstoneCause cause, std::span<const JobId> ids);
 
 }  // namespace rail::detail::journal

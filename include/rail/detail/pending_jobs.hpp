@@ -70,7 +70,8 @@ struct PendingJob {
   std::uint32_t idx = 0;       // the job's slot
   std::uint32_t token = 0;     // the delivery (the slot's seq at activation)
   std::uint32_t delivery = 0;  // the job's delivery count, for a late outcome's event
-  bool permit = false;         // it holds a permit of the queue's downstream
+  bool permit = false;         // it holds a permit of its downstream's gate
+  std::uint8_t link = 0;       // the job's GateLink (gate_link.hpp)
   std::uint64_t lease = 0;     // its lease word (0: leases disabled)
   std::int64_t started_ns = 0;
 };

@@ -258,6 +258,7 @@ class QueueImpl final : public JobFlow {
   /// redrive(e, r): the entry's job again, with its own options (DeadLetterQueue::redrive).
   RedriveStatus redrive(DeadLetter<T>&& e, const RedriveOptions& r) {
     if (!core_.accepting()) return RedriveStatus::shutting_down;
+    if (!e.downstream.empty()) link_to(e.downstream);  // may throw: the DLQ keeps the entry
     std::uint32_t idx;
     if (!acquire_slots(&idx, 1)) return RedriveStatus::queue_full;
     const std::int64_t now = core_.now_ns();
@@ -265,6 +266,7 @@ class QueueImpl final : public JobFlow {
     o.attempts = static_cast<std::int32_t>(std::max<std::uint32_t>(e.max_attempts, 1));
     o.backoff = e.backoff;
     o.visibility_timeout = e.visibility_timeout;
+    o.downstream = e.downstream;
     const std::uint16_t name_id = core_.names().intern(e.name);
     // Everything that may throw comes before e.data is touched: the DLQ then keeps the entry.
     name_jobs(&idx, 1, name_id, e.name);  // gives the slot back itself when it throws
@@ -350,7 +352,8 @@ class QueueImpl final : public JobFlow {
                          .stalls = s.stalled(),
                          .backoff = s.backoff(),
                          .visibility_timeout = own_visibility(s),
-                         .dedup_id = s.has_dedup ? s.extra->dedup_key : std::string()};
+                         .dedup_id = s.has_dedup ? s.extra->dedup_key : std::string(),
+                         .downstream = own_downstream(s)};
   }
 
   bool in_dlq(JobId id) const override { return dlq_.contains(id); }
@@ -389,7 +392,8 @@ class QueueImpl final : public JobFlow {
                     .stalls = 0,
                     .backoff = o.backoff,
                     .visibility_timeout = o.visibility_timeout,
-                    .dedup_id = o.dedup.id};
+                    .dedup_id = o.dedup.id,
+                    .downstream = o.downstream};
     const std::uint32_t max_attempts = e.max_attempts;
     dlq_.push(std::move(e), [&] { note_overflow(id, job_name, max_attempts, now); });
     return {id, AddStatus::dead_lettered};
