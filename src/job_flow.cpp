@@ -641,6 +641,11 @@ Completion defer_job(JobFlow& flow, JobFields& job) {
   return flow.defer(job);
 }
 
+// A stale Completion keeps its delivery's pin: a job's pins add up to the queue's workers, its
+// pending records and a canceller, within the slot's 16-bit count (slot_table.hpp).
+static_assert(std::uint64_t{WorkerOptions::kMaxConcurrency} + WorkerOptions::kMaxPending + 1 <=
+              0xFFFF);
+
 Completion JobFlow::defer(JobFields& job) {
   if (job.deferral_ == nullptr)
     throw Error(ErrorCode::invalid_option,

@@ -101,5 +101,26 @@ TEST(CompletionReview, ACompletionFromAnotherThreadWhileItsHandlerRunsLeavesTheP
   EXPECT_EQ(q.counts().active, 0u);
 }
 
+// A job whose Completions are held while its lease lapses again and again: each stale Completion
+// keeps its delivery's pin (16 bits in the slot's control word). With max_pending at the old
+// bound (1 << 20), 65,536 lapses of one job overflowed its pins (the invariant aborted; a
+// reproduction needs 65,536 sweeps of every pending record, minutes): max_pending is bounded
+// below 65,536 less the workers and a canceller instead.
+TEST(CompletionReview, MaxPendingStaysWithinWhatAJobsPinsCanCount) {
+  static_assert(std::uint64_t{WorkerOptions::kMaxPending} + WorkerOptions::kMaxConcurrency + 1 <=
+                0xFFFF);
+  ManualClock clock;
+  Engine engine(EngineOptions{.clock = &clock, .mode = Mode::inlined});
+  auto q = engine.queue<int>("calls", {});
+  try {
+    q.process({.max_pending = 0x10000}, [](Job<int>&) { return Outcome::done(); });
+    ADD_FAILURE() << "max_pending 65536 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("max_pending"), std::string::npos) << e.what();
+  }
+  q.process({.max_pending = WorkerOptions::kMaxPending}, [](Job<int>&) { return Outcome::done(); });
+}
+
 }  // namespace
 }  // namespace rail

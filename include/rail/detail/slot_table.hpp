@@ -96,8 +96,10 @@ constexpr std::uint64_t to(std::uint64_t c, SlotState s, int pin_delta = 0) noex
 }  // namespace ctl
 
 /// Pins count handlers on one slot: at most one per delivery still running, so at most the
-/// queue's worker threads (WorkerOptions::kMaxConcurrency, 4096) plus a canceller's pin: 16 bits
-/// never overflow, however many deliveries stalls and retries add up to.
+/// queue's worker threads (WorkerOptions::kMaxConcurrency, 4096), its pending Completions
+/// (WorkerOptions::max_pending, at most kMaxPending) plus a canceller's pin: 16 bits never
+/// overflow (options.hpp bounds kMaxPending so), however many deliveries stalls and retries add
+/// up to.
 constexpr std::uint32_t kMaxAttempts = 0xFFFF;  // validate_job_options enforces it
 
 template <template <class> class Atom = std::atomic>
