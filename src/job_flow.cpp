@@ -583,7 +583,10 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   }
   if (deferral.taken) [[unlikely]] {
     // A Completion owns the delivery: its lease, its permit and its outcome. Nothing of the
-    // slot is read from here on: the completion may have ended the job already.
+    // slot is read from here on: the completion may have ended the job already. The handler's
+    // own pin (defer took it) goes; if the job ended meanwhile, the last pin frees its slot
+    // (review: the completion freed the slot under a handler still reading its payload).
+    if (slots_[idx].ctl.unpin()) final_end(idx);
     return true;
   }
   if (out.kind() == Outcome::Kind::pending) [[unlikely]]
@@ -690,6 +693,11 @@ Completion defer_job(JobFlow& flow, JobFields& job) {
   return flow.defer(job);
 }
 
+// A stale Completion keeps its delivery's pin: a job's pins add up to the queue's workers, its
+// pending records and a canceller, within the slot's 16-bit count (slot_table.hpp).
+static_assert(std::uint64_t{WorkerOptions::kMaxConcurrency} + WorkerOptions::kMaxPending + 1 <=
+              0xFFFF);
+
 Completion JobFlow::defer(JobFields& job) {
   if (job.deferral_ == nullptr)
     throw Error(ErrorCode::invalid_option,
@@ -735,6 +743,10 @@ Completion JobFlow::defer(JobFields& job) {
     // so the handler's view must not renew it (Job::extend_lease says false after defer()).
     job.record_ = nullptr;
   }
+  // The Completion takes the delivery's pin; the handler, which may read the payload until it
+  // returns (and its Completion may end the job before that), keeps one of its own, dropped by
+  // deliver. Last: nothing above throws once the pin is taken.
+  slots_[job.idx_].ctl.pin();
   job.deferral_->taken = true;
   return Completion(pending_->hub(), r, job.id_);
 }

@@ -31,6 +31,7 @@
 //   delayed           --begin_retime (wheel owner)--> updating --end_retime--> delayed
 //   waiting | delayed, pins 0 --take_unstarted (after shutdown)--> finishing (then freed)
 //   any with pins > 0 --unpin (a stale handler leaving)--> same state, pins-1
+//   any with pins > 0 --pin (a handler deferring its delivery, Job::defer)--> same state, pins+1
 // "free-now" leaves the word as it is: the caller still holds the slot exclusively (pins 0, and
 // no transition above applies to finishing/cancelled with 0 pins from another thread) and
 // calls mark_free() once it has moved the payload out.
@@ -95,8 +96,10 @@ constexpr std::uint64_t to(std::uint64_t c, SlotState s, int pin_delta = 0) noex
 }  // namespace ctl
 
 /// Pins count handlers on one slot: at most one per delivery still running, so at most the
-/// queue's worker threads (WorkerOptions::kMaxConcurrency, 4096) plus a canceller's pin: 16 bits
-/// never overflow, however many deliveries stalls and retries add up to.
+/// queue's worker threads (WorkerOptions::kMaxConcurrency, 4096), its pending Completions
+/// (WorkerOptions::max_pending, at most kMaxPending) plus a canceller's pin: 16 bits never
+/// overflow (options.hpp bounds kMaxPending so), however many deliveries stalls and retries add
+/// up to.
 constexpr std::uint32_t kMaxAttempts = 0xFFFF;  // validate_job_options enforces it
 
 template <template <class> class Atom = std::atomic>
@@ -313,6 +316,20 @@ class SlotControl {
       default:
         return {Cancel::not_found, c};
     }
+  }
+
+  /// pin(): a running handler that hands its delivery to a Completion (Job::defer) adds a pin
+  /// for itself: the Completion now holds the delivery's pin (its finish drops it, and may end
+  /// the job) while the handler, which has not returned yet, still reads the payload. Dropped
+  /// with unpin() as the handler returns. The caller holds a pin, so the slot cannot be freed.
+  void pin() noexcept {
+    Word c = load();
+    do {
+      RAIL_INVARIANT(ctl::pins(c) > 0, "pin: only a pin holder adds one");
+      // relaxed: the caller's own pin keeps the slot; a pin publishes nothing (seq unchanged,
+      // so no transition's CAS is fooled: one that read the word before just retries).
+    } while (!word_.compare_exchange_weak(c, c + (Word{1} << ctl::kPinsShift),
+                                          std::memory_order_relaxed, std::memory_order_relaxed));
   }
 
   /// unpin(): a stale handler or a canceller leaves. True if it was the last pin of an ended job:
