@@ -16,9 +16,13 @@ DownstreamGate::DownstreamGate(std::string name, const DownstreamOptions& option
 void DownstreamGate::attach(BlockedQueue* q) {
   std::lock_guard lock(mu_);
   const std::size_t n = queue_count_.load(std::memory_order_relaxed);
-  if (n == kMaxQueues)  // unreachable: an engine holds at most as many queues
-    throw Error(ErrorCode::capacity, "downstream '" + name_ + "' is called by " +
-                                         std::to_string(kMaxQueues) + " queues already");
+  // A queue attaches once for its own downstream and once per other downstream its jobs name
+  // (GateLink): an engine's 256 queues may name one gate from more links than that.
+  if (n == kMaxQueues)
+    throw Error(ErrorCode::capacity, "downstream '" + name_ + "' is called through " +
+                                         std::to_string(kMaxQueues) +
+                                         " queue links already (a queue's own downstream or one "
+                                         "its jobs name); expected fewer queues calling it");
   queues_[n].store(q, std::memory_order_relaxed);
   // release: a waker that reads the new count sees the queue pointer stored before it.
   queue_count_.store(n + 1, std::memory_order_release);

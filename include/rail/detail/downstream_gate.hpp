@@ -65,7 +65,7 @@ class BlockedQueue {
 
 class DownstreamGate {
  public:
-  static constexpr std::size_t kMaxQueues = 256;  // an engine's queues (EngineCore::kMaxQueues)
+  static constexpr std::size_t kMaxQueues = 256;  // queue links (gate_link.hpp) calling it
 
   DownstreamGate(std::string name, const DownstreamOptions& options, std::int64_t now_ns);
   DownstreamGate(const DownstreamGate&) = delete;
@@ -75,7 +75,8 @@ class DownstreamGate {
   [[nodiscard]] DownstreamLimits& limits() noexcept { return limits_; }
   [[nodiscard]] const DownstreamLimits& limits() const noexcept { return limits_; }
 
-  /// attach(q): queue q's jobs call this downstream (at the queue's declaration).
+  /// attach(q): queue link q's jobs call this downstream (at the queue's declaration, or the
+  /// first add naming it); Error(capacity) past kMaxQueues links.
   void attach(BlockedQueue* q);
 
   /// Verdict: what deliver does with the job it activated.
