@@ -132,9 +132,16 @@ bool DownstreamGate::wake_one() noexcept {
   if (n == 0) return false;
   // relaxed: the cursor only spreads wakes over the queues; any value is correct.
   const std::size_t start = cursor_.fetch_add(1, std::memory_order_relaxed);
-  for (std::size_t k = 0; k < n; ++k) {
-    BlockedQueue* q = queues_[(start + k) % n].load(std::memory_order_relaxed);
-    if (q->wake_blocked(blocked_)) return true;
+  // A queue that is not paused first. Else a paused one takes the wake (its job waits in its
+  // ready ring, and starts or leads at the resume): refused, the wake was lost, and the one its
+  // resume hands on did not make up for several (review: the leader's stepping down and its
+  // admission both woke into a paused queue; at the resume one job took the last token and none
+  // was left to lead the others).
+  for (const bool even_paused : {false, true}) {
+    for (std::size_t k = 0; k < n; ++k) {
+      BlockedQueue* q = queues_[(start + k) % n].load(std::memory_order_relaxed);
+      if (q->wake_blocked(blocked_, even_paused)) return true;
+    }
   }
   return false;
 }

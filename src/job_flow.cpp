@@ -154,8 +154,8 @@ void JobFlow::link_to(const std::string& downstream) {
   link_count_.store(n + 1, std::memory_order_release);
 }
 
-bool GateLink::wake_blocked(std::atomic<std::int64_t>& blocked) noexcept {
-  return flow_.wake_from(*this, blocked);
+bool GateLink::wake_blocked(std::atomic<std::int64_t>& blocked, bool even_paused) noexcept {
+  return flow_.wake_from(*this, blocked, even_paused);
 }
 
 void GateLink::promote_leader(JobId id) noexcept {
@@ -938,9 +938,10 @@ void JobFlow::note_throttled(const JobSlot& s, std::int64_t now, std::int64_t un
   core_.emit(e);
 }
 
-bool JobFlow::wake_from(GateLink& link, std::atomic<std::int64_t>& blocked) noexcept {
+bool JobFlow::wake_from(GateLink& link, std::atomic<std::int64_t>& blocked,
+                        bool even_paused) noexcept {
   std::uint32_t idx;
-  if (dispatch_.paused() || !link.blocked().try_pop(idx)) return false;
+  if ((!even_paused && dispatch_.paused()) || !link.blocked().try_pop(idx)) return false;
   blocked.fetch_sub(1, std::memory_order_relaxed);  // relaxed: a figure (see the gate's fences)
   dispatch_.requeue(idx);
   return true;

@@ -24,8 +24,9 @@
 // A wake may find a job that no longer needs it (woken, refused again: one extra delivery).
 // A leader cancelled on the wheel steps down in its cancel (forget_leader) and wakes one; so
 // does a leader whose due time moves later (change_delay, a debounce). A wake that reaches a
-// cancelled job is handed on (pass_wake); a paused queue takes no wake (its jobs stay blocked)
-// and hands one on when it pauses and when it resumes.
+// cancelled job is handed on (pass_wake); a paused queue takes a wake only when no other queue
+// has a job blocked (its job then waits in its ready ring, to start or lead at the resume), and
+// hands one on when it pauses and when it resumes.
 //
 // Memory ordering: the blocked rings are MpmcRings (push release, pop acquire); the requeue into
 // the ready ring hands the slot on as any ready push does. leader_ and blocked_ carry no data
@@ -48,13 +49,14 @@ namespace rail::detail {
 /// BlockedQueue: a queue whose jobs may wait at a gate (JobFlow).
 class BlockedQueue {
  public:
-  /// wake_blocked(): moves one job of this queue's blocked ring to its ready ring; false when
-  /// the ring is empty or the queue is paused (a job woken into a paused queue would hold the
-  /// wake, and another queue's jobs at the gate would wait for its resume).
+  /// wake_blocked(blocked, even_paused): moves one job of this queue's blocked ring to its
+  /// ready ring; false when the ring is empty, or the queue is paused and not even_paused (a job
+  /// woken into a paused queue holds the wake until its resume: wake_one offers it to the other
+  /// queues first).
   /// `blocked` (the gate's count) is decremented between the pop and the requeue, so that a job
   /// that runs and ends at once is never still counted once its queue drained (review: stats()
   /// showed 1 waiting after drain() had returned).
-  virtual bool wake_blocked(std::atomic<std::int64_t>& blocked) noexcept = 0;
+  virtual bool wake_blocked(std::atomic<std::int64_t>& blocked, bool even_paused) noexcept = 0;
   /// promote_leader(id): the gate's limits changed: job `id`, delayed as the gate's leader,
   /// runs now (Queue::promote).
   virtual void promote_leader(JobId id) noexcept = 0;
@@ -116,7 +118,8 @@ class DownstreamGate {
   }
 
  private:
-  /// wake_one(): moves one blocked job to its queue's ready ring, round robin over the queues.
+  /// wake_one(): moves one blocked job to its queue's ready ring, round robin over the queues
+  /// that are not paused, else into a paused one's (it starts, or leads, at the resume).
   bool wake_one() noexcept;
   /// wake_if_blocked(): the waker's side: fence, then wake one if any is blocked.
   void wake_if_blocked() noexcept;

@@ -36,7 +36,7 @@ class GateLink final : public BlockedQueue {
 
   // BlockedQueue (job_flow.cpp): the queue moves one of this link's jobs to its ready ring /
   // promotes the gate's leader.
-  bool wake_blocked(std::atomic<std::int64_t>& blocked) noexcept override;
+  bool wake_blocked(std::atomic<std::int64_t>& blocked, bool even_paused) noexcept override;
   void promote_leader(JobId id) noexcept override;
 
  private:

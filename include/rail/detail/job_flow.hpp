@@ -447,7 +447,8 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   void timer_fired(std::uint32_t idx, std::int64_t now) noexcept final;
 
   /// PauseListener: a queue that calls a downstream hands on a wake its paused ready ring may
-  /// hold (wake_blocked skips a paused queue), and takes one back when it resumes.
+  /// hold (wake_blocked passes a paused queue by while another can take the wake), and takes one
+  /// back when it resumes.
   void pause_changed() noexcept final {
     for_each_link([](GateLink& l) { l.gate().pass_wake(); });
   }
@@ -470,7 +471,7 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   /// (link_to): 0 for none or the queue's own.
   [[nodiscard]] std::uint8_t link_of(const std::string& downstream) const noexcept;
   /// wake_from(link, blocked) / promote_leader(id): GateLink's BlockedQueue calls.
-  bool wake_from(GateLink& link, std::atomic<std::int64_t>& blocked) noexcept;
+  bool wake_from(GateLink& link, std::atomic<std::int64_t>& blocked, bool even_paused) noexcept;
   void promote_leader(JobId id) noexcept;
   /// throttle(idx, token, delivered, decision, now, wc): the gate refused the job deliver just
   /// activated (delivery `token`, whose count was `delivered` before): it waits, unstarted and
