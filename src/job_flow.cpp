@@ -131,6 +131,9 @@ std::uint8_t JobFlow::link_of(const std::string& downstream) const noexcept {
 
 void JobFlow::link_to(const std::string& downstream) {
   if (downstream == options_.downstream) return;  // link 0
+  // Every add naming a downstream comes here: the links made already are found without the
+  // lock (link_of reads the published ones), so only a link's first add takes it.
+  if (link_of(downstream) != 0) return;
   const std::lock_guard lock(links_mu_);
   const std::size_t n = link_count_.load(std::memory_order_relaxed);  // written under the lock
   for (std::size_t i = 1; i < n; ++i)
