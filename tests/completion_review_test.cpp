@@ -76,7 +76,8 @@ TEST(CompletionReview, CompletingInsideTheHandlerKeepsThePayloadUntilTheHandlerR
 // The same from another thread, on worker threads: the completer ends the job while its
 // handler still runs; the slot must not be freed (and reused) before the handler returns.
 TEST(CompletionReview, ACompletionFromAnotherThreadWhileItsHandlerRunsLeavesThePayloadAlone) {
-  const test::Watchdog watchdog(60s, "ACompletionFromAnotherThreadWhileItsHandlerRunsLeavesThePayloadAlone");
+  const test::Watchdog watchdog(
+      60s, "ACompletionFromAnotherThreadWhileItsHandlerRunsLeavesThePayloadAlone");
   Engine engine;
   auto q = engine.queue<Probe>("calls", {.capacity = 1});
   Probe::destroyed().store(0);
@@ -123,7 +124,6 @@ TEST(CompletionReview, MaxPendingStaysWithinWhatAJobsPinsCanCount) {
   }
   q.process({.max_pending = WorkerOptions::kMaxPending}, [](Job<int>&) { return Outcome::done(); });
 }
-
 
 // --- stress ---------------------------------------------------------------------------------
 
@@ -275,8 +275,8 @@ void run_mix(std::uint32_t seed, bool shared_pool, bool with_downstream) {
   const std::lock_guard lock(ends_mu);
   EXPECT_EQ(ends.size(), static_cast<std::size_t>(kJobs)) << "seed " << seed;
   for (int i = 1; i <= kJobs; ++i)
-    EXPECT_EQ(ends[ids[i]], 1) << "seed " << seed << ": job " << ids[i] << " ended "
-                               << ends[ids[i]] << " times";
+    EXPECT_EQ(ends[ids[i]], 1) << "seed " << seed << ": job " << ids[i] << " ended " << ends[ids[i]]
+                               << " times";
 }
 
 std::uint32_t base_seed() {
@@ -288,21 +288,23 @@ std::uint32_t base_seed() {
 TEST(CompletionReviewStress, DedicatedWorkersWithDownstream) {
   const test::Watchdog watchdog(120s, "DedicatedWorkersWithDownstream");
   const std::uint32_t seed = base_seed();
-  for (std::uint32_t round = 0; round < 3; ++round) run_mix(seed + round, false, true);
+  for (std::uint32_t round = 0; round < 3; ++round)
+    run_mix(seed + round, false, true);
 }
 
 TEST(CompletionReviewStress, SharedPoolWithoutDownstream) {
   const test::Watchdog watchdog(120s, "SharedPoolWithoutDownstream");
   const std::uint32_t seed = base_seed();
-  for (std::uint32_t round = 0; round < 3; ++round) run_mix(seed + round, true, false);
+  for (std::uint32_t round = 0; round < 3; ++round)
+    run_mix(seed + round, true, false);
 }
 
 TEST(CompletionReviewStress, SharedPoolWithDownstream) {
   const test::Watchdog watchdog(120s, "SharedPoolWithDownstream");
   const std::uint32_t seed = base_seed();
-  for (std::uint32_t round = 0; round < 3; ++round) run_mix(seed + round, true, true);
+  for (std::uint32_t round = 0; round < 3; ++round)
+    run_mix(seed + round, true, true);
 }
-
 
 /// Completers: threads that answer whatever Completions are parked, until stopped.
 class Completers {
@@ -356,10 +358,10 @@ TEST(CompletionReviewStress, CompletionsRaceTheEnginesDestruction) {
     Completers completers(mix, seed + round, 2);
     {
       Engine engine(EngineOptions{.timer_tick = 100us, .workers = 2});
-      auto q = engine.queue<Probe>(
-          "calls", {.defaults = {.attempts = 5, .backoff = Backoff::fixed(1ms)},
-                    .visibility_timeout = 20ms,
-                    .max_stalls = 5});
+      auto q =
+          engine.queue<Probe>("calls", {.defaults = {.attempts = 5, .backoff = Backoff::fixed(1ms)},
+                                        .visibility_timeout = 20ms,
+                                        .max_stalls = 5});
       WorkerOptions wo = round % 2 == 0 ? WorkerOptions{.concurrency = 2} : WorkerOptions::shared();
       wo.max_pending = 128;
       q.process(wo, [mix](Job<Probe>& job) {
@@ -371,10 +373,9 @@ TEST(CompletionReviewStress, CompletionsRaceTheEnginesDestruction) {
       const int want = static_cast<int>((seed + round) % 60);
       ASSERT_TRUE(test::eventually([&] { return completers.answered.load() >= want; }, 10s))
           << "seed " << seed + round << ": answered " << completers.answered.load() << " of "
-          << want << "; completed " << q.counts().completed << " dlq "
-          << q.counts().dead_lettered << " refused "
-          << completers.refused.load() << " active " << q.counts().active << " waiting "
-          << q.counts().waiting << " delayed " << q.counts().delayed;
+          << want << "; completed " << q.counts().completed << " dlq " << q.counts().dead_lettered
+          << " refused " << completers.refused.load() << " active " << q.counts().active
+          << " waiting " << q.counts().waiting << " delayed " << q.counts().delayed;
     }  // destroyed while the completers answer
     const int after = completers.answered.load();
     std::this_thread::sleep_for(1ms);  // give late completers a go (decides nothing)
@@ -421,27 +422,30 @@ TEST(CompletionReviewStress, CompletionsRaceShutdownAndTakeLeftovers) {
     ASSERT_TRUE(test::eventually([&] { return completers.answered.load() >= want; }));
     (void)engine.shutdown(std::chrono::milliseconds((seed + round) % 3));
     std::unordered_map<JobId, int> back;
-    for (auto& l : q.take_leftovers()) ++back[l.id];
+    for (auto& l : q.take_leftovers())
+      ++back[l.id];
     completers.stop();
     // A worker may still be inside a handler that is about to park its Completion: answer
     // until nothing is pending (each retry goes back to waiting, for take_leftovers).
-    EXPECT_TRUE(test::eventually([&] {
-      for (Completion& c : mix->take())
-        (void)c.complete(Outcome::retry("at shutdown"));
-      for (auto& l : q.take_leftovers()) ++back[l.id];
-      return q.counts().active == 0 && q.counts().waiting == 0 && q.counts().delayed == 0;
-    }, 10s)) << "seed " << seed + round << ": active " << q.counts().active;
+    EXPECT_TRUE(test::eventually(
+        [&] {
+          for (Completion& c : mix->take())
+            (void)c.complete(Outcome::retry("at shutdown"));
+          for (auto& l : q.take_leftovers())
+            ++back[l.id];
+          return q.counts().active == 0 && q.counts().waiting == 0 && q.counts().delayed == 0;
+        },
+        10s))
+        << "seed " << seed + round << ": active " << q.counts().active;
     const ShutdownReport again = engine.shutdown(0s);
     EXPECT_TRUE(again.still_running.empty()) << "round " << round;
     EXPECT_EQ(q.counts().active, 0u) << "round " << round;
     const std::lock_guard lock(ends_mu);
     for (JobId id : ids)
-      EXPECT_EQ(ends[id] + back[id], 1)
-          << "seed " << seed + round << ": job " << id << " ended " << ends[id]
-          << " times, came back " << back[id] << " times";
+      EXPECT_EQ(ends[id] + back[id], 1) << "seed " << seed + round << ": job " << id << " ended "
+                                        << ends[id] << " times, came back " << back[id] << " times";
   }
 }
-
 
 // An inline engine on a manual clock: the test thread runs jobs and moves time (lapses, retries)
 // while another thread completes: every job ends exactly once.
@@ -454,9 +458,10 @@ TEST(CompletionReviewStress, InlineEngineRacesACompleterThread) {
     ManualClock clock;
     auto mix = std::make_shared<Mix>();
     Engine engine(EngineOptions{.clock = &clock, .mode = Mode::inlined});
-    auto q = engine.queue<Probe>("calls", {.defaults = {.attempts = 3, .backoff = Backoff::fixed(10ms)},
-                                           .visibility_timeout = 1s,
-                                           .max_stalls = 3});
+    auto q =
+        engine.queue<Probe>("calls", {.defaults = {.attempts = 3, .backoff = Backoff::fixed(10ms)},
+                                      .visibility_timeout = 1s,
+                                      .max_stalls = 3});
     std::mutex ends_mu;
     std::unordered_map<JobId, int> ends;
     engine.on_event([&](const Event& e) {
@@ -504,7 +509,8 @@ TEST(CompletionReviewStress, InlineEngineRacesACompleterThread) {
     EXPECT_EQ(c.active, 0u);
     EXPECT_EQ(torn.load(), 0);
     const std::lock_guard lock(ends_mu);
-    for (JobId id : ids) EXPECT_EQ(ends[id], 1) << "seed " << seed + round << ": job " << id;
+    for (JobId id : ids)
+      EXPECT_EQ(ends[id], 1) << "seed " << seed + round << ": job " << id;
   }
 }
 

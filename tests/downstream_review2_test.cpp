@@ -70,7 +70,8 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
   for (int g = 0; g < 3; ++g) {
     const auto conc = static_cast<std::uint32_t>(rng() % 3);
     std::optional<RateLimit> rate;
-    if (rng() % 3 != 0) rate = RateLimit{.max = 1 + rng() % 20, .per = 100ms, .burst = 1 + rng() % 5};
+    if (rng() % 3 != 0)
+      rate = RateLimit{.max = 1 + rng() % 20, .per = 100ms, .burst = 1 + rng() % 5};
     gates.push_back(engine.downstream(gate_name(g), {.concurrency = conc, .rate = rate}));
     limit.push_back(conc);
   }
@@ -251,7 +252,6 @@ TEST(JobDownstreamFuzz, InlineWithLimitChanges) {
     if (HasFailure()) return;
   }
 }
-
 
 // Queue b's jobs wait at a rate-limited gate (no permit limit) behind a's leader, and b is
 // paused. The leader's token comes with a second one: its stepping down wakes one job and its
@@ -454,7 +454,8 @@ void threaded_round(std::uint64_t seed, bool with_changes) {
           break;
         case 1:
           if (with_changes)
-            gw.set_rate(RateLimit{.max = 5'000 + rng() % 20'000, .per = 1s, .burst = 1 + rng() % 30});
+            gw.set_rate(
+                RateLimit{.max = 5'000 + rng() % 20'000, .per = 1s, .burst = 1 + rng() % 30});
           break;
         case 2:
           queues[rng() % queues.size()].pause();
@@ -483,7 +484,13 @@ void threaded_round(std::uint64_t seed, bool with_changes) {
         const auto st = gates[g].stats();
         gs += " g" + std::to_string(g) + "{in " + std::to_string(st.in_flight) + "/" +
               std::to_string(st.concurrency) + " wait " + std::to_string(st.waiting) + " tok " +
-              std::to_string(st.tokens.value_or(-1)) + " paused " + (st.paused_until ? std::to_string((*st.paused_until - std::chrono::steady_clock::now().time_since_epoch()).time_since_epoch().count()) : "n") +
+              std::to_string(st.tokens.value_or(-1)) + " paused " +
+              (st.paused_until
+                   ? std::to_string(
+                         (*st.paused_until - std::chrono::steady_clock::now().time_since_epoch())
+                             .time_since_epoch()
+                             .count())
+                   : "n") +
               " inside " + std::to_string(inside[g].load()) + "}";
       }
       std::size_t n_open;
@@ -551,8 +558,7 @@ TEST(JobDownstreamThreaded, ShutdownHandsBackTheJobsWaitingAtGatesNamedPerJob) {
     std::vector<Downstream> gates;
     for (int g = 0; g < 3; ++g)
       gates.push_back(engine.downstream(
-          gate_name(g),
-          {.concurrency = 1, .rate = RateLimit{.max = 1000, .per = 1s, .burst = 5}}));
+          gate_name(g), {.concurrency = 1, .rate = RateLimit{.max = 1000, .per = 1s, .burst = 5}}));
     auto a = engine.queue<int>("a", test::calling("g0"));
     auto b = engine.queue<int>("b", QueueOptions{});
     std::atomic<bool> hold{true};
@@ -569,12 +575,12 @@ TEST(JobDownstreamThreaded, ShutdownHandsBackTheJobsWaitingAtGatesNamedPerJob) {
     for (int g = 0; g < 3; ++g)
       (void)(g % 2 ? b : a).add("call", g, calling_job(gate_name(g)));
     ASSERT_TRUE(test::eventually([&] {
-      return gates[0].stats().in_flight + gates[1].stats().in_flight +
-                 gates[2].stats().in_flight ==
+      return gates[0].stats().in_flight + gates[1].stats().in_flight + gates[2].stats().in_flight ==
              3;
     }));
     for (int i = 3; i < kJobs; ++i)
-      (void)(i % 2 ? a : b).add("call", i, calling_job(i % 4 == 0 ? std::string() : gate_name(i % 3)));
+      (void)(i % 2 ? a : b)
+          .add("call", i, calling_job(i % 4 == 0 ? std::string() : gate_name(i % 3)));
     std::thread releaser([&] {
       std::this_thread::yield();
       hold.store(false);
