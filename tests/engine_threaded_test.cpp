@@ -265,6 +265,41 @@ TEST_F(HeldHandler, DrainReturnsFalseWhenItsTimeoutPassesFirst) {
   EXPECT_EQ(q.counts().completed, 2u);
 }
 
+TEST(ThreadedEngine, DrainWaitsForObserversToSeeAnEndRaisedOnTheTimerThread) {
+  // A lapse ends a job on the timer thread, whose events reach observers only after it lets the
+  // wheel go, and the stale handler may return before that. drain() must not answer "drained"
+  // while that end is still on its way to the observers (split_race E saw a job with no end
+  // event after drain: the timer thread was preempted between the two).
+  ManualClock clock;
+  std::atomic<bool> in_stalled{false}, observer_go{false};
+  std::atomic<int> cancelled_seen{0};
+  Held held;
+  Engine engine({.clock = &clock});
+  ReleaseOnExit release_observer{observer_go};  // destroyed before the engine
+  ReleaseOnExit release_handler{held.release};
+  engine.on_event([&](const Event& e) {
+    if (e.kind == EventKind::stalled) {
+      in_stalled.store(true);
+      (void)eventually([&] { return observer_go.load(); }, 120s);
+    }
+    if (e.kind == EventKind::cancelled) cancelled_seen.fetch_add(1);
+  });
+  auto q = engine.queue<int>("q", QueueOptions{.visibility_timeout = 1s});
+  q.process({.concurrency = 1}, [&](Job<int>&) { held.run(); });
+  const JobId id = q.add("a", 1).id;
+  ASSERT_TRUE(held.wait_started());
+  ASSERT_TRUE(q.cancel(id));  // flagged: the delivery's end counts as cancelled
+  clock.advance(2s);          // the lease lapses: the timer thread ends the job cancelled
+  ASSERT_TRUE(eventually([&] { return in_stalled.load(); }));
+  held.release.store(true);  // the stale handler returns: nothing waits, is delayed or active
+  ASSERT_TRUE(eventually([&] { return q.counts().active == 0; }));
+  EXPECT_EQ(cancelled_seen.load(), 0);  // behind `stalled`, still on its way
+  EXPECT_FALSE(q.drain(0ms)) << "drain() answered while the job's end was undelivered";
+  observer_go.store(true);
+  EXPECT_TRUE(q.drain(60s));
+  EXPECT_EQ(cancelled_seen.load(), 1);
+}
+
 TEST(ThreadedEngine, BlockedAddThrowsShuttingDownWhenShutdownBegins) {
   // The add blocks on a full queue with no worker; shutdown must end its wait with
   // Error(shutting_down) rather than leave it to time out (block_timeout is far longer than the

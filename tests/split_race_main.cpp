@@ -33,15 +33,25 @@ constexpr std::size_t kLen = 200;
 std::atomic<long> g_kinds[32];
 std::atomic<long> g_taken{0};
 
+// The first kTrace event kinds of each job, so that a failure tells what happened to it.
+constexpr std::size_t kTrace = 24;
+
 struct Books {
   std::vector<std::atomic<int>> bal = std::vector<std::atomic<int>>(kMaxIds);
   std::vector<std::atomic<int>> ends = std::vector<std::atomic<int>>(kMaxIds);
+  std::vector<std::atomic<std::uint8_t>> seen = std::vector<std::atomic<std::uint8_t>>(kMaxIds);
+  std::vector<std::atomic<std::uint8_t>> trace =
+      std::vector<std::atomic<std::uint8_t>>(kMaxIds * kTrace);
   std::atomic<long> corrupt{0};
   std::atomic<long> events{0};
   void on(const Event& e) {
     events.fetch_add(1, std::memory_order_relaxed);
     g_kinds[static_cast<int>(e.kind) & 31].fetch_add(1, std::memory_order_relaxed);
     if (e.job_id == 0 || e.job_id >= kMaxIds) return;
+    const std::uint8_t n = seen[e.job_id].fetch_add(1, std::memory_order_relaxed);
+    if (n < kTrace)
+      trace[e.job_id * kTrace + n].store(static_cast<std::uint8_t>(e.kind),
+                                         std::memory_order_relaxed);
     switch (e.kind) {
       case EventKind::added:
       case EventKind::redriven:
@@ -127,8 +137,20 @@ Outcome chaos_handler(Books& books, const Job<std::string>& job, bool allow_fail
   return Outcome::retry("again");
 }
 
+/// history(b, id): the job's events as observed, in the order the observer saw them.
+std::string history(const Books& b, std::uint64_t id) {
+  std::string h;
+  const unsigned n = b.seen[id].load();
+  for (unsigned i = 0; i < n && i < kTrace; ++i) {
+    if (i) h += ' ';
+    h += to_string(static_cast<EventKind>(b.trace[id * kTrace + i].load()));
+  }
+  if (n > kTrace) h += " ... (" + std::to_string(n) + " events)";
+  return h;
+}
+
 void check_books(const char* sc, int it, Books& b, std::uint64_t last_id,
-                 const std::vector<char>* taken = nullptr) {
+                 const std::vector<char>* taken = nullptr, const Queue<std::string>* q = nullptr) {
   if (b.corrupt.load())
     fail(sc, it, "a handler read a corrupt payload x" + std::to_string(b.corrupt.load()));
   for (std::uint64_t id = 1; id <= last_id && id < kMaxIds; ++id) {
@@ -139,7 +161,8 @@ void check_books(const char* sc, int it, Books& b, std::uint64_t last_id,
       fail(sc, it,
            "job " + std::to_string(id) + " balance " + std::to_string(bal) +
                (was_taken ? " (taken as leftover)" : "") + ", ends " +
-               std::to_string(b.ends[id].load()));
+               std::to_string(b.ends[id].load()) + "; events: " + history(b, id) +
+               (q ? "; state now: " + std::string(to_string(q->state(id).status)) : ""));
   }
 }
 
@@ -210,7 +233,7 @@ void add_retrying(Queue<std::string>& q, const char* name, std::mt19937& rng, co
 void settle(const char* sc, int it, Queue<std::string>& q, Books& books, std::uint64_t last,
             std::size_t cap, std::atomic<bool>& gate) {
   if (!q.drain(30s)) fail(sc, it, "drain timed out");
-  check_books(sc, it, books, last);
+  check_books(sc, it, books, last, nullptr, &q);
   std::mt19937 rng(it);
   check_capacity(sc, it, q, cap, gate, rng);
 }

@@ -181,7 +181,9 @@ class Queue {
   bool pause_and_wait(Duration timeout = Duration::max()) { return impl_->pause_and_wait(timeout); }
 
   /// drain(timeout) blocks until nothing is waiting, delayed or running on this queue (a paused
-  /// queue with jobs never drains); returns false if `timeout` (real time) passed first.
+  /// queue with jobs never drains) and the events of the jobs' ends have reached the observers
+  /// (a lapse raises them on the timer thread); returns false if `timeout` (real time) passed
+  /// first.
   /// Threaded engines only (Error(wrong_mode) inline: use Engine::run_until_idle).
   bool drain(Duration timeout = Duration::max()) { return impl_->drain(timeout); }
 

@@ -14,8 +14,10 @@
 // slots to the wheel through each queue's timer inbox (an MPMC ring) and signal_timer().
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -26,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <typeindex>
 #include <utility>
 #include <vector>
@@ -221,6 +224,22 @@ class EngineCore {
     return owned(lock, std::forward<F>(f));
   }
 
+  /// await_deliveries(deadline): waits until the events raised so far under the wheel (a lapse,
+  /// a firing) have reached the observers; false if `deadline` passed first. The owner delivers
+  /// them only after it lets the wheel go, and meanwhile the counts may already show the jobs
+  /// ended: drain() calls this so that "drained" also means "observed". Cold: polls.
+  [[nodiscard]] bool await_deliveries(std::chrono::steady_clock::time_point deadline) {
+    { std::lock_guard lock(wheel_mu_); }  // an owner raising events now has counted them
+    auto pause = std::chrono::microseconds(10);
+    // acquire: pairs with the delivery's release decrement.
+    while (delivering_.load(std::memory_order_acquire) != 0) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(2000));
+    }
+    return true;
+  }
+
   /// process_timers(): link newly delayed slots, then fire everything due at the clock's now.
   /// Returns the number of timers fired.
   std::size_t process_timers() {
@@ -327,8 +346,16 @@ class EngineCore {
       return f(wheel_);
     }();
     out.swap(deferred_);
-    lock.unlock();
     if (out.empty()) return result;
+    // Counted before the lock goes: a drain() that takes the lock after us sees these events
+    // still on their way (await_deliveries). relaxed: the unlock publishes it to that lock.
+    delivering_.fetch_add(1, std::memory_order_relaxed);
+    lock.unlock();
+    struct Delivered {  // however the loop leaves, the count comes down
+      std::atomic<std::uint32_t>& count;
+      // release: a drain() that reads the count lower sees what the observers did.
+      ~Delivered() { count.fetch_sub(1, std::memory_order_release); }
+    } delivered{delivering_};
     delivery_buffer().in_use = true;
     for (auto& d : out) {
       if (d.call) {
@@ -431,6 +458,8 @@ class EngineCore {
   std::mutex wheel_mu_;
   Wheel wheel_;
   mutable std::vector<DeferredEvent> deferred_;  // guarded by wheel_mu_
+  // Batches of deferred events taken from under the wheel and not yet delivered (owned()).
+  std::atomic<std::uint32_t> delivering_{0};
   alignas(64) std::atomic<std::uint32_t> timer_signal_{0};
   // When the wheel's earliest timer may fire, as of the last processing; read by every worker
   // between batches, written once per processing: a line of its own.
