@@ -15,8 +15,10 @@
 
 #include "rail/rail.hpp"
 #include "support/downstream_options.hpp"
+#include "support/end_counter.hpp"
 #include "support/eventually.hpp"
 #include "support/inline_engine.hpp"
+#include "support/parked_completions.hpp"
 #include "support/watchdog.hpp"
 
 namespace rail {
@@ -130,18 +132,7 @@ TEST(CompletionReview, MaxPendingStaysWithinWhatAJobsPinsCanCount) {
 /// Mix: one random round of handlers that defer in every way the API allows, completers on
 /// other threads (some answer at once, some late past 1-3 ms leases, some drop), a canceller,
 /// and a downstream permit held across the pending time.
-struct Mix {
-  std::mutex mu;
-  std::vector<Completion> parked;
-  void put(Completion c) {
-    const std::lock_guard lock(mu);
-    parked.push_back(std::move(c));
-  }
-  std::vector<Completion> take() {
-    const std::lock_guard lock(mu);
-    return std::exchange(parked, {});
-  }
-};
+using Mix = test::ParkedCompletions;
 
 Outcome pick_outcome(std::uint64_t r) {
   switch (r % 8) {
@@ -168,16 +159,9 @@ void run_mix(std::uint32_t seed, bool shared_pool, bool with_downstream) {
   qo.visibility_timeout = std::chrono::milliseconds(1 + rng() % 3);
   qo.max_stalls = 2;
   auto q = engine.queue<Probe>("calls", qo);
-  std::mutex ends_mu;
-  std::unordered_map<JobId, int> ends;
+  test::EndCounter ends;
   std::vector<JobId> ids(kJobs + 1, 0);
-  engine.on_event([&](const Event& e) {
-    if (e.kind != EventKind::completed && e.kind != EventKind::dead_lettered &&
-        e.kind != EventKind::cancelled && e.kind != EventKind::discarded)
-      return;
-    const std::lock_guard lock(ends_mu);
-    ++ends[e.job_id];
-  });
+  engine.on_event(ends.observer());
   Mix mix;
   std::atomic<int> torn{0};
   WorkerOptions wo = shared_pool ? WorkerOptions::shared() : WorkerOptions{.concurrency = 2};
@@ -215,7 +199,7 @@ void run_mix(std::uint32_t seed, bool shared_pool, bool with_downstream) {
   for (int i = 1; i <= kJobs; ++i) {
     const AddResult a = q.add("call", Probe(i));
     ASSERT_EQ(a.status, AddStatus::added);
-    const std::lock_guard lock(ends_mu);
+    const std::lock_guard lock(ends.mu);
     ids[i] = a.id;
   }
   std::atomic<bool> stop{false};
@@ -243,7 +227,7 @@ void run_mix(std::uint32_t seed, bool shared_pool, bool with_downstream) {
     while (!stop.load()) {
       JobId id;
       {
-        const std::lock_guard lock(ends_mu);
+        const std::lock_guard lock(ends.mu);
         id = ids[1 + local() % kJobs];
       }
       (void)q.cancel(id);
@@ -272,11 +256,11 @@ void run_mix(std::uint32_t seed, bool shared_pool, bool with_downstream) {
   if (with_downstream) {
     EXPECT_EQ(engine.downstream("svc").stats().in_flight, 0u) << "seed " << seed;
   }
-  const std::lock_guard lock(ends_mu);
-  EXPECT_EQ(ends.size(), static_cast<std::size_t>(kJobs)) << "seed " << seed;
+  const std::lock_guard lock(ends.mu);
+  EXPECT_EQ(ends.ends.size(), static_cast<std::size_t>(kJobs)) << "seed " << seed;
   for (int i = 1; i <= kJobs; ++i)
-    EXPECT_EQ(ends[ids[i]], 1) << "seed " << seed << ": job " << ids[i] << " ended " << ends[ids[i]]
-                               << " times";
+    EXPECT_EQ(ends.ends[ids[i]], 1)
+        << "seed " << seed << ": job " << ids[i] << " ended " << ends.ends[ids[i]] << " times";
 }
 
 std::uint32_t base_seed() {
@@ -397,15 +381,8 @@ TEST(CompletionReviewStress, CompletionsRaceShutdownAndTakeLeftovers) {
     Completers completers(mix, seed + round, 2);
     Engine engine(EngineOptions{.timer_tick = 100us, .workers = 2});
     auto q = engine.queue<Probe>("calls", {.defaults = {.attempts = 1000}});
-    std::mutex ends_mu;
-    std::unordered_map<JobId, int> ends;
-    engine.on_event([&](const Event& e) {
-      if (e.kind == EventKind::completed || e.kind == EventKind::dead_lettered ||
-          e.kind == EventKind::cancelled || e.kind == EventKind::discarded) {
-        const std::lock_guard lock(ends_mu);
-        ++ends[e.job_id];
-      }
-    });
+    test::EndCounter ends;
+    engine.on_event(ends.observer());
     WorkerOptions wo = round % 2 == 0 ? WorkerOptions{.concurrency = 2} : WorkerOptions::shared();
     wo.max_pending = 16;
     q.process(wo, [mix](Job<Probe>& job) {
@@ -440,10 +417,11 @@ TEST(CompletionReviewStress, CompletionsRaceShutdownAndTakeLeftovers) {
     const ShutdownReport again = engine.shutdown(0s);
     EXPECT_TRUE(again.still_running.empty()) << "round " << round;
     EXPECT_EQ(q.counts().active, 0u) << "round " << round;
-    const std::lock_guard lock(ends_mu);
+    const std::lock_guard lock(ends.mu);
     for (JobId id : ids)
-      EXPECT_EQ(ends[id] + back[id], 1) << "seed " << seed + round << ": job " << id << " ended "
-                                        << ends[id] << " times, came back " << back[id] << " times";
+      EXPECT_EQ(ends.ends[id] + back[id], 1)
+          << "seed " << seed + round << ": job " << id << " ended " << ends.ends[id]
+          << " times, came back " << back[id] << " times";
   }
 }
 
@@ -462,15 +440,8 @@ TEST(CompletionReviewStress, InlineEngineRacesACompleterThread) {
         engine.queue<Probe>("calls", {.defaults = {.attempts = 3, .backoff = Backoff::fixed(10ms)},
                                       .visibility_timeout = 1s,
                                       .max_stalls = 3});
-    std::mutex ends_mu;
-    std::unordered_map<JobId, int> ends;
-    engine.on_event([&](const Event& e) {
-      if (e.kind == EventKind::completed || e.kind == EventKind::dead_lettered ||
-          e.kind == EventKind::cancelled || e.kind == EventKind::discarded) {
-        const std::lock_guard lock(ends_mu);
-        ++ends[e.job_id];
-      }
-    });
+    test::EndCounter ends;
+    engine.on_event(ends.observer());
     std::atomic<int> torn{0};
     q.process({.max_pending = 16}, [&](Job<Probe>& job) -> Outcome {
       Completion c;
@@ -508,9 +479,9 @@ TEST(CompletionReviewStress, InlineEngineRacesACompleterThread) {
         << "seed " << seed + round;
     EXPECT_EQ(c.active, 0u);
     EXPECT_EQ(torn.load(), 0);
-    const std::lock_guard lock(ends_mu);
+    const std::lock_guard lock(ends.mu);
     for (JobId id : ids)
-      EXPECT_EQ(ends[id], 1) << "seed " << seed + round << ": job " << id;
+      EXPECT_EQ(ends.ends[id], 1) << "seed " << seed + round << ": job " << id;
   }
 }
 

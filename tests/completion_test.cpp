@@ -17,6 +17,7 @@
 #include "support/downstream_options.hpp"
 #include "support/eventually.hpp"
 #include "support/inline_engine.hpp"
+#include "support/parked_completions.hpp"
 #include "support/watchdog.hpp"
 
 namespace rail {
@@ -25,23 +26,7 @@ namespace {
 using namespace std::chrono_literals;
 using Completions = test::InlineEngine;
 
-/// Parked: the Completions handlers handed over, completed by the test when it chooses.
-struct Parked {
-  std::mutex mu;
-  std::vector<Completion> all;
-  void put(Completion c) {
-    const std::lock_guard lock(mu);
-    all.push_back(std::move(c));
-  }
-  std::vector<Completion> take() {
-    const std::lock_guard lock(mu);
-    return std::exchange(all, {});
-  }
-  std::size_t size() {
-    const std::lock_guard lock(mu);
-    return all.size();
-  }
-};
+using Parked = test::ParkedCompletions;
 
 template <class T>
 auto deferring(Parked& parked) {

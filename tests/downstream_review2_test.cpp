@@ -21,6 +21,7 @@
 #include "rail/rail.hpp"
 #include "support/downstream_options.hpp"
 #include "support/eventually.hpp"
+#include "support/inline_fuzz.hpp"
 #include "support/sanitized.hpp"
 #include "support/watchdog.hpp"
 
@@ -70,8 +71,7 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
   for (int g = 0; g < 3; ++g) {
     const auto conc = static_cast<std::uint32_t>(rng() % 3);
     std::optional<RateLimit> rate;
-    if (rng() % 3 != 0)
-      rate = RateLimit{.max = 1 + rng() % 20, .per = 100ms, .burst = 1 + rng() % 5};
+    if (rng() % 3 != 0) rate = test::fuzz_rate(rng);
     gates.push_back(engine.downstream(gate_name(g), {.concurrency = conc, .rate = rate}));
     limit.push_back(conc);
   }
@@ -80,7 +80,7 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
   queues.push_back(engine.queue<int>("b", QueueOptions{}));
   queues.push_back(engine.queue<int>("c", test::calling("g1")));
   const int own[3] = {0, -1, 1};
-  std::vector<std::pair<int, JobId>> jobs;
+  test::FuzzJobs jobs;
   std::map<JobId, int> done;
   std::map<JobId, int> gate_of;
   int inside[3] = {0, 0, 0};
@@ -135,15 +135,9 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
       case 2:
       case 3: {
         const int pick = static_cast<int>(rng() % 4) - 1;  // -1: none named
-        JobOptions o = calling_job(pick < 0 ? std::string() : gate_name(pick));
-        o.attempts = 1000;
-        if (rng() % 4 == 0) o.delay = std::chrono::milliseconds(rng() % 500);
-        if (rng() % 4 == 0) {
-          o.dedup.id = "k" + std::to_string(rng() % 4);
-          o.dedup.ttl = std::chrono::milliseconds(1 + rng() % 1000);
-          o.dedup.mode = rng() % 2 ? DedupMode::debounce : DedupMode::merge;
-        }
-        const auto added = q.add("call", 0, o);
+        const auto added =
+            q.add("call", 0,
+                  test::fuzz_job(rng, calling_job(pick < 0 ? std::string() : gate_name(pick))));
         if (added.status == AddStatus::added) {
           jobs.emplace_back(static_cast<int>(qi), added.id);
           gate_of[added.id] = pick >= 0 ? pick : own[qi];
@@ -151,10 +145,7 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
         break;
       }
       case 4:
-        if (!jobs.empty()) {
-          const auto& [jq, id] = jobs[rng() % jobs.size()];
-          (void)queues[jq].cancel(id);
-        }
+        test::fuzz_cancel(rng, queues, jobs);
         break;
       case 5:
         q.pause();
@@ -163,24 +154,10 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
         q.resume();
         break;
       case 7:
-        if (!jobs.empty()) {
-          const auto& [jq, id] = jobs[rng() % jobs.size()];
-          if (rng() % 2) {
-            (void)queues[jq].promote(id);
-          } else {
-            (void)queues[jq].change_delay(id, std::chrono::milliseconds(rng() % 700));
-          }
-        }
+        test::fuzz_retime(rng, queues, jobs);
         break;
       case 8:
-        if (!fixed) {
-          auto& gw = gates[rng() % 3];
-          if (rng() % 4 == 0) {
-            gw.set_rate(std::nullopt);
-          } else {
-            gw.set_rate(RateLimit{.max = 1 + rng() % 20, .per = 100ms, .burst = 1 + rng() % 5});
-          }
-        }
+        if (!fixed) test::fuzz_set_rate(rng, gates[rng() % 3]);
         break;
       case 9:
         gates[rng() % 3].pause_for(std::chrono::milliseconds(rng() % 200));
@@ -218,15 +195,7 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
     if (next) clock.advance(std::max<Duration>(*next, 1ns));
     engine.run_until_idle();
   }
-  std::uint64_t ended = 0;
-  for (auto& q : queues) {
-    const auto n = q.counts();
-    EXPECT_EQ(n.waiting, 0u) << q.name() << ": stranded";
-    EXPECT_EQ(n.delayed, 0u) << q.name();
-    EXPECT_EQ(n.active, 0u) << q.name();
-    ended += n.completed + n.cancelled + n.dead_lettered;
-  }
-  EXPECT_EQ(ended, jobs.size());
+  test::expect_all_ended(queues, jobs.size());
   for (int g = 0; g < 3; ++g) {
     EXPECT_EQ(gates[g].stats().waiting, 0u) << "g" << g;
     EXPECT_EQ(gates[g].stats().in_flight, 0u) << "g" << g;

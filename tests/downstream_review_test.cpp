@@ -16,6 +16,7 @@
 #include "rail/rail.hpp"
 #include "support/downstream_options.hpp"
 #include "support/inline_engine.hpp"
+#include "support/inline_fuzz.hpp"
 #include "support/sanitized.hpp"
 
 namespace rail {
@@ -267,13 +268,13 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
   std::mt19937_64 rng(seed);
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-  const RateLimit rate{.max = 1 + rng() % 20, .per = 100ms, .burst = 1 + rng() % 5};
+  const RateLimit rate = test::fuzz_rate(rng);
   auto gw =
       engine.downstream("gw", {.concurrency = static_cast<std::uint32_t>(rng() % 3), .rate = rate});
   std::vector<Queue<int>> queues;
   for (const char* name : {"a", "b", "c"})
     queues.push_back(engine.queue<int>(name, test::calling("gw")));
-  std::vector<std::pair<int, JobId>> jobs;  // (queue, id) of each job made
+  test::FuzzJobs jobs;
   std::map<JobId, int> done;
   std::vector<std::int64_t> starts;
   for (auto& q : queues) {
@@ -293,23 +294,12 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
       case 0:
       case 1:
       case 2: {
-        JobOptions o;
-        o.attempts = 1000;
-        if (rng() % 4 == 0) o.delay = std::chrono::milliseconds(rng() % 500);
-        if (rng() % 4 == 0) {
-          o.dedup.id = "k" + std::to_string(rng() % 4);
-          o.dedup.ttl = std::chrono::milliseconds(1 + rng() % 1000);
-          o.dedup.mode = rng() % 2 ? DedupMode::debounce : DedupMode::merge;
-        }
-        const auto added = q.add("call", 0, o);
+        const auto added = q.add("call", 0, test::fuzz_job(rng));
         if (added.status == AddStatus::added) jobs.emplace_back(static_cast<int>(qi), added.id);
         break;
       }
       case 3:
-        if (!jobs.empty()) {
-          const auto& [jq, id] = jobs[rng() % jobs.size()];
-          (void)queues[jq].cancel(id);
-        }
+        test::fuzz_cancel(rng, queues, jobs);
         break;
       case 4:
         q.pause();
@@ -318,23 +308,10 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
         q.resume();
         break;
       case 6:
-        if (!jobs.empty()) {
-          const auto& [jq, id] = jobs[rng() % jobs.size()];
-          if (rng() % 2) {
-            (void)queues[jq].promote(id);
-          } else {
-            (void)queues[jq].change_delay(id, std::chrono::milliseconds(rng() % 700));
-          }
-        }
+        test::fuzz_retime(rng, queues, jobs);
         break;
       case 7:
-        if (!fixed) {
-          if (rng() % 4 == 0) {
-            gw.set_rate(std::nullopt);
-          } else {
-            gw.set_rate(RateLimit{.max = 1 + rng() % 20, .per = 100ms, .burst = 1 + rng() % 5});
-          }
-        }
+        if (!fixed) test::fuzz_set_rate(rng, gw);
         break;
       case 8:
         gw.pause_for(std::chrono::milliseconds(rng() % 200));
@@ -355,15 +332,7 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
     clock.advance(std::max<Duration>(*next, 1ns));
     engine.run_until_idle();
   }
-  std::uint64_t ended = 0;
-  for (auto& q : queues) {
-    const auto n = q.counts();
-    EXPECT_EQ(n.waiting, 0u) << q.name() << ": stranded";
-    EXPECT_EQ(n.delayed, 0u) << q.name();
-    EXPECT_EQ(n.active, 0u) << q.name();
-    ended += n.completed + n.cancelled + n.dead_lettered;
-  }
-  EXPECT_EQ(ended, jobs.size());
+  test::expect_all_ended(queues, jobs.size());
   EXPECT_EQ(gw.stats().waiting, 0u);
   EXPECT_EQ(gw.stats().in_flight, 0u);
   for (const auto& [jq, id] : jobs) {
