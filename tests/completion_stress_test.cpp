@@ -26,6 +26,7 @@
 #include "rail/rail.hpp"
 #include "support/downstream_options.hpp"
 #include "support/eventually.hpp"
+#include "support/inline_engine.hpp"
 #include "support/watchdog.hpp"
 
 namespace rail {
@@ -536,6 +537,50 @@ void debounce_round(std::uint64_t seed) {
     EXPECT_GT(debounced.load(), 0) << "no add debounced: the round tested nothing";
     EXPECT_EQ(c.completed + c.dead_lettered + c.discarded + c.cancelled, c.added);
   }
+}
+
+// The race above, step by step on a manual clock: a delivery's stale Completion pins the slot
+// of a job that went back to delayed; a debounce then merges (the payload stays), and once the
+// stale Completion is answered (late: false) the next debounce replaces the payload again.
+using StaleDebounce = test::InlineEngine;
+
+TEST_F(StaleDebounce, ADebounceMergesWhileAStaleCompletionPinsTheDelayedJob) {
+  auto q = engine.queue<Sealed>("debounced", {.visibility_timeout = 30s, .max_stalls = 5});
+  std::vector<Completion> parked;
+  std::vector<std::uint64_t> seen;  // the payload key (here: its version) of each delivery
+  q.process({.max_pending = 4}, [&](Job<Sealed>& job) {
+    EXPECT_TRUE(job.data().intact());
+    seen.push_back(job.data().key);
+    parked.push_back(job.defer());
+    return Outcome::pending();
+  });
+  std::mt19937_64 rng(1);
+  JobOptions jo;
+  jo.attempts = 3;
+  jo.delay = 1s;
+  jo.dedup = {.id = "k1", .ttl = 1h, .mode = DedupMode::debounce};
+  const JobId id = q.add("k1", Sealed::make(1, rng), jo).id;
+  clock.advance(1s);
+  engine.run_until_idle();  // delivery 1
+  clock.advance(30s);
+  engine.run_until_idle();  // its lease lapses: delivery 2
+  ASSERT_EQ(parked.size(), 2u);
+  EXPECT_TRUE(parked[0].cancelled());
+  EXPECT_TRUE(parked[1].complete(Outcome::retry_after(10s, "later")));
+  EXPECT_EQ(q.state(id).status, JobStatus::delayed);
+  const AddResult merged = q.add("k1", Sealed::make(2, rng), jo);
+  EXPECT_EQ(merged.id, id);
+  EXPECT_EQ(merged.status, AddStatus::duplicate) << "debounced under delivery 1's pin";
+  EXPECT_FALSE(parked[0].complete(Outcome::done())) << "delivery 1's lease had lapsed";
+  const AddResult debounced = q.add("k1", Sealed::make(3, rng), jo);
+  EXPECT_EQ(debounced.status, AddStatus::debounced) << "no pin left";
+  clock.advance(1h);
+  engine.run_until_idle();  // delivery 3
+  ASSERT_EQ(parked.size(), 3u);
+  EXPECT_EQ(seen, (std::vector<std::uint64_t>{1, 1, 3}));
+  EXPECT_TRUE(parked[2].complete(Outcome::done()));
+  EXPECT_EQ(q.state(id).status, JobStatus::completed);
+  EXPECT_EQ(q.counts().late_outcomes, 1u);
 }
 
 // --- the tests ----------------------------------------------------------------------------------
