@@ -1497,6 +1497,18 @@ bool JobFlow::idle() const noexcept {
   return c.waiting == 0 && c.delayed == 0 && c.active == 0;
 }
 
+std::unique_ptr<PoolWait> JobFlow::pool_wait(const std::string& what) const {
+  auto wait = std::make_unique<PoolWait>(dispatch_.pool_of_caller());
+  if (!wait->enter())
+    throw Error(ErrorCode::would_deadlock,
+                what + " on queue '" + name_ + "' from a worker of the engine's shared pool: the " +
+                    "pool's other " + std::to_string(wait->workers() - 1) + " worker(s) already " +
+                    "wait without a timeout for jobs only the pool runs, so this wait would " +
+                    "leave none free to run them; wait with a timeout, from outside the pool, " +
+                    "or give the pool more workers (EngineOptions.workers)");
+  return wait;
+}
+
 bool JobFlow::drain(Duration timeout) {
   if (core_.mode() != Mode::threaded)
     throw Error(ErrorCode::wrong_mode, "drain() on queue '" + name_ +
@@ -1515,6 +1527,7 @@ bool JobFlow::drain(Duration timeout) {
                     "whose one worker is the caller: the queue's jobs, which run on that pool, "
                     "would wait for it; drain from outside the pool, or give the pool more "
                     "workers (EngineOptions.workers)");
+  const auto counted = timeout == Duration::max() ? pool_wait("drain()") : nullptr;
   // Cold path: poll with a growing sleep. A drained queue stays drained only if nobody adds.
   const auto deadline = steady_deadline(timeout);  // Duration::max(): no timeout
   auto pause = std::chrono::microseconds(10);

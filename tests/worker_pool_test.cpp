@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <set>
@@ -292,6 +293,77 @@ TEST(WorkerPool, DrainFromTheOnlyPoolWorkerOfAQueueOnThatPoolThrowsWouldDeadlock
     EXPECT_EQ(outcome.load(), workers == 1 ? 2 : 1) << workers << " pool workers";
     EXPECT_TRUE(eventually([&] { return b.counts().completed == 1; }));
   }
+}
+
+/// every_worker_waits(workers, wait): `workers` jobs of queue a each wait without a timeout (by
+/// `wait`) for queue b, whose one job is delayed 1 s on a manual clock, from every worker of a
+/// shared pool of `workers`. Returns how many waits threw Error(would_deadlock) before the clock
+/// moved; checks that the rest returned once b's job ran, and the error's message.
+int every_worker_waits(std::uint32_t workers, const std::function<void(Queue<int>&, JobId)>& wait) {
+  ManualClock clock;
+  Engine engine({.clock = &clock, .workers = workers});
+  auto a = engine.queue<int>("a", QueueOptions{});
+  auto b = engine.queue<int>("b", QueueOptions{});
+  b.process(WorkerOptions::shared(), [](Job<int>&) {});
+  std::atomic<std::uint32_t> in{0}, refused{0}, returned{0}, other{0};
+  std::atomic<JobId> b_job{0};
+  a.process(WorkerOptions::shared(), [&](Job<int>&) {
+    in.fetch_add(1);
+    (void)eventually([&] { return in.load() == workers; });  // every worker is here
+    try {
+      wait(b, b_job.load());
+      returned.fetch_add(1);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      const bool named = what.find("shared pool") != std::string::npos &&
+                         what.find("queue 'b'") != std::string::npos &&
+                         what.find(std::to_string(workers - 1) + " worker(s)") != std::string::npos;
+      (e.code() == ErrorCode::would_deadlock && named ? refused : other).fetch_add(1);
+      if (!named) ADD_FAILURE() << what;
+    }
+  });
+  const AddResult later = b.add("later", 1, JobOptions{.delay = 1s});
+  EXPECT_EQ(later.status, AddStatus::added);
+  b_job.store(later.id);
+  for (std::uint32_t i = 0; i < workers; ++i)
+    EXPECT_EQ(a.add("wait for b", 1).status, AddStatus::added);
+  // Every wait has failed, timed out or is blocked on b's delayed job: an unbounded one that
+  // would take the last free worker failed.
+  EXPECT_TRUE(
+      eventually([&] { return refused.load() + other.load() >= 1 || returned.load() == workers; }));
+  clock.advance(1s);  // b's job runs on the worker the failed wait freed; the others return
+  EXPECT_TRUE(
+      eventually([&] { return returned.load() + refused.load() + other.load() == workers; }));
+  EXPECT_EQ(other.load(), 0u);
+  EXPECT_TRUE(a.drain(30s));
+  return static_cast<int>(refused.load());
+}
+
+TEST(WorkerPool, AnUnboundedDrainThatWouldLeaveThePoolNoFreeWorkerThrowsWouldDeadlock) {
+  // Every pool worker in a handler draining b, whose job only the pool runs: without the guard
+  // all of them wait forever. Exactly the wait that would take the last free worker fails.
+  const test::Watchdog watchdog(120s, "AnUnboundedDrainThatWouldLeaveThePoolNoFreeWorker...");
+  for (std::uint32_t workers : {2u, 3u})
+    EXPECT_EQ(every_worker_waits(workers, [](Queue<int>& b, JobId) { EXPECT_TRUE(b.drain()); }), 1)
+        << workers << " pool workers";
+}
+
+TEST(WorkerPool, AJobHandleWaitThatWouldLeaveThePoolNoFreeWorkerThrowsWouldDeadlock) {
+  const test::Watchdog watchdog(120s, "AJobHandleWaitThatWouldLeaveThePoolNoFreeWorker...");
+  for (std::uint32_t workers : {2u, 3u})
+    EXPECT_EQ(every_worker_waits(workers,
+                                 [](Queue<int>& b, JobId job) {
+                                   EXPECT_EQ(b.track(job).wait().status, JobStatus::completed);
+                                 }),
+              1)
+        << workers << " pool workers";
+}
+
+TEST(WorkerPool, BoundedWaitsFromEveryPoolWorkerAreNotRefused) {
+  // A wait with a timeout frees its worker by itself: none is refused (drain(timeout) returns
+  // false if b's job has not run by then).
+  const test::Watchdog watchdog(120s, "BoundedWaitsFromEveryPoolWorkerAreNotRefused");
+  EXPECT_EQ(every_worker_waits(2, [](Queue<int>& b, JobId) { EXPECT_FALSE(b.drain(50ms)); }), 0);
 }
 
 TEST(WorkerPool, InvalidPoolOptionsAreRejectedWithTheirName) {

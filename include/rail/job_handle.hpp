@@ -7,7 +7,8 @@
 //   Either throws Error(would_deadlock) from a timer callback (the job's retry may need that
 //   thread), and wait() also from a handler of the job's own queue, whose workers may all be
 //   waiting for jobs only they could run (wait_for is allowed there: it ties up that worker
-//   for at most t).
+//   for at most t). On the engine's shared pool, a worker's wait() that would leave the pool no
+//   free worker (the others all in such waits) throws Error(would_deadlock) too.
 // - inline engine: waiting drives run_until_idle() on the calling thread until the job ends; if
 //   the job cannot end without the clock moving (a delay or a backoff on a ManualClock), wait()
 //   throws Error(would_deadlock) naming the job and wait_for() returns nullopt. Not from inside
@@ -58,6 +59,9 @@ class JobHandle {
   /// wait(): blocks until the job ends and returns its end (see the header for where it throws).
   JobEnd<R> wait() const {
     check_can_wait(true);
+    const auto counted = flow_->core().mode() == Mode::threaded
+                             ? flow_->pool_wait("wait() on job " + std::to_string(id_))
+                             : nullptr;
     if (auto e = wait_until(std::chrono::steady_clock::time_point::max())) return *e;
     throw Error(ErrorCode::would_deadlock,
                 "wait() on job " + std::to_string(id_) + " of queue '" + flow_->name() +

@@ -183,7 +183,8 @@ class Queue {
   /// drain(timeout) blocks until nothing is waiting, delayed or running on this queue (a paused
   /// queue with jobs never drains) and the events of the jobs' ends have reached the observers
   /// (a lapse raises them on the timer thread); returns false if `timeout` (real time) passed
-  /// first.
+  /// first. Throws Error(would_deadlock) from the queue's own handlers and timer callbacks, and
+  /// from a shared-pool worker whose wait without a timeout would leave the pool no free worker.
   /// Threaded engines only (Error(wrong_mode) inline: use Engine::run_until_idle).
   bool drain(Duration timeout = Duration::max()) { return impl_->drain(timeout); }
 

@@ -97,6 +97,47 @@ struct WakeTarget {
   // Its own line: producers read it on every push.
   alignas(64) std::atomic<std::uint32_t> spinning{0};
   EventCount ec;
+  // A shared pool's: its worker threads, and how many of them wait without a timeout for jobs
+  // only the pool runs (PoolWait). Cold: touched by such waits only.
+  std::uint32_t workers = 0;
+  std::atomic<std::uint32_t> waiting{0};
+};
+
+/// PoolWait: a shared-pool worker that waits without a timeout for jobs only its pool runs
+/// (drain(), a job handle's wait(), from a handler) holds one of the pool's workers until the
+/// wait ends. The waits are counted per pool, so that the one that would leave no worker free
+/// to run the awaited jobs fails (enter() false: the caller throws Error(would_deadlock))
+/// instead of blocking forever, as every worker of a fixed pool waiting on the pool would.
+/// relaxed: the count orders nothing; each fetch_add's result alone decides, so of two waits
+/// racing for the last free worker exactly one fails.
+class PoolWait {
+ public:
+  /// PoolWait(pool): `pool` is the waited-for queue's pool when the caller is one of its
+  /// workers (Dispatcher::pool_of_caller), else null: nothing is counted.
+  explicit PoolWait(WakeTarget* pool) noexcept : pool_(pool) {}
+  ~PoolWait() {
+    if (counted_) pool_->waiting.fetch_sub(1, std::memory_order_relaxed);
+  }
+  PoolWait(const PoolWait&) = delete;
+  PoolWait& operator=(const PoolWait&) = delete;
+
+  /// enter(): counts this wait; false (nothing counted) if the pool's other workers all wait
+  /// so already.
+  [[nodiscard]] bool enter() noexcept {
+    if (pool_ == nullptr) return true;
+    if (pool_->waiting.fetch_add(1, std::memory_order_relaxed) + 1 >= pool_->workers) {
+      pool_->waiting.fetch_sub(1, std::memory_order_relaxed);
+      return false;
+    }
+    counted_ = true;
+    return true;
+  }
+  /// workers(): the pool's size, for the error message.
+  [[nodiscard]] std::uint32_t workers() const noexcept { return pool_ ? pool_->workers : 0; }
+
+ private:
+  WakeTarget* pool_;
+  bool counted_ = false;
 };
 
 /// served_target(): the wake target of the shared pool whose worker this thread is (null on
@@ -226,6 +267,13 @@ class Dispatcher {
   [[nodiscard]] bool waits_for_caller() const noexcept {
     return pooled() && workers() == 1 &&
            served_target() == wake_.load(std::memory_order_relaxed);  // set before any turn
+  }
+
+  /// pool_of_caller(): this queue's shared pool, when the caller is one of that pool's workers
+  /// (a handler or an observer on it); else null. See PoolWait.
+  [[nodiscard]] WakeTarget* pool_of_caller() const noexcept {
+    WakeTarget* const t = wake_.load(std::memory_order_relaxed);  // set before any turn
+    return pooled() && served_target() == t ? t : nullptr;
   }
 
   /// workers(): worker threads (0 before start, 1 in inline mode).

@@ -42,7 +42,7 @@ class WorkerPool {
   static constexpr std::size_t kMaxMembers = EngineCore::kMaxQueues;
 
   /// WorkerPool(workers): no threads until start().
-  explicit WorkerPool(std::uint32_t workers) noexcept : size_(workers) {}
+  explicit WorkerPool(std::uint32_t workers) noexcept : size_(workers) { wake_.workers = workers; }
   ~WorkerPool() {
     stop();
     join();
