@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/background_load.hpp"
 #include "engine/completion_latch.hpp"
 
 namespace bench {
@@ -111,40 +112,6 @@ inline void timed_batches(benchmark::State& state, const std::string& name, Comp
   state.counters["median_jobs_per_s"] = static_cast<double>(n) / median;
   Results::instance().record(name, static_cast<double>(n) / median);
 }
-
-/// BackgroundLoad: while it lives, one CPU-bound thread per core does the embedding server's own
-/// work (a busy loop of arithmetic), so a contender's threads compete with runnable threads for
-/// every core (issue 14's oversubscription rows). Both contenders of a row run under it.
-class BackgroundLoad {
- public:
-  BackgroundLoad() {
-    const unsigned n = std::max(1u, std::thread::hardware_concurrency());
-    for (unsigned i = 0; i < n; ++i)
-      threads_.emplace_back([this, i] {
-        std::uint64_t x = i + 1;
-        // relaxed: a stop flag, nothing to carry; checked every 4096 steps of xorshift.
-        while (!stop_.load(std::memory_order_relaxed))
-          for (int k = 0; k < 4096; ++k) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-          }
-        sink_.fetch_add(x, std::memory_order_relaxed);  // keeps the loop from being optimised out
-      });
-  }
-  ~BackgroundLoad() {
-    stop_.store(true, std::memory_order_relaxed);
-    for (auto& t : threads_)
-      t.join();
-  }
-  BackgroundLoad(const BackgroundLoad&) = delete;
-  BackgroundLoad& operator=(const BackgroundLoad&) = delete;
-
- private:
-  std::atomic<bool> stop_{false};
-  std::atomic<std::uint64_t> sink_{0};
-  std::vector<std::thread> threads_;
-};
 
 /// Registration hooks, one per contender file: the producers x workers matrix, then the extra
 /// variants run at 1 producer + 2 workers (the configuration issue 4's targets name). main()

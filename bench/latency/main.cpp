@@ -6,6 +6,7 @@
 // targets goes to stderr after the run (stdout stays the reporter's).
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "engine/flags.hpp"
 #include "latency/histogram.hpp"
@@ -61,6 +62,17 @@ void print_summary() {
                    ours->p99, mc->p99, ours->p99 / mc->p99, verdict(ours->p99 <= mc->p99));
     }
   }
+  std::fprintf(stderr, "issue 14, 100k/s w:2: rail vs the moodycamel pool, p99 and p99.9 (ns)\n");
+  for (const auto& [ours, theirs] :
+       {std::pair{"rail:shared", "moodycamel"}, std::pair{"rail:busy", "moodycamel:busy"},
+        std::pair{"rail:busy-shared", "moodycamel:busy"}}) {
+    const Percentiles* a = r.find(latency_name(ours, 100'000, 2));
+    const Percentiles* b = r.find(latency_name(theirs, 100'000, 2));
+    if (!a || !b) continue;
+    std::fprintf(stderr, "  %-17s p99 %8.0f vs %8.0f (%s)  p99.9 %9.0f vs %9.0f (%s)  [%s]\n", ours,
+                 a->p99, b->p99, a->p99 <= b->p99 ? "no worse" : "WORSE", a->p999, b->p999,
+                 a->p999 <= b->p999 ? "no worse" : "WORSE", theirs);
+  }
   std::fprintf(stderr, "retry punctuality, 10 ms fixed backoff: lateness in ms (p50 / max)\n");
   for (const char* load : {"idle", "separate", "shared"}) {
     std::string base = std::string("rail/retry_punctuality/load:") + load;
@@ -104,6 +116,12 @@ int main(int argc, char** argv) {
     }
     bench::register_spin_handoff_latency(rate);
   }
+  // Issue 14 at 100k/s with 2 workers: the shared pool, and cores kept busy by the embedding
+  // server's own threads; each rail row next to its baseline.
+  bench::register_rail_latency(100'000, 2, bench::Setting::shared);
+  bench::register_rail_latency(100'000, 2, bench::Setting::busy);
+  bench::register_rail_latency(100'000, 2, bench::Setting::busy_shared);
+  bench::register_moodycamel_latency(100'000, 2, bench::Setting::busy);
   bench::register_retry_punctuality();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

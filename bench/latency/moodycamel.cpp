@@ -3,8 +3,10 @@
 // target is stated against. The task captures a context pointer and the add time (16 bytes: it
 // fits std::function's local buffer, so no task allocates).
 #include <functional>
+#include <optional>
 #include <string>
 
+#include "common/background_load.hpp"
 #include "engine/completion_latch.hpp"
 #include "engine/moodycamel_pool.hpp"
 #include "latency/workload.hpp"
@@ -18,10 +20,12 @@ struct Context {
 };
 
 void moodycamel_latency(benchmark::State& state, const std::string& name, std::uint64_t rate,
-                        int workers) {
+                        int workers, Setting setting) {
   const std::uint64_t jobs =
       rate >= 100'000 ? latency_config().jobs_100k : latency_config().jobs_10k;
   const std::uint64_t warmup = std::min<std::uint64_t>(jobs / 10, 10'000);
+  std::optional<BackgroundLoad> load;  // busy: as rail's busy rows (no shared pool here)
+  if (setting == Setting::busy || setting == Setting::busy_shared) load.emplace();
   Context ctx;
   MoodycamelPool<std::function<void()>> pool(workers, 1);
   double seconds = 0;
@@ -46,11 +50,12 @@ void moodycamel_latency(benchmark::State& state, const std::string& name, std::u
 
 }  // namespace
 
-void register_moodycamel_latency(std::uint64_t rate, int workers) {
-  std::string name = latency_name("moodycamel", rate, workers);
-  benchmark::RegisterBenchmark(
-      name.c_str(),
-      [name, rate, workers](benchmark::State& s) { moodycamel_latency(s, name, rate, workers); })
+void register_moodycamel_latency(std::uint64_t rate, int workers, Setting setting) {
+  std::string name = latency_name(contender_name("moodycamel", setting), rate, workers);
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [name, rate, workers, setting](benchmark::State& s) {
+                                 moodycamel_latency(s, name, rate, workers, setting);
+                               })
       ->UseManualTime()
       ->Iterations(1)
       ->Unit(benchmark::kMillisecond);

@@ -155,8 +155,28 @@ inline std::string latency_name(const std::string& contender, std::uint64_t rate
   return contender + "/rate:" + std::to_string(rate) + "/w:" + std::to_string(workers);
 }
 
-void register_rail_latency(std::uint64_t rate, int workers);
-void register_moodycamel_latency(std::uint64_t rate, int workers);
+/// Setting: where a contender's workers run (issue 14). own: the queue's (pool's) own threads;
+/// shared: rail's engine-wide shared pool; busy: own threads against a CPU-bound thread per
+/// core (BackgroundLoad) for the whole run; busy_shared: both.
+enum class Setting { own, shared, busy, busy_shared };
+
+/// contender_name(contender, setting): "rail", "rail:shared", "rail:busy", "moodycamel:busy", ...
+inline std::string contender_name(const std::string& contender, Setting setting) {
+  switch (setting) {
+    case Setting::own:
+      return contender;
+    case Setting::shared:
+      return contender + ":shared";
+    case Setting::busy:
+      return contender + ":busy";
+    case Setting::busy_shared:
+      return contender + ":busy-shared";
+  }
+  return contender;
+}
+
+void register_rail_latency(std::uint64_t rate, int workers, Setting setting = Setting::own);
+void register_moodycamel_latency(std::uint64_t rate, int workers, Setting setting = Setting::own);
 /// The platform floor: a busy-polling consumer of a plain SPSC array (spin_handoff.cpp).
 void register_spin_handoff_latency(std::uint64_t rate);
 void register_retry_punctuality();
