@@ -1246,8 +1246,10 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   // instead of at its deadline; a waiting job's slot returns when a worker pops its index, or,
   // in a blocked ring (which only wakes pop), when the sweep below does.
   JobSlot& s = slots_[idx];
-  stats_.add(from == SlotState::waiting ? kFromReady : kFromDelayed);
   Settled settled = record_end(s, EndKind::cancelled, core_.now_ns(), nullptr);
+  // Out of its gauge once the end is recorded and observed (as a worker's ends are): a drain()
+  // that sees the queue idle then also finds the `cancelled` event delivered.
+  stats_.add(from == SlotState::waiting ? kFromReady : kFromDelayed);
   const JobId id = s.id.load(std::memory_order_relaxed);
   // A leader of its downstream's waiting jobs leaves the wheel: another job must lead.
   if (GateLink* gate = link(s.link); gate && from == SlotState::delayed)
@@ -1499,13 +1501,17 @@ bool JobFlow::idle() const noexcept {
 
 std::unique_ptr<PoolWait> JobFlow::pool_wait(const std::string& what) const {
   auto wait = std::make_unique<PoolWait>(dispatch_.pool_of_caller());
-  if (!wait->enter())
+  if (!wait->enter()) {
+    const std::uint32_t others = wait->workers() - 1;
     throw Error(ErrorCode::would_deadlock,
-                what + " on queue '" + name_ + "' from a worker of the engine's shared pool: the " +
-                    "pool's other " + std::to_string(wait->workers() - 1) + " worker(s) already " +
-                    "wait without a timeout for jobs only the pool runs, so this wait would " +
-                    "leave none free to run them; wait with a timeout, from outside the pool, " +
-                    "or give the pool more workers (EngineOptions.workers)");
+                what + " on queue '" + name_ + "' from a worker of the engine's shared pool: " +
+                    (others == 0 ? std::string("the pool's only worker is the caller")
+                                 : "the pool's other " + std::to_string(others) +
+                                       " worker(s) already wait without a timeout for its jobs") +
+                    ", so this wait would leave no worker free to run the queue's jobs; wait with "
+                    "a timeout, from outside the pool, or give the pool more workers "
+                    "(EngineOptions.workers)");
+  }
   return wait;
 }
 
@@ -1520,24 +1526,32 @@ bool JobFlow::drain(Duration timeout) {
                     "' was called from one of its own handlers or from a callback of the timer "
                     "(an observer of retry_due/stalled, a DLQ alert), which would wait for "
                     "itself; drain from outside handlers and callbacks");
-  if (dispatch_.waits_for_caller())
-    throw Error(ErrorCode::would_deadlock,
-                "drain() on queue '" + name_ +
-                    "' was called from a handler (or observer) on the engine's shared pool, "
-                    "whose one worker is the caller: the queue's jobs, which run on that pool, "
-                    "would wait for it; drain from outside the pool, or give the pool more "
-                    "workers (EngineOptions.workers)");
-  const auto counted = timeout == Duration::max() ? pool_wait("drain()") : nullptr;
   // Cold path: poll with a growing sleep. A drained queue stays drained only if nobody adds.
   const auto deadline = steady_deadline(timeout);  // Duration::max(): no timeout
+  std::unique_ptr<PoolWait> counted;               // taken when about to block with no timeout
   auto pause = std::chrono::microseconds(10);
-  while (!idle()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  for (;;) {
+    while (!idle()) {
+      // About to block: a wait that would leave the shared pool no worker for the queue's jobs
+      // is refused (a queue that is idle already drains from anywhere).
+      if (dispatch_.waits_for_caller())
+        throw Error(ErrorCode::would_deadlock,
+                    "drain() on queue '" + name_ +
+                        "' was called from a handler (or observer) on the engine's shared pool, "
+                        "whose one worker is the caller: the queue's jobs, which run on that "
+                        "pool, would wait for it; drain from outside the pool, or give the pool "
+                        "more workers (EngineOptions.workers)");
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      if (!counted && deadline == std::chrono::steady_clock::time_point::max())
+        counted = pool_wait("drain()");
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(2000));
+    }
+    // The counts show a job ended by a lapse before the timer thread has told the observers;
+    // and what they were told may have added jobs (an observer, a schedule's run): look again.
+    if (!core_.await_deliveries(deadline)) return false;
+    if (idle()) return true;
   }
-  // The counts show a job ended by a lapse before the timer thread has told the observers.
-  return core_.await_deliveries(deadline);
 }
 
 // --- shutdown

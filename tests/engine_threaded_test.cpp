@@ -300,6 +300,30 @@ TEST(ThreadedEngine, DrainWaitsForObserversToSeeAnEndRaisedOnTheTimerThread) {
   EXPECT_EQ(cancelled_seen.load(), 1);
 }
 
+TEST(ThreadedEngine, DrainWaitsForTheCancelledEventOfACancelOnAnotherThread) {
+  // A cancel takes the job out of `waiting` only after its `cancelled` event reached the
+  // observers (review: the gauge went first, and a drain on another thread answered "drained"
+  // while the event was still to come).
+  std::atomic<bool> in_cancelled{false}, observer_go{false};
+  Engine engine;
+  ReleaseOnExit release_observer{observer_go};  // destroyed before the engine
+  engine.on_event([&](const Event& e) {
+    if (e.kind != EventKind::cancelled) return;
+    in_cancelled.store(true);
+    (void)eventually([&] { return observer_go.load(); }, 120s);
+  });
+  auto q = engine.queue<int>("q", {});
+  q.process({.concurrency = 1}, [](Job<int>&) {});
+  q.pause();  // the job waits
+  const JobId id = q.add("a", 1).id;
+  std::thread canceller([&] { EXPECT_TRUE(q.cancel(id)); });
+  ASSERT_TRUE(eventually([&] { return in_cancelled.load(); }));
+  EXPECT_FALSE(q.drain(0ms)) << "drain() answered while the job's end was undelivered";
+  observer_go.store(true);
+  canceller.join();
+  EXPECT_TRUE(q.drain(60s));
+}
+
 TEST(ThreadedEngine, BlockedAddThrowsShuttingDownWhenShutdownBegins) {
   // The add blocks on a full queue with no worker; shutdown must end its wait with
   // Error(shutting_down) rather than leave it to time out (block_timeout is far longer than the

@@ -271,8 +271,8 @@ TEST(WorkerPool, JobsAddedBeforeTheQueueJoinsThePoolRun) {
 }
 
 TEST(WorkerPool, DrainFromTheOnlyPoolWorkerOfAQueueOnThatPoolThrowsWouldDeadlock) {
-  // Pool of 1: a's handler draining b (on the same pool) would wait for its own thread. With a
-  // second worker, b's jobs run there and the drain returns.
+  // Pool of 1: a's handler draining b (on the same pool) while b has a job would wait for its
+  // own thread. With a second worker, b's jobs run there and the drain returns.
   const test::Watchdog watchdog(120s, "DrainFromTheOnlyPoolWorkerOfAQueueOnThatPoolThrows...");
   for (std::uint32_t workers : {1u, 2u}) {
     Engine engine({.workers = workers});
@@ -281,13 +281,15 @@ TEST(WorkerPool, DrainFromTheOnlyPoolWorkerOfAQueueOnThatPoolThrowsWouldDeadlock
     b.process(WorkerOptions::shared(), [](Job<int>&) {});
     std::atomic<int> outcome{0};  // 1: drained, 2: would_deadlock, 3: anything else
     a.process(WorkerOptions::shared(), [&](Job<int>&) {
+      // b's job, added here: on a pool of 1 it cannot run before the drain (the caller is the
+      // only worker).
+      if (b.add("x", 1).status != AddStatus::added) outcome.store(3);
       try {
         outcome.store(b.drain(30s) ? 1 : 3);
       } catch (const Error& e) {
         outcome.store(e.code() == ErrorCode::would_deadlock ? 2 : 3);
       }
     });
-    ASSERT_EQ(b.add("x", 1).status, AddStatus::added);
     ASSERT_EQ(a.add("drain b", 1).status, AddStatus::added);
     ASSERT_TRUE(eventually([&] { return outcome.load() != 0; }));
     EXPECT_EQ(outcome.load(), workers == 1 ? 2 : 1) << workers << " pool workers";
@@ -301,12 +303,13 @@ TEST(WorkerPool, DrainFromTheOnlyPoolWorkerOfAQueueOnThatPoolThrowsWouldDeadlock
 /// moved; checks that the rest returned once b's job ran, and the error's message.
 int every_worker_waits(std::uint32_t workers, const std::function<void(Queue<int>&, JobId)>& wait) {
   ManualClock clock;
+  // Before the engine, whose destructor joins the handlers that use them.
+  std::atomic<std::uint32_t> in{0}, refused{0}, returned{0}, other{0};
+  std::atomic<JobId> b_job{0};
   Engine engine({.clock = &clock, .workers = workers});
   auto a = engine.queue<int>("a", QueueOptions{});
   auto b = engine.queue<int>("b", QueueOptions{});
   b.process(WorkerOptions::shared(), [](Job<int>&) {});
-  std::atomic<std::uint32_t> in{0}, refused{0}, returned{0}, other{0};
-  std::atomic<JobId> b_job{0};
   a.process(WorkerOptions::shared(), [&](Job<int>&) {
     in.fetch_add(1);
     (void)eventually([&] { return in.load() == workers; });  // every worker is here
@@ -357,6 +360,30 @@ TEST(WorkerPool, AJobHandleWaitThatWouldLeaveThePoolNoFreeWorkerThrowsWouldDeadl
                                  }),
               1)
         << workers << " pool workers";
+}
+
+TEST(WorkerPool, WaitsThatNeedNotBlockAreNeverRefused) {
+  // On a pool of one worker, its handler waits on a job of b that has ended and drains b when
+  // it is idle: neither blocks, so neither is refused (only a wait about to block is counted).
+  const test::Watchdog watchdog(120s, "WaitsThatNeedNotBlockAreNeverRefused");
+  std::atomic<int> outcome{0};  // 1: both returned, 2: refused, 3: anything else
+  Engine engine({.workers = 1});
+  auto a = engine.queue<int>("a", QueueOptions{});
+  auto b = engine.queue<int>("b", QueueOptions{});
+  b.process(WorkerOptions::shared(), [](Job<int>&) {});
+  const JobId done = b.add("x", 1).id;
+  ASSERT_TRUE(b.drain(30s));
+  a.process(WorkerOptions::shared(), [&](Job<int>&) {
+    try {
+      const bool ok = b.track(done).wait().status == JobStatus::completed && b.drain();
+      outcome.store(ok ? 1 : 3);
+    } catch (const Error& e) {
+      outcome.store(e.code() == ErrorCode::would_deadlock ? 2 : 3);
+    }
+  });
+  ASSERT_EQ(a.add("wait", 1).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return outcome.load() != 0; }));
+  EXPECT_EQ(outcome.load(), 1);
 }
 
 TEST(WorkerPool, BoundedWaitsFromEveryPoolWorkerAreNotRefused) {

@@ -59,9 +59,6 @@ class JobHandle {
   /// wait(): blocks until the job ends and returns its end (see the header for where it throws).
   JobEnd<R> wait() const {
     check_can_wait(true);
-    const auto counted = flow_->core().mode() == Mode::threaded
-                             ? flow_->pool_wait("wait() on job " + std::to_string(id_))
-                             : nullptr;
     if (auto e = wait_until(std::chrono::steady_clock::time_point::max())) return *e;
     throw Error(ErrorCode::would_deadlock,
                 "wait() on job " + std::to_string(id_) + " of queue '" + flow_->name() +
@@ -128,6 +125,12 @@ class JobHandle {
         if (detail::run_inline(flow_->core()) == 0) return ended();
       }
     }
+    if (auto e = ended()) return e;
+    // About to block with no end in sight (wait(), or a timeout that saturated to never): on the
+    // shared pool, counted against its free workers (PoolWait).
+    const auto counted = deadline == std::chrono::steady_clock::time_point::max()
+                             ? flow_->pool_wait("wait() on job " + std::to_string(id_))
+                             : nullptr;
     // Tracked at add (sure_): the end will be recorded; sleep until it is. By id: the end may
     // have been recorded before the waiter was (see end_tracker.hpp): re-check now and then.
     auto poll = std::chrono::milliseconds(1);

@@ -224,18 +224,34 @@ class EngineCore {
     return owned(lock, std::forward<F>(f));
   }
 
-  /// await_deliveries(deadline): waits until the events raised so far under the wheel (a lapse,
-  /// a firing) have reached the observers; false if `deadline` passed first. The owner delivers
-  /// them only after it lets the wheel go, and meanwhile the counts may already show the jobs
-  /// ended: drain() calls this so that "drained" also means "observed". Cold: polls.
+  /// await_deliveries(deadline): waits until the events raised under the wheel before the call
+  /// (a lapse, a firing) have reached the observers; false if `deadline` passed first. The owner
+  /// delivers them only after it lets the wheel go, and meanwhile the counts may already show
+  /// the jobs ended: drain() calls this so that "drained" also means "observed". Batches begun
+  /// later are not waited for (they could keep an engine-wide count above 0 forever): the two
+  /// epochs are flipped and drained in turn, as RCU's grace periods are, so that batches left
+  /// by a waiter that timed out are waited for too. Cold: polls; callers take turns.
   [[nodiscard]] bool await_deliveries(std::chrono::steady_clock::time_point deadline) {
-    { std::lock_guard lock(wheel_mu_); }  // an owner raising events now has counted them
-    auto pause = std::chrono::microseconds(10);
-    // acquire: pairs with the delivery's release decrement.
-    while (delivering_.load(std::memory_order_acquire) != 0) {
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(2000));
+    std::unique_lock turn(await_mu_, std::defer_lock);
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      turn.lock();
+    } else if (!turn.try_lock_until(deadline)) {
+      return false;
+    }
+    for (int phase = 0; phase < 2; ++phase) {
+      std::uint32_t old;
+      {
+        const std::lock_guard lock(wheel_mu_);  // batches counted before this are in `old`
+        old = epoch_;
+        epoch_ ^= 1;
+      }
+      auto pause = std::chrono::microseconds(10);
+      // acquire: pairs with the delivery's release decrement.
+      while (delivering_[old].load(std::memory_order_acquire) != 0) {
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(2000));
+      }
     }
     return true;
   }
@@ -347,15 +363,25 @@ class EngineCore {
     }();
     out.swap(deferred_);
     if (out.empty()) return result;
-    // Counted before the lock goes: a drain() that takes the lock after us sees these events
-    // still on their way (await_deliveries). relaxed: the unlock publishes it to that lock.
-    delivering_.fetch_add(1, std::memory_order_relaxed);
+    // Counted in the current epoch before the lock goes: a drain() that flips the epoch after
+    // us waits for these events (await_deliveries). relaxed: the unlock publishes it to that
+    // drain's lock.
+    std::atomic<std::uint32_t>& count = delivering_[epoch_];
+    count.fetch_add(1, std::memory_order_relaxed);
     lock.unlock();
-    struct Delivered {  // however the loop leaves, the count comes down
+    // However the loop leaves (a callback that throws), the buffer is emptied, the thread is
+    // no longer delivering, and the count comes down.
+    struct Delivered {
+      std::vector<DeferredEvent>& out;
       std::atomic<std::uint32_t>& count;
-      // release: a drain() that reads the count lower sees what the observers did.
-      ~Delivered() { count.fetch_sub(1, std::memory_order_release); }
-    } delivered{delivering_};
+      bool outer;
+      ~Delivered() {
+        out.clear();
+        delivery_buffer().in_use = !outer;
+        // release: a drain() that reads the count lower sees what the observers did.
+        count.fetch_sub(1, std::memory_order_release);
+      }
+    } delivered{out, count, outer};
     delivery_buffer().in_use = true;
     for (auto& d : out) {
       if (d.call) {
@@ -366,8 +392,6 @@ class EngineCore {
       d.event.job_name = d.job_name;
       deliver(d.event);
     }
-    delivery_buffer().in_use = !outer;
-    out.clear();
     return result;
   }
 
@@ -458,8 +482,11 @@ class EngineCore {
   std::mutex wheel_mu_;
   Wheel wheel_;
   mutable std::vector<DeferredEvent> deferred_;  // guarded by wheel_mu_
-  // Batches of deferred events taken from under the wheel and not yet delivered (owned()).
-  std::atomic<std::uint32_t> delivering_{0};
+  // Batches of deferred events taken from under the wheel and not yet delivered (owned()), by
+  // the epoch they were taken in; epoch_ is guarded by wheel_mu_, flipped by await_deliveries.
+  std::atomic<std::uint32_t> delivering_[2]{};
+  std::uint32_t epoch_ = 0;
+  std::timed_mutex await_mu_;  // await_deliveries' callers take turns
   alignas(64) std::atomic<std::uint32_t> timer_signal_{0};
   // When the wheel's earliest timer may fire, as of the last processing; read by every worker
   // between batches, written once per processing: a line of its own.
