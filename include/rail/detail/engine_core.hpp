@@ -232,11 +232,14 @@ class EngineCore {
   /// epochs are flipped and drained in turn, as RCU's grace periods are, so that batches left
   /// by a waiter that timed out are waited for too. Cold: polls; callers take turns.
   [[nodiscard]] bool await_deliveries(std::chrono::steady_clock::time_point deadline) {
-    std::unique_lock turn(await_mu_, std::defer_lock);
-    if (deadline == std::chrono::steady_clock::time_point::max()) {
-      turn.lock();
-    } else if (!turn.try_lock_until(deadline)) {
-      return false;
+    // A plain mutex, polled until the deadline: std::timed_mutex's try_lock_until is
+    // pthread_mutex_clocklock, which ThreadSanitizer does not intercept (it then reports the
+    // unlock as one of an unlocked mutex).
+    std::unique_lock turn(await_mu_, std::try_to_lock);
+    for (auto pause = std::chrono::microseconds(10); !turn.owns_lock(); (void)turn.try_lock()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(2000));
     }
     for (int phase = 0; phase < 2; ++phase) {
       std::uint32_t old;
@@ -486,7 +489,7 @@ class EngineCore {
   // the epoch they were taken in; epoch_ is guarded by wheel_mu_, flipped by await_deliveries.
   std::atomic<std::uint32_t> delivering_[2]{};
   std::uint32_t epoch_ = 0;
-  std::timed_mutex await_mu_;  // await_deliveries' callers take turns
+  std::mutex await_mu_;  // await_deliveries' callers take turns
   alignas(64) std::atomic<std::uint32_t> timer_signal_{0};
   // When the wheel's earliest timer may fire, as of the last processing; read by every worker
   // between batches, written once per processing: a line of its own.
