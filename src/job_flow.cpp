@@ -193,14 +193,14 @@ bool JobFlow::acquire_slots_slow(std::uint32_t* out, std::size_t n) {
   // Cold path: the queue is full. Poll with a growing real-time sleep up to block_timeout;
   // workers freeing slots do not pay for waking blocked producers.
   const auto deadline = steady_deadline(options_.block_timeout);  // max: wait for room
-  auto pause = std::chrono::microseconds(1);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(pause);
-    if (try_acquire(out, n)) return true;
-    if (!core_.accepting()) throw_shutting_down();
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-  }
-  return false;
+  return poll_until(
+      deadline,
+      [&] {
+        if (try_acquire(out, n)) return true;
+        if (!core_.accepting()) throw_shutting_down();
+        return false;
+      },
+      std::chrono::microseconds(1), std::chrono::microseconds(1000));
 }
 
 void JobFlow::name_own(const std::uint32_t* idx, std::size_t n, std::string_view name) {
@@ -1499,18 +1499,19 @@ bool JobFlow::idle() const noexcept {
   return c.waiting == 0 && c.delayed == 0 && c.active == 0;
 }
 
-std::unique_ptr<PoolWait> JobFlow::pool_wait(const std::string& what) const {
-  auto wait = std::make_unique<PoolWait>(dispatch_.pool_of_caller());
-  if (!wait->enter()) {
-    const std::uint32_t others = wait->workers() - 1;
+PoolWait JobFlow::pool_wait(const std::string& what, bool bounded) const {
+  PoolWait wait(dispatch_.pool_of_caller());
+  if (!wait.enter(bounded)) {
+    const std::uint32_t others = wait.workers() - 1;
     throw Error(ErrorCode::would_deadlock,
                 what + " on queue '" + name_ + "' from a worker of the engine's shared pool: " +
                     (others == 0 ? std::string("the pool's only worker is the caller")
                                  : "the pool's other " + std::to_string(others) +
                                        " worker(s) already wait without a timeout for its jobs") +
-                    ", so this wait would leave no worker free to run the queue's jobs; wait with "
-                    "a timeout, from outside the pool, or give the pool more workers "
-                    "(EngineOptions.workers)");
+                    ", so this wait would leave no worker free to run the queue's jobs; " +
+                    (others == 0 ? "wait from outside the pool"
+                                 : "wait with a timeout, from outside the pool") +
+                    ", or give the pool more workers (EngineOptions.workers)");
   }
   return wait;
 }
@@ -1528,25 +1529,18 @@ bool JobFlow::drain(Duration timeout) {
                     "itself; drain from outside handlers and callbacks");
   // Cold path: poll with a growing sleep. A drained queue stays drained only if nobody adds.
   const auto deadline = steady_deadline(timeout);  // Duration::max(): no timeout
-  std::unique_ptr<PoolWait> counted;               // taken when about to block with no timeout
-  auto pause = std::chrono::microseconds(10);
+  std::optional<PoolWait> checked;                 // taken when first about to block
   for (;;) {
-    while (!idle()) {
+    const bool idled = poll_until(deadline, [&] {
+      if (idle()) return true;
       // About to block: a wait that would leave the shared pool no worker for the queue's jobs
       // is refused (a queue that is idle already drains from anywhere).
-      if (dispatch_.waits_for_caller())
-        throw Error(ErrorCode::would_deadlock,
-                    "drain() on queue '" + name_ +
-                        "' was called from a handler (or observer) on the engine's shared pool, "
-                        "whose one worker is the caller: the queue's jobs, which run on that "
-                        "pool, would wait for it; drain from outside the pool, or give the pool "
-                        "more workers (EngineOptions.workers)");
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      if (!counted && deadline == std::chrono::steady_clock::time_point::max())
-        counted = pool_wait("drain()");
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(2000));
-    }
+      if (!checked)
+        checked.emplace(
+            pool_wait("drain()", deadline != std::chrono::steady_clock::time_point::max()));
+      return false;
+    });
+    if (!idled) return false;
     // The counts show a job ended by a lapse before the timer thread has told the observers;
     // and what they were told may have added jobs (an observer, a schedule's run): look again.
     if (!core_.await_deliveries(deadline)) return false;

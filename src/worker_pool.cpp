@@ -57,7 +57,7 @@ void WorkerPool::stop() noexcept {
 }
 
 void WorkerPool::worker_loop(std::uint32_t w) {
-  served_target() = &wake_;  // Dispatcher::waits_for_caller
+  served_target() = &wake_;  // Dispatcher::pool_of_caller
   std::uint32_t first = w;   // workers start their rounds at different members
   while (!stop_.load(std::memory_order_acquire)) {
     if (round(w, first)) continue;

@@ -128,9 +128,9 @@ class JobHandle {
     if (auto e = ended()) return e;
     // About to block with no end in sight (wait(), or a timeout that saturated to never): on the
     // shared pool, counted against its free workers (PoolWait).
-    const auto counted = deadline == std::chrono::steady_clock::time_point::max()
-                             ? flow_->pool_wait("wait() on job " + std::to_string(id_))
-                             : nullptr;
+    std::optional<detail::PoolWait> counted;
+    if (deadline == std::chrono::steady_clock::time_point::max())
+      counted.emplace(flow_->pool_wait("wait() on job " + std::to_string(id_), false));
     // Tracked at add (sure_): the end will be recorded; sleep until it is. By id: the end may
     // have been recorded before the waiter was (see end_tracker.hpp): re-check now and then.
     auto poll = std::chrono::milliseconds(1);

@@ -52,6 +52,7 @@
 #include <optional>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "rail/backoff.hpp"
@@ -103,28 +104,38 @@ struct WakeTarget {
   std::atomic<std::uint32_t> waiting{0};
 };
 
-/// PoolWait: a shared-pool worker that waits without a timeout for jobs only its pool runs
-/// (drain(), a job handle's wait(), from a handler) holds one of the pool's workers until the
-/// wait ends. The waits are counted per pool, so that the one that would leave no worker free
-/// to run the awaited jobs fails (enter() false: the caller throws Error(would_deadlock))
-/// instead of blocking forever, as every worker of a fixed pool waiting on the pool would.
+/// PoolWait: a shared-pool worker that waits for jobs only its pool runs (drain(), a job
+/// handle's wait(), from a handler or an observer on the pool) holds one of the pool's workers
+/// until the wait ends. The one rule that decides whether such a wait may block:
+/// - without a timeout, the waits are counted per pool, and the one that would leave no worker
+///   free to run the awaited jobs is refused (as every worker of a fixed pool waiting on the
+///   pool would block forever);
+/// - with a timeout, a wait frees its worker by itself and is not counted, except from the
+///   pool's only worker, where the awaited jobs could not run before the timeout: refused too.
+/// A refused wait counts nothing; the caller throws Error(would_deadlock). Movable, so that it
+/// is returned by value: the count is given back once, by the last owner.
 /// relaxed: the count orders nothing; each fetch_add's result alone decides, so of two waits
 /// racing for the last free worker exactly one fails.
 class PoolWait {
  public:
   /// PoolWait(pool): `pool` is the waited-for queue's pool when the caller is one of its
-  /// workers (Dispatcher::pool_of_caller), else null: nothing is counted.
+  /// workers (Dispatcher::pool_of_caller), else null: nothing is counted or refused.
   explicit PoolWait(WakeTarget* pool) noexcept : pool_(pool) {}
-  ~PoolWait() {
-    if (counted_) pool_->waiting.fetch_sub(1, std::memory_order_relaxed);
+  ~PoolWait() { leave(); }
+  PoolWait(PoolWait&& o) noexcept : pool_(o.pool_), counted_(std::exchange(o.counted_, false)) {}
+  PoolWait& operator=(PoolWait&& o) noexcept {
+    if (this != &o) {
+      leave();
+      pool_ = o.pool_;
+      counted_ = std::exchange(o.counted_, false);
+    }
+    return *this;
   }
-  PoolWait(const PoolWait&) = delete;
-  PoolWait& operator=(const PoolWait&) = delete;
 
-  /// enter(): counts this wait; false (nothing counted) if the pool's other workers all wait
-  /// so already.
-  [[nodiscard]] bool enter() noexcept {
+  /// enter(bounded): whether the wait may block (see the class); counts an unbounded one.
+  [[nodiscard]] bool enter(bool bounded) noexcept {
     if (pool_ == nullptr) return true;
+    if (bounded) return pool_->workers > 1;
     if (pool_->waiting.fetch_add(1, std::memory_order_relaxed) + 1 >= pool_->workers) {
       pool_->waiting.fetch_sub(1, std::memory_order_relaxed);
       return false;
@@ -136,6 +147,10 @@ class PoolWait {
   [[nodiscard]] std::uint32_t workers() const noexcept { return pool_ ? pool_->workers : 0; }
 
  private:
+  void leave() noexcept {
+    if (std::exchange(counted_, false)) pool_->waiting.fetch_sub(1, std::memory_order_relaxed);
+  }
+
   WakeTarget* pool_;
   bool counted_ = false;
 };
@@ -260,13 +275,6 @@ class Dispatcher {
     if (!core_.observed()) [[likely]]
       return;  // relaxed hint: nothing to pay when nobody observes
     raise_if_drained(on_worker);
-  }
-
-  /// waits_for_caller(): on a shared pool of one worker, called by that worker: whatever waits
-  /// here for this queue's jobs to run would wait for the caller itself.
-  [[nodiscard]] bool waits_for_caller() const noexcept {
-    return pooled() && workers() == 1 &&
-           served_target() == wake_.load(std::memory_order_relaxed);  // set before any turn
   }
 
   /// pool_of_caller(): this queue's shared pool, when the caller is one of that pool's workers

@@ -235,12 +235,8 @@ class EngineCore {
     // A plain mutex, polled until the deadline: std::timed_mutex's try_lock_until is
     // pthread_mutex_clocklock, which ThreadSanitizer does not intercept (it then reports the
     // unlock as one of an unlocked mutex).
-    std::unique_lock turn(await_mu_, std::try_to_lock);
-    for (auto pause = std::chrono::microseconds(10); !turn.owns_lock(); (void)turn.try_lock()) {
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(2000));
-    }
+    std::unique_lock turn(await_mu_, std::defer_lock);
+    if (!poll_until(deadline, [&] { return turn.try_lock(); })) return false;
     for (int phase = 0; phase < 2; ++phase) {
       std::uint32_t old;
       {
@@ -248,13 +244,10 @@ class EngineCore {
         old = epoch_;
         epoch_ ^= 1;
       }
-      auto pause = std::chrono::microseconds(10);
       // acquire: pairs with the delivery's release decrement.
-      while (delivering_[old].load(std::memory_order_acquire) != 0) {
-        if (std::chrono::steady_clock::now() >= deadline) return false;
-        std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, std::chrono::microseconds(2000));
-      }
+      if (!poll_until(deadline,
+                      [&] { return delivering_[old].load(std::memory_order_acquire) == 0; }))
+        return false;
     }
     return true;
   }

@@ -130,10 +130,10 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
 
   [[nodiscard]] const QueueOptions& options() const noexcept { return options_; }
   [[nodiscard]] EngineCore& core() noexcept { return core_; }
-  /// pool_wait(what): a wait without a timeout for this queue's jobs, counted against the
-  /// shared pool when the caller is one of its workers (PoolWait); throws Error(would_deadlock)
-  /// naming `what` if it would leave the pool no worker free to run them.
-  [[nodiscard]] std::unique_ptr<PoolWait> pool_wait(const std::string& what) const;
+  /// pool_wait(what, bounded): a wait about to block for this queue's jobs (with a timeout, or
+  /// none), checked and counted against the shared pool when the caller is one of its workers
+  /// (PoolWait); throws Error(would_deadlock) naming `what` if no worker could run them.
+  [[nodiscard]] PoolWait pool_wait(const std::string& what, bool bounded) const;
 
   // --- lifecycle (see Queue) --------------------------------------------------------------------
   void pause() noexcept { dispatch_.pause(); }
