@@ -498,14 +498,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   const auto a = s.ctl.activate();
   if (a.result != SlotControl<>::Activation::active) {
     s.deliveries.store(delivered, std::memory_order_relaxed);
-    if (a.result == SlotControl<>::Activation::cancelled) {
-      GateLink* const gate = link(s.link);  // read while the index is still ours
-      reclaim_cancelled(idx);
-      // Woken from the blocked ring, it took a wake it cannot use: hand it on (review: a
-      // cancelled job behind a cancelled leader stranded the rest).
-      if (gate) [[unlikely]]
-        gate->gate().pass_wake();
-    }
+    if (a.result == SlotControl<>::Activation::cancelled) drop_cancelled(idx);
     return false;  // taken: handed back by take_leftovers after shutdown; drop the index
   }
   // seq_cst: with activate's CAS and shutdown's store, in one order (see SlotControl::activate):
@@ -1243,8 +1236,9 @@ std::optional<bool> JobFlow::try_cancel(std::uint32_t idx, JobId id) {
 void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   // cancel() took a waiting or delayed job and holds a pin on its slot: record its end, then
   // give the slot back. A delayed job's timer is unlinked here, so its capacity returns at once
-  // instead of at its deadline; a waiting job's slot returns when a worker pops its index, or,
-  // in a blocked ring (which only wakes pop), when the sweep below does.
+  // instead of at its deadline; a waiting job's slot returns when a worker pops its index, when
+  // an add that finds no room sweeps the ready ring (reclaim_cancelled_waiting) or, in a blocked
+  // ring (which only wakes pop), when the sweep below does.
   JobSlot& s = slots_[idx];
   Settled settled = record_end(s, EndKind::cancelled, core_.now_ns(), nullptr);
   // Out of its gauge once the end is recorded and observed (as a worker's ends are): a drain()
@@ -1272,7 +1266,45 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
     reclaim_cancelled(idx);
   }
   ended(id, std::move(settled));  // an add kept while the job ran before a lapse requeued it
-  if (from == SlotState::waiting) sweep_blocked();
+  if (from == SlotState::waiting) {
+    sweep_blocked();
+    // Its index may be in the ready ring: the next add that finds no room sweeps it. release:
+    // see reclaim_cancelled_waiting. Before cancel() returns.
+    cancelled_waiting_.store(true, std::memory_order_release);
+  }
+}
+
+void JobFlow::drop_cancelled(std::uint32_t idx) {
+  GateLink* const gate = link(slots_[idx].link);  // read while the index is still ours
+  reclaim_cancelled(idx);
+  // Woken from the blocked ring, it took a wake it cannot use: hand it on (review: a cancelled
+  // job behind a cancelled leader stranded the rest).
+  if (gate) [[unlikely]]
+    gate->gate().pass_wake();
+}
+
+bool JobFlow::reclaim_cancelled_waiting() noexcept {
+  // acquire: pairs with end_cancelled's release store, so a sweep after it sees the cancel.
+  // An add ordered after a cancel (the same thread, or synchronised with it) sees the flag.
+  if (!cancelled_waiting_.load(std::memory_order_acquire)) return false;
+  const std::lock_guard lock(reclaim_mu_);
+  // Cleared before the pass: a cancel during it sets it again, for the next add that finds no
+  // room. Already clear: another add swept while we waited for the lock; look again.
+  if (!cancelled_waiting_.exchange(false, std::memory_order_acq_rel)) return true;
+  dispatch_.sweep_ready([this](std::uint32_t idx) {
+    // We hold the index, as its popper would: the same three cases as activate().
+    switch (ctl::state(slots_[idx].ctl.load())) {
+      case SlotState::cancelled:
+        drop_cancelled(idx);
+        return false;
+      case SlotState::free:
+      case SlotState::finishing:
+        return false;  // taken by take_leftovers after shutdown: a popper drops it too
+      default:
+        return true;  // waiting (if cancelled after our read, its next popper reclaims it)
+    }
+  });
+  return true;
 }
 
 void JobFlow::sweep_blocked() noexcept {

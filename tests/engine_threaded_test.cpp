@@ -7,7 +7,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <system_error>
@@ -628,6 +631,129 @@ TEST(ThreadedEngine, RefusedWorkerThreadThrowsResourcesJoinsTheStartedOnesAndAll
   ASSERT_TRUE(q.drain(60s));
   EXPECT_EQ(ran.load(), kJobs);
   EXPECT_EQ(q.counts().completed, static_cast<std::uint64_t>(kJobs));
+}
+
+TEST(ThreadedEngine, BlockedAddTakesTheSlotOfAJobCancelledOnAnotherThread) {
+  // A paused queue of 1 holds a waiting job; a blocked add waits for room. A cancel on another
+  // thread gives the job's slot back although no worker pops its index: the add returns
+  // `added` long before its block_timeout. Either order of the two threads works.
+  const test::Watchdog watchdog(120s, "BlockedAddTakesTheSlotOfAJobCancelledOnAnotherThread");
+  for (int round = 0; round < 20; ++round) {
+    Engine engine;
+    auto q = engine.queue<int>(
+        "q", QueueOptions{.capacity = 1, .on_full = OverflowPolicy::block, .block_timeout = 60s});
+    std::atomic<int> ran{0};
+    q.process({}, [&](Job<int>& j) { ran.fetch_add(j.data()); });
+    q.pause();
+    const JobId first = q.add("a", 1).id;
+    std::atomic<bool> adding{false};
+    AddStatus second = AddStatus::full;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::thread producer([&] {
+      adding.store(true);
+      second = q.add("a", 2).status;
+    });
+    ASSERT_TRUE(eventually([&] { return adding.load(); }));
+    if (round % 2 == 0) std::this_thread::yield();  // vary who comes first
+    ASSERT_TRUE(q.cancel(first));
+    producer.join();
+    EXPECT_EQ(second, AddStatus::added) << "round " << round;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s) << "round " << round;
+    q.resume();
+    ASSERT_TRUE(q.drain(60s));
+    EXPECT_EQ(ran.load(), 2) << "only the second job runs";
+    EXPECT_EQ(q.counts().cancelled, 1u);
+  }
+}
+
+TEST(ThreadedEngine, CancelsRacingAddsWorkersAndPausesLoseNoJobAndNoCapacity) {
+  // Two producers fill a queue of 8 (block policy), a canceller cancels recent jobs at random,
+  // a pauser toggles pause, and two workers run what is left (oversubscribed on 2 cores).
+  // Every job ends once: completed after exactly one run, or cancelled after at most one (a
+  // cancel of a running job lets it finish). Then every slot is free again: a paused queue
+  // takes 8 more jobs.
+  const test::Watchdog watchdog(240s, "CancelsRacingAddsWorkersAndPausesLoseNoJobAndNoCapacity");
+  constexpr int kPerProducer = 20000;
+  constexpr std::size_t kCapacity = 8;
+  std::vector<std::atomic<int>> runs(2 * kPerProducer);
+  std::vector<std::atomic<JobId>> ids(2 * kPerProducer);
+  // How each job ended, by id (the queue's history of ends is shorter than the run).
+  std::mutex ends_mu;
+  std::map<JobId, std::vector<EventKind>> ends;
+  Engine engine;
+  engine.on_event([&](const Event& e) {
+    if (e.kind != EventKind::completed && e.kind != EventKind::cancelled) return;
+    const std::lock_guard lock(ends_mu);
+    ends[e.job_id].push_back(e.kind);
+  });
+  auto q = engine.queue<int>(
+      "q",
+      QueueOptions{.capacity = kCapacity, .on_full = OverflowPolicy::block, .block_timeout = 60s});
+  q.process({.concurrency = 2},
+            [&](Job<int>& j) { runs[static_cast<std::size_t>(j.data())].fetch_add(1); });
+  std::atomic<int> producing{2};
+  std::atomic<int> latest{0};
+  auto produce = [&](int p) {
+    for (int i = p; i < 2 * kPerProducer; i += 2) {
+      const AddResult r = q.add("a", i);
+      ASSERT_EQ(r.status, AddStatus::added) << "job " << i;
+      ids[static_cast<std::size_t>(i)].store(r.id);
+      latest.store(i);
+    }
+    producing.fetch_sub(1);
+  };
+  std::thread p0(produce, 0), p1(produce, 1);
+  std::thread canceller([&] {
+    std::mt19937 rng(12345);
+    while (producing.load() > 0) {
+      const int top = latest.load();
+      const int pick = top - static_cast<int>(rng() % 16);
+      if (pick >= 0)
+        if (const JobId id = ids[static_cast<std::size_t>(pick)].load(); id != 0)
+          (void)q.cancel(id);
+      std::this_thread::yield();
+    }
+  });
+  std::thread pauser([&] {
+    std::mt19937 rng(678);
+    while (producing.load() > 0) {
+      q.pause();
+      for (unsigned k = rng() % 64; k > 0; --k)
+        std::this_thread::yield();
+      q.resume();
+      for (unsigned k = rng() % 64; k > 0; --k)
+        std::this_thread::yield();
+    }
+    q.resume();
+  });
+  p0.join();
+  p1.join();
+  canceller.join();
+  pauser.join();
+  ASSERT_TRUE(q.drain(120s));
+  std::uint64_t completed = 0, cancelled = 0;
+  {
+    const std::lock_guard lock(ends_mu);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::vector<EventKind>& end = ends[ids[i].load()];
+      ASSERT_EQ(end.size(), 1u) << "job " << i << " ended " << end.size() << " times";
+      const int n = runs[i].load();
+      if (end[0] == EventKind::completed) {
+        ++completed;
+        EXPECT_EQ(n, 1) << "job " << i;
+      } else {
+        ++cancelled;
+        EXPECT_LE(n, 1) << "job " << i;
+      }
+    }
+  }
+  const QueueCounts c = q.counts();
+  EXPECT_EQ(c.completed, completed);
+  EXPECT_EQ(c.cancelled, cancelled);
+  EXPECT_EQ(c.waiting + c.active + c.delayed, 0u);
+  q.pause();
+  for (std::size_t i = 0; i < kCapacity; ++i)
+    EXPECT_EQ(q.add("after", 0).status, AddStatus::added) << "slot " << i << " leaked";
 }
 
 }  // namespace

@@ -188,21 +188,45 @@ TEST_F(Lease, CancelDelayedJobNeverRuns) {
 }
 
 TEST_F(Lease, CancelledWaitingJobGivesItsCapacityBackAtOnce) {
-  // Engine bug (reported to the lead): capacity bounds unfinished jobs, and a cancelled job is
-  // finished, but cancel() leaves the slot's index in the ready ring until a worker pops it: on
-  // a paused queue (or one whose workers are all busy) cancelled jobs keep the queue full and
-  // adds are refused. Unskip once cancel() returns the capacity at once.
-  GTEST_SKIP() << "engine bug: a cancelled waiting job holds its slot until a worker pops it";
+  // Capacity bounds unfinished jobs, and a cancelled job is finished: on a paused queue its
+  // index stays in the ready ring, yet the next add that finds no room reclaims its slot.
   QueueOptions o;
   o.capacity = 2;
   auto q = engine.queue<int>("q", o);
-  q.process({}, [](Job<int>&) {});
+  std::vector<int> ran;
+  q.process({}, [&](Job<int>& j) { ran.push_back(j.data()); });
   q.pause();
   auto a = q.add("a", 1);
   (void)q.add("a", 2);
   ASSERT_TRUE(q.cancel(a.id));
   EXPECT_EQ(q.counts().waiting, 1u);
   EXPECT_EQ(q.add("a", 3).status, AddStatus::added);
+  EXPECT_EQ(q.add("a", 4).status, AddStatus::full);  // 2 and 3 hold both slots
+  q.resume();
+  engine.run_until_idle();
+  EXPECT_EQ(ran, (std::vector<int>{2, 3}));  // the swept job keeps its place before 3
+  EXPECT_EQ(q.state(a.id).status, JobStatus::cancelled);
+}
+
+TEST_F(Lease, CancelsWithoutAProcessorNeverLeakCapacity) {
+  // Add and cancel, over and over, on a queue of 1 with nobody to pop its ring: every add finds
+  // room, one add_bulk included; the one job left runs once a processor comes.
+  QueueOptions o;
+  o.capacity = 1;
+  auto q = engine.queue<int>("q", o);
+  for (int i = 0; i < 1000; ++i) {
+    const AddResult r = q.add("a", i);
+    ASSERT_EQ(r.status, AddStatus::added) << "add " << i;
+    ASSERT_TRUE(q.cancel(r.id));
+  }
+  std::vector<int> bulk{7};
+  ASSERT_EQ(q.add_bulk("a", std::span<int>(bulk)).status, AddStatus::added);
+  EXPECT_EQ(q.add("a", 8).status, AddStatus::full);
+  std::vector<int> ran;
+  q.process({}, [&](Job<int>& j) { ran.push_back(j.data()); });
+  engine.run_until_idle();
+  EXPECT_EQ(ran, (std::vector<int>{7}));
+  EXPECT_EQ(q.counts().cancelled, 1000u);
 }
 
 TEST_F(Lease, CancelRunningJobFlagsItAndRecordsCancelled) {

@@ -249,6 +249,23 @@ class Dispatcher {
     wake_for_ready();
   }
 
+  /// sweep_ready(keep): cold: takes each index that is in the ready ring now once, and puts it
+  /// back (behind what was pushed meanwhile, in the order taken) unless keep(idx) is false, in
+  /// which case keep disposed of it. Workers pop alongside; those that found the ring empty
+  /// meanwhile are woken. Indices already in a worker's stash are not visited.
+  template <class Keep>
+  void sweep_ready(Keep&& keep) noexcept {
+    std::uint32_t idx;
+    bool kept = false;
+    for (std::size_t n = ready_.size_approx(); n > 0 && ready_.try_pop(idx); --n) {
+      if (!keep(idx)) continue;
+      while (!ready_.try_push(idx))
+        std::this_thread::yield();  // transient: see MpmcRing (every index has room)
+      kept = true;
+    }
+    if (kept) wake_for_ready();
+  }
+
   /// run_inline(runner, leases, seed, max): inline mode: runs up to max ready jobs on this thread.
   std::size_t run_inline(JobRunner& runner, LeaseTracker& leases, std::uint64_t seed,
                          std::size_t max);

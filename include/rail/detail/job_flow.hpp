@@ -505,12 +505,29 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   void name_own(const std::uint32_t* idx, std::size_t n, std::string_view name);
   bool acquire_slots_slow(std::uint32_t* out, std::size_t n);
   bool try_acquire(std::uint32_t* out, std::size_t n) noexcept {
+    if (pop_free(out, n)) [[likely]]
+      return true;
+    // No room: jobs cancelled while waiting may still hold theirs (reclaim_cancelled_waiting).
+    return reclaim_cancelled_waiting() && pop_free(out, n);
+  }
+  bool pop_free(std::uint32_t* out, std::size_t n) noexcept {
     // All or nothing: with fewer than n free none is handed out, so a bulk add on a nearly full
     // queue neither churns the free list against the workers nor reorders it. One job: a plain
     // pop (the bulk path's size estimate would read the workers' end of the ring on every add).
     if (n == 1) return free_.try_pop(*out);
     return free_.try_pop_bulk(out, n) == n;
   }
+  /// reclaim_cancelled_waiting(): an add found no free slot. A job cancelled while waiting
+  /// leaves its index in the ready ring, where only a popper can take it, and keeps its slot
+  /// till then: on a paused queue, or one whose workers are busy, for as long. If cancels have
+  /// happened since the last pass, sweeps the ready ring (Dispatcher::sweep_ready) and reclaims
+  /// the slots of the cancelled jobs in it, so that a cancel gives its capacity back before
+  /// the queue answers `full`. True if the caller should look for a free slot again. Cold: one
+  /// pass per burst of cancels, under reclaim_mu_.
+  bool reclaim_cancelled_waiting() noexcept;
+  /// drop_cancelled(idx): the popper of the index of a job cancelled while waiting (from the
+  /// ready ring, a blocked ring or a sweep) reclaims its slot.
+  void drop_cancelled(std::uint32_t idx);
   void to_timer(std::uint32_t idx) noexcept;
   [[nodiscard]] bool leases_enabled() const noexcept {
     return options_.visibility_timeout != Duration::max();
@@ -609,6 +626,10 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   // Deliveries handed to a Completion (WorkerOptions::max_pending > 0), set before processing_.
   std::unique_ptr<PendingJobs> pending_;
   std::atomic<bool> processing_{false};  // start_processing ran: admit may re-arm the sweep
+  // A job was cancelled while waiting since the last sweep of the ready ring (see
+  // reclaim_cancelled_waiting); sweeps take turns on reclaim_mu_.
+  std::atomic<bool> cancelled_waiting_{false};
+  std::mutex reclaim_mu_;
   // The dedup window is built on the first add that carries a dedup id: a queue that never
   // deduplicates should not pay its memory (capacity x max key bytes).
   std::atomic<DedupSet*> dedup_{nullptr};
