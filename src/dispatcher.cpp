@@ -201,8 +201,20 @@ std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std:
   // Checked before every job: a handler may pause the queue or shut the engine down, and after
   // stop nothing new starts (take_leftovers may have handed ready jobs back).
   while (ran < max && !paused_.load(std::memory_order_acquire) &&
-         !stop_.load(std::memory_order_acquire) && ready_.try_pop(idx)) {
-    if (runner.deliver(idx, *inline_context_)) ++ran;
+         !stop_.load(std::memory_order_acquire)) {
+    // acquire: a sweep that ended before this load has put back what it took (sweep_ready).
+    const std::uint64_t gen = sweep_gen_.load(std::memory_order_acquire);
+    if (ready_.try_pop(idx)) {
+      if (runner.deliver(idx, *inline_context_)) ++ran;
+      continue;
+    }
+    // An add on another thread may be sweeping the ring, holding a job that was ready before
+    // this call (review: run_until_idle returned with it still waiting): empty only if no sweep
+    // ran across the pop. The acquire fence pairs with the sweep's release fence, through the
+    // ring head our pop read.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (gen % 2 == 0 && sweep_gen_.load(std::memory_order_relaxed) == gen) break;
+    std::this_thread::yield();
   }
   if (ran < max) note_if_drained(false);  // ran out of jobs (or paused): idle now?
   return ran;

@@ -1265,13 +1265,14 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   } else if (held) {
     reclaim_cancelled(idx);
   }
-  ended(id, std::move(settled));  // an add kept while the job ran before a lapse requeued it
   if (from == SlotState::waiting) {
     sweep_blocked();
     // Its index may be in the ready ring: the next add that finds no room sweeps it. release:
-    // see reclaim_cancelled_waiting. Before cancel() returns.
+    // see reclaim_cancelled_waiting. Before ended(), whose kept add (review: it was filed to the
+    // DLQ as an overflow) must find the slot this cancel frees, and before cancel() returns.
     cancelled_waiting_.store(true, std::memory_order_release);
   }
+  ended(id, std::move(settled));  // an add kept while the job ran before a lapse requeued it
 }
 
 void JobFlow::drop_cancelled(std::uint32_t idx) {
@@ -1286,8 +1287,16 @@ void JobFlow::drop_cancelled(std::uint32_t idx) {
 bool JobFlow::reclaim_cancelled_waiting() noexcept {
   // acquire: pairs with end_cancelled's release store, so a sweep after it sees the cancel.
   // An add ordered after a cancel (the same thread, or synchronised with it) sees the flag.
-  if (!cancelled_waiting_.load(std::memory_order_acquire)) return false;
+  // Not from inside a sweep: a cancelled payload's destructor that adds to this full queue
+  // would wait for its own lock.
+  thread_local const JobFlow* sweeping = nullptr;
+  if (sweeping == this || !cancelled_waiting_.load(std::memory_order_acquire)) return false;
   const std::lock_guard lock(reclaim_mu_);
+  const struct Mark {
+    const JobFlow*& at;
+    explicit Mark(const JobFlow*& a, const JobFlow* f) : at(a) { at = f; }
+    ~Mark() { at = nullptr; }
+  } mark(sweeping, this);
   // Cleared before the pass: a cancel during it sets it again, for the next add that finds no
   // room. Already clear: another add swept while we waited for the lock; look again.
   if (!cancelled_waiting_.exchange(false, std::memory_order_acq_rel)) return true;

@@ -666,6 +666,48 @@ TEST(ThreadedEngine, BlockedAddTakesTheSlotOfAJobCancelledOnAnotherThread) {
   }
 }
 
+TEST(ThreadedEngine, AKeptAddRunByTheCancelOfItsWaitingJobTakesTheSlotTheCancelFrees) {
+  // Queue of 1, keep_last_if_active: job 1 runs, a duplicate is kept for after it, the lease
+  // lapses (manual clock) and job 1 waits for redelivery on the paused queue. Cancelling it
+  // ends it, and its end adds the kept duplicate: that add must take the slot the cancel just
+  // freed, not go to the DLQ as an overflow (review: the cancel noted its waiting index only
+  // after the kept add had looked for room).
+  const test::Watchdog watchdog(120s, "AKeptAddRunByTheCancelOfItsWaitingJob...");
+  ManualClock clock;
+  std::atomic<bool> release{false};
+  std::atomic<int> late{0};
+  Engine engine({.clock = &clock});
+  engine.on_event([&](const Event& e) {
+    if (e.kind == EventKind::late_outcome) late.fetch_add(1);
+  });
+  auto q = engine.queue<int>(
+      "q", QueueOptions{.capacity = 1, .visibility_timeout = 1s, .max_stalls = 5});
+  std::atomic<int> started{0};
+  q.process({}, [&](Job<int>&) {
+    if (started.fetch_add(1) == 0) (void)eventually([&] { return release.load(); }, 120s);
+  });
+  JobOptions o;
+  o.dedup.id = "k";
+  o.dedup.keep_last_if_active = true;
+  const AddResult first = q.add("j", 1, o);
+  ASSERT_EQ(first.status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return started.load() == 1; }));
+  q.pause();  // the redelivery after the lapse must not start
+  ASSERT_EQ(q.add("j", 2, o).status, AddStatus::deferred);
+  clock.advance(2s);  // the lease lapses: job 1 waits again
+  ASSERT_TRUE(eventually([&] { return q.state(first.id).status == JobStatus::waiting; }));
+  release.store(true);  // the stale handler returns: its outcome is late
+  ASSERT_TRUE(eventually([&] { return late.load() == 1; }));
+  ASSERT_TRUE(q.cancel(first.id));
+  const QueueCounts c = q.counts();
+  EXPECT_EQ(c.dead_lettered, 0u) << "the kept add went to the DLQ";
+  EXPECT_EQ(c.waiting, 1u);
+  q.resume();
+  ASSERT_TRUE(q.drain(60s));
+  EXPECT_EQ(q.counts().completed, 1u);
+  EXPECT_EQ(started.load(), 2);  // job 1 once, the kept add once
+}
+
 TEST(ThreadedEngine, CancelsRacingAddsWorkersAndPausesLoseNoJobAndNoCapacity) {
   // Two producers fill a queue of 8 (block policy), a canceller cancels recent jobs at random,
   // a pauser toggles pause, and two workers run what is left (oversubscribed on 2 cores).

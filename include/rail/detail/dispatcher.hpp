@@ -253,8 +253,14 @@ class Dispatcher {
   /// back (behind what was pushed meanwhile, in the order taken) unless keep(idx) is false, in
   /// which case keep disposed of it. Workers pop alongside; those that found the ring empty
   /// meanwhile are woken. Indices already in a worker's stash are not visited.
+  /// Callers take turns (JobFlow::reclaim_cancelled_waiting holds a lock).
   template <class Keep>
   void sweep_ready(Keep&& keep) noexcept {
+    // Odd while a sweep runs (see sweep_overlapped). relaxed, then a release fence: the fence
+    // orders the increment before the pops below (relaxed CASes on the ring's head), for an
+    // inline runner whose failed pop saw one of them and then fences with acquire.
+    sweep_gen_.fetch_add(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
     std::uint32_t idx;
     bool kept = false;
     for (std::size_t n = ready_.size_approx(); n > 0 && ready_.try_pop(idx); --n) {
@@ -263,6 +269,8 @@ class Dispatcher {
         std::this_thread::yield();  // transient: see MpmcRing (every index has room)
       kept = true;
     }
+    // release: the pushes back happen before an inline runner's acquire load that reads it.
+    sweep_gen_.fetch_add(1, std::memory_order_release);
     if (kept) wake_for_ready();
   }
 
@@ -339,6 +347,8 @@ class Dispatcher {
   const char* payload_;
   std::size_t payload_stride_;
   MpmcRing<std::uint32_t> ready_;
+  // Sweeps of the ready ring begun plus ended (sweep_ready); cold.
+  std::atomic<std::uint64_t> sweep_gen_{0};
   // The dedicated workers' wake target; wake_ points at it, or at the shared pool's.
   WakeTarget own_;
   std::atomic<WakeTarget*> wake_{&own_};
