@@ -1270,7 +1270,7 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
     // Its index may be in the ready ring: the next add that finds no room sweeps it. release:
     // see reclaim_cancelled_waiting. Before ended(), whose kept add (review: it was filed to the
     // DLQ as an overflow) must find the slot this cancel frees, and before cancel() returns.
-    cancelled_waiting_.store(true, std::memory_order_release);
+    waiting_cancels_.fetch_add(1, std::memory_order_release);
   }
   ended(id, std::move(settled));  // an add kept while the job ran before a lapse requeued it
 }
@@ -1285,21 +1285,27 @@ void JobFlow::drop_cancelled(std::uint32_t idx) {
 }
 
 bool JobFlow::reclaim_cancelled_waiting() noexcept {
-  // acquire: pairs with end_cancelled's release store, so a sweep after it sees the cancel.
-  // An add ordered after a cancel (the same thread, or synchronised with it) sees the flag.
   // Not from inside a sweep: a cancelled payload's destructor that adds to this full queue
   // would wait for its own lock.
   thread_local const JobFlow* sweeping = nullptr;
-  if (sweeping == this || !cancelled_waiting_.load(std::memory_order_acquire)) return false;
+  if (sweeping == this) return false;
+  // acquire: pairs with end_cancelled's release increment, so a sweep after it sees the cancel
+  // (an add ordered after a cancel, on the same thread or synchronised with it, sees it).
+  const std::uint64_t cancels = waiting_cancels_.load(std::memory_order_acquire);
+  if (cancels == 0) return false;  // no waiting job was ever cancelled: nothing to reclaim
+  // acquire: pairs with the release store below, so the slots that sweep freed are visible to
+  // the caller's next look.
+  if (cancels == swept_cancels_.load(std::memory_order_acquire)) return true;
   const std::lock_guard lock(reclaim_mu_);
+  // Read before the pass: a cancel during it leaves the counts apart, for the next add that
+  // finds no room. Equal already: another add swept while we waited for the lock.
+  const std::uint64_t seen = waiting_cancels_.load(std::memory_order_acquire);
+  if (seen == swept_cancels_.load(std::memory_order_relaxed)) return true;
   const struct Mark {
     const JobFlow*& at;
     explicit Mark(const JobFlow*& a, const JobFlow* f) : at(a) { at = f; }
     ~Mark() { at = nullptr; }
   } mark(sweeping, this);
-  // Cleared before the pass: a cancel during it sets it again, for the next add that finds no
-  // room. Already clear: another add swept while we waited for the lock; look again.
-  if (!cancelled_waiting_.exchange(false, std::memory_order_acq_rel)) return true;
   dispatch_.sweep_ready([this](std::uint32_t idx) {
     // We hold the index, as its popper would: the same three cases as activate().
     switch (ctl::state(slots_[idx].ctl.load())) {
@@ -1313,6 +1319,7 @@ bool JobFlow::reclaim_cancelled_waiting() noexcept {
         return true;  // waiting (if cancelled after our read, its next popper reclaims it)
     }
   });
+  swept_cancels_.store(seen, std::memory_order_release);  // after the pass: see above
   return true;
 }
 

@@ -748,6 +748,54 @@ TEST(ThreadedEngine, InlineRunUntilIdleRunsAJobReadyBeforeItWhileAnotherThreadSw
   EXPECT_EQ(missed, 0) << "of " << kRounds << " rounds";
 }
 
+TEST(ThreadedEngine, TwoAddsRacingForTwoSlotsOfCancelledWaitingJobsBothGetOne) {
+  // A queue of 2 with no processor holds two waiting jobs; a handler of another queue cancels
+  // both. Then two threads add at once: the first to find no room sweeps the ring, and the
+  // second must not answer `full` while that sweep frees the second slot (review: it did, in
+  // about a third of the rounds).
+  const test::Watchdog watchdog(120s, "TwoAddsRacingForTwoSlotsOfCancelledWaitingJobsBothGetOne");
+  Engine engine;
+  auto a = engine.queue<int>("a", QueueOptions{.capacity = 2});
+  auto b = engine.queue<int>("b", QueueOptions{.capacity = 4});
+  std::array<std::atomic<JobId>, 2> ids{};
+  std::atomic<int> cancelled{0};
+  b.process({}, [&](Job<int>&) {
+    for (auto& id : ids)
+      cancelled.fetch_add(a.cancel(id.load()) ? 1 : 0);
+  });
+  int refused = 0;
+  for (int round = 0; round < 2'000; ++round) {
+    for (auto& id : ids) {
+      const AddResult r = a.add("x", 1);
+      ASSERT_EQ(r.status, AddStatus::added) << "round " << round;
+      id.store(r.id);
+    }
+    cancelled.store(0);
+    ASSERT_EQ(b.add("cancel both", 0).status, AddStatus::added);
+    ASSERT_TRUE(b.drain(60s));
+    ASSERT_EQ(cancelled.load(), 2);
+    std::atomic<int> go{0};
+    std::array<AddResult, 2> got{};
+    auto add = [&](std::size_t k) {
+      go.fetch_add(1);
+      while (go.load() < 2) {
+      }
+      got[k] = a.add("y", 2);
+    };
+    std::thread p0(add, 0), p1(add, 1);
+    p0.join();
+    p1.join();
+    for (const AddResult& r : got) {
+      if (r.status != AddStatus::added) {
+        ++refused;
+      } else {
+        ASSERT_TRUE(a.cancel(r.id));  // leaves both slots to the next round's sweep
+      }
+    }
+  }
+  EXPECT_EQ(refused, 0) << "adds answered `full` with a reclaimable slot";
+}
+
 TEST(ThreadedEngine, CancelsRacingAddsWorkersAndPausesLoseNoJobAndNoCapacity) {
   // Two producers fill a queue of 8 (block policy), a canceller cancels recent jobs at random,
   // a pauser toggles pause, and two workers run what is left (oversubscribed on 2 cores).

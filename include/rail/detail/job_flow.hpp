@@ -522,8 +522,11 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   /// till then: on a paused queue, or one whose workers are busy, for as long. If cancels have
   /// happened since the last pass, sweeps the ready ring (Dispatcher::sweep_ready) and reclaims
   /// the slots of the cancelled jobs in it, so that a cancel gives its capacity back before
-  /// the queue answers `full`. True if the caller should look for a free slot again. Cold: one
-  /// pass per burst of cancels, under reclaim_mu_.
+  /// the queue answers `full`. True if the caller should look for a free slot again: always
+  /// once any waiting job was ever cancelled, since a sweep by another add may have freed slots
+  /// after the caller's pop failed (review: of two adds racing for two reclaimable slots, the
+  /// second answered `full` while the first swept). Cold: one pass per burst of cancels, under
+  /// reclaim_mu_.
   bool reclaim_cancelled_waiting() noexcept;
   /// drop_cancelled(idx): the popper of the index of a job cancelled while waiting (from the
   /// ready ring, a blocked ring or a sweep) reclaims its slot.
@@ -626,9 +629,10 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   // Deliveries handed to a Completion (WorkerOptions::max_pending > 0), set before processing_.
   std::unique_ptr<PendingJobs> pending_;
   std::atomic<bool> processing_{false};  // start_processing ran: admit may re-arm the sweep
-  // A job was cancelled while waiting since the last sweep of the ready ring (see
-  // reclaim_cancelled_waiting); sweeps take turns on reclaim_mu_.
-  std::atomic<bool> cancelled_waiting_{false};
+  // Cancels of waiting jobs so far, and that count as the last sweep of the ready ring read it
+  // before it began (see reclaim_cancelled_waiting); sweeps take turns on reclaim_mu_.
+  std::atomic<std::uint64_t> waiting_cancels_{0};
+  std::atomic<std::uint64_t> swept_cancels_{0};
   std::mutex reclaim_mu_;
   // The dedup window is built on the first add that carries a dedup id: a queue that never
   // deduplicates should not pay its memory (capacity x max key bytes).
