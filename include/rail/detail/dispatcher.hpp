@@ -256,7 +256,7 @@ class Dispatcher {
   /// Callers take turns (JobFlow::reclaim_cancelled_waiting holds a lock).
   template <class Keep>
   void sweep_ready(Keep&& keep) noexcept {
-    // Odd while a sweep runs (see sweep_overlapped). relaxed, then a release fence: the fence
+    // Odd while a sweep runs (see run_inline). relaxed, then a release fence: the fence
     // orders the increment before the pops below (relaxed CASes on the ring's head), for an
     // inline runner whose failed pop saw one of them and then fences with acquire.
     sweep_gen_.fetch_add(1, std::memory_order_relaxed);
