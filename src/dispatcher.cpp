@@ -9,6 +9,7 @@
 
 #include "rail/detail/cpu_relax.hpp"
 #include "rail/detail/deadline.hpp"
+#include "rail/detail/scoped_value.hpp"
 #include "rail/error.hpp"
 
 namespace rail::detail {
@@ -177,12 +178,7 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w) noexcept {
 
 void Dispatcher::push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexcept {
   stats_.add(kToReady, n);
-  std::size_t done = 0;
-  while (done < n) {
-    const std::size_t k = ready_.try_push_bulk(idx + done, n - done);
-    if (k == 0) std::this_thread::yield();  // transient, as in push_ready
-    done += k;
-  }
+  ready_.push_held_bulk(idx, n);
   const std::size_t wake = std::max<std::size_t>(1, std::min<std::size_t>(n, workers()));
   // seq_cst fence, then acquire: as in wake_for_ready (join_pool's hand-off needs our pushes
   // ordered before the load of the target). Once per bulk.
@@ -336,9 +332,8 @@ void Dispatcher::raise_if_drained(bool on_worker) noexcept {
       }
       // As a delivery of this queue: an observer on its worker must not wait for that worker
       // (drain, pause_and_wait throw would_deadlock).
-      const QueueBase* const outer = std::exchange(current_delivery(), &owner_);
+      const ScopedValue<const QueueBase*> delivering(current_delivery(), &owner_);
       emit_queue_event(EventKind::drained);
-      current_delivery() = outer;
       return;
     }
   }

@@ -11,6 +11,7 @@
 #include "rail/detail/allocation.hpp"
 #include "rail/detail/assert.hpp"
 #include "rail/detail/asymmetric_fence.hpp"
+#include "rail/detail/scoped_value.hpp"
 #include "rail/detail/worker_pool.hpp"
 #include "rail/error.hpp"
 #include "rail/unrecoverable_error.hpp"
@@ -481,11 +482,7 @@ std::size_t JobFlow::run_ready(std::size_t max) {
 
 bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   JobSlot& s = slots_[idx];
-  const QueueBase* const outer = std::exchange(current_delivery(), this);
-  struct Restore {
-    const QueueBase* queue;
-    ~Restore() { current_delivery() = queue; }
-  } restore{outer};
+  const ScopedValue<const QueueBase*> delivering(current_delivery(), this);
   // The delivery's number and start time are written before activation, so that state() never
   // sees an active job with its previous count (it reads them against the word: job_slot.hpp).
   // A cancel that wins meanwhile may read the count one high in its event; it is put back.
@@ -901,7 +898,7 @@ bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t del
           std::memory_order_relaxed);
       return false;
     }
-    push_held(gate.blocked(), idx);
+    gate.blocked().push_held(idx);
     gate.gate().blocked(decision.why);
     return true;
   }
@@ -1285,10 +1282,11 @@ void JobFlow::drop_cancelled(std::uint32_t idx) {
 }
 
 bool JobFlow::reclaim_cancelled_waiting() noexcept {
-  // Not from inside a sweep: a cancelled payload's destructor that adds to this full queue
-  // would wait for its own lock.
-  thread_local const JobFlow* sweeping = nullptr;
-  if (sweeping == this) return false;
+  // Not from inside a sweep of any queue: a cancelled payload's destructor that adds to a full
+  // queue would wait for a lock this thread holds (its own queue's, or one whose sweep is up
+  // this thread's stack).
+  thread_local bool sweeping = false;
+  if (sweeping) return false;
   // acquire: pairs with end_cancelled's release increment, so a sweep after it sees the cancel
   // (an add ordered after a cancel, on the same thread or synchronised with it, sees it).
   const std::uint64_t cancels = waiting_cancels_.load(std::memory_order_acquire);
@@ -1301,23 +1299,18 @@ bool JobFlow::reclaim_cancelled_waiting() noexcept {
   // finds no room. Equal already: another add swept while we waited for the lock.
   const std::uint64_t seen = waiting_cancels_.load(std::memory_order_acquire);
   if (seen == swept_cancels_.load(std::memory_order_relaxed)) return true;
-  const struct Mark {
-    const JobFlow*& at;
-    explicit Mark(const JobFlow*& a, const JobFlow* f) : at(a) { at = f; }
-    ~Mark() { at = nullptr; }
-  } mark(sweeping, this);
+  const ScopedValue<bool> mark(sweeping, true);
   dispatch_.sweep_ready([this](std::uint32_t idx) {
-    // We hold the index, as its popper would: the same three cases as activate().
-    switch (ctl::state(slots_[idx].ctl.load())) {
-      case SlotState::cancelled:
-        drop_cancelled(idx);
+    switch (slots_[idx].ctl.held()) {
+      case SlotControl<>::Held::waiting:
+        return true;
+      case SlotControl<>::Held::cancelled:
+        drop_cancelled(idx);  // as its popper would
         return false;
-      case SlotState::free:
-      case SlotState::finishing:
-        return false;  // taken by take_leftovers after shutdown: a popper drops it too
-      default:
-        return true;  // waiting (if cancelled after our read, its next popper reclaims it)
+      case SlotControl<>::Held::taken:
+        return false;  // as its popper would
     }
+    return true;
   });
   swept_cancels_.store(seen, std::memory_order_release);  // after the pass: see above
   return true;
@@ -1334,13 +1327,13 @@ void JobFlow::sweep_blocked() noexcept {
     std::int64_t removed = 0;
     std::uint32_t idx;
     for (std::size_t n = ring.size_approx(); n > 0 && ring.try_pop(idx); --n) {
-      const SlotState st = ctl::state(slots_[idx].ctl.load());
-      if (st == SlotState::waiting) {
-        push_held(ring, idx);  // live (if cancelled after our read, its next popper reclaims it)
+      const auto held = slots_[idx].ctl.held();
+      if (held == SlotControl<>::Held::waiting) {
+        ring.push_held(idx);
         continue;
       }
       ++removed;
-      if (st == SlotState::cancelled) reclaim_cancelled(idx);
+      if (held == SlotControl<>::Held::cancelled) reclaim_cancelled(idx);
     }
     link.gate().swept(removed, core_.now_ns());
   });

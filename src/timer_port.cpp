@@ -8,11 +8,6 @@
 
 namespace rail::detail {
 
-void push_held(MpmcRing<std::uint32_t>& ring, std::uint32_t idx) noexcept {
-  while (!ring.try_push(idx))
-    std::this_thread::yield();
-}
-
 TimerPort::TimerPort(EngineCore& core, JobSlot* slots, std::size_t capacity, Duration visibility)
     : core_(core),
       slots_(slots),
@@ -27,7 +22,7 @@ void TimerPort::tag_nodes(std::uint16_t queue) noexcept {
 }
 
 void TimerPort::submit(std::uint32_t idx) noexcept {
-  push_held(inbox_, idx);
+  inbox_.push_held(idx);
   core_.signal_timer();
 }
 

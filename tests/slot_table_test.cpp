@@ -230,6 +230,61 @@ TEST_P(SlotProtocol, StaleHandlerAgainstCancel) {
   });
 }
 
+// An add's sweep of the ready ring holds a waiting job's index while a canceller takes the job:
+// the sweep either finds it cancelled and reclaims the slot, or puts the index back, whose next
+// popper reclaims it. Either way the job ends once and its slot is freed once.
+TEST_P(SlotProtocol, SweepHoldingAWaitingIndexAgainstACancelReclaimsOnce) {
+  using S = SlotControl<DeterministicAtomic>;
+  for_each_seed([](Model& m, DeterministicSchedule& sched) {
+    m.ctl.publish(SlotState::waiting);
+    sched.run({[&] {
+                 switch (m.ctl.held()) {
+                   case S::Held::waiting:
+                     m.ready.store(1);  // back in the ring
+                     return;
+                   case S::Held::cancelled:
+                     m.end_as_holder();
+                     m.ready.store(2);
+                     return;
+                   case S::Held::taken:
+                     ADD_FAILURE() << "nothing took the job";
+                     m.ready.store(2);
+                     return;
+                 }
+               },
+               [&] {
+                 auto c = m.ctl.load();
+                 for (;;) {
+                   const auto r = m.ctl.cancel(c);
+                   if (r.result == S::Cancel::busy) {
+                     c = r.word;
+                     continue;
+                   }
+                   if (r.result == S::Cancel::taken) {
+                     m.ends.fetch_add(1);
+                     if (m.ctl.unpin()) m.free_slot();
+                   }
+                   return;
+                 }
+               },
+               [&] {
+                 // The worker that pops the index once the sweep put it back.
+                 while (m.ready.load() == 0) {
+                 }
+                 if (m.ready.load() == 2) return;
+                 const auto a = m.ctl.activate();
+                 if (a.result == S::Activation::cancelled) {
+                   m.end_as_holder();
+                   return;
+                 }
+                 m.handler_returns(ctl::seq(a.word));  // started first: a cancel only flags it
+               }});
+    EXPECT_EQ(m.ends.load(), 1);
+    EXPECT_EQ(m.freed.load(), 1);
+    EXPECT_EQ(ctl::state(m.ctl.load()), SlotState::free);
+  });
+}
+
 // Two workers finishing against a lapse: the first delivery's handler, the sweep that lapses it
 // and redelivers, and the second worker's delivery. Exactly one outcome per delivery counts.
 TEST_P(SlotProtocol, TwoWorkersFinishingAgainstALapse) {

@@ -244,8 +244,7 @@ class Dispatcher {
   /// requeue(idx): push_ready without the count: for a job that never left `waiting` (its
   /// downstream refused it, then woke it), counted there already.
   void requeue(std::uint32_t idx) noexcept {
-    while (!ready_.try_push(idx))
-      std::this_thread::yield();  // transient: see MpmcRing (every index has room)
+    ready_.push_held(idx);
     wake_for_ready();
   }
 
@@ -265,8 +264,7 @@ class Dispatcher {
     bool kept = false;
     for (std::size_t n = ready_.size_approx(); n > 0 && ready_.try_pop(idx); --n) {
       if (!keep(idx)) continue;
-      while (!ready_.try_push(idx))
-        std::this_thread::yield();  // transient: see MpmcRing (every index has room)
+      ready_.push_held(idx);
       kept = true;
     }
     // release: the pushes back happen before an inline runner's acquire load that reads it.

@@ -39,6 +39,7 @@
 #include "rail/detail/downstream_gate.hpp"
 #include "rail/detail/name_table.hpp"
 #include "rail/detail/observer_list.hpp"
+#include "rail/detail/scoped_value.hpp"
 #include "rail/detail/timing_wheel.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
@@ -349,12 +350,8 @@ class EngineCore {
     std::vector<DeferredEvent>& out = outer ? delivery_buffer().events : nested;
     // The owner mark is cleared however f leaves (an allocation failure in a cold path's f, say):
     // a stale mark would defer this thread's events forever, without the lock.
-    struct Owning {
-      explicit Owning(const EngineCore* core) noexcept { wheel_owner() = core; }
-      ~Owning() { wheel_owner() = nullptr; }
-    };
     auto result = [&] {
-      Owning owning(this);
+      const ScopedValue<const EngineCore*> owning(wheel_owner(), this);
       return f(wheel_);
     }();
     out.swap(deferred_);

@@ -94,12 +94,7 @@ class BasicFreeSlots {
   }
 
   /// push(i): i is free again.
-  void push(std::uint32_t i) noexcept {
-    // Every index has room in the ring, so a failed push is the Vyukov ring's transient report
-    // of a cell whose previous lap's consumer has not released it yet: a few instructions away.
-    while (!recycled_.try_push(i))
-      std::this_thread::yield();
-  }
+  void push(std::uint32_t i) noexcept { recycled_.push_held(i); }
 
   /// touched(): how many slots were ever handed out (the high-water mark of jobs in flight).
   [[nodiscard]] std::size_t touched() const noexcept {
@@ -124,12 +119,7 @@ class BasicFreeSlots {
       return one;
     }
     out = chunk[0];
-    std::size_t done = 1;
-    while (done < n) {
-      const std::size_t k = recycled_.try_push_bulk(chunk + done, n - done);
-      if (k == 0) std::this_thread::yield();  // transient, as in push
-      done += k;
-    }
+    recycled_.push_held_bulk(chunk + 1, n - 1);
     refilling_.fetch_sub(1, std::memory_order_acq_rel);  // release: after the pushes above
     return true;
   }

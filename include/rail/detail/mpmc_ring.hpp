@@ -59,6 +59,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
 #include <type_traits>
 
 #include "rail/error.hpp"
@@ -106,6 +107,25 @@ class MpmcRing {
   ~MpmcRing() {
     std::destroy_n(cells_, capacity_);
     ::operator delete (cells_, std::align_val_t{kRingCacheLine});
+  }
+
+  /// push_held(value): try_push for a ring with room for every value that can be in it at once
+  /// (the engine's index rings: a cell per slot). A failed try_push there is never "full": it is
+  /// the transient report of a cell whose previous lap's consumer claimed it but has not yet
+  /// released it, a few instructions from done. So retry rather than drop: dropping would lose
+  /// the job whose index this is.
+  void push_held(const T& value) noexcept {
+    while (!try_push(value))
+      std::this_thread::yield();
+  }
+  /// push_held_bulk(values, n): push_held for n values, in order, as few bulk claims as the
+  /// transient reports allow.
+  void push_held_bulk(const T* values, std::size_t n) noexcept {
+    for (std::size_t done = 0; done < n;) {
+      const std::size_t k = try_push_bulk(values + done, n - done);
+      if (k == 0) std::this_thread::yield();
+      done += k;
+    }
   }
 
   /// try_push(value) appends a copy of value and returns true, or returns false without blocking

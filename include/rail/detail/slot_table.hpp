@@ -137,6 +137,21 @@ class SlotControl {
     word_.store(ctl::to(c, to), std::memory_order_release);
   }
 
+  /// Held: what the holder of a ready or blocked index finds in its slot: its job still
+  /// waiting, cancelled (the holder reclaims the slot), or taken by take_leftovers after shutdown
+  /// (the holder drops the index: the job was handed back to the caller).
+  enum class Held : std::uint8_t { waiting, cancelled, taken };
+  [[nodiscard]] static Held held(Word c) noexcept {
+    const SlotState st = ctl::state(c);
+    if (st == SlotState::cancelled) return Held::cancelled;
+    if (st == SlotState::free || st == SlotState::finishing) return Held::taken;
+    RAIL_INVARIANT(st == SlotState::waiting, "a ready or blocked index's slot is waiting");
+    return Held::waiting;
+  }
+  /// held(): Held for a sweep, which holds the index without starting the job. A cancel after
+  /// this read leaves the index to its next holder, who reclaims it then.
+  [[nodiscard]] Held held() const noexcept { return held(load()); }
+
   enum class Activation : std::uint8_t { active, cancelled, taken };
   struct Activated {
     Activation result;
@@ -148,10 +163,14 @@ class SlotControl {
   Activated activate() noexcept {
     Word c = load();
     for (;;) {
-      const SlotState st = ctl::state(c);
-      if (st == SlotState::cancelled) return {Activation::cancelled, c};
-      if (st == SlotState::free || st == SlotState::finishing) return {Activation::taken, c};
-      RAIL_INVARIANT(st == SlotState::waiting, "activate: a ready slot is waiting");
+      switch (held(c)) {
+        case Held::cancelled:
+          return {Activation::cancelled, c};
+        case Held::taken:
+          return {Activation::taken, c};
+        case Held::waiting:
+          break;
+      }
       const Word active = ctl::to(c, SlotState::active, +1);
       // seq_cst (on x86 the same locked instruction as acq_rel): wins the job against cancel()
       // and take_leftovers, acquires the fields of whoever made it ready, and sits in the single

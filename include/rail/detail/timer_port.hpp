@@ -46,12 +46,6 @@ class TimerClient {
   ~TimerClient() = default;
 };
 
-/// push_held(ring, idx): hands an index the caller holds to a ring. Every ring has room for every
-/// index, so a failed try_push is never "full": it is the Vyukov ring's transient report when the
-/// consumer of that cell's previous lap claimed it but has not yet released it. The consumer is a
-/// few instructions from done, so retry rather than drop — dropping would lose the job.
-void push_held(MpmcRing<std::uint32_t>& ring, std::uint32_t idx) noexcept;
-
 class TimerPort {
  public:
   /// TimerPort(core, slots, capacity, visibility): slots[0, capacity) are the queue's slots;
