@@ -201,6 +201,12 @@ std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std:
     // acquire: a sweep that ended before this load has put back what it took (sweep_ready).
     const std::uint64_t gen = sweep_gen_.load(std::memory_order_acquire);
     if (ready_.try_pop(idx)) {
+      if (paused_after_pop()) [[unlikely]] {
+        // Not started: back to the ring (behind what was pushed meanwhile: this race is the only
+        // place inline mode reorders; a worker keeps the order in its stash, see next_job).
+        ready_.push_held(idx);
+        break;
+      }
       if (runner.deliver(idx, *inline_context_)) ++ran;
       continue;
     }
@@ -440,7 +446,20 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   std::array<std::uint32_t, WorkerStash::kCapacity> batch;
   const std::size_t want = wc.fast ? batch.size() : 1;
   const std::size_t n = ready_.try_pop_bulk(batch.data(), want);
-  if (n == 0) return steal(w, idx);
+  if (n == 0) {
+    if (!steal(w, idx)) return false;
+    if (paused_after_pop()) [[unlikely]] {
+      wc.stash->fill(&idx, 1);  // ours is empty: take() failed above, and only we fill it
+      acknowledge_pause(wc);
+      return false;
+    }
+    return true;
+  }
+  if (paused_after_pop()) [[unlikely]] {
+    wc.stash->fill(batch.data(), static_cast<std::uint32_t>(n));  // as above; n <= kCapacity
+    acknowledge_pause(wc);
+    return false;
+  }
   // The slots were written on the producer's core: start every miss of the batch now, so they
   // overlap instead of stalling one delivery each.
   for (std::size_t i = 0; i < n; ++i) {

@@ -634,6 +634,81 @@ TEST(ThreadedEngine, RefusedWorkerThreadThrowsResourcesJoinsTheStartedOnesAndAll
   EXPECT_EQ(q.counts().completed, static_cast<std::uint64_t>(kJobs));
 }
 
+TEST(ThreadedEngine, ACancelledJobInAPausedWorkersStashGivesItsSlotBack) {
+  // One worker pops a batch: B (which blocks) and J1..J5 into its stash. The queue is paused,
+  // filled and J3 cancelled: an add must get J3's slot (the sweep empties the stashes
+  // too; it visited only the ring before), and the rest keep their order.
+  struct Threshold {  // whole batches from the first fast delivery on (see BatchRound)
+    std::int64_t previous = detail::set_fast_handler_threshold(INT64_MAX);
+    ~Threshold() { (void)detail::set_fast_handler_threshold(previous); }
+  } threshold;
+  const test::Watchdog watchdog(120s, "ACancelledJobInAPausedWorkersStashGivesItsSlotBack");
+  constexpr int kFeed = -1, kBlock = 0;
+  Engine engine;
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = 7});  // the feed job and the batch
+  std::atomic<bool> blocked{false}, release{false};
+  std::mutex mu;
+  std::vector<int> order;
+  std::atomic<JobId> first{0};
+  q.process({.concurrency = 1}, [&](Job<int>& j) {
+    if (j.data() == kFeed) {
+      std::vector<int> batch{kBlock, 1, 2, 3, 4, 5};
+      first.store(q.add_bulk("b", std::span<int>(batch)).first_id);
+      return;
+    }
+    if (j.data() == kBlock) {
+      blocked.store(true);
+      (void)eventually([&] { return release.load(); }, 120s);
+      return;
+    }
+    const std::lock_guard lock(mu);
+    order.push_back(j.data());
+  });
+  ASSERT_EQ(q.add("feed", kFeed).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return blocked.load(); }));
+  const ReleaseOnExit unblock{release};
+  q.pause();
+  const JobId j3 = first.load() + 3;
+  ASSERT_EQ(q.add("y", 7).status, AddStatus::added);  // the feed job's slot: now it is full
+  ASSERT_EQ(q.counts().waiting, 6u);
+  ASSERT_TRUE(q.cancel(j3));
+  EXPECT_EQ(q.add("x", 6).status, AddStatus::added) << "the cancelled job kept its slot";
+  release.store(true);
+  q.resume();
+  ASSERT_TRUE(q.drain(60s));
+  const std::lock_guard lock(mu);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 4, 5, 7, 6}));
+}
+
+TEST(ThreadedEngine, NoJobAddedAfterPauseReturnedStartsBeforeResume) {
+  // Workers (3 on 2 cores, so some are preempted between their paused check and their pop) find
+  // jobs as fast as they come. A job added after pause() returned must wait for resume(): a
+  // worker that checked the flag before the pause and popped the job after it keeps it in its
+  // stash (it ran, in about 1 of 40 rounds of BlockedAddTakesTheSlotOf..., before the fix).
+  const test::Watchdog watchdog(120s, "NoJobAddedAfterPauseReturnedStartsBeforeResume");
+  Engine engine;
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = 64});
+  std::atomic<int> ran{0};
+  q.process({.concurrency = 3}, [&](Job<int>&) { ran.fetch_add(1); });
+#ifdef RAIL_SANITIZED
+  constexpr int rounds = 300;
+#else
+  constexpr int rounds = 3'000;
+#endif
+  int early = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const int before = ran.load();
+    q.pause();
+    ASSERT_EQ(q.add("a", round).status, AddStatus::added);
+    ASSERT_TRUE(q.pause_and_wait(60s));  // every worker between jobs, with the pause in sight
+    if (ran.load() != before) ++early;
+    q.resume();
+    ASSERT_TRUE(q.drain(60s));
+    ASSERT_EQ(ran.load(), before + 1) << "round " << round;
+  }
+  EXPECT_EQ(early, 0) << "jobs started on a paused queue, of " << rounds;
+}
+
 TEST(ThreadedEngine, BlockedAddTakesTheSlotOfAJobCancelledOnAnotherThread) {
   // A paused queue of 1 holds a waiting job; a blocked add waits for room. A cancel on another
   // thread gives the job's slot back although no worker pops its index: the add returns

@@ -161,9 +161,10 @@ class Queue {
   }
 
   /// pause() stops workers from starting jobs (running ones finish, and a job a worker took
-  /// just before may still start); adds are still accepted and delayed jobs still become
-  /// ready. resume() lets workers start again. Each raises its event (EventKind::paused /
-  /// resumed) when it changes the state: a second pause() is silent. Never blocks.
+  /// just before may still start; no job added after pause() returns starts before resume());
+  /// adds are still accepted and delayed jobs still become ready. resume() lets workers start
+  /// again. Each raises its event (EventKind::paused / resumed) when it changes the state: a second
+  /// pause() is silent. Never blocks.
   void pause() noexcept { impl_->pause(); }
   void resume() noexcept { impl_->resume(); }
   [[nodiscard]] bool paused() const noexcept { return impl_->paused(); }

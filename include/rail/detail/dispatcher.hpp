@@ -12,15 +12,16 @@
 // the event count; the others sleep at once. Producers skip the wake-up while a spinner is on
 // duty (a fence-against-fence Dekker hand-off: wake_for_ready and spin_for_job).
 // Pause: pause() sets paused_; a worker checks it before taking each job (next_job), so a job it
-// took before seeing the pause still runs. pause_and_wait() also waits for those: it bumps
-// pause_epoch_ and waits until every worker has acknowledged the new epoch or is parked. A
-// worker acknowledges only from next_job, between jobs, with the pause in sight: its handler (a
-// stale one whose lease lapsed included) has returned and it starts nothing more while paused.
-// A worker asleep on the event count is parked: it runs nothing, and when it wakes its next_job
-// sees the pause (a Dekker of seq_cst operations: workers_acknowledged). Sleepers are not
-// woken to acknowledge: the event count's signals go to whichever worker waits next, so one
-// worker could take them all. Nothing is paid per job while the queue runs (the ack is in
-// next_job's paused branch; parking is per sleep).
+// took before seeing the pause still runs. One it popped after the pause waits in its stash
+// (paused_after_pop): no job added after pause() returned starts before resume(). pause_and_wait()
+// also waits for those that run: it bumps pause_epoch_ and waits until every worker has
+// acknowledged the new epoch or is parked. A worker acknowledges only from next_job, between jobs,
+// with the pause in sight: its handler (a stale one whose lease lapsed included) has returned and
+// it starts nothing more while paused. A worker asleep on the event count is parked: it runs
+// nothing, and when it wakes its next_job sees the pause (a Dekker of seq_cst operations:
+// workers_acknowledged). Sleepers are not woken to acknowledge: the event count's signals go to
+// whichever worker waits next, so one worker could take them all. Nothing is paid per job while the
+// queue runs (the ack is in next_job's paused branch; parking is per sleep).
 // Drained: note_if_drained() runs where a worker (inline: run_inline) runs out of jobs, after a
 // pool turn that ran a job (it may have ended on the queue's last), and after a cancel; only
 // while someone observes. It raises `drained` when the queue's gauges show nothing waiting,
@@ -248,11 +249,14 @@ class Dispatcher {
     wake_for_ready();
   }
 
-  /// sweep_ready(keep): cold: takes each index that is in the ready ring now once, and puts it
-  /// back (behind what was pushed meanwhile, in the order taken) unless keep(idx) is false, in
-  /// which case keep disposed of it. Workers pop alongside; those that found the ring empty
-  /// meanwhile are woken. Indices already in a worker's stash are not visited.
-  /// Callers take turns (JobFlow::reclaim_cancelled_waiting holds a lock).
+  /// sweep_ready(keep): cold: takes each index that is ready now once (in the workers' stashes,
+  /// then in the ready ring) and puts it back into the ring unless keep(idx) is false, in which
+  /// case keep disposed of it. What stays keeps its order: the stashes' jobs (popped first, so
+  /// older) go in front of the ring's, which are popped and pushed back behind them; only what
+  /// is pushed or popped meanwhile can pass them. A paused worker's stash is emptied so: its
+  /// cancelled jobs give their slots back, its others wait in the ring. Workers pop alongside;
+  /// those that found the ring empty meanwhile are woken. Callers take turns
+  /// (JobFlow::reclaim_cancelled_waiting holds a lock).
   template <class Keep>
   void sweep_ready(Keep&& keep) noexcept {
     // Odd while a sweep runs (see run_inline). relaxed, then a release fence: the fence
@@ -262,7 +266,22 @@ class Dispatcher {
     std::atomic_thread_fence(std::memory_order_release);
     std::uint32_t idx;
     bool kept = false;
-    for (std::size_t n = ready_.size_approx(); n > 0 && ready_.try_pop(idx); --n) {
+    // Counted before the stashes' jobs go in behind them.
+    std::size_t in_ring = ready_.size_approx();
+    // acquire: the stashes exist and worker_count_ is theirs once contexts_ready_ reads true
+    // (start / join_pool publish them with a release store); before that there are none.
+    if (contexts_ready_.load(std::memory_order_acquire)) {
+      const std::uint32_t n = worker_count_.load(std::memory_order_relaxed);
+      for (std::uint32_t w = 0; w < n; ++w) {
+        // As a thief: each take wins its index against the owner and other thieves (worker_stash).
+        while (stashes_[w].take(idx)) {
+          if (!keep(idx)) continue;
+          ready_.push_held(idx);
+          kept = true;
+        }
+      }
+    }
+    for (; in_ring > 0 && ready_.try_pop(idx); --in_ring) {
       if (!keep(idx)) continue;
       ready_.push_held(idx);
       kept = true;
@@ -313,6 +332,17 @@ class Dispatcher {
   }
 
  private:
+  /// paused_after_pop(): a worker (or the inline runner) that popped work after it checked
+  /// paused_ asks again before starting it: a pause() that returned before the job's add must
+  /// hold that job (test: ThreadedEngine.BlockedAddTakesTheSlotOfAJobCancelledOnAnotherThread
+  /// saw a job added to a paused queue run). No fence needed: the add that pushed what we
+  /// popped came after the pause, and our pop acquired its push (the ring's cell hand-off), so
+  /// the pause's store happens before this load, which must see it (write-read coherence).
+  /// Once per batch, on a line the entry check just read.
+  [[nodiscard]] bool paused_after_pop() const noexcept {
+    return paused_.load(std::memory_order_relaxed);
+  }
+
   void worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& wc);
   void make_contexts(std::uint32_t workers, LeaseTracker& leases, std::uint64_t seed);
   bool next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
