@@ -205,6 +205,7 @@ std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std:
         // Not started: back to the ring (behind what was pushed meanwhile: this race is the only
         // place inline mode reorders; a worker keeps the order in its stash, see next_job).
         ready_.push_held(idx);
+        held_back_.fetch_add(1, std::memory_order_release);  // after the push: see held_back()
         break;
       }
       if (runner.deliver(idx, *inline_context_)) ++ran;
@@ -450,6 +451,7 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
     if (!steal(w, idx)) return false;
     if (paused_after_pop()) [[unlikely]] {
       wc.stash->fill(&idx, 1);  // ours is empty: take() failed above, and only we fill it
+      held_back_.fetch_add(1, std::memory_order_release);  // after the fill: see held_back()
       acknowledge_pause(wc);
       return false;
     }
@@ -457,6 +459,7 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   }
   if (paused_after_pop()) [[unlikely]] {
     wc.stash->fill(batch.data(), static_cast<std::uint32_t>(n));  // as above; n <= kCapacity
+    held_back_.fetch_add(1, std::memory_order_release);
     acknowledge_pause(wc);
     return false;
   }

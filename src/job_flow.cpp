@@ -1291,14 +1291,18 @@ bool JobFlow::reclaim_cancelled_waiting() noexcept {
   // (an add ordered after a cancel, on the same thread or synchronised with it, sees it).
   const std::uint64_t cancels = waiting_cancels_.load(std::memory_order_acquire);
   if (cancels == 0) return false;  // no waiting job was ever cancelled: nothing to reclaim
-  // acquire: pairs with the release store below, so the slots that sweep freed are visible to
-  // the caller's next look.
-  if (cancels == swept_cancels_.load(std::memory_order_acquire)) return true;
+  // What a sweep must have seen: every cancel so far, and every index a worker held back for a
+  // pause (Dispatcher::held_back: popped before the last sweep's pass, stashed after it, it
+  // would wait out the pause with a cancelled job's slot: review of cbfe419). Both only grow,
+  // so their sum equals the last sweep's only if neither moved since. acquire: pairs with the
+  // release store below, so the slots that sweep freed are visible to the caller's next look.
+  if (cancels + dispatch_.held_back() == swept_mark_.load(std::memory_order_acquire)) return true;
   const std::lock_guard lock(reclaim_mu_);
-  // Read before the pass: a cancel during it leaves the counts apart, for the next add that
-  // finds no room. Equal already: another add swept while we waited for the lock.
-  const std::uint64_t seen = waiting_cancels_.load(std::memory_order_acquire);
-  if (seen == swept_cancels_.load(std::memory_order_relaxed)) return true;
+  // Read before the pass: a cancel or a hold-back during it leaves the marks apart, for the next
+  // add that finds no room. Equal already: another add swept while we waited for the lock.
+  const std::uint64_t seen =
+      waiting_cancels_.load(std::memory_order_acquire) + dispatch_.held_back();
+  if (seen == swept_mark_.load(std::memory_order_relaxed)) return true;
   const ScopedValue<bool> mark(sweeping, true);
   dispatch_.sweep_ready([this](std::uint32_t idx) {
     switch (slots_[idx].ctl.held()) {
@@ -1312,7 +1316,7 @@ bool JobFlow::reclaim_cancelled_waiting() noexcept {
     }
     return true;
   });
-  swept_cancels_.store(seen, std::memory_order_release);  // after the pass: see above
+  swept_mark_.store(seen, std::memory_order_release);  // after the pass: see above
   return true;
 }
 

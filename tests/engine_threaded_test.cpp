@@ -680,6 +680,78 @@ TEST(ThreadedEngine, ACancelledJobInAPausedWorkersStashGivesItsSlotBack) {
   EXPECT_EQ(order, (std::vector<int>{1, 2, 4, 5, 7, 6}));
 }
 
+// Each round: a producer fills a small queue (reject policy) while a canceller cancels recent
+// jobs and the queue is paused under them; then the paused queue must take an add for every slot
+// no waiting job holds. A worker that popped a cancelled job just before the pause keeps it in its
+// stash; if a sweep ran while the index was in its hand, the next add must sweep again (review of
+// cbfe419: 4 of 3,000 rounds, dedicated 6 workers on 8 slots, and 2 of 2,000 on a shared pool of
+// 4 with 4 slots, kept a cancelled job's slot for the whole pause). A weak detector at the
+// rounds the suite affords (a round takes about 0.14 s here); the review's program ran 3,000.
+#ifdef RAIL_SANITIZED
+constexpr int kPausedCancelRounds = 20;
+#else
+constexpr int kPausedCancelRounds = 150;
+#endif
+void paused_queue_gives_back_every_cancelled_slot(bool shared, std::uint32_t workers,
+                                                  std::size_t capacity, int rounds) {
+  EngineOptions eo;
+  if (shared) eo.workers = workers;
+  Engine engine(eo);
+  auto q = engine.queue<int>("q", QueueOptions{.capacity = capacity});
+  if (shared) {
+    q.process(WorkerOptions::shared(), [](Job<int>&) {});
+  } else {
+    q.process({.concurrency = workers}, [](Job<int>&) {});
+  }
+  std::mt19937 rng(7);
+  int leaked_rounds = 0;
+  for (int round = 0; round < rounds; ++round) {
+    std::atomic<bool> stop{false};
+    std::atomic<JobId> last{0};
+    std::thread producer([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        const AddResult a = q.add("a", 0);
+        if (a.status == AddStatus::added) last.store(a.id);
+      }
+    });
+    std::thread canceller([&] {
+      std::mt19937 g(static_cast<unsigned>(round));
+      while (!stop.load(std::memory_order_relaxed)) {
+        const JobId l = last.load();
+        if (l > 0) (void)q.cancel(l - g() % 4);
+      }
+    });
+    for (unsigned k = rng() % 200; k > 0; --k)
+      std::this_thread::yield();
+    q.pause();
+    for (unsigned k = rng() % 20; k > 0; --k)
+      std::this_thread::yield();
+    stop.store(true);
+    producer.join();
+    canceller.join();
+    ASSERT_TRUE(q.pause_and_wait(60s));
+    const QueueCounts c = q.counts();
+    std::size_t took = 0;
+    while (q.add("probe", 1).status == AddStatus::added)
+      ++took;
+    if (took < capacity - c.waiting) ++leaked_rounds;
+    q.resume();
+    ASSERT_TRUE(q.drain(60s));
+  }
+  EXPECT_EQ(leaked_rounds, 0) << "rounds where the paused queue kept a cancelled job's slot, of "
+                              << rounds;
+}
+
+TEST(ThreadedEngine, APausedQueueGivesBackEveryCancelledSlotDedicated) {
+  const test::Watchdog watchdog(240s, "APausedQueueGivesBackEveryCancelledSlotDedicated");
+  paused_queue_gives_back_every_cancelled_slot(false, 6, 8, kPausedCancelRounds);
+}
+
+TEST(ThreadedEngine, APausedQueueGivesBackEveryCancelledSlotSharedPool) {
+  const test::Watchdog watchdog(240s, "APausedQueueGivesBackEveryCancelledSlotSharedPool");
+  paused_queue_gives_back_every_cancelled_slot(true, 4, 4, kPausedCancelRounds);
+}
+
 TEST(ThreadedEngine, NoJobAddedAfterPauseReturnedStartsBeforeResume) {
   // Workers (3 on 2 cores, so some are preempted between their paused check and their pop) find
   // jobs as fast as they come. A job added after pause() returned must wait for resume(): a

@@ -291,6 +291,14 @@ class Dispatcher {
     if (kept) wake_for_ready();
   }
 
+  /// held_back(): how many times a worker (or the inline runner) popped ready jobs and then kept
+  /// them back for a pause (into its stash; inline, back into the ring). A cancel sweep that ran
+  /// while they were in its hand missed them: JobFlow sweeps again when this moved.
+  [[nodiscard]] std::uint64_t held_back() const noexcept {
+    // acquire: pairs with the release increment after the indices are back where a sweep looks.
+    return held_back_.load(std::memory_order_acquire);
+  }
+
   /// run_inline(runner, leases, seed, max): inline mode: runs up to max ready jobs on this thread.
   std::size_t run_inline(JobRunner& runner, LeaseTracker& leases, std::uint64_t seed,
                          std::size_t max);
@@ -393,6 +401,7 @@ class Dispatcher {
   std::atomic<std::uint32_t> worker_count_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> paused_{false};
+  std::atomic<std::uint64_t> held_back_{0};    // see held_back()
   PauseListener* pause_listener_ = nullptr;    // set before the queue is published
   std::atomic<std::uint64_t> pause_epoch_{0};  // bumped by each pause_and_wait
   // The idle_mark of the last `drained` (see the header); only touched when observed.

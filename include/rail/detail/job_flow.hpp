@@ -629,10 +629,11 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   // Deliveries handed to a Completion (WorkerOptions::max_pending > 0), set before processing_.
   std::unique_ptr<PendingJobs> pending_;
   std::atomic<bool> processing_{false};  // start_processing ran: admit may re-arm the sweep
-  // Cancels of waiting jobs so far, and that count as the last sweep of the ready ring read it
-  // before it began (see reclaim_cancelled_waiting); sweeps take turns on reclaim_mu_.
+  // Cancels of waiting jobs so far, and that count plus the dispatcher's held_back() as the last
+  // sweep of the ready jobs read them before it began (see reclaim_cancelled_waiting); sweeps
+  // take turns on reclaim_mu_.
   std::atomic<std::uint64_t> waiting_cancels_{0};
-  std::atomic<std::uint64_t> swept_cancels_{0};
+  std::atomic<std::uint64_t> swept_mark_{0};
   std::mutex reclaim_mu_;
   // The dedup window is built on the first add that carries a dedup id: a queue that never
   // deduplicates should not pay its memory (capacity x max key bytes).
