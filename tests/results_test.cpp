@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "rail/rail.hpp"
+#include "support/eventually.hpp"
 #include "support/inline_engine.hpp"
 
 namespace rail {
@@ -359,6 +360,30 @@ TEST(ResultsThreaded, EveryHandleHearsItsJobsEndOnceWithItsResult) {
       ASSERT_EQ(results[i], i * 3);
     engine.shutdown(1s);
   }
+}
+
+// wait_for returns after the job's on_end callbacks ran (job_handle.hpp), not as soon as the end
+// is recorded: EveryHandleHearsItsJobsEndOnceWithItsResult read the callbacks' results while the
+// last one still ran (ThreadSanitizer, in CI).
+TEST(ResultsThreaded, WaitForReturnsOnlyAfterTheJobsCallbacksRan) {
+  Engine engine;
+  auto q = engine.queue<int, int>("q", QueueOptions{.capacity = 16});
+  q.process({}, [](Job<int>& j) -> Result<int> { return j.data() * 2; });
+  std::atomic<bool> entered{false}, release{false}, finished{false};
+  const auto h = q.add_tracked("x", 21);
+  h.on_end([&](const JobEnd<int>&) {
+    entered.store(true);
+    (void)test::eventually([&] { return release.load(); });  // a slow callback
+    finished.store(true);
+  });
+  ASSERT_TRUE(test::eventually([&] { return entered.load(); }));
+  EXPECT_TRUE(h.ended()) << "ended() does not wait: the end is recorded";
+  EXPECT_FALSE(h.wait_for(0s)) << "a callback is still running";
+  release.store(true);
+  const auto end = h.wait_for(30s);
+  ASSERT_TRUE(end);
+  EXPECT_TRUE(finished.load());
+  EXPECT_EQ(*end->result, 42);
 }
 
 TEST(ResultsThreaded, WaitFromAHandlerOfTheSameQueueThrowsButWaitForIsAllowed) {

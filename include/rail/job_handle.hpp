@@ -125,7 +125,10 @@ class JobHandle {
         if (detail::run_inline(flow_->core()) == 0) return ended();
       }
     }
-    if (auto e = ended()) return e;
+    // Settled: the end is recorded and its callbacks ran (the header's promise; review: the end
+    // alone returned while another thread was still running an on_end callback).
+    if (!sure_) (void)ended();
+    if (waiter_->wait_until(std::chrono::steady_clock::time_point::min())) return ended();
     // About to block with no end in sight (wait(), or a timeout that saturated to never): on the
     // shared pool, counted against its free workers (PoolWait).
     std::optional<detail::PoolWait> counted;
