@@ -202,10 +202,7 @@ std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std:
     const std::uint64_t gen = sweep_gen_.load(std::memory_order_acquire);
     if (ready_.try_pop(idx)) {
       if (paused_after_pop()) [[unlikely]] {
-        // Not started: back to the ring (behind what was pushed meanwhile: this race is the only
-        // place inline mode reorders; a worker keeps the order in its stash, see next_job).
-        ready_.push_held(idx);
-        held_back_.fetch_add(1, std::memory_order_release);  // after the push: see held_back()
+        hold_back(nullptr, &idx, 1);
         break;
       }
       if (runner.deliver(idx, *inline_context_)) ++ran;
@@ -449,20 +446,12 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   const std::size_t n = ready_.try_pop_bulk(batch.data(), want);
   if (n == 0) {
     if (!steal(w, idx)) return false;
-    if (paused_after_pop()) [[unlikely]] {
-      wc.stash->fill(&idx, 1);  // ours is empty: take() failed above, and only we fill it
-      held_back_.fetch_add(1, std::memory_order_release);  // after the fill: see held_back()
-      acknowledge_pause(wc);
-      return false;
-    }
+    if (paused_after_pop()) [[unlikely]]
+      return hold_back(&wc, &idx, 1);
     return true;
   }
-  if (paused_after_pop()) [[unlikely]] {
-    wc.stash->fill(batch.data(), static_cast<std::uint32_t>(n));  // as above; n <= kCapacity
-    held_back_.fetch_add(1, std::memory_order_release);
-    acknowledge_pause(wc);
-    return false;
-  }
+  if (paused_after_pop()) [[unlikely]]
+    return hold_back(&wc, batch.data(), n);
   // The slots were written on the producer's core: start every miss of the batch now, so they
   // overlap instead of stalling one delivery each.
   for (std::size_t i = 0; i < n; ++i) {
@@ -482,6 +471,23 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
       wake_for_ready();
   }
   return true;
+}
+
+/// hold_back(wc, idx, n): a worker (wc) or the inline runner (null) popped n ready jobs and then
+/// saw the queue paused: none starts. A worker keeps them in its stash, in order (it is empty:
+/// its own take() failed before it popped, and only its owner fills a stash; n <= kCapacity) and
+/// acknowledges the pause; the inline runner puts them back into the ring (behind what was pushed
+/// meanwhile: the only place inline mode reorders). Returns false, next_job's "no job".
+bool Dispatcher::hold_back(WorkerContext* wc, const std::uint32_t* idx, std::size_t n) noexcept {
+  if (wc) {
+    wc->stash->fill(idx, static_cast<std::uint32_t>(n));
+  } else {
+    ready_.push_held_bulk(idx, n);
+  }
+  // release, after the fill or push: see held_back().
+  held_back_.fetch_add(1, std::memory_order_release);
+  if (wc) acknowledge_pause(*wc);
+  return false;
 }
 
 /// steal(w, idx): takes the oldest job of another worker's stash, trying each once.

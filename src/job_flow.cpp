@@ -1296,12 +1296,11 @@ bool JobFlow::reclaim_cancelled_waiting() noexcept {
   // would wait out the pause with a cancelled job's slot: review of cbfe419). Both only grow,
   // so their sum equals the last sweep's only if neither moved since. acquire: pairs with the
   // release store below, so the slots that sweep freed are visible to the caller's next look.
-  if (cancels + dispatch_.held_back() == swept_mark_.load(std::memory_order_acquire)) return true;
+  if (sweep_mark() == swept_mark_.load(std::memory_order_acquire)) return true;
   const std::lock_guard lock(reclaim_mu_);
   // Read before the pass: a cancel or a hold-back during it leaves the marks apart, for the next
   // add that finds no room. Equal already: another add swept while we waited for the lock.
-  const std::uint64_t seen =
-      waiting_cancels_.load(std::memory_order_acquire) + dispatch_.held_back();
+  const std::uint64_t seen = sweep_mark();
   if (seen == swept_mark_.load(std::memory_order_relaxed)) return true;
   const ScopedValue<bool> mark(sweeping, true);
   dispatch_.sweep_ready([this](std::uint32_t idx) {

@@ -46,6 +46,16 @@ struct Held {
   std::atomic<bool> started{false}, release{false};
 };
 
+/// FastHandlerThreshold: while it lives, workers started from then on count every handler as fast,
+/// so they pop whole batches (WorkerStash::kCapacity) from their second delivery on.
+struct FastHandlerThreshold {
+  std::int64_t previous = detail::set_fast_handler_threshold(INT64_MAX);
+  FastHandlerThreshold() = default;
+  ~FastHandlerThreshold() { (void)detail::set_fast_handler_threshold(previous); }
+  FastHandlerThreshold(const FastHandlerThreshold&) = delete;
+  FastHandlerThreshold& operator=(const FastHandlerThreshold&) = delete;
+};
+
 /// BatchRound: on a queue of two workers, makes one worker (the runner) take the kBatch (16) jobs
 /// of a batch in one bulk pop (the first now, the other 15 into its stash), and tells whether it
 /// did.
@@ -62,8 +72,7 @@ struct Held {
 /// Declare it before the engine: the threshold is read when the queue's workers start.
 struct BatchRound {
   static constexpr int kGate = -1, kFeed = -2, kFeedAddsBatch = -3, kProbe = -4;
-  BatchRound() : previous_threshold(detail::set_fast_handler_threshold(INT64_MAX)) {}
-  ~BatchRound() { (void)detail::set_fast_handler_threshold(previous_threshold); }
+  BatchRound() = default;
   BatchRound(const BatchRound&) = delete;
   BatchRound& operator=(const BatchRound&) = delete;
 
@@ -114,7 +123,7 @@ struct BatchRound {
     (void)eventually([&] { return probe_ran.load() || helper_ran_test_job.load(); });
   }
 
-  std::int64_t previous_threshold;
+  FastHandlerThreshold threshold;
   Queue<int>* q = nullptr;
   std::atomic<bool>* park_probe = nullptr;  // set: the probe holds the helper until it is true
   std::atomic<std::thread::id> helper{};
@@ -638,10 +647,7 @@ TEST(ThreadedEngine, ACancelledJobInAPausedWorkersStashGivesItsSlotBack) {
   // One worker pops a batch: B (which blocks) and J1..J5 into its stash. The queue is paused,
   // filled and J3 cancelled: an add must get J3's slot (the sweep empties the stashes
   // too; it visited only the ring before), and the rest keep their order.
-  struct Threshold {  // whole batches from the first fast delivery on (see BatchRound)
-    std::int64_t previous = detail::set_fast_handler_threshold(INT64_MAX);
-    ~Threshold() { (void)detail::set_fast_handler_threshold(previous); }
-  } threshold;
+  const FastHandlerThreshold threshold;  // whole batches from the first fast delivery on
   const test::Watchdog watchdog(120s, "ACancelledJobInAPausedWorkersStashGivesItsSlotBack");
   constexpr int kFeed = -1, kBlock = 0;
   Engine engine;

@@ -266,6 +266,11 @@ class Dispatcher {
     std::atomic_thread_fence(std::memory_order_release);
     std::uint32_t idx;
     bool kept = false;
+    const auto visit = [&](std::uint32_t i) {
+      if (!keep(i)) return;
+      ready_.push_held(i);
+      kept = true;
+    };
     // Counted before the stashes' jobs go in behind them.
     std::size_t in_ring = ready_.size_approx();
     // acquire: the stashes exist and worker_count_ is theirs once contexts_ready_ reads true
@@ -274,18 +279,12 @@ class Dispatcher {
       const std::uint32_t n = worker_count_.load(std::memory_order_relaxed);
       for (std::uint32_t w = 0; w < n; ++w) {
         // As a thief: each take wins its index against the owner and other thieves (worker_stash).
-        while (stashes_[w].take(idx)) {
-          if (!keep(idx)) continue;
-          ready_.push_held(idx);
-          kept = true;
-        }
+        while (stashes_[w].take(idx))
+          visit(idx);
       }
     }
-    for (; in_ring > 0 && ready_.try_pop(idx); --in_ring) {
-      if (!keep(idx)) continue;
-      ready_.push_held(idx);
-      kept = true;
-    }
+    for (; in_ring > 0 && ready_.try_pop(idx); --in_ring)
+      visit(idx);
     // release: the pushes back happen before an inline runner's acquire load that reads it.
     sweep_gen_.fetch_add(1, std::memory_order_release);
     if (kept) wake_for_ready();
@@ -354,6 +353,7 @@ class Dispatcher {
   void worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& wc);
   void make_contexts(std::uint32_t workers, LeaseTracker& leases, std::uint64_t seed);
   bool next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
+  bool hold_back(WorkerContext* wc, const std::uint32_t* idx, std::size_t n) noexcept;
   bool spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   bool steal(std::uint32_t w, std::uint32_t& idx) noexcept;
   void acknowledge_pause(WorkerContext& wc) noexcept;

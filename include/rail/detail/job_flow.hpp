@@ -634,6 +634,10 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   // take turns on reclaim_mu_.
   std::atomic<std::uint64_t> waiting_cancels_{0};
   std::atomic<std::uint64_t> swept_mark_{0};
+  [[nodiscard]] std::uint64_t sweep_mark() const noexcept {
+    // acquire: pairs with end_cancelled's release increment (and held_back's own acquire).
+    return waiting_cancels_.load(std::memory_order_acquire) + dispatch_.held_back();
+  }
   std::mutex reclaim_mu_;
   // The dedup window is built on the first add that carries a dedup id: a queue that never
   // deduplicates should not pay its memory (capacity x max key bytes).
