@@ -9,6 +9,7 @@
 
 #include "rail/detail/cpu_relax.hpp"
 #include "rail/detail/deadline.hpp"
+#include "rail/detail/free_slots.hpp"
 #include "rail/detail/scoped_value.hpp"
 #include "rail/error.hpp"
 
@@ -161,7 +162,8 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w) noexcept {
     pool_runner_->deliver(idx, wc);
     ++ran;
   }
-  if (!more) wc.fast = false;  // as after idling in worker_loop
+  if (!more) wc.fast = false;                 // as after idling in worker_loop
+  if (ran > 0) pool_runner_->flush_freed(w);  // the worker moves on: as before it idles
   // This worker may have run the queue dry: also when the turn ended on kTurn with the last job
   // (next_job never failed; the next turn finds nothing visible and returns before looking).
   // Only while observed (note_if_drained), and once per turn, not per job.
@@ -354,17 +356,25 @@ void Dispatcher::emit_queue_event(EventKind kind) const noexcept {
 
 void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& wc) {
   std::uint32_t idx = 0;
-  // However the loop ends, a pause_and_wait no longer waits for this worker.
+  freeing_worker() = static_cast<int>(w);  // slots this thread frees go through its batch
+  // However the loop ends, a pause_and_wait no longer waits for this worker, and what it freed
+  // is in the ring.
   struct Exit {
+    JobRunner& runner;
+    std::uint32_t w;
     WorkerContext& wc;
-    ~Exit() { wc.pause_ack.store(WorkerContext::kExited, std::memory_order_release); }
-  } exit{wc};
+    ~Exit() {
+      runner.flush_freed(w);
+      wc.pause_ack.store(WorkerContext::kExited, std::memory_order_release);
+    }
+  } exit{runner, w, wc};
   while (!stop_.load(std::memory_order_acquire)) {
     if (next_job(w, wc, idx)) {
       runner.deliver(idx, wc);
       continue;
     }
     wc.fast = false;        // after idling, the next handler's speed is unknown: one job at a time
+    runner.flush_freed(w);  // before it waits: what it freed must not wait with it
     note_if_drained(true);  // this worker ran out of jobs: the queue may be idle now
     if (spin_for_job(w, wc, idx)) {
       runner.deliver(idx, wc);

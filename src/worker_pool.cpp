@@ -6,6 +6,7 @@
 #include "rail/detail/assert.hpp"
 #include "rail/detail/cpu_relax.hpp"
 #include "rail/detail/deadline.hpp"
+#include "rail/detail/free_slots.hpp"
 #include "rail/error.hpp"
 
 namespace rail::detail {
@@ -57,8 +58,9 @@ void WorkerPool::stop() noexcept {
 }
 
 void WorkerPool::worker_loop(std::uint32_t w) {
-  served_target() = &wake_;  // Dispatcher::pool_of_caller
-  std::uint32_t first = w;   // workers start their rounds at different members
+  served_target() = &wake_;                // Dispatcher::pool_of_caller
+  freeing_worker() = static_cast<int>(w);  // slots this thread frees go through its batches
+  std::uint32_t first = w;                 // workers start their rounds at different members
   while (!stop_.load(std::memory_order_acquire)) {
     if (round(w, first)) continue;
     if (spin()) continue;

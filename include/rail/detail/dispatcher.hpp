@@ -175,6 +175,9 @@ std::int64_t set_fast_handler_threshold(std::int64_t ns) noexcept;
 class JobRunner {
  public:
   virtual bool deliver(std::uint32_t idx, WorkerContext& wc) = 0;
+  /// flush_freed(w): worker w idles or ends its turn: the slots it freed in a batch go back
+  /// where producers look first (FreeSlots batches).
+  virtual void flush_freed(std::uint32_t /*w*/) noexcept {}
 
  protected:
   ~JobRunner() = default;

@@ -22,15 +22,38 @@
 // counts the indices handed out for the first time: [fresh_, capacity) were never used. A pop
 // takes fresh indices while fewer than kWarmSlots were handed out, then from the ring, else
 // fresh ones again (a CAS on `fresh_`).
-// Invariant: every index is in the ring, held by one party, or at or above `fresh_`, exactly once.
+// Batches: a worker thread frees into a batch of its own (push_batched: 16 batches of 14 per
+// queue, one cache line each, worker w uses batch w mod 16) that goes to the ring with one bulk
+// push when full, and whole (flush) when a dedicated worker idles or exits, or a pool worker ends
+// a turn on this queue in which it ran jobs. So the ring's tail and cells move between cores once
+// per batch instead of once per job. Slots a worker frees outside those points (a pool worker
+// that fires a timer as the wheel's owner, or cancels this queue's job from another queue's
+// handler) stay in its batch until the next flush of it. A producer whose pop finds nothing
+// flushes every batch into the ring and always looks again before it answers `full` (another
+// producer may have flushed them first), so `full` stays exact: a batched slot is free.
+// Costs: a batch is guarded by a spin flag, so freeing is not lock-free: a thread that takes the
+// flag may wait for a holder preempted inside its few instructions. Its worker takes it once per
+// job; it is shared, and contended, when two threads free into it (a queue's workers w and
+// w + 16, or another queue's worker w cancelling this queue's jobs) and when producers flush: a
+// producer that finds the queue full reads all 16 batch lines and takes every partial batch on
+// each failed pop, so while a queue stays full the batches gain nothing and its producers
+// contend with its workers. The touched set may exceed the most jobs in flight by what the
+// batches hold (at most 16 x 14) plus a refill's 64.
+// Invariant: every index is in the ring, in a batch, held by one party, or at or above `fresh_`,
+// exactly once.
 // Memory ordering: the ring's push (release) and pop (acquire) carry the previous holder's writes
 // to the slot. `fresh_` is relaxed: a never-used slot was written only by the queue's
-// constructor, which happens before any add (the queue is published to producers after it).
+// constructor, which happens before any add (the queue is published to producers after it). A
+// batch's flag is taken with acquire and given back with release: it carries the indices and the
+// writes before them from one holder to the next. Its count `n` is also read without the flag, as
+// a hint: the store of 0 after the bulk push that emptied it is a release and the hint's load an
+// acquire (see flush_batch); other counts are relaxed (a non-zero hint only leads to the flag).
 // Threading: any thread pushes and pops. Atom is std::atomic in the engine and
 // DeterministicAtomic in tests/free_slots_test.cpp.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -56,8 +79,41 @@ class BasicFreeSlots {
   /// warm(): slots handed out fresh before any is reused.
   [[nodiscard]] std::size_t warm() const noexcept { return warm_; }
 
+  /// Indices a batch holds before it goes to the ring, and batches per queue (worker threads map
+  /// onto them by index; two sharing one only share its flag).
+  static constexpr std::uint32_t kBatch = 14;
+  static constexpr std::uint32_t kBatches = 16;
+
   /// try_pop(out): a free index (recycled first once warm), or false when every slot is in use.
   bool try_pop(std::uint32_t& out) noexcept {
+    if (try_pop_once(out)) return true;
+    // Always look again (review: another thread may have flushed the batches meanwhile, and
+    // answering `full` then left a free index in the ring).
+    flush_all();
+    return try_pop_once(out);
+  }
+
+  /// push_batched(i, worker): i is free again, freed by worker thread `worker` (see Batches).
+  void push_batched(std::uint32_t i, std::uint32_t worker) noexcept {
+    Batch& b = batches_[worker % kBatches];
+    lock(b);
+    // relaxed: under the flag, which orders it.
+    const std::uint32_t n = b.n.load(std::memory_order_relaxed);
+    b.idx[n] = i;
+    if (n + 1 == kBatch) {
+      spill(b, kBatch);
+    } else {
+      // relaxed: a non-zero count only sends a flusher to the flag, whose acquire orders idx.
+      b.n.store(n + 1, std::memory_order_relaxed);
+    }
+    unlock(b);
+  }
+  /// flush(worker): worker's batch goes to the ring (a dedicated worker idles or exits, or a pool
+  /// worker's turn on this queue ended).
+  void flush(std::uint32_t worker) noexcept { flush_batch(batches_[worker % kBatches]); }
+
+ private:
+  bool try_pop_once(std::uint32_t& out) noexcept {
     if (touched() < warm_ && take_fresh(&out, 1)) return true;
     if (recycled_.try_pop(out)) return true;
     // A full queue's producer retries here on every add: with no never-used slot left, skip the
@@ -74,8 +130,25 @@ class BasicFreeSlots {
     return false;
   }
 
+ public:
   /// try_pop_bulk(out, n): all n indices, or none (returns 0) when fewer than n are free.
   std::size_t try_pop_bulk(std::uint32_t* out, std::size_t n) noexcept {
+    if (const std::size_t got = try_pop_bulk_once(out, n)) return got;
+    flush_all();
+    // A flush (ours, or another thread's that emptied the batches first) may still be writing
+    // ring cells: while enough indices look free, wait them out as the single pop does
+    // (review: add_bulk answered `full` right after drain()).
+    for (;;) {
+      if (const std::size_t got = try_pop_bulk_once(out, n)) return got;
+      if (recycled_.size_approx() + fresh_left() < n &&
+          refilling_.load(std::memory_order_acquire) == 0)
+        return 0;
+      std::this_thread::yield();
+    }
+  }
+
+ private:
+  std::size_t try_pop_bulk_once(std::uint32_t* out, std::size_t n) noexcept {
     // An estimate: the pops below decide. With fewer than n free, popping some only to push them
     // back would churn the ring against the workers; a bulk add then answers `full` (unlike a
     // single pop, it does not wait out a push in flight).
@@ -93,6 +166,7 @@ class BasicFreeSlots {
     return 0;
   }
 
+ public:
   /// push(i): i is free again.
   void push(std::uint32_t i) noexcept { recycled_.push_held(i); }
 
@@ -135,13 +209,55 @@ class BasicFreeSlots {
     return true;
   }
 
+  struct alignas(64) Batch {
+    Atom<std::uint32_t> flag{0};  // 1 while a thread moves the batch's indices
+    Atom<std::uint32_t> n{0};     // idx[0, n) are free; read unlocked only as a hint
+    std::uint32_t idx[kBatch];
+  };
+  static_assert(sizeof(Batch) == 64, "a batch is one cache line");
+
+  static void lock(Batch& b) noexcept {
+    // acquire: sees the indices the last holder wrote; release on unlock publishes ours.
+    while (b.flag.exchange(1, std::memory_order_acquire) != 0)
+      std::this_thread::yield();
+  }
+  static void unlock(Batch& b) noexcept { b.flag.store(0, std::memory_order_release); }
+  /// flush_all(): every batch into the ring (a producer found nothing).
+  void flush_all() noexcept {
+    for (Batch& b : batches_)
+      flush_batch(b);
+  }
+  void flush_batch(Batch& b) noexcept {
+    // A hint. acquire: a 0 stored by a spill (another flusher's, or the worker's own full batch;
+    // release) orders that spill's ring push before our next pop; an append made before the
+    // caller's pop (ordered by the caller's synchronisation with the freeing worker: drain's
+    // counts, or a handle's wait once no stale handler still pins the slot) is seen.
+    if (b.n.load(std::memory_order_acquire) == 0) return;
+    lock(b);
+    spill(b, b.n.load(std::memory_order_relaxed));  // relaxed: under the flag
+    unlock(b);
+  }
+  /// spill(b, n): the caller holds b's flag: its n indices go to the ring and b is empty.
+  void spill(Batch& b, std::uint32_t n) noexcept {
+    recycled_.push_held_bulk(b.idx, n);
+    b.n.store(0, std::memory_order_release);  // after the push: see flush_batch's hint
+  }
+
   const std::size_t capacity_;
   const std::size_t warm_;
+  std::array<Batch, kBatches> batches_{};
   MpmcRing<std::uint32_t, Atom> recycled_;
   alignas(64) Atom<std::size_t> fresh_{0};
   Atom<std::uint32_t> refilling_{0};  // refills between claiming fresh indices and pushing them
 };
 
 using FreeSlots = BasicFreeSlots<>;
+
+/// freeing_worker(): this thread's worker index for free-slot batches (set by worker threads,
+/// dedicated and pooled), or -1: any other thread frees straight into the ring.
+inline int& freeing_worker() noexcept {
+  thread_local int w = -1;
+  return w;
+}
 
 }  // namespace rail::detail

@@ -279,7 +279,11 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   /// release_slot(idx): the caller holds idx and has destroyed (or never built) its payload.
   void release_slot(std::uint32_t idx) noexcept {
     slots_[idx].ctl.mark_free();
-    free_.push(idx);
+    if (const int w = freeing_worker(); w >= 0) {
+      free_.push_batched(idx, static_cast<std::uint32_t>(w));
+    } else {
+      free_.push(idx);
+    }
   }
   /// leave_filed(idx): file_copy has copied the entry of the job ending in slot idx: the job
   /// ends (the slot is no longer ours), before the entry is filed and its event raised, so that
@@ -448,6 +452,7 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   void drop_leases() noexcept;
   // JobRunner / TimerClient
   bool deliver(std::uint32_t idx, WorkerContext& wc) final;
+  void flush_freed(std::uint32_t w) noexcept final { free_.flush(w); }
   void timer_fired(std::uint32_t idx, std::int64_t now) noexcept final;
 
   /// PauseListener: a queue that calls a downstream hands on a wake its paused ready ring may

@@ -53,7 +53,7 @@ class StripedCounters {
 /// one writer an increment needs no locked read-modify-write: a relaxed load and store of the
 /// writer's own value cannot lose an update, and cost a plain store instead of a locked
 /// instruction, which would also wait for the writer's pending cache misses to drain.
-/// Readers load relaxed and see each total whole (64-bit atomics do not tear), as above.
+/// Readers load acquire and see each total whole (64-bit atomics do not tear), as above.
 template <std::size_t Kinds>
 class alignas(64) OwnedCounters {
  public:
