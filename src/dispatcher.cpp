@@ -356,6 +356,7 @@ void Dispatcher::emit_queue_event(EventKind kind) const noexcept {
 
 void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& wc) {
   std::uint32_t idx = 0;
+  EngineCore::prepare_worker_thread();
   freeing_worker() = static_cast<int>(w);  // slots this thread frees go through its batch
   // However the loop ends, a pause_and_wait no longer waits for this worker, and what it freed
   // is in the ring.

@@ -58,6 +58,7 @@ void WorkerPool::stop() noexcept {
 }
 
 void WorkerPool::worker_loop(std::uint32_t w) {
+  EngineCore::prepare_worker_thread();
   served_target() = &wake_;                // Dispatcher::pool_of_caller
   freeing_worker() = static_cast<int>(w);  // slots this thread frees go through its batches
   std::uint32_t first = w;                 // workers start their rounds at different members

@@ -269,6 +269,12 @@ class EngineCore {
     });
   }
 
+  /// prepare_worker_thread(): a worker thread's first step. The delivery buffer is a thread_local
+  /// with a destructor, and glibc allocates to register that destructor on the thread's first
+  /// use of it: building it here keeps that allocation out of the steady state (it happened the
+  /// first time a worker fired timers or asked the wheel anything, mid-run).
+  static void prepare_worker_thread() noexcept { (void)delivery_buffer(); }
+
   /// poll_timers(now): a worker's check between batches, with its latest clock reading. Cheap when
   /// nothing is due (two relaxed loads); otherwise processes the wheel unless its owner is busy.
   void poll_timers(std::int64_t now) {
