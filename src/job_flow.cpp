@@ -11,10 +11,10 @@
 #include "rail/detail/allocation.hpp"
 #include "rail/detail/assert.hpp"
 #include "rail/detail/asymmetric_fence.hpp"
+#include "rail/detail/handler_failure.hpp"
 #include "rail/detail/scoped_value.hpp"
 #include "rail/detail/worker_pool.hpp"
 #include "rail/error.hpp"
-#include "rail/unrecoverable_error.hpp"
 
 namespace rail::detail {
 
@@ -566,12 +566,8 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   if (!skip) {
     try {
       out = run_handler(idx, job);
-    } catch (const UnrecoverableError& e) {
-      out = Outcome::fail(e.what());
-    } catch (const std::exception& e) {
-      out = Outcome::retry(e.what());
     } catch (...) {
-      out = Outcome::retry("handler threw a non-std::exception");
+      out = handler_failure(std::current_exception());
     }
   }
   if (deferral.taken) [[unlikely]] {

@@ -35,33 +35,10 @@ struct Deferral {
   bool permit = false;  // the delivery holds a downstream permit (handed over with it)
 };
 
-/// JobFields: everything a Job<T> shows but its payload, filled by the job flow (job_flow.hpp)
-/// without knowing the payload type.
-struct JobFields {
-  JobId id_ = 0;
-  std::string_view name_;
-  std::string_view queue_;
-  std::uint32_t attempts_made_ = 0;
-  std::uint32_t deliveries_ = 0;
-  std::uint32_t stalls_ = 0;
-  std::uint32_t max_attempts_ = 0;
-  TimePoint added_at_{};
-  TimePoint started_at_{};
-  std::string_view last_error_;
-  const SlotControl<>* ctl_ = nullptr;
-  std::uint32_t token_ = 0;
-  LeaseRecord* record_ = nullptr;
-  std::uint64_t lease_ = 0;
-  const Clock* clock_ = nullptr;
-  TimerPort* timers_ = nullptr;  // threaded mode: where a shortened lease asks for an earlier sweep
-  JobFlow* flow_ = nullptr;      // where progress reports go
-  std::uint32_t idx_ = 0;        // the job's slot
-  Deferral* deferral_ = nullptr;  // null: the queue allows no pending jobs (max_pending 0)
-};
-}  // namespace detail
-
-template <class T>
-class Job : private detail::JobFields {
+/// JobFacts: what a job shows of itself besides its payload and its delivery's controls, with
+/// one set of accessors for the handler's view (Job<T>) and a coroutine's copy (AsyncJob<T>).
+/// Filled by the job flow (job_flow.hpp) without knowing the payload type.
+class JobFacts {
  public:
   /// id() is the job's engine-unique id (the one add() returned).
   [[nodiscard]] JobId id() const noexcept { return id_; }
@@ -69,10 +46,6 @@ class Job : private detail::JobFields {
   [[nodiscard]] std::string_view name() const noexcept { return name_; }
   /// queue() is the queue's name.
   [[nodiscard]] std::string_view queue() const noexcept { return queue_; }
-  /// data() is the payload. Read-only: after a lease lapse two handlers may read it at once, and
-  /// the DLQ may copy it while a stale handler reads it (so T's const reads and its copy
-  /// constructor must only read: no mutable caches, no non-atomic intrusive counts).
-  [[nodiscard]] const T& data() const noexcept { return *data_; }
   /// attempt() is this attempt's number, 1-based (BullMQ's attemptsMade + 1).
   [[nodiscard]] std::uint32_t attempt() const noexcept { return attempts_made_ + 1; }
   /// attempts_made() counts the failed attempts before this one (BullMQ's attemptsMade); a
@@ -89,6 +62,56 @@ class Job : private detail::JobFields {
   [[nodiscard]] TimePoint started_at() const noexcept { return started_at_; }
   /// last_error() is the previous attempt's failure, empty on a first attempt.
   [[nodiscard]] std::string_view last_error() const noexcept { return last_error_; }
+
+ protected:
+  friend class JobFlow;
+  JobId id_ = 0;
+  std::string_view name_;
+  std::string_view queue_;
+  std::uint32_t attempts_made_ = 0;
+  std::uint32_t deliveries_ = 0;
+  std::uint32_t stalls_ = 0;
+  std::uint32_t max_attempts_ = 0;
+  TimePoint added_at_{};
+  TimePoint started_at_{};
+  std::string_view last_error_;
+};
+
+/// JobFields: everything a Job<T> shows but its payload: the facts and the delivery's controls.
+struct JobFields : JobFacts {
+  const SlotControl<>* ctl_ = nullptr;
+  std::uint32_t token_ = 0;
+  LeaseRecord* record_ = nullptr;
+  std::uint64_t lease_ = 0;
+  const Clock* clock_ = nullptr;
+  TimerPort* timers_ = nullptr;  // threaded mode: where a shortened lease asks for an earlier sweep
+  JobFlow* flow_ = nullptr;      // where progress reports go
+  std::uint32_t idx_ = 0;        // the job's slot
+  Deferral* deferral_ = nullptr;  // null: the queue allows no pending jobs (max_pending 0)
+};
+}  // namespace detail
+
+template <class T>
+class AsyncJob;
+
+template <class T>
+class Job : private detail::JobFields {
+ public:
+  using detail::JobFacts::added_at;
+  using detail::JobFacts::attempt;
+  using detail::JobFacts::attempts_made;
+  using detail::JobFacts::deliveries;
+  using detail::JobFacts::id;
+  using detail::JobFacts::last_error;
+  using detail::JobFacts::max_attempts;
+  using detail::JobFacts::name;
+  using detail::JobFacts::queue;
+  using detail::JobFacts::stalls;
+  using detail::JobFacts::started_at;
+  /// data() is the payload. Read-only: after a lease lapse two handlers may read it at once, and
+  /// the DLQ may copy it while a stale handler reads it (so T's const reads and its copy
+  /// constructor must only read: no mutable caches, no non-atomic intrusive counts).
+  [[nodiscard]] const T& data() const noexcept { return *data_; }
 
   /// cancelled() is true once the handler's work no longer counts: cancel() was called for this
   /// job, or this delivery's lease lapsed (the job went to another worker or to the DLQ).
@@ -137,6 +160,7 @@ class Job : private detail::JobFields {
 
  private:
   friend class detail::QueueImpl<T>;
+  friend class AsyncJob<T>;  // copies the facts
   Job(const detail::JobFields& fields, const T* data) noexcept
       : detail::JobFields(fields), data_(data) {}
   const T* data_;

@@ -10,11 +10,13 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "rail/add_result.hpp"
+#include "rail/async_job.hpp"
 #include "rail/dead_letter_queue.hpp"
 #include "rail/detail/queue_impl.hpp"
 #include "rail/job.hpp"
@@ -26,6 +28,7 @@
 #include "rail/result.hpp"
 #include "rail/schedule.hpp"
 #include "rail/shutdown_report.hpp"
+#include "rail/task.hpp"
 
 namespace rail {
 
@@ -137,8 +140,36 @@ class Queue {
   /// running a job: the queue then has no processor and process() may be called again.
   /// On a queue with a result type R, the handler returns rail::Result<R>: an R when the job
   /// is done, or an Outcome (retry, retry_after, fail, discard).
+  ///
+  /// A coroutine handler, `rail::Task(rail::AsyncJob<T>)`, co_awaits its async work without
+  /// holding a worker thread (task.hpp); it needs WorkerOptions::max_pending >= 1 (the
+  /// coroutines in flight at once), else Error(invalid_option).
   template <class F>
   void process(const WorkerOptions& options, F&& handler) {
+    if constexpr (std::is_invocable_v<F&, AsyncJob<T>>) {
+      static_assert(std::is_same_v<std::invoke_result_t<F&, AsyncJob<T>>, Task>,
+                    "a handler taking rail::AsyncJob<T> is a coroutine returning rail::Task");
+      static_assert(!std::is_invocable_v<F&, const AsyncJob<T>&>,
+                    "take rail::AsyncJob<T> by value: a reference outlives the handler call");
+      if (options.max_pending == 0)
+        throw Error(ErrorCode::invalid_option,
+                    "queue '" + name() +
+                        "': a coroutine handler (rail::Task) with WorkerOptions.max_pending 0; "
+                        "expected max_pending >= 1, the coroutines that may be in flight at once");
+      impl_->set_handler(
+          [h = std::forward<F>(handler)](Job<T>& job) mutable {
+            h(AsyncJob<T>(job));  // runs to its first suspension; its co_return completes
+            return Outcome::pending();
+          },
+          options);
+    } else {
+      process_sync(options, std::forward<F>(handler));
+    }
+  }
+
+ private:
+  template <class F>
+  void process_sync(const WorkerOptions& options, F&& handler) {
     using Ret = std::invoke_result_t<F&, Job<T>&>;
     if constexpr (!std::is_void_v<R>) {
       static_assert(std::is_convertible_v<Ret, Result<R>>,
@@ -160,6 +191,7 @@ class Queue {
     }
   }
 
+ public:
   /// pause() stops workers from starting jobs (running ones finish, and a job a worker took
   /// just before may still start; no job added after pause() returns starts before resume());
   /// adds are still accepted and delayed jobs still become ready. resume() lets workers start

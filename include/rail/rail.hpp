@@ -2,6 +2,7 @@
 #pragma once
 
 #include "rail/add_result.hpp"
+#include "rail/async_job.hpp"
 #include "rail/backoff.hpp"
 #include "rail/clock.hpp"
 #include "rail/completion.hpp"
@@ -21,4 +22,5 @@
 #include "rail/result.hpp"
 #include "rail/schedule.hpp"
 #include "rail/shutdown_report.hpp"
+#include "rail/task.hpp"
 #include "rail/unrecoverable_error.hpp"

@@ -15,10 +15,10 @@ fi
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 control=$(LC_ALL=C "$cxx" "${flags[@]}" -DRAIL_CONTROL_CODABLE "$source" 2>&1) ||
-  fail "the control (with a codec) does not compile either, so the test proves nothing:
+  fail "the control (with the missing piece supplied) does not compile either, so the test proves nothing:
 $control"
 out=$(LC_ALL=C "$cxx" "${flags[@]}" "$source" 2>&1) &&
-  fail "$source compiled, expected a compile error for $type (no rail::JournalCodec)"
+  fail "$source compiled, expected a compile error naming $type and $requirement"
 grep -F "$type" <<<"$out" | grep -qF "$requirement" ||
   fail "the compile failed, but no diagnostic line names both $type and $requirement:
 $out"
