@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
   app.add_option("--async", c.async,
                  "per-delivery rate of async handlers (Job::defer, completed by another thread)")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--coroutines", c.coroutines,
+               "the handler is a coroutine (rail::Task): the --async share co_awaits its call");
   app.add_flag("--shared-pool", c.shared_pool,
                "the queue runs on the engine's shared pool of --workers threads");
   bool sqs_stalls = false;

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <coroutine>
 #include <cstdio>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <thread>
 #include <unordered_map>
 
@@ -205,7 +207,7 @@ Report run(const Config& cfg) {
   auto q = engine.queue<Payload>("soak", qo);
   WorkerOptions wo =
       cfg.shared_pool ? WorkerOptions::shared() : WorkerOptions{.concurrency = cfg.workers};
-  if (cfg.async > 0)
+  if (cfg.async > 0 || cfg.coroutines)
     wo.max_pending = static_cast<std::uint32_t>(
         std::min<std::size_t>(2 * cfg.capacity, WorkerOptions::kMaxPending));
   // Calls inside the downstream at once (invariant 6): from a handler's start to its return,
@@ -218,27 +220,39 @@ Report run(const Config& cfg) {
   };
   // Async deliveries (cfg.async of them): the handler defers, and a completer thread applies
   // the same fate later (a hang: once the delivery is fenced; an exception: a dropped
-  // Completion).
+  // Completion). Under cfg.coroutines the handler is a coroutine (rail::Task) that parks on the
+  // simulated call instead, and the completer resumes it: the coroutine then applies the fate
+  // itself (an exception is thrown after resuming).
   struct Call {
-    Completion done;
+    Completion done;  // Job::defer's, or empty for a parked coroutine
     Fate fate;
+    std::coroutine_handle<> coroutine{};
+    const AsyncJob<Payload>* job = nullptr;  // the parked coroutine's (in its frame)
+    [[nodiscard]] bool cancelled() const { return job ? job->cancelled() : done.cancelled(); }
   };
   std::mutex calls_mu;
   std::deque<Call> calls;
   std::atomic<std::uint64_t> deferred{0};
-  q.process(wo, [&](Job<Payload>& j) -> Outcome {
-    enter_downstream();
-    const Fate f = fate(cfg, j.data().plan, j.deliveries());
-    if (cfg.async > 0 &&
-        unit(j.data().plan ^ 0xA5A5'5A5A'C3C3'3C3Cull, j.deliveries()) < cfg.async) {
-      Completion c = j.defer();  // throws Error(capacity) only past max_pending: a failure
-      {
-        const std::lock_guard lock(calls_mu);
-        calls.push_back({std::move(c), f});
-      }
-      deferred.fetch_add(1);
-      return Outcome::pending();
+  auto is_async = [&](const Payload& p, std::uint32_t deliveries) {
+    return cfg.async > 0 && unit(p.plan ^ 0xA5A5'5A5A'C3C3'3C3Cull, deliveries) < cfg.async;
+  };
+  // The fate of an async call as the outcome its completion applies (a throw is the caller's).
+  auto async_outcome = [](Fate f) {
+    switch (f) {
+      case Fate::fail:
+        return Outcome::retry("flaky downstream, async");
+      case Fate::permanent:
+        return Outcome::fail("permanent failure, async");
+      case Fate::discard:
+        return Outcome::discard("not worth doing any more");
+      case Fate::pushback:
+        return Outcome::pushback(1ms, "429 from the soak's downstream, async");
+      default:  // ok, or a hang whose delivery was fenced: the engine must ignore it
+        return Outcome::done();
     }
+  };
+  // A delivery handled where it runs (every one but the async share), by either kind of handler.
+  auto run_here = [&](Fate f, auto& j) -> Outcome {
     struct Leave {
       std::atomic<std::uint32_t>& n;
       ~Leave() { n.fetch_sub(1); }
@@ -265,7 +279,47 @@ Report run(const Config& cfg) {
         return Outcome::done();
     }
     return Outcome::done();
-  });
+  };
+  struct ParkOnCall {
+    std::mutex& mu;
+    std::deque<Call>& calls;
+    Fate fate;
+    const AsyncJob<Payload>* job;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) {
+      const std::lock_guard lock(mu);
+      calls.push_back({Completion{}, fate, h, job});
+    }
+    void await_resume() const noexcept {}
+  };
+  if (cfg.coroutines) {
+    q.process(wo, [&](AsyncJob<Payload> j) -> Task {
+      enter_downstream();
+      const Fate f = fate(cfg, j.data().plan, j.deliveries());
+      if (is_async(j.data(), j.deliveries())) {
+        deferred.fetch_add(1);
+        co_await ParkOnCall{calls_mu, calls, f, &j};  // the completer resumes it
+        if (f == Fate::throw_) throw std::runtime_error("handler threw after resuming");
+        co_return async_outcome(f);
+      }
+      co_return run_here(f, j);
+    });
+  } else {
+    q.process(wo, [&](Job<Payload>& j) -> Outcome {
+      enter_downstream();
+      const Fate f = fate(cfg, j.data().plan, j.deliveries());
+      if (is_async(j.data(), j.deliveries())) {
+        Completion c = j.defer();  // throws Error(capacity) only past max_pending: a failure
+        {
+          const std::lock_guard lock(calls_mu);
+          calls.push_back({std::move(c), f});
+        }
+        deferred.fetch_add(1);
+        return Outcome::pending();
+      }
+      return run_here(f, j);
+    });
+  }
 
   std::atomic<bool> producing{true}, settled{false}, stopped{false};
   std::vector<std::thread> completers;
@@ -290,29 +344,15 @@ Report run(const Config& cfg) {
         std::this_thread::sleep_for(
             std::chrono::microseconds(rng() % (cfg.manual_clock ? 20 : 200)));
         if (call->fate == Fate::hang)
-          while (!call->done.cancelled() && !settled.load())
+          while (!call->cancelled() && !settled.load())
             std::this_thread::sleep_for(cfg.manual_clock ? 10us : 1ms);
         inside.fetch_sub(1);
-        switch (call->fate) {
-          case Fate::ok:
-          case Fate::hang:
-            call->done.complete(Outcome::done());
-            break;
-          case Fate::fail:
-            call->done.complete(Outcome::retry("flaky downstream, async"));
-            break;
-          case Fate::throw_:
-            call->done = Completion{};  // dropped: a failed attempt
-            break;
-          case Fate::permanent:
-            call->done.complete(Outcome::fail("permanent failure, async"));
-            break;
-          case Fate::discard:
-            call->done.complete(Outcome::discard("not worth doing any more"));
-            break;
-          case Fate::pushback:
-            call->done.complete(Outcome::pushback(1ms, "429 from the soak's downstream, async"));
-            break;
+        if (call->coroutine) {
+          call->coroutine.resume();  // it applies its fate; its frame may be gone after this
+        } else if (call->fate == Fate::throw_) {
+          call->done = Completion{};  // dropped: a failed attempt
+        } else {
+          call->done.complete(async_outcome(call->fate));
         }
       }
     });
@@ -562,6 +602,11 @@ Report run(const Config& cfg) {
   if (driver.joinable()) driver.join();
   for (auto& t : completers)
     t.join();
+  // Coroutines still parked (none once every job ended; some after a mid-run shutdown): freeing
+  // the frame drops its AsyncJob's Completion, as a lost callback would.
+  for (Call& c : calls)
+    if (c.coroutine) c.coroutine.destroy();
+  calls.clear();
   ShutdownReport sr = engine.shutdown(10s);
   if (!sr.clean())
     v.add("shutdown found " + std::to_string(sr.not_started.size()) + " unstarted and " +
@@ -715,8 +760,9 @@ void print(const Report& r, const Config& c, std::ostream& out) {
       static_cast<unsigned long long>(r.starts_while_paused));
   out << line;
   if (c.async > 0) {
-    std::snprintf(line, sizeof line, "  async: %llu deliveries completed by a Completion\n",
-                  static_cast<unsigned long long>(r.deferred));
+    std::snprintf(line, sizeof line, "  async: %llu deliveries completed %s\n",
+                  static_cast<unsigned long long>(r.deferred),
+                  c.coroutines ? "by a resumed coroutine (rail::Task)" : "by a Completion");
     out << line;
   }
   if (c.downstream) {

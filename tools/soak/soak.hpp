@@ -7,9 +7,10 @@
 // hang past the lease (the handler waits until its
 // delivery is fenced, then returns an outcome that must be ignored). Some deliveries are async
 // (Config::async): the handler defers, and a completer thread applies the same fault through
-// the Completion (an exception is a dropped Completion). Besides: duplicate adds
-// inside and outside their dedup window (some in debounce mode, landing on delayed, waiting and
-// running jobs), delayed jobs and cancels of them at once, cancellations, pauses and resumes,
+// the Completion (an exception is a dropped Completion); with Config::coroutines the handler is a
+// coroutine that co_awaits the call and applies the fault itself once resumed. Besides: duplicate
+// adds inside and outside their dedup window (some in debounce mode, landing on delayed, waiting
+// and running jobs), delayed jobs and cancels of them at once, cancellations, pauses and resumes,
 // redrives from the DLQ while workers run, and (optionally) a shutdown in the middle of the run
 // followed by take_leftovers.
 //
@@ -85,6 +86,10 @@ struct Config {
   // Async handlers (issue 14): this share of the deliveries defers (Job::defer) and a completer
   // thread applies the delivery's fate through its Completion a little later.
   double async = 0.1;
+  // Coroutine handlers (issue 14): the handler is a rail::Task coroutine; the async share parks
+  // on the simulated call (co_await) and the completer resumes it, after which it co_returns
+  // the fate or throws.
+  bool coroutines = false;
 };
 
 struct Report {
