@@ -49,6 +49,17 @@ class SimulatedCalls {
   }
   /// answer(rng): resumes every parked coroutine, in random order if rng is given; returns how
   /// many. A coroutine resumed here may park again (a second call).
+  /// drop(): destroys every parked coroutine without resuming it (a client that gave up).
+  std::size_t drop() {
+    std::vector<std::coroutine_handle<>> batch;
+    {
+      const std::lock_guard lock(mu_);
+      batch.swap(parked_);
+    }
+    for (auto h : batch)
+      h.destroy();
+    return batch.size();
+  }
   std::size_t answer(std::mt19937* rng = nullptr) {
     std::vector<std::coroutine_handle<>> batch;
     {
@@ -89,6 +100,65 @@ TEST_F(Tasks, ACoroutineHoldsNoWorkerWhileSuspendedAndItsCoReturnCompletesTheJob
   EXPECT_EQ(q.counts().completed, 2u);
   EXPECT_EQ(of(EventKind::completed, a).size(), 1u);
   EXPECT_EQ(of(EventKind::completed, b).size(), 1u);
+}
+
+TEST_F(Tasks, TheJobEndsOnlyAfterTheCoroutinesLocalsAreDestroyed) {
+  auto q = engine.queue<int>("emails", {});
+  SimulatedCalls calls;
+  std::vector<std::uint64_t> completed_when_locals_died;
+  std::vector<int> payload_read_by_a_local;
+  q.process({.max_pending = 2}, [&](AsyncJob<int> job) -> Task {
+    struct Guard {  // a scope guard that reads the job as it goes
+      const AsyncJob<int>& job;
+      Queue<int>& q;
+      std::vector<std::uint64_t>& completed;
+      std::vector<int>& payloads;
+      ~Guard() {
+        completed.push_back(q.counts().completed);
+        payloads.push_back(job.data());
+      }
+    } guard{job, q, completed_when_locals_died, payload_read_by_a_local};
+    co_await calls;
+    co_return Outcome::done();
+  });
+  const JobId id = q.add("send", 5).id;
+  engine.run_until_idle();
+  calls.answer();
+  EXPECT_EQ(completed_when_locals_died, (std::vector<std::uint64_t>{0}))
+      << "the job completed while the coroutine's locals still ran";
+  EXPECT_EQ(payload_read_by_a_local, (std::vector<int>{5}));
+  EXPECT_EQ(q.state(id).status, JobStatus::completed);
+}
+
+TEST_F(Tasks, ACoroutineDestroyedWithoutResumingFailsItsAttemptAndTheJobIsRetried) {
+  auto q = engine.queue<int>("emails", {.defaults = {.attempts = 2}});
+  SimulatedCalls calls;
+  q.process({.max_pending = 2}, [&](AsyncJob<int> job) -> Task {
+    if (job.attempt() == 1) co_await calls;  // a client that gives up on it
+    co_return Outcome::done();
+  });
+  const JobId id = q.add("send", 1).id;
+  engine.run_until_idle();
+  EXPECT_EQ(calls.drop(), 1u);
+  engine.run_until_idle();  // the dropped Completion failed attempt 1: attempt 2 completes
+  ASSERT_EQ(of(EventKind::attempt_failed, id).size(), 1u);
+  EXPECT_EQ(q.state(id).status, JobStatus::completed);
+  EXPECT_EQ(q.counts().active, 0u);
+}
+
+TEST_F(Tasks, GenericSynchronousHandlersStaySynchronous) {
+  // A generic lambda could also take an AsyncJob<T>: one that takes a Job<T>& is synchronous,
+  // as before coroutine handlers existed.
+  auto a = engine.queue<int>("a", {});
+  auto b = engine.queue<int>("b", {});
+  a.process({},
+            [](const auto& job) { return job.data() > 0 ? Outcome::done() : Outcome::fail("0"); });
+  b.process({}, [](auto&& job) { job.progress(50); });
+  const JobId x = a.add("send", 1).id;
+  const JobId y = b.add("send", 1).id;
+  engine.run_until_idle();
+  EXPECT_EQ(a.state(x).status, JobStatus::completed);
+  EXPECT_EQ(b.state(y).status, JobStatus::completed);
 }
 
 TEST_F(Tasks, ACoroutineThatNeverSuspendsCompletesBeforeItsHandlerCallReturns) {
@@ -226,6 +296,33 @@ TEST_F(Tasks, MoreCoroutinesThanMaxPendingFailTheExtraAttemptsWithACapacityError
   EXPECT_NE(entry->last_error().find("max_pending"), std::string::npos) << entry->last_error();
   calls.answer();
   EXPECT_EQ(q.state(first).status, JobStatus::completed);
+}
+
+// An engine destroyed while a coroutine is parked: resumed later, the coroutine finds its
+// delivery cancelled, its captures and its copied facts alive (ASan is the judge of the latter),
+// and its co_return does nothing.
+TEST(TaskLifetime, ACoroutineResumedAfterItsEngineIsGoneIsCancelledAndKeepsItsCaptures) {
+  SimulatedCalls calls;
+  std::vector<std::string> seen;
+  {
+    ManualClock clock;
+    Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+    auto q = engine.queue<int>("a-queue-with-a-name-longer-than-sso", {});
+    q.process({.max_pending = 1},
+              [&seen, &calls, greeting = std::string(64, 'g')](AsyncJob<int> job) -> Task {
+                co_await calls;
+                seen.push_back(job.cancelled() ? "cancelled" : "live");
+                seen.push_back(greeting.substr(0, 3));
+                seen.emplace_back(job.queue());
+                co_return Outcome::done();
+              });
+    q.add("send", 1);
+    engine.run_until_idle();
+    ASSERT_EQ(calls.parked(), 1u);
+  }  // the engine (and the queue's handler) are destroyed here
+  calls.answer();
+  EXPECT_EQ(seen,
+            (std::vector<std::string>{"cancelled", "ggg", "a-queue-with-a-name-longer-than-sso"}));
 }
 
 // Two worker threads start 1,000 coroutines that each make two calls; two "I/O" threads resume

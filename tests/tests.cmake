@@ -83,8 +83,8 @@ add_test(NAME compile_fail.queue_with_dlq_journal_without_codec_names_the_payloa
                  PayloadWithoutCodec JournalCodable)
 set_tests_properties(compile_fail.queue_with_dlq_journal_without_codec_names_the_payload_type
                      PROPERTIES LABELS unit TIMEOUT 120)
-# Compile-fail: a coroutine handler taking rail::AsyncJob<T> by const reference (which would
-# dangle after its first co_await) must not compile, with a diagnostic saying "by value".
+# Compile-fail: a coroutine handler taking rail::AsyncJob<T> by const or rvalue reference (which
+# would dangle after its first co_await) must not compile, with a diagnostic saying "by value".
 add_test(NAME compile_fail.coroutine_handler_taking_a_reference_is_told_to_take_it_by_value
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/check.sh ${CMAKE_CXX_COMPILER}
                  ${PROJECT_SOURCE_DIR}/include
@@ -92,6 +92,14 @@ add_test(NAME compile_fail.coroutine_handler_taking_a_reference_is_told_to_take_
                  rail::AsyncJob<T> "by value")
 set_tests_properties(compile_fail.coroutine_handler_taking_a_reference_is_told_to_take_it_by_value
                      PROPERTIES LABELS unit TIMEOUT 120)
+add_test(NAME compile_fail.coroutine_handler_taking_an_rvalue_reference_is_told_to_take_it_by_value
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/check.sh ${CMAKE_CXX_COMPILER}
+                 ${PROJECT_SOURCE_DIR}/include
+                 ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/coroutine_handler_taking_a_reference.cpp
+                 rail::AsyncJob<T> "by value" "-DRAIL_REFERENCE=&&")
+set_tests_properties(
+  compile_fail.coroutine_handler_taking_an_rvalue_reference_is_told_to_take_it_by_value
+  PROPERTIES LABELS unit TIMEOUT 120)
 rail_add_test(schedule CONCURRENCY)
 rail_add_test(schedule_review CONCURRENCY)
 rail_add_test(downstream_review CONCURRENCY)

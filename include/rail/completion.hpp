@@ -38,6 +38,7 @@
 namespace rail {
 
 namespace detail {
+class AsyncDelivery;
 class CompletionHub;
 class JobFlow;
 }  // namespace detail
@@ -81,6 +82,7 @@ class Completion {
 
  private:
   friend class detail::JobFlow;
+  friend class detail::AsyncDelivery;  // a coroutine's outcome, typed as its co_return was
   Completion(std::shared_ptr<detail::CompletionHub> hub, std::uint32_t record, JobId id) noexcept
       : hub_(std::move(hub)), record_(record), id_(id) {}
   bool complete_as(Outcome&& outcome, std::type_index result_type);

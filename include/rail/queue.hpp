@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -146,24 +147,32 @@ class Queue {
   /// coroutines in flight at once), else Error(invalid_option).
   template <class F>
   void process(const WorkerOptions& options, F&& handler) {
-    if constexpr (std::is_invocable_v<F&, AsyncJob<T>>) {
+    // A handler that takes Job<T>& (a generic one too) is synchronous, as it always was; only
+    // one that does not is asked about AsyncJob<T> (a generic body may not compile with one).
+    if constexpr (std::is_invocable_v<F&, Job<T>&>) {
+      process_sync(options, std::forward<F>(handler));
+    } else {
+      static_assert(std::is_invocable_v<F&, AsyncJob<T>>,
+                    "a handler takes rail::Job<T>& (or, a coroutine, rail::AsyncJob<T> by value)");
       static_assert(std::is_same_v<std::invoke_result_t<F&, AsyncJob<T>>, Task>,
                     "a handler taking rail::AsyncJob<T> is a coroutine returning rail::Task");
-      static_assert(!std::is_invocable_v<F&, const AsyncJob<T>&>,
+      static_assert(!std::is_invocable_v<F&, const AsyncJob<T>&> &&
+                        !detail::takes_rvalue_reference<std::remove_cvref_t<F>>(),
                     "take rail::AsyncJob<T> by value: a reference outlives the handler call");
       if (options.max_pending == 0)
         throw Error(ErrorCode::invalid_option,
                     "queue '" + name() +
                         "': a coroutine handler (rail::Task) with WorkerOptions.max_pending 0; "
                         "expected max_pending >= 1, the coroutines that may be in flight at once");
+      // Shared with every AsyncJob: a coroutine reaches its captures through the closure, which
+      // must outlive it even when the queue (or the engine) goes first.
+      auto shared = std::make_shared<std::remove_cvref_t<F>>(std::forward<F>(handler));
       impl_->set_handler(
-          [h = std::forward<F>(handler)](Job<T>& job) mutable {
-            h(AsyncJob<T>(job));  // runs to its first suspension; its co_return completes
-            return Outcome::pending();
+          [shared](Job<T>& job) {
+            (*shared)(AsyncJob<T>(job, shared));  // runs to its first suspension
+            return Outcome::pending();            // its end completes the job
           },
           options);
-    } else {
-      process_sync(options, std::forward<F>(handler));
     }
   }
 
