@@ -117,8 +117,9 @@ class BasicFreeSlots {
     if (touched() < warm_ && take_fresh(&out, 1)) return true;
     if (recycled_.try_pop(out)) return true;
     // A full queue's producer retries here on every add: with no never-used slot left, skip the
-    // refill's two read-modify-writes.
-    if (fresh_left() > 0 && refill(out)) return true;
+    // refill's two read-modify-writes. Before touching never-used slots, take back the freed ones
+    // waiting in workers' batches: else a few jobs in flight would walk through every slot.
+    if (fresh_left() > 0 && (reclaim_batches(out) || refill(out))) return true;
     // A false from the ring is a hint: a freeing worker may have claimed a cell and not yet
     // written it (later cells may be full), or a refill may hold fresh indices on their way into
     // the ring. Answering "none" then would make add() report `full` with room in the queue, so
@@ -155,9 +156,15 @@ class BasicFreeSlots {
     if (recycled_.size_approx() + fresh_left() < n) return 0;
     if (touched() < warm_ && take_fresh(out, n)) return n;
     std::size_t got = 0;
+    bool flushed = false;
     while (got < n) {
       const std::size_t k = recycled_.try_pop_bulk(out + got, n - got);
-      if (k == 0) break;
+      if (k == 0) {
+        if (flushed) break;
+        flush_all();  // freed slots before never-used ones, as in try_pop_once
+        flushed = true;
+        continue;
+      }
       got += k;
     }
     if (got == n || take_fresh(out + got, n - got)) return n;
@@ -177,6 +184,12 @@ class BasicFreeSlots {
 
  private:
   [[nodiscard]] std::size_t fresh_left() const noexcept { return capacity_ - touched(); }
+
+  /// reclaim_batches(out): the ring ran dry: flush the workers' batches into it and pop again.
+  bool reclaim_batches(std::uint32_t& out) noexcept {
+    flush_all();
+    return recycled_.try_pop(out);
+  }
 
   /// refill(out): the ring ran dry while never-used slots remain: claim a chunk of them with one
   /// CAS, keep one and put the rest in the ring, so that the next adds pop instead of each
