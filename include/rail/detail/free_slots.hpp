@@ -20,8 +20,10 @@
 //
 // Algorithm: `recycled_` is an MPMC ring (mpmc_ring.hpp) with room for every index; `fresh_`
 // counts the indices handed out for the first time: [fresh_, capacity) were never used. A pop
-// takes fresh indices while fewer than kWarmSlots were handed out, then from the ring, else
-// fresh ones again (a CAS on `fresh_`).
+// takes fresh indices while fewer than `warm` were handed out, then from the ring, then from the
+// workers' batches (flushed into the ring), else fresh ones again (a CAS on `fresh_`): a slot
+// waiting in a partial batch must not send a pop to a never-used one, or a few jobs in flight
+// would walk through every slot.
 // Batches: a worker thread frees into a batch of its own (push_batched: 16 batches of 14 per
 // queue, one cache line each, worker w uses batch w mod 16) that goes to the ring with one bulk
 // push when full, and whole (flush) when a dedicated worker idles or exits, or a pool worker ends
