@@ -73,33 +73,28 @@ rail_add_test(peer_semantics CONCURRENCY)
 rail_add_test(observers CONCURRENCY)
 rail_add_test(queue_events CONCURRENCY)
 rail_add_test(results CONCURRENCY)
-# Compile-fail: queue_with_dlq_journal of a payload type without a rail::JournalCodec must not
-# compile, and the diagnostic must name the type and JournalCodable (tests/compile_fail/check.sh
-# also compiles the same TU with a codec, which must succeed). No binary: it runs the compiler.
-add_test(NAME compile_fail.queue_with_dlq_journal_without_codec_names_the_payload_type
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/check.sh ${CMAKE_CXX_COMPILER}
-                 ${PROJECT_SOURCE_DIR}/include
-                 ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/queue_with_dlq_journal_without_codec.cpp
-                 PayloadWithoutCodec JournalCodable)
-set_tests_properties(compile_fail.queue_with_dlq_journal_without_codec_names_the_payload_type
-                     PROPERTIES LABELS unit TIMEOUT 120)
-# Compile-fail: a coroutine handler taking rail::AsyncJob<T> by const or rvalue reference (which
-# would dangle after its first co_await) must not compile, with a diagnostic saying "by value".
-add_test(NAME compile_fail.coroutine_handler_taking_a_reference_is_told_to_take_it_by_value
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/check.sh ${CMAKE_CXX_COMPILER}
-                 ${PROJECT_SOURCE_DIR}/include
-                 ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/coroutine_handler_taking_a_reference.cpp
-                 rail::AsyncJob<T> "by value")
-set_tests_properties(compile_fail.coroutine_handler_taking_a_reference_is_told_to_take_it_by_value
-                     PROPERTIES LABELS unit TIMEOUT 120)
-add_test(NAME compile_fail.coroutine_handler_taking_an_rvalue_reference_is_told_to_take_it_by_value
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/check.sh ${CMAKE_CXX_COMPILER}
-                 ${PROJECT_SOURCE_DIR}/include
-                 ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/coroutine_handler_taking_a_reference.cpp
-                 rail::AsyncJob<T> "by value" "-DRAIL_REFERENCE=&&")
-set_tests_properties(
-  compile_fail.coroutine_handler_taking_an_rvalue_reference_is_told_to_take_it_by_value
-  PROPERTIES LABELS unit TIMEOUT 120)
+# rail_add_compile_fail_test(NAME SOURCE TYPE REQUIREMENT [FLAG]): SOURCE must not compile (with
+# FLAG), and one diagnostic line must name TYPE and REQUIREMENT; tests/compile_fail/check.sh also
+# compiles it with RAIL_CONTROL_CODABLE, the control, which must succeed. No binary: it runs the
+# compiler.
+function(rail_add_compile_fail_test name source type requirement)
+  add_test(NAME compile_fail.${name}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/check.sh ${CMAKE_CXX_COMPILER}
+                   ${PROJECT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/${source}
+                   ${type} ${requirement} ${ARGN})
+  set_tests_properties(compile_fail.${name} PROPERTIES LABELS unit TIMEOUT 120)
+endfunction()
+# A DLQ journal of a payload type without a rail::JournalCodec.
+rail_add_compile_fail_test(queue_with_dlq_journal_without_codec_names_the_payload_type
+                           queue_with_dlq_journal_without_codec.cpp PayloadWithoutCodec
+                           JournalCodable)
+# A coroutine handler taking rail::AsyncJob<T> by const or rvalue reference (which would dangle
+# after its first co_await).
+rail_add_compile_fail_test(coroutine_handler_taking_a_reference_is_told_to_take_it_by_value
+                           coroutine_handler_taking_a_reference.cpp rail::AsyncJob<T> "by value")
+rail_add_compile_fail_test(
+  coroutine_handler_taking_an_rvalue_reference_is_told_to_take_it_by_value
+  coroutine_handler_taking_a_reference.cpp rail::AsyncJob<T> "by value" "-DRAIL_REFERENCE=&&")
 rail_add_test(schedule CONCURRENCY)
 rail_add_test(schedule_review CONCURRENCY)
 rail_add_test(downstream_review CONCURRENCY)
