@@ -39,8 +39,9 @@
 // w + 16, or another queue's worker w cancelling this queue's jobs) and when producers flush: a
 // producer that finds the queue full reads all 16 batch lines and takes every partial batch on
 // each failed pop, so while a queue stays full the batches gain nothing and its producers
-// contend with its workers. The touched set may exceed the most jobs in flight by what the
-// batches hold (at most 16 x 14) plus a refill's 64.
+// contend with its workers. A pop goes to never-used slots only after the ring and the batches
+// came up empty, so the touched set exceeds the most jobs in flight (or `warm`) by at most a
+// refill's 64.
 // Invariant: every index is in the ring, in a batch, held by one party, or at or above `fresh_`,
 // exactly once.
 // Memory ordering: the ring's push (release) and pop (acquire) carry the previous holder's writes
