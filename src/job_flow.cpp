@@ -290,7 +290,7 @@ DedupSet::Claim JobFlow::claim_id(std::uint32_t idx, const JobOptions& o, std::i
   return dedup().try_claim(
       o.dedup.id, now, expires,
       [&]() noexcept {
-        return std::pair<std::uint64_t, std::uint64_t>{core_.next_ids(1), idx};
+        return std::pair<std::uint64_t, std::uint32_t>{core_.next_ids(1), idx};
       },
       successor_of);
 }
@@ -324,7 +324,7 @@ void JobFlow::reclaim_dedup(std::uint32_t idx, JobId id, const std::string& key,
     ttl = true;
   } else {
     const auto claim = window.try_claim(key, now, DedupSet::kNoExpiry, [&]() noexcept {
-      return std::pair<std::uint64_t, std::uint64_t>{id, idx};
+      return std::pair<std::uint64_t, std::uint32_t>{id, idx};
     });
     if (claim.result != DedupSet::Claim::Result::inserted) return;
     ttl = false;

@@ -118,8 +118,10 @@ struct DedupSetTestPeer {
         if (e.key_slot == DedupSet::kEmptySlot) continue;
         ++occupied;
         const std::string key(set.key_bytes(s, e.key_slot), e.key_len);
-        if (set.hash_of(key) != e.hash) return where + "stored hash does not match key bytes";
-        if (set.shard_index(e.hash) != k) return where + "entry in the wrong shard";
+        if (DedupSet::hash_lo(set.hash_of(key)) != e.hash) {
+          return where + "stored hash does not match key bytes";
+        }
+        if (set.shard_index(set.hash_of(key)) != k) return where + "entry in the wrong shard";
         if (e.key_slot >= set.shard_capacity_) return where + "key slot out of range";
         if (!used_slots.insert(e.key_slot).second) return where + "key slot used twice";
         if (!keys.insert(key).second) return where + "key stored twice: " + key;
@@ -162,10 +164,10 @@ constexpr int scaled(int n) {
 struct CountingOwner {
   std::uint64_t next_owner = 1;
   int calls = 0;
-  std::pair<std::uint64_t, std::uint64_t> operator()() noexcept {
+  std::pair<std::uint64_t, std::uint32_t> operator()() noexcept {
     ++calls;
     const std::uint64_t owner = next_owner++;
-    return {owner, owner * 10};
+    return {owner, static_cast<std::uint32_t>(owner * 10)};
   }
 };
 
@@ -365,6 +367,27 @@ TEST(DedupSet, KeysAreComparedExactlyNotByHash) {
   EXPECT_EQ(make.calls, static_cast<int>(keys.size()));
 }
 
+// An entry stores only its hash's low half. These hashes differ only above it, in bits that pick no
+// shard of a one-shard set: they share a home slot and a stored hash.
+std::uint64_t high_half_hash(std::string_view key) noexcept {
+  return (key == "order-1" ? std::uint64_t{1} : std::uint64_t{2}) << 48 | 0x5U;
+}
+
+TEST(DedupSet, KeysWhoseHashesDifferOnlyInTheHighHalfStayApart) {
+  DedupSet set(8, 1);
+  Peer::set_hash(set, &high_half_hash);
+  CountingOwner make;
+  const auto a = set.try_claim("order-1", 0, DedupSet::kNoExpiry, make);
+  const auto b = set.try_claim("order-2", 0, DedupSet::kNoExpiry, make);
+  ASSERT_EQ(a.result, Result::inserted);
+  ASSERT_EQ(b.result, Result::inserted) << "order-2 merged into order-1";
+  EXPECT_TRUE(set.release("order-1", a.owner));
+  const auto found = set.find("order-2", 0);
+  ASSERT_TRUE(found.has_value()) << "releasing order-1 dropped order-2";
+  EXPECT_EQ(found->first, b.owner);
+  EXPECT_EQ(Peer::check_invariants(set), "");
+}
+
 TEST(DedupSet, FullShardReportsFullNotCrash) {
   DedupSet set(4, 1);
   ASSERT_EQ(set.capacity(), 4U);
@@ -485,7 +508,7 @@ TEST(DedupSet, ExpiredEntriesReclaimedSoMemoryDoesNotGrow) {
   std::uint64_t next_owner = 1;
   const auto make = [&next_owner]() noexcept {
     const std::uint64_t owner = next_owner++;
-    return std::pair{owner, owner};
+    return std::pair{owner, static_cast<std::uint32_t>(owner)};
   };
   KeyBuf buf;
   std::uint64_t not_inserted = 0;
@@ -555,7 +578,7 @@ TEST_P(DedupSetModel, BackwardShiftKeepsProbeChainsIntact) {
 
   struct Rec {
     std::uint64_t owner;
-    std::uint64_t value;
+    std::uint32_t value;
     std::int64_t expires;
   };
   std::unordered_map<std::string, Rec> model;
@@ -593,7 +616,7 @@ TEST_P(DedupSetModel, BackwardShiftKeepsProbeChainsIntact) {
       const auto c = set.try_claim(k, now, expires, [&]() noexcept {
         called = true;
         const std::uint64_t owner = next_owner++;
-        return std::pair{owner, owner ^ 0xabcdU};
+        return std::pair{owner, static_cast<std::uint32_t>(owner ^ 0xabcdU)};
       });
       if (live(k)) {
         ASSERT_EQ(c.result, Result::duplicate) << "op " << op;
@@ -755,7 +778,7 @@ TEST(DedupSet, ConcurrentSameKeyExactlyOneWins) {
           // relaxed: both counters are only read after the barrier, which orders them.
           make_calls.fetch_add(1, std::memory_order_relaxed);
           const std::uint64_t owner = next_owner.fetch_add(1, std::memory_order_relaxed);
-          return std::pair{owner, owner * 3};
+          return std::pair{owner, static_cast<std::uint32_t>(owner * 3)};
         });
         sync.arrive_and_wait();
       }
@@ -796,7 +819,7 @@ TEST(DedupSet, ConcurrentDistinctKeysAllInserted) {
       const auto c = set.try_claim(buf.make(prefix, i), 0, DedupSet::kNoExpiry, [&]() noexcept {
         // relaxed: only uniqueness matters; the shard lock orders the stored result.
         const std::uint64_t owner = next_owner.fetch_add(1, std::memory_order_relaxed);
-        return std::pair{owner, static_cast<std::uint64_t>(i)};
+        return std::pair{owner, static_cast<std::uint32_t>(i)};
       });
       owners[t][i] = c.owner;
       if (c.result != Result::inserted) failures.fetch_add(1, std::memory_order_relaxed);
@@ -912,7 +935,7 @@ TEST(DedupSet, ConcurrentMixedStress) {
         const auto action = rng() % 5;
         if (action == 0) {
           const auto c = set.try_claim(keys[g.key], now(), now() + 10, []() noexcept {
-            return std::pair<std::uint64_t, std::uint64_t>{0, 0};
+            return std::pair<std::uint64_t, std::uint32_t>{0, 0};
           });
           if (c.result != Result::duplicate || c.owner != g.owner) lost_claim.fetch_add(1);
         } else if (action == 1) {
@@ -939,14 +962,14 @@ TEST(DedupSet, ConcurrentMixedStress) {
         // Under the shard lock, at the instant of insertion: nobody else may hold the key now.
         if (live_owners[k].fetch_add(1, std::memory_order_relaxed) != 0) two_owners.fetch_add(1);
         const std::uint64_t owner = next_owner.fetch_add(1, std::memory_order_relaxed);
-        return std::pair{owner, static_cast<std::uint64_t>(k)};
+        return std::pair{owner, static_cast<std::uint32_t>(k)};
       });
       if (c.result == Result::inserted) {
         held.push_back({k, c.owner});
         inserts.fetch_add(1, std::memory_order_relaxed);
       } else if (c.result == Result::duplicate) {
         // A claim we gave up is released, or expired at every clock value we read from now on.
-        if (c.owner == 0 || c.owner == given_up[k] || c.value != static_cast<std::uint64_t>(k)) {
+        if (c.owner == 0 || c.owner == given_up[k] || c.value != static_cast<std::uint32_t>(k)) {
           bad_duplicate.fetch_add(1);
         }
         duplicates.fetch_add(1, std::memory_order_relaxed);

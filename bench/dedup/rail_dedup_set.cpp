@@ -24,7 +24,7 @@ class RailDedupSet {
   Outcome claim(const std::string& key, std::int64_t now_ns, std::int64_t expires_at_ns,
                 std::uint64_t owner) noexcept {
     const auto claim = set_.try_claim(key, now_ns, expires_at_ns, [owner]() noexcept {
-      return std::pair<std::uint64_t, std::uint64_t>{owner, 0};
+      return std::pair<std::uint64_t, std::uint32_t>{owner, 0};
     });
     switch (claim.result) {
       case rail::detail::DedupSet::Claim::Result::inserted:

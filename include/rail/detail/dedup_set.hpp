@@ -56,11 +56,12 @@
 //   | table, free_slots, keys ----+---+
 //   +-----------------------------+
 //
-//   struct Entry {            // 40 bytes; key_slot == kEmptySlot marks an empty table slot
-//     uint64 hash;            // hash_bytes(key): bits 32.. pick the shard, low bits the home slot
+//   struct Entry {            // 32 bytes; key_slot == kEmptySlot marks an empty table slot
 //     uint64 owner;           // id returned by make_owner
-//     uint64 value;           // caller's payload (the engine stores a slot index)
 //     int64  expires_at_ns;   // live iff expires_at_ns > now_ns
+//     uint32 hash;            // hash_bytes(key)'s low half: the home slot (bits 32.. pick the
+//                             // shard, the same for every entry of a shard, so not stored)
+//     uint32 value;           // caller's payload (the engine stores a slot index)
 //     uint32 key_slot;        // index into keys[]
 //     uint32 key_len;         // bytes used in that key slot
 //   };
@@ -68,8 +69,8 @@
 //
 // Sizes: cap = ceil(capacity / shards) keys per shard, and table_size = max(8, bit_ceil(2 * cap)),
 // so load <= 1/2 and a minimum table is five whole cache lines. Per shard that is
-// table_size * 40 + cap * (4 + max_key_bytes) bytes. With capacity 100'000, 64 shards and 256-byte
-// keys, the total is about 10.5 MB of tables plus 25.6 MB of key slots. `full` is per shard: with
+// table_size * 32 + cap * (4 + max_key_bytes) bytes. With capacity 100'000, 64 shards and 256-byte
+// keys, the total is about 8.4 MB of tables plus 25.6 MB of key slots. `full` is per shard: with
 // skewed keys one shard can fill before capacity() keys are live in total.
 //
 // Hash: hash_bytes is MurmurHash3's x64 block mix, run over 8-byte words on a single lane, with a
@@ -161,18 +162,18 @@ class DedupSet {
     enum class Result : std::uint8_t { inserted, duplicate, full, key_too_long };
     Result result;
     std::uint64_t owner;  // inserted: the id make_owner() returned; duplicate: the existing owner
-    std::uint64_t value;  // inserted: make_owner()'s value; duplicate: the existing entry's value
+    std::uint32_t value;  // inserted: make_owner()'s value; duplicate: the existing entry's value
   };
 
   /// try_claim(key, now_ns, expires_at_ns, make_owner) claims `key` for a new owner unless it is
   /// live at now_ns. If live, it returns {duplicate, owner, value} of the existing entry and does
   /// not call make_owner. Otherwise it calls make_owner() exactly once, under the shard lock, which
-  /// returns std::pair{owner, value}. It stores the key with those values and expires_at_ns, then
-  /// returns {inserted, owner, value}. It returns {full, 0, 0} when the shard holds `cap` live keys
-  /// (expired ones are reclaimed first), and {key_too_long, 0, 0} when key.size() > max_key_bytes.
-  /// The last two never call make_owner. Owners should be unique and nonzero: release() and
-  /// set_expiry() trust the owner to tell claims apart, and 0 is Claim's "no owner". Never blocks
-  /// except on the shard spin lock.
+  /// returns std::pair<uint64_t, uint32_t>{owner, value}. It stores the key with those values and
+  /// expires_at_ns, then returns {inserted, owner, value}. It returns {full, 0, 0} when the shard
+  /// holds `cap` live keys (expired ones are reclaimed first), and {key_too_long, 0, 0} when
+  /// key.size() > max_key_bytes. The last two never call make_owner. Owners should be unique and
+  /// nonzero: release() and set_expiry() trust the owner to tell claims apart, and 0 is Claim's "no
+  /// owner". Never blocks except on the shard spin lock.
   ///
   /// `successor_of`, when nonzero, names an owner whose entry for `key` (live or expired) is
   /// handed over in place: make_owner() is called and the entry takes its owner, value and
@@ -198,11 +199,11 @@ class DedupSet {
 
   /// set_value(key, owner, value) replaces the value stored with `key` if `owner` owns it (a
   /// redriven job that kept its claim lives in another slot now). Returns whether it was found.
-  bool set_value(std::string_view key, std::uint64_t owner, std::uint64_t value) noexcept;
+  bool set_value(std::string_view key, std::uint64_t owner, std::uint32_t value) noexcept;
 
   /// find(key, now_ns) returns the live {owner, value} of `key` at now_ns, or nullopt. Read-only:
   /// it skips expired entries without reclaiming them.
-  [[nodiscard]] std::optional<std::pair<std::uint64_t, std::uint64_t>> find(
+  [[nodiscard]] std::optional<std::pair<std::uint64_t, std::uint32_t>> find(
       std::string_view key, std::int64_t now_ns) const noexcept;
 
   /// sweep(now_ns) removes every entry expired at now_ns and returns how many it removed. It locks
@@ -268,16 +269,16 @@ class DedupSet {
   };
 
   struct Entry {
-    std::uint64_t hash;
     std::uint64_t owner;
-    std::uint64_t value;
     std::int64_t expires_at_ns;
+    std::uint32_t hash;  // low half of hash_of(key): see hash_lo()
+    std::uint32_t value;
     std::uint32_t key_slot;  // kEmptySlot: this table slot is empty
     std::uint32_t key_len;
   };
   static_assert(std::is_trivially_copyable_v<Entry>,
                 "backward shift moves entries by assignment; Entry must stay a plain record");
-  static_assert(sizeof(Entry) == 40, "Entry layout is documented at the top of this file");
+  static_assert(sizeof(Entry) == 32, "Entry layout is documented at the top of this file");
   static_assert(kMinTableSize * sizeof(Entry) % kCacheLine == 0,
                 "every table size (a power of two >= kMinTableSize) must be whole cache lines, so "
                 "no two shards' tables share a line");
@@ -326,6 +327,11 @@ class DedupSet {
   }
   std::size_t shard_index(std::uint64_t hash) const noexcept { return (hash >> 32) & shard_mask_; }
   Shard& shard_for(std::uint64_t hash) const noexcept { return shards_[shard_index(hash)]; }
+  // The entry keeps only the hash's low half: the home slot comes from bits 0..30 (a table has at
+  // most 2^31 slots) and the shard's bits are the same for all its entries.
+  static std::uint32_t hash_lo(std::uint64_t hash) noexcept {
+    return static_cast<std::uint32_t>(hash);
+  }
   std::size_t home(std::uint64_t hash) const noexcept { return hash & table_mask_; }
   std::size_t next(std::size_t i) const noexcept { return (i + 1) & table_mask_; }
   char* key_bytes(const Shard& s, std::uint32_t slot) const noexcept {
@@ -337,7 +343,7 @@ class DedupSet {
     // Hash first: it rejects almost every other key in the chain without touching key bytes. Then
     // length and bytes, so that equal hashes never merge different keys. The empty() test avoids
     // passing memcmp a null data() (UB even when the length is 0).
-    return e.hash == hash && e.key_len == key.size() &&
+    return e.hash == hash_lo(hash) && e.key_len == key.size() &&
            (key.empty() || std::memcmp(key_bytes(s, e.key_slot), key.data(), key.size()) == 0);
   }
 
@@ -442,7 +448,7 @@ inline DedupSet::DedupSet(std::size_t capacity, std::size_t shards, std::size_t 
                     " per shard (use more shards)");
   }
   const std::size_t table_size = std::max(kMinTableSize, std::bit_ceil(2 * per_shard));
-  // Region: table, then free stack (4-byte aligned after a 320-byte multiple), then key slots,
+  // Region: table, then free stack (4-byte aligned after a 256-byte multiple), then key slots,
   // rounded up to a cache line so that the next shard's table starts on its own line.
   const std::size_t table_bytes = table_size * sizeof(Entry);
   const std::size_t free_bytes = per_shard * sizeof(std::uint32_t);
@@ -490,9 +496,12 @@ template <class MakeOwner>
 DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
                                     std::int64_t expires_at_ns, MakeOwner&& make_owner,
                                     std::uint64_t successor_of) noexcept {
+  // Exactly this type, not one that converts to it: a 64-bit value would be narrowed silently.
   static_assert(
-      std::is_nothrow_invocable_r_v<std::pair<std::uint64_t, std::uint64_t>, MakeOwner&&>,
-      "make_owner must be callable as `std::pair<uint64_t, uint64_t> () noexcept`: it runs under "
+      std::is_nothrow_invocable_v<MakeOwner&&> &&
+          std::is_same_v<std::invoke_result_t<MakeOwner&&>,
+                         std::pair<std::uint64_t, std::uint32_t>>,
+      "make_owner must be callable as `std::pair<uint64_t, uint32_t> () noexcept`: it runs under "
       "the shard lock, and try_claim is noexcept");
   if (key.size() > max_key_bytes_) return {Claim::Result::key_too_long, 0, 0};
   const std::uint64_t hash = hash_of(key);
@@ -541,8 +550,8 @@ DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
   const auto [owner, value] = std::forward<MakeOwner>(make_owner)();
   const std::uint32_t slot = s.free_slots[--s.free_top];  // count < cap, so the stack is non-empty
   if (!key.empty()) std::memcpy(key_bytes(s, slot), key.data(), key.size());
-  s.table[i] =
-      Entry{hash, owner, value, expires_at_ns, slot, static_cast<std::uint32_t>(key.size())};
+  s.table[i] = Entry{owner, expires_at_ns, hash_lo(hash),
+                     value, slot,          static_cast<std::uint32_t>(key.size())};
   s.min_expiry = std::min(s.min_expiry, expires_at_ns);
   // relaxed: the lock orders every write to count.
   s.count.store(s.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -581,11 +590,11 @@ inline bool DedupSet::set_expiry(std::string_view key, std::uint64_t owner,
 }
 
 inline bool DedupSet::set_value(std::string_view key, std::uint64_t owner,
-                                std::uint64_t value) noexcept {
+                                std::uint32_t value) noexcept {
   return update_owned(key, owner, [&](Shard&, Entry& e) noexcept { e.value = value; });
 }
 
-inline std::optional<std::pair<std::uint64_t, std::uint64_t>> DedupSet::find(
+inline std::optional<std::pair<std::uint64_t, std::uint32_t>> DedupSet::find(
     std::string_view key, std::int64_t now_ns) const noexcept {
   if (key.size() > max_key_bytes_) return std::nullopt;
   const std::uint64_t hash = hash_of(key);
