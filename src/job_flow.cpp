@@ -607,17 +607,21 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   JobSlot& s = slots_[idx];
   // Read while our pin still holds the slot: once a stale handler unpins, the slot may be freed
   // and reused under it (a name the job keeps itself is copied for that reason: the rare case).
+  // The name is only for a late outcome's event: read it only if someone observes.
   const JobId id = s.id.load(std::memory_order_relaxed);
+  const bool observed = core_.observed();
   std::string own_name;
-  std::string_view name = job_name(s);
-  if (s.name == NameTable::kOwnName) [[unlikely]]
-    name = own_name = name;
+  std::string_view name;
+  if (observed) [[unlikely]] {
+    name = job_name(s);
+    if (s.name == NameTable::kOwnName) name = own_name = name;
+  }
   const auto f = s.ctl.finish(token);
   if (f.result != SlotControl<>::Finish::live) {
     // Stale: the lease lapsed and the job moved on; our pin is dropped. If the job has ended
     // and we were the last handler on it, its deferred end is ours to complete.
     count(&wc, kLateOutcomes);
-    if (core_.observed()) {
+    if (observed) {
       Event e;
       e.kind = EventKind::late_outcome;
       e.at = TimePoint{Duration{core_.now_ns()}};
@@ -645,7 +649,12 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
     return false;  // the outcome did not count: cancel() decided the end
   }
   if (out.kind() == Outcome::Kind::done) {
-    end_job(idx, EndKind::completed, DeadLetterReason::none, now, &wc, {}, std::move(out.result_));
+    if (plain_done && !s.has_dedup) [[likely]] {
+      complete(idx, wc, out.result_);
+    } else {
+      end_job(idx, EndKind::completed, DeadLetterReason::none, now, &wc, {},
+              std::move(out.result_));
+    }
     return true;
   }
   if (out.kind() == Outcome::Kind::discard) {
@@ -1016,11 +1025,30 @@ void JobFlow::end_job(std::uint32_t idx, EndKind kind, DeadLetterReason reason, 
     end_dead_lettered(idx, now, wc);
     return;
   }
-  Settled settled = record_end(s, kind, now, wc, why, std::move(result));
+  leave(idx, kind, record_end(s, kind, now, wc, why, std::move(result)));
+}
+
+void JobFlow::leave(std::uint32_t idx, EndKind kind, Settled&& settled) {
+  JobSlot& s = slots_[idx];
   s.end_kind = kind;
   const JobId id = s.id.load(std::memory_order_relaxed);
   if (s.ctl.end()) final_end(idx);  // else the last stale handler to return frees it
   ended(id, std::move(settled));
+}
+
+void JobFlow::complete(std::uint32_t idx, WorkerContext& wc, std::shared_ptr<const void>& result) {
+  JobSlot& s = slots_[idx];
+  s.end_reason = DeadLetterReason::none;
+  if (note_end(s, EndKind::completed, &wc)) [[unlikely]] {
+    // A waiter came since finish() looked: it gets the record end_job would have made.
+    Settled settled;
+    settled.end = end_record(s, EndKind::completed, core_.now_ns(), {}, std::move(result));
+    leave(idx, EndKind::completed, std::move(settled));
+    return;
+  }
+  // leave() without its Settled: nothing was kept for after this job and nobody wants a record.
+  s.end_kind = EndKind::completed;
+  if (s.ctl.end()) final_end(idx);
 }
 
 void JobFlow::end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* wc) {
@@ -1080,6 +1108,13 @@ JobFlow::Settled JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc
     if (!settled.kept && (!s.dedup_has_ttl || kind == EndKind::cancelled))  // discarded: it ran
       (void)dedup_.load(std::memory_order_acquire)->release(s.extra->dedup_key, id);
   }
+  if (note_end(s, kind, wc)) [[unlikely]]
+    settled.end = end_record(s, kind, now, why, std::move(result));
+  return settled;
+}
+
+bool JobFlow::note_end(const JobSlot& s, EndKind kind, WorkerContext* wc) noexcept {
+  const JobId id = s.id.load(std::memory_order_relaxed);
   switch (kind) {
     case EndKind::completed:
       count(wc, kCompleted);
@@ -1104,9 +1139,7 @@ JobFlow::Settled JobFlow::settle_end(JobSlot& s, EndKind kind, WorkerContext* wc
   // After the history entry: a waiter by id registered too late for this check finds the job
   // ended there (see EndTracker::wanted; the waiter's side pays for the fence).
   light_fence();
-  if (ends_.wanted()) [[unlikely]]
-    settled.end = end_record(s, kind, now, why, std::move(result));
-  return settled;
+  return ends_.wanted();
 }
 
 EndRecord JobFlow::end_record(const JobSlot& s, EndKind kind, std::int64_t now,

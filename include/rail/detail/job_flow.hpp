@@ -1,8 +1,9 @@
 // JobFlow: everything a queue does with a job that does not depend on its payload type — where
 // each job goes from add to its end — compiled once in src/job_flow.cpp. QueueImpl<T> derives
 // from it and adds only what touches a T (payload cells, typed add/redrive/leftovers, building
-// a Job<T> for the handler, filing a DeadLetter<T>), through three hooks: run_handler, retire and
-// in_dlq (one indirect call each, where the std::function hop used to be).
+// a Job<T> for the handler, filing a DeadLetter<T>), through three hooks: the handler's call
+// (bind_handler: one indirect call straight into the handler), retire and in_dlq (one indirect
+// call each).
 //
 // Guarantee: every accepted job reaches exactly one end — completed, dead-lettered or cancelled —
 // or is reported by shutdown; none is lost, none ends twice, and exactly one outcome per
@@ -187,7 +188,19 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
 
   // --- the payload type's hooks -----------------------------------------------------------------
   /// run_handler(idx, job): runs the handler on slot idx's payload; may throw (a failed attempt).
-  virtual Outcome run_handler(std::uint32_t idx, const JobFields& job) = 0;
+  /// One indirect call per job: run_handler_ is instantiated for the payload and handler types
+  /// (QueueImpl<T>::set_handler), where a virtual hook and a std::function would make two.
+  Outcome run_handler(std::uint32_t idx, const JobFields& job) {
+    return run_handler_(handler_ctx_, *this, idx, job);
+  }
+  using RunHandler = Outcome (*)(void* handler, JobFlow& flow, std::uint32_t idx,
+                                 const JobFields& job);
+  /// bind_handler(run, handler): before the workers start (their start publishes it), or to
+  /// unbind (null) once a failed start stopped them.
+  void bind_handler(RunHandler run, void* handler) noexcept {
+    run_handler_ = run;
+    handler_ctx_ = handler;
+  }
   /// retire(idx, dead_letter, event): the job in slot idx has ended and nobody pins the slot:
   /// move its payload into a DLQ entry (dead_letter) or destroy it, give the slot back
   /// (release_slot), then file the entry and raise `event` (its dead_lettered event, if any and
@@ -572,6 +585,15 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
                      std::string_view why = {}, std::shared_ptr<const void> result = {});
   Settled settle_end(JobSlot& s, EndKind kind, WorkerContext* wc, std::int64_t now,
                      std::string_view why = {}, std::shared_ptr<const void> result = {});
+  /// note_end(s, kind, wc): counts the job's end and enters it in the history; true when its
+  /// waiters or retained ends want a record of it (asked after the entry: see EndTracker).
+  bool note_end(const JobSlot& s, EndKind kind, WorkerContext* wc) noexcept;
+  /// leave(idx, kind, settled): the job's end is settled: it leaves slot idx (freed now, or by
+  /// the last stale handler to return), then ended().
+  void leave(std::uint32_t idx, EndKind kind, Settled&& settled);
+  /// complete(idx, wc, result): finish()'s common end, kept short: a job done with nobody
+  /// observing and no dedup id (no event, no kept add; a record only if a waiter came since).
+  void complete(std::uint32_t idx, WorkerContext& wc, std::shared_ptr<const void>& result);
   EndRecord end_record(const JobSlot& s, EndKind kind, std::int64_t now, std::string_view why,
                        std::shared_ptr<const void> result) const;
   void end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* wc);
@@ -651,6 +673,8 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   std::type_index result_type_{typeid(void)};
   std::string (*format_result_)(const void*) = nullptr;  // null: R cannot be printed
   EndTracker ends_;
+  RunHandler run_handler_ = nullptr;  // bind_handler
+  void* handler_ctx_ = nullptr;
   // Progress (Job::progress): one cell per slot, allocated on the queue's first report. A cell
   // belongs to the job whose id it holds; the live handler is its only writer (a stale one is
   // fenced first), state() reads it relaxed (a hint, like the slot's counters).

@@ -4,7 +4,7 @@
 //   add / add_bulk   fill a slot's payload, then hand it to the flow (publish_new)
 //   debounce         replace a delayed job's payload (SlotControl::begin_update refuses while a
 //                    stale handler still reads it)
-//   run_handler      builds the handler's Job<T> view over a slot's payload
+//   run_with         builds the handler's Job<T> view over a slot's payload and calls it
 //   retire           a job's end: move the payload into its DLQ entry or destroy it
 //   redrive / take_leftovers / overflow: payloads into and out of the DLQ and the caller
 // Memory ordering: a payload is written by its slot's holder before the flow publishes the slot
@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <new>
 #include <optional>
 #include <span>
@@ -40,8 +41,6 @@ class QueueImpl final : public JobFlow {
                 "the queue, the DLQ and redrive on paths that must not fail halfway");
 
  public:
-  using Handler = std::function<Outcome(Job<T>&)>;
-
   QueueImpl(EngineCore& core, std::string name, QueueOptions options)
       : JobFlow(core, std::move(name), std::move(options), sizeof(T), alignof(T)),
         dlq_(*this, options_.dlq) {
@@ -209,17 +208,23 @@ class QueueImpl final : public JobFlow {
   }
 
   // --- workers -----------------------------------------------------------------------------------
-  void set_handler(Handler h, const WorkerOptions& w) {
+  /// set_handler(f, w): f is called as `Outcome f(Job<T>&)` (Queue::process adapts the rest).
+  template <class F>
+  void set_handler(F&& f, const WorkerOptions& w) {
+    using Fn = std::decay_t<F>;
+    static_assert(std::is_convertible_v<std::invoke_result_t<Fn&, Job<T>&>, Outcome>);
     std::lock_guard lock(handler_mu_);
     if (handler_)
       throw Error(ErrorCode::invalid_option,
                   "queue '" + name_ + "' already has a processor; call process() once per queue");
     validate_worker_options(w, name_);
-    handler_ = std::move(h);
+    handler_ = HandlerBox(new Fn(std::forward<F>(f)), [](void* p) { delete static_cast<Fn*>(p); });
+    bind_handler(&run_with<Fn>, handler_.get());
     try {
       start_processing(w);
     } catch (...) {
-      handler_ = nullptr;  // the flow undid its part: process() may be called again
+      bind_handler(nullptr, nullptr);  // the flow undid its part: process() may be called again
+      handler_.reset();
       throw;
     }
   }
@@ -293,9 +298,12 @@ class QueueImpl final : public JobFlow {
     return *std::launder(reinterpret_cast<T*>(cell(idx)));
   }
 
-  Outcome run_handler(std::uint32_t idx, const JobFields& fields) override {
-    Job<T> job(fields, &payload(idx));
-    return handler_(job);
+  /// run_with<Fn>: the flow's RunHandler for a handler of type Fn.
+  template <class Fn>
+  static Outcome run_with(void* handler, JobFlow& flow, std::uint32_t idx,
+                          const JobFields& fields) {
+    Job<T> job(fields, &static_cast<QueueImpl&>(flow).payload(idx));
+    return (*static_cast<Fn*>(handler))(job);
   }
 
   void retire(std::uint32_t idx, bool dead_letter, const Event* event) override {
@@ -540,7 +548,8 @@ class QueueImpl final : public JobFlow {
 
   mutable DeadLetterQueue<T> dlq_;
   std::mutex handler_mu_;
-  Handler handler_;
+  using HandlerBox = std::unique_ptr<void, void (*)(void*)>;
+  HandlerBox handler_{nullptr, nullptr};  // the handler run_with calls (set_handler)
   mutable std::mutex deferred_mu_;
   std::unordered_map<JobId, Deferred> deferred_adds_;
 };
