@@ -638,18 +638,20 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
     return false;
   }
   const std::uint64_t c = f.word;
-  // We hold the slot in `finishing`. A plain completion needs the time only for its event:
-  // skip the clock read (~50 ns on a VM) when nobody observes.
+  // We hold the slot in `finishing`. A plain completion needs the time only for an event or a
+  // record: skip the clock read (~50 ns on a VM) when nobody observes or waits. Only complete()
+  // may go without it: it reads the clock itself if a waiter came meanwhile, where end_job
+  // (a job with a dedup id) would stamp a late waiter's record or event with 0 (review).
   const bool cancelled = (ctl::flags(c) & ctl::kCancelRequested) != 0;
-  const bool plain_done =
-      out.kind() == Outcome::Kind::done && !cancelled && !core_.observed() && !ends_.wanted();
+  const bool plain_done = out.kind() == Outcome::Kind::done && !cancelled && !core_.observed() &&
+                          !ends_.wanted() && !s.has_dedup;
   const std::int64_t now = plain_done ? 0 : core_.now_ns();
   if (cancelled) {
     end_job(idx, EndKind::cancelled, DeadLetterReason::none, now, &wc);
     return false;  // the outcome did not count: cancel() decided the end
   }
   if (out.kind() == Outcome::Kind::done) {
-    if (plain_done && !s.has_dedup) [[likely]] {
+    if (plain_done) [[likely]] {
       complete(idx, wc, out.result_);
     } else {
       end_job(idx, EndKind::completed, DeadLetterReason::none, now, &wc, {},

@@ -454,6 +454,59 @@ TEST(ResultsThreaded, AnOnEndByIdRacingItsJobsEndRunsExactlyOnce) {
   }
 }
 
+// Review of 1555230 (helper-33): a job with a dedup id that finishes `done` while nobody waits
+// skipped its clock read, and a waiter that registered during its end got a record stamped at
+// the clock's epoch. The handler holds each job until this thread has seen it start, then a
+// handle by id registers as the job returns, so many registrations land inside its end.
+TEST(ResultsThreaded, AWaiterThatCameDuringADedupJobsEndGetsItsEndTime) {
+  Engine engine;
+  QueueOptions qo;
+  qo.capacity = 4096;
+  qo.results.keep_completed = 0;  // no retention: a record is built only for a waiter
+  auto q = engine.queue<int, int>("q", qo);
+  std::atomic<JobId> running{0};
+  std::atomic<JobId> seen{0};
+  q.process({.concurrency = 1}, [&](Job<int>& j) -> Result<int> {
+    running.store(j.id());
+    const auto until = std::chrono::steady_clock::now() + 2ms;  // a cap, not what decides
+    while (seen.load() != j.id() && std::chrono::steady_clock::now() < until) {
+    }
+    return j.data();
+  });
+  constexpr int kJobs = 3000;
+  std::atomic<bool> stop{false};
+  std::atomic<int> records{0};
+  std::atomic<int> unstamped{0};
+  std::vector<JobHandle<int>> handles;
+  std::thread watcher([&] {
+    JobId last = 0;
+    while (!stop.load()) {
+      const JobId id = running.load();
+      if (id == 0 || id == last) continue;
+      last = id;
+      seen.store(id);
+      handles.push_back(q.track(id));
+      handles.back().on_end([&](const JobEnd<int>& e) {
+        // Without a result the record came from the history (the job ended before the handle
+        // registered), which keeps no time; with one, the end built it for this handle.
+        if (!e.completed() || !e.result) return;
+        records.fetch_add(1);
+        if (e.ended_at.time_since_epoch().count() == 0) unstamped.fetch_add(1);
+      });
+    }
+  });
+  for (int i = 0; i < kJobs; ++i) {
+    JobOptions o;
+    o.dedup.id = "order-" + std::to_string(i);
+    ASSERT_EQ(q.add("x", i, o).status, AddStatus::added);
+  }
+  ASSERT_TRUE(q.drain(60s));
+  stop.store(true);
+  watcher.join();
+  EXPECT_GT(records.load(), 0) << "no handle registered in time to get a record";
+  EXPECT_EQ(unstamped.load(), 0) << "of " << records.load() << " records";
+}
+
 // --- Review of 172ca6d (results and waiting): cases that fail on it -------------------------
 
 // A handle from add_tracked on a job that shutdown left unstarted and take_leftovers() took:
