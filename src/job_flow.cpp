@@ -652,7 +652,7 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   }
   if (out.kind() == Outcome::Kind::done) {
     if (plain_done) [[likely]] {
-      complete(idx, wc, out.result_);
+      complete(idx, wc, std::move(out.result_));
     } else {
       end_job(idx, EndKind::completed, DeadLetterReason::none, now, &wc, {},
               std::move(out.result_));
@@ -1038,7 +1038,7 @@ void JobFlow::leave(std::uint32_t idx, EndKind kind, Settled&& settled) {
   ended(id, std::move(settled));
 }
 
-void JobFlow::complete(std::uint32_t idx, WorkerContext& wc, std::shared_ptr<const void>& result) {
+void JobFlow::complete(std::uint32_t idx, WorkerContext& wc, std::shared_ptr<const void>&& result) {
   JobSlot& s = slots_[idx];
   s.end_reason = DeadLetterReason::none;
   if (note_end(s, EndKind::completed, &wc)) [[unlikely]] {
@@ -1049,6 +1049,10 @@ void JobFlow::complete(std::uint32_t idx, WorkerContext& wc, std::shared_ptr<con
     return;
   }
   // leave() without its Settled: nothing was kept for after this job and nobody wants a record.
+  // The result goes now, as end_job's does: before the slot ends and the attempt counts as
+  // ended (drain() may return then), not with deliver()'s Outcome afterwards (review: a result
+  // holding a file outlived drain()).
+  result.reset();
   s.end_kind = EndKind::completed;
   if (s.ctl.end()) final_end(idx);
 }

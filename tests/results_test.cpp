@@ -507,6 +507,42 @@ TEST(ResultsThreaded, AWaiterThatCameDuringADedupJobsEndGetsItsEndTime) {
   EXPECT_EQ(unstamped.load(), 0) << "of " << records.load() << " records";
 }
 
+// Review of 1555230 (helper-32): complete() left a completed job's result in deliver()'s
+// Outcome, destroyed after the attempt counted as ended, so drain() could return while the
+// result (which may hold a file or a lock) was still alive. The result's destructor waits for
+// drain() to return, up to a bound: on a correct engine drain() cannot return first, so the
+// bound only ends the wait; it does not decide the verdict.
+struct DrainWitness {
+  static inline std::atomic<bool> drained{false};
+  static inline std::atomic<int> destroyed{0};
+  static inline std::atomic<int> after_drain{0};
+  bool live = true;
+  DrainWitness() = default;
+  DrainWitness(DrainWitness&& o) noexcept { o.live = false; }
+  DrainWitness& operator=(DrainWitness&&) = delete;
+  ~DrainWitness() {
+    if (!live) return;
+    const auto until = std::chrono::steady_clock::now() + 200ms;
+    while (!drained.load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+    if (drained.load()) after_drain.fetch_add(1);
+    destroyed.fetch_add(1);
+  }
+};
+
+TEST(ResultsThreaded, ACompletedJobsResultIsDestroyedBeforeDrainReturns) {
+  Engine engine;
+  QueueOptions qo;
+  qo.results.keep_completed = 0;  // nobody keeps the result: it dies with the job's end
+  auto q = engine.queue<int, DrainWitness>("q", qo);
+  q.process({.concurrency = 1}, [](Job<int>&) -> Result<DrainWitness> { return DrainWitness{}; });
+  ASSERT_EQ(q.add("x", 1).status, AddStatus::added);
+  ASSERT_TRUE(q.drain(10s));
+  DrainWitness::drained.store(true);
+  EXPECT_TRUE(test::eventually([] { return DrainWitness::destroyed.load() == 1; }, 10s));
+  EXPECT_EQ(DrainWitness::after_drain.load(), 0) << "drain() returned before the result died";
+}
+
 // --- Review of 172ca6d (results and waiting): cases that fail on it -------------------------
 
 // A handle from add_tracked on a job that shutdown left unstarted and take_leftovers() took:

@@ -593,7 +593,7 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   void leave(std::uint32_t idx, EndKind kind, Settled&& settled);
   /// complete(idx, wc, result): finish()'s common end, kept short: a job done with nobody
   /// observing and no dedup id (no event, no kept add; a record only if a waiter came since).
-  void complete(std::uint32_t idx, WorkerContext& wc, std::shared_ptr<const void>& result);
+  void complete(std::uint32_t idx, WorkerContext& wc, std::shared_ptr<const void>&& result);
   EndRecord end_record(const JobSlot& s, EndKind kind, std::int64_t now, std::string_view why,
                        std::shared_ptr<const void> result) const;
   void end_dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* wc);
