@@ -368,7 +368,6 @@ TEST(ResultsThreaded, EveryHandleHearsItsJobsEndOnceWithItsResult) {
 TEST(ResultsThreaded, WaitForReturnsOnlyAfterTheJobsCallbacksRan) {
   Engine engine;
   auto q = engine.queue<int, int>("q", QueueOptions{.capacity = 16});
-  q.process({}, [](Job<int>& j) -> Result<int> { return j.data() * 2; });
   std::atomic<bool> entered{false}, release{false}, finished{false};
   const auto h = q.add_tracked("x", 21);
   h.on_end([&](const JobEnd<int>&) {
@@ -376,6 +375,9 @@ TEST(ResultsThreaded, WaitForReturnsOnlyAfterTheJobsCallbacksRan) {
     (void)test::eventually([&] { return release.load(); });  // a slow callback
     finished.store(true);
   });
+  // Only now may the job run: a job that ended before on_end() ran its callback on this
+  // thread, inside on_end(), which then waited out its whole limit (CI saw it under ASan).
+  q.process({}, [](Job<int>& j) -> Result<int> { return j.data() * 2; });
   ASSERT_TRUE(test::eventually([&] { return entered.load(); }));
   EXPECT_TRUE(h.ended()) << "ended() does not wait: the end is recorded";
   EXPECT_FALSE(h.wait_for(0s)) << "a callback is still running";
