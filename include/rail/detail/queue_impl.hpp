@@ -212,7 +212,9 @@ class QueueImpl final : public JobFlow {
   template <class F>
   void set_handler(F&& f, const WorkerOptions& w) {
     using Fn = std::decay_t<F>;
-    static_assert(std::is_convertible_v<std::invoke_result_t<Fn&, Job<T>&>, Outcome>);
+    static_assert(std::is_convertible_v<std::invoke_result_t<Fn&, Job<T>&>, Outcome>,
+                  "QueueImpl::set_handler takes `Outcome f(Job<T>&)`: Queue::process adapts "
+                  "handlers that return void, Result<R> or a Task before they get here");
     std::lock_guard lock(handler_mu_);
     if (handler_)
       throw Error(ErrorCode::invalid_option,
