@@ -63,6 +63,8 @@ void Dispatcher::make_contexts(std::uint32_t workers, LeaseTracker& leases, std:
     contexts_.push_back(std::make_unique<WorkerContext>(leases.record(w), SplitMix64(seed ^ w),
                                                         &stashes_[w], nullptr));
     contexts_.back()->manual_clock = manual;
+    // The JobFlow stamps last_wall_ns with the engine clock unless that is manual.
+    contexts_.back()->steady_wall = manual || dynamic_cast<SteadyClock*>(&core_.clock()) != nullptr;
     contexts_.back()->fast_handler_ns = fast_ns;
   }
 }
@@ -371,14 +373,14 @@ void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& 
   } exit{runner, w, wc};
   while (!stop_.load(std::memory_order_acquire)) {
     if (next_job(w, wc, idx)) {
-      runner.deliver(idx, wc);
+      run(runner, idx, wc);
       continue;
     }
     wc.fast = false;        // after idling, the next handler's speed is unknown: one job at a time
     runner.flush_freed(w);  // before it waits: what it freed must not wait with it
     note_if_drained(true);  // this worker ran out of jobs: the queue may be idle now
     if (spin_for_job(w, wc, idx)) {
-      runner.deliver(idx, wc);
+      run(runner, idx, wc);
       continue;
     }
     if (stop_.load(std::memory_order_acquire)) break;
@@ -388,22 +390,107 @@ void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& 
     // semaphore's wake-ups go to any worker, so a pause cannot count on waking each one.
     // release: our last handler's end happens before a waiter's acquire load of it.
     wc.parked.store(true, std::memory_order_release);
-    own_.ec.wait();
+    sleep();
     // seq_cst: see workers_acknowledged (once per wake-up, not per job).
     wc.parked.store(false, std::memory_order_seq_cst);
   }
 }
 
-/// spin_for_job(w, wc, idx): if no other worker is spinning, spin for a job until kSpinNs pass;
-/// true with idx set when one came. A false return leaves the caller to wait(). At a steady rate
-/// the spinner catches each job within a hand-off (~100 ns) instead of a futex wake-up (1-5 us,
-/// and on a busy machine a wait for a core); one spinner, unlike every idle worker spinning,
-/// leaves the other cores to the producers and the busy workers.
+/// sleep(): a worker that found no work and could not take the duty waits for a wake-up. While
+/// another worker holds the duty, producers skip their wake-ups, and a holder whose handlers were
+/// fast keeps the duty through the next one (spin_for_job): if that one runs long, the jobs
+/// pushed meanwhile wait for it. So while the duty is held a sleeper wakes every kWatchNs (a
+/// "watch") and looks for work itself if no job started since its last look and work waits.
+/// While jobs keep starting it sleeps on: taking work the holder is about to take would only put
+/// a third thread on two busy cores (it halved 1P+2W when a watch looked every time). With the
+/// duty idle it sleeps until woken, counted in `untimed`: a holder that keeps the duty wakes such
+/// sleepers, so that they watch. A single worker has nobody to watch for: it sleeps until woken.
+void Dispatcher::sleep() noexcept {
+  WakeTarget& t = own_;
+  if (workers() == 1) {
+    t.ec.wait();
+    return;
+  }
+  // Dekker with spin_for_job, all four seq_cst: our count, then our load of the duty; its CAS
+  // taking the duty, then its load of the count when it keeps the duty through a job. Either our
+  // load sees the duty held (we watch) or its load sees our count (it wakes us).
+  t.untimed.fetch_add(1, std::memory_order_seq_cst);
+  if (t.duty.load(std::memory_order_seq_cst) == WakeTarget::kIdle) {
+    t.ec.wait();
+    t.untimed.fetch_sub(1, std::memory_order_relaxed);  // relaxed: the Dekker is above
+    return;
+  }
+  t.untimed.fetch_sub(1, std::memory_order_relaxed);
+  std::uint64_t seen = jobs_started();
+  while (!t.ec.wait_for(kWatchNs)) {
+    const std::uint64_t now = jobs_started();
+    if (now == seen && work_visible()) return;  // stuck behind a long handler: look
+    // relaxed: a hint; once the duty is idle producers wake sleepers again, and the caller
+    // sleeps as such.
+    if (t.duty.load(std::memory_order_relaxed) == WakeTarget::kIdle) return;
+    seen = now;
+  }
+}
+
+/// jobs_started(): how many handlers this dispatcher's workers started (a watch's progress).
+std::uint64_t Dispatcher::jobs_started() const noexcept {
+  std::uint64_t n = 0;
+  for (std::uint32_t w = 0; w < workers(); ++w)
+    n += stats_.worker(w).read(kStarted);
+  return n;
+}
+
+/// run(runner, idx, wc): delivers a job; a worker that kept the duty through it gives the duty up
+/// when its handler ran long (kFastHandlerNs or more): a slow handler is no reason for producers
+/// to skip their wake-ups, and the next may be as slow. One clock read per job, only while the
+/// worker holds the duty (a wake-up saved per push pays for it).
+void Dispatcher::run(JobRunner& runner, std::uint32_t idx, WorkerContext& wc) {
+  if (!runner.deliver(idx, wc) || !wc.holds_duty) return;
+  if (!wc.steady_wall || steady_ns() - wc.last_wall_ns >= wc.fast_handler_ns) give_up_duty(wc);
+}
+
+/// give_up_duty(wc): the worker stops holding the duty it kept through its jobs (spin_for_job).
+void Dispatcher::give_up_duty(WorkerContext& wc) noexcept {
+  wc.holds_duty = false;
+  // Dekker with wake_for_ready(), fence against fence: either the producer's fence comes first
+  // and our check below sees its push, or ours does and the producer sees the duty idle and
+  // notifies. Without the fence our store could pass the check's loads.
+  own_.duty.store(WakeTarget::kIdle, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Work pushed or stashed while we held the duty went unannounced (ours, other workers',
+  // timers fired by poll_timers): a sleeper must take it if our handler runs long.
+  if (work_visible()) own_.ec.notify();
+}
+
+/// spin_for_job(w, wc, idx): if no other worker holds the duty (or this one kept it), spin
+/// for a job until kSpinNs pass; true with idx set when one came. A false return leaves the
+/// caller to sleep(). At a steady rate the spinner catches each job within a hand-off (~100 ns)
+/// instead of a futex wake-up (1-5 us, and on a busy machine a wait for a core); one spinner,
+/// unlike every idle worker spinning, leaves the other cores to the producers and the busy
+/// workers.
+/// When the worker's last handler ran for less than fast_handler_ns (from its start to this
+/// spin), on a dispatcher with more workers, it keeps the duty through the job it found (and
+/// those it finds after it, while they stay fast: run()): producers go on skipping their
+/// wake-ups, and it takes their jobs when its handler returns. Giving the duty up
+/// for each job made every push during a handler wake a sleeper: with one producer and two
+/// workers on two cores that is a system call per few jobs for the producer and a third thread
+/// fighting for the cores (1P+2W ran at 1.2-1.9 M jobs/s against 9 with one worker). Should the
+/// handler run long after all, the jobs pushed meanwhile wait for it, or for a sleeper's watch
+/// (sleep(): kWatchNs at most); once a handler ran long the worker gives the duty up.
 bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept {
-  std::uint32_t none = 0;
-  // relaxed: only decides who spins; clearing the duty is ordered by the fence below.
-  if (!own_.spinning.compare_exchange_strong(none, 1, std::memory_order_relaxed)) return false;
-  const std::int64_t until = saturating_add(steady_ns(), Duration{kSpinNs});
+  WakeTarget& t = own_;
+  if (!wc.holds_duty) {
+    std::uint32_t none = WakeTarget::kIdle;
+    // seq_cst: the Dekker with sleep() (whose load of the duty this CAS orders against our later
+    // load of `untimed`); giving the duty up is ordered by its fence.
+    if (!t.duty.compare_exchange_strong(none, WakeTarget::kHeld, std::memory_order_seq_cst,
+                                        std::memory_order_relaxed))
+      return false;
+    wc.holds_duty = true;
+  }
+  const std::int64_t start = steady_ns();
+  const std::int64_t until = saturating_add(start, Duration{kSpinNs});
+  const bool fast = wc.steady_wall && start - wc.last_wall_ns < wc.fast_handler_ns;
   bool got = false;
   for (std::uint32_t round = 1; !got; ++round) {
     // `pause`, not sched_yield: on a busy machine a yield hands the core away for milliseconds.
@@ -413,18 +500,21 @@ bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t&
     if (!got && round % 64 == 0 && (stop_.load(std::memory_order_acquire) || steady_ns() >= until))
       break;
   }
-  // Dekker with wake_for_ready(), fence against fence: either the producer's fence comes first
-  // and our re-check below sees its push, or ours does and the producer sees the flag at 0 and
-  // notifies. Without the fence our store could pass the re-check's loads, and a push made while
-  // we stop would wait for the next wake-up.
-  own_.spinning.store(0, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (got) {
-    // Work pushed or stashed while we held the duty went unannounced (ours, other workers',
-    // timers fired by poll_timers): a sleeper must take it if our handler runs long.
-    if (work_visible()) own_.ec.notify();
+    if (fast && workers() > 1) {
+      // Keep the duty through the job. Sleepers counted before our CAS sleep without a timeout:
+      // wake them (leaving a signal for one about to sleep), so that each sleeps watching.
+      if (t.untimed.load(std::memory_order_seq_cst) != 0) t.ec.notify_all(1);  // see sleep()
+      return true;
+    }
+    give_up_duty(wc);
     return true;
   }
+  // Give the duty up, as give_up_duty does, but look for work ourselves once more: a push made
+  // while we stop would otherwise wait for the next wake-up.
+  wc.holds_duty = false;
+  t.duty.store(WakeTarget::kIdle, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   return next_job(w, wc, idx);  // false at once after stop
 }
 

@@ -97,9 +97,10 @@ std::uint32_t WorkerPool::turns_possible(std::uint32_t most) const noexcept {
 /// kSpinNs pass. True: go round (the duty is given up first, and a sleeper woken for each other
 /// member with work); false: sleep.
 bool WorkerPool::spin() noexcept {
-  std::uint32_t none = 0;
+  std::uint32_t none = WakeTarget::kIdle;
   // relaxed: only decides who spins; giving the duty up is ordered by the fence below.
-  if (!wake_.spinning.compare_exchange_strong(none, 1, std::memory_order_relaxed)) return false;
+  if (!wake_.duty.compare_exchange_strong(none, WakeTarget::kHeld, std::memory_order_relaxed))
+    return false;
   const std::int64_t until = saturating_add(steady_ns(), Duration{Dispatcher::kSpinNs});
   bool seen = false;
   for (std::uint32_t k = 1; !seen; ++k) {
@@ -112,7 +113,7 @@ bool WorkerPool::spin() noexcept {
   // Dekker with wake_for_ready, fence against fence (as in Dispatcher::spin_for_job): either a
   // producer's fence comes first and the count below sees its push, or ours does and the
   // producer sees the duty free and notifies.
-  wake_.spinning.store(0, std::memory_order_relaxed);
+  wake_.duty.store(WakeTarget::kIdle, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   // Pushes made while we held the duty skipped their wake-ups, to any member. Our round serves one
   // member first and may stay in its handler; every other member with work gets a sleeper (within

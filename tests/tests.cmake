@@ -1,6 +1,7 @@
 # One line per component test; CONCURRENCY marks the ones ThreadSanitizer must run.
 rail_add_test(mpmc_ring CONCURRENCY)
 rail_add_test(worker_stash CONCURRENCY)
+rail_add_test(event_count CONCURRENCY)
 rail_add_test(engine)
 rail_add_test(dead_letter_queue)
 rail_add_test(orders_scenario)

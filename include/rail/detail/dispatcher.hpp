@@ -8,9 +8,13 @@
 // handlers are fast, and one at a time once a handler was slow (kFastHandlerNs start to start),
 // so slow jobs are handed out one by one, in order, to whichever worker is free. Either way an
 // idle worker steals from a busy worker's stash before it waits (worker_stash.hpp).
-// Idle workers: one of them at a time (the spinner) polls for up to kSpinNs before sleeping on
-// the event count; the others sleep at once. Producers skip the wake-up while a spinner is on
-// duty (a fence-against-fence Dekker hand-off: wake_for_ready and spin_for_job).
+// Idle workers: one of them at a time (the spinner, holding the duty) polls for up to kSpinNs
+// before sleeping on the event count; the others sleep at once. Producers skip the wake-up while
+// the duty is held (a fence-against-fence Dekker hand-off: wake_for_ready and give_up_duty). A
+// spinner whose handlers are fast keeps the duty through the jobs it then finds, until one runs
+// long (spin_for_job, run); a worker that sleeps while another holds the duty wakes every
+// kWatchNs and looks for work if no job started meanwhile (sleep), so a job whose wake-up was
+// skipped for a handler that ran long waits kWatchNs at most.
 // Pause: pause() sets paused_; a worker checks it before taking each job (next_job), so a job it
 // took before seeing the pause still runs. One it popped after the pause waits in its stash
 // (paused_after_pop): no job added after pause() returned starts before resume(). pause_and_wait()
@@ -81,7 +85,9 @@ struct alignas(64) WorkerContext {  // its own lines: written on every job by it
   WorkerCounters* counters;        // null in inline mode (any thread may run it)
   std::int64_t last_start_ns = 0;  // engine clock: poll_timers' idea of now
   std::int64_t last_wall_ns = 0;   // steady clock: the batch-size heuristic's
-  bool fast = false;  // the last delivery started within fast_handler_ns of the one before
+  bool fast = false;         // the last delivery started within fast_handler_ns of the one before
+  bool holds_duty = false;   // kept its WakeTarget's duty through the jobs it runs (spin_for_job)
+  bool steady_wall = false;  // last_wall_ns reads the steady clock (Dispatcher::run)
   std::int64_t fast_handler_ns = 0;  // threaded: set_fast_handler_threshold's (inline: unused)
   bool manual_clock = false;
   /// pause_ack: the last pause epoch this worker acknowledged between jobs (kExited once it
@@ -93,11 +99,17 @@ struct alignas(64) WorkerContext {  // its own lines: written on every job by it
 };
 
 /// WakeTarget: where idle workers wait and producers' wake-ups go: the event count they sleep on
-/// and the flag of the one that spins instead (spin_for_job). A dispatcher's own, or the shared
-/// pool's for every queue on it.
+/// and the duty of the one worker that looks for work instead (spin_for_job, WorkerPool::spin).
+/// A dispatcher's own, or the shared pool's for every queue on it. While the duty is held a
+/// producer skips its wake-up: the holder spins on the ready ring, or runs a job it took while
+/// spinning and looks again when that returns (a dedicated worker whose handlers are fast keeps
+/// the duty through them: Dispatcher::spin_for_job).
 struct WakeTarget {
-  // Its own line: producers read it on every push.
-  alignas(64) std::atomic<std::uint32_t> spinning{0};
+  static constexpr std::uint32_t kIdle = 0, kHeld = 1;
+  // Its own line: producers read it on every push; it is written when a worker takes or gives
+  // up the duty, and by sleepers counting themselves into `untimed` (once per sleep).
+  alignas(64) std::atomic<std::uint32_t> duty{kIdle};
+  std::atomic<std::uint32_t> untimed{0};  // a dispatcher's workers asleep without a timeout
   EventCount ec;
   // A shared pool's: its worker threads, and how many of them wait without a timeout for jobs
   // only the pool runs (PoolWait). Cold: touched by such waits only.
@@ -199,6 +211,10 @@ class Dispatcher {
   static constexpr std::int64_t kFastHandlerNs = 20'000;
   /// How long the spinner polls for work before sleeping.
   static constexpr std::int64_t kSpinNs = 50'000;
+  /// How long a worker sleeps, while another holds the duty, before it looks for work itself:
+  /// the bound on how long a job whose wake-up was skipped waits behind the holder's handler
+  /// when that handler, after fast ones, runs long (spin_for_job, sleep).
+  static constexpr std::int64_t kWatchNs = 1'000'000;
 
   /// Dispatcher(...): the ready ring has room for every slot. slots/payload/payload_stride let
   /// next_job prefetch a batch's slots and payloads without knowing the payload type. `queue`
@@ -358,6 +374,10 @@ class Dispatcher {
   bool next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   bool hold_back(WorkerContext* wc, const std::uint32_t* idx, std::size_t n) noexcept;
   bool spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
+  void run(JobRunner& runner, std::uint32_t idx, WorkerContext& wc);
+  void give_up_duty(WorkerContext& wc) noexcept;
+  void sleep() noexcept;
+  [[nodiscard]] std::uint64_t jobs_started() const noexcept;
   bool steal(std::uint32_t w, std::uint32_t& idx) noexcept;
   void acknowledge_pause(WorkerContext& wc) noexcept;
   [[nodiscard]] bool workers_acknowledged(std::uint64_t epoch) const noexcept;
@@ -366,12 +386,13 @@ class Dispatcher {
 
   /// wake_for_ready(): after a push to the ready ring (or a stash), make sure a worker will look.
   void wake_for_ready() noexcept {
-    // seq_cst: orders our push before the loads below: the spinner's flag (see spin_for_job)
-    // and the target itself (see join_pool).
+    // seq_cst: orders our push before the loads below: the duty (see spin_for_job) and the
+    // target itself (see join_pool).
     std::atomic_thread_fence(std::memory_order_seq_cst);
     // acquire: a pool's target is fully built before join_pool publishes it.
     WakeTarget& t = *wake_.load(std::memory_order_acquire);
-    if (t.spinning.load(std::memory_order_relaxed) != 0) return;  // the spinner will find it
+    // relaxed: ordered by the fence (give_up_duty's Dekker).
+    if (t.duty.load(std::memory_order_relaxed) != WakeTarget::kIdle) return;  // its holder looks
     t.ec.notify();
   }
   [[nodiscard]] bool pooled() const noexcept {

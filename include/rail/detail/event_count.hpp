@@ -29,6 +29,10 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <ctime>
+
+#include "rail/detail/cpu_relax.hpp"
+#include "rail/detail/deadline.hpp"
 
 namespace rail::detail {
 
@@ -40,13 +44,47 @@ class EventCount {
     // acq_rel: see the file comment; the acquire half makes the caller's re-check sound.
     if (c_.fetch_sub(1, std::memory_order_acq_rel) > 0) return;  // took a pending signal
     for (;;) {
-      std::uint32_t p = posts_.load(std::memory_order_acquire);
-      while (p > 0) {
-        if (posts_.compare_exchange_weak(p, p - 1, std::memory_order_acq_rel)) return;
-      }
+      if (take_post()) return;
       // FUTEX_WAIT sleeps only if posts_ is still 0 (checked atomically by the kernel).
       syscall(SYS_futex, futex_word(), FUTEX_WAIT_PRIVATE, 0, nullptr, nullptr, 0);
     }
+  }
+
+  /// wait_for(ns): wait(), for at most about ns: true when it took a signal, false when it timed
+  /// out (and then it holds no signal and counts no longer as a sleeper).
+  /// A timed-out consumer leaves the count of sleepers with a CAS from c_ < 0, as moodycamel's
+  /// semaphore does. If c_ >= 0 meanwhile, a notify() counted it among the sleepers it posted to
+  /// (each post follows its CAS): one post is this consumer's, and it waits for it, without a
+  /// timeout, since that notify is already on its way. (Leaving anyway would leave c_ counting a
+  /// signal and posts_ holding a post that nobody is owed: two spurious returns later.)
+  bool wait_for(std::int64_t ns) noexcept {
+    // acq_rel: as in wait().
+    if (c_.fetch_sub(1, std::memory_order_acq_rel) > 0) return true;
+    const std::int64_t deadline = saturating_add(steady_ns(), std::chrono::nanoseconds{ns});
+    for (;;) {
+      if (take_post()) return true;
+      const std::int64_t left = deadline - steady_ns();
+      if (left <= 0) break;
+      const timespec ts{static_cast<time_t>(left / 1'000'000'000),
+                        static_cast<long>(left % 1'000'000'000)};
+      syscall(SYS_futex, futex_word(), FUTEX_WAIT_PRIVATE, 0, &ts, nullptr, 0);
+    }
+    // relaxed load: the CAS below decides. acq_rel CAS: as wait()'s decrement, undone.
+    std::int32_t c = c_.load(std::memory_order_relaxed);
+    for (;;) {
+      if (c < 0) {
+        if (c_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel)) return false;
+        continue;
+      }
+      if (take_post()) return true;
+      syscall(SYS_futex, futex_word(), FUTEX_WAIT_PRIVATE, 0, nullptr, nullptr, 0);
+      c = c_.load(std::memory_order_relaxed);
+    }
+  }
+
+  /// has_sleepers(): a hint: some consumer sleeps (or is about to).
+  [[nodiscard]] bool has_sleepers() const noexcept {
+    return c_.load(std::memory_order_relaxed) < 0;  // relaxed: a hint
   }
 
   /// notify() wakes one consumer, or leaves a signal for the next one to wait. Call after
@@ -73,6 +111,15 @@ class EventCount {
   }
 
  private:
+  /// take_post(): takes one post if there is one.
+  bool take_post() noexcept {
+    std::uint32_t p = posts_.load(std::memory_order_acquire);
+    while (p > 0) {
+      // acq_rel: pairs with post()'s release.
+      if (posts_.compare_exchange_weak(p, p - 1, std::memory_order_acq_rel)) return true;
+    }
+    return false;
+  }
   void post(std::uint32_t n) noexcept {
     posts_.fetch_add(n, std::memory_order_release);  // pairs with wait()'s acquire CAS
     syscall(SYS_futex, futex_word(), FUTEX_WAKE_PRIVATE, n >= INT32_MAX ? INT32_MAX : int(n),
