@@ -476,7 +476,7 @@ void Dispatcher::give_up_duty(WorkerContext& wc) noexcept {
 /// workers on two cores that is a system call per few jobs for the producer and a third thread
 /// fighting for the cores (1P+2W ran at 1.2-1.9 M jobs/s against 9 with one worker). Should the
 /// handler run long after all, the jobs pushed meanwhile wait for it, or for a sleeper's watch
-/// (sleep(): kWatchNs at most); once a handler ran long the worker gives the duty up.
+/// (sleep(): about 2 x kWatchNs at most); once a handler ran long the worker gives the duty up.
 bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept {
   WakeTarget& t = own_;
   if (!wc.holds_duty) {
@@ -564,12 +564,16 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   // Work we leave behind is announced, so that sleepers join in: one wake-up per stashed job
   // (each woken worker steals one) and one more if the ring still holds jobs; every worker that
   // finds work does the same, so the wake-ups chain as far as the work goes. Pushes made while a
-  // spinner was on duty skipped theirs; this is where they are made up for.
+  // spinner was on duty skipped theirs; this is where they are made up for. While a worker keeps
+  // the duty through fast handlers (spin_for_job) these wake-ups are skipped too, unless a full
+  // batch left more behind it: the work then outruns one worker, and sleepers must join in.
   if (workers() > 1) {
-    std::size_t wake = (n - 1) + (ready_.size_approx() > 0 ? 1 : 0);
+    const bool more = ready_.size_approx() > 0;
+    std::size_t wake = (n - 1) + (more ? 1 : 0);
     wake = std::min<std::size_t>(wake, workers() - 1);
+    const bool backlog = more && n == batch.size();
     for (std::size_t i = 0; i < wake; ++i)
-      wake_for_ready();
+      wake_for_ready(backlog);
   }
   return true;
 }

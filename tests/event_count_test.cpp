@@ -49,6 +49,54 @@ TEST(EventCount, ANotifyWakesATimedSleeperBeforeItsTimeout) {
   EXPECT_FALSE(ec.has_sleepers());
 }
 
+/// Hooks that stop the thread marked `victim` at wait_for's points until the test releases it.
+struct StopHooks {
+  static inline thread_local bool victim = false;
+  static inline std::atomic<int> step{0};
+  static void at(EventCountPoint p) noexcept {
+    if (!victim) return;
+    if (p == EventCountPoint::timed_out) {
+      step = 1;
+      while (step.load() != 2)
+        std::this_thread::yield();
+    } else {
+      step = 3;
+      while (step.load() != 4)
+        std::this_thread::yield();
+    }
+  }
+};
+
+// Review (helper-34): V's wait_for times out; a notify counts V among the sleepers (c_ -1 -> 0)
+// and posts; V sees c_ >= 0, "a post is mine"; another consumer's wait takes that post. V must
+// still return about when its timeout said, not sleep until some later notify.
+TEST(EventCount, ATimedOutWaitWhosePostAnotherWaiterTookStillReturns) {
+  test::Watchdog dog(60s, "EventCount timed-out wait after a stolen post");
+  BasicEventCount<StopHooks> ec;
+  std::atomic<bool> returned{false};
+  std::atomic<bool> result{true};
+  std::thread v([&] {
+    StopHooks::victim = true;
+    result = ec.wait_for(1'000'000);
+    returned = true;
+  });
+  while (StopHooks::step.load() != 1)
+    std::this_thread::yield();
+  ec.notify();  // counts V: c_ -1 -> 0, one post
+  StopHooks::step = 2;
+  while (StopHooks::step.load() != 3)
+    std::this_thread::yield();
+  std::thread thief([&] { ec.wait(); });  // c_ 0 -> -1: takes the post
+  thief.join();
+  StopHooks::step = 4;
+  // Bounded by the watchdog: before the fix V slept until the next notify, which never came.
+  while (!returned.load())
+    std::this_thread::yield();
+  v.join();
+  EXPECT_FALSE(result.load());
+  EXPECT_FALSE(ec.has_sleepers());
+}
+
 // Consumers sleep without a timeout and take the items a producer publishes (then notifies);
 // beside them, watchers wait with timeouts of 0-20 us and pass on any signal they take
 // (notify), as a dispatcher's watching sleeper looks and leaves the work to others. Every item

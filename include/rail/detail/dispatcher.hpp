@@ -14,7 +14,8 @@
 // spinner whose handlers are fast keeps the duty through the jobs it then finds, until one runs
 // long (spin_for_job, run); a worker that sleeps while another holds the duty wakes every
 // kWatchNs and looks for work if no job started meanwhile (sleep), so a job whose wake-up was
-// skipped for a handler that ran long waits kWatchNs at most.
+// skipped for a handler that ran long waits about 2 x kWatchNs at most (the window in which that
+// handler started counts as progress).
 // Pause: pause() sets paused_; a worker checks it before taking each job (next_job), so a job it
 // took before seeing the pause still runs. One it popped after the pause waits in its stash
 // (paused_after_pop): no job added after pause() returned starts before resume(). pause_and_wait()
@@ -211,9 +212,9 @@ class Dispatcher {
   static constexpr std::int64_t kFastHandlerNs = 20'000;
   /// How long the spinner polls for work before sleeping.
   static constexpr std::int64_t kSpinNs = 50'000;
-  /// How long a worker sleeps, while another holds the duty, before it looks for work itself:
-  /// the bound on how long a job whose wake-up was skipped waits behind the holder's handler
-  /// when that handler, after fast ones, runs long (spin_for_job, sleep).
+  /// How long a worker sleeps, while another holds the duty, before it checks for progress: a
+  /// job whose wake-up was skipped waits behind the holder's handler, when that handler runs long
+  /// after fast ones, for about two of these at most (spin_for_job, sleep).
   static constexpr std::int64_t kWatchNs = 1'000'000;
 
   /// Dispatcher(...): the ready ring has room for every slot. slots/payload/payload_stride let
@@ -384,15 +385,18 @@ class Dispatcher {
   void raise_if_drained(bool on_worker) noexcept;
   void emit_queue_event(EventKind kind) const noexcept;
 
-  /// wake_for_ready(): after a push to the ready ring (or a stash), make sure a worker will look.
-  void wake_for_ready() noexcept {
+  /// wake_for_ready(backlog): after a push to the ready ring (or a stash), make sure a worker
+  /// will look. `backlog`: the caller saw more work than one worker keeps up with: wake a sleeper
+  /// even while the duty is held (its holder alone would fall behind).
+  void wake_for_ready(bool backlog = false) noexcept {
     // seq_cst: orders our push before the loads below: the duty (see spin_for_job) and the
     // target itself (see join_pool).
     std::atomic_thread_fence(std::memory_order_seq_cst);
     // acquire: a pool's target is fully built before join_pool publishes it.
     WakeTarget& t = *wake_.load(std::memory_order_acquire);
     // relaxed: ordered by the fence (give_up_duty's Dekker).
-    if (t.duty.load(std::memory_order_relaxed) != WakeTarget::kIdle) return;  // its holder looks
+    if (!backlog && t.duty.load(std::memory_order_relaxed) != WakeTarget::kIdle)
+      return;  // its holder looks
     t.ec.notify();
   }
   [[nodiscard]] bool pooled() const noexcept {

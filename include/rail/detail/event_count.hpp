@@ -36,7 +36,16 @@
 
 namespace rail::detail {
 
-class EventCount {
+/// Points of wait_for at which a test's hooks may stop the calling thread.
+enum class EventCountPoint { timed_out, looked_after_timeout };
+/// NoEventCountHooks: production's hooks (none). A test substitutes a type whose static
+/// at(point) stops the calling thread there, to force an interleaving.
+struct NoEventCountHooks {
+  static void at(EventCountPoint) noexcept {}
+};
+
+template <class Hooks = NoEventCountHooks>
+class BasicEventCount {
  public:
   /// wait() returns when a signal is (or becomes) available: the caller re-checks its condition
   /// and may call wait() again. Spurious returns are possible and harmless.
@@ -53,10 +62,11 @@ class EventCount {
   /// wait_for(ns): wait(), for at most about ns: true when it took a signal, false when it timed
   /// out (and then it holds no signal and counts no longer as a sleeper).
   /// A timed-out consumer leaves the count of sleepers with a CAS from c_ < 0, as moodycamel's
-  /// semaphore does. If c_ >= 0 meanwhile, a notify() counted it among the sleepers it posted to
-  /// (each post follows its CAS): one post is this consumer's, and it waits for it, without a
-  /// timeout, since that notify is already on its way. (Leaving anyway would leave c_ counting a
-  /// signal and posts_ holding a post that nobody is owed: two spurious returns later.)
+  /// semaphore does. If c_ >= 0 meanwhile, a notify() counted it among the sleepers it posts to
+  /// (each post follows its CAS): it takes a post if one is there, else it waits kRecheckNs for
+  /// one and looks at c_ again. Not without a timeout: the post is not addressed, and another
+  /// consumer's wait may take it (then c_ < 0 again counts this one, and it leaves). (Leaving
+  /// without either would leave c_ counting a signal and posts_ a post nobody is owed.)
   bool wait_for(std::int64_t ns) noexcept {
     // acq_rel: as in wait().
     if (c_.fetch_sub(1, std::memory_order_acq_rel) > 0) return true;
@@ -69,18 +79,23 @@ class EventCount {
                         static_cast<long>(left % 1'000'000'000)};
       syscall(SYS_futex, futex_word(), FUTEX_WAIT_PRIVATE, 0, &ts, nullptr, 0);
     }
+    Hooks::at(EventCountPoint::timed_out);
     // relaxed load: the CAS below decides. acq_rel CAS: as wait()'s decrement, undone.
     std::int32_t c = c_.load(std::memory_order_relaxed);
+    Hooks::at(EventCountPoint::looked_after_timeout);
     for (;;) {
       if (c < 0) {
         if (c_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel)) return false;
         continue;
       }
       if (take_post()) return true;
-      syscall(SYS_futex, futex_word(), FUTEX_WAIT_PRIVATE, 0, nullptr, nullptr, 0);
+      const timespec recheck{0, kRecheckNs};
+      syscall(SYS_futex, futex_word(), FUTEX_WAIT_PRIVATE, 0, &recheck, nullptr, 0);
       c = c_.load(std::memory_order_relaxed);
     }
   }
+  /// How long a timed-out wait_for sleeps between looks at c_ while a notify counts it.
+  static constexpr long kRecheckNs = 50'000;
 
   /// has_sleepers(): a hint: some consumer sleeps (or is about to).
   [[nodiscard]] bool has_sleepers() const noexcept {
@@ -133,5 +148,7 @@ class EventCount {
   alignas(64) std::atomic<std::int32_t> c_{0};
   alignas(64) std::atomic<std::uint32_t> posts_{0};
 };
+
+using EventCount = BasicEventCount<>;
 
 }  // namespace rail::detail
