@@ -145,7 +145,7 @@ void Dispatcher::join_pool(JobRunner& runner, std::uint32_t pool_size, WakeTarge
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-std::uint32_t Dispatcher::serve_turn(std::uint32_t w) noexcept {
+std::uint32_t Dispatcher::serve_turn(std::uint32_t w, PoolDuty& duty) noexcept {
   if (!turn_possible()) return 0;  // most visits: an idle queue costs a few loads
   if (share_ != 0) {
     // relaxed: a count of workers, ordering nothing; RMWs on one word are totally ordered, so
@@ -161,9 +161,17 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w) noexcept {
   std::uint32_t ran = 0, idx = 0;
   bool more = true;
   while (ran < kTurn && (more = next_job(w, wc, idx))) {
-    pool_runner_->deliver(idx, wc);
     ++ran;
+    if (!pool_runner_->deliver(idx, wc) || !duty.held) continue;
+    // One clock read per job while the worker holds the pool's duty, as in run().
+    if (ran_long(wc, steady_ns())) {
+      duty.ran_long = true;
+      break;
+    }
   }
+  if (ran > 0)  // a spin right after this turn keeps the duty if its last handler was fast
+    duty.keep_before =
+        wc.steady_wall ? saturating_add(wc.last_wall_ns, Duration{wc.fast_handler_ns}) : INT64_MIN;
   if (!more) wc.fast = false;                 // as after idling in worker_loop
   if (ran > 0) pool_runner_->flush_freed(w);  // the worker moves on: as before it idles
   // This worker may have run the queue dry: also when the turn ended on kTurn with the last job
@@ -396,43 +404,13 @@ void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& 
   }
 }
 
-/// sleep(): a worker that found no work and could not take the duty waits for a wake-up. While
-/// another worker holds the duty, producers skip their wake-ups, and a holder whose handlers were
-/// fast keeps the duty through the next one (spin_for_job): if that one runs long, the jobs
-/// pushed meanwhile wait for it. So while the duty is held a sleeper wakes every kWatchNs (a
-/// "watch") and looks for work itself if no job started since its last look and work waits.
-/// While jobs keep starting it sleeps on: taking work the holder is about to take would only put
-/// a third thread on two busy cores (it halved 1P+2W when a watch looked every time). With the
-/// duty idle it sleeps until woken, counted in `untimed`: a holder that keeps the duty wakes such
-/// sleepers, so that they watch. A single worker has nobody to watch for: it sleeps until woken.
+/// sleep(): a worker that found no work and could not take the duty waits, watching while the
+/// duty is held (WakeTarget::sleep).
 void Dispatcher::sleep() noexcept {
-  WakeTarget& t = own_;
-  if (workers() == 1) {
-    t.ec.wait();
-    return;
-  }
-  // Dekker with spin_for_job, all four seq_cst: our count, then our load of the duty; its CAS
-  // taking the duty, then its load of the count when it keeps the duty through a job. Either our
-  // load sees the duty held (we watch) or its load sees our count (it wakes us).
-  t.untimed.fetch_add(1, std::memory_order_seq_cst);
-  if (t.duty.load(std::memory_order_seq_cst) == WakeTarget::kIdle) {
-    t.ec.wait();
-    t.untimed.fetch_sub(1, std::memory_order_relaxed);  // relaxed: the Dekker is above
-    return;
-  }
-  t.untimed.fetch_sub(1, std::memory_order_relaxed);
-  std::uint64_t seen = jobs_started();
-  while (!t.ec.wait_for(kWatchNs)) {
-    const std::uint64_t now = jobs_started();
-    if (now == seen && work_visible()) return;  // stuck behind a long handler: look
-    // relaxed: a hint; once the duty is idle producers wake sleepers again, and the caller
-    // sleeps as such.
-    if (t.duty.load(std::memory_order_relaxed) == WakeTarget::kIdle) return;
-    seen = now;
-  }
+  own_.sleep(
+      workers(), [this] { return jobs_started(); }, [this] { return work_visible(); });
 }
 
-/// jobs_started(): how many handlers this dispatcher's workers started (a watch's progress).
 std::uint64_t Dispatcher::jobs_started() const noexcept {
   std::uint64_t n = 0;
   for (std::uint32_t w = 0; w < workers(); ++w)
@@ -446,17 +424,13 @@ std::uint64_t Dispatcher::jobs_started() const noexcept {
 /// worker holds the duty (a wake-up saved per push pays for it).
 void Dispatcher::run(JobRunner& runner, std::uint32_t idx, WorkerContext& wc) {
   if (!runner.deliver(idx, wc) || !wc.holds_duty) return;
-  if (!wc.steady_wall || steady_ns() - wc.last_wall_ns >= wc.fast_handler_ns) give_up_duty(wc);
+  if (ran_long(wc, steady_ns())) give_up_duty(wc);
 }
 
 /// give_up_duty(wc): the worker stops holding the duty it kept through its jobs (spin_for_job).
 void Dispatcher::give_up_duty(WorkerContext& wc) noexcept {
   wc.holds_duty = false;
-  // Dekker with wake_for_ready(), fence against fence: either the producer's fence comes first
-  // and our check below sees its push, or ours does and the producer sees the duty idle and
-  // notifies. Without the fence our store could pass the check's loads.
-  own_.duty.store(WakeTarget::kIdle, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  own_.give_up_duty();
   // Work pushed or stashed while we held the duty went unannounced (ours, other workers',
   // timers fired by poll_timers): a sleeper must take it if our handler runs long.
   if (work_visible()) own_.ec.notify();
@@ -480,17 +454,12 @@ void Dispatcher::give_up_duty(WorkerContext& wc) noexcept {
 bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept {
   WakeTarget& t = own_;
   if (!wc.holds_duty) {
-    std::uint32_t none = WakeTarget::kIdle;
-    // seq_cst: the Dekker with sleep() (whose load of the duty this CAS orders against our later
-    // load of `untimed`); giving the duty up is ordered by its fence.
-    if (!t.duty.compare_exchange_strong(none, WakeTarget::kHeld, std::memory_order_seq_cst,
-                                        std::memory_order_relaxed))
-      return false;
+    if (!t.take_duty()) return false;
     wc.holds_duty = true;
   }
   const std::int64_t start = steady_ns();
   const std::int64_t until = saturating_add(start, Duration{kSpinNs});
-  const bool fast = wc.steady_wall && start - wc.last_wall_ns < wc.fast_handler_ns;
+  const bool fast = !ran_long(wc, start);
   bool got = false;
   for (std::uint32_t round = 1; !got; ++round) {
     // `pause`, not sched_yield: on a busy machine a yield hands the core away for milliseconds.
@@ -502,9 +471,7 @@ bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t&
   }
   if (got) {
     if (fast && workers() > 1) {
-      // Keep the duty through the job. Sleepers counted before our CAS sleep without a timeout:
-      // wake them (leaving a signal for one about to sleep), so that each sleeps watching.
-      if (t.untimed.load(std::memory_order_seq_cst) != 0) t.ec.notify_all(1);  // see sleep()
+      t.keep_duty();  // through the job
       return true;
     }
     give_up_duty(wc);
@@ -513,8 +480,7 @@ bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t&
   // Give the duty up, as give_up_duty does, but look for work ourselves once more: a push made
   // while we stop would otherwise wait for the next wake-up.
   wc.holds_duty = false;
-  t.duty.store(WakeTarget::kIdle, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  t.give_up_duty();
   return next_job(w, wc, idx);  // false at once after stop
 }
 

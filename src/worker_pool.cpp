@@ -62,25 +62,27 @@ void WorkerPool::worker_loop(std::uint32_t w) {
   served_target() = &wake_;                // Dispatcher::pool_of_caller
   freeing_worker() = static_cast<int>(w);  // slots this thread frees go through its batches
   std::uint32_t first = w;                 // workers start their rounds at different members
+  PoolDuty duty;
   while (!stop_.load(std::memory_order_acquire)) {
-    if (round(w, first)) continue;
-    if (spin()) continue;
+    if (round(w, first, duty)) continue;
+    if (spin(duty)) continue;
     if (stop_.load(std::memory_order_acquire)) break;
-    // Returns at once if a producer signalled since; else sleeps until one does (event_count).
-    wake_.ec.wait();
+    sleep();
   }
 }
 
-/// round(w, first): one turn at every member, starting at `first` (advanced for the next
+/// round(w, first, duty): one turn at every member, starting at `first` (advanced for the next
 /// round); true if any job ran.
-bool WorkerPool::round(std::uint32_t w, std::uint32_t& first) noexcept {
+bool WorkerPool::round(std::uint32_t w, std::uint32_t& first, PoolDuty& duty) noexcept {
   // acquire: see the header (members published by add).
   const std::uint32_t n = count_.load(std::memory_order_acquire);
   if (n == 0) return false;
   if (first >= n) first %= n;
   bool ran = false;
-  for (std::uint32_t k = 0, i = first; k < n; ++k, i = (i + 1 == n ? 0 : i + 1))
-    ran |= members_[i]->serve_turn(w) > 0;
+  for (std::uint32_t k = 0, i = first; k < n; ++k, i = (i + 1 == n ? 0 : i + 1)) {
+    ran |= members_[i]->serve_turn(w, duty) > 0;
+    if (duty.ran_long) give_up_duty(duty);
+  }
   first = first + 1 == n ? 0 : first + 1;
   return ran;
 }
@@ -93,15 +95,31 @@ std::uint32_t WorkerPool::turns_possible(std::uint32_t most) const noexcept {
   return found;
 }
 
-/// spin(): if no other worker is spinning, watch every member until a turn may run a job or
-/// kSpinNs pass. True: go round (the duty is given up first, and a sleeper woken for each other
-/// member with work); false: sleep.
-bool WorkerPool::spin() noexcept {
-  std::uint32_t none = WakeTarget::kIdle;
-  // relaxed: only decides who spins; giving the duty up is ordered by the fence below.
-  if (!wake_.duty.compare_exchange_strong(none, WakeTarget::kHeld, std::memory_order_relaxed))
-    return false;
-  const std::int64_t until = saturating_add(steady_ns(), Duration{Dispatcher::kSpinNs});
+std::uint64_t WorkerPool::jobs_started() const noexcept {
+  const std::uint32_t n = count_.load(std::memory_order_acquire);  // as in round()
+  std::uint64_t started = 0;
+  for (std::uint32_t i = 0; i < n; ++i)
+    started += members_[i]->jobs_started();
+  return started;
+}
+
+/// spin(duty): if no other worker holds the duty (or this one kept it), watch every member until
+/// a turn may run a job or kSpinNs pass. True: go round; false: sleep.
+/// A worker whose last handler was fast (duty.keep_before) keeps the duty through the round, as
+/// in a dedicated pool (Dispatcher::spin_for_job: why, and what bounds the wait of a job queued
+/// behind a handler that turns slow): producers of every member go on skipping their wake-ups.
+/// Otherwise it gives the duty up before it goes round, and a sleeper is woken for each other
+/// member with work (its round may stay in the first one's handler); within a member next_job
+/// chains the wake-ups on, as in a dedicated pool. One member: no wake-up, so the steady trickle
+/// the spinner exists for costs no system call.
+bool WorkerPool::spin(PoolDuty& duty) noexcept {
+  if (!duty.held) {
+    if (!wake_.take_duty()) return false;
+    duty.held = true;
+  }
+  const std::int64_t start = steady_ns();
+  const std::int64_t until = saturating_add(start, Duration{Dispatcher::kSpinNs});
+  const bool fast = start < duty.keep_before;
   bool seen = false;
   for (std::uint32_t k = 1; !seen; ++k) {
     cpu_relax();
@@ -110,19 +128,31 @@ bool WorkerPool::spin() noexcept {
     if (!seen && k % 16 == 0 && (stop_.load(std::memory_order_acquire) || steady_ns() >= until))
       break;
   }
-  // Dekker with wake_for_ready, fence against fence (as in Dispatcher::spin_for_job): either a
-  // producer's fence comes first and the count below sees its push, or ours does and the
-  // producer sees the duty free and notifies.
-  wake_.duty.store(WakeTarget::kIdle, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  // Pushes made while we held the duty skipped their wake-ups, to any member. Our round serves one
-  // member first and may stay in its handler; every other member with work gets a sleeper (within
-  // a member, next_job chains the wake-ups on, as in a dedicated pool). One member: no wake-up,
-  // so the steady trickle the spinner exists for costs no system call.
+  if (seen && fast && size_ > 1) {
+    wake_.keep_duty();  // through the round
+    return true;
+  }
+  return give_up_duty(duty) > 0 || seen;
+}
+
+/// give_up_duty(duty): the worker stops holding the duty; returns how many members have work.
+/// Pushes made while it held the duty skipped their wake-ups, to any member: every member with
+/// work but one gets a sleeper (the caller goes round, and serves that one).
+std::uint32_t WorkerPool::give_up_duty(PoolDuty& duty) noexcept {
+  duty.held = false;
+  duty.ran_long = false;
+  wake_.give_up_duty();  // the count below is the look it asks for
   const std::uint32_t members = turns_possible(size_);
   for (std::uint32_t i = 1; i < members; ++i)
     wake_.ec.notify();
-  return seen || members > 0;
+  return members;
+}
+
+/// sleep(): as a dedicated pool's worker sleeps (WakeTarget::sleep), over every member: its watch
+/// goes round if no job started anywhere since its last look and a turn may run one.
+void WorkerPool::sleep() noexcept {
+  wake_.sleep(
+      size_, [this] { return jobs_started(); }, [this] { return turns_possible(1) > 0; });
 }
 
 }  // namespace rail::detail

@@ -20,6 +20,7 @@
 #include "rail/detail/dispatcher.hpp"
 #include "rail/detail/worker_stash.hpp"
 #include "rail/rail.hpp"
+#include "support/behind_long_handler.hpp"
 #include "support/eventually.hpp"
 #include "support/release_on_exit.hpp"
 #include "support/sanitized.hpp"
@@ -165,44 +166,16 @@ TEST(ThreadedEngine, ConcurrencyBoundsHandlersInFlight) {
 }
 
 // A worker that takes a job while spinning keeps the spin duty through it when its handlers
-// have been fast, so producers skip their wake-ups (Dispatcher::spin_for_job). Here the job it
-// keeps the duty through, L, comes right after a streak of fast ones and then blocks until job B,
-// added just after it, has started: B's wake-up was skipped, and only another worker can run it.
-// The sleeping worker's watch (Dispatcher::sleep) must find B within its kWatchNs; without the
-// watch, L waits out its 30 s bound and the round fails.
+// have been fast, so producers skip their wake-ups (Dispatcher::spin_for_job); the sleeping
+// worker's watch (Dispatcher::sleep) must start the job queued behind one that then runs long
+// (support/behind_long_handler.hpp).
 TEST(ThreadedEngine, AJobQueuedBehindALongHandlerOfTheDutyHolderStartsOnAnotherWorker) {
   test::Watchdog dog(240s, "AJobQueuedBehindALongHandlerOfTheDutyHolderStartsOnAnotherWorker");
-  enum Kind : int { kFast, kLong, kAfter };
+  test::BehindLongHandler scenario;
   Engine engine;
   auto q = engine.queue<int>("q", {.capacity = 4096});
-  std::atomic<int> ran{0};
-  std::atomic<bool> after_started{false};
-  std::atomic<int> long_saw_after{0};
-  q.process({.concurrency = 2}, [&](Job<int>& j) {
-    if (j.data() == kAfter) after_started = true;
-    if (j.data() == kLong) {
-      const auto deadline = std::chrono::steady_clock::now() + 30s;
-      while (!after_started.load() && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::yield();
-      if (after_started.load()) long_saw_after.fetch_add(1);
-    }
-    ran.fetch_add(1);
-  });
-  constexpr int kRounds = 10, kStreak = 500;
-  for (int round = 0; round < kRounds; ++round) {
-    after_started = false;
-    for (int i = 0; i < kStreak; ++i)
-      ASSERT_EQ(q.add("fast", int{kFast}).status, AddStatus::added);
-    // Right after the streak, while its last worker spins for more (kSpinNs) and the other
-    // sleeps: that is when the spinner takes L and keeps the duty.
-    const int streak_done = round * (kStreak + 2) + kStreak;
-    while (ran.load() < streak_done)  // bounded by the watchdog
-      std::this_thread::yield();
-    ASSERT_EQ(q.add("long", int{kLong}).status, AddStatus::added);
-    ASSERT_EQ(q.add("after", int{kAfter}).status, AddStatus::added);
-    ASSERT_TRUE(eventually([&] { return ran.load() == (round + 1) * (kStreak + 2); }, 120s));
-    EXPECT_EQ(long_saw_after.load(), round + 1) << "round " << round;
-  }
+  q.process({.concurrency = 2}, [&](Job<int>& j) { scenario.handle(j.data()); });
+  scenario.run([&](int, int kind) { ASSERT_EQ(q.add("job", int{kind}).status, AddStatus::added); });
 }
 
 TEST(ThreadedEngine, BlockedAddWaitsForASlotAndReturnsOnlyAfterItFrees) {

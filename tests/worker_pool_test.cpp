@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "rail/rail.hpp"
+#include "support/behind_long_handler.hpp"
 #include "support/downstream_options.hpp"
 #include "support/eventually.hpp"
 #include "support/refuse_thread.hpp"
@@ -90,6 +91,24 @@ TEST(WorkerPool, TwentyQueuesRunOnThePoolsThreadsOnly) {
   EXPECT_EQ(done.load(), 1000);
   const std::lock_guard lock(mu);
   EXPECT_LE(threads.size(), 2u) << "20 queues, 2 pool threads: no queue has threads of its own";
+}
+
+TEST(WorkerPool, AJobQueuedBehindALongHandlerOfTheDutyHolderStartsOnAnotherWorker) {
+  // As with a dedicated pool (support/behind_long_handler.hpp): the pool's spinner keeps its duty
+  // through a job after fast ones (WorkerPool::spin), and the other worker's watch
+  // (WorkerPool::sleep) starts the job queued behind it, in the same queue (even rounds) or in
+  // another one (odd rounds).
+  const test::Watchdog watchdog(240s, "AJobQueuedBehindALongHandlerOfTheDutyHolderStarts");
+  test::BehindLongHandler scenario;
+  Engine engine({.workers = 2});
+  auto a = engine.queue<int>("a", {.capacity = 4096});
+  auto b = engine.queue<int>("b", {.capacity = 16});
+  a.process(WorkerOptions::shared(), [&](Job<int>& j) { scenario.handle(j.data()); });
+  b.process(WorkerOptions::shared(), [&](Job<int>& j) { scenario.handle(j.data()); });
+  scenario.run([&](int round, int kind) {
+    auto& q = kind == test::BehindLongHandler::kAfter && round % 2 == 1 ? b : a;
+    ASSERT_EQ(q.add("job", int{kind}).status, AddStatus::added);
+  });
 }
 
 TEST(WorkerPool, AQueuesShareCapsHowManyPoolWorkersRunItsJobs) {

@@ -116,6 +116,86 @@ struct WakeTarget {
   // only the pool runs (PoolWait). Cold: touched by such waits only.
   std::uint32_t workers = 0;
   std::atomic<std::uint32_t> waiting{0};
+
+  /// take_duty(): true if the caller now holds the duty (nobody did).
+  bool take_duty() noexcept {
+    std::uint32_t none = kIdle;
+    // seq_cst: the Dekker with sleep() (whose load of the duty this CAS orders against the
+    // holder's later load of `untimed` in keep_duty); giving the duty up is ordered by its fence.
+    return duty.compare_exchange_strong(none, kHeld, std::memory_order_seq_cst,
+                                        std::memory_order_relaxed);
+  }
+  /// keep_duty(): the holder keeps the duty through a job it found. Sleepers counted before it
+  /// took the duty sleep without a timeout: wake them (leaving a signal for one about to sleep),
+  /// so that each sleeps watching (sleep()).
+  void keep_duty() noexcept {
+    if (untimed.load(std::memory_order_seq_cst) != 0) ec.notify_all(1);  // seq_cst: see sleep()
+  }
+  /// give_up_duty(): the holder stops holding the duty. The caller then looks for work that
+  /// pushes made meanwhile left unannounced, and announces it.
+  void give_up_duty() noexcept {
+    // Dekker with wake_for_ready, fence against fence: either the producer's fence comes first
+    // and the caller's look after ours sees its push, or ours does and the producer sees the
+    // duty idle and notifies. Without the fence our store could pass the caller's loads.
+    duty.store(kIdle, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+
+  /// How long a worker sleeps, while another holds the duty, before it checks for progress: a
+  /// job whose wake-up was skipped waits behind the holder's handler, when that handler runs long
+  /// after fast ones, for about two of these at most (Dispatcher::spin_for_job, sleep).
+  static constexpr std::int64_t kWatchNs = 1'000'000;
+
+  /// sleep(sleepers, started, work): a worker that found no work and could not take the duty
+  /// waits for a wake-up (one of `sleepers` workers that wait here). While another worker holds
+  /// the duty, producers skip their wake-ups, and a holder whose handlers were fast keeps the duty
+  /// through the next one: if that one runs long, the jobs pushed meanwhile wait for it. So while
+  /// the duty is held a sleeper wakes every kWatchNs (a "watch") and returns to look for work
+  /// itself if no job started since its last look (started(): a count of handler starts) and
+  /// work() says some waits. While jobs keep starting it sleeps on: taking work the holder is
+  /// about to take would only put a third thread on two busy cores (it halved 1P+2W when a watch
+  /// looked every time). With the duty idle it sleeps until woken, counted in `untimed`: a holder
+  /// that keeps the duty wakes such sleepers, so that they watch. A lone worker has nobody to
+  /// watch for: it sleeps until woken. Stop's notify_all ends every wait.
+  template <class Started, class Work>
+  void sleep(std::uint32_t sleepers, Started started, Work work) noexcept {
+    if (sleepers == 1) {
+      ec.wait();  // returns at once if a producer signalled since (event_count.hpp)
+      return;
+    }
+    // Dekker with the duty holder (Dispatcher::spin_for_job, WorkerPool::spin), all four
+    // seq_cst: our count, then our load of the duty; its CAS taking the duty, then its load of
+    // the count when it keeps the duty through a job. Either our load sees the duty held (we
+    // watch) or its load sees our count (it wakes us).
+    untimed.fetch_add(1, std::memory_order_seq_cst);
+    if (duty.load(std::memory_order_seq_cst) == kIdle) {
+      ec.wait();
+      untimed.fetch_sub(1, std::memory_order_relaxed);  // relaxed: the Dekker is above
+      return;
+    }
+    untimed.fetch_sub(1, std::memory_order_relaxed);
+    std::uint64_t seen = started();
+    while (!ec.wait_for(kWatchNs)) {
+      const std::uint64_t now = started();
+      if (now == seen && work()) return;  // stuck behind a long handler: look
+      // relaxed: a hint; once the duty is idle producers wake sleepers again, and the caller
+      // sleeps as such.
+      if (duty.load(std::memory_order_relaxed) == kIdle) return;
+      seen = now;
+    }
+  }
+};
+
+/// PoolDuty: a shared-pool worker's hold on its pool's duty (WorkerPool::spin), which it keeps
+/// through fast handlers, in any queue, as a dedicated pool's worker does (spin_for_job). A turn
+/// (serve_turn) that runs a handler which ran long while `held` ends after it with `ran_long`
+/// set: the pool gives the duty up before anything else runs.
+struct PoolDuty {
+  bool held = false;
+  bool ran_long = false;
+  /// keep_before: steady clock; a spin that starts before it follows a fast handler and may
+  /// keep the duty through the job it finds (set by each turn that ran a handler).
+  std::int64_t keep_before = INT64_MIN;
 };
 
 /// PoolWait: a shared-pool worker that waits for jobs only its pool runs (drain(), a job
@@ -212,10 +292,8 @@ class Dispatcher {
   static constexpr std::int64_t kFastHandlerNs = 20'000;
   /// How long the spinner polls for work before sleeping.
   static constexpr std::int64_t kSpinNs = 50'000;
-  /// How long a worker sleeps, while another holds the duty, before it checks for progress: a
-  /// job whose wake-up was skipped waits behind the holder's handler, when that handler runs long
-  /// after fast ones, for about two of these at most (spin_for_job, sleep).
-  static constexpr std::int64_t kWatchNs = 1'000'000;
+  /// How long a worker sleeps, while another holds the duty, before it checks for progress.
+  static constexpr std::int64_t kWatchNs = WakeTarget::kWatchNs;
 
   /// Dispatcher(...): the ready ring has room for every slot. slots/payload/payload_stride let
   /// next_job prefetch a batch's slots and payloads without knowing the payload type. `queue`
@@ -240,10 +318,12 @@ class Dispatcher {
   /// adds the dispatcher to the pool. Once per dispatcher.
   void join_pool(JobRunner& runner, std::uint32_t pool_size, WakeTarget& wake, LeaseTracker& leases,
                  std::uint64_t seed, std::uint32_t share);
-  /// serve_turn(w): pool worker w runs up to kTurn of this queue's jobs; returns how many ran
-  /// (0 at once when none is visible, the queue's share of the pool is taken, it is paused or
-  /// stopped).
-  std::uint32_t serve_turn(std::uint32_t w) noexcept;
+  /// serve_turn(w, duty): pool worker w runs up to kTurn of this queue's jobs; returns how many
+  /// ran (0 at once when none is visible, the queue's share of the pool is taken, it is paused or
+  /// stopped). A worker that holds the pool's duty stops after a handler that ran long (PoolDuty).
+  std::uint32_t serve_turn(std::uint32_t w, PoolDuty& duty) noexcept;
+  /// jobs_started(): how many handlers this dispatcher's workers started (a watch's progress).
+  [[nodiscard]] std::uint64_t jobs_started() const noexcept;
   /// Jobs a pool worker runs from one queue before it moves on to the next.
   static constexpr std::uint32_t kTurn = WorkerStash::kCapacity;
   /// work_visible(): a ready job in the ring or in any worker's stash (a hint, for wake-ups).
@@ -378,7 +458,11 @@ class Dispatcher {
   void run(JobRunner& runner, std::uint32_t idx, WorkerContext& wc);
   void give_up_duty(WorkerContext& wc) noexcept;
   void sleep() noexcept;
-  [[nodiscard]] std::uint64_t jobs_started() const noexcept;
+  /// ran_long(wc, now): the handler wc's worker started last has run fast_handler_ns or more by
+  /// `now` (steady clock); always when the worker's starts are not stamped with a steady clock.
+  [[nodiscard]] static bool ran_long(const WorkerContext& wc, std::int64_t now) noexcept {
+    return !wc.steady_wall || now - wc.last_wall_ns >= wc.fast_handler_ns;
+  }
   bool steal(std::uint32_t w, std::uint32_t& idx) noexcept;
   void acknowledge_pause(WorkerContext& wc) noexcept;
   [[nodiscard]] bool workers_acknowledged(std::uint64_t epoch) const noexcept;

@@ -16,14 +16,17 @@
 // worker idle.
 // Idle: as a dedicated pool's workers (dispatcher.hpp), one idle worker at a time spins, here on
 // every member's turn_possible() hint, for up to Dispatcher::kSpinNs; the others sleep on the
-// pool's event count, which every member's producers notify (WakeTarget). The spinner gives up
-// its duty before it runs anything, so producers never skip a wake-up while it runs a handler;
-// pushes it covered are announced as it leaves: a sleeper for each member with work but one (its
-// round may stay in the first one's handler), and within a member by next_job, as in a
-// dedicated pool.
+// pool's event count, which every member's producers notify (WakeTarget). A spinner whose last
+// handler was fast keeps its duty through the round it then goes (PoolDuty), and through the
+// ones after while its handlers stay fast, so producers of every member go on skipping their
+// wake-ups; it gives the duty up after a handler that ran long, and sleepers watch meanwhile
+// (sleep), as in a dedicated pool. Pushes the duty covered are announced as it is given up: a
+// sleeper for each member with work but one (the giver's round may stay in the first one's
+// handler), and within a member by next_job, as in a dedicated pool.
 // Memory ordering: count_ is published with release after the member is stored; workers load it
-// with acquire, which carries the member's join_pool writes. The spinner's duty is a Dekker with
-// wake_for_ready, fence against fence (see spin). stop_ is release/acquire.
+// with acquire, which carries the member's join_pool writes. The duty is a Dekker with
+// wake_for_ready, fence against fence (give_up_duty), and one with sleep(), four seq_cst
+// operations (spin, sleep). stop_ is release/acquire.
 // Threading: add/start/stop/join from any thread, cold; worker_loop on the pool's threads.
 #pragma once
 
@@ -65,8 +68,12 @@ class WorkerPool {
 
  private:
   void worker_loop(std::uint32_t w);
-  bool round(std::uint32_t w, std::uint32_t& first) noexcept;
-  bool spin() noexcept;
+  bool round(std::uint32_t w, std::uint32_t& first, PoolDuty& duty) noexcept;
+  bool spin(PoolDuty& duty) noexcept;
+  std::uint32_t give_up_duty(PoolDuty& duty) noexcept;
+  void sleep() noexcept;
+  /// jobs_started(): handlers started by every member (a watch's progress).
+  [[nodiscard]] std::uint64_t jobs_started() const noexcept;
   /// turns_possible(most): members whose turn_possible() hint holds, counting up to `most`.
   [[nodiscard]] std::uint32_t turns_possible(std::uint32_t most) const noexcept;
 
