@@ -54,8 +54,7 @@ class BasicEventCount {
     if (c_.fetch_sub(1, std::memory_order_acq_rel) > 0) return;  // took a pending signal
     for (;;) {
       if (take_post()) return;
-      // FUTEX_WAIT sleeps only if posts_ is still 0 (checked atomically by the kernel).
-      syscall(SYS_futex, futex_word(), FUTEX_WAIT_PRIVATE, 0, nullptr, nullptr, 0);
+      sleep_while_no_post(nullptr);
     }
   }
 
@@ -77,7 +76,7 @@ class BasicEventCount {
       if (left <= 0) break;
       const timespec ts{static_cast<time_t>(left / 1'000'000'000),
                         static_cast<long>(left % 1'000'000'000)};
-      syscall(SYS_futex, futex_word(), FUTEX_WAIT_PRIVATE, 0, &ts, nullptr, 0);
+      sleep_while_no_post(&ts);
     }
     Hooks::at(EventCountPoint::timed_out);
     // relaxed load: the CAS below decides. acq_rel CAS: as wait()'s decrement, undone.
@@ -90,7 +89,7 @@ class BasicEventCount {
       }
       if (take_post()) return true;
       const timespec recheck{0, kRecheckNs};
-      syscall(SYS_futex, futex_word(), FUTEX_WAIT_PRIVATE, 0, &recheck, nullptr, 0);
+      sleep_while_no_post(&recheck);
       c = c_.load(std::memory_order_relaxed);
     }
   }
@@ -134,6 +133,12 @@ class BasicEventCount {
       if (posts_.compare_exchange_weak(p, p - 1, std::memory_order_acq_rel)) return true;
     }
     return false;
+  }
+  /// sleep_while_no_post(timeout): parks until a post() wakes us, a signal interrupts, or
+  /// `timeout` (relative; null: none) passes. FUTEX_WAIT sleeps only if posts_ is still 0, checked
+  /// atomically by the kernel, so a post made before we park is never slept through.
+  void sleep_while_no_post(const timespec* timeout) noexcept {
+    syscall(SYS_futex, futex_word(), FUTEX_WAIT_PRIVATE, 0, timeout, nullptr, 0);
   }
   void post(std::uint32_t n) noexcept {
     posts_.fetch_add(n, std::memory_order_release);  // pairs with wait()'s acquire CAS
