@@ -156,6 +156,7 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w, PoolDuty& duty) noexcept {
     } while (!serving_.compare_exchange_weak(in, in + 1, std::memory_order_relaxed));
   }
   WorkerContext& wc = *contexts_[w];
+  wc.holds_duty = duty.held;  // next_job passes wake-ups on unless the worker holds the duty
   // seq_cst: the worker's unpark, against pause_and_wait (workers_acknowledged): once per turn.
   wc.parked.store(false, std::memory_order_seq_cst);
   std::uint32_t ran = 0, idx = 0;
@@ -165,6 +166,7 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w, PoolDuty& duty) noexcept {
     if (!pool_runner_->deliver(idx, wc) || !duty.held) continue;
     // One clock read per job while the worker holds the pool's duty, as in run().
     if (ran_long(wc, steady_ns())) {
+      wc.holds_duty = false;
       duty.ran_long = true;
       break;
     }
@@ -183,7 +185,7 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w, PoolDuty& duty) noexcept {
   if (share_ != 0) {
     serving_.fetch_sub(1, std::memory_order_relaxed);
     // The turn ended with work left: a worker turned away by the share may be asleep by now.
-    if (more) wake_for_ready();
+    if (more) wake_for_ready(!wc.holds_duty);
   }
   return ran;
 }
@@ -512,7 +514,7 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   const std::size_t want = wc.fast ? batch.size() : 1;
   const std::size_t n = ready_.try_pop_bulk(batch.data(), want);
   if (n == 0) {
-    if (!steal(w, idx)) return false;
+    if (!steal(w, wc, idx)) return false;
     if (paused_after_pop()) [[unlikely]]
       return hold_back(&wc, &idx, 1);
     return true;
@@ -531,15 +533,16 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   // (each woken worker steals one) and one more if the ring still holds jobs; every worker that
   // finds work does the same, so the wake-ups chain as far as the work goes. Pushes made while a
   // spinner was on duty skipped theirs; this is where they are made up for. While a worker keeps
-  // the duty through fast handlers (spin_for_job) these wake-ups are skipped too, unless a full
+  // the duty through fast handlers (spin_for_job) its own wake-ups are skipped too, unless a full
   // batch left more behind it: the work then outruns one worker, and sleepers must join in.
+  // Another worker's never are (wake_for_ready says why).
   if (workers() > 1) {
     const bool more = ready_.size_approx() > 0;
     std::size_t wake = (n - 1) + (more ? 1 : 0);
     wake = std::min<std::size_t>(wake, workers() - 1);
-    const bool backlog = more && n == batch.size();
+    const bool even_if_held = (more && n == batch.size()) || !wc.holds_duty;
     for (std::size_t i = 0; i < wake; ++i)
-      wake_for_ready(backlog);
+      wake_for_ready(even_if_held);
   }
   return true;
 }
@@ -561,13 +564,13 @@ bool Dispatcher::hold_back(WorkerContext* wc, const std::uint32_t* idx, std::siz
   return false;
 }
 
-/// steal(w, idx): takes the oldest job of another worker's stash, trying each once.
-bool Dispatcher::steal(std::uint32_t w, std::uint32_t& idx) noexcept {
+/// steal(w, wc, idx): takes the oldest job of another worker's stash, trying each once.
+bool Dispatcher::steal(std::uint32_t w, const WorkerContext& wc, std::uint32_t& idx) noexcept {
   const std::size_t n = workers();
   for (std::size_t k = 1; k < n; ++k) {
     WorkerStash& victim = stashes_[(w + k) % n];
     if (!victim.empty() && victim.take(idx)) {
-      if (n > 2 && work_visible()) wake_for_ready();  // chain on, as next_job does
+      if (n > 2 && work_visible()) wake_for_ready(!wc.holds_duty);  // chain on, as next_job does
       return true;
     }
   }

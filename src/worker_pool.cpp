@@ -81,7 +81,7 @@ bool WorkerPool::round(std::uint32_t w, std::uint32_t& first, PoolDuty& duty) no
   bool ran = false;
   for (std::uint32_t k = 0, i = first; k < n; ++k, i = (i + 1 == n ? 0 : i + 1)) {
     ran |= members_[i]->serve_turn(w, duty) > 0;
-    if (duty.ran_long) give_up_duty(duty);
+    if (duty.ran_long) give_up_duty(duty, 0);  // mid-round: it may have passed their queues
   }
   first = first + 1 == n ? 0 : first + 1;
   return ran;
@@ -132,18 +132,18 @@ bool WorkerPool::spin(PoolDuty& duty) noexcept {
     wake_.keep_duty();  // through the round
     return true;
   }
-  return give_up_duty(duty) > 0 || seen;
+  return give_up_duty(duty, 1) > 0 || seen;
 }
 
-/// give_up_duty(duty): the worker stops holding the duty; returns how many members have work.
-/// Pushes made while it held the duty skipped their wake-ups, to any member: every member with
-/// work but one gets a sleeper (the caller goes round, and serves that one).
-std::uint32_t WorkerPool::give_up_duty(PoolDuty& duty) noexcept {
+/// give_up_duty(duty, serves): the worker stops holding the duty; returns how many members have
+/// work. Pushes made while it held the duty skipped their wake-ups, to any member: every member
+/// with work gets a sleeper, but the `serves` (0 or 1) the caller is about to serve itself.
+std::uint32_t WorkerPool::give_up_duty(PoolDuty& duty, std::uint32_t serves) noexcept {
   duty.held = false;
   duty.ran_long = false;
   wake_.give_up_duty();  // the count below is the look it asks for
   const std::uint32_t members = turns_possible(size_);
-  for (std::uint32_t i = 1; i < members; ++i)
+  for (std::uint32_t i = serves; i < members; ++i)
     wake_.ec.notify();
   return members;
 }

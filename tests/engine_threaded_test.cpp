@@ -178,6 +178,18 @@ TEST(ThreadedEngine, AJobQueuedBehindALongHandlerOfTheDutyHolderStartsOnAnotherW
   scenario.run([&](int, int kind) { ASSERT_EQ(q.add("job", int{kind}).status, AddStatus::added); });
 }
 
+// While the duty holder runs a long handler, a backlog found by one sleeper's watch is shared
+// with the other sleepers (support/behind_long_handler.hpp).
+TEST(ThreadedEngine, ABacklogBehindALongHandlerOfTheDutyHolderRunsOnSeveralWorkers) {
+  test::Watchdog dog(240s, "ABacklogBehindALongHandlerOfTheDutyHolderRunsOnSeveralWorkers");
+  test::BacklogBehindLongHandler scenario;
+  Engine engine;
+  auto q = engine.queue<int>("q", {.capacity = 4096});
+  const ReleaseOnExit release_on_exit{scenario.release};
+  q.process({.concurrency = 4}, [&](Job<int>& j) { scenario.handle(j.data()); });
+  scenario.run([&](int kind) { ASSERT_EQ(q.add("job", int{kind}).status, AddStatus::added); });
+}
+
 TEST(ThreadedEngine, BlockedAddWaitsForASlotAndReturnsOnlyAfterItFrees) {
   // The add is called while the queue's only slot is held by a handler that returns only when
   // released: `step` orders the call, the release, the handler's return and the add's return.

@@ -111,6 +111,23 @@ TEST(WorkerPool, AJobQueuedBehindALongHandlerOfTheDutyHolderStartsOnAnotherWorke
   });
 }
 
+TEST(WorkerPool, ABacklogBehindALongHandlerOfTheDutyHolderRunsOnSeveralWorkers) {
+  // The long handler in queue a, the backlog in queue b: the pool's sleepers share it
+  // (support/behind_long_handler.hpp).
+  const test::Watchdog watchdog(240s, "ABacklogBehindALongHandlerOfTheDutyHolderRuns");
+  test::BacklogBehindLongHandler scenario;
+  Engine engine({.workers = 3});
+  const ReleaseOnExit release_on_exit{scenario.release};
+  auto a = engine.queue<int>("a", {.capacity = 4096});
+  auto b = engine.queue<int>("b", {.capacity = 4096});
+  a.process(WorkerOptions::shared(), [&](Job<int>& j) { scenario.handle(j.data()); });
+  b.process(WorkerOptions::shared(), [&](Job<int>& j) { scenario.handle(j.data()); });
+  scenario.run([&](int kind) {
+    auto& q = kind == test::BacklogBehindLongHandler::kBacklog ? b : a;
+    ASSERT_EQ(q.add("job", int{kind}).status, AddStatus::added);
+  });
+}
+
 TEST(WorkerPool, AQueuesShareCapsHowManyPoolWorkersRunItsJobs) {
   // A pool of 4; queue "one" may use 1 of them, "wide" all. Handlers stay inside until two of
   // "wide" are in at once (bounded), so "one" has every chance to exceed its share.

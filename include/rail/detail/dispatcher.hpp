@@ -126,10 +126,11 @@ struct WakeTarget {
                                         std::memory_order_relaxed);
   }
   /// keep_duty(): the holder keeps the duty through a job it found. Sleepers counted before it
-  /// took the duty sleep without a timeout: wake them (leaving a signal for one about to sleep),
-  /// so that each sleeps watching (sleep()).
+  /// took the duty sleep without a timeout: wake them, leaving a signal for each of them that is
+  /// yet to sleep, so that each sleeps watching (sleep()).
   void keep_duty() noexcept {
-    if (untimed.load(std::memory_order_seq_cst) != 0) ec.notify_all(1);  // seq_cst: see sleep()
+    const std::uint32_t n = untimed.load(std::memory_order_seq_cst);  // seq_cst: see sleep()
+    if (n != 0) ec.notify_all(static_cast<std::int32_t>(std::min<std::uint32_t>(n, INT32_MAX)));
   }
   /// give_up_duty(): the holder stops holding the duty. The caller then looks for work that
   /// pushes made meanwhile left unannounced, and announces it.
@@ -463,23 +464,27 @@ class Dispatcher {
   [[nodiscard]] static bool ran_long(const WorkerContext& wc, std::int64_t now) noexcept {
     return !wc.steady_wall || now - wc.last_wall_ns >= wc.fast_handler_ns;
   }
-  bool steal(std::uint32_t w, std::uint32_t& idx) noexcept;
+  bool steal(std::uint32_t w, const WorkerContext& wc, std::uint32_t& idx) noexcept;
   void acknowledge_pause(WorkerContext& wc) noexcept;
   [[nodiscard]] bool workers_acknowledged(std::uint64_t epoch) const noexcept;
   void raise_if_drained(bool on_worker) noexcept;
   void emit_queue_event(EventKind kind) const noexcept;
 
-  /// wake_for_ready(backlog): after a push to the ready ring (or a stash), make sure a worker
-  /// will look. `backlog`: the caller saw more work than one worker keeps up with: wake a sleeper
-  /// even while the duty is held (its holder alone would fall behind).
-  void wake_for_ready(bool backlog = false) noexcept {
+  /// wake_for_ready(even_if_held): after a push to the ready ring (or a stash), make sure a
+  /// worker will look. While the duty is held its holder looks, unless `even_if_held`: a worker
+  /// saw more work than one worker keeps up with (the holder alone would fall behind), or the
+  /// work was left by a worker that is not the holder. Only the holder's own leftovers may wait
+  /// for the holder to come back: should its handler run long, the one sleeper whose watch then
+  /// finds the work would otherwise run all of it alone, each start it makes counting as
+  /// progress to the other watches (review of 34d5ef1).
+  void wake_for_ready(bool even_if_held = false) noexcept {
     // seq_cst: orders our push before the loads below: the duty (see spin_for_job) and the
     // target itself (see join_pool).
     std::atomic_thread_fence(std::memory_order_seq_cst);
     // acquire: a pool's target is fully built before join_pool publishes it.
     WakeTarget& t = *wake_.load(std::memory_order_acquire);
     // relaxed: ordered by the fence (give_up_duty's Dekker).
-    if (!backlog && t.duty.load(std::memory_order_relaxed) != WakeTarget::kIdle)
+    if (!even_if_held && t.duty.load(std::memory_order_relaxed) != WakeTarget::kIdle)
       return;  // its holder looks
     t.ec.notify();
   }

@@ -70,7 +70,7 @@ class WorkerPool {
   void worker_loop(std::uint32_t w);
   bool round(std::uint32_t w, std::uint32_t& first, PoolDuty& duty) noexcept;
   bool spin(PoolDuty& duty) noexcept;
-  std::uint32_t give_up_duty(PoolDuty& duty) noexcept;
+  std::uint32_t give_up_duty(PoolDuty& duty, std::uint32_t serves) noexcept;
   void sleep() noexcept;
   /// jobs_started(): handlers started by every member (a watch's progress).
   [[nodiscard]] std::uint64_t jobs_started() const noexcept;
