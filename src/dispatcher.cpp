@@ -544,8 +544,6 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
     prefetch_for_write(&slots_[batch[i]]);
     __builtin_prefetch(payload_ + batch[i] * payload_stride_, 0);
   }
-  idx = batch[0];
-  if (n > 1) wc.stash->fill(batch.data() + 1, static_cast<std::uint32_t>(n - 1));
   // Work we leave behind is announced, so that sleepers join in: one wake-up per stashed job
   // (each woken worker steals one) and one more if the ring still holds jobs; every worker that
   // finds work does the same, so the wake-ups chain as far as the work goes. Pushes made while a
@@ -553,14 +551,30 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   // the duty through fast handlers (spin_for_job) its own wake-ups are skipped too, unless a full
   // batch left more behind it: the work then outruns one worker, and sleepers must join in.
   // Another worker's never are (wake_for_ready says why).
+  std::size_t wake = 0;
+  bool even_if_held = false;
   if (workers() > 1) {
     const bool more = ready_.size_approx() > 0;
-    std::size_t wake = (n - 1) + (more ? 1 : 0);
-    wake = std::min<std::size_t>(wake, workers() - 1);
-    const bool even_if_held = (more && n == batch.size()) || !wc.holds_duty;
+    wake = std::min<std::size_t>((n - 1) + (more ? 1 : 0), workers() - 1);
+    even_if_held = (more && n == batch.size()) || !wc.holds_duty;
+  }
+  // relaxed: a hint (set once before any worker runs; the wake-up itself decides after its fence)
+  if (wake > 0 && (even_if_held ||
+                   wake_.load(std::memory_order_relaxed)->duty.load(std::memory_order_relaxed) ==
+                       WakeTarget::kIdle)) {
+    // The woken worker may land on our core ahead of us (the other cores busy): a job in our
+    // hands would wait for that core, milliseconds should the woken worker go on to spin. So all
+    // we popped goes into the stash first, where the woken worker takes the oldest, and we take
+    // ours back out after the wake-ups (none left: they took them all).
+    wc.stash->fill(batch.data(), static_cast<std::uint32_t>(n));
     for (std::size_t i = 0; i < wake; ++i)
       wake_for_ready(even_if_held);
+    return wc.stash->take(idx);
   }
+  idx = batch[0];
+  if (n > 1) wc.stash->fill(batch.data() + 1, static_cast<std::uint32_t>(n - 1));
+  for (std::size_t i = 0; i < wake; ++i)
+    wake_for_ready(even_if_held);  // the duty's holder looks, unless it gave the duty up since
   return true;
 }
 
