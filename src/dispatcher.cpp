@@ -469,6 +469,8 @@ bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t&
     cpu_relax();
     if (keep) {
       got = next_job(w, wc, idx);
+    } else if (paused_.load(std::memory_order_seq_cst)) [[unlikely]] {
+      acknowledge_pause(wc);  // as next_job: nothing starts while paused, and nobody is woken
     } else {
       core_.poll_timers(wc.last_start_ns);  // as next_job would
       seen = work_visible();
@@ -482,25 +484,16 @@ bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t&
     t.keep_duty();  // through the job
     return true;
   }
-  // Give the duty up before we take a job: the wake-up of a sleeper for the work beyond ours
-  // (pushes skipped theirs while we held the duty) may put it on our core ahead of us, and a
-  // job in our hands would wait for that core (milliseconds, were that sleeper to spin on)
-  // while it runs the others: a p99.9 of the 100k jobs/s row. Then look for work ourselves:
-  // after a timeout too, as a push made while we stop would otherwise wait for the next
-  // wake-up.
+  // Give the duty up before we take a job, and then take it with next_job, which wakes sleepers
+  // for the work beyond ours (pushes skipped their wake-ups while we held the duty; we hold it
+  // no more, so next_job's wake-ups are not skipped) without a job in our hands (see there).
+  // Before, the spinner took its job first and woke a sleeper after: the sleeper could land on
+  // our core ahead of us and run the others while our job waited out its time slice
+  // (milliseconds: a p99.9 of the 100k jobs/s row). After a timeout we look once more too, as a
+  // push made while we stop would otherwise wait for the next wake-up.
   wc.holds_duty = false;
   t.give_up_duty();
-  if (seen && workers() > 1 && more_than_one_visible()) t.ec.notify();
   return next_job(w, wc, idx);  // false at once after stop
-}
-
-/// more_than_one_visible(): a hint that more than one ready job waits (ring and stashes).
-bool Dispatcher::more_than_one_visible() const noexcept {
-  if (ready_.size_approx() > 1) return true;
-  std::size_t nonempty = ready_.size_approx();
-  for (std::uint32_t w = 0; w < workers() && nonempty < 2; ++w)
-    nonempty += stashes_[w].empty() ? 0 : 1;
-  return nonempty > 1;
 }
 
 /// work_visible(): a ready job in the ring or in any worker's stash (a hint, for wake-ups).
@@ -558,14 +551,13 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
     wake = std::min<std::size_t>((n - 1) + (more ? 1 : 0), workers() - 1);
     even_if_held = (more && n == batch.size()) || !wc.holds_duty;
   }
-  // relaxed: a hint (set once before any worker runs; the wake-up itself decides after its fence)
-  if (wake > 0 && (even_if_held ||
-                   wake_.load(std::memory_order_relaxed)->duty.load(std::memory_order_relaxed) ==
-                       WakeTarget::kIdle)) {
+  // Not even_if_held: we hold the duty, and the wake-ups are skipped.
+  if (wake > 0 && even_if_held) {
     // The woken worker may land on our core ahead of us (the other cores busy): a job in our
     // hands would wait for that core, milliseconds should the woken worker go on to spin. So all
-    // we popped goes into the stash first, where the woken worker takes the oldest, and we take
-    // ours back out after the wake-ups (none left: they took them all).
+    // we popped goes into the stash first, where the woken worker (or any other) steals the
+    // oldest once the ring is empty, and we take ours back out after the wake-ups (none left:
+    // others took them all).
     wc.stash->fill(batch.data(), static_cast<std::uint32_t>(n));
     for (std::size_t i = 0; i < wake; ++i)
       wake_for_ready(even_if_held);
@@ -574,7 +566,7 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   idx = batch[0];
   if (n > 1) wc.stash->fill(batch.data() + 1, static_cast<std::uint32_t>(n - 1));
   for (std::size_t i = 0; i < wake; ++i)
-    wake_for_ready(even_if_held);  // the duty's holder looks, unless it gave the duty up since
+    wake_for_ready();  // we hold the duty: skipped, unless the duty was given up meanwhile
   return true;
 }
 

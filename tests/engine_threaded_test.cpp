@@ -2,6 +2,7 @@
 // shutdown with running handlers. Waits poll for an end state with a deadline; no sleep decides
 // an outcome.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <array>
 #include <atomic>
@@ -188,6 +189,39 @@ TEST(ThreadedEngine, ABacklogBehindALongHandlerOfTheDutyHolderRunsOnSeveralWorke
   const ReleaseOnExit release_on_exit{scenario.release};
   q.process({.concurrency = 4}, [&](Job<int>& j) { scenario.handle(j.data()); });
   scenario.run([&](int kind) { ASSERT_EQ(q.add("job", int{kind}).status, AddStatus::added); });
+}
+
+// A paused queue with jobs ready leaves its workers asleep. Review of 3afce50: a spinner that
+// gave the duty up on seeing work woke another worker, found the queue paused and slept, and the
+// one it woke did the same: the workers woke each other until resume (about 30,000 context
+// switches a second on two cores). Real time is the point here, so the test counts the process's
+// voluntary context switches over 200 ms; a quiet queue makes a handful (the timer thread), the
+// bug thousands.
+TEST(ThreadedEngine, APausedQueueWithReadyJobsLeavesItsWorkersAsleep) {
+  const auto switches = [] {
+    rusage r{};
+    getrusage(RUSAGE_SELF, &r);
+    return r.ru_nvcsw;
+  };
+  for (const std::uint32_t workers : {2u, 4u}) {
+    Engine engine;
+    auto q = engine.queue<int>("q", {});
+    std::atomic<int> ran{0};
+    q.process({.concurrency = workers}, [&](Job<int>&) { ran.fetch_add(1); });
+    ASSERT_EQ(q.add("warm", 0).status, AddStatus::added);
+    ASSERT_TRUE(eventually([&] { return ran.load() == 1; }));
+    q.pause();
+    for (int i = 0; i < 8; ++i)
+      ASSERT_EQ(q.add("held", i).status, AddStatus::added);
+    std::this_thread::sleep_for(20ms);  // the workers' spins after the adds end (50 us)
+    const long before = switches();
+    std::this_thread::sleep_for(200ms);
+    const long made = switches() - before;
+    EXPECT_LT(made, 200) << workers << " workers woke each other while the queue was paused";
+    EXPECT_EQ(ran.load(), 1) << "nothing starts while paused";
+    q.resume();
+    EXPECT_TRUE(eventually([&] { return ran.load() == 9; }));
+  }
 }
 
 TEST(ThreadedEngine, BlockedAddWaitsForASlotAndReturnsOnlyAfterItFrees) {

@@ -329,7 +329,6 @@ class Dispatcher {
   static constexpr std::uint32_t kTurn = WorkerStash::kCapacity;
   /// work_visible(): a ready job in the ring or in any worker's stash (a hint, for wake-ups).
   [[nodiscard]] bool work_visible() const noexcept;
-  [[nodiscard]] bool more_than_one_visible() const noexcept;
   /// turn_possible(): a hint that serve_turn would run a job: work is visible, the queue is
   /// neither paused nor stopped, and its share of the pool is not taken.
   [[nodiscard]] bool turn_possible() const noexcept {
