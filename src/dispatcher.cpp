@@ -303,6 +303,16 @@ bool Dispatcher::pause_and_wait(Duration timeout) {
   return true;
 }
 
+/// pause_seen(wc): the queue is paused, as worker wc sees it between jobs; it then acknowledges
+/// the pause, as a pause_and_wait may be waiting for it.
+bool Dispatcher::pause_seen(WorkerContext& wc) noexcept {
+  // seq_cst: see workers_acknowledged (a plain load on x86, ldar on ARMv8 as acquire is).
+  if (!paused_.load(std::memory_order_seq_cst)) [[likely]]
+    return false;
+  acknowledge_pause(wc);
+  return true;
+}
+
 /// acknowledge_pause(wc): worker wc, between jobs, saw the queue paused.
 void Dispatcher::acknowledge_pause(WorkerContext& wc) noexcept {
   // acquire: if this reads a pause_and_wait's epoch, the paused_ load below sees that pause (or
@@ -452,7 +462,8 @@ void Dispatcher::give_up_duty(WorkerContext& wc) noexcept {
 /// workers on two cores that is a system call per few jobs for the producer and a third thread
 /// fighting for the cores (1P+2W ran at 1.2-1.9 M jobs/s against 9 with one worker). Should the
 /// handler run long after all, the jobs pushed meanwhile wait for it, or for a sleeper's watch
-/// (sleep(): about 2 x kWatchNs at most); once a handler ran long the worker gives the duty up.
+/// (WakeTarget::sleep(): about 2 x kWatchNs at most); once a handler ran long the worker gives the
+/// duty up.
 bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept {
   WakeTarget& t = own_;
   if (!wc.holds_duty) {
@@ -469,9 +480,7 @@ bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t&
     cpu_relax();
     if (keep) {
       got = next_job(w, wc, idx);
-    } else if (paused_.load(std::memory_order_seq_cst)) [[unlikely]] {
-      acknowledge_pause(wc);  // as next_job: nothing starts while paused, and nobody is woken
-    } else {
+    } else if (!pause_seen(wc)) {  // as next_job: nothing starts while paused, nobody is woken
       core_.poll_timers(wc.last_start_ns);  // as next_job would
       seen = work_visible();
     }
@@ -511,11 +520,7 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   // After stop nothing new starts: shutdown may already have reported a ready job as not started
   // and handed its payload back (take_leftovers).
   if (stop_.load(std::memory_order_acquire)) return false;
-  // seq_cst: see workers_acknowledged (a plain load on x86, ldar on ARMv8 as acquire is).
-  if (paused_.load(std::memory_order_seq_cst)) [[unlikely]] {
-    acknowledge_pause(wc);  // between jobs: a pause_and_wait may be waiting for us
-    return false;
-  }
+  if (pause_seen(wc)) return false;
   if (wc.stash->take(idx)) return true;
   // A batch boundary: fire any timer that came due (backoffs, delays, lease sweeps) if the timer
   // thread has not.

@@ -13,9 +13,9 @@
 // the duty is held (a fence-against-fence Dekker hand-off: wake_for_ready and give_up_duty). A
 // spinner whose handlers are fast keeps the duty through the jobs it then finds, until one runs
 // long (spin_for_job, run); a worker that sleeps while another holds the duty wakes every
-// kWatchNs and looks for work if no job started meanwhile (sleep), so a job whose wake-up was
-// skipped for a handler that ran long waits about 2 x kWatchNs at most (the window in which that
-// handler started counts as progress).
+// WakeTarget::kWatchNs and looks for work if no job started meanwhile (sleep), so a job whose
+// wake-up was skipped for a handler that ran long waits about 2 x kWatchNs at most (the window in
+// which that handler started counts as progress).
 // Pause: pause() sets paused_; a worker checks it before taking each job (next_job), so a job it
 // took before seeing the pause still runs. One it popped after the pause waits in its stash
 // (paused_after_pop): no job added after pause() returned starts before resume(). pause_and_wait()
@@ -293,8 +293,6 @@ class Dispatcher {
   static constexpr std::int64_t kFastHandlerNs = 20'000;
   /// How long the spinner polls for work before sleeping.
   static constexpr std::int64_t kSpinNs = 50'000;
-  /// How long a worker sleeps, while another holds the duty, before it checks for progress.
-  static constexpr std::int64_t kWatchNs = WakeTarget::kWatchNs;
 
   /// Dispatcher(...): the ready ring has room for every slot. slots/payload/payload_stride let
   /// next_job prefetch a batch's slots and payloads without knowing the payload type. `queue`
@@ -465,6 +463,7 @@ class Dispatcher {
     return !wc.steady_wall || now - wc.last_wall_ns >= wc.fast_handler_ns;
   }
   bool steal(std::uint32_t w, const WorkerContext& wc, std::uint32_t& idx) noexcept;
+  [[nodiscard]] bool pause_seen(WorkerContext& wc) noexcept;
   void acknowledge_pause(WorkerContext& wc) noexcept;
   [[nodiscard]] bool workers_acknowledged(std::uint64_t epoch) const noexcept;
   void raise_if_drained(bool on_worker) noexcept;
