@@ -10,23 +10,12 @@
 #include "rail/detail/cpu_relax.hpp"
 #include "rail/detail/deadline.hpp"
 #include "rail/detail/free_slots.hpp"
+#include "rail/detail/prefetch.hpp"
 #include "rail/detail/scoped_value.hpp"
 #include "rail/error.hpp"
 
 namespace rail::detail {
 namespace {
-
-/// prefetch_for_write(p): starts fetching p's line in exclusive state, so the CAS that follows
-/// does not pay a second trip to upgrade a shared copy. __builtin_prefetch(p, 1) emits PREFETCHW
-/// only when the target flags allow it (not for generic x86-64), so it is spelled out; CPUs
-/// without the instruction execute it as a no-op (its opcode space was reserved as NOP).
-void prefetch_for_write(const void* p) noexcept {
-#if defined(__x86_64__)
-  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
-#else
-  __builtin_prefetch(p, 1);
-#endif
-}
 
 // relaxed: a plain number, read by start() and copied into each worker's context before the
 // worker thread exists (the thread's creation orders it).
@@ -540,7 +529,7 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   // overlap instead of stalling one delivery each.
   for (std::size_t i = 0; i < n; ++i) {
     prefetch_for_write(&slots_[batch[i]]);
-    __builtin_prefetch(payload_ + batch[i] * payload_stride_, 0);
+    prefetch_for_read(payload_ + batch[i] * payload_stride_);
   }
   // Work we leave behind is announced, so that sleepers join in: one wake-up per stashed job
   // (each woken worker steals one) and one more if the ring still holds jobs; every worker that

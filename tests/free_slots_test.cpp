@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "support/deterministic_schedule.hpp"
@@ -39,6 +40,43 @@ TEST(FreeSlots, RecycledSlotsAreReusedBeforeNeverUsedOnesOnceWarm) {
   // Once warm, a slot comes back only after the others of the warm set went round.
   for (std::size_t i = kWarm; i + kWarm / 2 < order.size(); ++i)
     ASSERT_NE(order[i], order[i - 1]) << "a slot was reused at once, round " << i;
+}
+
+// next_hint guesses the index a producer's next pop returns, so that it can prefetch the slot:
+// right while the producer pops alone, and no guess after another thread popped in between
+// (prefetching another producer's slot for writing takes its lines away from it).
+TEST(FreeSlots, NextHintIsTheNextPopWhileTheCallerPopsAloneAndNoneAfterAnotherPopped) {
+  FreeSlots s(1024, 1 << 20);  // 1 MB slots: a warm set of 16, then recycled slots
+  const std::size_t kWarm = s.warm();
+  std::uint32_t guess = 0, idx = 0;
+  std::vector<std::uint32_t> held;
+  for (std::size_t i = 0; i < kWarm; ++i) {  // never-used ones first: the guess is the next
+    ASSERT_TRUE(s.next_hint(guess, 1));
+    ASSERT_TRUE(s.try_pop(idx));
+    EXPECT_EQ(guess, idx);
+    held.push_back(idx);
+  }
+  for (auto i : held)
+    s.push(i);
+  // Recycled: the first call learns where the ring's pops stand (its answer is a guess too).
+  ASSERT_TRUE(s.try_pop(idx));
+  s.push(idx);
+  (void)s.next_hint(guess, 1);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(s.try_pop(idx));
+    s.push(idx);
+    ASSERT_TRUE(s.next_hint(guess, 1)) << "pop " << i;
+    ASSERT_TRUE(s.try_pop(idx));
+    EXPECT_EQ(guess, idx);
+    s.push(idx);
+    // Another thread pops one too: this thread's next call makes no guess.
+    std::thread([&] {
+      std::uint32_t other = 0;
+      ASSERT_TRUE(s.try_pop(other));
+      s.push(other);
+    }).join();
+    EXPECT_FALSE(s.next_hint(guess, 1)) << "pop " << i;
+  }
 }
 
 TEST(FreeSlots, MoreJobsInFlightThanTheWarmSetTouchJustThatMany) {

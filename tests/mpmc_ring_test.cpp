@@ -130,6 +130,26 @@ TEST(MpmcRing, FifoOrderSingleThread) {
   }
 }
 
+// peek_front guesses what the next pop takes (the engine prefetches the slot it names): the
+// front value while one is published, nothing when empty, and it takes nothing.
+TEST(MpmcRing, PeekFrontNamesWhatTheNextPopTakesWithoutTakingIt) {
+  MpmcRing<std::uint32_t> ring(8);
+  std::uint32_t seen = 0, out = 0;
+  EXPECT_FALSE(ring.peek_front(seen));
+  for (std::uint32_t lap = 0; lap < 5; ++lap) {  // across laps: the seq, not the cell, decides
+    for (std::uint32_t i = 0; i < 6; ++i)
+      ASSERT_TRUE(ring.try_push(lap * 10 + i));
+    for (std::uint32_t i = 0; i < 6; ++i) {
+      ASSERT_TRUE(ring.peek_front(seen));
+      ASSERT_TRUE(ring.peek_front(seen));  // twice: a peek takes nothing
+      ASSERT_TRUE(ring.try_pop(out));
+      EXPECT_EQ(seen, out);
+    }
+    EXPECT_FALSE(ring.peek_front(seen)) << "lap " << lap;
+    EXPECT_EQ(ring.pops(), (lap + 1) * 6u);
+  }
+}
+
 TEST(MpmcRing, ReportsFullAndEmpty) {
   MpmcRing<std::uint64_t> ring(4);
   std::uint64_t out = 0;

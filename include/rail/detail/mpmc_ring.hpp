@@ -62,6 +62,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "rail/detail/prefetch.hpp"
 #include "rail/error.hpp"
 
 namespace rail::detail {
@@ -271,6 +272,32 @@ class MpmcRing {
         return k;
       }
     }
+  }
+
+  /// peek_front(out): a hint of the value the next try_pop would take: true, with that value,
+  /// when the cell at head_ holds one published for head_'s position. Nothing is taken and
+  /// nothing is linearizable: another consumer may pop the value first, so a caller may only use
+  /// it as a guess (to prefetch what the value names). Packed rings only: there the value and
+  /// its seq are one word, so the guess is always a value that was pushed, never a torn one.
+  [[nodiscard]] bool peek_front(T& out) const noexcept {
+    static_assert(kPacked, "MpmcRing::peek_front reads the value with its seq: 4-byte T only");
+    // Relaxed, both: nothing is read on the strength of the guess (a stale head_ or cell only
+    // makes it wrong), and the word carries its own seq, so the value cannot be torn.
+    const std::uint64_t pos = head_.value.load(std::memory_order_relaxed);
+    const Cell& cell = cell_at(pos);
+    if (cell.load_seq(std::memory_order_relaxed) != seq_of(full_at(pos))) return false;
+    out = cell.read();
+    return true;
+  }
+  /// pops(): how many values were popped so far (head_), as of some recent moment: a hint.
+  [[nodiscard]] std::uint64_t pops() const noexcept {
+    return head_.value.load(std::memory_order_relaxed);  // relaxed: a figure, orders nothing
+  }
+  /// prefetch_front(ahead): starts fetching the cell that the try_pop `ahead` pops from now
+  /// would take (and release), as a write: its line was last written by the pusher.
+  void prefetch_front(std::size_t ahead) const noexcept {
+    // Relaxed: a position for a prefetch, which is a hint either way.
+    prefetch_for_write(&cell_at(head_.value.load(std::memory_order_relaxed) + ahead));
   }
 
   /// footprint(min_capacity): the bytes a ring built with min_capacity (valid for the

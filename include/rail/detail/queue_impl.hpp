@@ -141,6 +141,7 @@ class QueueImpl final : public JobFlow {
     stats_.add(kAdded);
     if (core_.observed()) note_added(slot(idx), o.delay);
     publish_new(idx, now, o.delay);
+    warm_next_slot(1);
     return {id, AddStatus::added};
   }
 
@@ -204,6 +205,7 @@ class QueueImpl final : public JobFlow {
     } else {
       publish_ready(held, items.size());
     }
+    warm_next_slot(items.size());
     return {AddStatus::added, first, items.size()};
   }
 
