@@ -274,31 +274,25 @@ class MpmcRing {
     }
   }
 
-  /// peek_front(out): a hint of the value the next try_pop would take: true, with that value,
-  /// when the cell at head_ holds one published for head_'s position. Nothing is taken and
-  /// nothing is linearizable: another consumer may pop the value first, so a caller may only use
-  /// it as a guess (to prefetch what the value names). Packed rings only: there the value and
-  /// its seq are one word, so the guess is always a value that was pushed, never a torn one.
-  [[nodiscard]] bool peek_front(T& out) const noexcept {
-    static_assert(kPacked, "MpmcRing::peek_front reads the value with its seq: 4-byte T only");
-    // Relaxed, both: nothing is read on the strength of the guess (a stale head_ or cell only
-    // makes it wrong), and the word carries its own seq, so the value cannot be torn.
-    const std::uint64_t pos = head_.value.load(std::memory_order_relaxed);
-    const Cell& cell = cell_at(pos);
-    if (cell.load_seq(std::memory_order_relaxed) != seq_of(full_at(pos))) return false;
-    out = cell.read();
-    return true;
-  }
-  /// pops(): how many values were popped so far (head_), as of some recent moment: a hint.
+  /// pops(): how many values were popped so far (head_), as of some recent moment: a hint, and
+  /// the position the next try_pop would most likely take.
   [[nodiscard]] std::uint64_t pops() const noexcept {
     return head_.value.load(std::memory_order_relaxed);  // relaxed: a figure, orders nothing
   }
-  /// prefetch_front(ahead): starts fetching the cell that the try_pop `ahead` pops from now
-  /// would take (and release), as a write: its line was last written by the pusher.
-  void prefetch_front(std::size_t ahead) const noexcept {
-    // Relaxed: a position for a prefetch, which is a hint either way.
-    prefetch_for_write(&cell_at(head_.value.load(std::memory_order_relaxed) + ahead));
+  /// peek(pos, out): a guess of the value at position pos (pops(): the next pop's): true, with
+  /// it, when pos's cell holds a value published for pos. Nothing is taken and nothing is
+  /// linearizable: another consumer may pop the value first, so a caller may only use it as a
+  /// guess (to prefetch what the value names). Packed rings only: the seq and the value are one
+  /// word, read with one load, so the value is always the one pushed at pos, never one of
+  /// another lap or a released cell's 0 (review: two loads of the word could pair them).
+  [[nodiscard]] bool peek(std::uint64_t pos, T& out) const noexcept {
+    static_assert(kPacked, "MpmcRing::peek reads the value with its seq: 4-byte T only");
+    // Relaxed: nothing is read on the strength of the guess, and the word carries its own seq.
+    return cell_at(pos).peek(seq_of(full_at(pos)), out);
   }
+  /// prefetch(pos): starts fetching the cell of position pos, for writing: a pop of it writes
+  /// the cell (release_to), and its line was last written by the pusher.
+  void prefetch(std::uint64_t pos) const noexcept { prefetch_for_write(&cell_at(pos)); }
 
   /// footprint(min_capacity): the bytes a ring built with min_capacity (valid for the
   /// constructor) allocates for its cells, for sizing a queue before it is built.
@@ -358,6 +352,13 @@ class MpmcRing {
       return std::bit_cast<T>(static_cast<std::uint32_t>(word.load(std::memory_order_relaxed)));
     }
     void release_to(std::uint64_t s) noexcept { word.store(s << 32, std::memory_order_release); }
+    // peek's: one relaxed load, so the value read is the one stored with seq s.
+    bool peek(std::uint64_t s, T& out) const noexcept {
+      const std::uint64_t w = word.load(std::memory_order_relaxed);
+      if ((w >> 32) != s) return false;
+      out = std::bit_cast<T>(static_cast<std::uint32_t>(w));
+      return true;
+    }
   };
   static constexpr bool kPacked = sizeof(T) == 4;
   using Cell = std::conditional_t<kPacked, PackedCell, WideCell>;
