@@ -534,19 +534,18 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   // Work we leave behind is announced, so that sleepers join in: one wake-up per stashed job
   // (each woken worker steals one) and one more if the ring still holds jobs; every worker that
   // finds work does the same, so the wake-ups chain as far as the work goes. Pushes made while a
-  // spinner was on duty skipped theirs; this is where they are made up for. While a worker keeps
-  // the duty through fast handlers (spin_for_job) its own wake-ups are skipped too, unless a full
-  // batch left more behind it: the work then outruns one worker, and sleepers must join in.
-  // Another worker's never are (wake_for_ready says why).
+  // spinner was on duty skipped theirs; this is where they are made up for. A worker that keeps
+  // the duty through fast handlers (spin_for_job) makes none, unless a full batch left more
+  // behind it: the work then outruns one worker, and sleepers must join in. Another worker always
+  // does (wake_for_ready says why). (The holder's wake-ups were once made and skipped by
+  // wake_for_ready, the duty being its own: a seq_cst fence each, for nothing.)
   std::size_t wake = 0;
-  bool even_if_held = false;
   if (workers() > 1) {
     const bool more = ready_.size_approx() > 0;
-    wake = std::min<std::size_t>((n - 1) + (more ? 1 : 0), workers() - 1);
-    even_if_held = (more && n == batch.size()) || !wc.holds_duty;
+    if ((more && n == batch.size()) || !wc.holds_duty)
+      wake = std::min<std::size_t>((n - 1) + (more ? 1 : 0), workers() - 1);
   }
-  // Not even_if_held: we hold the duty, and the wake-ups are skipped.
-  if (wake > 0 && even_if_held) {
+  if (wake > 0) {
     // The woken worker may land on our core ahead of us (the other cores busy): a job in our
     // hands would wait for that core, milliseconds should the woken worker go on to spin. So all
     // we popped goes into the stash first, where the woken worker (or any other) steals the
@@ -554,13 +553,11 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
     // others took them all).
     wc.stash->fill(batch.data(), static_cast<std::uint32_t>(n));
     for (std::size_t i = 0; i < wake; ++i)
-      wake_for_ready(even_if_held);
+      wake_for_ready(true);
     return wc.stash->take(idx);
   }
   idx = batch[0];
   if (n > 1) wc.stash->fill(batch.data() + 1, static_cast<std::uint32_t>(n - 1));
-  for (std::size_t i = 0; i < wake; ++i)
-    wake_for_ready();  // we hold the duty: skipped, unless the duty was given up meanwhile
   return true;
 }
 

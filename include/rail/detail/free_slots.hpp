@@ -102,7 +102,7 @@ class BasicFreeSlots {
   /// Recycled slots are guessed only while the caller looks like the only popper: with several
   /// producers the next index goes to another one as often as not, and a prefetch for writing
   /// would pull its lines away from the producer that fills them (2P+1W ran at 4.0-5.9 M jobs/s
-  /// instead of 6.7-7.2). So the guess is made only if the ring's pop count moved by exactly
+  /// instead of 6.7-8.4). So the guess is made only if the ring's pop count moved by exactly
   /// `popped` since the caller's previous call (remembered per thread, for the last 4 queues it
   /// added to). During the warm phase every producer guesses the next never-used slot: a brief
   /// phase, a few MB of slots.

@@ -318,7 +318,7 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   /// of stalling the add one by one (prefetch.hpp).
   void warm_slot(std::uint32_t idx) const noexcept {
     const auto* s = reinterpret_cast<const char*>(&slots_[idx]);
-    for (std::size_t line = 0; line < sizeof(JobSlot); line += 64)
+    for (std::size_t line = 0; line < sizeof(JobSlot); line += kRingCacheLine)
       prefetch_for_write(s + line);
     prefetch_for_write(cell(idx));
   }
