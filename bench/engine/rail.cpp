@@ -115,6 +115,14 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
   rail::Engine engine({.workers = workers});
   rail::QueueOptions qo;
   qo.capacity = cfg.capacity;
+  // A producer that outruns the workers waits for room inside add() (OverflowPolicy::block), as a
+  // server that must not drop work would configure it: a retry loop on AddStatus::full spins
+  // (sched_yield) on one of the two cores the workers need. With the loop, add_bulk:64 on the
+  // shared pool ran at 3.2-4.6 M jobs/s and the producer's yields took a quarter of the samples;
+  // waiting, 7.1-8.2 (3 alternating runs each, session 20). full_retries counts what is left:
+  // adds that met `full` after waiting (never, with no timeout).
+  qo.on_full = rail::OverflowPolicy::block;
+  qo.block_timeout = rail::Duration::max();
   if (c.feature == Feature::permit || c.feature == Feature::rate) {
     rail::DownstreamOptions d{.concurrency = static_cast<std::uint32_t>(c.workers)};
     if (c.feature == Feature::rate)
