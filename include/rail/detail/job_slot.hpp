@@ -21,7 +21,6 @@
 #pragma once
 
 #include <atomic>
-#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -60,18 +59,24 @@ struct SlotExtra {
   std::unique_ptr<std::string> own_name;
 };
 
+// Layout: a plain delivery reads and writes both lines (started_ns and deliveries are on the
+// second). Moving every delivery field onto the first line (821cc1d, reverted) made workers
+// faster: add_bulk:64 on the shared pool 7.1 -> 9.5 M jobs/s. But single adds at 1P+2W then
+// fell (4.16 -> 2.85 M/s with the queue's own pool, 4.45 -> 2.25 shared, 6 alternating runs):
+// workers that keep up with the producer idle and wake more (5,797 futex calls against 1,002).
+// Take it again once the idle path no longer pays for faster workers.
 struct alignas(64) JobSlot {
-  // First line: every field a plain delivery reads or writes, from its activation to the slot's
-  // release (deliver, finish, complete, retire). The worker's line is then the one its batch
-  // prefetched: a delivery that also touched the second line stalled on it, in deliver's first
-  // store there and again in the activation CAS behind that store (55% and 30% of deliver's
-  // samples in a profile of add_bulk:64 on the shared pool).
   SlotControl<> ctl;
   // id is atomic only because cold-path scanners (state(), cancel) read it while the holder may
   // rewrite it on reuse; they validate with ctl. Holder writes are relaxed, published by ctl/ring.
   std::atomic<std::uint64_t> id{0};
+  TimerNode timer{};                    // links for the timing wheel (delays and backoff)
+  std::atomic<std::int64_t> due_ns{0};  // delayed: run no earlier than this (debounce moves it)
   std::int64_t added_ns = 0;
-  std::atomic<std::int64_t> started_ns{0};      // start of the current/last delivery
+  std::atomic<std::int64_t> started_ns{0};  // start of the current/last delivery
+  std::int64_t prev_delay_ns = 0;           // for decorrelated jitter
+  std::int64_t backoff_delay_ns = 0;
+  std::int64_t backoff_cap_ns = 0;
   std::int64_t visibility_ns = 0;               // lease length of each delivery
   SlotExtra* extra = nullptr;                   // owned by the queue's slot array
   std::atomic<std::uint16_t> attempts_made{0};  // failed attempts so far (lapses included)
@@ -85,13 +90,6 @@ struct alignas(64) JobSlot {
   EndKind end_kind = EndKind::none;
   DeadLetterReason end_reason = DeadLetterReason::none;
   std::atomic<std::uint16_t> stalls{0};  // lapsed leases (BullMQ stalledCounter)
-
-  // Second line: delays and retries only (the timer and the backoff's inputs).
-  alignas(64) TimerNode timer{};        // links for the timing wheel (delays and backoff)
-  std::atomic<std::int64_t> due_ns{0};  // delayed: run no earlier than this (debounce moves it)
-  std::int64_t prev_delay_ns = 0;       // for decorrelated jitter
-  std::int64_t backoff_delay_ns = 0;
-  std::int64_t backoff_cap_ns = 0;
 
   // The holder's reads and writes of the fields state() also reads (relaxed: see the header).
   [[nodiscard]] std::uint16_t attempts() const noexcept {
@@ -121,8 +119,6 @@ struct alignas(64) JobSlot {
   }
 };
 static_assert(sizeof(SlotExtra) <= 64, "see SlotExtra::own_name");
-static_assert(offsetof(JobSlot, stalls) + sizeof(JobSlot::stalls) <= 64,
-              "a plain delivery's fields must stay on the slot's first line (see JobSlot)");
 static_assert(sizeof(JobSlot) <= 128,
               "a job's engine overhead must stay within two cache lines (bench target: <= 128 B)");
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
