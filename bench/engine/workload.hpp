@@ -10,8 +10,10 @@
 //     has run (manual time: the engine or pool is built once per benchmark run, outside the
 //     timed region, because State::PauseTiming costs more than a small batch);
 //   * producers are threads spawned per iteration (a few tens of microseconds inside a window of
-//     hundreds of milliseconds), each adding its share of the N jobs; a full bounded queue is
-//     answered by yield-and-retry, which is what a real producer does.
+//     hundreds of milliseconds), each adding its share of the N jobs; rail's bounded queue makes
+//     a producer that outruns the workers wait for room inside add (OverflowPolicy::block, as a
+//     server that must not drop work configures it); the baselines' queues are unbounded. A full
+//     dedup window is answered by yield-and-retry.
 #pragma once
 
 #include <benchmark/benchmark.h>
