@@ -86,9 +86,10 @@ struct AddStats {
   std::atomic<std::uint64_t> dedup_full{0};  // AddStatus::dedup_full retries
 };
 
-/// add_one(q, o, seq, latch, stats): add, retrying (after a yield) while the queue or its dedup
-/// window is full: both are back-pressure, nothing was created. Any other status is counted as an
-/// error and the job counted done, so the batch still ends (the run is then flagged).
+/// add_one(q, o, seq, latch, stats): add, retrying (after a yield) while the dedup window is
+/// full, or the queue is (only if its wait for room ends: never with the bench's options): both
+/// are back-pressure, nothing was created. Any other status is counted as an error and the job
+/// counted done, so the batch still ends (the run is then flagged).
 void add_one(rail::Queue<NoOp>& q, const rail::JobOptions& o, std::uint64_t seq,
              CompletionLatch& latch, AddStats& stats) {
   for (;;) {
