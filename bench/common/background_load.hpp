@@ -2,6 +2,9 @@
 // by engine_bench (throughput) and latency_bench (add -> handler start).
 #pragma once
 
+#include <pthread.h>
+#include <time.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -34,6 +37,20 @@ class BackgroundLoad {
     stop_.store(true, std::memory_order_relaxed);
     for (auto& t : threads_)
       t.join();
+  }
+  /// cpu_ns(): the CPU time its threads have used so far, so that a contender's own CPU time is
+  /// the process's less this (engine_bench's cpu_ns_per_job). 0 for a thread whose clock cannot
+  /// be read (it is not counted out, and the contender's figure reads high, never low).
+  [[nodiscard]] std::int64_t cpu_ns() const noexcept {
+    std::int64_t total = 0;
+    for (const auto& t : threads_) {
+      clockid_t id;
+      timespec ts{};
+      if (pthread_getcpuclockid(const_cast<std::thread&>(t).native_handle(), &id) == 0 &&
+          clock_gettime(id, &ts) == 0)
+        total += std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+    }
+    return total;
   }
   BackgroundLoad(const BackgroundLoad&) = delete;
   BackgroundLoad& operator=(const BackgroundLoad&) = delete;

@@ -29,12 +29,15 @@ void moodycamel_fn(benchmark::State& state, const std::string& name, int produce
   if (busy) load.emplace();
   CompletionLatch latch;
   MoodycamelPool<std::function<void()>> pool(workers, 1, tokens);
-  timed_batches(state, name, latch, [&] {
-    run_producers(producers, config().jobs, [&](std::uint64_t begin, std::uint64_t end) {
-      for (std::uint64_t i = begin; i < end; ++i)
-        pool.submit([&latch] { latch.hit(); });
-    });
-  });
+  timed_batches(
+      state, name, latch,
+      [&] {
+        run_producers(producers, config().jobs, [&](std::uint64_t begin, std::uint64_t end) {
+          for (std::uint64_t i = begin; i < end; ++i)
+            pool.submit([&latch] { latch.hit(); });
+        });
+      },
+      load ? &*load : nullptr);
 }
 
 void moodycamel_struct(benchmark::State& state, const std::string& name, int producers, int workers,

@@ -190,10 +190,13 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
       }
     }
   };
-  timed_batches(state, name, latch, [&] {
-    run_producers(c.producers, cfg.jobs, produce_range);
-    ++iteration;
-  });
+  timed_batches(
+      state, name, latch,
+      [&] {
+        run_producers(c.producers, cfg.jobs, produce_range);
+        ++iteration;
+      },
+      load ? &*load : nullptr);
 
   // The handler's latch.hit() runs before the engine counts the completion, so give the last
   // job's bookkeeping a moment before comparing totals.

@@ -9,6 +9,11 @@
 //   * each timed iteration runs from the moment the producers start to the moment the last task
 //     has run (manual time: the engine or pool is built once per benchmark run, outside the
 //     timed region, because State::PauseTiming costs more than a small batch);
+//   * besides the rate, each benchmark reports the CPU time its contender spent per job
+//     (cpu_ns_per_job: the process's CPU time over an iteration, less the background load's, over
+//     the jobs; the median iteration's). Producers, workers, the engine's timer thread and the
+//     waiting main thread all count. On busy cores the contenders get about the same share of the
+//     machine, so their rates follow this figure;
 //   * producers are threads spawned per iteration (a few tens of microseconds inside a window of
 //     hundreds of milliseconds), each adding its share of the N jobs; rail's bounded queue makes
 //     a producer that outruns the workers wait for room inside add (OverflowPolicy::block, as a
@@ -17,6 +22,7 @@
 #pragma once
 
 #include <benchmark/benchmark.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -81,13 +87,29 @@ class Results {
   std::map<std::string, double> rate_;
 };
 
-/// timed_batches(state, name, latch, produce): the common iteration loop. After one untimed
+/// process_cpu_ns(): the CPU time every thread of the process has used, the exited ones included.
+inline std::int64_t process_cpu_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+/// median(v): the middle value (the mean of the two middle ones for an even count); v non-empty.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 == 0 ? (v[m - 1] + v[m]) / 2 : v[m];
+}
+
+/// timed_batches(state, name, latch, produce, load): the common iteration loop. After one untimed
 /// warm-up batch, each iteration resets the latch to config().jobs, runs produce() (which returns
 /// once every job is submitted), waits for the last task and reports the wall time from start to
 /// that point. Files the median iteration's jobs/s under `name` in Results: this machine is
-/// shared, and the median shrugs off an iteration that a neighbour's burst slowed down.
+/// shared, and the median shrugs off an iteration that a neighbour's burst slowed down. `load`:
+/// the background load the benchmark runs under, if any, whose CPU time is not the contender's.
 inline void timed_batches(benchmark::State& state, const std::string& name, CompletionLatch& latch,
-                          const std::function<void()>& produce) {
+                          const std::function<void()>& produce,
+                          const BackgroundLoad* load = nullptr) {
   const std::uint64_t n = config().jobs;
   // One untimed batch first: page faults on fresh rings and slots, moodycamel's first blocks,
   // rail's lazily built dedup window and per-slot error logs all belong to warm-up, not to the
@@ -95,24 +117,27 @@ inline void timed_batches(benchmark::State& state, const std::string& name, Comp
   latch.reset(n);
   produce();
   latch.wait();
-  std::vector<double> seconds;
+  auto own_cpu_ns = [load] { return process_cpu_ns() - (load ? load->cpu_ns() : 0); };
+  std::vector<double> seconds, cpu_per_job;
   for (auto _ : state) {
     latch.reset(n);
+    const std::int64_t cpu0 = own_cpu_ns();
     auto t0 = std::chrono::steady_clock::now();
     produce();
     latch.wait();
     auto t1 = std::chrono::steady_clock::now();
+    const std::int64_t cpu1 = own_cpu_ns();
     double s = std::chrono::duration<double>(t1 - t0).count();
     seconds.push_back(s);
+    cpu_per_job.push_back(static_cast<double>(cpu1 - cpu0) / static_cast<double>(n));
     state.SetIterationTime(s);
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(n) * state.iterations());
   if (seconds.empty()) return;
-  std::sort(seconds.begin(), seconds.end());
-  double median = seconds[seconds.size() / 2];
-  if (seconds.size() % 2 == 0) median = (median + seconds[seconds.size() / 2 - 1]) / 2;
-  state.counters["median_jobs_per_s"] = static_cast<double>(n) / median;
-  Results::instance().record(name, static_cast<double>(n) / median);
+  const double rate = static_cast<double>(n) / median(seconds);
+  state.counters["median_jobs_per_s"] = rate;
+  state.counters["cpu_ns_per_job"] = median(cpu_per_job);
+  Results::instance().record(name, rate);
 }
 
 /// Registration hooks, one per contender file: the producers x workers matrix, then the extra
