@@ -603,7 +603,7 @@ void JobFlow::return_permit(DownstreamGate& gate, const Outcome& out, std::int64
 }
 
 bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, WorkerContext& wc,
-                     TimePoint started, std::uint32_t delivery) {
+                     TimePoint started, std::uint32_t delivery, std::uint32_t pending_record) {
   JobSlot& s = slots_[idx];
   // Read while our pin still holds the slot: once a stale handler unpins, the slot may be freed
   // and reused under it (a name the job keeps itself is copied for that reason: the rare case).
@@ -617,6 +617,13 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
     if (s.name == NameTable::kOwnName) name = own_name = name;
   }
   const auto f = s.ctl.finish(token);
+  // The delivery's pin is gone (either way): a deferred delivery's record goes back with it.
+  // Not later: a retry made ready below may be delivered, and deferred again, before we return,
+  // and with max_pending 1 its defer needs this record (CI hung on that: the defer threw
+  // `capacity`, the job was dead-lettered). Not earlier: a lapsed delivery's completer holds
+  // its pin until here, and a record taken by the next delivery meanwhile would leave a pin
+  // that no record bounds (the pin count at kMaxPending's static_assert).
+  if (pending_record != kNoPendingRecord) pending_->give_back(pending_record);
   if (f.result != SlotControl<>::Finish::live) {
     // Stale: the lease lapsed and the job moved on; our pin is dropped. If the job has ended
     // and we were the last handler on it, its deferred end is ours to complete.
@@ -753,8 +760,9 @@ Completion JobFlow::defer(JobFields& job) {
 
 bool JobFlow::complete_pending(std::uint32_t r, Outcome&& out, std::type_index result_type) {
   const PendingJob p = pending_->job(r);
-  LeaseRecord& record = leases_->record(pending_->lease_record(r));
-  if (p.lease != 0) LeaseTracker::release(record);  // a lapse after this loses to finish()
+  if (p.lease != 0) {  // a lapse after this loses to finish()
+    LeaseTracker::release(leases_->record(pending_->lease_record(r)));
+  }
   if (out.kind() == Outcome::Kind::pending) {
     out = Outcome::retry(
         "Completion::complete(Outcome::pending()): a completion delivers the outcome itself");
@@ -770,13 +778,16 @@ bool JobFlow::complete_pending(std::uint32_t r, Outcome&& out, std::type_index r
   }
   if (p.permit) return_permit(link(p.link)->gate(), out, core_.now_ns());
   // The completer's own context: no worker counters (the shared stripes count), its own
-  // randomness for the retry's jitter.
-  WorkerContext wc(record, SplitMix64(core_.seed() ^ (std::uint64_t{p.token} << 32 | p.idx)),
+  // randomness for the retry's jitter, and a lease record that nothing uses (finish() grants
+  // no lease): the delivery's record goes back inside finish(), which reads only `p`, a copy,
+  // of it. (A sweep that cleared the lease word first lapses by the lease value it read, never
+  // by the record.)
+  LeaseRecord unused;
+  WorkerContext wc(unused, SplitMix64(core_.seed() ^ (std::uint64_t{p.token} << 32 | p.idx)),
                    nullptr, nullptr);
   const bool counted =
-      finish(p.idx, p.token, std::move(out), wc, TimePoint{Duration{p.started_ns}}, p.delivery);
+      finish(p.idx, p.token, std::move(out), wc, TimePoint{Duration{p.started_ns}}, p.delivery, r);
   count(nullptr, kAttemptEnded);  // after finish(), as deliver counts it: see there
-  pending_->give_back(r);
   return counted;
 }
 

@@ -355,9 +355,15 @@ TEST(CompletionThreads, AThousandJobsInFlightOnTwoWorkerThreads) {
   EXPECT_EQ(q.counts().active, static_cast<std::uint64_t>(kJobs));
   // Two completer threads answer in random order: a third of the jobs fail their first attempt.
   std::atomic<std::uint64_t> retried{0};
+  // Until every job ended: a dead-lettered one fails the expectations below instead of
+  // keeping the answerers waiting for a completion that cannot come.
+  auto ended = [&] {
+    const QueueCounts c = q.counts();
+    return c.completed + c.dead_lettered >= static_cast<std::uint64_t>(kJobs);
+  };
   auto answer = [&](unsigned seed) {
     std::mt19937 rng(seed);
-    while (q.counts().completed < kJobs) {
+    while (!ended()) {
       auto batch = take();
       std::shuffle(batch.begin(), batch.end(), rng);
       for (auto& [c, attempt] : batch) {
@@ -379,6 +385,51 @@ TEST(CompletionThreads, AThousandJobsInFlightOnTwoWorkerThreads) {
   EXPECT_EQ(c.late_outcomes, 0u);
   EXPECT_EQ(c.failed_attempts, retried.load());
   EXPECT_EQ(retried.load(), flaky_jobs) << "each flaky job failed once, then completed";
+}
+
+// A retry without backoff is ready again inside complete(): a worker spinning on the ring takes
+// it at once, and its handler defers again. With max_pending 1 that second defer needs the record
+// the completion is giving back; were it given back only after the retry was pushed, the defer
+// would find none and the attempt would fail ("max_pending ... jobs awaiting their Completion
+// already"): in 5 runs of 20,000 rounds in 6 on two cores (the thousand-jobs test above hung on
+// it in CI, its answerers waiting for a job that had been dead-lettered).
+TEST(CompletionThreads, ARetriedJobsNextDeferFindsTheRecordItsCompletionGaveBack) {
+  const test::Watchdog watchdog(120s, "ARetriedJobsNextDeferFindsTheRecordItsCompletionGaveBack");
+#ifdef RAIL_SANITIZED
+  constexpr int kJobs = 5000;  // ~1 s under TSan
+#else
+  constexpr int kJobs = 20000;  // before the fix, 5 runs in 6 failed (~0.2 s each)
+#endif
+  Engine engine;
+  auto q = engine.queue<int>("calls", {.defaults = {.attempts = 2, .backoff = Backoff::none()}});
+  Parked parked;
+  q.process({.concurrency = 2, .max_pending = 1}, deferring<int>(parked));
+  // The next parked Completion; none once the job was dead-lettered (or after 30 s). Polls
+  // with yields, not eventually()'s 1 ms sleeps: the rounds are many.
+  auto next = [&] {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (q.counts().dead_lettered == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::vector<Completion> got = parked.take();
+      if (!got.empty()) return std::optional<Completion>(std::move(got.front()));
+      std::this_thread::yield();
+    }
+    return std::optional<Completion>();
+  };
+  for (int i = 0; i < kJobs; ++i) {
+    ASSERT_EQ(q.add("call", i).status, AddStatus::added);
+    std::optional<Completion> first = next();
+    ASSERT_TRUE(first);
+    ASSERT_TRUE(first->complete(Outcome::retry("503")));
+    std::optional<Completion> second = next();
+    ASSERT_TRUE(second) << "job " << i << ": its retry was not deferred again: "
+                        << (q.dlq().list().empty() ? std::string("no DLQ entry")
+                                                   : q.dlq().list().front().last_error());
+    ASSERT_TRUE(second->complete(Outcome::done()));
+  }
+  const QueueCounts c = q.counts();
+  EXPECT_EQ(c.completed, static_cast<std::uint64_t>(kJobs));
+  EXPECT_EQ(c.dead_lettered, 0u);
+  EXPECT_EQ(c.failed_attempts, static_cast<std::uint64_t>(kJobs)) << "one retry per job, no more";
 }
 
 // Completions race lease lapses (1 ms leases, answers after 0-3 ms) from four threads while two

@@ -583,8 +583,11 @@ class JobFlow : public QueueBase, private JobRunner, private TimerClient, privat
   JobState live_state(const JobSlot& s, std::uint64_t c) const noexcept;
 
   /// finish(...): the handler of delivery `token` returned `out`; true if it counted (live).
+  /// A deferred delivery passes its pending record, which goes back with the delivery's pin.
+  static constexpr std::uint32_t kNoPendingRecord = ~std::uint32_t{0};
   bool finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, WorkerContext& wc,
-              TimePoint started, std::uint32_t delivery);
+              TimePoint started, std::uint32_t delivery,
+              std::uint32_t pending_record = kNoPendingRecord);
   /// return_permit(out, now): a delivery that held a downstream permit is over; a pushback
   /// pauses the downstream first.
   void return_permit(DownstreamGate& gate, const Outcome& out, std::int64_t now) noexcept;
