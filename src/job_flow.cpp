@@ -779,9 +779,9 @@ bool JobFlow::complete_pending(std::uint32_t r, Outcome&& out, std::type_index r
   if (p.permit) return_permit(link(p.link)->gate(), out, core_.now_ns());
   // The completer's own context: no worker counters (the shared stripes count), its own
   // randomness for the retry's jitter, and a lease record that nothing uses (finish() grants
-  // no lease): the delivery's record goes back inside finish(), which reads only `p`, a copy,
-  // of it. (A sweep that cleared the lease word first lapses by the lease value it read, never
-  // by the record.)
+  // no lease): the delivery's pending record, lease record included, goes back inside finish(),
+  // and only `p`, our copy of it, is read here. (A sweep that cleared the lease word first
+  // lapses by the lease value it read, never by the record.)
   LeaseRecord unused;
   WorkerContext wc(unused, SplitMix64(core_.seed() ^ (std::uint64_t{p.token} << 32 | p.idx)),
                    nullptr, nullptr);
