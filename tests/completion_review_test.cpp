@@ -16,6 +16,7 @@
 #include "rail/rail.hpp"
 #include "support/downstream_options.hpp"
 #include "support/end_counter.hpp"
+#include "support/ended_jobs.hpp"
 #include "support/eventually.hpp"
 #include "support/inline_engine.hpp"
 #include "support/parked_completions.hpp"
@@ -237,8 +238,7 @@ void run_mix(std::uint32_t seed, bool shared_pool, bool with_downstream) {
   const bool settled = test::eventually(
       [&] {
         const QueueCounts c = q.counts();
-        return c.completed + c.dead_lettered + c.cancelled + c.discarded == kJobs &&
-               c.active == 0 && c.waiting == 0 && c.delayed == 0;
+        return test::ended_jobs(c) == kJobs && c.active == 0 && c.waiting == 0 && c.delayed == 0;
       },
       20s);
   stop.store(true);
@@ -466,7 +466,7 @@ TEST(CompletionReviewStress, InlineEngineRacesACompleterThread) {
       engine.run_until_idle();
       if (rng() % 3 == 0) clock.advance(std::chrono::milliseconds(rng() % 1500));
       const QueueCounts c = q.counts();
-      if (c.completed + c.dead_lettered + c.cancelled + c.discarded == kJobs) break;
+      if (test::ended_jobs(c) == kJobs) break;
       if (rng() % 4 == 0) (void)q.cancel(ids[rng() % kJobs]);
       std::this_thread::yield();
     }
@@ -474,9 +474,7 @@ TEST(CompletionReviewStress, InlineEngineRacesACompleterThread) {
     for (Completion& c : mix->take())
       EXPECT_FALSE(c.complete(Outcome::done()));
     const QueueCounts c = q.counts();
-    EXPECT_EQ(c.completed + c.dead_lettered + c.cancelled + c.discarded,
-              static_cast<std::uint64_t>(kJobs))
-        << "seed " << seed + round;
+    EXPECT_EQ(test::ended_jobs(c), static_cast<std::uint64_t>(kJobs)) << "seed " << seed + round;
     EXPECT_EQ(c.active, 0u);
     EXPECT_EQ(torn.load(), 0);
     const std::lock_guard lock(ends.mu);

@@ -15,6 +15,7 @@
 
 #include "rail/rail.hpp"
 #include "support/downstream_options.hpp"
+#include "support/ended_jobs.hpp"
 #include "support/eventually.hpp"
 #include "support/inline_engine.hpp"
 #include "support/parked_completions.hpp"
@@ -355,15 +356,11 @@ TEST(CompletionThreads, AThousandJobsInFlightOnTwoWorkerThreads) {
   EXPECT_EQ(q.counts().active, static_cast<std::uint64_t>(kJobs));
   // Two completer threads answer in random order: a third of the jobs fail their first attempt.
   std::atomic<std::uint64_t> retried{0};
-  // Until every job ended: a dead-lettered one fails the expectations below instead of
-  // keeping the answerers waiting for a completion that cannot come.
-  auto ended = [&] {
-    const QueueCounts c = q.counts();
-    return c.completed + c.dead_lettered >= static_cast<std::uint64_t>(kJobs);
-  };
   auto answer = [&](unsigned seed) {
     std::mt19937 rng(seed);
-    while (!ended()) {
+    // Until every job ended: a dead-lettered one fails the expectations below instead of
+    // keeping the answerers waiting for a completion that cannot come.
+    while (test::ended_jobs(q.counts()) < kJobs) {
       auto batch = take();
       std::shuffle(batch.begin(), batch.end(), rng);
       for (auto& [c, attempt] : batch) {

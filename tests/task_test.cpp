@@ -18,6 +18,7 @@
 
 #include "rail/rail.hpp"
 #include "support/downstream_options.hpp"
+#include "support/ended_jobs.hpp"
 #include "support/eventually.hpp"
 #include "support/inline_engine.hpp"
 #include "support/watchdog.hpp"
@@ -356,11 +357,7 @@ TEST(TaskThreads, AThousandCoroutinesInFlightOnTwoWorkerThreads) {
   auto answer = [&](unsigned seed) {
     std::mt19937 rng(seed);
     // Until every job ended: one dead-lettered fails the expectations below, not the watchdog.
-    auto ended = [&] {
-      const QueueCounts c = q.counts();
-      return c.completed + c.dead_lettered >= static_cast<std::uint64_t>(kJobs);
-    };
-    while (!ended()) {
+    while (test::ended_jobs(q.counts()) < kJobs) {
       calls.answer(&rng);
       std::this_thread::yield();
     }
