@@ -46,14 +46,12 @@ Dispatcher::~Dispatcher() {
 
 void Dispatcher::make_contexts(std::uint32_t workers, LeaseTracker& leases, std::uint64_t seed) {
   stashes_ = std::make_unique<WorkerStash[]>(workers);
-  const bool manual = core_.clock().is_manual();
+  const bool wall_is_engine_clock = dynamic_cast<TscClock*>(&core_.clock()) != nullptr;
   const std::int64_t fast_ns = g_fast_handler_ns.load(std::memory_order_relaxed);
   for (std::uint32_t w = 0; w < workers; ++w) {
     contexts_.push_back(std::make_unique<WorkerContext>(leases.record(w), SplitMix64(seed ^ w),
                                                         &stashes_[w], nullptr));
-    contexts_.back()->manual_clock = manual;
-    // The JobFlow stamps last_wall_ns with the engine clock unless that is manual.
-    contexts_.back()->steady_wall = manual || dynamic_cast<SteadyClock*>(&core_.clock()) != nullptr;
+    contexts_.back()->wall_is_engine_clock = wall_is_engine_clock;
     contexts_.back()->fast_handler_ns = fast_ns;
   }
 }
@@ -161,8 +159,7 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w, PoolDuty& duty) noexcept {
     }
   }
   if (ran > 0)  // a spin right after this turn keeps the duty if its last handler was fast
-    duty.keep_before =
-        wc.steady_wall ? saturating_add(wc.last_wall_ns, Duration{wc.fast_handler_ns}) : INT64_MIN;
+    duty.keep_before = saturating_add(wc.last_wall_ns, Duration{wc.fast_handler_ns});
   if (!more) wc.fast = false;                 // as after idling in worker_loop
   if (ran > 0) pool_runner_->flush_freed(w);  // the worker moves on: as before it idles
   // This worker may have run the queue dry: also when the turn ended on kTurn with the last job

@@ -9,7 +9,7 @@
 namespace rail::detail {
 
 EngineCore::EngineCore(const EngineOptions& options)
-    : clock_(options.clock ? *options.clock : SteadyClock::instance()),
+    : clock_(options.clock ? *options.clock : TscClock::instance()),
       mode_(options.mode),
       seed_(options.seed),
       pool_size_(options.workers != 0 ? options.workers

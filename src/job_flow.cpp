@@ -486,7 +486,9 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   // The delivery's number and start time are written before activation, so that state() never
   // sees an active job with its previous count (it reads them against the word: job_slot.hpp).
   // A cancel that wins meanwhile may read the count one high in its event; it is put back.
-  const std::int64_t now = core_.now_ns();
+  // Never before the add: the producer's clock reading may lead ours by the CPUs' counter skew
+  // (TscClock: tens of ns), and a job would seem to start before it was added.
+  const std::int64_t now = std::max(core_.now_ns(), s.added_ns);
   const std::uint16_t delivered = s.delivered();
   s.started_ns.store(now, std::memory_order_relaxed);
   // Saturating: a redrive that keeps counters carries them on, past what 16 bits can count.
@@ -525,9 +527,9 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   count(&wc, kStarted);
   count(&wc, kFromReady);
   // Start to start: the previous handler's run plus this worker's overhead. Real time even
-  // under a manual clock (whose time stands still between advances).
-  const std::int64_t wall =
-      wc.manual_clock ? std::chrono::steady_clock::now().time_since_epoch().count() : now;
+  // under a manual clock (whose time stands still between advances), on steady_ns()'s timeline
+  // whatever the engine clock (see WorkerContext::wall_is_engine_clock).
+  const std::int64_t wall = wc.wall_is_engine_clock ? now : steady_ns();
   wc.fast = wall - wc.last_wall_ns < wc.fast_handler_ns;
   wc.last_wall_ns = wall;
   wc.last_start_ns = now;

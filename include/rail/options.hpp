@@ -187,7 +187,7 @@ enum class Mode : std::uint8_t {
 
 /// EngineOptions: fixed at construction.
 struct EngineOptions {
-  Clock* clock = nullptr;  // nullptr: SteadyClock; must outlive the engine
+  Clock* clock = nullptr;  // nullptr: TscClock; must outlive the engine
   Mode mode = Mode::threaded;
   Duration timer_tick = std::chrono::milliseconds(1);  // timing-wheel granularity
   std::uint64_t seed = 0x5EEDu;  // jitter randomness (per-thread streams derive from it)

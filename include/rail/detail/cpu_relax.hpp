@@ -7,7 +7,6 @@
 // leaving the spin.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 
 namespace rail::detail {
@@ -21,10 +20,9 @@ inline void cpu_relax() noexcept {
   // Other targets: spin without a hint; callers bound their spins by time or count.
 }
 
-/// steady_ns(): the steady clock in ns (a spin's bound: not the engine's clock, which a test
-/// may hold still).
-[[nodiscard]] inline std::int64_t steady_ns() noexcept {
-  return std::chrono::steady_clock::now().time_since_epoch().count();
-}
+/// steady_ns(): the steady clock in ns, read from the CPU's counter as TscClock reads it but not
+/// clamped per thread (a spin's bound, a wait's deadline: not the engine's clock, which a test
+/// may hold still). src/tsc_clock.cpp.
+[[nodiscard]] std::int64_t steady_ns() noexcept;
 
 }  // namespace rail::detail

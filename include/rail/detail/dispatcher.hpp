@@ -85,12 +85,14 @@ struct alignas(64) WorkerContext {  // its own lines: written on every job by it
   WorkerStash* stash;              // null in inline mode: no batches
   WorkerCounters* counters;        // null in inline mode (any thread may run it)
   std::int64_t last_start_ns = 0;  // engine clock: poll_timers' idea of now
-  std::int64_t last_wall_ns = 0;   // steady clock: the batch-size heuristic's
-  bool fast = false;         // the last delivery started within fast_handler_ns of the one before
-  bool holds_duty = false;   // kept its WakeTarget's duty through the jobs it runs (spin_for_job)
-  bool steady_wall = false;  // last_wall_ns reads the steady clock (Dispatcher::run)
+  std::int64_t last_wall_ns = 0;   // steady_ns(): the batch-size heuristic's
+  bool fast = false;        // the last delivery started within fast_handler_ns of the one before
+  bool holds_duty = false;  // kept its WakeTarget's duty through the jobs it runs (spin_for_job)
   std::int64_t fast_handler_ns = 0;  // threaded: set_fast_handler_threshold's (inline: unused)
-  bool manual_clock = false;
+  /// The engine clock is TscClock, whose readings are steady_ns()'s: a delivery's start time
+  /// serves as last_wall_ns without a second reading. Any other clock (manual, SteadyClock, a
+  /// user's) is another timeline, and the start reads steady_ns() as well.
+  bool wall_is_engine_clock = false;
   /// pause_ack: the last pause epoch this worker acknowledged between jobs (kExited once it
   /// left its loop). Written by its worker, read by pause_and_wait.
   std::atomic<std::uint64_t> pause_ack{0};
@@ -458,9 +460,9 @@ class Dispatcher {
   void give_up_duty(WorkerContext& wc) noexcept;
   void sleep() noexcept;
   /// ran_long(wc, now): the handler wc's worker started last has run fast_handler_ns or more by
-  /// `now` (steady clock); always when the worker's starts are not stamped with a steady clock.
+  /// `now` (steady_ns()).
   [[nodiscard]] static bool ran_long(const WorkerContext& wc, std::int64_t now) noexcept {
-    return !wc.steady_wall || now - wc.last_wall_ns >= wc.fast_handler_ns;
+    return now - wc.last_wall_ns >= wc.fast_handler_ns;
   }
   bool steal(std::uint32_t w, const WorkerContext& wc, std::uint32_t& idx) noexcept;
   [[nodiscard]] bool pause_seen(WorkerContext& wc) noexcept;
