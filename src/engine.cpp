@@ -166,6 +166,7 @@ ShutdownReport Engine::shutdown(Duration grace) {
   };
   while (running() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  core_->settle_timers();  // the counts a firing still owes are in before we report
   ShutdownReport report;
   for (auto& [name, q] : queues_) {
     q->collect_leftovers(report);

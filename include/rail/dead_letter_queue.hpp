@@ -138,8 +138,9 @@ class DeadLetterQueue {
   /// at `offset`, oldest first (after applying retention), without copying them: any payload
   /// type. fn runs on this thread with the DLQ locked, so it must be short and must not call
   /// back into this DLQ (its members throw Error(would_deadlock) when it does) nor into its
-  /// queue (whose add, state and dead-lettering reach the DLQ): keep what it needs (an id, a
-  /// copy of a field) and act after visit() returns. An exception from fn propagates.
+  /// queue (whose add, state and dead-lettering reach the DLQ), nor shut the engine down (which
+  /// waits for a timer firing that may be dead-lettering into this DLQ): keep what it needs (an
+  /// id, a copy of a field) and act after visit() returns. An exception from fn propagates.
   template <DeadLetterVisitor<T> F>
   void visit(F&& fn, std::size_t offset = 0, std::size_t limit = SIZE_MAX) {
     scan(offset, limit, fn);
