@@ -51,11 +51,19 @@ void advance(Script& s, std::int64_t ns, std::uint64_t ticks_per_ns = 2) {
   s.ticks += static_cast<std::uint64_t>(ns) * ticks_per_ns;
 }
 
-/// measured_time(s): a Time whose period (2 ticks per ns) has been measured over 1 ms.
+/// measure(t, s): t's period (2 ticks per ns) is measured over kMinBaselineNs.
 void measure(Time& t, Script& s) {
   advance(s, Time::kMinBaselineNs);
   ASSERT_EQ(t.now(), s.kernel.load());
   ASSERT_TRUE(t.measured());
+}
+
+/// expect_kernel_readings(t, s, n): n baselines pass, and each reading is the kernel's.
+void expect_kernel_readings(Time& t, Script& s, int n) {
+  for (int i = 0; i < n; ++i) {
+    advance(s, Time::kMinBaselineNs);
+    EXPECT_EQ(t.now(), s.kernel.load());
+  }
 }
 
 TEST(TscTime, ReadsTheKernelClockUntilAPeriodIsMeasured) {
@@ -68,7 +76,7 @@ TEST(TscTime, ReadsTheKernelClockUntilAPeriodIsMeasured) {
   EXPECT_EQ(t.now(), s.kernel.load());
 }
 
-TEST(TscTime, AfterAMillisecondReadingsComeFromTheCounterAtTheMeasuredRate) {
+TEST(TscTime, OnceMeasuredReadingsComeFromTheCounterAtTheMeasuredRate) {
   Script s;
   Time t(ScriptedSource{&s});
   measure(t, s);
@@ -99,7 +107,7 @@ TEST(TscTime, ACounterThatJumpsAheadIsMeasuredAfresh) {
   s.ticks += std::uint64_t{50} * Time::kWindowTicks;  // a restored VM: the counter leapt
   s.kernel += 1'000;
   EXPECT_EQ(t.now(), s.kernel.load());
-  EXPECT_FALSE(t.measured());  // kernel readings until a millisecond of new baseline
+  EXPECT_FALSE(t.measured());  // kernel readings until kMinBaselineNs of new baseline
   advance(s, 1'000);
   EXPECT_EQ(t.now(), s.kernel.load());
   advance(s, Time::kMinBaselineNs);
@@ -146,10 +154,7 @@ TEST(TscTime, AnAnchorWhoseReadingsAreFarApartIsNotUsed) {
   Script s;
   s.step = 2'000;
   Time t(ScriptedSource{&s});
-  for (int i = 0; i < 3; ++i) {
-    advance(s, Time::kMinBaselineNs);
-    EXPECT_EQ(t.now(), s.kernel.load());
-  }
+  expect_kernel_readings(t, s, 3);
   EXPECT_FALSE(t.measured());
   s.step = 0;  // quiet again: the next anchor is tight and starts a new baseline
   advance(s, Time::kMinBaselineNs);
@@ -171,10 +176,7 @@ TEST(TscTime, ACounterThatKeepsJumpingIsGivenUp) {
   }
   EXPECT_TRUE(t.given_up());
   const std::uint64_t reads = s.tick_reads.load();
-  for (int i = 0; i < 3; ++i) {
-    advance(s, Time::kMinBaselineNs);
-    EXPECT_EQ(t.now(), s.kernel.load());
-  }
+  expect_kernel_readings(t, s, 3);
   EXPECT_FALSE(t.measured());
   EXPECT_EQ(s.tick_reads.load(), reads);
 }
@@ -221,10 +223,7 @@ TEST(TscTime, AnUnusableCounterIsNeverRead) {
   Script s;
   s.usable = false;
   Time t(ScriptedSource{&s});
-  for (int i = 0; i < 3; ++i) {
-    advance(s, Time::kMinBaselineNs);
-    EXPECT_EQ(t.now(), s.kernel.load());
-  }
+  expect_kernel_readings(t, s, 3);
   EXPECT_FALSE(t.measured());
   EXPECT_EQ(s.tick_reads.load(), 0U);
 }
