@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "rail/detail/job_flow.hpp"
+#include "rail/detail/completions.hpp"
 #include "rail/detail/pending_jobs.hpp"
 
 namespace rail {
@@ -21,7 +21,7 @@ class Inside {
     if (hub_ != nullptr) hub_->leave();
   }
   explicit operator bool() const noexcept { return hub_ != nullptr; }
-  detail::JobFlow& flow() const noexcept { return hub_->flow(); }
+  detail::Completions& completions() const noexcept { return hub_->completions(); }
 
  private:
   detail::CompletionHub* hub_;
@@ -54,17 +54,17 @@ bool Completion::complete_as(Outcome&& outcome, std::type_index result_type) {
   const std::shared_ptr<detail::CompletionHub> hub = std::move(hub_);
   const Inside inside(hub.get());
   if (!inside) return false;  // empty, or the engine is gone
-  return inside.flow().complete_pending(record_, std::move(outcome), result_type);
+  return inside.completions().complete(record_, std::move(outcome), result_type);
 }
 
 bool Completion::cancelled() const noexcept {
   const Inside inside(hub_.get());
-  return !inside || inside.flow().pending_cancelled(record_);
+  return !inside || inside.completions().cancelled(record_);
 }
 
 bool Completion::extend_lease(Duration d) noexcept {
   const Inside inside(hub_.get());
-  return inside && inside.flow().extend_pending(record_, d);
+  return inside && inside.completions().extend(record_, d);
 }
 
 }  // namespace rail

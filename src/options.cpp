@@ -7,6 +7,7 @@
 #include "rail/detail/job_slot.hpp"
 #include "rail/downstream.hpp"
 #include "rail/error.hpp"
+#include "rail/schedule.hpp"
 
 namespace rail {
 namespace {
@@ -159,6 +160,28 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
   if (o.defaults.backoff.kind == BackoffKind::custom && !o.custom_backoff)
     bad(where, "custom_backoff", "empty while defaults.backoff is custom",
         "a function computing the delay");
+}
+
+void validate_schedule_options(std::string_view id, const ScheduleOptions& o,
+                               std::string_view queue) {
+  const std::string q(queue);
+  if (id.empty() || id.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos)
+    throw Error(ErrorCode::invalid_option,
+                "schedule on queue '" + q + "': the id is blank; expected a name to upsert by");
+  const std::string where = "schedule '" + std::string(id) + "' on queue '" + q + "': ";
+  if (o.job.delay.count() != 0)
+    throw Error(ErrorCode::invalid_option,
+                where +
+                    "ScheduleOptions.job.delay is set; expected 0 (the schedule decides when "
+                    "each run starts)");
+  if (!o.job.dedup.id.empty())
+    throw Error(ErrorCode::invalid_option,
+                where + "ScheduleOptions.job.dedup.id is '" + o.job.dedup.id +
+                    "'; expected none (each run is a job of its own; overlap decides whether runs "
+                    "may share time)");
+  if (o.max_catch_up == 0)
+    throw Error(ErrorCode::invalid_option,
+                where + "ScheduleOptions.max_catch_up is 0; expected 1 or more");
 }
 
 }  // namespace detail

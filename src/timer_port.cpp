@@ -8,17 +8,25 @@
 
 namespace rail::detail {
 
-TimerPort::TimerPort(EngineCore& core, JobSlot* slots, std::size_t capacity, Duration visibility)
+TimerPort::TimerPort(EngineCore& core, const std::string& queue, JobSlot* slots,
+                     std::size_t capacity, Duration visibility)
     : core_(core),
+      queue_(queue),
       slots_(slots),
       capacity_(capacity),
       inbox_(capacity),
       min_visibility_ns_(visibility.count()) {}
 
 void TimerPort::tag_nodes(std::uint16_t queue) noexcept {
+  index_ = queue;
   for (std::uint32_t i = 0; i < capacity_; ++i)
     slots_[i].timer.tag = (std::uint64_t{queue} << 32) | i;
   sweep_node_.tag = (std::uint64_t{queue} << 32) | kLeaseSweep;
+}
+
+ScheduleTable& TimerPort::schedules() {
+  return schedules_.get_or_make(
+      [&] { return std::make_unique<ScheduleTable>(core_, index_, queue_); });
 }
 
 void TimerPort::submit(std::uint32_t idx) noexcept {
@@ -86,6 +94,10 @@ void TimerPort::drain(Wheel& wheel, TimerClient& client) noexcept {
 
 void TimerPort::fire(std::uint32_t tag, std::int64_t now, Wheel& wheel,
                      TimerClient& client) noexcept {
+  if (ScheduleTable::owns_tag(tag)) [[unlikely]] {
+    schedules_.get()->fire(tag, now, wheel);  // linked only once the table was built
+    return;
+  }
   if (tag == kLeaseSweep) {
     sweep(now, wheel, client);
     return;

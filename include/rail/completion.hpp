@@ -40,7 +40,7 @@ namespace rail {
 namespace detail {
 class AsyncDelivery;
 class CompletionHub;
-class JobFlow;
+class Completions;
 }  // namespace detail
 
 class Completion {
@@ -81,7 +81,7 @@ class Completion {
   bool extend_lease(Duration d) noexcept;
 
  private:
-  friend class detail::JobFlow;
+  friend class detail::Completions;
   friend class detail::AsyncDelivery;  // a coroutine's outcome, typed as its co_return was
   Completion(std::shared_ptr<detail::CompletionHub> hub, std::uint32_t record, JobId id) noexcept
       : hub_(std::move(hub)), record_(record), id_(id) {}

@@ -20,12 +20,13 @@ template <class T>
 class QueueImpl;
 class TimerPort;
 class JobFlow;
-/// report_progress(flow, idx, token, value): Job::progress (job_flow.cpp).
+class Completions;
+/// report_progress(flow, idx, token, value): Job::progress (job_control.cpp).
 bool report_progress(JobFlow& flow, std::uint32_t idx, std::uint32_t token, double value) noexcept;
 /// sweep_no_later_than(port, deadline): a handler shortened its lease (timer_port.hpp).
 void sweep_no_later_than(TimerPort& port, std::int64_t deadline) noexcept;
 struct JobFields;
-/// defer_job(flow, job): Job::defer (job_flow.cpp).
+/// defer_job(flow, job): Job::defer (completions.cpp).
 Completion defer_job(JobFlow& flow, JobFields& job);
 
 /// Deferral: what a delivery's handler handed to a Completion (Job::defer), read by the
@@ -65,6 +66,7 @@ class JobFacts {
 
  protected:
   friend class JobFlow;
+  friend class Completions;  // a deferred delivery's facts (Job::defer)
   JobId id_ = 0;
   std::string_view name_;
   std::string_view queue_;

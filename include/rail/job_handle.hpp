@@ -49,7 +49,7 @@ class JobHandle {
       // the waiter is settled with it (unregistered, so ends stop being recorded for it). Not
       // for a waiter an add_tracked registered too: its end, result included, is on its way.
       if (auto e = flow_->end_of(id_)) {
-        flow_->ends().record(std::move(*e), false);
+        flow_->end_tracker().record(std::move(*e), false);
         if (auto r = waiter_->ended()) return typed(*r);
       }
     }

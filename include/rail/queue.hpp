@@ -72,13 +72,13 @@ class Queue {
   /// ended and is retained (QueueOptions::results) or still in the queue's history (status only
   /// then), or waits for it. A job unknown to the queue ends at once with status unknown.
   JobHandle<R> track(JobId id) {
-    return JobHandle<R>(impl_, impl_->ends().watch(id, false), id, AddResult{id, AddStatus::added},
-                        false);
+    return JobHandle<R>(impl_, impl_->end_tracker().watch(id, false), id,
+                        AddResult{id, AddStatus::added}, false);
   }
   /// result(id): job `id`'s end if it ended and is retained (QueueOptions::results), without
   /// waiting (BullMQ's job.returnvalue); nullopt while it runs or once it is no longer retained.
   [[nodiscard]] std::optional<JobEnd<R>> result(JobId id) const {
-    auto e = impl_->ends().retained(id);
+    auto e = impl_->end_tracker().retained(id);
     if (!e) return std::nullopt;
     return JobHandle<R>::typed(*e);
   }

@@ -6,8 +6,9 @@
 // JobOptions::downstream names another one. A job's slot keeps its link's number, so each job
 // waits at, and takes permits and tokens from, the gate its add named. Links are never removed
 // while the queue lives, so a published link pointer stays valid.
-// Threading: the gate wakes a link's jobs from any thread (BlockedQueue); the queue's workers
-// block jobs into it.
+// Threading: the gate wakes a link's jobs from any thread (BlockedQueue): a woken job goes to the
+// queue's ready ring (Dispatcher::requeue), a promoted leader is retimed through the queue's
+// public JobFlow::retime; the queue's workers block jobs into it.
 #pragma once
 
 #include <cstdint>
@@ -19,14 +20,15 @@
 namespace rail::detail {
 
 class JobFlow;
+class Dispatcher;
 
 class GateLink final : public BlockedQueue {
  public:
   /// A queue's links: link 0 (its own downstream) and up to 15 named per job.
   static constexpr std::size_t kMaxLinks = 16;
 
-  GateLink(JobFlow& flow, DownstreamGate& gate, std::size_t capacity)
-      : gate_(gate), blocked_(capacity), flow_(flow) {}
+  GateLink(JobFlow& flow, Dispatcher& dispatch, DownstreamGate& gate, std::size_t capacity)
+      : gate_(gate), blocked_(capacity), flow_(flow), dispatch_(dispatch) {}
   GateLink(const GateLink&) = delete;
   GateLink& operator=(const GateLink&) = delete;
   ~GateLink() = default;
@@ -34,8 +36,8 @@ class GateLink final : public BlockedQueue {
   [[nodiscard]] DownstreamGate& gate() const noexcept { return gate_; }
   [[nodiscard]] MpmcRing<std::uint32_t>& blocked() noexcept { return blocked_; }
 
-  // BlockedQueue (job_flow.cpp): the queue moves one of this link's jobs to its ready ring /
-  // promotes the gate's leader.
+  // BlockedQueue (downstream_links.cpp): the queue moves one of this link's jobs to its ready
+  // ring (unless it is paused and even_paused is false) / promotes the gate's leader.
   bool wake_blocked(std::atomic<std::int64_t>& blocked, bool even_paused) noexcept override;
   void promote_leader(JobId id) noexcept override;
 
@@ -43,6 +45,7 @@ class GateLink final : public BlockedQueue {
   DownstreamGate& gate_;
   MpmcRing<std::uint32_t> blocked_;
   JobFlow& flow_;
+  Dispatcher& dispatch_;
 };
 
 }  // namespace rail::detail

@@ -30,13 +30,13 @@
 
 namespace rail::detail {
 
-class JobFlow;
+class Completions;
 
 class CompletionHub {
  public:
-  explicit CompletionHub(JobFlow& flow) noexcept : flow_(flow) {}
+  explicit CompletionHub(Completions& completions) noexcept : completions_(completions) {}
 
-  [[nodiscard]] JobFlow& flow() const noexcept { return flow_; }
+  [[nodiscard]] Completions& completions() const noexcept { return completions_; }
 
   /// enter(): true if the queue is still there (the caller must leave()); false once closed.
   [[nodiscard]] bool enter() noexcept {
@@ -59,7 +59,7 @@ class CompletionHub {
 
  private:
   static constexpr std::uint64_t kClosed = std::uint64_t{1} << 63;
-  JobFlow& flow_;
+  Completions& completions_;
   std::atomic<std::uint64_t> word_{0};
 };
 
@@ -78,10 +78,10 @@ struct PendingJob {
 
 class PendingJobs {
  public:
-  /// PendingJobs(flow, n, first_record): room for n pending deliveries, whose lease records
-  /// are the queue tracker's records first_record .. first_record + n - 1.
-  PendingJobs(JobFlow& flow, std::uint32_t n, std::uint32_t first_record)
-      : hub_(std::make_shared<CompletionHub>(flow)),
+  /// PendingJobs(completions, n, first_record): room for n pending deliveries, whose lease
+  /// records are the queue tracker's records first_record .. first_record + n - 1.
+  PendingJobs(Completions& completions, std::uint32_t n, std::uint32_t first_record)
+      : hub_(std::make_shared<CompletionHub>(completions)),
         jobs_(std::make_unique<PendingJob[]>(n)),
         free_(n),
         size_(n),

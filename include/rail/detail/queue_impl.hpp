@@ -43,7 +43,7 @@ class QueueImpl final : public JobFlow {
  public:
   QueueImpl(EngineCore& core, std::string name, QueueOptions options)
       : JobFlow(core, std::move(name), std::move(options), sizeof(T), alignof(T)),
-        dlq_(*this, options_.dlq) {
+        dlq_(*this, JobFlow::options().dlq) {
     attach();
   }
 
@@ -77,10 +77,10 @@ class QueueImpl final : public JobFlow {
     const AddResult r = add_one(job_name, std::move(data), o, AddFrom::producer, 0, &waiter);
     if (waiter) return {r, std::move(waiter), true};
     // A duplicate (tracked as the job it merged into), a DLQ entry (overflow), or nothing.
-    if (r.id != 0) return {r, ends().watch(r.id, false), false};
+    if (r.id != 0) return {r, end_tracker().watch(r.id, false), false};
     auto none = std::make_shared<EndWaiter>();
     EndRecord end;
-    end.error = "nothing was added to queue '" + name_ + "': " + std::string(to_string(r.status));
+    end.error = "nothing was added to queue '" + name() + "': " + std::string(to_string(r.status));
     (void)none->resolve(end);
     return {r, std::move(none), true};
   }
@@ -97,52 +97,19 @@ class QueueImpl final : public JobFlow {
   AddResult add_one(std::string_view job_name, T&& data, const JobOptions& o,
                     AddFrom from = AddFrom::producer, JobId prior = 0,
                     std::shared_ptr<EndWaiter>* watch = nullptr) {
-    admit(job_name, o);
-    const std::uint16_t name_id = core_.names().intern(job_name);
-    std::uint32_t idx;
     const bool may_block = from != AddFrom::kept && from != AddFrom::schedule;
-    if (!(may_block ? acquire_slots(&idx, 1) : try_acquire_slots(&idx, 1))) [[unlikely]] {
-      // A duplicate of a live job merges even when there is no room for a new one (the job
-      // that held the id for a kept add is no such job: it ended).
-      if (!o.dedup.id.empty()) {
-        const std::int64_t now = core_.now_ns();
-        if (auto claim = live_claim(o, now); claim && claim->owner != prior)
-          return merge_duplicate(*claim, job_name, std::move(data), o, now, from, watch);
-      }
-      return overflow(job_name, std::move(data), o);
+    const Added a = add_with(job_name, o, may_block, prior, watch,
+                             [&](void* cell) noexcept { ::new (cell) T(std::move(data)); });
+    switch (a.what) {
+      case Added::What::added:
+      case Added::What::refused:
+        return a.result;
+      case Added::What::duplicate:
+        return merge_duplicate(a.claim, job_name, std::move(data), o, a.now, from, watch);
+      case Added::What::no_room:
+        break;
     }
-    name_jobs(&idx, 1, name_id, job_name);
-    const std::int64_t now = core_.now_ns();
-    std::uint64_t id;
-    if (o.dedup.id.empty()) [[likely]] {
-      id = core_.next_ids(1);
-      init_slot(idx, id, name_id, now, o);
-    } else {
-      const DedupSet::Claim claim = claim_id(idx, o, now, prior);
-      if (claim.result != DedupSet::Claim::Result::inserted) {
-        give_back(idx);
-        if (auto refused = dedup_refusal(claim, o)) return *refused;
-        return merge_duplicate(claim, job_name, std::move(data), o, now, from, watch);
-      }
-      id = claim.owner;
-      init_slot(idx, id, name_id, now, o);
-      claim_dedup(idx, o);
-    }
-    if (watch) [[unlikely]] {
-      try {
-        *watch = ends().watch(id, true);
-      } catch (...) {  // no memory to track it: nothing was added
-        if (!o.dedup.id.empty()) (void)dedup().release(o.dedup.id, id);
-        give_back(idx);
-        throw;
-      }
-    }
-    ::new (cell(idx)) T(std::move(data));
-    stats_.add(kAdded);
-    if (core_.observed()) note_added(slot(idx), o.delay);
-    publish_new(idx, now, o.delay);
-    warm_next_slot(1);
-    return {id, AddStatus::added};
+    return overflow(job_name, std::move(data), o);
   }
 
   /// schedule(id, when, name, data, o): Queue::schedule. Validates as add() would, then upserts.
@@ -168,9 +135,9 @@ class QueueImpl final : public JobFlow {
     if (items.empty()) return {AddStatus::added, 0, 0};
     if (items.size() > capacity())
       throw Error(ErrorCode::invalid_option, "add_bulk: " + std::to_string(items.size()) +
-                                                 " jobs exceed queue '" + name_ + "' capacity " +
+                                                 " jobs exceed queue '" + name() + "' capacity " +
                                                  std::to_string(capacity()));
-    const std::uint16_t name_id = core_.names().intern(job_name);
+    const std::uint16_t name_id = core().names().intern(job_name);
     constexpr std::size_t kChunk = 256;
     std::uint32_t idx[kChunk];
     // All-or-nothing: reserve every slot first, so a full queue creates nothing.
@@ -181,7 +148,7 @@ class QueueImpl final : public JobFlow {
       held = big.data();
     }
     if (!acquire_slots(held, items.size())) {
-      if (options_.on_full != OverflowPolicy::dead_letter) return {AddStatus::full, 0, 0};
+      if (options().on_full != OverflowPolicy::dead_letter) return {AddStatus::full, 0, 0};
       BulkAddResult r{AddStatus::dead_lettered, 0, items.size()};
       for (auto& item : items) {
         auto one = overflow(job_name, std::move(item), o);
@@ -190,15 +157,15 @@ class QueueImpl final : public JobFlow {
       return r;
     }
     name_jobs(held, items.size(), name_id, job_name);
-    const std::int64_t now = core_.now_ns();
-    const std::uint64_t first = core_.next_ids(items.size());
-    const bool observed = core_.observed();
+    const std::int64_t now = core().now_ns();
+    const std::uint64_t first = core().next_ids(items.size());
+    const bool observed = core().observed();
     for (std::size_t i = 0; i < items.size(); ++i) {
       init_slot(held[i], first + i, name_id, now, o);
       ::new (cell(held[i])) T(std::move(items[i]));
       if (observed) note_added(slot(held[i]), o.delay);
     }
-    stats_.add(kAdded, items.size());
+    stats().add(kAdded, items.size());
     if (o.delay.count() > 0) {
       for (std::size_t i = 0; i < items.size(); ++i)
         publish_new(held[i], now, o.delay);
@@ -220,8 +187,8 @@ class QueueImpl final : public JobFlow {
     std::lock_guard lock(handler_mu_);
     if (handler_)
       throw Error(ErrorCode::invalid_option,
-                  "queue '" + name_ + "' already has a processor; call process() once per queue");
-    validate_worker_options(w, name_);
+                  "queue '" + name() + "' already has a processor; call process() once per queue");
+    validate_worker_options(w, name());
     handler_ = HandlerBox(new Fn(std::forward<F>(f)), [](void* p) { delete static_cast<Fn*>(p); });
     bind_handler(&run_with<Fn>, handler_.get());
     try {
@@ -237,9 +204,9 @@ class QueueImpl final : public JobFlow {
   /// handler still reads (a stale handler of a redelivered job pins it: shutdown reports it as
   /// still running, and a later call takes it once that handler returned).
   std::vector<Leftover<T>> take_leftovers() {
-    if (core_.accepting())
+    if (core().accepting())
       throw Error(ErrorCode::wrong_mode,
-                  "take_leftovers() on queue '" + name_ + "' needs Engine::shutdown() first");
+                  "take_leftovers() on queue '" + name() + "' needs Engine::shutdown() first");
     std::vector<Leftover<T>> out;
     const bool taken = take_unstarted([&](std::uint32_t i, bool delayed) {
       const JobSlot& s = slot(i);
@@ -249,7 +216,7 @@ class QueueImpl final : public JobFlow {
     });
     if (!taken)
       throw Error(ErrorCode::would_deadlock,
-                  "take_leftovers() on queue '" + name_ +
+                  "take_leftovers() on queue '" + name() +
                       "' was called from a callback that runs while timers fire; call it after "
                       "Engine::shutdown() returned, outside handlers and callbacks");
     // Adds kept for after a running job (keep_last_if_active): their job was taken above or
@@ -266,33 +233,34 @@ class QueueImpl final : public JobFlow {
   // --- DLQ support -------------------------------------------------------------------------------
   /// redrive(e, r): the entry's job again, with its own options (DeadLetterQueue::redrive).
   RedriveStatus redrive(DeadLetter<T>&& e, const RedriveOptions& r) {
-    if (!core_.accepting()) return RedriveStatus::shutting_down;
-    if (!e.downstream.empty()) link_to(e.downstream);  // may throw: the DLQ keeps the entry
+    if (!core().accepting()) return RedriveStatus::shutting_down;
+    if (!e.downstream.empty()) links().link_to(e.downstream);  // may throw: the DLQ keeps the entry
     std::uint32_t idx;
     if (!acquire_slots(&idx, 1)) return RedriveStatus::queue_full;
-    const std::int64_t now = core_.now_ns();
+    const std::int64_t now = core().now_ns();
     JobOptions o;
     o.attempts = static_cast<std::int32_t>(std::max<std::uint32_t>(e.max_attempts, 1));
     o.backoff = e.backoff;
     o.visibility_timeout = e.visibility_timeout;
     o.downstream = e.downstream;
-    const std::uint16_t name_id = core_.names().intern(e.name);
+    const std::uint16_t name_id = core().names().intern(e.name);
     // Everything that may throw comes before e.data is touched: the DLQ then keeps the entry.
     name_jobs(&idx, 1, name_id, e.name);  // gives the slot back itself when it throws
     init_slot(idx, e.id, name_id, now, o);
     slot(idx).added_ns = e.added_at.time_since_epoch().count();
     try {
-      ends().forget(e.id);  // it runs again: an earlier end retained under its id is not its end
+      end_tracker().forget(
+          e.id);  // it runs again: an earlier end retained under its id is not its end
       if (!r.reset_counters)
         restore_counters(idx, e.attempts_made, e.deliveries, e.stalls, e.errors);
-      if (!e.dedup_id.empty()) reclaim_dedup(idx, e.id, e.dedup_id, now);
+      if (!e.dedup_id.empty()) claims().reclaim(idx, e.id, e.dedup_id, now);
     } catch (...) {
       give_back(idx);
       throw;
     }
     ::new (cell(idx)) T(std::move(e.data));
-    stats_.add(kAdded);
-    if (core_.observed()) note_redriven(slot(idx), now);
+    stats().add(kAdded);
+    if (core().observed()) note_redriven(slot(idx), now);
     publish_new(idx, now, Duration{0});
     return RedriveStatus::redriven;
   }
@@ -344,7 +312,7 @@ class QueueImpl final : public JobFlow {
   /// file(entry, event): into the DLQ, then the job's dead_lettered event (if any).
   void file(DeadLetter<T>&& entry, const Event* event) {
     dlq_.push(std::move(entry), [&] {
-      if (event) core_.emit(*event);
+      if (event) core().emit(*event);
     });
   }
 
@@ -358,14 +326,14 @@ class QueueImpl final : public JobFlow {
                          .attempts_made = s.attempts(),
                          .max_attempts = s.max_attempts,
                          .added_at = TimePoint{Duration{s.added_ns}},
-                         .dead_at = TimePoint{Duration{core_.now_ns()}},
-                         .errors = attempt_errors(s),
+                         .dead_at = TimePoint{Duration{core().now_ns()}},
+                         .errors = JobEnds::attempt_errors(s),
                          .deliveries = s.delivered(),
                          .stalls = s.stalled(),
                          .backoff = s.backoff(),
                          .visibility_timeout = own_visibility(s),
                          .dedup_id = s.has_dedup ? s.extra->dedup_key : std::string(),
-                         .downstream = own_downstream(s)};
+                         .downstream = links().own_downstream(s)};
   }
 
   bool in_dlq(JobId id) const override { return dlq_.contains(id); }
@@ -388,9 +356,9 @@ class QueueImpl final : public JobFlow {
   /// overflow(...): the queue is full: what its policy says (or the DLQ when `forced`).
   AddResult overflow(std::string_view job_name, T&& data, const JobOptions& o,
                      bool forced = false) {
-    if (options_.on_full != OverflowPolicy::dead_letter && !forced) return {0, AddStatus::full};
-    const std::uint64_t id = core_.next_ids(1);
-    const TimePoint now{Duration{core_.now_ns()}};
+    if (options().on_full != OverflowPolicy::dead_letter && !forced) return {0, AddStatus::full};
+    const std::uint64_t id = core().next_ids(1);
+    const TimePoint now{Duration{core().now_ns()}};
     DeadLetter<T> e{.id = id,
                     .name = std::string(job_name),
                     .data = std::move(data),
@@ -434,7 +402,8 @@ class QueueImpl final : public JobFlow {
     const bool replaced =
         o.dedup.mode != DedupMode::merge && try_replace(claim, std::move(data), o, now);
     if (o.dedup.extend && !replaced)  // a replace restarted the window itself
-      (void)dedup().set_expiry(o.dedup.id, claim.owner, saturating_add(now, *o.dedup.ttl));
+      (void)claims().window().set_expiry(o.dedup.id, claim.owner,
+                                         saturating_add(now, *o.dedup.ttl));
     return note_duplicate(claim.owner, job_name, o, now, replaced);
   }
 
@@ -461,11 +430,12 @@ class QueueImpl final : public JobFlow {
       later = due > before;
     }
     if (o.dedup.ttl && (o.dedup.mode == DedupMode::debounce || o.dedup.extend))
-      (void)dedup().set_expiry(o.dedup.id, claim.owner, saturating_add(now, *o.dedup.ttl));
+      (void)claims().window().set_expiry(o.dedup.id, claim.owner,
+                                         saturating_add(now, *o.dedup.ttl));
     s.ctl.end_update();
     // A debounced job no longer waits for its downstream's token: if it led the jobs waiting
     // for it, another leads (review: the rest waited out the debounce).
-    if (later) stepped_aside(claim.owner);
+    if (later) links().stepped_aside(claim.owner);
     return true;
   }
 
@@ -493,7 +463,7 @@ class QueueImpl final : public JobFlow {
       it->second.options = o;
       return true;
     }
-    return keep_while_active(
+    return claims().keep_while_active(
         idx, claim.owner, o.dedup.id,
         [&] {
           deferred_adds_.emplace(claim.owner, Deferred{std::move(data), std::string(job_name), o});
@@ -508,7 +478,7 @@ class QueueImpl final : public JobFlow {
   void collect_deferred(ShutdownReport& report) const override {
     std::lock_guard lock(deferred_mu_);
     for (const auto& [owner, d] : deferred_adds_)
-      report.not_started.push_back(LeftoverJob{name_, 0, d.name, 0});
+      report.not_started.push_back(LeftoverJob{name(), 0, d.name, 0});
   }
 
   void run_deferred(JobId id) noexcept override {
@@ -529,14 +499,14 @@ class QueueImpl final : public JobFlow {
       const AddResult r = add_one(d->name, std::move(d->data), d->options, AddFrom::kept, id);
       if (r.status == AddStatus::added || r.status == AddStatus::duplicate) return;
       if (r.status == AddStatus::dead_lettered) {  // filed (OverflowPolicy::dead_letter)
-        (void)dedup().release(key, id);            // review: the id was held forever
+        (void)claims().window().release(key, id);  // review: the id was held forever
         return;
       }
     } catch (const std::exception&) {  // shutting down: it must not vanish either
     }
     // No room (or no engine to run it): the kept add goes to the DLQ rather than nowhere, and
     // the id held for it is let go.
-    (void)dedup().release(key, id);
+    (void)claims().window().release(key, id);
     try {
       overflow(d->name, std::move(d->data), d->options, true);
     } catch (...) {  // no memory for the entry: nothing more can be done on this path

@@ -1,6 +1,8 @@
 // TimerPort: a queue's one door to the engine's timing wheel — the inbox of delayed slots, the
-// firing of their timers, the lease sweep's timer, and unlinking the timer of a job that leaves
-// early (cancel, take_leftovers). Nothing else in a queue touches the wheel or a slot's node.
+// firing of their timers, the lease sweep's timer, unlinking the timer of a job that leaves
+// early (cancel, take_leftovers), and the queue's repeatable jobs (its ScheduleTable, built on
+// the first schedule), whose timers it routes by tag. Nothing else in a queue touches the wheel
+// or a slot's node.
 //
 // Threads: any thread submits a delayed slot (submit) or asks for the lease sweep (request_sweep,
 // lower_visibility); everything that takes a Wheel& runs as the wheel's owner (the timer thread,
@@ -21,11 +23,14 @@
 #include <atomic>
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "rail/clock.hpp"
 #include "rail/detail/engine_core.hpp"
 #include "rail/detail/job_slot.hpp"
+#include "rail/detail/lazy_owned.hpp"
 #include "rail/detail/mpmc_ring.hpp"
+#include "rail/detail/schedule_table.hpp"
 
 namespace rail::detail {
 
@@ -48,16 +53,22 @@ class TimerClient {
 
 class TimerPort {
  public:
-  /// TimerPort(core, slots, capacity, visibility): slots[0, capacity) are the queue's slots;
-  /// visibility is the queue's lease length (Duration::max(): no lease sweep unless a job asks
-  /// for a shorter one).
-  TimerPort(EngineCore& core, JobSlot* slots, std::size_t capacity, Duration visibility);
+  /// TimerPort(core, queue, slots, capacity, visibility): slots[0, capacity) are the slots of
+  /// queue `queue`; visibility is its lease length (Duration::max(): no lease sweep unless a
+  /// job asks for a shorter one).
+  TimerPort(EngineCore& core, const std::string& queue, JobSlot* slots, std::size_t capacity,
+            Duration visibility);
   TimerPort(const TimerPort&) = delete;
   TimerPort& operator=(const TimerPort&) = delete;
 
   /// tag_nodes(queue): the wheel hands back only a node; its tag routes the firing to
-  /// queue `queue`'s slot (or its sweep). Once, before any timer is armed.
+  /// queue `queue`'s slot (or its sweep, or a schedule). Once, before any timer is armed.
   void tag_nodes(std::uint16_t queue) noexcept;
+
+  /// schedules(): the queue's schedule table, built on first use (cold; after tag_nodes).
+  [[nodiscard]] ScheduleTable& schedules();
+  /// schedules_if_any(): the table, or null when the queue never had a schedule.
+  [[nodiscard]] const ScheduleTable* schedules_if_any() const noexcept { return schedules_.get(); }
 
   // --- any thread -------------------------------------------------------------------------------
   /// submit(idx): the caller holds delayed slot idx (due_ns written): hand it to the wheel.
@@ -75,7 +86,15 @@ class TimerPort {
   // --- the wheel's owner ------------------------------------------------------------------------
   /// drain(wheel, client): link every slot submitted since the last call.
   void drain(Wheel& wheel, TimerClient& client) noexcept;
-  /// fire(tag, now, wheel, client): the timer tagged `tag` (a slot index or the sweep) is due.
+  /// drain_all(wheel, client): a timer pass's first step: drain(), then link or unlink the
+  /// schedules' nodes that changed (ScheduleTable::drain).
+  void drain_all(Wheel& wheel, TimerClient& client) noexcept {
+    drain(wheel, client);
+    if (ScheduleTable* t = schedules_.get()) [[unlikely]]
+      t->drain(wheel);
+  }
+  /// fire(tag, now, wheel, client): the timer tagged `tag` (a slot index, the sweep or a
+  /// schedule) is due.
   void fire(std::uint32_t tag, std::int64_t now, Wheel& wheel, TimerClient& client) noexcept;
   /// unlink(s, wheel): takes a delayed slot's timer off the wheel after a cancel or a take;
   /// true if its index is now the caller's (linked or parked), false if it fired or is still in
@@ -100,6 +119,8 @@ class TimerPort {
   void sweep(std::int64_t now, Wheel& wheel, TimerClient& client) noexcept;
 
   EngineCore& core_;
+  const std::string& queue_;
+  std::uint16_t index_ = 0;  // the queue's (tag_nodes)
   JobSlot* slots_;
   std::size_t capacity_;
   MpmcRing<std::uint32_t> inbox_;
@@ -109,6 +130,9 @@ class TimerPort {
   // The earliest deadline a shortened lease asked for since the last drain (kNever: none);
   // relaxed, carried by sweep_requested_'s release/acq_rel like the visibility bound.
   std::atomic<std::int64_t> sweep_by_ns_{std::numeric_limits<std::int64_t>::max()};
+  // Repeatable jobs. A schedule's node is linked only after the table was published, so the
+  // wheel's owner finds it built (LazyOwned's acquire).
+  LazyOwned<ScheduleTable> schedules_;
 };
 
 }  // namespace rail::detail

@@ -1,0 +1,139 @@
+// DedupClaims: a queue's deduplication ids — which live job holds each id (the queue's DedupSet
+// window, built on the first add that carries an id), and the keep gate of each slot through
+// which an add may be kept for after the running job that holds its id (keep_last_if_active).
+//
+// Guarantee: at most one job holds an id at a time; an id is let go exactly once per holding
+// (at its job's end, or when its ttl lapses after a job that ran), and an add kept for after a
+// job takes the id over from it in place, so no newer add can make a job that the kept add would
+// then follow.
+//
+// The keep gate of a slot whose job holds an id is one atomic word, a hand-off between adds that
+// keep a newer add for after the running job and the job's end:
+//   open(id)  the job may still get a kept add   (set by the holder when the job claims)
+//   kept(id)  an add is kept for after it        (an adder's CAS from open, once)
+//   0         closed: the job has ended           (the holder's exchange in release_at_end)
+// So exactly one of two things happens: the adder's CAS comes first, and the ending job sees
+// kept(id), holds its id for the kept add and runs it; or the exchange comes first, the CAS fails,
+// and the add is not kept and finds the id released (or held for a ttl). The id in the word makes
+// the CAS fail on a slot reused since the adder looked (ids are never reused). Else a kept add
+// whose job let the id go first could run after a newer add's job
+// (PeerKeepLast.TheNewestAddIsNeverLostWhileWorkersRunTheKeptJob pins it).
+//
+// Memory ordering: the window is published by LazyOwned (release/acquire); the DedupSet orders
+// its own entries (dedup_set.hpp). A gate's open store is the holder's, relaxed: it travels with
+// the job's publication (a ring push or a ctl release). The adder's CAS and the holder's exchange
+// are acq_rel RMWs of one word: one total order decides between them.
+// Threading: claims from any adding thread; release_at_end by the job's holder; keep_while_active
+// under the caller's lock on its kept adds.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "rail/add_result.hpp"
+#include "rail/detail/dedup_set.hpp"
+#include "rail/detail/flow_parts.hpp"
+#include "rail/detail/lazy_owned.hpp"
+#include "rail/options.hpp"
+
+namespace rail::detail {
+
+class DedupClaims {
+ public:
+  explicit DedupClaims(FlowParts& parts) noexcept : parts_(parts) {}
+  DedupClaims(const DedupClaims&) = delete;
+  DedupClaims& operator=(const DedupClaims&) = delete;
+
+  /// window(): the queue's dedup window, built on first use (cold; may throw bad_alloc).
+  DedupSet& window();
+
+  /// claim(idx, o, now, successor_of): claims id o.dedup.id for a new job in slot idx (its job
+  /// id is drawn only if the claim is inserted), taking it over from job `successor_of` if that
+  /// one holds it (a kept add after its ended job).
+  DedupSet::Claim claim(std::uint32_t idx, const JobOptions& o, std::int64_t now,
+                        JobId successor_of = 0);
+  /// live_claim(o, now): the claim of a live job holding o.dedup.id, if any (a full queue's add
+  /// checks it: a duplicate is a duplicate whether or not there is room).
+  std::optional<DedupSet::Claim> live_claim(const JobOptions& o, std::int64_t now);
+  /// hold(idx, o): slot idx's new job (filled, not yet published) now holds o.dedup.id.
+  void hold(std::uint32_t idx, const JobOptions& o);
+  /// reclaim(idx, id, key, now): a redriven job `id` in slot idx holds id `key` again: still its
+  /// own (a ttl from its first run), or free and claimed now (until it ends). Held by another job
+  /// since: this one runs without it. May throw (bad_alloc) before any change.
+  void reclaim(std::uint32_t idx, JobId id, const std::string& key, std::int64_t now);
+  /// refusal(claim, o): the add's status when the window refused the id (full); throws
+  /// Error(invalid_option) when the id is too long; nullopt for a duplicate of a live job.
+  static std::optional<AddResult> refusal(const DedupSet::Claim& claim, const JobOptions& o);
+
+  /// release_at_end(s, cancelled): the job in s (held by the caller) is ending: closes its keep
+  /// gate and lets its id go, unless a ttl keeps merging adds of a job that ran (a cancelled job
+  /// never ran: its id is free again at once, as BullMQ removes a cancelled job's key). True
+  /// when an add was kept for after it: the id stays held for that add (run_deferred).
+  bool release_at_end(const JobSlot& s, bool cancelled) noexcept {
+    if (!s.has_dedup) return false;
+    const JobId id = s.id.load(std::memory_order_relaxed);
+    // acq_rel: one total order with an adder's CAS (keep_while_active).
+    if (gate(parts_.index_of(s)).exchange(0, std::memory_order_acq_rel) == kept(id)) return true;
+    if (!s.dedup_has_ttl || cancelled)
+      (void)window_.get()->set.release(s.extra->dedup_key, id);  // built: s claimed through it
+    return false;
+  }
+
+  /// keep_while_active(idx, owner, key, keep, undo): under the caller's lock on its kept adds,
+  /// keeps an add for after job `owner` if it is running in slot idx and no end closed its gate:
+  /// calls keep() (which records the add), then moves the gate from open to kept, and holds id
+  /// `key` for the job past its ttl (until the kept add takes it over): else a newer add could
+  /// make a job, once the ttl lapsed, that the older kept add would follow. False: nothing kept
+  /// (keep() undone by `undo`).
+  template <class Keep, class Undo>
+  bool keep_while_active(std::uint32_t idx, JobId owner, std::string_view key, Keep&& keep,
+                         Undo&& undo) {
+    const JobSlot& s = parts_.slot(idx);
+    const SlotState st = ctl::state(s.ctl.load());
+    if ((st != SlotState::active && st != SlotState::finishing) ||
+        s.id.load(std::memory_order_relaxed) != owner)
+      return false;  // waiting or delayed: a duplicate merges as usual; or it ended
+    keep();
+    std::uint64_t expected = open(owner);
+    // acq_rel: one total order with the holder's exchange in release_at_end (see above).
+    if (!gate(idx).compare_exchange_strong(expected, kept(owner), std::memory_order_acq_rel,
+                                           std::memory_order_acquire)) {
+      undo();
+      return false;
+    }
+    if (window().set_expiry(key, owner, DedupSet::kNoExpiry)) return true;
+    // The ttl lapsed and another add took the id since the caller's claim: that add is newer
+    // than the job, so this one merges into it instead. Reopen the gate unless the job's end
+    // closed it meanwhile (then run_deferred finds nothing kept: the id is not the job's).
+    undo();
+    expected = kept(owner);
+    (void)gate(idx).compare_exchange_strong(expected, open(owner), std::memory_order_acq_rel,
+                                            std::memory_order_acquire);
+    return false;
+  }
+
+ private:
+  static constexpr std::uint64_t open(JobId id) noexcept { return id << 1; }
+  static constexpr std::uint64_t kept(JobId id) noexcept { return id << 1 | 1; }
+
+  /// Window: the DedupSet and one keep gate per slot, built together.
+  struct Window {
+    Window(std::size_t ids, std::size_t slots)
+        : set(ids), gates(std::make_unique<std::atomic<std::uint64_t>[]>(slots)) {}
+    DedupSet set;
+    std::unique_ptr<std::atomic<std::uint64_t>[]> gates;
+  };
+  /// gate(idx): slot idx's keep gate (its job holds an id, so the window is built).
+  std::atomic<std::uint64_t>& gate(std::uint32_t idx) const noexcept {
+    return window_.get()->gates[idx];
+  }
+
+  FlowParts& parts_;
+  LazyOwned<Window> window_;
+};
+
+}  // namespace rail::detail

@@ -1,0 +1,72 @@
+// FlowParts: what every part of one queue's job flow shares — the engine, the queue's name and
+// options, its counters and its job slots — and the helpers each part uses to name a job, raise
+// its events and count.
+//
+// Contract: built first in a JobFlow and destroyed last, so every part holding a reference to it
+// (job ends, dedup claims, downstream links, completions) may use it for its whole life. The
+// slots are preallocated here and never move; SlotExtra records hang off them until FlowParts is
+// destroyed. Who may write a slot's fields is job_slot.hpp's ownership invariant, not this
+// struct's: the helpers below only read a slot its caller holds (or one that cannot change).
+// Threading: the members are set at construction and constant after (the counters and slots are
+// concurrent objects with their own contracts).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "rail/detail/dispatcher.hpp"
+#include "rail/detail/engine_core.hpp"
+#include "rail/detail/job_slot.hpp"
+#include "rail/detail/queue_stats.hpp"
+#include "rail/event.hpp"
+#include "rail/options.hpp"
+
+namespace rail::detail {
+
+struct FlowParts {
+  FlowParts(EngineCore& engine, std::string queue, QueueOptions opts);
+  ~FlowParts();
+  FlowParts(const FlowParts&) = delete;
+  FlowParts& operator=(const FlowParts&) = delete;
+
+  EngineCore& core;
+  const std::string name;  // the queue's
+  const QueueOptions options;
+  QueueStats stats;
+  const std::size_t capacity;
+  const std::unique_ptr<JobSlot[]> slots;  // [capacity]
+
+  [[nodiscard]] JobSlot& slot(std::uint32_t idx) const noexcept { return slots[idx]; }
+  [[nodiscard]] std::uint32_t index_of(const JobSlot& s) const noexcept {
+    return static_cast<std::uint32_t>(&s - slots.get());
+  }
+  /// job_name(s): the name of the job in s (read by its holder, or while it cannot change).
+  [[nodiscard]] std::string_view job_name(const JobSlot& s) const noexcept {
+    if (s.name == NameTable::kOwnName) [[unlikely]]
+      return *s.extra->own_name;
+    return core.names().name(s.name);
+  }
+  /// extra(s): s's cold record (error log, dedup id, own name), allocated on first use.
+  SlotExtra& extra(JobSlot& s);
+  /// event(kind, s, now): the event of kind `kind` for the job in s, its fields filled from s.
+  [[nodiscard]] Event event(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept;
+  void emit(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept {
+    core.emit(event(kind, s, now));
+  }
+  /// count(wc, c, n): a worker bumps its own counters; anyone else (wc null) the shared stripes.
+  void count(WorkerContext* wc, Counter c, std::uint64_t n = 1) noexcept {
+    if (wc && wc->counters) {
+      wc->counters->add(c, n);
+    } else {
+      stats.add(c, n);
+    }
+  }
+  [[nodiscard]] bool leases_enabled() const noexcept {
+    return options.visibility_timeout != Duration::max();
+  }
+};
+
+}  // namespace rail::detail

@@ -1,0 +1,87 @@
+// DedupClaims: see include/rail/detail/dedup_claims.hpp.
+#include "rail/detail/dedup_claims.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "rail/detail/deadline.hpp"
+#include "rail/error.hpp"
+
+namespace rail::detail {
+
+DedupSet& DedupClaims::window() {
+  return window_
+      .get_or_make([&] {
+        // Default: room for the queue's jobs and at least 4096 ids, because ids with a ttl
+        // outlive their jobs (a small queue's window would otherwise fill at once).
+        const std::size_t ids = parts_.options.dedup_capacity
+                                    ? parts_.options.dedup_capacity
+                                    : std::max<std::size_t>(parts_.capacity, 4096);
+        return std::make_unique<Window>(ids, parts_.capacity);
+      })
+      .set;
+}
+
+DedupSet::Claim DedupClaims::claim(std::uint32_t idx, const JobOptions& o, std::int64_t now,
+                                   JobId successor_of) {
+  const std::int64_t expires =
+      o.dedup.ttl ? saturating_add(now, *o.dedup.ttl) : DedupSet::kNoExpiry;
+  return window().try_claim(
+      o.dedup.id, now, expires,
+      [&]() noexcept {
+        return std::pair<std::uint64_t, std::uint32_t>{parts_.core.next_ids(1), idx};
+      },
+      successor_of);
+}
+
+std::optional<DedupSet::Claim> DedupClaims::live_claim(const JobOptions& o, std::int64_t now) {
+  auto live = window().find(o.dedup.id, now);
+  if (!live) return std::nullopt;
+  return DedupSet::Claim{DedupSet::Claim::Result::duplicate, live->first, live->second};
+}
+
+void DedupClaims::hold(std::uint32_t idx, const JobOptions& o) {
+  JobSlot& s = parts_.slot(idx);
+  parts_.extra(s).dedup_key = o.dedup.id;
+  s.has_dedup = true;
+  s.dedup_has_ttl = o.dedup.ttl.has_value();
+  // relaxed: the holder's store, published with the job (publish's release).
+  gate(idx).store(open(s.id.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+}
+
+void DedupClaims::reclaim(std::uint32_t idx, JobId id, const std::string& key, std::int64_t now) {
+  JobSlot& s = parts_.slot(idx);
+  SlotExtra& x = parts_.extra(s);
+  DedupSet& ids = window();
+  x.dedup_key.reserve(key.size());  // the last allocation: nothing below throws
+  bool ttl;
+  if (auto live = ids.find(key, now)) {
+    if (live->first != id) return;  // another job's now: duplicates merge into that one
+    // Kept after the first run (a ttl): it expires on its own; it points at this slot now, so a
+    // debounce of the redriven job finds it.
+    if (!ids.set_value(key, id, idx)) return;  // expired and reclaimed in between
+    ttl = true;
+  } else {
+    const auto claimed = ids.try_claim(key, now, DedupSet::kNoExpiry, [&]() noexcept {
+      return std::pair<std::uint64_t, std::uint32_t>{id, idx};
+    });
+    if (claimed.result != DedupSet::Claim::Result::inserted) return;
+    ttl = false;
+  }
+  x.dedup_key.assign(key);
+  s.has_dedup = true;
+  s.dedup_has_ttl = ttl;
+  gate(idx).store(open(id), std::memory_order_relaxed);  // as hold()
+}
+
+std::optional<AddResult> DedupClaims::refusal(const DedupSet::Claim& claim, const JobOptions& o) {
+  using R = DedupSet::Claim::Result;
+  if (claim.result == R::full) return AddResult{0, AddStatus::dedup_full};
+  if (claim.result == R::key_too_long)
+    throw Error(ErrorCode::invalid_option, "JobOptions.dedup.id is " +
+                                               std::to_string(o.dedup.id.size()) +
+                                               " bytes; expected at most 256");
+  return std::nullopt;
+}
+
+}  // namespace rail::detail

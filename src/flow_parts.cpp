@@ -1,0 +1,46 @@
+// FlowParts: see include/rail/detail/flow_parts.hpp.
+#include "rail/detail/flow_parts.hpp"
+
+#include <new>
+#include <utility>
+
+#include "rail/detail/allocation.hpp"
+
+namespace rail::detail {
+
+FlowParts::FlowParts(EngineCore& engine, std::string queue, QueueOptions opts)
+    : core(engine),
+      name(std::move(queue)),
+      options(std::move(opts)),
+      stats(options.capacity),
+      capacity(options.capacity),
+      slots(std::make_unique<JobSlot[]>(capacity)) {}
+
+FlowParts::~FlowParts() {
+  for (std::size_t i = 0; i < capacity; ++i) {
+    if (SlotExtra* x = slots[i].extra) {
+      x->~SlotExtra();
+      free_aligned(x, sizeof(SlotExtra), alignof(SlotExtra));
+    }
+  }
+}
+
+SlotExtra& FlowParts::extra(JobSlot& s) {
+  if (!s.extra) s.extra = ::new (alloc_aligned(sizeof(SlotExtra), alignof(SlotExtra))) SlotExtra();
+  return *s.extra;
+}
+
+Event FlowParts::event(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept {
+  Event e;
+  e.kind = kind;
+  e.at = TimePoint{Duration{now}};
+  e.queue = name;
+  e.job_id = s.id.load(std::memory_order_relaxed);
+  e.job_name = job_name(s);
+  e.attempt = s.attempts() + 1u;
+  e.max_attempts = s.max_attempts;
+  e.deliveries = s.delivered();
+  return e;
+}
+
+}  // namespace rail::detail

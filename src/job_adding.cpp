@@ -1,0 +1,130 @@
+// JobFlow's add path beyond what add_with inlines: the unusual options an add may carry, waiting
+// for room, a job's own name, a redrive's counters, bulk publication and the add's events
+// (added, deduplicated, overflow). See include/rail/detail/job_flow.hpp for the job's path.
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "rail/detail/deadline.hpp"
+#include "rail/detail/job_flow.hpp"
+#include "rail/error.hpp"
+
+namespace rail::detail {
+
+void JobFlow::throw_shutting_down() const {
+  throw Error(ErrorCode::shutting_down,
+              "queue '" + parts_.name + "' does not accept jobs: the engine is shutting down");
+}
+
+void JobFlow::admit_unusual(const JobOptions& o) {
+  if (!o.downstream.empty()) links_.link_to(o.downstream);
+  if (o.backoff.kind == BackoffKind::custom && !parts_.options.custom_backoff)
+    throw Error(ErrorCode::invalid_option,
+                "JobOptions.backoff is custom but queue '" + parts_.name +
+                    "' has no QueueOptions.custom_backoff; expected one to compute delays");
+  // A shorter lease than the queue's must pull the lease sweep earlier (lease_tracker.hpp).
+  // seq_cst, with start_processing's store then request, in one total order: if this load misses
+  // processing_, the sweep start_processing requests comes after it and reads the lower bound.
+  if (o.visibility_timeout && timers_.lower_visibility(o.visibility_timeout->count()) &&
+      processing_.load(std::memory_order_seq_cst) && parts_.leases_enabled() &&
+      parts_.core.mode() == Mode::threaded)
+    timers_.request_sweep();
+}
+
+bool JobFlow::acquire_slots_slow(std::uint32_t* out, std::size_t n) {
+  if (parts_.options.on_full != OverflowPolicy::block || parts_.core.mode() == Mode::inlined)
+    return false;
+  // Cold path: the queue is full. Poll with a growing real-time sleep up to block_timeout;
+  // workers freeing slots do not pay for waking blocked producers.
+  const auto deadline = steady_deadline(parts_.options.block_timeout);  // max: wait for room
+  return poll_until(
+      deadline,
+      [&] {
+        if (try_acquire(out, n)) return true;
+        if (!parts_.core.accepting()) throw_shutting_down();
+        return false;
+      },
+      std::chrono::microseconds(1), std::chrono::microseconds(1000));
+}
+
+void JobFlow::name_own(const std::uint32_t* idx, std::size_t n, std::string_view name) {
+  try {
+    for (std::size_t i = 0; i < n; ++i) {
+      auto& own = parts_.extra(slot(idx[i])).own_name;
+      if (!own) own = std::make_unique<std::string>();
+      own->assign(name);
+    }
+  } catch (...) {
+    for (std::size_t i = 0; i < n; ++i)
+      give_back(idx[i]);
+    throw;
+  }
+}
+
+void JobFlow::restore_counters(std::uint32_t idx, std::uint32_t attempts, std::uint32_t deliveries,
+                               std::uint32_t stalls, const std::vector<AttemptError>& errors) {
+  JobSlot& s = slot(idx);
+  // Room for every record the job can still add (its failures and the stall that may end it),
+  // so the log never moves under a stale handler's view of its last error (see SlotExtra).
+  std::vector<AttemptRecord> log;
+  log.reserve(errors.size() + s.max_attempts + 1u);
+  for (const auto& e : errors)
+    log.push_back(AttemptRecord{e.attempt, e.at.time_since_epoch().count(), e.message});
+  parts_.extra(s).errors = std::move(log);
+  const auto clamp = [](std::uint32_t n) {
+    return static_cast<std::uint16_t>(std::min<std::uint32_t>(n, 0xFFFF));
+  };
+  s.attempts_made.store(clamp(attempts), std::memory_order_relaxed);
+  s.deliveries.store(clamp(deliveries), std::memory_order_relaxed);
+  s.stalls.store(clamp(stalls), std::memory_order_relaxed);
+}
+
+void JobFlow::publish_ready(const std::uint32_t* idx, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    slot(idx[i]).ctl.publish(SlotState::waiting);
+  dispatch_.push_ready_bulk(idx, n);
+}
+
+void JobFlow::note_added(const JobSlot& s, Duration delay) const noexcept {
+  Event e = parts_.event(EventKind::added, s, s.added_ns);
+  e.attempt = 0;
+  e.delay = delay;
+  parts_.core.emit(e);
+}
+
+void JobFlow::note_overflow(JobId id, std::string_view job_name, std::uint32_t max_attempts,
+                            TimePoint now) noexcept {
+  parts_.stats.add(kAdded);
+  parts_.stats.add(kDeadLettered);
+  parts_.stats.remember(id, JobStatus::dead_lettered);
+  if (!parts_.core.observed()) return;
+  Event ev;
+  ev.kind = EventKind::dead_lettered;
+  ev.at = now;
+  ev.queue = parts_.name;
+  ev.job_id = id;
+  ev.job_name = job_name;
+  ev.max_attempts = max_attempts;
+  ev.reason = DeadLetterReason::overflow;
+  ev.error = "queue full";
+  parts_.core.emit(ev);
+}
+
+AddResult JobFlow::note_duplicate(JobId owner, std::string_view job_name, const JobOptions& o,
+                                  std::int64_t now, bool debounced, AddStatus status) {
+  parts_.stats.add(kDeduplicated);
+  if (parts_.core.observed()) {
+    Event e;
+    e.kind = debounced ? EventKind::debounced : EventKind::deduplicated;
+    e.at = TimePoint{Duration{now}};
+    e.queue = parts_.name;
+    e.job_id = owner;
+    e.job_name = job_name;
+    e.dedup_id = o.dedup.id;
+    e.delay = o.delay;
+    parts_.core.emit(e);
+  }
+  return {owner, debounced ? AddStatus::debounced : status};
+}
+
+}  // namespace rail::detail

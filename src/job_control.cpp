@@ -1,0 +1,243 @@
+// JobFlow's cold calls that change a job: cancel (and giving back the slots of jobs cancelled
+// while waiting), retime (promote, change_delay, a downstream's leader), and Job::progress.
+// Each acts on a slot it does not hold through SlotControl's CASes (slot_table.hpp): it
+// re-checks the job's id after reading the word, so a slot reused meanwhile fails the CAS.
+// Ordering conventions: job_flow.hpp.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <thread>
+
+#include "rail/detail/job_flow.hpp"
+#include "rail/detail/scoped_value.hpp"
+#include "rail/error.hpp"
+
+namespace rail::detail {
+
+bool JobFlow::cancel(JobId id) {
+  // An ended job's old slot may still carry its id (a redriven job lives in a new slot), so a
+  // slot that no longer holds the job does not end the scan.
+  for (std::uint32_t i = 0; i < parts_.capacity; ++i) {
+    if (slot(i).id.load(std::memory_order_relaxed) != id) continue;
+    if (auto done = try_cancel(i, id)) {
+      if (*done) dispatch_.note_if_drained(false);  // the queue's last job may have gone
+      return *done;
+    }
+  }
+  return false;
+}
+
+std::optional<bool> JobFlow::try_cancel(std::uint32_t idx, JobId id) {
+  JobSlot& s = slot(idx);
+  std::uint64_t c = s.ctl.load();
+  for (;;) {
+    // The id is re-checked after every read of the word: a CAS against that word fails if the
+    // slot was reused in between, so acting on a matching id is safe.
+    if (s.id.load(std::memory_order_relaxed) != id) return std::nullopt;
+    const auto r = s.ctl.cancel(c);
+    switch (r.result) {
+      case SlotControl<>::Cancel::flagged:
+        return true;
+      case SlotControl<>::Cancel::not_found:
+        return std::nullopt;
+      case SlotControl<>::Cancel::busy:
+        if (ctl::state(r.word) == SlotState::finishing) {
+          if (Holding* h = Holding::of(s)) {
+            if (h->ending()) return false;  // an observer of the job's end
+            h->request_cancel();            // an observer of its failed attempt
+            return true;
+          }
+        }
+        if (ctl::state(r.word) == SlotState::finishing || ctl::state(r.word) == SlotState::updating)
+          std::this_thread::yield();  // a transition of a few stores is in progress
+        c = r.word;
+        continue;
+      case SlotControl<>::Cancel::taken:
+        end_cancelled(idx, ctl::state(r.word));
+        return true;
+    }
+  }
+}
+
+void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
+  // cancel() took a waiting or delayed job and holds a pin on its slot: record its end, then
+  // give the slot back. A delayed job's timer is unlinked here, so its capacity returns at once
+  // instead of at its deadline; a waiting job's slot returns when a worker pops its index, when
+  // an add that finds no room sweeps the ready ring (reclaim_cancelled_waiting) or, in a blocked
+  // ring (which only wakes pop), when the sweep below does.
+  JobSlot& s = slot(idx);
+  JobEnds::Settled settled = ends_.record(s, EndKind::cancelled, parts_.core.now_ns(), nullptr);
+  // Out of its gauge once the end is recorded and observed (as a worker's ends are): a drain()
+  // that sees the queue idle then also finds the `cancelled` event delivered.
+  parts_.stats.add(from == SlotState::waiting ? kFromReady : kFromDelayed);
+  const JobId id = s.id.load(std::memory_order_relaxed);
+  // A leader of its downstream's waiting jobs leaves the wheel: another job must lead.
+  if (GateLink* gate = links_.link(s.link); gate && from == SlotState::delayed)
+    gate->gate().forget_leader(id);
+  bool held = false;
+  if (from == SlotState::delayed) {
+    // As the wheel's owner: link what is in transit, then take the node off the wheel; its
+    // index is then ours. Re-entered from a timer callback while this thread owns the wheel, a
+    // linked node is reclaimed when it fires, but a parked one never fires, so take it here.
+    held = parts_.core
+               .with_wheel([&](Wheel& wheel) {
+                 timers_.drain(wheel, *this);
+                 return timers_.unlink(s, wheel);
+               })
+               .value_or(parts_.core.owns_wheel() && TimerPort::take_parked(s));
+  }
+  if (s.ctl.unpin()) {
+    ends_.final_end(idx);  // the index's holder came by while we recorded the end
+  } else if (held) {
+    ends_.reclaim_cancelled(idx);
+  }
+  if (from == SlotState::waiting) {
+    sweep_blocked();
+    // Its index may be in the ready ring: the next add that finds no room sweeps it. release:
+    // see reclaim_cancelled_waiting. Before ends_.ended(), whose kept add (review: it was filed to
+    // the DLQ as an overflow) must find the slot this cancel frees, and before cancel() returns.
+    waiting_cancels_.fetch_add(1, std::memory_order_release);
+  }
+  ends_.ended(id, std::move(settled));  // an add kept while the job ran before a lapse requeued it
+}
+
+void JobFlow::drop_cancelled(std::uint32_t idx) {
+  GateLink* const gate = links_.link(slot(idx).link);  // read while the index is still ours
+  ends_.reclaim_cancelled(idx);
+  // Woken from the blocked ring, it took a wake it cannot use: hand it on (review: a cancelled
+  // job behind a cancelled leader stranded the rest).
+  if (gate) [[unlikely]]
+    gate->gate().pass_wake();
+}
+
+bool JobFlow::reclaim_cancelled_waiting() noexcept {
+  // Not from inside a sweep of any queue: a cancelled payload's destructor that adds to a full
+  // queue would wait for a lock this thread holds (its own queue's, or one whose sweep is up
+  // this thread's stack).
+  thread_local bool sweeping = false;
+  if (sweeping) return false;
+  // acquire: pairs with end_cancelled's release increment, so a sweep after it sees the cancel
+  // (an add ordered after a cancel, on the same thread or synchronised with it, sees it).
+  const std::uint64_t cancels = waiting_cancels_.load(std::memory_order_acquire);
+  if (cancels == 0) return false;  // no waiting job was ever cancelled: nothing to reclaim
+  // What a sweep must have seen: every cancel so far, and every index a worker held back for a
+  // pause (Dispatcher::held_back: popped before the last sweep's pass, stashed after it, it
+  // would wait out the pause with a cancelled job's slot: review of cbfe419). Both only grow,
+  // so their sum equals the last sweep's only if neither moved since. acquire: pairs with the
+  // release store below, so the slots that sweep freed are visible to the caller's next look.
+  if (sweep_mark() == swept_mark_.load(std::memory_order_acquire)) return true;
+  const std::lock_guard lock(reclaim_mu_);
+  // Read before the pass: a cancel or a hold-back during it leaves the marks apart, for the next
+  // add that finds no room. Equal already: another add swept while we waited for the lock.
+  const std::uint64_t seen = sweep_mark();
+  if (seen == swept_mark_.load(std::memory_order_relaxed)) return true;
+  const ScopedValue<bool> mark(sweeping, true);
+  dispatch_.sweep_ready([this](std::uint32_t idx) {
+    switch (slot(idx).ctl.held()) {
+      case SlotControl<>::Held::waiting:
+        return true;
+      case SlotControl<>::Held::cancelled:
+        drop_cancelled(idx);  // as its popper would
+        return false;
+      case SlotControl<>::Held::taken:
+        return false;  // as its popper would
+    }
+    return true;
+  });
+  swept_mark_.store(seen, std::memory_order_release);  // after the pass: see above
+  return true;
+}
+
+void JobFlow::sweep_blocked() noexcept {
+  // Cold (a cancel). The blocked ring is popped only by wakes, which a stalled downstream may
+  // not make for a long time: a cancelled job there would keep its slot (and count as blocked)
+  // as long (review: a queue full of cancelled jobs answered `full`). Each index present now is
+  // taken once: a cancelled job's slot is reclaimed, as a popper reclaims it; one taken by
+  // take_leftovers after shutdown is dropped, as a popper drops it; the rest go back, in order.
+  links_.for_each([this](GateLink& link) {
+    MpmcRing<std::uint32_t>& ring = link.blocked();
+    std::int64_t removed = 0;
+    std::uint32_t idx;
+    for (std::size_t n = ring.size_approx(); n > 0 && ring.try_pop(idx); --n) {
+      const auto held = slot(idx).ctl.held();
+      if (held == SlotControl<>::Held::waiting) {
+        ring.push_held(idx);
+        continue;
+      }
+      ++removed;
+      if (held == SlotControl<>::Held::cancelled) ends_.reclaim_cancelled(idx);
+    }
+    link.gate().swept(removed, parts_.core.now_ns());
+  });
+}
+
+bool JobFlow::retime(JobId id, std::int64_t due) {
+  // As the wheel's owner: the timer is unlinked and relinked (or fired) in one step, so an
+  // earlier due time takes effect at once rather than when the old timer would have fired.
+  const auto done = parts_.core.with_wheel([&](Wheel& wheel) {
+    timers_.drain(wheel, *this);  // slots in transit to the wheel are linked now
+    const std::int64_t now = parts_.core.now_ns();
+    for (std::uint32_t i = 0; i < parts_.capacity; ++i) {
+      JobSlot& s = slot(i);
+      if (s.id.load(std::memory_order_relaxed) != id) continue;
+      for (;;) {
+        const std::uint64_t c = s.ctl.load();
+        // The id is re-read after the word: retime's CAS against c fails if the slot moved on.
+        if (ctl::state(c) != SlotState::delayed || s.id.load(std::memory_order_relaxed) != id)
+          break;
+        if (timers_.retime(i, c, std::max(due, now), now, wheel, *this)) {
+          // Due later than now: if it led its downstream's waiting jobs, it no longer waits for
+          // their token; another leads (review: a leader parked by change_delay held them). Due
+          // now, it fired above and stepped down in timer_fired.
+          if (due > now) links_.stepped_aside(id);
+          return true;
+        }
+        // The CAS failed: a stale handler unpinned (the job is still delayed: try again), or
+        // the job moved on (the loop ends).
+      }
+    }
+    return false;
+  });
+  if (!done)
+    throw Error(ErrorCode::would_deadlock,
+                "promote/change_delay on queue '" + parts_.name +
+                    "' was called from a callback that runs while timers fire (an observer of "
+                    "retry_due/stalled, a DLQ alert); call it from outside those callbacks");
+  return *done;
+}
+
+bool report_progress(JobFlow& flow, std::uint32_t idx, std::uint32_t token, double value) noexcept {
+  return flow.progress(idx, token, value);
+}
+
+bool JobFlow::progress(std::uint32_t idx, std::uint32_t token, double value) noexcept {
+  JobSlot& s = slot(idx);
+  if (std::isnan(value) || s.ctl.fenced(token)) return false;
+  ProgressCells* table = progress_.get();
+  if (table == nullptr) [[unlikely]] {
+    try {
+      table =
+          &progress_.get_or_make([&] { return std::make_unique<ProgressCells>(parts_.capacity); });
+    } catch (...) {  // no memory for the cells: the report is dropped
+      return false;
+    }
+  }
+  ProgressCell* const cells = table->cells.get();
+  ProgressCell& p = cells[idx];
+  const JobId id = s.id.load(std::memory_order_relaxed);
+  const std::int64_t now = parts_.core.now_ns();
+  // relaxed: this handler is the cell's only writer while its delivery counts (see the member).
+  const bool first = p.id.load(std::memory_order_relaxed) != id;
+  p.bits.store(std::bit_cast<std::uint64_t>(value), std::memory_order_relaxed);
+  if (first) p.id.store(id, std::memory_order_relaxed);
+  const std::int64_t last = p.last_event_ns.load(std::memory_order_relaxed);
+  if (parts_.core.observed() && (first || now - last >= parts_.options.progress_interval.count())) {
+    p.last_event_ns.store(now, std::memory_order_relaxed);
+    Event e = parts_.event(EventKind::progress, s, now);
+    e.progress = value;
+    parts_.core.emit(e);
+  }
+  return true;
+}
+
+}  // namespace rail::detail
