@@ -209,9 +209,10 @@ std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std:
       continue;
     }
     // An add on another thread may be sweeping the ring, holding a job that was ready before
-    // this call (review: run_until_idle returned with it still waiting): empty only if no sweep
-    // ran across the pop. The acquire fence pairs with the sweep's release fence, through the
-    // ring head our pop read.
+    // this call (else run_until_idle returns with it still waiting:
+    // ThreadedEngine.InlineRunUntilIdleRunsAJobReadyBeforeItWhileAnotherThreadSweeps pins it):
+    // empty only if no sweep ran across the pop. The acquire fence pairs with the sweep's
+    // release fence, through the ring head our pop read.
     std::atomic_thread_fence(std::memory_order_acquire);
     if (gen % 2 == 0 && sweep_gen_.load(std::memory_order_relaxed) == gen) break;
     std::this_thread::yield();
@@ -444,9 +445,9 @@ void Dispatcher::give_up_duty(WorkerContext& wc) noexcept {
 /// spin), on a dispatcher with more workers, it keeps the duty through the job it found (and
 /// those it finds after it, while they stay fast: run()): producers go on skipping their
 /// wake-ups, and it takes their jobs when its handler returns. Giving the duty up
-/// for each job made every push during a handler wake a sleeper: with one producer and two
+/// for each job would make every push during a handler wake a sleeper: with one producer and two
 /// workers on two cores that is a system call per few jobs for the producer and a third thread
-/// fighting for the cores (1P+2W ran at 1.2-1.9 M jobs/s against 9 with one worker). Should the
+/// fighting for the cores (1P+2W then runs several times slower than one worker). Should the
 /// handler run long after all, the jobs pushed meanwhile wait for it, or for a sleeper's watch
 /// (WakeTarget::sleep(): about 2 x kWatchNs at most); once a handler ran long the worker gives the
 /// duty up.
@@ -482,10 +483,10 @@ bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t&
   // Give the duty up before we take a job, and then take it with next_job, which wakes sleepers
   // for the work beyond ours (pushes skipped their wake-ups while we held the duty; we hold it
   // no more, so next_job's wake-ups are not skipped) without a job in our hands (see there).
-  // Before, the spinner took its job first and woke a sleeper after: the sleeper could land on
-  // our core ahead of us and run the others while our job waited out its time slice
-  // (milliseconds: a p99.9 of the 100k jobs/s row). After a timeout we look once more too, as a
-  // push made while we stop would otherwise wait for the next wake-up.
+  // Taking our job first and waking a sleeper after would let the sleeper land on our core
+  // ahead of us and run the others while our job waits out its time slice (milliseconds, at
+  // the p99.9). After a timeout we look once more too, as a push made while we stop would
+  // otherwise wait for the next wake-up.
   wc.holds_duty = false;
   t.give_up_duty();
   return next_job(w, wc, idx);  // false at once after stop
@@ -524,9 +525,8 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
     return hold_back(&wc, batch.data(), n);
   // The slots were written on the producer's core: start every miss of the batch now, so they
   // overlap instead of stalling one delivery each. The first line only: fetching the second too
-  // (for the stashed jobs of a full batch) trades as moving the delivery fields onto one line
-  // did (job_slot.hpp): add_bulk:64 on the shared pool 5.2 -> 6.6 M jobs/s, single adds at 1P+2W
-  // 4.6 -> 2.4 with the queue's own pool and 4.4 -> 2.7 shared (4 alternating runs, AMD).
+  // (for the stashed jobs of a full batch) trades as one line for the delivery fields would
+  // (job_slot.hpp): faster bulk adds, slower single adds.
   for (std::size_t i = 0; i < n; ++i) {
     prefetch_for_write(&slots_[batch[i]]);
     prefetch_for_read(payload_ + batch[i] * payload_stride_);
@@ -537,8 +537,8 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   // spinner was on duty skipped theirs; this is where they are made up for. A worker that keeps
   // the duty through fast handlers (spin_for_job) makes none, unless a full batch left more
   // behind it: the work then outruns one worker, and sleepers must join in. Another worker always
-  // does (wake_for_ready says why). (The holder's wake-ups were once made and skipped by
-  // wake_for_ready, the duty being its own: a seq_cst fence each, for nothing.)
+  // does (wake_for_ready says why). (The holder makes none rather than have wake_for_ready skip
+  // them, the duty being its own: a seq_cst fence each, for nothing.)
   std::size_t wake = 0;
   if (workers() > 1) {
     const bool more = ready_.size_approx() > 0;

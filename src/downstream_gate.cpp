@@ -34,9 +34,9 @@ DownstreamGate::Decision DownstreamGate::admit(JobId id, std::int64_t now,
   if (a.kind == Admission::Kind::admitted) {
     // The chain: a token and a permit were there for this job; if there is one for the next
     // job too, wake it. Not otherwise: it would be refused and go to the back of the blocked
-    // ring, behind jobs that came after it (review: under a steady load at the rate, the oldest
-    // jobs went round the ring and started last). Whoever frees the next permit or leads to the
-    // next token wakes the next job then.
+    // ring, behind jobs that came after it (else, under a steady load at the rate, the oldest
+    // jobs go round the ring and start last: Review.TheLeaderIsNotOvertakenByTheJobsItWakes
+    // pins it). Whoever frees the next permit or leads to the next token wakes the next job then.
     wake_if_useful(now, false);
     return {Verdict::admitted, 0, a.kind};
   }
@@ -45,7 +45,8 @@ DownstreamGate::Decision DownstreamGate::admit(JobId id, std::int64_t now,
   if (a.returned_permit) wake_if_blocked();
   // A refusal due never (paused for good) leads too: it parks on the wheel, and the others wait
   // behind it. Were it blocked instead, each refused job would find no leader and wake itself:
-  // refused, blocked, woken, refused, forever (review: run_until_idle never returned).
+  // refused, blocked, woken, refused, forever, and run_until_idle never returns
+  // (Review.ADownstreamPausedForGoodParksItsJobsInsteadOfSpinning pins it).
   if (a.kind != Admission::Kind::no_permit) {
     // relaxed: leader_ carries no data; blocked()'s fence orders it against the count. The
     // queue is stored after: changed() may pair a new leader with an old queue, whose promote
@@ -76,8 +77,9 @@ void DownstreamGate::swept(std::int64_t removed, std::int64_t now) noexcept {
   blocked_.fetch_sub(removed, std::memory_order_relaxed);  // relaxed: a figure, as in wake_blocked
   // seq_cst fence: as in blocked(), our pushes before the reads below. A wake missed meanwhile
   // was a release's (a permit is free now) or a leader's stepping down (no leader now). With no
-  // permit free, the next release wakes one: waking now would only send a job round the ring
-  // (review: a concurrency-only gate's sweeps did, and a cancel met the job in transit).
+  // permit free, the next release wakes one: waking now would only send a job round the ring,
+  // where the next cancel could meet it in transit (on a concurrency-only gate, at every sweep:
+  // ReviewThreaded.CancelledBlockedJobsGiveTheirSlotsBack pins it).
   // With one free: wake if the job could start now, or would lead (refused for time).
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (blocked_.load(std::memory_order_relaxed) > 0 && limits_.permit_free() &&
@@ -87,7 +89,8 @@ void DownstreamGate::swept(std::int64_t removed, std::int64_t now) noexcept {
 
 void DownstreamGate::release(std::int64_t now) noexcept {
   // With no limit at the release, no job waits for a permit: jobs wait only for time, and their
-  // leader's stepping down wakes them (review: each return woke one, which was refused again).
+  // leader's stepping down wakes them (else each return wakes one, refused again:
+  // Review.TheLeaderIsNotOvertakenByTheJobsItWakes pins it).
   // With one, the freed permit is of use only with a token there; without, a leader brings the
   // token and wakes then, and with no leader the woken job will lead.
   if (limits_.release_permit()) wake_if_useful(now, true);
@@ -133,10 +136,10 @@ bool DownstreamGate::wake_one() noexcept {
   // relaxed: the cursor only spreads wakes over the queues; any value is correct.
   const std::size_t start = cursor_.fetch_add(1, std::memory_order_relaxed);
   // A queue that is not paused first. Else a paused one takes the wake (its job waits in its
-  // ready ring, and starts or leads at the resume): refused, the wake was lost, and the one its
-  // resume hands on did not make up for several (review: the leader's stepping down and its
-  // admission both woke into a paused queue; at the resume one job took the last token and none
-  // was left to lead the others).
+  // ready ring, and starts or leads at the resume): were it refused, the wake would be lost, and
+  // the one a resume hands on does not make up for several: a leader's stepping down and its
+  // admission, both waking into a paused queue, would leave no job to lead the others at its
+  // resume (JobDownstreamInline.APausedQueueThatRefusedTwoWakesStrandsNoJobOnResume pins it).
   for (const bool even_paused : {false, true}) {
     for (std::size_t k = 0; k < n; ++k) {
       BlockedQueue* q = queues_[(start + k) % n].load(std::memory_order_relaxed);

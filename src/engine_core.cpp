@@ -18,6 +18,47 @@ EngineCore::EngineCore(const EngineOptions& options)
 
 EngineCore::~EngineCore() = default;  // WorkerPool is complete here
 
+void EngineCore::timer_loop(const std::atomic<bool>& stop) {
+  timer_thread_mark() = true;
+  while (!stop.load(std::memory_order_acquire)) {
+    std::optional<std::int64_t> next = *with_wheel([&](Wheel& wheel) {
+      process_timers_locked();
+      return wheel.next_event_ns();
+    });
+    std::unique_lock lock(timer_mu_);
+    auto woken = [&] {
+      // acq_rel: consumes a signal and acquires the pushes made before it.
+      return timer_signal_.exchange(0, std::memory_order_acq_rel) != 0 ||
+             stop.load(std::memory_order_acquire);
+    };
+    if (!next || clock_.is_manual()) {
+      // A manual clock moves only through advance(), which signals us.
+      timer_cv_.wait(lock, woken);
+    } else {
+      const auto wait_ns = timer_wait_ns(*next, now_ns());  // bounded: see deadline.hpp
+      if (wait_ns > 0) timer_cv_.wait_for(lock, std::chrono::nanoseconds(wait_ns), woken);
+    }
+  }
+}
+
+std::size_t EngineCore::process_timers_locked() {
+  std::size_t n = queue_count();
+  for (std::size_t i = 0; i < n; ++i)
+    queues_[i]->drain_timer_inbox(wheel_);
+  std::int64_t now = now_ns();
+  std::size_t fired = wheel_.advance(now, [&](TimerNode& node) {
+    queues_[node.tag >> 32]->fire(static_cast<std::uint32_t>(node.tag), now, wheel_);
+  });
+  if (mode_ == Mode::inlined)
+    for (std::size_t i = 0; i < n; ++i)
+      queues_[i]->sweep_inline(now);
+  // relaxed: a hint for poll_timers(); a stale value only makes a worker check early or leave
+  // the firing to the timer thread.
+  next_due_ns_.store(wheel_.next_event_ns().value_or(std::numeric_limits<std::int64_t>::max()),
+                     std::memory_order_relaxed);
+  return fired;
+}
+
 WorkerPool& EngineCore::shared_pool() {
   const std::lock_guard lock(pool_mu_);
   if (!pool_) {

@@ -94,8 +94,10 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   if (from == SlotState::waiting) {
     sweep_blocked();
     // Its index may be in the ready ring: the next add that finds no room sweeps it. release:
-    // see reclaim_cancelled_waiting. Before ends_.ended(), whose kept add (review: it was filed to
-    // the DLQ as an overflow) must find the slot this cancel frees, and before cancel() returns.
+    // see reclaim_cancelled_waiting. Before ends_.ended(), whose kept add must find the slot this
+    // cancel frees rather than go to the DLQ as an overflow
+    // (ThreadedEngine.AKeptAddRunByTheCancelOfItsWaitingJobTakesTheSlotTheCancelFrees pins it),
+    // and before cancel() returns.
     waiting_cancels_.fetch_add(1, std::memory_order_release);
   }
   ends_.ended(id, std::move(settled));  // an add kept while the job ran before a lapse requeued it
@@ -104,8 +106,9 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
 void JobFlow::drop_cancelled(std::uint32_t idx) {
   GateLink* const gate = links_.link(slot(idx).link);  // read while the index is still ours
   ends_.reclaim_cancelled(idx);
-  // Woken from the blocked ring, it took a wake it cannot use: hand it on (review: a cancelled
-  // job behind a cancelled leader stranded the rest).
+  // Woken from the blocked ring, it took a wake it cannot use: hand it on (else a cancelled job
+  // behind a cancelled leader strands the rest:
+  // Review.CancellingTheLeaderAndTheJobBehindItLeavesNoJobStranded pins it).
   if (gate) [[unlikely]]
     gate->gate().pass_wake();
 }
@@ -122,7 +125,8 @@ bool JobFlow::reclaim_cancelled_waiting() noexcept {
   if (cancels == 0) return false;  // no waiting job was ever cancelled: nothing to reclaim
   // What a sweep must have seen: every cancel so far, and every index a worker held back for a
   // pause (Dispatcher::held_back: popped before the last sweep's pass, stashed after it, it
-  // would wait out the pause with a cancelled job's slot: review of cbfe419). Both only grow,
+  // would wait out the pause with a cancelled job's slot:
+  // ThreadedEngine.APausedQueueGivesBackEveryCancelledSlotDedicated pins it). Both only grow,
   // so their sum equals the last sweep's only if neither moved since. acquire: pairs with the
   // release store below, so the slots that sweep freed are visible to the caller's next look.
   if (sweep_mark() == swept_mark_.load(std::memory_order_acquire)) return true;
@@ -151,7 +155,8 @@ bool JobFlow::reclaim_cancelled_waiting() noexcept {
 void JobFlow::sweep_blocked() noexcept {
   // Cold (a cancel). The blocked ring is popped only by wakes, which a stalled downstream may
   // not make for a long time: a cancelled job there would keep its slot (and count as blocked)
-  // as long (review: a queue full of cancelled jobs answered `full`). Each index present now is
+  // as long, and a queue full of cancelled jobs would answer `full`
+  // (ReviewThreaded.CancelledBlockedJobsGiveTheirSlotsBack pins it). Each index present now is
   // taken once: a cancelled job's slot is reclaimed, as a popper reclaims it; one taken by
   // take_leftovers after shutdown is dropped, as a popper drops it; the rest go back, in order.
   links_.for_each([this](GateLink& link) {
@@ -187,8 +192,9 @@ bool JobFlow::retime(JobId id, std::int64_t due) {
           break;
         if (timers_.retime(i, c, std::max(due, now), now, wheel, *this)) {
           // Due later than now: if it led its downstream's waiting jobs, it no longer waits for
-          // their token; another leads (review: a leader parked by change_delay held them). Due
-          // now, it fired above and stepped down in timer_fired.
+          // their token; another leads (else a leader parked by change_delay holds them:
+          // Review.ALeaderParkedByChangeDelayStepsDown pins it). Due now, it fired above and
+          // stepped down in timer_fired.
           if (due > now) links_.stepped_aside(id);
           return true;
         }

@@ -225,7 +225,8 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
     // A Completion owns the delivery: its lease, its permit and its outcome. Nothing of the
     // slot is read from here on: the completion may have ended the job already. The handler's
     // own pin (defer took it) goes; if the job ended meanwhile, the last pin frees its slot
-    // (review: the completion freed the slot under a handler still reading its payload).
+    // (else the completion frees it under a handler still reading its payload:
+    // CompletionReview.CompletingInsideTheHandlerKeepsThePayloadUntilTheHandlerReturns pins it).
     if (slot(idx).ctl.unpin()) ends_.final_end(idx);
     return true;
   }
@@ -259,10 +260,12 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   const auto f = s.ctl.finish(token);
   // The delivery's pin is gone (either way): a deferred delivery's record goes back with it.
   // Not later: a retry made ready below may be delivered, and deferred again, before we return,
-  // and with max_pending 1 its defer needs this record (CI hung on that: the defer threw
-  // `capacity`, the job was dead-lettered). Not earlier: a lapsed delivery's completer holds
-  // its pin until here, and a record taken by the next delivery meanwhile would leave a pin
-  // that no record bounds (the pin count at kMaxPending's static_assert).
+  // and with max_pending 1 its defer needs this record (else the defer throws `capacity` and
+  // the job is dead-lettered:
+  // CompletionThreads.ARetriedJobsNextDeferFindsTheRecordItsCompletionGaveBack pins it). Not
+  // earlier: a lapsed delivery's completer holds its pin until here, and a record taken by the
+  // next delivery meanwhile would leave a pin that no record bounds (the pin count at
+  // kMaxPending's static_assert).
   if (pending_record != kNoPendingRecord) completions_.give_back(pending_record);
   if (f.result != SlotControl<>::Finish::live) {
     // Stale: the lease lapsed and the job moved on; our pin is dropped. If the job has ended
@@ -288,7 +291,8 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   // We hold the slot in `finishing`. A plain completion needs the time only for an event or a
   // record: skip the clock read (~50 ns on a VM) when nobody observes or waits. Only complete()
   // may go without it: it reads the clock itself if a waiter came meanwhile, where end_job
-  // (a job with a dedup id) would stamp a late waiter's record or event with 0 (review).
+  // (a job with a dedup id) would stamp a late waiter's record or event with 0
+  // (ResultsThreaded.AWaiterThatCameDuringADedupJobsEndGetsItsEndTime pins it).
   const bool cancelled = (ctl::flags(c) & ctl::kCancelRequested) != 0;
   const bool plain_done = out.kind() == Outcome::Kind::done && !cancelled &&
                           !parts_.core.observed() && !ends_.tracker().wanted() && !s.has_dedup;
@@ -434,7 +438,8 @@ bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t del
     // Back to waiting (pins - 1) with its index in the blocked ring: still counted waiting.
     if (!s.ctl.deactivate(token)) {
       // Cancelled meanwhile: deliver goes on with this delivery (ending it unrun), so it keeps
-      // its number (soak: a `started` event numbered 0 when this was missing).
+      // its number (else its `started` event is numbered 0:
+      // DownstreamInline.AJobCancelledAsItIsRefusedEndsCancelledWithItsDeliveryNumbered pins it).
       s.deliveries.store(
           static_cast<std::uint16_t>(delivered == 0xFFFF ? delivered : delivered + 1),
           std::memory_order_relaxed);
@@ -483,8 +488,9 @@ void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
   // The gate's leader is ready again: it steps down now, not when a worker delivers it, so that
   // a paused queue or busy workers cannot hold up another queue's jobs waiting at the gate. After
   // its push: the job this wakes is behind it in the ready ring, so that the leader, first in
-  // line, takes the token it waited for (review: the woken job took it, and the leader, refused,
-  // led again, each time, for as long as others waited).
+  // line, takes the token it waited for (else the woken job takes it, and the leader, refused,
+  // leads again, each time, for as long as others wait:
+  // Review.TheLeaderIsNotOvertakenByTheJobsItWakes pins it).
   if (gate) gate->gate().forget_leader(id);
 }
 

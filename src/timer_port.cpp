@@ -137,7 +137,8 @@ bool TimerPort::retime(std::uint32_t idx, std::uint64_t c, std::int64_t due, std
   // A slot turns delayed just before its index is pushed to the inbox (publish_new,
   // fail_attempt's retry): one that was delayed when the inbox was drained may still be in
   // transit. Its submitter is a few instructions from the push and waits for nothing, so wait
-  // for the index here, holding the slot in `updating` (review: this was an invariant abort).
+  // for the index here, holding the slot in `updating`, rather than take its absence for a
+  // broken invariant (PeerRetime.PromoteOfAJobOnItsWayToTheTimerDoesNotAbort pins it).
   bool held = unlink(s, wheel);
   while (!held) {
     std::this_thread::yield();

@@ -1,4 +1,4 @@
-// Downstream limits: what the service behind a queue's handlers can take (issue 14). A pool of
+// Downstream limits: what the service behind a queue's handlers can take. A pool of
 // workers sized to the machine is not a pool sized to the payment API it calls: that API allows
 // so many calls in flight (concurrency) and so many per period (rate), and answers 429 with a
 // retry-after when pushed past either. DownstreamOptions states those limits; the engine admits a

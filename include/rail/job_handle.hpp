@@ -125,8 +125,9 @@ class JobHandle {
         if (detail::run_inline(flow_->core()) == 0) return ended();
       }
     }
-    // Settled: the end is recorded and its callbacks ran (the header's promise; review: the end
-    // alone returned while another thread was still running an on_end callback).
+    // Settled: the end is recorded and its callbacks ran (the header's promise; else a wait
+    // returns while another thread still runs an on_end callback:
+    // ResultsThreaded.WaitForReturnsOnlyAfterTheJobsCallbacksRan pins it).
     if (!sure_) (void)ended();
     if (waiter_->wait_until(std::chrono::steady_clock::time_point::min())) return ended();
     // About to block with no end in sight (wait(), or a timeout that saturated to never): on the

@@ -165,7 +165,8 @@ struct WorkerOptions {
   /// The largest max_pending process() accepts (a lease record of 64 bytes each). Bounded by the
   /// 16-bit pin count of a job's slot (slot_table.hpp): a Completion whose lease lapsed still
   /// pins it, so one job may be pinned by every pending record, every worker and a canceller
-  /// (review: 1 << 20 let 65,536 stale Completions of one job overflow its pins).
+  /// (else 65,536 stale Completions of one job overflow its pins:
+  /// CompletionReview.MaxPendingStaysWithinWhatAJobsPinsCanCount pins it).
   static constexpr std::uint32_t kMaxPending = 0xFFFF - kMaxConcurrency - 1;
   /// Jobs whose handler returned Outcome::pending() (Job::defer, completion.hpp) that may await
   /// their Completion at once, 0 .. kMaxPending: the queue keeps a lease record for each.

@@ -4,12 +4,12 @@
 // Guarantee: linking rail::rail never replaces malloc or operator new. rail's blocks come from
 // mimalloc's `mi_` API, reached through a private dlopen(RTLD_LOCAL) of Debian's
 // libmimalloc.so.2: a library opened RTLD_LOCAL does not enter the global symbol scope, so its
-// exports of malloc/free/new do not interpose anybody's (issue 10; tests/allocator_test.cpp).
+// exports of malloc/free/new do not interpose anybody's (tests/allocator_test.cpp).
 // Where the library cannot be opened, rail falls back to aligned operator new, decided once per
 // process; allocation_stats().backend says which.
 // The process-wide override is an explicit opt-in: CMake option RAIL_MIMALLOC_OVERRIDE (README).
 //
-// Why not the header-only `mi_` calls rail made before: they made every consumer link
+// Why not mimalloc's header-only `mi_` calls: they would make every consumer link
 // libmimalloc.so, which Debian builds with MI_OVERRIDE, and put <mimalloc.h> in a public header.
 // Debian ships no static libmimalloc.a to link the API alone.
 //

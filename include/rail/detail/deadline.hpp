@@ -2,7 +2,7 @@
 //
 // Guarantee: no deadline computation overflows. A sum past the clock's range is "never"
 // (kNever, INT64_MAX ns), and so is any duration of Duration::max(): rail itself uses
-// Duration::max() to mean "never" (visibility, drain), so users pass it everywhere (issue 10).
+// Duration::max() to mean "never" (visibility, drain), so users pass it everywhere.
 // Every engine deadline (delay, retry_after, backoff, dedup ttl, lease grant and renewal, the
 // lease sweep's re-arm, DLQ retention) goes through saturating_add; every real-time wait
 // (block_timeout, shutdown grace, drain timeout) through steady_deadline.

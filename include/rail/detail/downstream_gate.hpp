@@ -54,8 +54,9 @@ class BlockedQueue {
   /// woken into a paused queue holds the wake until its resume: wake_one offers it to the other
   /// queues first).
   /// `blocked` (the gate's count) is decremented between the pop and the requeue, so that a job
-  /// that runs and ends at once is never still counted once its queue drained (review: stats()
-  /// showed 1 waiting after drain() had returned).
+  /// that runs and ends at once is never still counted once its queue drained (else stats()
+  /// can show 1 waiting after drain() returned:
+  /// ReviewThreaded.SharedDownstreamUnderFlipsCancelsPushbacksAndLapses pins it).
   virtual bool wake_blocked(std::atomic<std::int64_t>& blocked, bool even_paused) noexcept = 0;
   /// promote_leader(id): the gate's limits changed: job `id`, delayed as the gate's leader,
   /// runs now (Queue::promote).

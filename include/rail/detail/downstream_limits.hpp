@@ -1,4 +1,4 @@
-// DownstreamLimits: the admission gate of one downstream service (issue 14): a concurrency
+// DownstreamLimits: the admission gate of one downstream service: a concurrency
 // permit counter, a token bucket for the rate (BullMQ's limiter: `max` starts per `per`, bucket
 // capacity `burst`), and a pushback pause (HTTP 429 with retry-after). try_admit(now) admits a job
 // only when all three allow it; otherwise it says what to wait for: a permit's release, or a time.

@@ -1,6 +1,12 @@
-// EngineCore: the parts of an Engine that its queues call back into — clock, id sequence,
-// observers, and the timing wheel with its owner thread — kept apart from Engine so that the
-// typed queue implementation can use them without seeing the whole public class.
+// EngineCore: the parts of an Engine that its queues call back into — clock, job ids, the
+// accepting flag, observers, the queue / shared-pool / downstream registries, and the timing
+// wheel with its owner thread — kept apart from Engine so that the typed queue implementation can
+// use them without seeing the whole public class (QueueBase is what it sees of each queue).
+//
+// Guarantees: job ids are unique for the engine's life; once accepting() reads false it stays
+// false; no observer and no user callback runs while any thread holds the wheel (events raised
+// by the wheel's owner are delivered right after it lets go, in order); a timer never fires
+// before its deadline.
 //
 // Observers: an ObserverList (observer_list.hpp): any number, removable, walked by emit()
 // without a lock or an allocation while on_event / remove_observer swap its snapshot.
@@ -12,6 +18,11 @@
 // only try_lock, so they never wait for the wheel. In inline mode the thread calling
 // run_until_idle() or advancing the ManualClock owns it. Producers never take the lock: they hand
 // slots to the wheel through each queue's timer inbox (an MPMC ring) and signal_timer().
+//
+// Shutdown: Engine stops accepting (stop_accepting), stops and joins the queues' workers and the
+// shared pool, then the timer thread (its loop ends on `stop`); settle_timers() waits out a
+// firing in progress. Queues are destroyed before the core, so the gates and the wheel outlive
+// every queue that points at them.
 #pragma once
 
 #include <algorithm>
@@ -311,29 +322,8 @@ class EngineCore {
     (void)with_wheel([](Wheel&) { return true; });
   }
 
-  /// timer_loop(stop): the timer thread's body.
-  void timer_loop(const std::atomic<bool>& stop) {
-    timer_thread_mark() = true;
-    while (!stop.load(std::memory_order_acquire)) {
-      std::optional<std::int64_t> next = *with_wheel([&](Wheel& wheel) {
-        process_timers_locked();
-        return wheel.next_event_ns();
-      });
-      std::unique_lock lock(timer_mu_);
-      auto woken = [&] {
-        // acq_rel: consumes a signal and acquires the pushes made before it.
-        return timer_signal_.exchange(0, std::memory_order_acq_rel) != 0 ||
-               stop.load(std::memory_order_acquire);
-      };
-      if (!next || clock_.is_manual()) {
-        // A manual clock moves only through advance(), which signals us.
-        timer_cv_.wait(lock, woken);
-      } else {
-        const auto wait_ns = timer_wait_ns(*next, now_ns());  // bounded: see deadline.hpp
-        if (wait_ns > 0) timer_cv_.wait_for(lock, std::chrono::nanoseconds(wait_ns), woken);
-      }
-    }
-  }
+  /// timer_loop(stop): the timer thread's body (src/engine_core.cpp).
+  void timer_loop(const std::atomic<bool>& stop);
 
  private:
   /// DeferredEvent: an event raised by the wheel's owner, with copies of the views that may not
@@ -450,23 +440,9 @@ class EngineCore {
                  e.queue.data(), what);
   }
 
-  std::size_t process_timers_locked() {
-    std::size_t n = queue_count();
-    for (std::size_t i = 0; i < n; ++i)
-      queues_[i]->drain_timer_inbox(wheel_);
-    std::int64_t now = now_ns();
-    std::size_t fired = wheel_.advance(now, [&](TimerNode& node) {
-      queues_[node.tag >> 32]->fire(static_cast<std::uint32_t>(node.tag), now, wheel_);
-    });
-    if (mode_ == Mode::inlined)
-      for (std::size_t i = 0; i < n; ++i)
-        queues_[i]->sweep_inline(now);
-    // relaxed: a hint for poll_timers(); a stale value only makes a worker check early or leave
-    // the firing to the timer thread.
-    next_due_ns_.store(wheel_.next_event_ns().value_or(std::numeric_limits<std::int64_t>::max()),
-                       std::memory_order_relaxed);
-    return fired;
-  }
+  /// process_timers_locked(): the wheel's owner links what the queues' inboxes hold, fires
+  /// what is due and, inline, sweeps leases (src/engine_core.cpp).
+  std::size_t process_timers_locked();
 
   Clock& clock_;
   Mode mode_;

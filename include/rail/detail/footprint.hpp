@@ -1,6 +1,6 @@
 // Queue footprint: the memory a queue declaration preallocates, computed before anything is
 // allocated, so that a capacity the machine cannot hold is refused with the size it would need
-// instead of ending the process in the allocator or the OOM killer (issue 10).
+// instead of ending the process in the allocator or the OOM killer.
 //
 // What a queue of capacity C and payload T preallocates (QueueImpl's members):
 //   C x sizeof(JobSlot) (128 B)  slot headers, written at declaration (each slot's timer tag)

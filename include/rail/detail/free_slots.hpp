@@ -90,8 +90,9 @@ class BasicFreeSlots {
   /// try_pop(out): a free index (recycled first once warm), or false when every slot is in use.
   bool try_pop(std::uint32_t& out) noexcept {
     if (try_pop_once(out)) return true;
-    // Always look again (review: another thread may have flushed the batches meanwhile, and
-    // answering `full` then left a free index in the ring).
+    // Always look again: another thread may have flushed the batches meanwhile (else `full`
+    // while a free index waits in the ring:
+    // ThreadedEngine.TwoAddsRacingForSlotsAnotherQueuesWorkerFreedBothGetOne pins it).
     flush_all();
     return try_pop_once(out);
   }
@@ -101,11 +102,10 @@ class BasicFreeSlots {
   /// starts fetching the ring cell of the pop after that one, so that the next guess hits.
   /// Recycled slots are guessed only while the caller looks like the only popper: with several
   /// producers the next index goes to another one as often as not, and a prefetch for writing
-  /// would pull its lines away from the producer that fills them (2P+1W ran at 4.0-5.9 M jobs/s
-  /// instead of 6.7-8.4). So the guess is made only if the ring's pop count moved by exactly
-  /// `popped` since the caller's previous call (remembered per thread, for the last 4 queues it
-  /// added to). During the warm phase every producer guesses the next never-used slot: a brief
-  /// phase, a few MB of slots.
+  /// would pull its lines away from the producer that fills them. So the guess is made only if
+  /// the ring's pop count moved by exactly `popped` since the caller's previous call (remembered
+  /// per thread, for the last 4 queues it added to). During the warm phase every producer guesses
+  /// the next never-used slot: a brief phase, a few MB of slots.
   [[nodiscard]] bool next_hint(std::uint32_t& out, std::size_t popped) const noexcept {
     if (const std::size_t f = touched(); f < warm_) {  // try_pop_once hands out a fresh one
       out = static_cast<std::uint32_t>(f);
@@ -179,8 +179,9 @@ class BasicFreeSlots {
     if (const std::size_t got = try_pop_bulk_once(out, n)) return got;
     flush_all();
     // A flush (ours, or another thread's that emptied the batches first) may still be writing
-    // ring cells: while enough indices look free, wait them out as the single pop does
-    // (review: add_bulk answered `full` right after drain()).
+    // ring cells: while enough indices look free, wait them out as the single pop does (else
+    // add_bulk can answer `full` right after drain():
+    // ThreadedEngine.ABulkAddAfterDrainFindsEverySlotTheWorkersFreed pins it).
     for (;;) {
       if (const std::size_t got = try_pop_bulk_once(out, n)) return got;
       if (recycled_.size_approx() + fresh_left() < n &&

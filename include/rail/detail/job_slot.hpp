@@ -59,14 +59,9 @@ struct SlotExtra {
   std::unique_ptr<std::string> own_name;
 };
 
-// Layout: a plain delivery reads and writes both lines (started_ns and deliveries are on the
-// second). Moving every delivery field onto the first line (821cc1d, reverted) made workers
-// faster: add_bulk:64 on the shared pool 7.1 -> 9.5 M jobs/s. But single adds at 1P+2W then
-// fell (4.16 -> 2.85 M/s with the queue's own pool, 4.45 -> 2.25 shared, 6 alternating runs):
-// workers that keep up with the producer take its jobs one at a time as they land (1.4-1.9
-// jobs per pop against 2.9-9.0, 0.9-1.2 M spinner hits per 4 M jobs against 35-228 k), and
-// each single hand-off costs the producer the ring cell's line. Take it again once a worker
-// that keeps up lets batches form.
+// Layout: a plain delivery touches both lines (started_ns and deliveries are on the second).
+// All delivery fields on the first line would speed bulk adds but slow single adds: workers that
+// keep up take each job as it lands, and each hand-off costs the producer the ring cell's line.
 struct alignas(64) JobSlot {
   SlotControl<> ctl;
   // id is atomic only because cold-path scanners (state(), cancel) read it while the holder may

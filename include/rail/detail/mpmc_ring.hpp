@@ -284,7 +284,8 @@ class MpmcRing {
   /// linearizable: another consumer may pop the value first, so a caller may only use it as a
   /// guess (to prefetch what the value names). Packed rings only: the seq and the value are one
   /// word, read with one load, so the value is always the one pushed at pos, never one of
-  /// another lap or a released cell's 0 (review: two loads of the word could pair them).
+  /// another lap or a released cell's 0 (else two loads of the word could pair them:
+  /// MpmcRingSchedule.APeekRacingPushesAndPopsOnlyEverSeesPushedValues pins it).
   [[nodiscard]] bool peek(std::uint64_t pos, T& out) const noexcept {
     static_assert(kPacked, "MpmcRing::peek reads the value with its seq: 4-byte T only");
     // Relaxed: nothing is read on the strength of the guess, and the word carries its own seq.

@@ -1,5 +1,5 @@
 // Payload requirements: what rail asks of a queue's payload type T, per operation, so that a
-// type is refused only by the call that needs what it lacks (issue 10).
+// type is refused only by the call that needs what it lacks.
 //
 //   every queue         std::is_nothrow_move_constructible_v<T> (QueueImpl's static_assert): a
 //                       job moves between the queue, the DLQ and redrive on paths that must not

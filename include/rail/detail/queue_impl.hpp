@@ -1,9 +1,10 @@
 // QueueImpl<T>: one named, typed, bounded queue — the part of a queue that touches its payload
 // type. Where a job goes and who may change its state is the job flow's (job_flow.hpp, compiled
 // once in src/); this layer keeps the payload cells' contents and the typed calls:
-//   add / add_bulk   fill a slot's payload, then hand it to the flow (publish_new)
-//   debounce         replace a delayed job's payload (SlotControl::begin_update refuses while a
-//                    stale handler still reads it)
+//   add / add_bulk   fill a slot's payload (JobFlow::add_with runs the rest of the add)
+//   merges           a duplicate of a live job: debounce or replace a delayed job's payload
+//                    (SlotControl::begin_update refuses while a stale handler still reads it),
+//                    or keep it for after the running job (KeptAdds, kept_adds.hpp)
 //   run_with         builds the handler's Job<T> view over a slot's payload and calls it
 //   retire           a job's end: move the payload into its DLQ entry or destroy it
 //   redrive / take_leftovers / overflow: payloads into and out of the DLQ and the caller
@@ -19,13 +20,13 @@
 #include <span>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "rail/add_result.hpp"
 #include "rail/dead_letter_queue.hpp"
 #include "rail/detail/job_flow.hpp"
+#include "rail/detail/kept_adds.hpp"
 #include "rail/detail/payload.hpp"
 #include "rail/error.hpp"
 #include "rail/job.hpp"
@@ -221,12 +222,11 @@ class QueueImpl final : public JobFlow {
                       "Engine::shutdown() returned, outside handlers and callbacks");
     // Adds kept for after a running job (keep_last_if_active): their job was taken above or
     // never starts again, or still runs past the grace and would file them to the DLQ when it
-    // ends; handed back here instead, all of them (review: they were lost).
-    std::lock_guard lock(deferred_mu_);
-    for (auto& [owner, d] : deferred_adds_) {
+    // ends; handed back here instead, all of them, not lost
+    // (Peers.AKeptAddIsNotLostWhenItsJobIsLeftOverAtShutdown pins it).
+    kept_.take_all([&](typename KeptAdds<T>::Kept&& d) {
       out.push_back(Leftover<T>{0, std::move(d.name), std::move(d.data), 0, false});
-    }
-    deferred_adds_.clear();
+    });
     return out;
   }
 
@@ -434,7 +434,8 @@ class QueueImpl final : public JobFlow {
                                          saturating_add(now, *o.dedup.ttl));
     s.ctl.end_update();
     // A debounced job no longer waits for its downstream's token: if it led the jobs waiting
-    // for it, another leads (review: the rest waited out the debounce).
+    // for it, another leads (else the rest wait out the debounce:
+    // Review.ALeaderDebouncedLaterStepsDown pins it).
     if (later) links().stepped_aside(claim.owner);
     return true;
   }
@@ -453,43 +454,16 @@ class QueueImpl final : public JobFlow {
                  const JobOptions& o) {
     const auto idx = static_cast<std::uint32_t>(claim.value);
     if (idx >= capacity()) return false;
-    std::lock_guard lock(deferred_mu_);
-    auto it = deferred_adds_.find(claim.owner);
-    if (it != deferred_adds_.end()) {
-      // Kept before and not taken yet (run_deferred takes it under this lock), whatever the
-      // job's state now (a lapse may have put it back to waiting): the newest wins.
-      replace_payload(it->second.data, std::move(data));
-      it->second.name.assign(job_name);
-      it->second.options = o;
-      return true;
-    }
-    return claims().keep_while_active(
-        idx, claim.owner, o.dedup.id,
-        [&] {
-          deferred_adds_.emplace(claim.owner, Deferred{std::move(data), std::string(job_name), o});
-        },
-        [&] {
-          auto kept = deferred_adds_.find(claim.owner);
-          replace_payload(data, std::move(kept->second.data));  // the caller still owns it
-          deferred_adds_.erase(kept);
-        });
+    return kept_.keep(claim.owner, job_name, data, o, [&](auto&& keep, auto&& undo) {
+      return claims().keep_while_active(idx, claim.owner, o.dedup.id, keep, undo);
+    });
   }
 
-  void collect_deferred(ShutdownReport& report) const override {
-    std::lock_guard lock(deferred_mu_);
-    for (const auto& [owner, d] : deferred_adds_)
-      report.not_started.push_back(LeftoverJob{name(), 0, d.name, 0});
-  }
+  void collect_deferred(ShutdownReport& report) const override { kept_.list(report, name()); }
 
   void run_deferred(JobId id) noexcept override {
-    std::optional<Deferred> d;
-    {
-      std::lock_guard lock(deferred_mu_);
-      auto it = deferred_adds_.find(id);
-      if (it == deferred_adds_.end()) return;
-      d.emplace(std::move(it->second));
-      deferred_adds_.erase(it);
-    }
+    std::optional<typename KeptAdds<T>::Kept> d = kept_.take(id);
+    if (!d) return;
     const std::string& key = d->options.dedup.id;
     try {
       // The ended job held the id for the kept add (see the keep gate): the new job takes it
@@ -499,7 +473,9 @@ class QueueImpl final : public JobFlow {
       const AddResult r = add_one(d->name, std::move(d->data), d->options, AddFrom::kept, id);
       if (r.status == AddStatus::added || r.status == AddStatus::duplicate) return;
       if (r.status == AddStatus::dead_lettered) {  // filed (OverflowPolicy::dead_letter)
-        (void)claims().window().release(key, id);  // review: the id was held forever
+        // The id goes too (else it is held forever:
+        // Peers.AKeptAddFiledByAFullDeadLetterQueueLetsTheIdGo pins it).
+        (void)claims().window().release(key, id);
         return;
       }
     } catch (const std::exception&) {  // shutting down: it must not vanish either
@@ -513,19 +489,11 @@ class QueueImpl final : public JobFlow {
     }
   }
 
-  /// Deferred: an add kept until the running job it duplicates ends (keep_last_if_active).
-  struct Deferred {
-    T data;
-    std::string name;
-    JobOptions options;
-  };
-
   mutable DeadLetterQueue<T> dlq_;
   std::mutex handler_mu_;
   using HandlerBox = std::unique_ptr<void, void (*)(void*)>;
   HandlerBox handler_{nullptr, nullptr};  // the handler run_with calls (set_handler)
-  mutable std::mutex deferred_mu_;
-  std::unordered_map<JobId, Deferred> deferred_adds_;
+  KeptAdds<T> kept_;                      // adds kept for after a running job (keep_last_if_active)
 };
 
 }  // namespace rail::detail

@@ -1,7 +1,7 @@
 // TscTime: the kernel's steady time, read from the CPU's time-stamp counter (TSC). On this KVM
 // guest a vDSO clock_gettime costs ~25 ns and this ~10.5; a job reads the engine clock about
-// twice (its add, its start), and in issue 14's busy-core profile those reads were a sixth of a
-// job's CPU time.
+// twice (its add, its start), and in a busy-core profile those reads are a sixth of a job's
+// CPU time.
 //
 // Algorithm: time = base_ns + (tsc - base_tsc) * period, where (base_tsc, base_ns) is an anchor,
 // a TSC reading and the kernel's steady time taken together, and `period` (nanoseconds per tick,

@@ -1,0 +1,90 @@
+// KeptAdds<T>: the adds a queue keeps for after a running job that holds their dedup id
+// (DedupOptions::keep_last_if_active): at most one per job, the newest replacing an older one,
+// added when the job ends (PayloadHooks::run_deferred) or handed back at shutdown.
+//
+// Guarantee: a kept add is taken exactly once — by the end of its job (take), or by shutdown's
+// take_leftovers (take_all) — never lost and never run twice. Whether an add may be kept at all
+// is the job's keep gate's decision (DedupClaims::keep_while_active), made under this lock so
+// that the record and the gate move together.
+// Threading: every call takes the lock; cold (one entry per running job with a kept add).
+#pragma once
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+
+#include "rail/detail/payload.hpp"
+#include "rail/options.hpp"
+#include "rail/shutdown_report.hpp"
+
+namespace rail::detail {
+
+template <class T>
+class KeptAdds {
+ public:
+  /// Kept: an add kept until the running job it duplicates ends.
+  struct Kept {
+    T data;
+    std::string name;
+    JobOptions options;
+  };
+
+  /// keep(owner, name, data, o, gate): keeps the add for after job `owner`. Kept before and not
+  /// taken yet, whatever the job's state now (a lapse may have put it back to waiting): the
+  /// newest wins, in place. Else, under the lock, gate(keep, undo) decides (keep() records the
+  /// add, undo() gives `data` back to the caller): false when nothing was kept.
+  template <class Gate>
+  bool keep(JobId owner, std::string_view name, T& data, const JobOptions& o, Gate&& gate) {
+    const std::lock_guard lock(mu_);
+    if (auto it = adds_.find(owner); it != adds_.end()) {
+      replace_payload(it->second.data, std::move(data));
+      it->second.name.assign(name);
+      it->second.options = o;
+      return true;
+    }
+    return gate(
+        [&] {
+          adds_.emplace(owner, Kept{std::move(data), std::string(name), o});
+        },
+        [&] {
+          auto kept = adds_.find(owner);
+          replace_payload(data, std::move(kept->second.data));  // the caller owns it
+          adds_.erase(kept);
+        });
+  }
+
+  /// take(owner): the add kept for job `owner`, which ended; nullopt if none.
+  std::optional<Kept> take(JobId owner) {
+    const std::lock_guard lock(mu_);
+    auto it = adds_.find(owner);
+    if (it == adds_.end()) return std::nullopt;
+    std::optional<Kept> out(std::move(it->second));
+    adds_.erase(it);
+    return out;
+  }
+
+  /// take_all(f): f(kept&&) for every kept add, which leaves (shutdown's take_leftovers).
+  template <class F>
+  void take_all(F&& f) {
+    const std::lock_guard lock(mu_);
+    for (auto& [owner, kept] : adds_)
+      f(std::move(kept));
+    adds_.clear();
+  }
+
+  /// list(report, queue): each kept add as a job that never started.
+  void list(ShutdownReport& report, const std::string& queue) const {
+    const std::lock_guard lock(mu_);
+    for (const auto& [owner, kept] : adds_)
+      report.not_started.push_back(LeftoverJob{queue, 0, kept.name, 0});
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<JobId, Kept> adds_;
+};
+
+}  // namespace rail::detail
