@@ -65,7 +65,11 @@ void Engine::stop_timer_thread() {
 }
 
 Downstream Engine::downstream(std::string_view name, const DownstreamOptions& options) {
+  detail::validate_name("DownstreamOptions", name);
   validate(options, name);
+  if (!core_->accepting())
+    throw Error(ErrorCode::shutting_down,
+                "downstream '" + std::string(name) + "' declared after shutdown began");
   return Downstream(core_->declare_downstream(name, options), *core_);
 }
 
@@ -107,7 +111,7 @@ std::size_t run_inline(EngineCore& core) {
 }  // namespace detail
 
 std::optional<Duration> Engine::next_timer_in() {
-  auto next = core_->next_timer_ns();
+  auto next = core_->earliest_timer_ns();
   if (!next) return std::nullopt;
   std::int64_t d = *next - core_->now_ns();
   return Duration{d > 0 ? d : 0};
@@ -143,6 +147,11 @@ void Subscription::reset() noexcept {
 }
 
 ShutdownReport Engine::shutdown(Duration grace) {
+  if (grace.count() < 0)
+    throw Error(ErrorCode::invalid_option,
+                "shutdown grace is " + std::to_string(grace.count()) +
+                    " ns; expected 0 (report at once) or more (Duration::max(): wait for every "
+                    "handler)");
   core_->stop_accepting();
   bool first;
   {

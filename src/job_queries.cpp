@@ -175,9 +175,14 @@ bool JobFlow::drain(Duration timeout) {
   // Cold path: poll with a growing sleep. A drained queue stays drained only if nobody adds.
   const auto deadline = steady_deadline(timeout);  // Duration::max(): no timeout
   std::optional<PoolWait> checked;                 // taken when first about to block
+  bool stranded = false;  // shutdown stopped the workers with jobs left that none will start
   for (;;) {
     const bool idled = poll_until(deadline, [&] {
       if (idle()) return true;
+      // acquire: pairs with stop()'s store. Once the workers are stopped and no handler runs,
+      // what is left (waiting, delayed) never starts: the queue never drains.
+      if (dispatch_.stopping(std::memory_order_acquire) && counts().active == 0)
+        return stranded = true;
       // About to block: a wait that would leave the shared pool no worker for the queue's jobs
       // is refused (a queue that is idle already drains from anywhere).
       if (!checked)
@@ -185,7 +190,7 @@ bool JobFlow::drain(Duration timeout) {
             pool_wait("drain()", deadline != std::chrono::steady_clock::time_point::max()));
       return false;
     });
-    if (!idled) return false;
+    if (!idled || stranded) return false;
     // The counts show a job ended by a lapse before the timer thread has told the observers;
     // and what they were told may have added jobs (an observer, a schedule's run): look again.
     if (!parts_.core.await_deliveries(deadline)) return false;

@@ -5,6 +5,7 @@
 
 #include "rail/backoff.hpp"
 #include "rail/detail/job_slot.hpp"
+#include "rail/detail/validation.hpp"
 #include "rail/downstream.hpp"
 #include "rail/error.hpp"
 #include "rail/schedule.hpp"
@@ -23,6 +24,37 @@ std::string ns(Duration d) {
 }
 
 }  // namespace
+
+namespace detail {
+namespace {
+/// quoted_start(name): the name's first 40 bytes in quotes, control characters shown as '?',
+/// for a message about a bad name (a message must not carry a newline or a NUL itself).
+std::string quoted_start(std::string_view name) {
+  std::string out;
+  out.reserve(44);
+  out.append(1, '\'').append(name.substr(0, 40)).append(name.size() > 40 ? "...'" : "'");
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) c = '?';
+  return out;
+}
+}  // namespace
+
+void validate_name(std::string_view kind, std::string_view name) {
+  const std::string where(kind);
+  if (name.empty() || name.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos)
+    bad(where, "name", name.empty() ? std::string("empty") : "blank",
+        "a name with a visible character");
+  if (name.size() > kMaxNameBytes)
+    bad(where, "name", quoted_start(name) + ", " + std::to_string(name.size()) + " bytes long",
+        "at most " + std::to_string(kMaxNameBytes) + " bytes");
+  for (const char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7F)
+      bad(where, "name", quoted_start(name) + " with control character " + std::to_string(u),
+          "printable characters only (names appear in events, logs and the DLQ journal)");
+  }
+}
+}  // namespace detail
 
 void validate(const Backoff& b, std::string_view where) {
   if (b.delay.count() < 0) bad(where, "backoff.delay", ns(b.delay), "a duration >= 0");
@@ -116,8 +148,8 @@ void reject_job_name(std::string_view name, std::string_view queue) {
 }
 
 void validate_queue_options(const QueueOptions& o, std::string_view queue) {
+  validate_name("QueueOptions", queue);
   std::string where = "QueueOptions('" + std::string(queue) + "')";
-  if (queue.empty()) bad("QueueOptions", "name", "empty", "a non-empty queue name");
   if (o.capacity == 0 || o.capacity > (std::size_t{1} << 29))
     bad(where, "capacity", std::to_string(o.capacity), "1 .. 2^29 unfinished jobs");
   if (o.visibility_timeout.count() <= 0)

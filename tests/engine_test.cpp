@@ -265,6 +265,27 @@ TEST_F(Fixture, AddBulkIsAllOrNothingWithConsecutiveIds) {
   EXPECT_EQ(q.add("a", 9).id, 5u);  // an empty bulk add uses no id
 }
 
+TEST_F(Fixture, AddBulkOfMoreJobsThanTheCapacityIsAnsweredAsAFullQueueIs) {
+  // One answer for "no room": more items than the capacity can never fit, so the batch gets the
+  // overflow policy's answer at once (no throw, and no wait under the block policy).
+  std::vector<int> five{1, 2, 3, 4, 5};
+  for (OverflowPolicy p : {OverflowPolicy::reject, OverflowPolicy::block}) {
+    auto q = engine.queue<int>(p == OverflowPolicy::reject ? "reject" : "block",
+                               QueueOptions{.capacity = 4, .on_full = p});
+    const BulkAddResult r = q.add_bulk("a", std::span<int>(five));
+    EXPECT_EQ(r.status, AddStatus::full);
+    EXPECT_EQ(r.count, 0u);
+    EXPECT_EQ(q.counts().added, 0u);
+    EXPECT_EQ(five, (std::vector<int>{1, 2, 3, 4, 5})) << "a refused bulk add moves nothing out";
+  }
+  auto dl =
+      engine.queue<int>("dl", QueueOptions{.capacity = 4, .on_full = OverflowPolicy::dead_letter});
+  const BulkAddResult r = dl.add_bulk("a", std::span<int>(five));
+  EXPECT_EQ(r.status, AddStatus::dead_lettered);
+  EXPECT_EQ(r.count, 5u);
+  EXPECT_EQ(dl.dlq().size(), 5u);
+}
+
 TEST_F(Fixture, AddBulkThatDoesNotFitDeadLettersEveryItemUnderTheDeadLetterPolicy) {
   auto q =
       engine.queue<int>("q", QueueOptions{.capacity = 3, .on_full = OverflowPolicy::dead_letter});

@@ -135,6 +135,26 @@ const BadInput kBadInputs[] = {
     {"NonPositiveTimerTick",
      [](Engine&, Queue<int>&) { Engine e(EngineOptions{.timer_tick = 0ns}); },
      ErrorCode::invalid_option, "timer_tick"},
+    {"NegativeShutdownGrace", [](Engine& e, Queue<int>&) { (void)e.shutdown(-1s); },
+     ErrorCode::invalid_option, "shutdown grace is -1000000000 ns; expected 0"},
+    {"BlankQueueName", [](Engine& e, Queue<int>&) { (void)e.queue<int>(" \t", {}); },
+     ErrorCode::invalid_option, "QueueOptions.name is blank"},
+    {"MegabyteQueueName",
+     [](Engine& e, Queue<int>&) { (void)e.queue<int>(std::string(1 << 20, 'q'), {}); },
+     ErrorCode::invalid_option, "1048576 bytes long; expected at most 255 bytes"},
+    {"QueueNameWithANewline", [](Engine& e, Queue<int>&) { (void)e.queue<int>("a\nb", {}); },
+     ErrorCode::invalid_option, "control character 10"},
+    {"QueueNameWithANul",
+     [](Engine& e, Queue<int>&) { (void)e.queue<int>(std::string("a\0b", 3), {}); },
+     ErrorCode::invalid_option, "control character 0"},
+    {"EmptyDownstreamName", [](Engine& e, Queue<int>&) { (void)e.downstream("", {}); },
+     ErrorCode::invalid_option, "DownstreamOptions.name is empty"},
+    {"DownstreamAfterShutdown",
+     [](Engine& e, Queue<int>&) {
+       (void)e.shutdown(0s);
+       (void)e.downstream("late", {});
+     },
+     ErrorCode::shutting_down, "downstream 'late' declared after shutdown began"},
 };
 
 struct BadInputs : ::testing::TestWithParam<BadInput> {

@@ -652,5 +652,29 @@ TEST_P(ThreadedEdge, DelayedJobDueNeverLeavesTheTimerThreadAsleepAndIsCancellabl
   EXPECT_EQ(ran.load(), 0);
 }
 
+TEST(NextTimerIn, IsTheExactTimeToTheEarliestTimerSoOneAdvanceRunsEachDelayedJob) {
+  // Delays on every level of the wheel and past it: each answer is the time to the next due job
+  // (not a cascade step), so one advance by it and run_until_idle() run exactly that job.
+  ManualClock clock;
+  Engine engine({.clock = &clock, .mode = Mode::inlined});
+  auto q = engine.queue<int>("q", {});
+  std::vector<int> ran;
+  q.process({}, [&](Job<int>& j) { ran.push_back(j.data()); });
+  const std::vector<Duration> delays = {7ns, 300ms, 1h + 3ms, 58 * 24h, 400 * 24h};
+  for (std::size_t i = 0; i < delays.size(); ++i)
+    (void)q.add("later", static_cast<int>(i), JobOptions{.delay = delays[i]});
+  const TimePoint start = clock.now();
+  for (std::size_t i = 0; i < delays.size(); ++i) {
+    const std::optional<Duration> next = engine.next_timer_in();
+    ASSERT_TRUE(next.has_value());
+    EXPECT_EQ(start + delays[i] - clock.now(), *next) << "job " << i;
+    clock.advance(*next);
+    engine.run_until_idle();
+    ASSERT_EQ(ran.size(), i + 1) << "one advance by next_timer_in() runs job " << i;
+    EXPECT_EQ(ran.back(), static_cast<int>(i));
+  }
+  EXPECT_FALSE(engine.next_timer_in().has_value());
+}
+
 }  // namespace
 }  // namespace rail

@@ -191,13 +191,18 @@ class Harness {
     return count;
   }
 
-  // next_event_ns() is a lower bound on every pending deadline, and exact where the header says.
+  // next_event_ns() is a lower bound on every pending deadline, and exact where the header says;
+  // earliest_deadline_ns() is the earliest pending deadline, always.
   void check_next_event() {
     const std::optional<std::int64_t> next = wheel_->next_event_ns();
+    const std::optional<std::int64_t> exact = wheel_->earliest_deadline_ns();
     if (reference_.empty()) {
       EXPECT_FALSE(next.has_value());
+      EXPECT_FALSE(exact.has_value());
       return;
     }
+    ASSERT_TRUE(exact.has_value());
+    EXPECT_EQ(*exact, reference_.begin()->first) << "earliest_deadline_ns() must be exact";
     ASSERT_TRUE(next.has_value());
     const std::int64_t earliest = reference_.begin()->first;
     EXPECT_LE(*next, earliest);

@@ -88,7 +88,8 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   /// queue<T>(name, options) declares a queue of payload type T. Error(queue_exists) if `name`
-  /// is already declared; Error(invalid_option) for bad options; Error(capacity) naming the
+  /// is already declared; Error(invalid_option) for bad options or a name that is blank, over
+  /// 255 bytes or holds a control character; Error(capacity) naming the
   /// bytes it would need when its preallocation (capacity x (128 B + sizeof(T)) plus rings,
   /// detail/footprint.hpp) exceeds the machine's physical memory or cannot be allocated.
   ///
@@ -133,7 +134,8 @@ class Engine {
   /// options.rate starts per period, across every queue whose QueueOptions::downstream names it
   /// (declare it before those queues). Called again for a declared name, it changes the limits
   /// at once (a gateway announced a new quota). Error(invalid_option) naming the field for bad
-  /// options (rail::validate).
+  /// options (rail::validate) or a name that is blank, over 255 bytes or holds a control
+  /// character; Error(shutting_down) once shutdown() began.
   Downstream downstream(std::string_view name, const DownstreamOptions& options);
   /// downstream(name): a declared downstream; Error(unknown_downstream) if there is none.
   Downstream downstream(std::string_view name);
@@ -220,9 +222,10 @@ class Engine {
   /// Error(wrong_mode) on a threaded engine.
   std::size_t run_until_idle();
 
-  /// next_timer_in(): how far the clock may move before the next timer can fire (0 if one is due
-  /// already), or nullopt if no job is delayed. With a ManualClock, advancing by this amount
-  /// and calling run_until_idle() in a loop replays a whole scenario in virtual time.
+  /// next_timer_in(): how far the clock must move for the earliest timer to fire (0 if one is
+  /// due already), or nullopt if no job is delayed: exact, so with a ManualClock one advance by
+  /// this amount and run_until_idle() run the next delayed job (a retry, a delay, a schedule's
+  /// run, a lease sweep), and a loop of the two replays a whole scenario in virtual time.
   [[nodiscard]] std::optional<Duration> next_timer_in();
 
   /// state(id) asks every queue where job `id` is (see Queue::state); cold.
@@ -232,7 +235,8 @@ class Engine {
 
   /// shutdown(grace) stops accepting adds (they throw Error(shutting_down)), stops workers from
   /// starting new jobs, waits up to `grace` (real time) for running handlers, and reports what
-  /// was left. Idempotent: a second call reports again without waiting.
+  /// was left. Idempotent: a second call reports again without waiting. A negative grace is
+  /// Error(invalid_option).
   /// Observers may still be called after it returns, until the engine is destroyed: the timer
   /// keeps time, so a delayed job still comes due (retry_due; it then waits, as no worker starts
   /// it, unless take_leftovers() took it), a handler that outlived `grace` may still lapse

@@ -13,7 +13,7 @@ enum class ErrorCode {
   invalid_option,      // an option is out of range or inconsistent with another
   unknown_queue,       // a queue name that was never declared
   unknown_downstream,  // a downstream name that was never declared (Engine::downstream)
-  queue_exists,        // a queue declared twice with a different payload type or options
+  queue_exists,        // a queue name declared a second time (look it up with queue<T>(name))
   type_mismatch,       // a queue looked up with a payload type other than its own
   shutting_down,       // an operation after Engine::shutdown() began
   capacity,            // a fixed-size table (queues, dedup window) is full, or a queue's

@@ -124,7 +124,10 @@ class Queue {
 
   /// add_bulk(name, items, options) creates one job per item (payloads are moved from) with
   /// consecutive ids, all or nothing under OverflowPolicy::reject/block. One pass over the rings
-  /// for the whole batch: the fast way to enqueue many jobs.
+  /// for the whole batch: the fast way to enqueue many jobs. A batch the queue has no room for
+  /// is answered as a full queue answers a single add (`full`, or every item to the DLQ under
+  /// OverflowPolicy::dead_letter); one larger than the capacity is never waited for under
+  /// OverflowPolicy::block, since no room could ever come: `full` at once.
   BulkAddResult add_bulk(std::string_view job_name, std::span<T> items, const JobOptions& options) {
     return impl_->add_bulk(job_name, items, options);
   }
@@ -225,9 +228,12 @@ class Queue {
   /// drain(timeout) blocks until nothing is waiting, delayed or running on this queue (a paused
   /// queue with jobs never drains) and the events of the jobs' ends have reached the observers
   /// (a lapse raises them on the timer thread); returns false if `timeout` (real time) passed
-  /// first. Throws Error(would_deadlock) from the queue's own handlers and timer callbacks, and
-  /// from a shared-pool worker whose wait without a timeout would leave the pool no free worker.
-  /// Threaded engines only (Error(wrong_mode) inline: use Engine::run_until_idle).
+  /// first, or once shutdown() stopped the workers and no handler runs while jobs are left
+  /// (they never start: take_leftovers() hands them back), also to a drain() that was already
+  /// waiting when shutdown() began. Throws Error(would_deadlock) from the queue's own handlers and
+  /// timer callbacks, and from a shared-pool worker whose wait without a timeout would leave the
+  /// pool no free worker. Threaded engines only (Error(wrong_mode) inline: use
+  /// Engine::run_until_idle).
   bool drain(Duration timeout = Duration::max()) { return impl_->drain(timeout); }
 
   /// cancel(id) removes a waiting or delayed job (its dedup id is released; event `cancelled`),

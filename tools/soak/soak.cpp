@@ -150,7 +150,12 @@ Report run(const Config& cfg) {
         break;
       case EventKind::stalled:
         bump(t.stalled);
-        t.stalled_mask.fetch_or(delivery_bit(e.deliveries));
+        // A lapse on the wheel's owner raises its events once the wheel is released, while a
+        // lapse that dead-letters files the DLQ entry at once: a redrive can come between, and
+        // its `redriven` event first. A stall seen while a redriven life's predecessor has not
+        // reported its dead_lettered yet is that predecessor's, not one of this life's
+        // deliveries.
+        if (t.dead.load() >= t.redriven.load()) t.stalled_mask.fetch_or(delivery_bit(e.deliveries));
         break;
       case EventKind::late_outcome:
         bump(t.late);
@@ -662,7 +667,7 @@ Report run(const Config& cfg) {
     if (t.completed && (t.stalled_mask & delivery_bit(t.completed_delivery))) {
       ++rep.late_applied;
       v.add(job() + "completed by delivery " + std::to_string(t.completed_delivery) +
-            " whose lease had lapsed");
+            " whose lease had lapsed (life " + std::to_string(lives) + ")");
     }
     if (t.redriven || t.taken) continue;  // the checks below count one whole life
     if (t.late != t.stalled)

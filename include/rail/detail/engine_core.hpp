@@ -269,15 +269,9 @@ class EngineCore {
   std::size_t process_timers() {
     return with_wheel([&](Wheel&) { return process_timers_locked(); }).value_or(0);
   }
-  /// next_timer_ns(): when the earliest pending timer may fire (see TimingWheel::next_event_ns).
-  [[nodiscard]] std::optional<std::int64_t> next_timer_ns() {
-    if (owns_wheel()) return wheel_.next_event_ns();  // a callback inside a firing: read only
-    return *with_wheel([&](Wheel& wheel) {
-      std::size_t n = queue_count();
-      for (std::size_t i = 0; i < n; ++i)
-        queues_[i]->drain_timer_inbox(wheel);
-      return wheel.next_event_ns();
-    });
+  /// earliest_timer_ns(): the earliest pending timer's deadline, exact (Engine::next_timer_in).
+  [[nodiscard]] std::optional<std::int64_t> earliest_timer_ns() {
+    return read_wheel([](const Wheel& wheel) { return wheel.earliest_deadline_ns(); });
   }
 
   /// prepare_worker_thread(): a worker thread's first step. The delivery buffer is a thread_local
@@ -326,6 +320,19 @@ class EngineCore {
   void timer_loop(const std::atomic<bool>& stop);
 
  private:
+  /// read_wheel(f): f(wheel) once the slots in transit to it are linked; read only from inside a
+  /// firing (a callback on the wheel's owner), where the inboxes are the owner's to drain.
+  template <class F>
+  auto read_wheel(F&& f) -> decltype(f(std::declval<Wheel&>())) {
+    if (owns_wheel()) return f(wheel_);
+    return *with_wheel([&](Wheel& wheel) {
+      const std::size_t n = queue_count();
+      for (std::size_t i = 0; i < n; ++i)
+        queues_[i]->drain_timer_inbox(wheel);
+      return f(wheel);
+    });
+  }
+
   /// DeferredEvent: an event raised by the wheel's owner, with copies of the views that may not
   /// outlive the firing (the error text lives in a slot that may be reused).
   struct DeferredEvent {

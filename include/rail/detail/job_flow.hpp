@@ -72,6 +72,7 @@
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/prefetch.hpp"
 #include "rail/detail/timer_port.hpp"
+#include "rail/detail/validation.hpp"
 #include "rail/event.hpp"
 #include "rail/job.hpp"
 #include "rail/job_state.hpp"
@@ -79,17 +80,6 @@
 #include "rail/outcome.hpp"
 
 namespace rail::detail {
-
-/// validate_job_options(o, where): throws Error(invalid_option) naming the bad field.
-void validate_job_options(const JobOptions& o, std::string_view where);
-void validate_queue_options(const QueueOptions& o, std::string_view queue);
-void validate_worker_options(const WorkerOptions& o, std::string_view queue);
-/// validate_schedule_options(id, o, queue): Error(invalid_option) for a blank id or options a
-/// schedule decides itself (delay, dedup) or cannot use.
-void validate_schedule_options(std::string_view id, const ScheduleOptions& o,
-                               std::string_view queue);
-/// reject_job_name(name, queue): throws Error(invalid_option) for an empty or blank job name.
-[[noreturn]] void reject_job_name(std::string_view name, std::string_view queue);
 
 class JobFlow : public QueueBase,
                 private JobRunner,

@@ -134,10 +134,18 @@ class QueueImpl final : public JobFlow {
                   "add_bulk: JobOptions.dedup.id is '" + o.dedup.id +
                       "'; one dedup id cannot cover several jobs — use add() per job for dedup");
     if (items.empty()) return {AddStatus::added, 0, 0};
-    if (items.size() > capacity())
-      throw Error(ErrorCode::invalid_option, "add_bulk: " + std::to_string(items.size()) +
-                                                 " jobs exceed queue '" + name() + "' capacity " +
-                                                 std::to_string(capacity()));
+    // No room: what the overflow policy says, for the whole batch.
+    const auto refuse = [&]() -> BulkAddResult {
+      if (options().on_full != OverflowPolicy::dead_letter) return {AddStatus::full, 0, 0};
+      BulkAddResult r{AddStatus::dead_lettered, 0, items.size()};
+      for (auto& item : items) {
+        auto one = overflow(job_name, std::move(item), o);
+        if (r.first_id == 0) r.first_id = one.id;
+      }
+      return r;
+    };
+    // More than the capacity never fits: answered at once, as a full queue that cannot wait.
+    if (items.size() > capacity()) return refuse();
     const std::uint16_t name_id = core().names().intern(job_name);
     constexpr std::size_t kChunk = 256;
     std::uint32_t idx[kChunk];
@@ -148,15 +156,7 @@ class QueueImpl final : public JobFlow {
       big.resize(items.size());
       held = big.data();
     }
-    if (!acquire_slots(held, items.size())) {
-      if (options().on_full != OverflowPolicy::dead_letter) return {AddStatus::full, 0, 0};
-      BulkAddResult r{AddStatus::dead_lettered, 0, items.size()};
-      for (auto& item : items) {
-        auto one = overflow(job_name, std::move(item), o);
-        if (r.first_id == 0) r.first_id = one.id;
-      }
-      return r;
-    }
+    if (!acquire_slots(held, items.size())) return refuse();
     name_jobs(held, items.size(), name_id, job_name);
     const std::int64_t now = core().now_ns();
     const std::uint64_t first = core().next_ids(items.size());

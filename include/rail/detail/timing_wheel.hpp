@@ -265,6 +265,31 @@ class TimingWheel {
     // Levels are nested blocks, so the first occupied stop is the earliest (see next_stop()).
     return tick_to_ns(next_stop());
   }
+  /// earliest_deadline_ns(): the earliest deadline of any timer in the wheel (exact), or
+  /// std::nullopt when it is empty. Where next_event_ns() may answer a cascade or window start
+  /// (the owner then wakes early and asks again), this is the time an advance() must reach to
+  /// fire something. The earliest timer is in the ready list, the current tick, or the bucket of
+  /// the first stop (levels are nested blocks: see next_stop()), else in the overflow list. Cold:
+  /// O(Levels * Slots / 64) plus a walk of that one bucket.
+  [[nodiscard]] std::optional<std::int64_t> earliest_deadline_ns() const noexcept {
+    if (size_ == 0) return std::nullopt;
+    const auto earliest_in = [](const TimerNode& head) noexcept {
+      std::int64_t m = std::numeric_limits<std::int64_t>::max();
+      for (const TimerNode* n = head.next; n != &head; n = n->next)
+        m = std::min(m, n->deadline);
+      return m;
+    };
+    const TimerNode& ready = heads_[kReady];
+    const TimerNode& current = heads_[cursor_ & kMask];
+    if (ready.next != &ready || current.next != &current)
+      return std::min(earliest_in(ready), earliest_in(current));
+    for (unsigned level = 0; level < Levels; ++level) {
+      const unsigned digit = static_cast<unsigned>((cursor_ >> (level * LevelBits)) & kMask);
+      const unsigned slot = next_occupied(level, digit + 1);
+      if (slot < kSlots) return earliest_in(heads_[std::size_t{level} * kSlots + slot]);
+    }
+    return earliest_in(heads_[kOverflow]);
+  }
 
   /// size() is the number of linked nodes (scheduled, not yet fired or cancelled).
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
