@@ -1,7 +1,10 @@
 #include "rail/detail/schedule_table.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "rail/detail/deadline.hpp"
@@ -25,7 +28,7 @@ struct ScheduleTable::Entry {
   WallTime next_wall{};            // cron: the civil time next_due stands for
   bool rearm = false;              // drain() must (re)link or unlink the node
   bool removed = false;
-  ScheduleInfo tally;  // runs, skipped, refused, live, owed, last_job (the rest: info_of)
+  ScheduleInfo tally;  // runs, skipped, refused, failed, live, owed, last_job (rest: info_of)
   std::unordered_map<JobId, std::shared_ptr<EndWaiter>> waiters;  // of live runs
 };
 
@@ -264,11 +267,16 @@ void ScheduleTable::add_runs(const std::shared_ptr<Entry>& e, std::uint64_t n) {
     std::shared_ptr<EndWaiter> waiter;
     AddResult r{0, AddStatus::full};
     bool shutting_down = false;
+    std::optional<std::string> threw;  // the add threw: its error (the payload's copy, memory)
     try {
       r = def->add(&waiter);
-    } catch (const std::exception&) {
-      // Shutdown began after the check above (Error(shutting_down)), or no memory: not added.
+    } catch (const std::exception& x) {
+      shutting_down = !core_.accepting();  // Error(shutting_down) after the check above
+      if (!shutting_down) threw = failure_text(e->id, x.what());
+    } catch (...) {
       shutting_down = !core_.accepting();
+      if (!shutting_down)
+        threw = failure_text(e->id, "an exception not derived from std::exception");
     }
     std::unique_lock lock(mu_);
     if (r.status != AddStatus::added || !waiter) {
@@ -277,6 +285,15 @@ void ScheduleTable::add_runs(const std::shared_ptr<Entry>& e, std::uint64_t n) {
       // before the check above (else the count depends on which side of it shutdown falls:
       // Inline.ARunDroppedBecauseShutdownBeganIsNotCountedAsRefused pins it).
       if (shutting_down) continue;
+      if (threw) {
+        const bool first = e->tally.failed++ == 0;
+        e->tally.last_error = *threw;
+        lock.unlock();
+        // The schedule's first failure on stderr, as the engine reports an observer's throw:
+        // nobody may be reading the schedule's info.
+        if (first) std::fprintf(stderr, "rail: %s (reported once per schedule)\n", threw->c_str());
+        continue;
+      }
       ++e->tally.refused;
       if (r.id != 0) e->tally.last_job = r.id;  // filed to the DLQ (OverflowPolicy::dead_letter)
       continue;
@@ -290,6 +307,10 @@ void ScheduleTable::add_runs(const std::shared_ptr<Entry>& e, std::uint64_t n) {
       run_ended(weak, id);
     });
   }
+}
+
+std::string ScheduleTable::failure_text(const std::string& id, const char* what) const {
+  return "a run of schedule '" + id + "' on queue '" + queue_name_ + "' was not added: " + what;
 }
 
 void ScheduleTable::run_ended(const std::weak_ptr<Entry>& weak, JobId id) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -464,6 +465,51 @@ TEST(ThreadedSchedules, UpsertAndRemoveRaceTheTimerWithoutDoublingOrLosingTheSch
   ASSERT_TRUE(q.drain(60s));
   EXPECT_GT(ran.load(), 0);
   EXPECT_EQ(q.counts().added, q.counts().completed);
+}
+
+/// Brittle: a payload whose copy throws while `fail` is set (a schedule copies it for each run).
+struct Brittle {
+  static inline std::atomic<bool> fail{false};
+  int v = 0;
+  explicit Brittle(int x) : v(x) {}
+  Brittle(const Brittle& o) : v(o.v) {
+    if (fail) throw std::runtime_error("copy refused");
+  }
+  Brittle(Brittle&&) noexcept = default;
+  Brittle& operator=(const Brittle&) = default;
+  Brittle& operator=(Brittle&&) noexcept = default;
+};
+
+TEST(ScheduleFailures, ARunWhosePayloadCopyThrowsCountsAsFailedWithItsErrorAndSaysSoOnce) {
+  ManualClock clock;
+  Engine engine({.clock = &clock, .mode = Mode::inlined});
+  auto q = engine.queue<Brittle>("q", {});
+  int ran = 0;
+  q.process({}, [&](Job<Brittle>&) { ++ran; });
+  (void)q.every("tick", 1min, "tick", Brittle(1));
+  Brittle::fail = true;
+  testing::internal::CaptureStderr();
+  for (int i = 0; i < 2; ++i) {
+    clock.advance(1min);
+    engine.run_until_idle();
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  Brittle::fail = false;
+  ScheduleInfo info = *q.schedule_info("tick");
+  EXPECT_EQ(info.failed, 2u);
+  EXPECT_EQ(info.refused, 0u) << "the queue did not refuse it: the add threw";
+  EXPECT_EQ(info.runs, 0u);
+  EXPECT_EQ(info.last_error, "a run of schedule 'tick' on queue 'q' was not added: copy refused");
+  EXPECT_NE(err.find("rail: a run of schedule 'tick' on queue 'q' was not added: copy refused"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("copy refused"), err.rfind("copy refused")) << "once per schedule: " << err;
+  clock.advance(1min);
+  engine.run_until_idle();
+  EXPECT_EQ(ran, 1) << "the next run is added once the copy works again";
+  info = *q.schedule_info("tick");
+  EXPECT_EQ(info.runs, 1u);
+  EXPECT_EQ(info.failed, 2u);
 }
 
 }  // namespace

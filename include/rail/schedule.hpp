@@ -98,6 +98,11 @@ struct ScheduleInfo {
   std::uint64_t runs = 0;     // runs added to the queue (jobs created)
   std::uint64_t skipped = 0;  // due times dropped (MissedRuns) without a run
   std::uint64_t refused = 0;  // runs the queue did not take (full, or filed to its DLQ on overflow)
+  /// failed: runs whose add threw (the payload's copy, or no memory), with the latest error;
+  /// the schedule's first one is also printed on stderr. A run dropped because shutdown began
+  /// counts nowhere.
+  std::uint64_t failed = 0;
+  std::string last_error;
   std::uint32_t live = 0;     // runs added and not ended yet
   std::uint64_t owed = 0;     // missed runs waiting for the live run to end (run_once, catch_up)
   JobId last_job = 0;         // the id of the latest run's job (0: none yet)

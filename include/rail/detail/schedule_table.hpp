@@ -87,6 +87,8 @@ class ScheduleTable {
   /// add_runs(e, n): adds n runs that `live` already counts (outside mu_ and the wheel).
   void add_runs(const std::shared_ptr<Entry>& e, std::uint64_t n);
   void run_ended(const std::weak_ptr<Entry>& weak, JobId id);
+  /// failure_text(id, what): the error of a run of schedule `id` whose add threw `what`.
+  [[nodiscard]] std::string failure_text(const std::string& id, const char* what) const;
   /// start_later(e, n): add_runs once the wheel is released (at once when it is not held).
   void start_later(std::shared_ptr<Entry> e, std::uint64_t n);
   [[nodiscard]] static ScheduleInfo info_of(const Entry& e);
