@@ -8,10 +8,16 @@
 namespace rail {
 
 Engine::Engine(EngineOptions options) {
-  if (options.timer_tick.count() <= 0)
+  // A tick only sizes the wheel's buckets (a timer fires at its deadline whatever the tick), but
+  // outside this range the wheel works against its owner: under 10 us its levels span little
+  // (4.3 s in all at 1 ns), so the timer thread wakes at a cascade every few milliseconds for a
+  // far timer; over a second, every timer due within the tick lands in the current tick's
+  // sorted list, and each insert there is linear.
+  if (options.timer_tick < std::chrono::microseconds(10) ||
+      options.timer_tick > std::chrono::seconds(1))
     throw Error(ErrorCode::invalid_option,
                 "EngineOptions.timer_tick is " + std::to_string(options.timer_tick.count()) +
-                    " ns; expected a positive duration (1 ms is a good default)");
+                    " ns; expected 10 us .. 1 s (1 ms is a good default)");
   if (options.workers > WorkerOptions::kMaxConcurrency)
     throw Error(ErrorCode::invalid_option,
                 "EngineOptions.workers is " + std::to_string(options.workers) +

@@ -391,25 +391,37 @@ TEST_P(InlineEdge, ChangeDelayMovesTheDueTimeOrParksTheJob) {
   EXPECT_EQ(starts.size(), 1u);
 }
 
-// EngineOptions.timer_tick: 0 is refused; any positive tick, up to the whole range, still fires
-// a delayed job exactly at its due time (a tick only sizes the wheel's buckets).
-TEST_P(InlineEdge, TimerTickOfAnyWidthFiresExactlyAtTheDueTime) {
+// EngineOptions.timer_tick: every edge (0, 1 ns, max - 1 ns, max) is outside 10 us .. 1 s and
+// refused, naming the range.
+TEST_P(InlineEdge, TimerTickAtTheEdgesIsRefusedNamingTheRange) {
   const Edge e = GetParam();
-  if (e.d == 0ns) {
-    EXPECT_THROW(Engine(EngineOptions{.clock = &clock, .mode = Mode::inlined, .timer_tick = e.d}),
-                 Error);
-    return;
+  try {
+    Engine refused(EngineOptions{.clock = &clock, .mode = Mode::inlined, .timer_tick = e.d});
+    ADD_FAILURE() << "a timer_tick of " << e.d.count() << " ns was accepted";
+  } catch (const Error& x) {
+    EXPECT_EQ(x.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(x.what()).find("expected 10 us .. 1 s"), std::string::npos) << x.what();
   }
-  Engine ticked(EngineOptions{.clock = &clock, .mode = Mode::inlined, .timer_tick = e.d});
-  auto q = ticked.queue<int>("q", {});
-  q.process({}, [&](Job<int>& job) { starts.push_back(job.attempt()); });
-  (void)q.add("j", 1, {.delay = 5s});
-  clock.advance(5s - 1ns);
-  ticked.run_until_idle();
-  EXPECT_TRUE(starts.empty());
-  clock.advance(1ns);
-  ticked.run_until_idle();
-  EXPECT_EQ(starts.size(), 1u);
+}
+
+// Within the range, the tick only sizes the wheel's buckets: a delayed job fires exactly at its
+// due time whatever the tick.
+TEST(TimeEdges, TimerTickOfAnyWidthInItsRangeFiresExactlyAtTheDueTime) {
+  for (const Duration tick : {Duration{std::chrono::microseconds(10)}, Duration{1ms},
+                              Duration{std::chrono::microseconds(12'345)}, Duration{1s}}) {
+    ManualClock clock;
+    Engine ticked(EngineOptions{.clock = &clock, .mode = Mode::inlined, .timer_tick = tick});
+    auto q = ticked.queue<int>("q", {});
+    int starts = 0;
+    q.process({}, [&](Job<int>&) { ++starts; });
+    (void)q.add("j", 1, {.delay = 5s + 7ns});
+    clock.advance(5s + 6ns);
+    ticked.run_until_idle();
+    EXPECT_EQ(starts, 0) << "tick " << tick.count() << " ns";
+    clock.advance(1ns);
+    ticked.run_until_idle();
+    EXPECT_EQ(starts, 1) << "tick " << tick.count() << " ns";
+  }
 }
 
 TEST(TimeEdges, DelayReachingTheLastNanosecondOfTheRangeFiresExactlyThere) {

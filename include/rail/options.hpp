@@ -190,7 +190,7 @@ enum class Mode : std::uint8_t {
 struct EngineOptions {
   Clock* clock = nullptr;  // nullptr: TscClock; must outlive the engine
   Mode mode = Mode::threaded;
-  Duration timer_tick = std::chrono::milliseconds(1);  // timing-wheel granularity
+  Duration timer_tick = std::chrono::milliseconds(1);  // timing-wheel granularity: 10 us .. 1 s
   std::uint64_t seed = 0x5EEDu;  // jitter randomness (per-thread streams derive from it)
   /// The shared worker pool's threads (queues that process with Pool::shared), started by the
   /// first such queue: 1 .. WorkerOptions::kMaxConcurrency, or 0 for the core count.
