@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # rail-dlq against the journal the orders demo leaves (issue 12's acceptance): `list` shows
 # order-3 with its three errors, `show`, `stats`, `export --json` read it, `verify` exits 0 on it,
-# 1 once a byte of its record is flipped, 2 on a missing file or bad usage, with errors on stderr.
+# 1 once a byte of its record is flipped, 2 on a missing file, a FIFO (at once, never blocking) or
+# bad usage, with errors on stderr.
 #   rail_dlq_check.sh ORDERS_DEMO RAIL_DLQ SCRATCH_DIR
 set -uo pipefail
 demo=$1 dlq=$2 dir=$3
@@ -33,6 +34,10 @@ grep -q 'offset 64' "$dir/verify.out" || fail "verify does not name the offset: 
 [ $rc = 2 ] || fail "a missing file exited $rc, expected 2"
 [ -s "$dir/missing.out" ] && fail "an error went to stdout"
 grep -q 'cannot open' "$dir/missing.err" || fail "no error on stderr for a missing file"
+mkfifo "$dir/fifo.dlq"
+timeout 10 "$dlq" list "$dir/fifo.dlq" >/dev/null 2>"$dir/fifo.err"; rc=$?
+[ $rc = 2 ] || fail "a FIFO exited $rc, expected 2 at once (124: it blocked)"
+grep -q 'not a regular file' "$dir/fifo.err" || fail "no reason on stderr for a FIFO: $(cat "$dir/fifo.err")"
 "$dlq" frobnicate >/dev/null 2>&1; rc=$?
 [ $rc = 2 ] || fail "an unknown command exited $rc, expected 2"
 "$dlq" --help | grep -q verify || fail "--help does not list verify"

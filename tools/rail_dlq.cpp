@@ -3,6 +3,7 @@
 // journal is damaged (verify, or any command on a file that is not a readable journal), 2 usage
 // or I/O error. Errors go to stderr.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cctype>
@@ -111,10 +112,18 @@ std::string_view reason(rail::DeadLetterReason r) {
 }
 
 // Reads the journal or says why not: nullopt with the exit status in `status`.
+// Only a regular file is read: a FIFO or a device would block the reader or feed it for ever.
+// A file the process cannot open is an I/O error (2), not a damaged journal (1).
 std::optional<JournalScan> load(const std::string& path, int& status) {
   struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) {
+  if (::stat(path.c_str(), &st) != 0 || ::access(path.c_str(), R_OK) != 0) {
     std::cerr << "rail-dlq: cannot open '" << path << "': " << std::strerror(errno) << "\n";
+    status = kUsage;
+    return std::nullopt;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    std::cerr << "rail-dlq: cannot open '" << path
+              << "': not a regular file (a journal is one; FIFOs and devices are not read)\n";
     status = kUsage;
     return std::nullopt;
   }
@@ -122,7 +131,7 @@ std::optional<JournalScan> load(const std::string& path, int& status) {
     return rail::read_journal(path);
   } catch (const rail::Error& e) {
     std::cerr << "rail-dlq: " << path << ": " << e.what() << "\n";
-    status = S_ISREG(st.st_mode) ? kDamaged : kUsage;
+    status = kDamaged;
     return std::nullopt;
   }
 }
