@@ -97,7 +97,14 @@ bool Completions::complete(std::uint32_t r, Outcome&& out, std::type_index resul
     out = Outcome::fail("Completion::complete(Outcome::done()) on queue '" + parts_.name +
                         "', which has a result type; expected complete(rail::Result<R>(result))");
   }
-  if (p.permit) return_permit(links_.link(p.link)->gate(), out, parts_.core.now_ns());
+  // The permit goes back after finish(), which gives the pending record back with the delivery's
+  // pin: the job the freed permit admits may defer at once, and must find the record (else a
+  // queue whose downstream's concurrency equals max_pending throws `capacity`:
+  // CompletionThreads.APermitACompletionFreesNeverAdmitsADeferThatFindsNoRecord pins it). A
+  // pushback pauses the downstream before, as return_permit does for a returning handler.
+  DownstreamGate* const gate = p.permit ? &links_.link(p.link)->gate() : nullptr;
+  if (gate && out.kind() == Outcome::Kind::pushback) [[unlikely]]
+    gate->limits().pause_for(parts_.core.now_ns(), out.delay());
   // The completer's own context: no worker counters (the shared stripes count), its own
   // randomness for the retry's jitter, and a lease record that nothing uses (finish() grants
   // no lease): the delivery's pending record, lease record included, goes back inside finish(),
@@ -106,8 +113,15 @@ bool Completions::complete(std::uint32_t r, Outcome&& out, std::type_index resul
   LeaseRecord unused;
   WorkerContext wc(unused, SplitMix64(parts_.core.seed() ^ (std::uint64_t{p.token} << 32 | p.idx)),
                    nullptr, nullptr);
-  const bool counted = flow_.finish(p.idx, p.token, std::move(out), wc,
-                                    TimePoint{Duration{p.started_ns}}, p.delivery, r);
+  bool counted = false;
+  try {
+    counted = flow_.finish(p.idx, p.token, std::move(out), wc, TimePoint{Duration{p.started_ns}},
+                           p.delivery, r);
+  } catch (...) {  // no memory for the error log: the permit goes back all the same
+    if (gate) gate->release(parts_.core.now_ns());
+    throw;
+  }
+  if (gate) gate->release(parts_.core.now_ns());
   parts_.count(nullptr, kAttemptEnded);  // after finish(), as deliver counts it: see there
   return counted;
 }

@@ -429,6 +429,38 @@ TEST(CompletionThreads, ARetriedJobsNextDeferFindsTheRecordItsCompletionGaveBack
   EXPECT_EQ(c.failed_attempts, static_cast<std::uint64_t>(kJobs)) << "one retry per job, no more";
 }
 
+TEST(CompletionThreads, APermitACompletionFreesNeverAdmitsADeferThatFindsNoRecord) {
+  // A downstream of concurrency 1 and max_pending 1: the documented configuration in which
+  // defer() never throws `capacity`. The permit a completion frees admits the next job, whose
+  // handler defers at once: it must find the pending record that completion held.
+  const test::Watchdog watchdog(120s, "APermitACompletionFreesNeverAdmitsADeferThatFindsNoRecord");
+#ifdef RAIL_SANITIZED
+  constexpr int kJobs = 2000;
+#else
+  constexpr int kJobs = 10000;
+#endif
+  Engine engine;
+  (void)engine.downstream("api", {.concurrency = 1});
+  QueueOptions calls;
+  calls.downstream = "api";
+  auto q = engine.queue<int>("calls", calls);
+  Parked parked;
+  q.process({.concurrency = 2, .max_pending = 1}, deferring<int>(parked));
+  for (int i = 0; i < kJobs; ++i)
+    ASSERT_EQ(q.add("call", i).status, AddStatus::added);
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (q.counts().completed + q.counts().dead_lettered < static_cast<std::uint64_t>(kJobs) &&
+         std::chrono::steady_clock::now() < deadline) {
+    for (Completion& c : parked.take())
+      (void)c.complete(Outcome::done());
+    std::this_thread::yield();
+  }
+  const QueueCounts c = q.counts();
+  EXPECT_EQ(c.completed, static_cast<std::uint64_t>(kJobs));
+  EXPECT_EQ(c.dead_lettered, 0u) << (q.dlq().list().empty() ? std::string()
+                                                            : q.dlq().list().front().last_error());
+}
+
 // Completions race lease lapses (1 ms leases, answers after 0-3 ms) from four threads while two
 // workers redeliver: every job ends exactly once, completed or dead-lettered.
 TEST(CompletionThreads, CompletionsRacingLapsesAccountForEveryJob) {
