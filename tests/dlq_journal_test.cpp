@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <set>
 #include <span>
@@ -232,6 +233,40 @@ TEST_F(JournalTest, AVersion1JournalStillOpensAndKeepsItsFormat) {
   EXPECT_TRUE(scan.healthy()) << scan.problems.front().message;
   EXPECT_EQ(scan.header.version, 1u);
   EXPECT_EQ(scan.live.size(), 2u);
+}
+
+TEST_F(JournalTest, ChecksumValidEntriesWithExtremeTimesRestoreWithSaturatedTimes) {
+  // A record may hold any time at all: restore rebases each onto this engine's clock without
+  // overflowing (UBSan aborts on an overflow in CI's sanitizer run), every entry is restored,
+  // none dead in this engine's future, and each can still be listed and redriven.
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t times[] = {kMin, kMin + 1, -1, 0, 1, kMax - 1, kMax};
+  std::string bytes = header_of_version(detail::journal::kVersion);
+  JobId id = 0;
+  for (const std::int64_t engine_time : times) {
+    for (const std::int64_t unix_time : {kMin, std::int64_t{0}, kMax}) {
+      StoredDeadLetter e;
+      e.id = ++id;
+      e.name = "charge-card";
+      e.payload = "order-" + std::to_string(id);
+      e.reason = DeadLetterReason::attempts_exhausted;
+      e.attempts_made = 1;
+      e.max_attempts = 1;
+      e.added_at_ns = engine_time;
+      e.dead_at_ns = engine_time;
+      e.dead_at_unix_ns = unix_time;
+      e.errors.push_back(StoredError{1, engine_time == kMax ? kMin : kMax, "boom"});
+      bytes += detail::journal::encode_entry(e);
+    }
+  }
+  write_file(path, bytes);
+  Generation g(options());
+  const auto entries = g.q.dlq().list();
+  ASSERT_EQ(entries.size(), id);
+  for (const auto& e : entries)
+    EXPECT_LE(e.dead_at, g.clock.now()) << "job " << e.id << " died in the engine's future";
+  EXPECT_EQ(g.q.dlq().redrive(1), RedriveStatus::redriven);
 }
 
 // A record of a type newer than its file's format: type 3 (details) in a version-1 file, type 4

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "rail/detail/journal_format.hpp"
 #include "rail/error.hpp"
 #include "rail/journal_file.hpp"
 
@@ -33,8 +34,10 @@ constexpr int kUsage = 2;
 
 // Times in the file are engine-clock nanoseconds plus the entry's wall-clock death; the other
 // wall-clock times are the death's minus their engine-clock distance to it.
+// Saturating: a checksum-valid record may hold any time at all.
 std::int64_t wall(const StoredDeadLetter& e, std::int64_t engine_ns) {
-  return e.dead_at_unix_ns - (e.dead_at_ns - engine_ns);
+  using rail::detail::journal::difference;
+  return difference(e.dead_at_unix_ns, difference(e.dead_at_ns, engine_ns));
 }
 
 std::string utc(std::int64_t unix_ns) {
@@ -45,7 +48,8 @@ std::string utc(std::int64_t unix_ns) {
     ms += 1000;
   }
   std::tm tm{};
-  gmtime_r(&secs, &tm);
+  if (gmtime_r(&secs, &tm) == nullptr || tm.tm_year > 9999 - 1900 || tm.tm_year < -1900)
+    return std::to_string(unix_ns) + " ns since 1970 (outside the calendar)";
   char buf[96];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);

@@ -406,7 +406,9 @@ class DeadLetterQueue {
   std::int64_t unix_ns(TimePoint t) const {
     const auto unix_now =
         std::chrono::duration_cast<Duration>(std::chrono::system_clock::now().time_since_epoch());
-    return detail::journal::shifted(unix_now.count(), -(clock_now() - t).count());
+    const std::int64_t age = detail::journal::difference(clock_now().time_since_epoch().count(),
+                                                         t.time_since_epoch().count());
+    return detail::journal::difference(unix_now.count(), age);
   }
 
   /// encode_kept(e, out): encodes e for the journal; false when the payload's codec threw, which
@@ -504,8 +506,11 @@ class DeadLetterQueue {
           options_.journal.on_problem({JournalProblem::Kind::undecodable, s.offset, what});
         continue;
       }
-      const std::int64_t age = std::max<std::int64_t>(0, unix_now - s.dead_at_unix_ns);
-      const std::int64_t shift = detail::journal::shifted(now - age, -s.dead_at_ns);
+      // Saturating: a checksum-valid record may hold any time at all.
+      const std::int64_t age =
+          std::max<std::int64_t>(0, detail::journal::difference(unix_now, s.dead_at_unix_ns));
+      const std::int64_t shift =
+          detail::journal::difference(detail::journal::difference(now, age), s.dead_at_ns);
       DeadLetter<T> e{
           .id = s.id,
           .name = std::move(s.name),

@@ -40,6 +40,13 @@ inline constexpr std::uint8_t kTypeRoutedEntry = 4;    // version 3: + JobOption
   if (__builtin_add_overflow(t, d, &r)) return d > 0 ? INT64_MAX : INT64_MIN;
   return r;
 }
+/// difference(a, b): a - b, saturated at the int64 range: a journal's times are whatever its
+/// file says, and a checksum-valid record may hold any of them.
+[[nodiscard]] constexpr std::int64_t difference(std::int64_t a, std::int64_t b) noexcept {
+  std::int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) return b < 0 ? INT64_MAX : INT64_MIN;
+  return r;
+}
 
 /// encode_header(queue, codec, created): the file header. Precondition: names of at most 2000 bytes
 /// each (DlqJournal checks it with a clear Error).
