@@ -265,12 +265,10 @@ class TimingWheel {
     // Levels are nested blocks, so the first occupied stop is the earliest (see next_stop()).
     return tick_to_ns(next_stop());
   }
-  /// earliest_deadline_ns(): the earliest deadline of any timer in the wheel (exact), or
-  /// std::nullopt when it is empty. Where next_event_ns() may answer a cascade or window start
-  /// (the owner then wakes early and asks again), this is the time an advance() must reach to
-  /// fire something. The earliest timer is in the ready list, the current tick, or the bucket of
-  /// the first stop (levels are nested blocks: see next_stop()), else in the overflow list. Cold:
-  /// O(Levels * Slots / 64) plus a walk of that one bucket.
+  /// earliest_deadline_ns(): the earliest deadline of any timer (exact; nullopt: empty), the time
+  /// an advance() must reach to fire something, where next_event_ns() may answer a cascade step.
+  /// It is in the ready list, the current tick, the first stop's bucket (levels are nested: see
+  /// next_stop()) or the overflow. Cold: O(Levels * Slots / 64) plus a walk of that bucket.
   [[nodiscard]] std::optional<std::int64_t> earliest_deadline_ns() const noexcept {
     if (size_ == 0) return std::nullopt;
     const auto earliest_in = [](const TimerNode& head) noexcept {
