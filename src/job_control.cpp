@@ -1,24 +1,20 @@
-// JobFlow's cold calls that change a job: cancel (and giving back the slots of jobs cancelled
-// while waiting), retime (promote, change_delay, a downstream's leader), and Job::progress.
-// Each acts on a slot it does not hold through SlotControl's CASes (slot_table.hpp): it
-// re-checks the job's id after reading the word, so a slot reused meanwhile fails the CAS.
-// Ordering conventions: job_flow.hpp.
+// JobControl: cancel, retime and the return of cancelled jobs' slots. Contract and ordering:
+// job_control.hpp.
+#include "rail/detail/job_control.hpp"
+
 #include <algorithm>
-#include <bit>
-#include <cmath>
 #include <thread>
 
-#include "rail/detail/job_flow.hpp"
 #include "rail/detail/scoped_value.hpp"
 #include "rail/error.hpp"
 
 namespace rail::detail {
 
-bool JobFlow::cancel(JobId id) {
+bool JobControl::cancel(JobId id) {
   // An ended job's old slot may still carry its id (a redriven job lives in a new slot), so a
   // slot that no longer holds the job does not end the scan.
   for (std::uint32_t i = 0; i < parts_.capacity; ++i) {
-    if (slot(i).id.load(std::memory_order_relaxed) != id) continue;
+    if (parts_.slot(i).id.load(std::memory_order_relaxed) != id) continue;
     if (auto done = try_cancel(i, id)) {
       if (*done) dispatch_.note_if_drained(false);  // the queue's last job may have gone
       return *done;
@@ -27,8 +23,8 @@ bool JobFlow::cancel(JobId id) {
   return false;
 }
 
-std::optional<bool> JobFlow::try_cancel(std::uint32_t idx, JobId id) {
-  JobSlot& s = slot(idx);
+std::optional<bool> JobControl::try_cancel(std::uint32_t idx, JobId id) {
+  JobSlot& s = parts_.slot(idx);
   std::uint64_t c = s.ctl.load();
   for (;;) {
     // The id is re-checked after every read of the word: a CAS against that word fails if the
@@ -59,13 +55,13 @@ std::optional<bool> JobFlow::try_cancel(std::uint32_t idx, JobId id) {
   }
 }
 
-void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
+void JobControl::end_cancelled(std::uint32_t idx, SlotState from) {
   // cancel() took a waiting or delayed job and holds a pin on its slot: record its end, then
   // give the slot back. A delayed job's timer is unlinked here, so its capacity returns at once
   // instead of at its deadline; a waiting job's slot returns when a worker pops its index, when
-  // an add that finds no room sweeps the ready ring (reclaim_cancelled_waiting) or, in a blocked
+  // an add that finds no room sweeps the ready ring (reclaim_waiting) or, in a blocked
   // ring (which only wakes pop), when the sweep below does.
-  JobSlot& s = slot(idx);
+  JobSlot& s = parts_.slot(idx);
   JobEnds::Settled settled = ends_.record(s, EndKind::cancelled, parts_.core.now_ns(), nullptr);
   // Out of its gauge once the end is recorded and observed (as a worker's ends are): a drain()
   // that sees the queue idle then also finds the `cancelled` event delivered.
@@ -81,7 +77,7 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
     // linked node is reclaimed when it fires, but a parked one never fires, so take it here.
     held = parts_.core
                .with_wheel([&](Wheel& wheel) {
-                 timers_.drain(wheel, *this);
+                 timers_.drain(wheel, client_);
                  return timers_.unlink(s, wheel);
                })
                .value_or(parts_.core.owns_wheel() && TimerPort::take_parked(s));
@@ -94,7 +90,7 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   if (from == SlotState::waiting) {
     sweep_blocked();
     // Its index may be in the ready ring: the next add that finds no room sweeps it. release:
-    // see reclaim_cancelled_waiting. Before ends_.ended(), whose kept add must find the slot this
+    // see reclaim_waiting. Before ends_.ended(), whose kept add must find the slot this
     // cancel frees rather than go to the DLQ as an overflow
     // (ThreadedEngine.AKeptAddRunByTheCancelOfItsWaitingJobTakesTheSlotTheCancelFrees pins it),
     // and before cancel() returns.
@@ -103,8 +99,8 @@ void JobFlow::end_cancelled(std::uint32_t idx, SlotState from) {
   ends_.ended(id, std::move(settled));  // an add kept while the job ran before a lapse requeued it
 }
 
-void JobFlow::drop_cancelled(std::uint32_t idx) {
-  GateLink* const gate = links_.link(slot(idx).link);  // read while the index is still ours
+void JobControl::drop_cancelled(std::uint32_t idx) {
+  GateLink* const gate = links_.link(parts_.slot(idx).link);  // read while the index is still ours
   ends_.reclaim_cancelled(idx);
   // Woken from the blocked ring, it took a wake it cannot use: hand it on (else a cancelled job
   // behind a cancelled leader strands the rest:
@@ -113,7 +109,7 @@ void JobFlow::drop_cancelled(std::uint32_t idx) {
     gate->gate().pass_wake();
 }
 
-bool JobFlow::reclaim_cancelled_waiting() noexcept {
+bool JobControl::reclaim_waiting() noexcept {
   // Not from inside a sweep of any queue: a cancelled payload's destructor that adds to a full
   // queue would wait for a lock this thread holds (its own queue's, or one whose sweep is up
   // this thread's stack).
@@ -137,7 +133,7 @@ bool JobFlow::reclaim_cancelled_waiting() noexcept {
   if (seen == swept_mark_.load(std::memory_order_relaxed)) return true;
   const ScopedValue<bool> mark(sweeping, true);
   dispatch_.sweep_ready([this](std::uint32_t idx) {
-    switch (slot(idx).ctl.held()) {
+    switch (parts_.slot(idx).ctl.held()) {
       case SlotControl<>::Held::waiting:
         return true;
       case SlotControl<>::Held::cancelled:
@@ -152,7 +148,7 @@ bool JobFlow::reclaim_cancelled_waiting() noexcept {
   return true;
 }
 
-void JobFlow::sweep_blocked() noexcept {
+void JobControl::sweep_blocked() noexcept {
   // Cold (a cancel). The blocked ring is popped only by wakes, which a stalled downstream may
   // not make for a long time: a cancelled job there would keep its slot (and count as blocked)
   // as long, and a queue full of cancelled jobs would answer `full`
@@ -164,7 +160,7 @@ void JobFlow::sweep_blocked() noexcept {
     std::int64_t removed = 0;
     std::uint32_t idx;
     for (std::size_t n = ring.size_approx(); n > 0 && ring.try_pop(idx); --n) {
-      const auto held = slot(idx).ctl.held();
+      const auto held = parts_.slot(idx).ctl.held();
       if (held == SlotControl<>::Held::waiting) {
         ring.push_held(idx);
         continue;
@@ -176,21 +172,21 @@ void JobFlow::sweep_blocked() noexcept {
   });
 }
 
-bool JobFlow::retime(JobId id, std::int64_t due) {
+bool JobControl::retime(JobId id, std::int64_t due) {
   // As the wheel's owner: the timer is unlinked and relinked (or fired) in one step, so an
   // earlier due time takes effect at once rather than when the old timer would have fired.
   const auto done = parts_.core.with_wheel([&](Wheel& wheel) {
-    timers_.drain(wheel, *this);  // slots in transit to the wheel are linked now
+    timers_.drain(wheel, client_);  // slots in transit to the wheel are linked now
     const std::int64_t now = parts_.core.now_ns();
     for (std::uint32_t i = 0; i < parts_.capacity; ++i) {
-      JobSlot& s = slot(i);
+      JobSlot& s = parts_.slot(i);
       if (s.id.load(std::memory_order_relaxed) != id) continue;
       for (;;) {
         const std::uint64_t c = s.ctl.load();
         // The id is re-read after the word: retime's CAS against c fails if the slot moved on.
         if (ctl::state(c) != SlotState::delayed || s.id.load(std::memory_order_relaxed) != id)
           break;
-        if (timers_.retime(i, c, std::max(due, now), now, wheel, *this)) {
+        if (timers_.retime(i, c, std::max(due, now), now, wheel, client_)) {
           // Due later than now: if it led its downstream's waiting jobs, it no longer waits for
           // their token; another leads (else a leader parked by change_delay holds them:
           // Review.ALeaderParkedByChangeDelayStepsDown pins it). Due now, it fired above and
@@ -210,40 +206,6 @@ bool JobFlow::retime(JobId id, std::int64_t due) {
                     "' was called from a callback that runs while timers fire (an observer of "
                     "retry_due/stalled, a DLQ alert); call it from outside those callbacks");
   return *done;
-}
-
-bool report_progress(JobFlow& flow, std::uint32_t idx, std::uint32_t token, double value) noexcept {
-  return flow.progress(idx, token, value);
-}
-
-bool JobFlow::progress(std::uint32_t idx, std::uint32_t token, double value) noexcept {
-  JobSlot& s = slot(idx);
-  if (std::isnan(value) || s.ctl.fenced(token)) return false;
-  ProgressCells* table = progress_.get();
-  if (table == nullptr) [[unlikely]] {
-    try {
-      table =
-          &progress_.get_or_make([&] { return std::make_unique<ProgressCells>(parts_.capacity); });
-    } catch (...) {  // no memory for the cells: the report is dropped
-      return false;
-    }
-  }
-  ProgressCell* const cells = table->cells.get();
-  ProgressCell& p = cells[idx];
-  const JobId id = s.id.load(std::memory_order_relaxed);
-  const std::int64_t now = parts_.core.now_ns();
-  // relaxed: this handler is the cell's only writer while its delivery counts (see the member).
-  const bool first = p.id.load(std::memory_order_relaxed) != id;
-  p.bits.store(std::bit_cast<std::uint64_t>(value), std::memory_order_relaxed);
-  if (first) p.id.store(id, std::memory_order_relaxed);
-  const std::int64_t last = p.last_event_ns.load(std::memory_order_relaxed);
-  if (parts_.core.observed() && (first || now - last >= parts_.options.progress_interval.count())) {
-    p.last_event_ns.store(now, std::memory_order_relaxed);
-    Event e = parts_.event(EventKind::progress, s, now);
-    e.progress = value;
-    parts_.core.emit(e);
-  }
-  return true;
 }
 
 }  // namespace rail::detail

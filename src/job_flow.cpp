@@ -43,7 +43,11 @@ JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::
       ends_(parts_, claims_, *this),
       timers_(parts_.core, parts_.name, parts_.slots.get(), parts_.capacity,
               parts_.options.visibility_timeout),
-      completions_(parts_, *this, links_, timers_) {
+      completions_(parts_, *this, links_, timers_),
+      progress_(parts_),
+      queries_(parts_, ends_.tracker(), progress_, *this),
+      control_(parts_, dispatch_, links_, ends_, timers_, *this),
+      leftovers_(parts_, free_, ends_.tracker(), timers_, *this) {
   // Every queue: a link made later (JobOptions::downstream) needs to hear of pauses too.
   dispatch_.listen_to_pauses(this);
 }
@@ -146,7 +150,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   const auto a = s.ctl.activate();
   if (a.result != SlotControl<>::Activation::active) {
     s.deliveries.store(delivered, std::memory_order_relaxed);
-    if (a.result == SlotControl<>::Activation::cancelled) drop_cancelled(idx);
+    if (a.result == SlotControl<>::Activation::cancelled) control_.drop_cancelled(idx);
     return false;  // taken: handed back by take_leftovers after shutdown; drop the index
   }
   // seq_cst: with activate's CAS and shutdown's store, in one order (see SlotControl::activate):
@@ -547,6 +551,10 @@ void JobFlow::emit_dlq(EventKind kind, JobId id, std::string_view job_name, std:
   e.job_name = job_name;
   e.depth = depth;
   parts_.core.emit(e);
+}
+
+bool report_progress(JobFlow& flow, std::uint32_t idx, std::uint32_t token, double value) noexcept {
+  return flow.progress(idx, token, value);
 }
 
 }  // namespace rail::detail

@@ -1,19 +1,14 @@
-// JobFlow's cold calls that only read: a job's state and end, listings by status, idle and
-// drain. Each reads a slot it does not hold as a seqlock: the fields, then the word and the id
-// again; a slot that moved meanwhile is read again or skipped. Ordering conventions:
-// job_flow.hpp.
-#include <algorithm>
-#include <bit>
-#include <chrono>
+// JobQueries: a job's state and end, and listings by status. Contract and ordering:
+// job_queries.hpp.
+#include "rail/detail/job_queries.hpp"
 
-#include "rail/detail/deadline.hpp"
-#include "rail/detail/job_flow.hpp"
-#include "rail/detail/worker_pool.hpp"
-#include "rail/error.hpp"
+#include <algorithm>
+#include <atomic>
+#include <string>
 
 namespace rail::detail {
 
-std::vector<JobInfo> JobFlow::jobs(JobStatus status, std::size_t limit) const {
+std::vector<JobInfo> JobQueries::jobs(JobStatus status, std::size_t limit) const {
   std::vector<JobInfo> out;
   if (limit == 0) return out;
   // The `limit` oldest (smallest ids: ids are given in add order) in a max-heap by id, so a
@@ -21,7 +16,7 @@ std::vector<JobInfo> JobFlow::jobs(JobStatus status, std::size_t limit) const {
   // than every kept one is skipped before its state is read.
   const auto newer = [](const JobInfo& a, const JobInfo& b) { return a.id < b.id; };
   for (std::uint32_t i = 0; i < parts_.capacity; ++i) {
-    const JobSlot& s = slot(i);
+    const JobSlot& s = parts_.slot(i);
     const std::uint64_t c = s.ctl.load();
     if (status_of(ctl::state(c)) != status) continue;
     JobInfo j;
@@ -43,7 +38,7 @@ std::vector<JobInfo> JobFlow::jobs(JobStatus status, std::size_t limit) const {
   return out;
 }
 
-JobStatus JobFlow::status_of(SlotState st) noexcept {
+JobStatus JobQueries::status_of(SlotState st) noexcept {
   switch (st) {
     case SlotState::waiting:
       return JobStatus::waiting;
@@ -58,7 +53,7 @@ JobStatus JobFlow::status_of(SlotState st) noexcept {
   }
 }
 
-JobState JobFlow::live_state(const JobSlot& s, std::uint64_t c) const noexcept {
+JobState JobQueries::live_state(const JobSlot& s, std::uint64_t c) const noexcept {
   JobState st;
   st.status = status_of(ctl::state(c));
   switch (st.status) {
@@ -74,19 +69,13 @@ JobState JobFlow::live_state(const JobSlot& s, std::uint64_t c) const noexcept {
   st.deliveries = s.delivered();
   st.attempts_made = s.attempts();
   st.stalls = s.stalled();
-  // acquire: pairs with the release that published the cells.
-  if (const ProgressCells* table = progress_.get()) {
-    const ProgressCell& p = table->cells[parts_.index_of(s)];
-    // relaxed: a hint read beside the slot's counters (state() validates the slot, not this).
-    if (p.id.load(std::memory_order_relaxed) == s.id.load(std::memory_order_relaxed))
-      st.progress = std::bit_cast<double>(p.bits.load(std::memory_order_relaxed));
-  }
+  st.progress = progress_.of(s);
   return st;
 }
 
-JobState JobFlow::state(JobId id) const {
+JobState JobQueries::state(JobId id) const {
   for (std::uint32_t i = 0; i < parts_.capacity; ++i) {
-    const JobSlot& s = slot(i);
+    const JobSlot& s = parts_.slot(i);
     if (s.id.load(std::memory_order_relaxed) != id) continue;
     for (;;) {
       const std::uint64_t c = s.ctl.load();
@@ -101,16 +90,16 @@ JobState JobFlow::state(JobId id) const {
     }
   }
   if (auto ended = parts_.stats.recall(id)) return JobState{*ended};
-  if (in_dlq(id)) return JobState{JobStatus::dead_lettered};
+  if (dlq_.in_dlq(id)) return JobState{JobStatus::dead_lettered};
   return JobState{};
 }
 
-std::optional<EndRecord> JobFlow::end_of(JobId id) const {
+std::optional<EndRecord> JobQueries::end_of(JobId id) const {
   // The history first: a job whose end is in it may still hold its slot for a moment (its end
   // record, if one is coming, is then on its way); a redriven job runs again under its id, so
   // a live slot comes next, and only then what was retained of an earlier end.
   for (std::uint32_t i = 0; i < parts_.capacity; ++i) {
-    const JobSlot& s = slot(i);
+    const JobSlot& s = parts_.slot(i);
     if (s.id.load(std::memory_order_relaxed) != id) continue;
     const SlotState st = ctl::state(s.ctl.load());
     if (s.id.load(std::memory_order_relaxed) == id &&
@@ -119,15 +108,14 @@ std::optional<EndRecord> JobFlow::end_of(JobId id) const {
       return std::nullopt;  // live (a finishing job's end is decided: the history may have it)
   }
   const std::optional<JobStatus> ended = parts_.stats.recall(id);
-  if (auto retained = ends_.tracker().retained(id);
-      retained && (!ended || retained->status == *ended))
+  if (auto retained = ends_.retained(id); retained && (!ended || retained->status == *ended))
     return retained;
   const JobState st = ended ? JobState{*ended} : state(id);
   if (st.status == JobStatus::waiting || st.status == JobStatus::delayed ||
       st.status == JobStatus::active)
     return std::nullopt;  // finishing, its end not in the history yet
   if (st.status == JobStatus::dead_lettered) {
-    if (auto filed = dlq_end(id)) return filed;  // reason and errors from its entry
+    if (auto filed = dlq_.dlq_end(id)) return filed;  // reason and errors from its entry
   }
   EndRecord end;
   end.id = id;
@@ -136,66 +124,6 @@ std::optional<EndRecord> JobFlow::end_of(JobId id) const {
     end.error = "job " + std::to_string(id) + " is not in queue '" + parts_.name +
                 "': never added here, or ended so long ago that the queue's history forgot it";
   return end;  // ended, but not retained: its status only (no result, no errors)
-}
-
-bool JobFlow::idle() const noexcept {
-  const QueueCounts c = counts();
-  return c.waiting == 0 && c.delayed == 0 && c.active == 0;
-}
-
-PoolWait JobFlow::pool_wait(const std::string& what, bool bounded) const {
-  PoolWait wait(dispatch_.pool_of_caller());
-  if (!wait.enter(bounded)) {
-    const std::uint32_t others = wait.workers() - 1;
-    throw Error(ErrorCode::would_deadlock,
-                what + " on queue '" + parts_.name +
-                    "' from a worker of the engine's shared pool: " +
-                    (others == 0 ? std::string("the pool's only worker is the caller")
-                                 : "the pool's other " + std::to_string(others) +
-                                       " worker(s) already wait without a timeout for its jobs") +
-                    ", so this wait would leave no worker free to run the queue's jobs; " +
-                    (others == 0 ? "wait from outside the pool"
-                                 : "wait with a timeout, from outside the pool") +
-                    ", or give the pool more workers (EngineOptions.workers)");
-  }
-  return wait;
-}
-
-bool JobFlow::drain(Duration timeout) {
-  if (parts_.core.mode() != Mode::threaded)
-    throw Error(ErrorCode::wrong_mode, "drain() on queue '" + parts_.name +
-                                           "' waits for worker threads; an inline engine has "
-                                           "none (use Engine::run_until_idle)");
-  if (current_delivery() == this || parts_.core.in_timer_context())
-    throw Error(ErrorCode::would_deadlock,
-                "drain() on queue '" + parts_.name +
-                    "' was called from one of its own handlers or from a callback of the timer "
-                    "(an observer of retry_due/stalled, a DLQ alert), which would wait for "
-                    "itself; drain from outside handlers and callbacks");
-  // Cold path: poll with a growing sleep. A drained queue stays drained only if nobody adds.
-  const auto deadline = steady_deadline(timeout);  // Duration::max(): no timeout
-  std::optional<PoolWait> checked;                 // taken when first about to block
-  bool stranded = false;  // shutdown stopped the workers with jobs left that none will start
-  for (;;) {
-    const bool idled = poll_until(deadline, [&] {
-      if (idle()) return true;
-      // acquire: pairs with stop()'s store. Once the workers are stopped and no handler runs,
-      // what is left (waiting, delayed) never starts: the queue never drains.
-      if (dispatch_.stopping(std::memory_order_acquire) && counts().active == 0)
-        return stranded = true;
-      // About to block: a wait that would leave the shared pool no worker for the queue's jobs
-      // is refused (a queue that is idle already drains from anywhere).
-      if (!checked)
-        checked.emplace(
-            pool_wait("drain()", deadline != std::chrono::steady_clock::time_point::max()));
-      return false;
-    });
-    if (!idled || stranded) return false;
-    // The counts show a job ended by a lapse before the timer thread has told the observers;
-    // and what they were told may have added jobs (an observer, a schedule's run): look again.
-    if (!parts_.core.await_deliveries(deadline)) return false;
-    if (idle()) return true;
-  }
 }
 
 }  // namespace rail::detail

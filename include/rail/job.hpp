@@ -21,7 +21,7 @@ class QueueImpl;
 class TimerPort;
 class JobFlow;
 class Completions;
-/// report_progress(flow, idx, token, value): Job::progress (job_control.cpp).
+/// report_progress(flow, idx, token, value): Job::progress (ProgressBoard::report).
 bool report_progress(JobFlow& flow, std::uint32_t idx, std::uint32_t token, double value) noexcept;
 /// sweep_no_later_than(port, deadline): a handler shortened its lease (timer_port.hpp).
 void sweep_no_later_than(TimerPort& port, std::int64_t deadline) noexcept;

@@ -19,6 +19,10 @@
 //   timers_       the wheel: delays, retries, the lease sweep, schedules (timer_port.hpp)
 //   completions_  deliveries handed to a Completion (completions.hpp)
 //   ends_         a job's end, its waiters and retained ends (job_ends.hpp)
+//   progress_     Job::progress reports and their events (progress_board.hpp)
+//   queries_      state, ends and listings, read-only (job_queries.hpp)
+//   control_      cancel, retime, the slots of cancelled waiting jobs (job_control.hpp)
+//   leftovers_    the jobs left at shutdown (leftovers.hpp)
 // Each index is in exactly one place — the free list, a ring, a stash, the wheel (linked or
 // parked) — or held by exactly one thread (job_slot.hpp's ownership invariant).
 //
@@ -31,9 +35,10 @@
 //           out of attempts -> ends_ (dead-lettered: DLQ entry with the payload moved)
 // Timer:  the timer port fires delayed -> waiting and pushes ready; its lease sweep takes lapsed
 //         deliveries (active -> finishing) and redelivers or dead-letters them.
-// The cold calls live beside the hot path in their own files: cancel, retime and progress
-// (job_control.cpp), state, listings and waits (job_queries.cpp), shutdown's leftovers
-// (leftovers.cpp).
+// The cold calls are units of their own, which JobFlow forwards to: cancel and retime
+// (control_: job_control.hpp), Job::progress (progress_: progress_board.hpp), state, ends and
+// listings (queries_: job_queries.hpp), shutdown's leftovers (leftovers_: leftovers.hpp); idle
+// and drain are in queue_waits.cpp.
 //
 // Memory ordering: a slot's plain fields and payload are written by their holder before the
 // index is pushed to a ring (release) and read by the next holder after popping it (acquire).
@@ -67,10 +72,14 @@
 #include "rail/detail/downstream_links.hpp"
 #include "rail/detail/flow_parts.hpp"
 #include "rail/detail/free_slots.hpp"
+#include "rail/detail/job_control.hpp"
 #include "rail/detail/job_ends.hpp"
+#include "rail/detail/job_queries.hpp"
 #include "rail/detail/lazy_owned.hpp"
 #include "rail/detail/lease_tracker.hpp"
+#include "rail/detail/leftovers.hpp"
 #include "rail/detail/prefetch.hpp"
+#include "rail/detail/progress_board.hpp"
 #include "rail/detail/timer_port.hpp"
 #include "rail/detail/validation.hpp"
 #include "rail/event.hpp"
@@ -85,7 +94,8 @@ class JobFlow : public QueueBase,
                 private JobRunner,
                 private TimerClient,
                 private PauseListener,
-                private PayloadHooks {
+                private PayloadHooks,
+                private DlqLookup {
  public:
   JobFlow(const JobFlow&) = delete;
   JobFlow& operator=(const JobFlow&) = delete;
@@ -95,8 +105,11 @@ class JobFlow : public QueueBase,
   QueueCounts counts() const noexcept final { return parts_.stats.counts(dispatch_.paused()); }
   /// idle(): nothing waiting, delayed or running (stale handlers included).
   bool idle() const noexcept final;
-  void collect_leftovers(ShutdownReport& report) const final;
-  void abandon_unstarted() final;
+  void collect_leftovers(ShutdownReport& report) const final {
+    leftovers_.collect(report);
+    collect_deferred(report);
+  }
+  void abandon_unstarted() final { leftovers_.abandon_unstarted(); }
   void drain_timer_inbox(Wheel& wheel) noexcept final { timers_.drain_all(wheel, *this); }
   void fire(std::uint32_t tag, std::int64_t now, Wheel& wheel) noexcept final {
     timers_.fire(tag, now, wheel, *this);
@@ -116,21 +129,24 @@ class JobFlow : public QueueBase,
   /// (PoolWait); throws Error(would_deadlock) naming `what` if no worker could run them.
   [[nodiscard]] PoolWait pool_wait(const std::string& what, bool bounded) const;
 
-  // --- lifecycle and admin (see Queue; job_control.cpp, job_queries.cpp)
-  // --------------------------
+  // --- lifecycle and admin (see Queue) ---------------------------------------------------------
   void pause() noexcept { dispatch_.pause(); }
   void resume() noexcept { dispatch_.resume(); }
   bool pause_and_wait(Duration timeout) { return dispatch_.pause_and_wait(timeout); }
   [[nodiscard]] bool paused() const noexcept { return dispatch_.paused(); }
   bool drain(Duration timeout);
-  bool cancel(JobId id);
-  JobState state(JobId id) const;
+  bool cancel(JobId id) { return control_.cancel(id); }
+  [[nodiscard]] JobState state(JobId id) const { return queries_.state(id); }
   /// retime(id, due): a delayed job runs at `due` instead (promote: now). See Queue::promote.
-  bool retime(JobId id, std::int64_t due);
+  bool retime(JobId id, std::int64_t due) { return control_.retime(id, due); }
   /// jobs(status, limit): live jobs in `status` (waiting, delayed or active), oldest id first.
-  std::vector<JobInfo> jobs(JobStatus status, std::size_t limit) const;
+  [[nodiscard]] std::vector<JobInfo> jobs(JobStatus status, std::size_t limit) const {
+    return queries_.jobs(status, limit);
+  }
   /// progress(idx, token, value): Job::progress of delivery `token` in slot idx.
-  bool progress(std::uint32_t idx, std::uint32_t token, double value) noexcept;
+  bool progress(std::uint32_t idx, std::uint32_t token, double value) noexcept {
+    return progress_.report(idx, token, value);
+  }
   /// emit_dlq(kind, id, job_name, depth): the DLQ's events (evicted, alert).
   void emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth);
 
@@ -142,7 +158,7 @@ class JobFlow : public QueueBase,
   [[nodiscard]] EndTracker& end_tracker() noexcept { return ends_.tracker(); }
   /// end_of(id): job `id`'s end if it ended and is retained, or what its history says (no result
   /// or errors then), or nullopt while it is live (or unknown to the queue: status unknown).
-  [[nodiscard]] std::optional<EndRecord> end_of(JobId id) const;
+  [[nodiscard]] std::optional<EndRecord> end_of(JobId id) const { return queries_.end_of(id); }
 
   // --- repeatable jobs (Queue::schedule) ---------------------------------------------------------
   /// validate_schedule(id, job_name, o): throws as admit() does, and as
@@ -192,10 +208,7 @@ class JobFlow : public QueueBase,
     run_handler_ = run;
     handler_ctx_ = handler;
   }
-  /// in_dlq(id): the job is in the DLQ (state() of a dead-lettered job no longer remembered).
-  [[nodiscard]] virtual bool in_dlq(JobId id) const = 0;
-  /// dlq_end(id): job `id`'s end as its DLQ entry tells it (reason, errors), if it is there.
-  [[nodiscard]] virtual std::optional<EndRecord> dlq_end(JobId id) const = 0;
+  // DlqLookup (in_dlq, dlq_end): the typed layer's DLQ answers for JobQueries.
   /// collect_deferred(report): lists the adds kept for after a running job (not started).
   virtual void collect_deferred(ShutdownReport& report) const = 0;
 
@@ -398,7 +411,9 @@ class JobFlow : public QueueBase,
   /// take_unstarted(take): after shutdown, under the wheel, hands every job that never started
   /// and that no handler pins to take(idx, delayed), which moves its payload out and destroys
   /// it; the slot is then freed here. False if called while this thread owns the wheel.
-  bool take_unstarted(const std::function<void(std::uint32_t, bool)>& take);
+  bool take_unstarted(const std::function<void(std::uint32_t, bool)>& take) {
+    return leftovers_.take(take);
+  }
 
  private:
   /// FailKind: why an attempt failed, as far as what happens next is concerned.
@@ -447,8 +462,8 @@ class JobFlow : public QueueBase,
   bool try_acquire(std::uint32_t* out, std::size_t n) noexcept {
     if (pop_free(out, n)) [[likely]]
       return true;
-    // No room: jobs cancelled while waiting may still hold theirs (reclaim_cancelled_waiting).
-    return reclaim_cancelled_waiting() && pop_free(out, n);
+    // No room: jobs cancelled while waiting may still hold theirs (JobControl::reclaim_waiting).
+    return control_.reclaim_waiting() && pop_free(out, n);
   }
   bool pop_free(std::uint32_t* out, std::size_t n) noexcept {
     // All or nothing: with fewer than n free none is handed out, so a bulk add on a nearly full
@@ -466,53 +481,10 @@ class JobFlow : public QueueBase,
     prefetch_for_write(cell(idx));
   }
 
-  // --- cancel (job_control.cpp) -----------------------------------------------------------------
-  /// reclaim_cancelled_waiting(): an add found no free slot. A job cancelled while waiting
-  /// leaves its index in the ready ring, where only a popper can take it, and keeps its slot
-  /// till then: on a paused queue, or one whose workers are busy, for as long. If cancels have
-  /// happened since the last pass, sweeps the ready ring (Dispatcher::sweep_ready) and reclaims
-  /// the slots of the cancelled jobs in it, so that a cancel gives its capacity back before
-  /// the queue answers `full`. True if the caller should look for a free slot again: always
-  /// once any waiting job was ever cancelled, since a sweep by another add may have freed slots
-  /// after the caller's pop failed (else of two adds racing for two reclaimable slots, the
-  /// second answers `full` while the first sweeps). Cold: one pass per burst of cancels, under
-  /// reclaim_mu_.
-  bool reclaim_cancelled_waiting() noexcept;
-  /// drop_cancelled(idx): the popper of the index of a job cancelled while waiting (from the
-  /// ready ring, a blocked ring or a sweep) reclaims its slot.
-  void drop_cancelled(std::uint32_t idx);
-  /// sweep_blocked(): a waiting job was cancelled: give back the slots of the cancelled jobs
-  /// in the blocked rings now, rather than when wakes pop them.
-  void sweep_blocked() noexcept;
-  std::optional<bool> try_cancel(std::uint32_t idx, JobId id);
-  void end_cancelled(std::uint32_t idx, SlotState from);
-  [[nodiscard]] std::uint64_t sweep_mark() const noexcept {
-    // acquire: pairs with end_cancelled's release increment (and held_back's own acquire).
-    return waiting_cancels_.load(std::memory_order_acquire) + dispatch_.held_back();
-  }
-
-  // --- queries (job_queries.cpp) ----------------------------------------------------------------
-  /// status_of(state) / live_state(s, c): a live job's status, and its state as slot s with
-  /// word c shows it (the caller validates c afterwards: a seqlock read).
-  static JobStatus status_of(SlotState st) noexcept;
-  JobState live_state(const JobSlot& s, std::uint64_t c) const noexcept;
-
   struct FreeCells {
     std::size_t bytes = 0;
     std::size_t align = 0;
     void operator()(char* p) const noexcept;
-  };
-  // Progress (Job::progress): one cell per slot, allocated on the queue's first report. A cell
-  // belongs to the job whose id it holds; the live handler is its only writer (a stale one is
-  // fenced first), state() reads it relaxed (a hint, like the slot's counters).
-  struct ProgressCell {
-    std::atomic<JobId> id{0};
-    std::atomic<std::uint64_t> bits{0};  // the value's double bits
-    std::atomic<std::int64_t> last_event_ns{0};
-  };
-  struct ProgressCells {
-    explicit ProgressCells(std::size_t n) : cells(std::make_unique<ProgressCell[]>(n)) {}
-    std::unique_ptr<ProgressCell[]> cells;
   };
 
   FlowParts parts_;  // first: every part below refers to it
@@ -528,15 +500,12 @@ class JobFlow : public QueueBase,
   Completions completions_;
   std::unique_ptr<LeaseTracker> leases_;
   std::atomic<bool> processing_{false};  // start_processing ran: admit may re-arm the sweep
-  // Cancels of waiting jobs so far, and that count plus the dispatcher's held_back() as the last
-  // sweep of the ready jobs read them before it began (see reclaim_cancelled_waiting); sweeps
-  // take turns on reclaim_mu_.
-  std::atomic<std::uint64_t> waiting_cancels_{0};
-  std::atomic<std::uint64_t> swept_mark_{0};
-  std::mutex reclaim_mu_;
+  ProgressBoard progress_;
+  JobQueries queries_;  // after progress_ and ends_, which it reads
+  JobControl control_;
+  Leftovers leftovers_;
   RunHandler run_handler_ = nullptr;  // bind_handler
   void* handler_ctx_ = nullptr;
-  LazyOwned<ProgressCells> progress_;
 };
 
 }  // namespace rail::detail
