@@ -117,7 +117,7 @@ void Dispatcher::join_pool(JobRunner& runner, std::uint32_t pool_size, WakeTarge
   for (std::uint32_t w = 0; w < pool_size; ++w) {
     contexts_[w]->counters = &stats_.worker(w);
     // Not in a turn of this queue: parked as far as pause_and_wait is concerned.
-    contexts_[w]->parked.store(true, std::memory_order_relaxed);
+    contexts_[w]->pause.parked.store(true, std::memory_order_relaxed);
   }
   pool_runner_ = &runner;
   share_ = share;
@@ -144,8 +144,7 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w, PoolDuty& duty) noexcept {
   }
   WorkerContext& wc = *contexts_[w];
   wc.holds_duty = duty.held;  // next_job passes wake-ups on unless the worker holds the duty
-  // seq_cst: the worker's unpark, against pause_and_wait (workers_acknowledged): once per turn.
-  wc.parked.store(false, std::memory_order_seq_cst);
+  wc.pause.unpark();          // against pause_and_wait (PauseBarrier): once per turn
   std::uint32_t ran = 0, idx = 0;
   bool more = true;
   while (ran < kTurn && (more = next_job(w, wc, idx))) {
@@ -166,8 +165,7 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w, PoolDuty& duty) noexcept {
   // (next_job never failed; the next turn finds nothing visible and returns before looking).
   // Only while observed (note_if_drained), and once per turn, not per job.
   if (ran > 0) note_if_drained(true);
-  // release: our last handler's end happens before a waiter's acquire load of `parked`.
-  wc.parked.store(true, std::memory_order_release);
+  wc.pause.park();  // our last handler's end happens before a waiter sees us parked
   if (share_ != 0) {
     serving_.fetch_sub(1, std::memory_order_relaxed);
     // The turn ended with work left: a worker turned away by the share may be asleep by now.
@@ -196,8 +194,7 @@ std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std:
   std::uint32_t idx;
   // Checked before every job: a handler may pause the queue or shut the engine down, and after
   // stop nothing new starts (take_leftovers may have handed ready jobs back).
-  while (ran < max && !paused_.load(std::memory_order_acquire) &&
-         !stop_.load(std::memory_order_acquire)) {
+  while (ran < max && !pause_.paused() && !stop_.load(std::memory_order_acquire)) {
     // acquire: a sweep that ended before this load has put back what it took (sweep_ready).
     const std::uint64_t gen = sweep_gen_.load(std::memory_order_acquire);
     if (ready_.try_pop(idx)) {
@@ -234,18 +231,14 @@ void Dispatcher::join() noexcept {
 }
 
 void Dispatcher::pause() noexcept {
-  // seq_cst: publishes the pause to the workers' loads, and takes part in pause_and_wait's
-  // Dekker with parked workers (workers_acknowledged). The exchange tells the one call that
-  // changed the state, which alone raises the event.
-  if (!paused_.exchange(true, std::memory_order_seq_cst)) {
+  if (pause_.pause()) {  // the one call that changed the state raises the event
     if (pause_listener_) pause_listener_->pause_changed();
     emit_queue_event(EventKind::paused);
   }
 }
 
 void Dispatcher::resume() noexcept {
-  // acq_rel: as pause() (workers' acquire load sees it).
-  const bool was_paused = paused_.exchange(false, std::memory_order_acq_rel);
+  const bool was_paused = pause_.resume();
   // One signal per worker: each may be between its paused check and its wait().
   wake_.load(std::memory_order_acquire)
       ->ec.notify_all(static_cast<std::int32_t>(std::max<std::uint32_t>(workers(), 1)));
@@ -282,52 +275,18 @@ bool Dispatcher::pause_and_wait(Duration timeout) {
       if (!sleep()) return false;
     return true;
   }
-  // release: a worker that acquires this epoch also sees the paused_ store above. Sleeping
-  // workers are not woken: they are parked, which counts as acknowledged (workers_acknowledged).
-  const std::uint64_t epoch = pause_epoch_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  // Sleeping workers are not woken: they are parked, which counts as acknowledged.
+  const std::uint64_t epoch = pause_.begin_wait();
   while (!workers_acknowledged(epoch))
     if (!sleep()) return false;
   return true;
 }
 
-/// pause_seen(wc): the queue is paused, as worker wc sees it between jobs; it then acknowledges
-/// the pause, as a pause_and_wait may be waiting for it.
-bool Dispatcher::pause_seen(WorkerContext& wc) noexcept {
-  // seq_cst: see workers_acknowledged (a plain load on x86, ldar on ARMv8 as acquire is).
-  if (!paused_.load(std::memory_order_seq_cst)) [[likely]]
-    return false;
-  acknowledge_pause(wc);
-  return true;
-}
-
-/// acknowledge_pause(wc): worker wc, between jobs, saw the queue paused.
-void Dispatcher::acknowledge_pause(WorkerContext& wc) noexcept {
-  // acquire: if this reads a pause_and_wait's epoch, the paused_ load below sees that pause (or
-  // a later resume, and then we do not acknowledge).
-  const std::uint64_t epoch = pause_epoch_.load(std::memory_order_acquire);
-  if (!paused_.load(std::memory_order_acquire)) return;
-  // relaxed load: our own last store. release store: our finished handler's effects and counts
-  // happen before the waiter's acquire load of the ack.
-  if (wc.pause_ack.load(std::memory_order_relaxed) != epoch)
-    wc.pause_ack.store(epoch, std::memory_order_release);
-}
-
-/// workers_acknowledged(epoch): every worker thread acknowledged `epoch` (or a later one), is
-/// parked (asleep between jobs), or has exited its loop.
 bool Dispatcher::workers_acknowledged(std::uint64_t epoch) const noexcept {
   // acquire: set (release) once contexts_ is complete; it never changes after. Not yet: no
-  // worker runs a job yet, and each will see paused_ before its first one.
+  // worker runs a job yet, and each will see the pause before its first one.
   if (!contexts_ready_.load(std::memory_order_acquire)) return true;
-  for (const auto& wc : contexts_) {
-    // acquire: pairs with the ack's release (the worker's handler has returned).
-    if (wc->pause_ack.load(std::memory_order_acquire) >= epoch) continue;
-    // seq_cst: Dekker with the worker's seq_cst unpark store and its seq_cst load of paused_
-    // in next_job, against pause()'s seq_cst store: if this reads `parked`, the unpark comes
-    // later in the single order, so the worker's next paused_ load sees the pause.
-    if (wc->parked.load(std::memory_order_seq_cst)) continue;
-    return false;
-  }
-  return true;
+  return PauseBarrier::acknowledged(epoch, contexts_);
 }
 
 void Dispatcher::raise_if_drained(bool on_worker) noexcept {
@@ -375,7 +334,7 @@ void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& 
     WorkerContext& wc;
     ~Exit() {
       runner.flush_freed(w);
-      wc.pause_ack.store(WorkerContext::kExited, std::memory_order_release);
+      wc.pause.exit();
     }
   } exit{runner, w, wc};
   while (!stop_.load(std::memory_order_acquire)) {
@@ -395,11 +354,9 @@ void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& 
     // until one does. Either way the loop re-checks the ring and the stashes (event_count.hpp).
     // Parked meanwhile: between jobs, so a pause_and_wait need not wait for (or wake) us. The
     // semaphore's wake-ups go to any worker, so a pause cannot count on waking each one.
-    // release: our last handler's end happens before a waiter's acquire load of it.
-    wc.parked.store(true, std::memory_order_release);
+    wc.pause.park();
     sleep();
-    // seq_cst: see workers_acknowledged (once per wake-up, not per job).
-    wc.parked.store(false, std::memory_order_seq_cst);
+    wc.pause.unpark();  // once per wake-up, not per job
   }
 }
 
@@ -467,7 +424,8 @@ bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t&
     cpu_relax();
     if (keep) {
       got = next_job(w, wc, idx);
-    } else if (!pause_seen(wc)) {  // as next_job: nothing starts while paused, nobody is woken
+    } else if (!pause_.seen(
+                   wc.pause)) {  // as next_job: nothing starts while paused, nobody is woken
       core_.poll_timers(wc.last_start_ns);  // as next_job would
       seen = work_visible();
     }
@@ -507,7 +465,7 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   // After stop nothing new starts: shutdown may already have reported a ready job as not started
   // and handed its payload back (take_leftovers).
   if (stop_.load(std::memory_order_acquire)) return false;
-  if (pause_seen(wc)) return false;
+  if (pause_.seen(wc.pause)) return false;
   if (wc.stash->take(idx)) return true;
   // A batch boundary: fire any timer that came due (backoffs, delays, lease sweeps) if the timer
   // thread has not.
@@ -574,7 +532,7 @@ bool Dispatcher::hold_back(WorkerContext* wc, const std::uint32_t* idx, std::siz
   }
   // release, after the fill or push: see held_back().
   held_back_.fetch_add(1, std::memory_order_release);
-  if (wc) acknowledge_pause(*wc);
+  if (wc) pause_.acknowledge(wc->pause);
   return false;
 }
 

@@ -11,17 +11,11 @@
 // Idle workers: they sleep and are woken by WakeTarget's protocol (wake_target.hpp): one of them
 // at a time holds the duty and spins for up to kSpinNs (spin_for_job); producers skip the
 // wake-up while it is held (wake_for_ready).
-// Pause: pause() sets paused_; a worker checks it before taking each job (next_job), so a job it
-// took before seeing the pause still runs. One it popped after the pause waits in its stash
-// (paused_after_pop): no job added after pause() returned starts before resume(). pause_and_wait()
-// also waits for those that run: it bumps pause_epoch_ and waits until every worker has
-// acknowledged the new epoch or is parked. A worker acknowledges only from next_job, between jobs,
-// with the pause in sight: its handler (a stale one whose lease lapsed included) has returned and
-// it starts nothing more while paused. A worker asleep on the event count is parked: it runs
-// nothing, and when it wakes its next_job sees the pause (a Dekker of seq_cst operations:
-// workers_acknowledged). Sleepers are not woken to acknowledge: the event count's signals go to
-// whichever worker waits next, so one worker could take them all. Nothing is paid per job while the
-// queue runs (the ack is in next_job's paused branch; parking is per sleep).
+// Pause: the paused flag and pause_and_wait's barrier are PauseBarrier's (pause_barrier.hpp): a
+// worker checks the pause before taking each job (next_job), so a job it took before seeing the
+// pause still runs. One it popped after the pause waits in its stash (paused_after_pop): no job
+// added after pause() returned starts before resume(). pause_and_wait() also waits until every
+// worker acknowledged the pause between jobs or is parked (asleep, or outside this queue's turn).
 // Drained: note_if_drained() runs where a worker (inline: run_inline) runs out of jobs, after a
 // pool turn that ran a job (it may have ended on the queue's last), and after a cancel; only
 // while someone observes. It raises `drained` when the queue's gauges show nothing waiting,
@@ -30,12 +24,9 @@
 // an RMW on it orders each checker's earlier counts before the next checker's reads, so of two
 // workers ending the last two jobs at once the later check sees both ends (Dekker, no fence).
 // Memory ordering: the ring push is a release and its pop an acquire (they carry the slot's
-// fields); stop_/paused_ are release on store and acquire on load, except stop_'s store and the
-// job flow's re-check after activation, which are seq_cst (SlotControl::activate explains why).
-// pause_epoch_'s increment is a release after the paused_ store; a worker's acquire load of it
-// then sees the pause (acknowledge_pause), and its ack (release) after its last handler's
-// counts is acquired by the waiter. pause()'s store, next_job's paused_ load, a worker's unpark
-// store and the waiter's load of `parked` are seq_cst (workers_acknowledged says why).
+// fields); stop_ is release on store and acquire on load, except its store and the job flow's
+// re-check after activation, which are seq_cst (SlotControl::activate explains why); the pause's
+// orders are PauseBarrier's.
 // Threads: its own (start: WorkerOptions.pool = Pool::dedicated), or the engine's shared pool
 // (join_pool: worker_pool.hpp), whose workers take turns over their queues' dispatchers
 // (serve_turn). Either way each worker has its own context and stash here, and the workers reach
@@ -62,6 +53,7 @@
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/mpmc_ring.hpp"
+#include "rail/detail/pause_barrier.hpp"
 #include "rail/detail/queue_stats.hpp"
 #include "rail/detail/thread_group.hpp"
 #include "rail/detail/wake_target.hpp"
@@ -89,12 +81,7 @@ struct alignas(64) WorkerContext {  // its own lines: written on every job by it
   /// serves as last_wall_ns without a second reading. Any other clock (manual, SteadyClock, a
   /// user's) is another timeline, and the start reads steady_ns() as well.
   bool wall_is_engine_clock = false;
-  /// pause_ack: the last pause epoch this worker acknowledged between jobs (kExited once it
-  /// left its loop). Written by its worker, read by pause_and_wait.
-  std::atomic<std::uint64_t> pause_ack{0};
-  static constexpr std::uint64_t kExited = ~std::uint64_t{0};
-  /// parked: the worker sleeps between jobs (or is about to); written by its worker.
-  std::atomic<bool> parked{false};
+  PauseMarks pause;  // its side of pause_and_wait's barrier (pause_barrier.hpp)
 };
 
 /// set_fast_handler_threshold(ns): workers that Dispatcher::start (or join_pool) sets up from now
@@ -171,7 +158,7 @@ class Dispatcher {
   /// neither paused nor stopped, and its share of the pool is not taken.
   [[nodiscard]] bool turn_possible() const noexcept {
     // relaxed: a hint; serve_turn decides with next_job's own loads.
-    return !stop_.load(std::memory_order_relaxed) && !paused_.load(std::memory_order_relaxed) &&
+    return !stop_.load(std::memory_order_relaxed) && !pause_.paused_now() &&
            (share_ == 0 || serving_.load(std::memory_order_relaxed) < share_) && work_visible();
   }
 
@@ -250,7 +237,7 @@ class Dispatcher {
   /// pause() / resume(): Queue::pause / resume; each raises its event when it changed the state.
   void pause() noexcept;
   void resume() noexcept;
-  [[nodiscard]] bool paused() const noexcept { return paused_.load(std::memory_order_acquire); }
+  [[nodiscard]] bool paused() const noexcept { return pause_.paused(); }
   /// listen_to_pauses(l): l hears every change of the paused state from now on. Once, at the
   /// queue's construction, before any pause.
   void listen_to_pauses(PauseListener* l) noexcept { pause_listener_ = l; }
@@ -285,9 +272,7 @@ class Dispatcher {
   /// popped came after the pause, and our pop acquired its push (the ring's cell hand-off), so
   /// the pause's store happens before this load, which must see it (write-read coherence).
   /// Once per batch, on a line the entry check just read.
-  [[nodiscard]] bool paused_after_pop() const noexcept {
-    return paused_.load(std::memory_order_relaxed);
-  }
+  [[nodiscard]] bool paused_after_pop() const noexcept { return pause_.paused_now(); }
 
   void worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& wc);
   void make_contexts(std::uint32_t workers, LeaseTracker& leases, std::uint64_t seed);
@@ -303,8 +288,7 @@ class Dispatcher {
     return now - wc.last_wall_ns >= wc.fast_handler_ns;
   }
   bool steal(std::uint32_t w, const WorkerContext& wc, std::uint32_t& idx) noexcept;
-  [[nodiscard]] bool pause_seen(WorkerContext& wc) noexcept;
-  void acknowledge_pause(WorkerContext& wc) noexcept;
+  /// workers_acknowledged(epoch): PauseBarrier::acknowledged over this queue's workers.
   [[nodiscard]] bool workers_acknowledged(std::uint64_t epoch) const noexcept;
   void raise_if_drained(bool on_worker) noexcept;
   void emit_queue_event(EventKind kind) const noexcept;
@@ -357,10 +341,9 @@ class Dispatcher {
   std::atomic<bool> contexts_ready_{false};
   std::atomic<std::uint32_t> worker_count_{0};
   std::atomic<bool> stop_{false};
-  std::atomic<bool> paused_{false};
-  std::atomic<std::uint64_t> held_back_{0};    // see held_back()
-  PauseListener* pause_listener_ = nullptr;    // set before the queue is published
-  std::atomic<std::uint64_t> pause_epoch_{0};  // bumped by each pause_and_wait
+  PauseBarrier pause_;
+  std::atomic<std::uint64_t> held_back_{0};  // see held_back()
+  PauseListener* pause_listener_ = nullptr;  // set before the queue is published
   // The idle_mark of the last `drained` (see the header); only touched when observed.
   alignas(64) std::atomic<std::uint64_t> drained_mark_{0};
 };
