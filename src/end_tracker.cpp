@@ -1,6 +1,7 @@
 #include "rail/detail/end_tracker.hpp"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "rail/detail/asymmetric_fence.hpp"
@@ -69,7 +70,56 @@ void EndTracker::configure(const ResultRetention& retention, bool has_result) {
 }
 
 EndWaiter::~EndWaiter() {
-  if (tracker_) tracker_->unwatch(id_, this);
+  if (!link_) return;
+  std::lock_guard lock(link_->mu);
+  if (link_->tracker) link_->tracker->unwatch(id_, this);
+}
+
+EndWaiter::Visit::Visit(TrackerLink* link) noexcept : link_(link) {
+  if (link_ == nullptr) return;
+  // seq_cst: the Dekker with close() (see the header): our increment, then its flag.
+  link_->visitors.fetch_add(1, std::memory_order_seq_cst);
+  if (link_->closed.load(std::memory_order_seq_cst)) {
+    link_->visitors.fetch_sub(1, std::memory_order_release);
+    link_ = nullptr;
+  }
+}
+
+EndWaiter::Visit::~Visit() {
+  // release: what the visit read of the queue happens before close() sees it gone.
+  if (link_) link_->visitors.fetch_sub(1, std::memory_order_release);
+}
+
+EndTracker::EndTracker() : link_(std::make_shared<TrackerLink>()), mu_(link_->mu) {
+  link_->tracker = this;
+  init_asymmetric_fence();  // before any job of the queue ends
+}
+
+EndTracker::~EndTracker() {
+  close("its queue was destroyed before it ended");
+}
+
+void EndTracker::close(const std::string& why) {
+  std::vector<std::shared_ptr<EndWaiter>> open;
+  {
+    std::lock_guard lock(mu_);
+    if (link_->tracker == nullptr) return;
+    link_->tracker = nullptr;  // a waiter destroyed from now on leaves us alone
+    for (auto& [id, weak] : waiters_)
+      if (auto w = weak.lock()) open.push_back(std::move(w));
+    waiters_.clear();
+  }
+  // seq_cst: the Dekker with Visit (see the header); then wait out the visits in progress
+  // (acquire: pairs with their release decrement). A visit is a few reads: this spins briefly.
+  link_->closed.store(true, std::memory_order_seq_cst);
+  while (link_->visitors.load(std::memory_order_seq_cst) != 0)
+    std::this_thread::yield();
+  for (auto& w : open) {
+    EndRecord end;
+    end.id = w->id();
+    end.error = "job " + std::to_string(end.id) + ": " + why;
+    (void)w->resolve(end);
+  }
 }
 
 std::shared_ptr<EndWaiter> EndTracker::watch(JobId id, bool sure) {
@@ -78,10 +128,18 @@ std::shared_ptr<EndWaiter> EndTracker::watch(JobId id, bool sure) {
     std::lock_guard lock(mu_);
     // One entry per id, counted once in wanted_: an entry whose waiter is being destroyed is
     // taken over (its destructor then finds another waiter there and leaves it alone).
+    if (link_->tracker == nullptr) {  // closed: nothing will end here any more
+      auto w = std::make_shared<EndWaiter>();
+      EndRecord end;
+      end.id = id;
+      end.error = "job " + std::to_string(id) + ": its queue is closed (the engine is destroyed)";
+      (void)w->resolve(end);
+      return w;
+    }
     auto [it, inserted] = waiters_.try_emplace(id);
     w = it->second.lock();
     if (!w) {
-      w = std::make_shared<EndWaiter>(this, id);
+      w = std::make_shared<EndWaiter>(link_, id);
       it->second = w;
       // relaxed: ordered before the caller's read of the history by the fence below, or, for a
       // sure waiter, published with the job (see wanted()).
@@ -97,7 +155,6 @@ std::shared_ptr<EndWaiter> EndTracker::watch(JobId id, bool sure) {
 }
 
 void EndTracker::unwatch(JobId id, const EndWaiter* waiter) noexcept {
-  std::lock_guard lock(mu_);
   auto it = waiters_.find(id);
   // Only its own entry: record() or abandon() may have taken it, and a new waiter for the same
   // id may have been registered since.

@@ -1,6 +1,8 @@
 #include "rail/engine.hpp"
 
 #include <chrono>
+#include <cstdio>
+#include <exception>
 #include <thread>
 
 #include "rail/detail/deadline.hpp"
@@ -25,6 +27,8 @@ Engine::Engine(EngineOptions options) {
                     std::to_string(WorkerOptions::kMaxConcurrency) +
                     ") shared pool threads, or 0 for one per core");
   core_ = std::make_unique<detail::EngineCore>(options);
+  on_destroy_ = std::move(options.on_destroy);
+  life_->engine = this;  // not shared yet: no Subscription exists
   Clock& clock = core_->clock();
   if (clock.is_manual()) {
     // Inline: the advancing thread fires what became due (jobs move to ready; handlers run in
@@ -47,13 +51,18 @@ Engine::~Engine() {
   if (clock_subscription_ != 0)
     static_cast<ManualClock&>(core_->clock()).unsubscribe(clock_subscription_);
   core_->stop_accepting();
+  bool shut_down;
   {
     std::lock_guard lock(mu_);
+    shut_down = !accepting_declarations_;
     accepting_declarations_ = false;
   }
   for (auto& [name, q] : queues_)
     q->stop_workers();
   core_->stop_shared_pool();
+  // Before the joins: a handler that waits for a job that will now never start returns.
+  for (auto& [name, q] : queues_)
+    q->abandon_unstarted(true);
   for (auto& [name, q] : queues_)
     q->join_workers();
   core_->join_shared_pool();
@@ -61,7 +70,58 @@ Engine::~Engine() {
   for (auto& [name, q] : queues_)
     q->close_completions();
   stop_timer_thread();
+  account_for_dropped(shut_down);
+  for (auto& [name, q] : queues_)
+    q->close_waiters();
+  {
+    // No observer is called from here on: a Subscription reset from now on finds no engine.
+    std::unique_lock lock(life_->mu);
+    life_->engine = nullptr;
+  }
   queues_.clear();  // destroys the payloads of whatever was left
+}
+
+void Engine::account_for_dropped(bool shut_down) noexcept {
+  ShutdownReport dropped;
+  try {
+    for (auto& [name, q] : queues_)
+      q->collect_leftovers(dropped);
+  } catch (...) {  // no memory for the report: say so, as the jobs go anyway
+    std::fputs("rail: Engine destroyed with jobs that never started; no memory to list them\n",
+               stderr);
+    return;
+  }
+  // Every handler has returned: what the scan calls still running is a delivery handed to a
+  // Completion that never reported (Job::defer); it is dropped too. No events: an observer often
+  // captures what C++ destroys before the engine (members declared after it), so the destructor
+  // calls no observer; on_destroy is the caller's explicit choice.
+  if (on_destroy_) {
+    try {
+      on_destroy_(dropped);
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "rail: EngineOptions::on_destroy threw (%s); it must not throw\n",
+                   ex.what());
+    } catch (...) {
+      std::fputs("rail: EngineOptions::on_destroy threw; it must not throw\n", stderr);
+    }
+    return;
+  }
+  if (shut_down || dropped.clean()) return;
+  std::vector<const LeftoverJob*> all;
+  for (const auto* list : {&dropped.not_started, &dropped.still_running})
+    for (const LeftoverJob& j : *list)
+      all.push_back(&j);
+  std::string line = "rail: Engine destroyed without shutdown(): " + std::to_string(all.size()) +
+                     " unfinished job(s) dropped (";
+  constexpr std::size_t kListed = 10;
+  for (std::size_t i = 0; i < all.size() && i < kListed; ++i)
+    line += (i ? ", " : "") + std::string("job ") + std::to_string(all[i]->id) + " '" +
+            all[i]->name + "' of queue '" + all[i]->queue + "'";
+  if (all.size() > kListed) line += ", ...";
+  line +=
+      "); call Engine::shutdown() and Queue::take_leftovers() to keep them, or set "
+      "EngineOptions::on_destroy to receive them";
+  std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 void Engine::stop_timer_thread() {
@@ -146,9 +206,14 @@ Subscription Engine::subscribe(Observer observer) {
   return Subscription(*this, on_event(std::move(observer)));
 }
 
+Subscription::Subscription(Engine& engine, ObserverId id) noexcept : life_(engine.life_), id_(id) {}
+
 void Subscription::reset() noexcept {
-  if (engine_ != nullptr && id_ != ObserverId::none) (void)engine_->remove_observer(id_);
-  engine_ = nullptr;
+  if (life_ && id_ != ObserverId::none) {
+    const std::shared_lock lock(life_->mu);  // the engine cannot go while we remove
+    if (life_->engine != nullptr) (void)life_->engine->remove_observer(id_);
+  }
+  life_.reset();
   id_ = ObserverId::none;
 }
 
@@ -185,7 +250,7 @@ ShutdownReport Engine::shutdown(Duration grace) {
   ShutdownReport report;
   for (auto& [name, q] : queues_) {
     q->collect_leftovers(report);
-    q->abandon_unstarted();  // a handle's wait() on a job left unstarted must not hang
+    q->abandon_unstarted(false);  // a handle's wait() on a job left unstarted must not hang
   }
   if (report.still_running.empty()) {
     for (auto& [name, q] : queues_)

@@ -553,6 +553,10 @@ void JobFlow::emit_dlq(EventKind kind, JobId id, std::string_view job_name, std:
   parts_.core.emit(e);
 }
 
+void JobFlow::close_waiters() {
+  ends_.tracker().close("the engine of queue '" + parts_.name + "' was destroyed before it ended");
+}
+
 bool report_progress(JobFlow& flow, std::uint32_t idx, std::uint32_t token, double value) noexcept {
   return flow.progress(idx, token, value);
 }

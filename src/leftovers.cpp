@@ -24,15 +24,20 @@ void Leftovers::collect(ShutdownReport& report) const {
   }
 }
 
-void Leftovers::abandon_unstarted() {
+void Leftovers::abandon_unstarted(bool dropped) {
   if (!ends_.wanted()) return;
   for (std::size_t i = 0; i < parts_.capacity; ++i) {
     const JobSlot& s = parts_.slot(i);
-    const SlotState st = ctl::state(s.ctl.load(std::memory_order_seq_cst));  // as collect_leftovers
+    const SlotState st = ctl::state(s.ctl.load(std::memory_order_seq_cst));  // as collect
     if (st != SlotState::waiting && st != SlotState::delayed && st != SlotState::updating) continue;
     const JobId id = s.id.load(std::memory_order_relaxed);
-    ends_.abandon(id, "the engine shut down before job " + std::to_string(id) + " of queue '" +
-                          parts_.name + "' started; Queue::take_leftovers() hands it back");
+    std::string why = "the engine " + std::string(dropped ? "was destroyed" : "shut down") +
+                      " before job " + std::to_string(id) + " of queue '" + parts_.name +
+                      "' started; ";
+    why += dropped ? "it was dropped with its payload (Engine::shutdown() then "
+                     "Queue::take_leftovers() keeps it)"
+                   : "Queue::take_leftovers() hands it back";
+    ends_.abandon(id, std::move(why));
   }
 }
 

@@ -75,6 +75,7 @@ rail_add_test(observers CONCURRENCY)
 rail_add_test(queue_events CONCURRENCY)
 rail_add_test(results CONCURRENCY)
 rail_add_test(teardown CONCURRENCY)
+rail_add_test(destroy CONCURRENCY)
 # rail_add_compile_fail_test(NAME SOURCE TYPE REQUIREMENT [FLAG]): SOURCE must not compile (with
 # FLAG), and one diagnostic line must name TYPE and REQUIREMENT; tests/compile_fail/check.sh also
 # compiles it with RAIL_CONTROL_CODABLE, the control, which must succeed. No binary: it runs the

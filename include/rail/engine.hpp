@@ -2,15 +2,19 @@
 // pools. Embed one per process (or one per test).
 //
 // Guarantee: every job a queue accepts ends exactly once — completed or dead-lettered — or is
-// listed by shutdown(); destroying an engine never loses track of a job silently (its events
-// and its shutdown report say where each went).
+// listed by shutdown(); destroying an engine never loses track of a job silently (its events,
+// its shutdown report and the destructor's report say where each went).
 // Threading: all members are thread-safe. queue() declarations, on_event() and remove_observer()
 // are cold (locked); add/process paths and event delivery are lock-free (see
 // detail/queue_impl.hpp, detail/observer_list.hpp).
 // Shutdown: shutdown(grace) stops accepting, lets running handlers finish until `grace` passes
-// and reports what was left. The destructor does the same with no grace for queued work, then
-// waits for running handlers to return (a handler that never returns blocks destruction — rail
-// cannot kill a thread).
+// and reports what was left. The destructor stops accepting and starts nothing more, waits for
+// running handlers to return (a handler that never returns blocks destruction: rail cannot kill
+// a thread), then drops every job that never started and was not taken (take_leftovers): their
+// waiters hear status unknown with the reason, and the dropped jobs go to
+// EngineOptions::on_destroy as a ShutdownReport; with no callback and no shutdown() before, one
+// line on stderr names them. It calls no observer (what they capture is often destroyed before
+// the engine). JobHandles and Subscriptions may outlive the engine.
 #pragma once
 
 #include <atomic>
@@ -19,6 +23,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -40,21 +45,30 @@ namespace rail {
 
 class Engine;
 
+namespace detail {
+/// EngineLife: whether an engine is still there, for what may outlive it (Subscription). A
+/// caller into the engine holds `mu` shared; the engine's destructor takes it exclusively, after
+/// its last event, to clear `engine`.
+struct EngineLife {
+  std::shared_mutex mu;
+  Engine* engine = nullptr;  // under mu
+};
+}  // namespace detail
+
 /// Subscription: owns one observer of an engine (Engine::subscribe) and removes it when
 /// destroyed or reset(), as Engine::remove_observer does (it waits for calls in progress unless
-/// it runs inside an observer). Move-only; an empty one owns nothing. Must not outlive its
-/// engine.
+/// it runs inside an observer). Move-only; an empty one owns nothing. It may outlive its engine:
+/// reset() and the destructor then do nothing (the engine's observers went with it).
 class Subscription {
  public:
   Subscription() noexcept = default;
-  Subscription(Engine& engine, ObserverId id) noexcept : engine_(&engine), id_(id) {}
+  Subscription(Engine& engine, ObserverId id) noexcept;
   Subscription(Subscription&& other) noexcept
-      : engine_(std::exchange(other.engine_, nullptr)),
-        id_(std::exchange(other.id_, ObserverId::none)) {}
+      : life_(std::move(other.life_)), id_(std::exchange(other.id_, ObserverId::none)) {}
   Subscription& operator=(Subscription&& other) noexcept {
     if (this != &other) {
       reset();
-      engine_ = std::exchange(other.engine_, nullptr);
+      life_ = std::move(other.life_);
       id_ = std::exchange(other.id_, ObserverId::none);
     }
     return *this;
@@ -67,14 +81,14 @@ class Subscription {
   void reset() noexcept;
   /// release() leaves the observer in place for the engine's lifetime; returns its id.
   ObserverId release() noexcept {
-    engine_ = nullptr;
+    life_.reset();
     return std::exchange(id_, ObserverId::none);
   }
   [[nodiscard]] ObserverId id() const noexcept { return id_; }
   explicit operator bool() const noexcept { return id_ != ObserverId::none; }
 
  private:
-  Engine* engine_ = nullptr;
+  std::shared_ptr<detail::EngineLife> life_;
   ObserverId id_ = ObserverId::none;
 };
 
@@ -83,6 +97,7 @@ class Engine {
   /// Engine(options) validates options (Error(invalid_option)) and, in threaded mode, starts the
   /// timer thread. Worker threads start with Queue::process.
   explicit Engine(EngineOptions options = {});
+  /// ~Engine(): see the header's Shutdown paragraph (what it waits for and what it drops).
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -245,8 +260,11 @@ class Engine {
   ShutdownReport shutdown(Duration grace = std::chrono::seconds(30));
 
  private:
+  friend class Subscription;  // shares life_
   ShutdownReport collect_leftovers();
   void stop_timer_thread();
+  /// account_for_dropped(shut_down): the destructor's report of the jobs it drops (see ~Engine).
+  void account_for_dropped(bool shut_down) noexcept;
 
   std::unique_ptr<detail::EngineCore> core_;
   std::mutex mu_;
@@ -255,6 +273,8 @@ class Engine {
   std::atomic<bool> timer_stop_{false};
   std::thread timer_thread_;
   std::uint64_t clock_subscription_ = 0;
+  std::function<void(const ShutdownReport&)> on_destroy_;  // EngineOptions::on_destroy
+  const std::shared_ptr<detail::EngineLife> life_ = std::make_shared<detail::EngineLife>();
 };
 
 }  // namespace rail

@@ -1,6 +1,9 @@
 // JobHandle<R>: a job's end to wait on (Queue::add_tracked, Queue::track): BullMQ's
 // waitUntilFinished, Celery's AsyncResult.get. Cheap to copy (shared); every handle of one job
-// sees the same end. Must not outlive its Engine (as Queue handles).
+// sees the same end. A handle may outlive its Engine: the engine's destructor resolves every job
+// it drops with status unknown and an error that says so, and a handle whose engine is gone
+// reports its end (or that one) without touching the engine (EndWaiter::Visit guards each call
+// into the queue; a wait blocked in another thread returns when the destructor gets there).
 //
 // Waiting:
 // - threaded engine: wait() blocks until the job ends; wait_for(t) at most t (real time).
@@ -48,9 +51,12 @@ class JobHandle {
       // Tracked by id after the job may have ended: its history (or retained end) tells, and
       // the waiter is settled with it (unregistered, so ends stop being recorded for it). Not
       // for a waiter an add_tracked registered too: its end, result included, is on its way.
-      if (auto e = flow_->end_of(id_)) {
-        flow_->end_tracker().record(std::move(*e), false);
-        if (auto r = waiter_->ended()) return typed(*r);
+      // Refused: the engine is going, and its destructor resolves the waiter.
+      if (const auto visit = waiter_->visit()) {
+        if (auto e = flow_->end_of(id_)) {
+          flow_->end_tracker().record(std::move(*e), false);
+          if (auto r = waiter_->ended()) return typed(*r);
+        }
       }
     }
     return std::nullopt;
@@ -60,6 +66,11 @@ class JobHandle {
   JobEnd<R> wait() const {
     check_can_wait(true);
     if (auto e = wait_until(std::chrono::steady_clock::time_point::max())) return *e;
+    const auto visit = waiter_->visit();
+    if (!visit) {  // the engine is going: its destructor resolves the waiter
+      (void)waiter_->wait_until(std::chrono::steady_clock::time_point::max());
+      return typed(*waiter_->ended());
+    }
     throw Error(ErrorCode::would_deadlock,
                 "wait() on job " + std::to_string(id_) + " of queue '" + flow_->name() +
                     "': the inline engine ran everything it could and the job has not ended; it "
@@ -99,6 +110,8 @@ class JobHandle {
   }
 
   void check_can_wait(bool unbounded) const {
+    const auto visit = waiter_->visit();
+    if (!visit) return;  // the engine is going or gone: the waiter is resolved, nothing blocks
     const char* what = unbounded ? "wait()" : "wait_for()";
     if (flow_->core().in_timer_context())
       throw Error(ErrorCode::would_deadlock,
@@ -119,10 +132,11 @@ class JobHandle {
   }
 
   std::optional<JobEnd<R>> wait_until(std::chrono::steady_clock::time_point deadline) const {
-    if (flow_->core().mode() == Mode::inlined) {
+    if (inlined()) {
       for (;;) {
         if (auto e = ended()) return e;
-        if (detail::run_inline(flow_->core()) == 0) return ended();
+        const auto visit = waiter_->visit();
+        if (!visit || detail::run_inline(flow_->core()) == 0) return ended();
       }
     }
     // Settled: the end is recorded and its callbacks ran (the header's promise; else a wait
@@ -133,8 +147,11 @@ class JobHandle {
     // About to block with no end in sight (wait(), or a timeout that saturated to never): on the
     // shared pool, counted against its free workers (PoolWait).
     std::optional<detail::PoolWait> counted;
-    if (deadline == std::chrono::steady_clock::time_point::max())
-      counted.emplace(flow_->pool_wait("wait() on job " + std::to_string(id_), false));
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      // A pool worker's count outlives the visit: the engine joins its workers before it goes.
+      if (const auto visit = waiter_->visit())
+        counted.emplace(flow_->pool_wait("wait() on job " + std::to_string(id_), false));
+    }
     // Tracked at add (sure_): the end will be recorded; sleep until it is. By id: the end may
     // have been recorded before the waiter was (see end_tracker.hpp): re-check now and then.
     auto poll = std::chrono::milliseconds(1);
@@ -149,7 +166,12 @@ class JobHandle {
     }
   }
 
-  detail::JobFlow* flow_;
+  [[nodiscard]] bool inlined() const {
+    const auto visit = waiter_->visit();
+    return visit && flow_->core().mode() == Mode::inlined;
+  }
+
+  detail::JobFlow* flow_;  // called only inside a visit of waiter_ (see the header)
   std::shared_ptr<detail::EndWaiter> waiter_;
   JobId id_;
   AddResult added_;

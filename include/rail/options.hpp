@@ -13,6 +13,7 @@
 #include "rail/backoff.hpp"
 #include "rail/clock.hpp"
 #include "rail/journal_options.hpp"
+#include "rail/shutdown_report.hpp"
 
 namespace rail {
 
@@ -195,6 +196,14 @@ struct EngineOptions {
   /// The shared worker pool's threads (queues that process with Pool::shared), started by the
   /// first such queue: 1 .. WorkerOptions::kMaxConcurrency, or 0 for the core count.
   std::uint32_t workers = 0;
+  /// Called once by the engine's destructor, after its workers and timer stopped, with the jobs
+  /// it drops:
+  /// not_started, those that never started and that take_leftovers() did not take (an add kept
+  /// for after a running job has id 0); still_running, deliveries handed to a Completion that
+  /// never reported. Always called when set (clean() when nothing was dropped); must not throw
+  /// (a throw is caught and reported on stderr). Unset: the destructor prints one line on
+  /// stderr when it drops jobs and shutdown() was never called.
+  std::function<void(const ShutdownReport&)> on_destroy = nullptr;
 };
 
 }  // namespace rail

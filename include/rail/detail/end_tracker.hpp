@@ -8,6 +8,14 @@
 // may race the end; it then finds the end in the queue's history or retained ends, and waits
 // by id re-check the history while they wait (Queue::wait), so a wait never hangs on a job that
 // ended.
+//
+// Outliving the engine: a waiter reaches its tracker only through a shared TrackerLink, which
+// holds the tracker's lock. close() (the engine's destructor, before the queue goes) resolves
+// every registered waiter with status unknown and an error that says so, then cuts the link, so
+// a JobHandle kept past its engine reports that end and touches nothing of the queue. A handle's
+// own calls into the queue run inside a Visit, which close() waits out: a Visit entered after
+// close begins is refused. visitors/closed are seq_cst, a Dekker: either the visit sees closed,
+// or close sees the visitor and waits for it to leave.
 #pragma once
 
 #include <atomic>
@@ -31,6 +39,14 @@ using EndRecord = JobEnd<void>;
 
 class EndTracker;
 
+/// TrackerLink: what the waiters of a tracker share with it (see the header).
+struct TrackerLink {
+  std::mutex mu;                  // the tracker's lock
+  EndTracker* tracker = nullptr;  // under mu; null once the tracker closed
+  std::atomic<std::uint32_t> visitors{0};
+  std::atomic<bool> closed{false};
+};
+
 /// EndWaiter: one watched job's end, shared by its handles. Resolved once. When its last handle
 /// is dropped before the end, it leaves the tracker (so an id that never ends costs nothing).
 class EndWaiter {
@@ -38,7 +54,7 @@ class EndWaiter {
   using Callback = std::function<void(const EndRecord&)>;
 
   EndWaiter() = default;
-  EndWaiter(EndTracker* tracker, JobId id) : tracker_(tracker), id_(id) {}
+  EndWaiter(std::shared_ptr<TrackerLink> link, JobId id) : link_(std::move(link)), id_(id) {}
   ~EndWaiter();
   EndWaiter(const EndWaiter&) = delete;
   EndWaiter& operator=(const EndWaiter&) = delete;
@@ -59,9 +75,26 @@ class EndWaiter {
   // handle got this waiter from watch() under the same lock, so it reads the flag as set.
   [[nodiscard]] bool sure() const noexcept { return sure_.load(std::memory_order_relaxed); }
   void make_sure() noexcept { sure_.store(true, std::memory_order_relaxed); }
+  [[nodiscard]] JobId id() const noexcept { return id_; }
+
+  /// Visit: while it is true, the queue this waiter's job belongs to may be called (a handle
+  /// reads its history, checks where it may wait); false once the tracker closed (the engine is
+  /// going or gone), and then the waiter is resolved. Short: close() waits for it.
+  class Visit {
+   public:
+    explicit Visit(TrackerLink* link) noexcept;
+    ~Visit();
+    Visit(const Visit&) = delete;
+    Visit& operator=(const Visit&) = delete;
+    explicit operator bool() const noexcept { return link_ != nullptr; }
+
+   private:
+    TrackerLink* link_;  // null: refused
+  };
+  [[nodiscard]] Visit visit() const noexcept { return Visit(link_.get()); }
 
  private:
-  EndTracker* tracker_ = nullptr;  // null: never registered (an add that made nothing)
+  std::shared_ptr<TrackerLink> link_;  // null: never registered (an add that made nothing)
   JobId id_ = 0;
   std::atomic<bool> sure_{false};
   mutable std::mutex mu_;
@@ -73,7 +106,10 @@ class EndWaiter {
 
 class EndTracker {
  public:
-  EndTracker() noexcept { init_asymmetric_fence(); }  // before any job of the queue ends
+  EndTracker();
+  ~EndTracker();
+  EndTracker(const EndTracker&) = delete;
+  EndTracker& operator=(const EndTracker&) = delete;
   /// configure(retention, has_result): the queue's retention (defaults per ResultRetention).
   void configure(const ResultRetention& retention, bool has_result);
 
@@ -100,10 +136,14 @@ class EndTracker {
   /// abandon(id, why): job `id` will not end (left unstarted at shutdown): its waiter, if any,
   /// hears `unknown` with `why`.
   void abandon(JobId id, std::string why);
+  /// close(why): the queue is about to be destroyed: every waiter still registered hears
+  /// `unknown` with `why`, visits in progress are waited out, later ones refused, and no waiter
+  /// touches this tracker again. Idempotent; watch() after it returns a resolved waiter.
+  void close(const std::string& why);
 
  private:
   friend class EndWaiter;
-  void unwatch(JobId id, const EndWaiter* waiter) noexcept;  // its last handle was dropped
+  void unwatch(JobId id, const EndWaiter* waiter) noexcept;  // under mu: its last handle went
   void retain(EndRecord&& end);                              // under mu_
   void expire(std::int64_t now_ns);                          // under mu_
 
@@ -119,8 +159,9 @@ class EndTracker {
     std::uint64_t seq;
   };
 
-  std::atomic<std::uint32_t> wanted_{0};  // waiters registered + 1 if ends are retained
-  mutable std::mutex mu_;
+  std::atomic<std::uint32_t> wanted_{0};     // waiters registered + 1 if ends are retained
+  const std::shared_ptr<TrackerLink> link_;  // its mu is this tracker's lock (mu_)
+  std::mutex& mu_;
   std::unordered_map<JobId, std::weak_ptr<EndWaiter>> waiters_;
   std::unordered_map<JobId, Kept> retained_;
   std::deque<Order> completed_;  // retained, oldest first (end time)

@@ -89,8 +89,12 @@ class QueueBase {
   virtual void sweep_inline(std::int64_t now_ns) = 0;
   /// collect_leftovers(report): append every unfinished job (cold: scans all slots).
   virtual void collect_leftovers(ShutdownReport& report) const = 0;
-  /// abandon_unstarted(): after shutdown, the waiters of jobs that will never start hear so.
-  virtual void abandon_unstarted() = 0;
+  /// abandon_unstarted(dropped): after shutdown, the waiters of jobs that will never start hear
+  /// so; `dropped`: the engine is being destroyed, and the jobs with it.
+  virtual void abandon_unstarted(bool dropped) = 0;
+  /// close_waiters(): at teardown, before the queue is destroyed: every waiter still registered
+  /// hears that the engine is gone, and no handle touches the queue again (EndTracker::close).
+  virtual void close_waiters() = 0;
 };
 
 class EngineCore;

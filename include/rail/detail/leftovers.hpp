@@ -32,8 +32,9 @@ class Leftovers {
 
   /// collect(report): lists the jobs not started and those still running (a handler pins them).
   void collect(ShutdownReport& report) const;
-  /// abandon_unstarted(): every waiter of a job that will never start hears so now.
-  void abandon_unstarted();
+  /// abandon_unstarted(dropped): every waiter of a job that will never start hears so now, and
+  /// whether the job can still be taken (shutdown) or is dropped (the engine is destroyed).
+  void abandon_unstarted(bool dropped);
   /// take(take): hands every unstarted job that no handler pins to take(idx, delayed), which
   /// moves its payload out and destroys it. False if called while this thread owns the wheel.
   bool take(const std::function<void(std::uint32_t, bool)>& take);
