@@ -69,10 +69,23 @@ void EndTracker::configure(const ResultRetention& retention, bool has_result) {
   if (!retains && retained_before) wanted_.fetch_sub(1, std::memory_order_relaxed);
 }
 
+namespace {
+std::shared_ptr<EndWaiter> take_waiter(std::unordered_map<JobId, std::weak_ptr<EndWaiter>>& waiters,
+                                       JobId id, std::atomic<std::uint32_t>& wanted) {
+  auto it = waiters.find(id);
+  if (it == waiters.end()) return nullptr;
+  std::shared_ptr<EndWaiter> w = it->second.lock();
+  if (!w) return nullptr;  // its last handle is going: its destructor unregisters it
+  waiters.erase(it);
+  wanted.fetch_sub(1, std::memory_order_relaxed);
+  return w;
+}
+}  // namespace
+
 EndWaiter::~EndWaiter() {
   if (!link_) return;
   std::lock_guard lock(link_->mu);
-  if (link_->tracker) link_->tracker->unwatch(id_, this);
+  if (link_->tracker) link_->tracker->unwatch(id_);
 }
 
 EndWaiter::Visit::Visit(TrackerLink* link) noexcept : link_(link) {
@@ -99,27 +112,44 @@ EndTracker::~EndTracker() {
   close("its queue was destroyed before it ended");
 }
 
-void EndTracker::close(const std::string& why) {
+void EndTracker::close(std::string_view why) noexcept {
   std::vector<std::shared_ptr<EndWaiter>> open;
   {
     std::lock_guard lock(mu_);
     if (link_->tracker == nullptr) return;
     link_->tracker = nullptr;  // a waiter destroyed from now on leaves us alone
-    for (auto& [id, weak] : waiters_)
-      if (auto w = weak.lock()) open.push_back(std::move(w));
+    try {
+      open.reserve(waiters_.size());
+    } catch (...) {  // no memory: the waiters stay unresolved, but nothing touches us again
+    }
+    // Only into reserved room: a strong reference dropped under the lock could be a waiter's
+    // last, whose destructor takes this lock.
+    if (open.capacity() >= waiters_.size()) {
+      for (auto& [id, weak] : waiters_)
+        if (auto w = weak.lock()) open.push_back(std::move(w));
+    }
     waiters_.clear();
   }
   // seq_cst: the Dekker with Visit (see the header); then wait out the visits in progress
-  // (acquire: pairs with their release decrement). A visit is a few reads: this spins briefly.
+  // (acquire: pairs with their release decrement). A visit reads the queue, or on an inline
+  // engine runs its jobs (wait()): the destructor of that engine waits for such a run.
   link_->closed.store(true, std::memory_order_seq_cst);
   while (link_->visitors.load(std::memory_order_seq_cst) != 0)
     std::this_thread::yield();
   for (auto& w : open) {
-    EndRecord end;
-    end.id = w->id();
-    end.error = "job " + std::to_string(end.id) + ": " + why;
-    (void)w->resolve(end);
+    try {
+      EndRecord end;
+      end.id = w->id();
+      end.error = "job " + std::to_string(end.id) + ": " + std::string(why);
+      (void)w->resolve(end);
+    } catch (...) {  // no memory for the record: this waiter hears nothing
+    }
   }
+}
+
+std::shared_ptr<EndWaiter> EndTracker::take(JobId id) {
+  std::lock_guard lock(mu_);
+  return take_waiter(waiters_, id, wanted_);
 }
 
 std::shared_ptr<EndWaiter> EndTracker::watch(JobId id, bool sure) {
@@ -154,27 +184,16 @@ std::shared_ptr<EndWaiter> EndTracker::watch(JobId id, bool sure) {
   return w;
 }
 
-void EndTracker::unwatch(JobId id, const EndWaiter* waiter) noexcept {
+void EndTracker::unwatch(JobId id) noexcept {
   auto it = waiters_.find(id);
   // Only its own entry: record() or abandon() may have taken it, and a new waiter for the same
-  // id may have been registered since.
-  if (it == waiters_.end() || (!it->second.expired() && it->second.lock().get() != waiter)) return;
+  // id may have been registered since. The dying waiter's own entry is expired (its count is 0
+  // before its destructor runs), so a live entry is another's; a strong reference taken here
+  // could be that waiter's last, whose destructor would take this lock again.
+  if (it == waiters_.end() || !it->second.expired()) return;
   waiters_.erase(it);
   wanted_.fetch_sub(1, std::memory_order_relaxed);
 }
-
-namespace {
-std::shared_ptr<EndWaiter> take_waiter(std::unordered_map<JobId, std::weak_ptr<EndWaiter>>& waiters,
-                                       JobId id, std::atomic<std::uint32_t>& wanted) {
-  auto it = waiters.find(id);
-  if (it == waiters.end()) return nullptr;
-  std::shared_ptr<EndWaiter> w = it->second.lock();
-  if (!w) return nullptr;  // its last handle is going: its destructor unregisters it
-  waiters.erase(it);
-  wanted.fetch_sub(1, std::memory_order_relaxed);
-  return w;
-}
-}  // namespace
 
 void EndTracker::record(EndRecord&& end, bool retain_it) {
   std::shared_ptr<EndWaiter> waiter;

@@ -60,12 +60,7 @@ Engine::~Engine() {
   for (auto& [name, q] : queues_)
     q->stop_workers();
   core_->stop_shared_pool();
-  // Before the joins: a handler that waits for a job that will now never start returns.
-  for (auto& [name, q] : queues_)
-    q->abandon_unstarted(true);
-  for (auto& [name, q] : queues_)
-    q->join_workers();
-  core_->join_shared_pool();
+  join_workers_abandoning();
   // Before the timer thread stops: a completer inside may still hand a retry to the wheel.
   for (auto& [name, q] : queues_)
     q->close_completions();
@@ -122,6 +117,44 @@ void Engine::account_for_dropped(bool shut_down) noexcept {
       "); call Engine::shutdown() and Queue::take_leftovers() to keep them, or set "
       "EngineOptions::on_destroy to receive them";
   std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+void Engine::join_workers_abandoning() noexcept {
+  auto abandon_all = [this] {
+    try {
+      for (auto& [name, q] : queues_)
+        q->abandon_unstarted(true);
+    } catch (...) {  // no memory for a waiter's message: the next pass tries again
+    }
+  };
+  abandon_all();
+  // A running handler may put its job back to waiting or delayed after that pass (a retry, a
+  // pushback, a lapse on the timer thread), and a handler that waits for such a job would keep
+  // its worker from returning: while handlers run, the waiters of unstarted jobs hear so again
+  // every millisecond until every worker is joined. Workers re-check the stop after activating
+  // a job, so once none is active none will run a handler.
+  bool running = false;
+  for (auto& [name, q] : queues_)
+    running = running || q->counts().active > 0;
+  std::atomic<bool> joined{false};
+  std::thread sweeper;
+  if (running) {
+    try {
+      sweeper = std::thread([&] {
+        // acquire: pairs with the release store below (nothing to publish; it ends the loop).
+        while (!joined.load(std::memory_order_acquire)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          abandon_all();
+        }
+      });
+    } catch (...) {  // no thread: the one pass above is all (a waiting handler may then hang)
+    }
+  }
+  for (auto& [name, q] : queues_)
+    q->join_workers();
+  core_->join_shared_pool();
+  joined.store(true, std::memory_order_release);
+  if (sweeper.joinable()) sweeper.join();
 }
 
 void Engine::stop_timer_thread() {

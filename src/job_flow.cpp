@@ -553,8 +553,13 @@ void JobFlow::emit_dlq(EventKind kind, JobId id, std::string_view job_name, std:
   parts_.core.emit(e);
 }
 
-void JobFlow::close_waiters() {
-  ends_.tracker().close("the engine of queue '" + parts_.name + "' was destroyed before it ended");
+void JobFlow::close_waiters() noexcept {
+  std::string why;
+  try {
+    why = "the engine of queue '" + parts_.name + "' was destroyed before it ended";
+  } catch (...) {  // no memory for the words: close all the same
+  }
+  ends_.tracker().close(why);
 }
 
 bool report_progress(JobFlow& flow, std::uint32_t idx, std::uint32_t token, double value) noexcept {

@@ -1,4 +1,4 @@
-// Destroying an engine: every job it drops is accounted for (an `abandoned` event, its waiters,
+// Destroying an engine: every job it drops is accounted for (its waiters,
 // EngineOptions::on_destroy, a line on stderr when nobody asked), and the handles a server keeps
 // past its engine (JobHandle, Subscription) stay safe to use and to destroy.
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -202,6 +203,33 @@ TEST(Destroy, AWaitBlockedInAnotherThreadReturnsWhenTheEngineIsDestroyed) {
     b.join();
     EXPECT_EQ(tracked_end.get_future().get().status, JobStatus::unknown);
     EXPECT_EQ(by_id_end.get_future().get().status, JobStatus::unknown);
+  }
+}
+
+TEST(Destroy, AHandlerWaitingOnAJobThatRetriesDuringTeardownLetsItsWorkerGo) {
+  test::Watchdog watchdog(60s, "AHandlerWaitingOnAJobThatRetriesDuringTeardownLetsItsWorkerGo");
+  for (const Backoff backoff : {Backoff::none(), Backoff::fixed(1h)}) {  // waiting, delayed
+    std::atomic<int> status{-1};
+    {
+      Engine engine(EngineOptions{.on_destroy = [](const auto&) {}});
+      Queue<int> a = engine.queue<int>("a", {});
+      Queue<int> b = engine.queue<int>("b", {});
+      std::atomic<bool> running{false};
+      a.process({.concurrency = 1}, [&](Job<int>&) {
+        running = true;
+        std::this_thread::sleep_for(50ms);  // still running when the destructor begins
+        throw std::runtime_error("flaky");  // back to waiting (or delayed) after its scan
+      });
+      const JobHandle<> flaky =
+          a.add_tracked("flaky", 1, JobOptions{.attempts = 3, .backoff = backoff});
+      b.process({.concurrency = 1},
+                [flaky, &status](Job<int>&) { status = static_cast<int>(flaky.wait().status); });
+      (void)b.add("waiter", 0);
+      while (!running)
+        std::this_thread::yield();
+      std::this_thread::sleep_for(5ms);  // b's handler is (most likely) waiting by now
+    }
+    EXPECT_EQ(status.load(), static_cast<int>(JobStatus::unknown));
   }
 }
 

@@ -263,6 +263,9 @@ class Engine {
   friend class Subscription;  // shares life_
   ShutdownReport collect_leftovers();
   void stop_timer_thread();
+  /// join_workers_abandoning(): the destructor joins the workers while telling the waiters of
+  /// jobs that will never start, so that a handler waiting for one returns.
+  void join_workers_abandoning() noexcept;
   /// account_for_dropped(shut_down): the destructor's report of the jobs it drops (see ~Engine).
   void account_for_dropped(bool shut_down) noexcept;
 

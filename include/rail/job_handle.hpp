@@ -51,13 +51,17 @@ class JobHandle {
       // Tracked by id after the job may have ended: its history (or retained end) tells, and
       // the waiter is settled with it (unregistered, so ends stop being recorded for it). Not
       // for a waiter an add_tracked registered too: its end, result included, is on its way.
-      // Refused: the engine is going, and its destructor resolves the waiter.
+      // Refused: the engine is going, and its destructor resolves the waiter. The waiter is
+      // resolved after the visit: its on_end callbacks are user code.
+      std::optional<detail::EndRecord> found;
+      std::shared_ptr<detail::EndWaiter> taken;
       if (const auto visit = waiter_->visit()) {
-        if (auto e = flow_->end_of(id_)) {
-          flow_->end_tracker().record(std::move(*e), false);
-          if (auto r = waiter_->ended()) return typed(*r);
-        }
+        found = flow_->end_of(id_);
+        if (found) taken = flow_->end_tracker().take(id_);
       }
+      // Not taken: whoever took it (the job's end, on its way) resolves it.
+      if (taken) (void)taken->resolve(*found);
+      if (auto r = waiter_->ended()) return typed(*r);
     }
     return std::nullopt;
   }

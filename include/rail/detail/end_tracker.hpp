@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -139,13 +140,16 @@ class EndTracker {
   /// close(why): the queue is about to be destroyed: every waiter still registered hears
   /// `unknown` with `why`, visits in progress are waited out, later ones refused, and no waiter
   /// touches this tracker again. Idempotent; watch() after it returns a resolved waiter.
-  void close(const std::string& why);
+  void close(std::string_view why) noexcept;
+  /// take(id): unregisters job `id`'s waiter and hands it over (null if none is registered),
+  /// for a caller that resolves it itself, outside whatever it holds.
+  [[nodiscard]] std::shared_ptr<EndWaiter> take(JobId id);
 
  private:
   friend class EndWaiter;
-  void unwatch(JobId id, const EndWaiter* waiter) noexcept;  // under mu: its last handle went
-  void retain(EndRecord&& end);                              // under mu_
-  void expire(std::int64_t now_ns);                          // under mu_
+  void unwatch(JobId id) noexcept;   // under mu: its last handle went
+  void retain(EndRecord&& end);      // under mu_
+  void expire(std::int64_t now_ns);  // under mu_
 
   struct Order;
   void drop(const Order& o);  // under mu_: the retained end `o` named, unless retained again

@@ -94,7 +94,7 @@ class QueueBase {
   virtual void abandon_unstarted(bool dropped) = 0;
   /// close_waiters(): at teardown, before the queue is destroyed: every waiter still registered
   /// hears that the engine is gone, and no handle touches the queue again (EndTracker::close).
-  virtual void close_waiters() = 0;
+  virtual void close_waiters() noexcept = 0;
 };
 
 class EngineCore;

@@ -110,7 +110,7 @@ class JobFlow : public QueueBase,
     collect_deferred(report);
   }
   void abandon_unstarted(bool dropped) final { leftovers_.abandon_unstarted(dropped); }
-  void close_waiters() final;
+  void close_waiters() noexcept final;
   void drain_timer_inbox(Wheel& wheel) noexcept final { timers_.drain_all(wheel, *this); }
   void fire(std::uint32_t tag, std::int64_t now, Wheel& wheel) noexcept final {
     timers_.fire(tag, now, wheel, *this);
