@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -283,7 +284,23 @@ bool DlqJournal::grow_locked(std::uint64_t need) noexcept {
 std::uint64_t DlqJournal::append_locked(std::string_view record, JobId entry_id) noexcept {
   if (!failure_.empty() || map_ == nullptr) return 0;
   if (!grow_locked(used_ + record.size())) return 0;
-  std::memcpy(map_ + used_, record.data(), record.size());
+  // In this program order: the length and type word (it claims the record's extent), the body,
+  // then the magic and CRC word that commits the record, each word one aligned 8-byte store. A
+  // process killed in between leaves nothing, or an uncommitted record whose header claims its
+  // extent, which recovery never searches (journal_file.hpp); one memcpy of the whole record may
+  // store its end before its start. map_ is page-aligned and records start at multiples of 8.
+  std::byte* const at = map_ + used_;
+  const auto store_word = [&](std::size_t offset) {
+    std::uint64_t word;
+    std::memcpy(&word, record.data() + offset, sizeof word);
+    std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(at + offset))
+        .store(word, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler keeps the order
+  };
+  store_word(8);
+  std::memcpy(at + 16, record.data() + 16, record.size() - 16);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  store_word(0);
   try {
     if (entry_id != 0) {
       auto [it, fresh] = live_.try_emplace(entry_id, Place{used_, record.size()});

@@ -150,31 +150,40 @@ bool decode_tombstone(std::span<const std::byte> body, Tombstone& t) {
   return true;
 }
 
-// One record's frame, if the bytes at `off` hold a whole one that passes every check.
+// One record's frame. `size` is the extent its header claims (padded): set when the header holds
+// a known type, zero padding and a length that fits in the file, whether or not its magic and CRC
+// check out (a torn append, a damaged body), else 0; `body` is set only when the frame is ok.
 struct Frame {
   std::uint8_t type;
   std::span<const std::byte> body;
-  std::uint64_t size;  // padded
+  std::uint64_t size;
 };
-enum class FrameCheck { ok, zero, bad_magic, bad_length, bad_type, bad_crc };
-FrameCheck check_frame(std::span<const std::byte> b, std::uint64_t off, Frame& f) {
+enum class FrameCheck { ok, zero, uncommitted, bad_magic, bad_length, bad_type, bad_crc };
+FrameCheck check_frame(std::span<const std::byte> b, std::uint64_t off, Frame& f,
+                       std::uint64_t& checked) {
+  f = {};
   const std::byte* p = b.data() + off;
   const std::uint64_t room = b.size() - off;
   if (room < kRecordHeader) return FrameCheck::bad_length;
-  if (get_le<std::uint64_t>(p) == 0 && get_le<std::uint64_t>(p + 8) == 0) return FrameCheck::zero;
-  if (get_le<std::uint32_t>(p) != kRecordMagic) return FrameCheck::bad_magic;
+  const std::uint64_t commit = get_le<std::uint64_t>(p);  // magic and CRC: written last
+  if (commit == 0 && get_le<std::uint64_t>(p + 8) == 0) return FrameCheck::zero;
   const std::uint32_t len = get_le<std::uint32_t>(p + 8);
-  // The padding counts: the writer always writes it, and the next offset must stay in the file.
-  if (len > kMaxBody || padded(std::uint64_t{kRecordHeader} + len) > room)
-    return FrameCheck::bad_length;
   const auto type = std::to_integer<std::uint8_t>(p[12]);
-  if ((type != kTypeEntry && type != kTypeTombstone && type != kTypeDetailedEntry &&
-       type != kTypeRoutedEntry) ||
-      p[13] != std::byte{0} || p[14] != std::byte{0} || p[15] != std::byte{0})
-    return FrameCheck::bad_type;
+  // The padding counts: the writer always writes it, and the next offset must stay in the file.
+  const bool fits = len <= kMaxBody && padded(std::uint64_t{kRecordHeader} + len) <= room;
+  const bool typed = (type == kTypeEntry || type == kTypeTombstone || type == kTypeDetailedEntry ||
+                      type == kTypeRoutedEntry) &&
+                     p[13] == std::byte{0} && p[14] == std::byte{0} && p[15] == std::byte{0};
+  if (fits && typed) f.size = padded(std::uint64_t{kRecordHeader} + len);
+  if (commit == 0 && f.size != 0) return FrameCheck::uncommitted;
+  if (get_le<std::uint32_t>(p) != kRecordMagic) return FrameCheck::bad_magic;
+  if (!fits) return FrameCheck::bad_length;
+  if (!typed) return FrameCheck::bad_type;
+  checked += std::uint64_t{len} + 8;
   if (crc32c({p + 8, std::size_t{len} + 8}) != get_le<std::uint32_t>(p + 4))
     return FrameCheck::bad_crc;
-  f = {type, {p + kRecordHeader, len}, padded(std::uint64_t{kRecordHeader} + len)};
+  f.type = type;
+  f.body = {p + kRecordHeader, len};
   return FrameCheck::ok;
 }
 
@@ -182,6 +191,8 @@ const char* describe(FrameCheck c) {
   switch (c) {
     case FrameCheck::zero:
       return "a zero-filled record header followed by non-zero bytes";
+    case FrameCheck::uncommitted:
+      return "a record whose append never finished (no magic and CRC yet)";
     case FrameCheck::bad_magic:
       return "no record magic (expected 0x52454331)";
     case FrameCheck::bad_length:
@@ -196,10 +207,27 @@ const char* describe(FrameCheck c) {
   return "no problem";
 }
 
-bool all_zero(std::span<const std::byte> b) {
-  for (std::byte x : b)
-    if (x != std::byte{0}) return false;
-  return true;
+// content_end(b): one past the last non-zero byte (0 if there is none): from there on the file is
+// the zeros of its last chunk.
+std::uint64_t content_end(std::span<const std::byte> b) {
+  std::uint64_t n = b.size();
+  while (n > 0 && b[n - 1] == std::byte{0})
+    --n;
+  return n;
+}
+
+// next_record(b, from, end, checked): the first offset at or after `from` (a multiple of 8, below
+// `end`) that holds an intact record. A header that claims an extent but fails its checks (a
+// damaged or unfinished record) is stepped over whole: recovery never takes bytes inside a
+// record's claimed extent for a record, and the searches checksum disjoint ranges (linear).
+std::optional<std::uint64_t> next_record(std::span<const std::byte> b, std::uint64_t from,
+                                         std::uint64_t end, std::uint64_t& checked) {
+  for (std::uint64_t p = from; p < end && p + kRecordHeader <= b.size();) {
+    Frame g{};
+    if (check_frame(b, p, g, checked) == FrameCheck::ok) return p;
+    p += g.size != 0 ? g.size : 8;
+  }
+  return std::nullopt;
 }
 
 [[noreturn]] void not_a_journal(const std::string& why) {
@@ -327,20 +355,16 @@ JournalScan scan_journal(std::span<const std::byte> b) {
 
   std::uint64_t off = s.header.header_bytes;
   s.used_bytes = off;
+  const std::uint64_t end = content_end(b);
   while (off < b.size()) {
     Frame f{};
-    FrameCheck check = check_frame(b, off, f);
+    FrameCheck check = check_frame(b, off, f, s.bytes_checked);
     if (check != FrameCheck::ok) {
-      if (all_zero(b.subspan(off))) break;  // the clean end: the zeros of the last chunk
-      // Find the next whole record: if there is one, this is damage in the middle.
-      std::optional<std::uint64_t> next;
-      for (std::uint64_t p = off + 8; p + kRecordHeader <= b.size(); p += 8) {
-        Frame g{};
-        if (check_frame(b, p, g) == FrameCheck::ok) {
-          next = p;
-          break;
-        }
-      }
+      if (off >= end) break;  // the clean end: the zeros of the last chunk
+      // Find the next whole record after this one's claimed extent (or, when its header claims
+      // none, after its first 8 bytes): if there is one, this is damage in the middle.
+      const std::optional<std::uint64_t> next =
+          next_record(b, off + (f.size != 0 ? f.size : 8), end, s.bytes_checked);
       if (!next) {
         problem(JournalProblem::Kind::torn_tail, off,
                 std::string("the last record is incomplete (") + describe(check) +

@@ -6,6 +6,10 @@
 // tombstones most entries so that compactions run all the time and kills land inside them: the
 // path must then hold the old file or the new one, never neither.
 //
+// A variant whose payloads hold intact records checks that a torn append is never read as damage in
+// the middle (the journal would be refused) nor as the records inside it (a planted id would come
+// back): recovery never takes bytes inside a record's claimed extent.
+//
 // Trials per variant: 200, or RAIL_CRASH_TRIALS (e.g. RAIL_CRASH_TRIALS=1000 for the long mode).
 // The kill moment is random (the seed is printed); the verdict never depends on timing.
 #include <gtest/gtest.h>
@@ -34,6 +38,7 @@ struct Variant {
   JournalSync sync;  // every_entry: 'E' reports come from on_durable; none: from append's return
   bool compact;      // tombstone 9 of 10 entries and compact at a few KiB of dead bytes
   std::size_t max_payload;
+  bool records_in_payloads = false;  // each payload holds intact records at every alignment
   friend void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 };
 
@@ -46,6 +51,24 @@ JournalOptions journal_options(const std::string& path, const Variant& v) {
   return j;
 }
 
+// A payload that holds the bytes of an intact record (an entry for `planted`, an id no trial
+// uses, and a tombstone) at each of the 8 alignments, so that one of them sits at a multiple of 8
+// in the file whatever the payload's place in its own record: a torn append of it must never be
+// read as that record.
+std::string planted_records() {
+  constexpr JobId planted = 4242;
+  StoredDeadLetter fake;
+  fake.id = planted;
+  fake.name = "planted";
+  fake.payload = "run me";
+  const std::string rec = detail::journal::encode_entry(fake) +
+                          detail::journal::encode_tombstone(TombstoneCause::purged, {});
+  std::string out;
+  for (std::size_t k = 0; k < 8; ++k)
+    out += std::string(k, 'x') + rec + std::string(8 - k, 'x');
+  return out;
+}
+
 // The entry for an id is a function of the id, so the parent can check every field it gets back.
 StoredDeadLetter entry_for(JobId id, const Variant& v) {
   StoredDeadLetter e;
@@ -53,6 +76,7 @@ StoredDeadLetter entry_for(JobId id, const Variant& v) {
   e.name = "job-" + std::to_string(id % 7);
   e.payload.assign(static_cast<std::size_t>(id * 7919 % v.max_payload),
                    static_cast<char>('a' + id % 26));
+  if (v.records_in_payloads) e.payload += planted_records();
   e.reason = DeadLetterReason::attempts_exhausted;
   e.attempts_made = e.max_attempts = static_cast<std::uint32_t>(1 + id % 4);
   e.added_at_ns = static_cast<std::int64_t>(id);
@@ -211,7 +235,8 @@ INSTANTIATE_TEST_SUITE_P(
     Journal, CrashTest,
     ::testing::Values(Variant{"synced_appends", JournalSync::every_entry, false, 2500},
                       Variant{"unsynced_large_appends", JournalSync::none, false, 40'000},
-                      Variant{"compaction", JournalSync::none, true, 2500}),
+                      Variant{"compaction", JournalSync::none, true, 2500},
+                      Variant{"records_in_payloads", JournalSync::none, false, 2500, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

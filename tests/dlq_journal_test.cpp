@@ -820,6 +820,88 @@ TEST(JournalReader, BitFlipsTruncationsZeroRegionsAndHugeLengthsAlwaysGetAVerdic
   EXPECT_GT(damaged, 2000);  // the sweep did damage something most of the time
 }
 
+// An entry whose payload holds an intact record (a planted entry and a purge tombstone) at each
+// of the 8 alignments, so one of them sits at a multiple of 8 in the file.
+std::string entry_with_planted_records(JobId id) {
+  StoredDeadLetter fake;
+  fake.id = 4242;
+  fake.name = "planted";
+  const std::string rec = detail::journal::encode_entry(fake) +
+                          detail::journal::encode_tombstone(TombstoneCause::purged, {});
+  StoredDeadLetter e;
+  e.id = id;
+  e.name = "carrier";
+  for (std::size_t k = 0; k < 8; ++k)
+    e.payload += std::string(k, 'x') + rec + std::string(8 - k, 'x');
+  return detail::journal::encode_entry(e);
+}
+
+TEST(JournalReader, AnUnfinishedAppendWhosePayloadHoldsRecordsIsATornTailNeverThoseRecords) {
+  const std::string base = sample_image();
+  const std::string carrier = entry_with_planted_records(99);
+  // Every moment of the writer's order: the length word, then the body (any prefix of it, or
+  // any stores of one memcpy), never the commit word.
+  for (std::size_t written = 16; written <= carrier.size(); written += 8) {
+    std::string img = base;
+    std::string torn(carrier.size(), '\0');
+    std::memcpy(torn.data() + 8, carrier.data() + 8, 8);  // length and type
+    std::memcpy(torn.data() + 16, carrier.data() + 16, written - 16);
+    img += torn + std::string(4096, '\0');
+    const JournalScan s = scan_journal(as_bytes(img));
+    ASSERT_EQ(s.problems.size(), 1u) << "written " << written;
+    EXPECT_EQ(s.problems[0].kind, JournalProblem::Kind::torn_tail) << s.problems[0].message;
+    EXPECT_EQ(s.problems[0].offset, base.size());
+    EXPECT_EQ(s.used_bytes, base.size());
+    ASSERT_EQ(s.live.size(), 4u) << "no entry planted, none purged";
+    for (const auto& e : s.live)
+      EXPECT_NE(e.id, 4242u);
+  }
+}
+
+TEST(JournalReader, ADamagedRecordWhosePayloadHoldsRecordsIsSteppedOverWhole) {
+  std::string img = sample_image();
+  const std::uint64_t at = img.size();
+  img += entry_with_planted_records(99);
+  StoredDeadLetter after;
+  after.id = 100;
+  img += detail::journal::encode_entry(after);
+  img[at + 4] ^= 0x01;  // the carrier's CRC: its body is intact, its extent claimed
+  const JournalScan s = scan_journal(as_bytes(img));
+  ASSERT_EQ(s.problems.size(), 1u);
+  EXPECT_EQ(s.problems[0].kind, JournalProblem::Kind::corrupt_record);
+  EXPECT_EQ(s.problems[0].offset, at);
+  std::set<JobId> ids;
+  for (const auto& e : s.live)
+    ids.insert(e.id);
+  EXPECT_EQ(ids, (std::set<JobId>{1, 3, 4, 6, 100})) << "the record after it, nothing inside it";
+}
+
+TEST(JournalReader, RecoveryIsLinearInTheFileSizeWhateverTheDamage) {
+  // Crafted against the search: every 16 bytes a header with the magic, a known type, a length
+  // that claims the rest of the file and a wrong CRC, after 16 bytes of junk that start a search:
+  // a search that checksummed each one and moved on by 8 bytes would checksum the file once per
+  // header (quadratic).
+  for (const std::size_t kib : {16u, 128u, 1024u}) {
+    std::string img = detail::journal::encode_header("q", "c", 0);
+    const std::size_t start = img.size();
+    const std::size_t n = kib * 1024 / 16;
+    img.resize(start + n * 16, '\0');
+    std::memset(img.data() + start, 'j', 16);  // junk first: its extent is unknown, so a search
+    for (std::size_t i = 1; i < n; ++i) {      // magic, bad CRC, a length to the end, type 1
+      const std::size_t at = start + i * 16;
+      const std::uint32_t magic = detail::journal::kRecordMagic, crc = 1;
+      const auto len = static_cast<std::uint32_t>(img.size() - at - 16);
+      std::memcpy(img.data() + at, &magic, 4);
+      std::memcpy(img.data() + at + 4, &crc, 4);
+      std::memcpy(img.data() + at + 8, &len, 4);
+      img[at + 12] = 1;
+    }
+    const JournalScan s = scan_journal(as_bytes(img));
+    EXPECT_FALSE(s.healthy());
+    EXPECT_LE(s.bytes_checked, 2 * img.size()) << kib << " KiB";
+  }
+}
+
 TEST(JournalReader, WrongMagicIsNamedInTheError) {
   std::string img = sample_image();
   img[0] = 'X';

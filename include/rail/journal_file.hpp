@@ -56,11 +56,21 @@
 //   u8 cause (1 redriven, 2 removed, 3 purged, 4 evicted) | u32 count N | N times u64 job id
 // A "purged" tombstone with N = 0 removes every entry before it.
 //
+// Appends: the writer copies a record's length and type word (+8) and its body first, and its
+// magic and CRC word (+0) last, as one aligned 8-byte store that commits it. A process killed
+// during an append therefore leaves either nothing or a header that claims the record's extent
+// (its length and type) with no magic yet: an uncommitted record.
+//
 // Recovery rules: a record that fails its magic, length, type or CRC check is followed by a
-// search, at each later multiple of 8, for a record that passes them all. If one is found the bad
-// record is corruption in the middle (reported with its offset); if none is, it is a torn tail
-// (a crash during the last append) and the log ends at its offset. A damaged last record is
-// therefore indistinguishable from a torn one, and is truncated like it.
+// search for a record that passes them all, from the end of the extent its header claims (when
+// the header holds a known type and a length that fits: a torn append, a damaged body) or else
+// from its next multiple of 8; a header met by the search that claims an extent but fails a check
+// is stepped over whole. So recovery never takes bytes inside a record's claimed extent for a
+// record (a payload that holds the bytes of a record is never read as one), and no byte is
+// checksummed more than twice (recovery is linear in the file's size). If a record is found, the
+// bad one is corruption in the middle (reported with its offset); if none is, it is a torn tail (a
+// crash during the last append) and the log ends at its offset. A damaged last record is therefore
+// indistinguishable from a torn one, and is truncated like it.
 #pragma once
 
 #include <cstddef>
@@ -127,6 +137,7 @@ struct JournalScan {
   std::uint64_t used_bytes = 0;  // end of the last record kept (where the next append goes)
   std::uint64_t file_bytes = 0;
   std::uint64_t dead_bytes = 0;          // bytes of tombstoned entries and of tombstones
+  std::uint64_t bytes_checked = 0;       // bytes checksummed: at most 2 x file_bytes (linear)
   std::vector<JournalProblem> problems;  // in file order; a torn tail is the last one
   [[nodiscard]] bool healthy() const noexcept { return problems.empty(); }
 };
