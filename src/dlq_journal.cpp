@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -148,6 +149,7 @@ void DlqJournal::open(std::vector<StoredDeadLetter>& restored) {
     if (tries >= 3) fail_open(path, "replaced repeatedly while being opened");
     ::close(f.release());
   }
+  refuse_foreign(f.fd);
 
   const std::string temp = path + ".compact";
   struct stat tst {};
@@ -168,6 +170,27 @@ void DlqJournal::open(std::vector<StoredDeadLetter>& restored) {
     map_file(f.release(), used_);
   } else {
     open_existing(f, static_cast<std::uint64_t>(st.st_size), restored);
+  }
+}
+
+void DlqJournal::refuse_foreign(int fd) const {
+  // A file another user planted (in a shared directory) would have its entries restored and
+  // redriven, and the payloads written to it read by that user.
+  const std::string& path = options_.path;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail_open(path, "cannot stat: " + errno_text(errno));
+  if (st.st_uid != ::geteuid())
+    fail_open(path, "owned by uid " + std::to_string(st.st_uid) +
+                        ", not by this process's user (uid " + std::to_string(::geteuid()) +
+                        "): another user could have planted entries in it or could read the "
+                        "payloads written to it; expected a journal this user created (remove "
+                        "it, or chown it to this user)");
+  if ((st.st_mode & S_IWOTH) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    fail_open(path, std::string("writable by every user (mode ") + mode +
+                        "): anyone could plant entries in it; expected no write permission for "
+                        "others (chmod o-w)");
   }
 }
 

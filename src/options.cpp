@@ -174,9 +174,10 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
     if (!(j.compact_dead_ratio > 0 && j.compact_dead_ratio <= 1))
       bad(where, "dlq.journal.compact_dead_ratio", std::to_string(j.compact_dead_ratio),
           "a ratio in (0, 1]");
-    if ((j.file_mode & ~0777u) != 0)
+    if ((j.file_mode & ~0777u) != 0 || (j.file_mode & 0002u) != 0)
       bad(where, "dlq.journal.file_mode", std::to_string(j.file_mode),
-          "permission bits (0 .. 0777)");
+          "permission bits (0 .. 0777) without write permission for others (a journal anyone "
+          "can write is refused when opened)");
   }
   if (o.progress_interval.count() < 0)
     bad(where, "progress_interval", ns(o.progress_interval), ">= 0 between two progress events");

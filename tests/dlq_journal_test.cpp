@@ -608,6 +608,36 @@ TEST_F(JournalTest, MidFileDamageIsSkippedAndReportedWhenTheOptionSaysSo) {
   EXPECT_EQ(list[1].data, "entry-2");
 }
 
+TEST_F(JournalTest, AJournalWritableByOthersIsRefusedWithItsMode) {
+  { Generation g(options()); }
+  ASSERT_EQ(::chmod(path.c_str(), 0666), 0);  // as a file planted in a shared directory
+  const std::string before = read_file(path);
+  try {
+    open_journal();
+    FAIL() << "a journal anyone can write was opened";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::journal);
+    EXPECT_NE(std::string(e.what()).find("writable by every user (mode 0666)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(read_file(path), before) << "nothing written to it";
+  // An empty one too: it would be adopted and given this user's payloads.
+  write_file(path, "");
+  EXPECT_THROW(open_journal(), Error);
+}
+
+TEST_F(JournalTest, AJournalOwnedByAnotherUserIsRefusedWithItsOwner) {
+  { Generation g(options()); }
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a file away takes root";
+  ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);  // nobody's
+  try {
+    open_journal();
+    FAIL() << "another user's journal was opened";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("owned by uid 65534"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(JournalTest, ASymbolicLinkAtThePathIsNotFollowed) {
   const std::string target = dir.file("elsewhere");
   write_file(target, "precious");

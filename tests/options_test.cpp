@@ -108,6 +108,13 @@ const BadInput kBadInputs[] = {
        (void)e.queue<int>("m", qo);
      },
      ErrorCode::invalid_option, "dlq.max_entries"},
+    {"JournalWritableByOthers",
+     [](Engine& e, Queue<int>&) {
+       QueueOptions qo;
+       qo.dlq.journal = {.path = "/nonexistent/never-opened.dlq", .file_mode = 0666};
+       (void)e.queue<int>("w", qo);
+     },
+     ErrorCode::invalid_option, "without write permission for others"},
     {"NegativeBlockTimeout",
      [](Engine& e, Queue<int>&) { (void)e.queue<int>("b", QueueOptions{.block_timeout = -1ms}); },
      ErrorCode::invalid_option, "block_timeout"},

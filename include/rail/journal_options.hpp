@@ -54,7 +54,10 @@ struct JournalOptions {
   std::uint32_t sync_every_n = 64;                          // for JournalSync::every_n
   Duration sync_interval = std::chrono::milliseconds(100);  // for JournalSync::interval
   JournalOnCorruption on_corruption = JournalOnCorruption::refuse;
-  std::uint32_t file_mode = 0600;  // permission bits of a created file (payloads may be secrets)
+  /// Permission bits of a created file (payloads may be secrets); write permission for others is
+  /// refused. An existing file is opened only if this process's user owns it and others cannot
+  /// write it (else Error(journal)): another user's file could plant entries or read payloads.
+  std::uint32_t file_mode = 0600;
   std::uint64_t grow_chunk = std::uint64_t{1} << 20;  // the file and its mapping grow by this
   /// Compaction rewrites the file once its dead bytes (tombstoned entries and the tombstones)
   /// exceed both compact_min_dead_bytes and compact_dead_ratio of the used bytes.

@@ -84,6 +84,9 @@ class DlqJournal {
   struct Fd;
   void open(std::vector<StoredDeadLetter>& restored);
   void open_existing(Fd& f, std::uint64_t size, std::vector<StoredDeadLetter>& restored);
+  /// refuse_foreign(fd): throws Error(journal) unless the file is this user's and not writable by
+  /// others (a planted file would have its entries restored and its payloads read by its owner).
+  void refuse_foreign(int fd) const;
   struct Place {
     std::uint64_t offset;
     std::uint64_t size;
