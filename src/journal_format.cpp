@@ -11,6 +11,7 @@
 #include <boost/crc.hpp>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -425,6 +426,23 @@ JournalScan scan_journal(std::span<const std::byte> b) {
   return s;
 }
 
+namespace {
+// data_end(fd, size): the end of the file's last data region (SEEK_DATA/SEEK_HOLE), or `size`
+// where the file system cannot say.
+std::uint64_t data_end(int fd, std::uint64_t size) {
+  std::uint64_t end = 0;
+  for (off_t pos = 0;;) {
+    const off_t data = ::lseek(fd, pos, SEEK_DATA);
+    if (data < 0) return errno == ENXIO ? end : size;  // ENXIO: no data after pos
+    const off_t hole = ::lseek(fd, data, SEEK_HOLE);
+    if (hole < 0) return size;
+    end = static_cast<std::uint64_t>(hole);
+    if (end >= size) return size;
+    pos = hole;
+  }
+}
+}  // namespace
+
 JournalScan read_journal(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
@@ -437,8 +455,17 @@ JournalScan read_journal(const std::string& path) {
     throw Error(ErrorCode::journal, "journal '" + path + "' is not a regular file");
   }
   // Read, not mapped: a mapping would raise SIGBUS if the owning engine shrank the file (torn
-  // tail recovery) while we read it.
-  std::vector<std::byte> bytes(static_cast<std::size_t>(st.st_size));
+  // tail recovery) while we read it. Only up to the end of its last data: what follows is a hole
+  // (zeros, the log's clean end), so a sparse file of any size costs what it holds.
+  const std::uint64_t data = data_end(fd, static_cast<std::uint64_t>(st.st_size));
+  std::vector<std::byte> bytes;
+  try {
+    bytes.resize(static_cast<std::size_t>(data));
+  } catch (const std::exception&) {
+    ::close(fd);
+    throw Error(ErrorCode::journal, "journal '" + path + "' holds " + std::to_string(data) +
+                                        " bytes of data; not enough memory to read it");
+  }
   std::size_t got = 0;
   while (got < bytes.size()) {
     ssize_t n = ::pread(fd, bytes.data() + got, bytes.size() - got, static_cast<off_t>(got));
@@ -453,7 +480,9 @@ JournalScan read_journal(const std::string& path) {
   }
   ::close(fd);
   bytes.resize(got);
-  return scan_journal(bytes);
+  JournalScan scan = scan_journal(bytes);
+  scan.file_bytes = static_cast<std::uint64_t>(st.st_size);
+  return scan;
 }
 
 }  // namespace rail

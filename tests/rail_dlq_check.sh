@@ -2,7 +2,8 @@
 # rail-dlq against the journal the orders demo leaves (issue 12's acceptance): `list` shows
 # order-3 with its three errors, `show`, `stats`, `export --json` read it, `verify` exits 0 on it,
 # 1 once a byte of its record is flipped, 2 on a missing file, a FIFO (at once, never blocking) or
-# bad usage, with errors on stderr.
+# bad usage, with errors on stderr; hostile text is printed escaped, an empty file is a journal
+# with no entries, and a sparse file costs what it holds.
 #   rail_dlq_check.sh ORDERS_DEMO RAIL_DLQ SCRATCH_DIR
 set -uo pipefail
 demo=$1 dlq=$2 dir=$3
@@ -42,4 +43,36 @@ grep -q 'not a regular file' "$dir/fifo.err" || fail "no reason on stderr for a 
 [ $rc = 2 ] || fail "an unknown command exited $rc, expected 2"
 "$dlq" --help | grep -q verify || fail "--help does not list verify"
 "$dlq" show --help | grep -q ID || fail "show --help does not describe ID"
+# A file with escape sequences, C1 controls and invalid UTF-8 in its names and errors
+# (tests/data/hostile-text.dlq): every command prints them escaped, export stays valid JSON.
+hostile=$(dirname "$0")/data/hostile-text.dlq
+for cmd in list show stats; do
+  extra=()
+  [ "$cmd" = show ] && extra=(7)
+  "$dlq" "$cmd" "$hostile" "${extra[@]}" >"$dir/hostile.out" 2>&1 || fail "$cmd of the hostile file exited $?"
+  LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f\x80-\xff]' "$dir/hostile.out" &&
+    fail "$cmd printed a control or non-ASCII byte: $(od -c "$dir/hostile.out" | head)"
+  grep -q 'x1b' "$dir/hostile.out" || fail "$cmd does not show the escapes: $(cat "$dir/hostile.out")"
+done
+"$dlq" export "$hostile" --json >"$dir/hostile.json" || fail "export of the hostile file exited $?"
+LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f\x80-\xff]' "$dir/hostile.json" && fail "export wrote a control or non-ASCII byte"
+grep -q '"name_hex": "1b5b33316d' "$dir/hostile.json" || fail "export lacks the name's exact bytes"
+if command -v python3 >/dev/null; then
+  python3 -m json.tool "$dir/hostile.json" >/dev/null || fail "export of the hostile file is not JSON"
+fi
+
+# An empty file (its creator stopped before the header) is a journal with no entries, as the
+# library sees it; a 64 GiB sparse file is read only as far as its data.
+: >"$dir/empty.dlq"
+"$dlq" verify "$dir/empty.dlq" >"$dir/empty.out"; rc=$?
+[ $rc = 0 ] || fail "verify of an empty journal exited $rc, expected 0"
+grep -q 'empty' "$dir/empty.out" || fail "verify does not say the journal is empty"
+"$dlq" list "$dir/empty.dlq" >/dev/null || fail "list of an empty journal exited $?"
+cp "$journal" "$dir/sparse.dlq" && truncate -s 64G "$dir/sparse.dlq" || fail "cannot make a sparse file"
+timeout 60 "$dlq" verify "$dir/sparse.dlq" >"$dir/sparse.out" 2>&1; rc=$?
+[ $rc = 0 ] || fail "verify of a journal with a 64 GiB hole exited $rc: $(cat "$dir/sparse.out")"
+truncate -s 0 "$dir/sparse.dlq" && truncate -s 64G "$dir/sparse.dlq"
+timeout 60 "$dlq" verify "$dir/sparse.dlq" >"$dir/sparse.out" 2>&1; rc=$?
+[ $rc = 1 ] || fail "verify of 64 GiB of hole exited $rc, expected 1 (no header): $(cat "$dir/sparse.out")"
+rm -f "$dir/sparse.dlq"
 echo "rail-dlq: all checks passed"

@@ -19,6 +19,7 @@
 #include "rail/detail/journal_format.hpp"
 #include "rail/error.hpp"
 #include "rail/journal_file.hpp"
+#include "terminal_text.hpp"
 
 namespace {
 
@@ -28,6 +29,7 @@ using rail::Duration;
 using rail::Jitter;
 using rail::JournalScan;
 using rail::StoredDeadLetter;
+using rail::tools::for_terminal;
 
 constexpr int kDamaged = 1;
 constexpr int kUsage = 2;
@@ -131,6 +133,9 @@ std::optional<JournalScan> load(const std::string& path, int& status) {
     status = kUsage;
     return std::nullopt;
   }
+  // Empty: its creator stopped before writing the header. The library adopts such a file as a
+  // new journal, so it holds nothing and is not damaged.
+  if (st.st_size == 0) return JournalScan{};
   try {
     return rail::read_journal(path);
   } catch (const rail::Error& e) {
@@ -167,13 +172,25 @@ std::string backoff(const Backoff& b) {
   return s;
 }
 
+// put(j, key, s): a string from the file as JSON needs it: as it is when it is UTF-8, else as
+// for_terminal escapes it, with its exact bytes in key + "_hex".
+void put(nlohmann::json& j, const std::string& key, const std::string& s) {
+  if (rail::tools::valid_utf8(s)) {
+    j[key] = s;
+    return;
+  }
+  j[key] = for_terminal(s);
+  j[key + "_hex"] = hex(s);
+}
+
 nlohmann::json to_json(const StoredDeadLetter& e) {
   nlohmann::json errors = nlohmann::json::array();
-  for (const auto& err : e.errors)
-    errors.push_back(
-        {{"attempt", err.attempt}, {"at", utc(wall(e, err.at_ns))}, {"message", err.message}});
+  for (const auto& err : e.errors) {
+    nlohmann::json one = {{"attempt", err.attempt}, {"at", utc(wall(e, err.at_ns))}};
+    put(one, "message", err.message);
+    errors.push_back(std::move(one));
+  }
   nlohmann::json j = {{"id", e.id},
-                      {"name", e.name},
                       {"reason", reason(e.reason)},
                       {"attempts_made", e.attempts_made},
                       {"max_attempts", e.max_attempts},
@@ -183,10 +200,11 @@ nlohmann::json to_json(const StoredDeadLetter& e) {
                       {"deliveries", e.deliveries},
                       {"stalls", e.stalls},
                       {"backoff", backoff(e.backoff)},
-                      {"dedup_id", e.dedup_id},
-                      {"downstream", e.downstream},
                       {"payload_hex", hex(e.payload)},
                       {"offset", e.offset}};
+  put(j, "name", e.name);
+  put(j, "dedup_id", e.dedup_id);
+  put(j, "downstream", e.downstream);
   // nlohmann::json requires UTF-8; printable ASCII is, anything else is left to payload_hex.
   if (printable(e.payload)) j["payload_text"] = e.payload;
   if (e.visibility_timeout) j["visibility_timeout_ns"] = e.visibility_timeout->count();
@@ -228,6 +246,12 @@ int main(int argc, char** argv) {
   if (!scan) return status;
 
   if (*verify) {
+    if (scan->header.version == 0) {
+      std::cout << "ok: " << path
+                << ": empty (its creator stopped before writing the header); no entries, and "
+                   "the queue that opens it writes a header\n";
+      return 0;
+    }
     if (scan->healthy()) {
       std::cout << "ok: " << path << ": " << scan->entry_records << " entry records, "
                 << scan->tombstone_records << " tombstones, " << scan->live.size()
@@ -251,24 +275,24 @@ int main(int argc, char** argv) {
       std::string last =
           e.errors.empty() ? "(" + std::string(reason(e.reason)) + ")" : e.errors.back().message;
       std::printf("%-8llu %-16s %-20s %-8s %-6zu %-24s %s\n", static_cast<unsigned long long>(e.id),
-                  e.name.c_str(), preview(e.payload, 20).c_str(), attempts.c_str(), e.errors.size(),
-                  utc(e.dead_at_unix_ns).c_str(), last.c_str());
+                  for_terminal(e.name).c_str(), preview(e.payload, 20).c_str(), attempts.c_str(),
+                  e.errors.size(), utc(e.dead_at_unix_ns).c_str(), for_terminal(last).c_str());
     }
   } else if (*show) {
     for (const auto& e : scan->live) {
       if (e.id != id) continue;
-      std::cout << "id:        " << e.id << "\nname:      " << e.name
+      std::cout << "id:        " << e.id << "\nname:      " << for_terminal(e.name)
                 << "\nreason:    " << reason(e.reason) << "\nattempts:  " << e.attempts_made
                 << " of " << e.max_attempts << "\ndelivered: " << e.deliveries << " times ("
                 << e.stalls << " stalled)\nbackoff:   " << backoff(e.backoff)
-                << (e.dedup_id.empty() ? "" : "\ndedup id:  " + e.dedup_id)
-                << (e.downstream.empty() ? "" : "\ndownstream: " + e.downstream)
+                << (e.dedup_id.empty() ? "" : "\ndedup id:  " + for_terminal(e.dedup_id))
+                << (e.downstream.empty() ? "" : "\ndownstream: " + for_terminal(e.downstream))
                 << "\nadded at:  " << utc(wall(e, e.added_at_ns))
                 << "\ndead at:   " << utc(e.dead_at_unix_ns) << "\noffset:    " << e.offset
                 << "\nerrors:\n";
       for (const auto& err : e.errors)
         std::cout << "  attempt " << err.attempt << " at " << utc(wall(e, err.at_ns)) << ": "
-                  << err.message << "\n";
+                  << for_terminal(err.message) << "\n";
       std::cout << "payload (" << e.payload.size() << " bytes):\n";
       hexdump(std::cout, e.payload);
       if (printable(e.payload)) std::cout << "payload as text:\n  " << e.payload << "\n";
@@ -278,8 +302,8 @@ int main(int argc, char** argv) {
     return kUsage;
   } else if (*stats) {
     std::cout << "file:            " << path << "\nformat version:  " << scan->header.version
-              << "\nqueue:           " << scan->header.queue
-              << "\npayload codec:   " << scan->header.codec
+              << "\nqueue:           " << for_terminal(scan->header.queue)
+              << "\npayload codec:   " << for_terminal(scan->header.codec)
               << "\ncreated:         " << utc(scan->header.created_unix_ns)
               << "\nfile bytes:      " << scan->file_bytes
               << "\nused bytes:      " << scan->used_bytes
@@ -289,13 +313,15 @@ int main(int argc, char** argv) {
               << "\ntombstones:      " << scan->tombstone_records
               << "\nproblems:        " << scan->problems.size() << "\n";
   } else if (*exp) {
-    nlohmann::json out = {{"queue", scan->header.queue},
-                          {"codec", scan->header.codec},
-                          {"format_version", scan->header.version},
+    nlohmann::json out = {{"format_version", scan->header.version},
                           {"entries", nlohmann::json::array()}};
+    put(out, "queue", scan->header.queue);
+    put(out, "codec", scan->header.codec);
     for (const auto& e : scan->live)
       out["entries"].push_back(to_json(e));
-    std::cout << out.dump(2) << "\n";
+    // ASCII only (\uXXXX for the rest), so no control character reaches a terminal; every
+    // string went through put(), so `replace` is a guard that never fires.
+    std::cout << out.dump(2, ' ', true, nlohmann::json::error_handler_t::replace) << "\n";
   }
   return 0;
 }
