@@ -331,7 +331,9 @@ std::uint64_t DlqJournal::append_locked(std::string_view record, JobId entry_id)
         dead_ += it->second.size;
         it->second = {used_, record.size()};
       }
-      not_durable_.emplace_back(appended_seq_ + 1, entry_id);
+      // Under JournalSync::none nothing is ever reported durable: nothing to remember.
+      if (options_.sync != JournalSync::none)
+        not_durable_.emplace_back(appended_seq_ + 1, entry_id);
     }
   } catch (...) {
     fail_locked("out of memory for the journal's index");

@@ -155,7 +155,7 @@ bool decode_tombstone(std::span<const std::byte> body, Tombstone& t) {
 // a known type, zero padding and a length that fits in the file, whether or not its magic and CRC
 // check out (a torn append, a damaged body), else 0; `body` is set only when the frame is ok.
 struct Frame {
-  std::uint8_t type;
+  std::uint8_t type;  // set with `size`: the type the header claims
   std::span<const std::byte> body;
   std::uint64_t size;
 };
@@ -175,7 +175,10 @@ FrameCheck check_frame(std::span<const std::byte> b, std::uint64_t off, Frame& f
   const bool typed = (type == kTypeEntry || type == kTypeTombstone || type == kTypeDetailedEntry ||
                       type == kTypeRoutedEntry) &&
                      p[13] == std::byte{0} && p[14] == std::byte{0} && p[15] == std::byte{0};
-  if (fits && typed) f.size = padded(std::uint64_t{kRecordHeader} + len);
+  if (fits && typed) {
+    f.size = padded(std::uint64_t{kRecordHeader} + len);
+    f.type = type;
+  }
   if (commit == 0 && f.size != 0) return FrameCheck::uncommitted;
   if (get_le<std::uint32_t>(p) != kRecordMagic) return FrameCheck::bad_magic;
   if (!fits) return FrameCheck::bad_length;
@@ -183,7 +186,6 @@ FrameCheck check_frame(std::span<const std::byte> b, std::uint64_t off, Frame& f
   checked += std::uint64_t{len} + 8;
   if (crc32c({p + 8, std::size_t{len} + 8}) != get_le<std::uint32_t>(p + 4))
     return FrameCheck::bad_crc;
-  f.type = type;
   f.body = {p + kRecordHeader, len};
   return FrameCheck::ok;
 }
@@ -353,6 +355,27 @@ JournalScan scan_journal(std::span<const std::byte> b) {
   auto problem = [&](JournalProblem::Kind kind, std::uint64_t off, std::string msg) {
     s.problems.push_back({kind, off, std::move(msg)});
   };
+  // A record that is lost may have been a tombstone: the entries before it that it may have
+  // removed are withheld rather than brought back (a redriven job would run twice).
+  auto withhold_before = [&](std::uint64_t off) {
+    if (where.empty()) return;
+    std::vector<JobId> ids;
+    ids.reserve(live.size());
+    for (const auto& [o, e] : live)
+      ids.push_back(e.id);
+    std::string list;
+    for (std::size_t i = 0; i < ids.size() && i < 20; ++i)
+      list += (i ? ", " : "") + std::to_string(ids[i]);
+    if (ids.size() > 20) list += ", ...";
+    for (JobId id : ids)
+      drop(id);
+    s.withheld.insert(s.withheld.end(), ids.begin(), ids.end());
+    problem(JournalProblem::Kind::withheld, off,
+            std::to_string(ids.size()) + " entries before offset " + std::to_string(off) +
+                " are not restored (ids " + list +
+                "): the record lost there may be a tombstone that removed them, and restoring "
+                "them could run a redriven job twice");
+  };
 
   std::uint64_t off = s.header.header_bytes;
   s.used_bytes = off;
@@ -376,6 +399,8 @@ JournalScan scan_journal(std::span<const std::byte> b) {
               std::string("damaged record at offset ") + std::to_string(off) + ": " +
                   describe(check) + "; the next intact record is at offset " +
                   std::to_string(*next));
+      // Certainly an entry only when its header claims an entry's type and extent.
+      if (f.size == 0 || f.type == kTypeTombstone) withhold_before(off);
       off = *next;
       continue;
     }
@@ -406,6 +431,7 @@ JournalScan scan_journal(std::span<const std::byte> b) {
         problem(JournalProblem::Kind::undecodable, off,
                 "tombstone record at offset " + std::to_string(off) +
                     " passed its CRC32C but its fields do not add up to its length; skipped");
+        withhold_before(off);
       } else {
         ++s.tombstone_records;
         s.dead_bytes += f.size;

@@ -484,6 +484,26 @@ TEST_F(JournalTest, CompactionKeepsLiveEntriesAndDropsDeadBytes) {
   EXPECT_EQ(g.q.dlq().size(), kept.size());
 }
 
+TEST_F(JournalTest, UnderSyncNoneOnDurableIsNeverCalledNotEvenByACompaction) {
+  // A compaction fdatasyncs its new file, but JournalSync::none promises no on_durable at all
+  // (and so keeps no list of entries waiting for one).
+  JournalOptions j{.sync = JournalSync::none,
+                   .grow_chunk = 4096,
+                   .compact_min_dead_bytes = 2048,
+                   .compact_dead_ratio = 0.5};
+  {
+    Generation g(options(j));
+    for (int i = 0; i < 60; ++i) {
+      const JobId id = g.fail(std::string(100, 'x'));
+      if (i % 4 != 0) {
+        ASSERT_TRUE(g.q.dlq().remove(id));
+      }
+    }
+  }
+  EXPECT_LT(read_journal(path).used_bytes, 60 * 200) << "compactions ran";
+  EXPECT_TRUE(durable.empty()) << durable.size() << " on_durable calls";
+}
+
 TEST_F(JournalTest, ASecondOpenerGetsAnErrorAndTheFileStaysIntact) {
   std::vector<StoredDeadLetter> restored;
   JournalOptions j{.path = path};
@@ -636,6 +656,36 @@ TEST_F(JournalTest, AJournalOwnedByAnotherUserIsRefusedWithItsOwner) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("owned by uid 65534"), std::string::npos) << e.what();
   }
+}
+
+TEST_F(JournalTest, ADamagedTombstoneWithholdsTheEntriesBeforeItRatherThanResurrectThem) {
+  JobId first, removed, third, after;
+  {
+    Generation g(options());
+    first = g.fail("entry-1");
+    removed = g.fail("entry-2");
+    third = g.fail("entry-3");
+    ASSERT_TRUE(g.q.dlq().remove(removed));  // its tombstone follows entry-3
+    after = g.fail("entry-4");
+  }
+  const JournalScan scan = read_journal(path);
+  ASSERT_EQ(scan.live.size(), 3u);
+  const std::uint64_t tombstone = scan.live[1].offset + scan.live[1].record_bytes;
+  std::string bytes = read_file(path);
+  bytes[tombstone + 4] ^= 0x01;  // its CRC: which ids it removed is no longer known
+  write_file(path, bytes);
+  Generation g(options({.on_corruption = JournalOnCorruption::skip_and_report}));
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0].kind, JournalProblem::Kind::corrupt_record);
+  EXPECT_EQ(problems[1].kind, JournalProblem::Kind::withheld);
+  EXPECT_EQ(problems[1].offset, tombstone);
+  const std::string ids =
+      std::to_string(first) + ", " + std::to_string(removed) + ", " + std::to_string(third);
+  EXPECT_NE(problems[1].message.find("ids " + ids), std::string::npos) << problems[1].message;
+  auto list = g.q.dlq().list();
+  ASSERT_EQ(list.size(), 1u) << "the removed entry is not back, nor any it may have removed";
+  EXPECT_EQ(list[0].id, after);
+  EXPECT_EQ(read_journal(path).withheld.size(), 3u);
 }
 
 TEST_F(JournalTest, ASymbolicLinkAtThePathIsNotFollowed) {

@@ -70,7 +70,10 @@
 // checksummed more than twice (recovery is linear in the file's size). If a record is found, the
 // bad one is corruption in the middle (reported with its offset); if none is, it is a torn tail (a
 // crash during the last append) and the log ends at its offset. A damaged last record is therefore
-// indistinguishable from a torn one, and is truncated like it.
+// indistinguishable from a torn one, and is truncated like it. A record lost in the middle that
+// may have been a tombstone (its header claims type 2, or claims no type at all) may have removed
+// any entry before it: those entries are withheld (JournalProblem::withheld), never restored, so
+// a redriven job cannot run twice; they stay readable in the file until a compaction.
 #pragma once
 
 #include <cstddef>
@@ -136,8 +139,9 @@ struct JournalScan {
   std::uint64_t tombstone_records = 0;
   std::uint64_t used_bytes = 0;  // end of the last record kept (where the next append goes)
   std::uint64_t file_bytes = 0;
-  std::uint64_t dead_bytes = 0;          // bytes of tombstoned entries and of tombstones
-  std::uint64_t bytes_checked = 0;       // bytes checksummed: at most 2 x file_bytes (linear)
+  std::uint64_t dead_bytes = 0;     // bytes of tombstoned entries and of tombstones
+  std::uint64_t bytes_checked = 0;  // bytes checksummed: at most 2 x file_bytes (linear)
+  std::vector<JobId> withheld;      // entries not restored: a lost record may have removed them
   std::vector<JournalProblem> problems;  // in file order; a torn tail is the last one
   [[nodiscard]] bool healthy() const noexcept { return problems.empty(); }
 };

@@ -41,6 +41,8 @@ struct JournalProblem {
     stale_temporary,  // a compaction's temporary file left by a crash; removed
     write_failed,     // an append, sync or compaction failed (disk full...): see the message
     unencodable,      // the payload codec threw on an entry: kept in memory, not journaled
+    withheld,         // entries before a lost record that may have been a tombstone: not
+                      // restored (JournalScan::withheld names them), so none runs twice
   };
   Kind kind = Kind::torn_tail;
   std::uint64_t offset = 0;  // byte offset in the journal file
