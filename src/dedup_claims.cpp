@@ -43,8 +43,7 @@ std::optional<DedupSet::Claim> DedupClaims::live_claim(const JobOptions& o, std:
 void DedupClaims::hold(std::uint32_t idx, const JobOptions& o) {
   JobSlot& s = parts_.slot(idx);
   parts_.extra(s).dedup_key = o.dedup.id;
-  s.has_dedup = true;
-  s.dedup_has_ttl = o.dedup.ttl.has_value();
+  s.dedup = o.dedup.ttl.has_value() ? DedupHold::with_ttl : DedupHold::until_end;
   // relaxed: the holder's store, published with the job (publish's release).
   gate(idx).store(open(s.id.load(std::memory_order_relaxed)), std::memory_order_relaxed);
 }
@@ -69,8 +68,7 @@ void DedupClaims::reclaim(std::uint32_t idx, JobId id, const std::string& key, s
     ttl = false;
   }
   x.dedup_key.assign(key);
-  s.has_dedup = true;
-  s.dedup_has_ttl = ttl;
+  s.dedup = ttl ? DedupHold::with_ttl : DedupHold::until_end;
   gate(idx).store(open(id), std::memory_order_relaxed);  // as hold()
 }
 

@@ -28,16 +28,19 @@ void DownstreamGate::attach(BlockedQueue* q) {
   queue_count_.store(n + 1, std::memory_order_release);
 }
 
-DownstreamGate::Decision DownstreamGate::admit(JobId id, std::int64_t now,
-                                               BlockedQueue* q) noexcept {
+DownstreamGate::Decision DownstreamGate::admit(JobId id, std::int64_t now, BlockedQueue* q,
+                                               bool woken) noexcept {
   const Admission a = limits_.try_admit(now);
   if (a.kind == Admission::Kind::admitted) {
     // The chain: a token and a permit were there for this job; if there is one for the next
-    // job too, wake it. Not otherwise: it would be refused and go to the back of the blocked
-    // ring, behind jobs that came after it (else, under a steady load at the rate, the oldest
-    // jobs go round the ring and start last: Review.TheLeaderIsNotOvertakenByTheJobsItWakes
-    // pins it). Whoever frees the next permit or leads to the next token wakes the next job then.
-    wake_if_useful(now, false);
+    // job too, wake it. A woken job that nobody leads after also wakes the next when only the
+    // token is missing: that one will lead (this job may have come after a refill and taken the
+    // token its waker expected it to wait for: else nobody leads and the blocked jobs wait for
+    // ever, DownstreamGate.ARateOnlyGateNeverStrandsItsBlockedJobs pins it). Not otherwise: it
+    // would be refused and go to the back of the blocked ring, behind jobs that came after it
+    // (Review.TheLeaderIsNotOvertakenByTheJobsItWakes pins it); whoever frees the next permit or
+    // leads to the next token wakes the next job then.
+    wake_if_useful(now, woken);
     return {Verdict::admitted, 0, a.kind};
   }
   // A permit held for a moment and given back (try_admit's returned_permit) may have refused
@@ -125,7 +128,10 @@ void DownstreamGate::wake_if_useful(std::int64_t now, bool or_leaderless) noexce
   // ours (a job refused a permit before our release included).
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (blocked_.load(std::memory_order_relaxed) <= 0) return;
-  if (limits_.may_admit(now) || (or_leaderless && leader_.load(std::memory_order_relaxed) == 0))
+  // Leaderless: the woken job, refused for time, will lead; refused a permit, it would only go to
+  // the back of the ring (the release of a permit wakes one then).
+  if (limits_.may_admit(now) ||
+      (or_leaderless && leader_.load(std::memory_order_relaxed) == 0 && limits_.permit_free()))
     (void)wake_one();
 }
 

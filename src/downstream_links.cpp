@@ -15,7 +15,7 @@ DownstreamLinks::DownstreamLinks(FlowParts& parts, JobFlow& flow, Dispatcher& di
   if (!parts_.options.downstream.empty()) {
     owner_.push_back(std::make_unique<GateLink>(
         flow_, dispatch_, parts_.core.downstream(parts_.options.downstream, parts_.name),
-        parts_.capacity));
+        parts_.capacity, parts_.slots.get()));
     links_[0].store(owner_.back().get(), std::memory_order_relaxed);  // before attach()
   }
 }
@@ -53,7 +53,8 @@ void DownstreamLinks::link_to(const std::string& downstream) {
                                          std::to_string(GateLink::kMaxLinks - 1) +
                                          " downstreams named per job; JobOptions.downstream '" +
                                          downstream + "' would be one more");
-  auto made = std::make_unique<GateLink>(flow_, dispatch_, *gate, parts_.capacity);
+  auto made =
+      std::make_unique<GateLink>(flow_, dispatch_, *gate, parts_.capacity, parts_.slots.get());
   owner_.reserve(owner_.size() + 1);  // no throw after the gate knows the link
   gate->attach(made.get());
   links_[n].store(made.get(), std::memory_order_relaxed);
@@ -66,6 +67,8 @@ bool GateLink::wake_blocked(std::atomic<std::int64_t>& blocked, bool even_paused
   std::uint32_t idx;
   if ((!even_paused && dispatch_.paused()) || !blocked_.try_pop(idx)) return false;
   blocked.fetch_sub(1, std::memory_order_relaxed);  // relaxed: a figure (see the gate's fences)
+  // The index is ours until the push, which publishes the mark (release) to its deliverer.
+  slots_[idx].woken = true;
   dispatch_.requeue(idx);
   return true;
 }

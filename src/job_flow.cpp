@@ -167,7 +167,8 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   bool skip = stopping;
   GateLink* const gate = links_.link(s.link);
   if (gate && !stopping) [[unlikely]] {
-    const auto d = gate->gate().admit(s.id.load(std::memory_order_relaxed), now, gate);
+    const bool woken = std::exchange(s.woken, false);  // ours: the index's holder
+    const auto d = gate->gate().admit(s.id.load(std::memory_order_relaxed), now, gate, woken);
     if (d.verdict == DownstreamGate::Verdict::admitted) {
       permit = true;
     } else if (throttle(idx, token, delivered, *gate, d, now, wc)) {
@@ -299,7 +300,8 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   // (ResultsThreaded.AWaiterThatCameDuringADedupJobsEndGetsItsEndTime pins it).
   const bool cancelled = (ctl::flags(c) & ctl::kCancelRequested) != 0;
   const bool plain_done = out.kind() == Outcome::Kind::done && !cancelled &&
-                          !parts_.core.observed() && !ends_.tracker().wanted() && !s.has_dedup;
+                          !parts_.core.observed() && !ends_.tracker().wanted() &&
+                          s.dedup == DedupHold::none;
   const std::int64_t now = plain_done ? 0 : parts_.core.now_ns();
   if (cancelled) {
     ends_.end(idx, EndKind::cancelled, DeadLetterReason::none, now, &wc);

@@ -88,6 +88,22 @@ TEST(Soak, EveryJobIsAccountedForAfterAShutdownInTheMiddleOfTheRunOnEitherPool) 
   }
 }
 
+TEST(Soak, ARateOnlyDownstreamNeverStallsOnEitherPool) {
+  // A rate and no concurrency limit, flipped down to 1,000/s with burst 1 while jobs run: the
+  // wake-up chain must leave no job waiting with tokens free (the run would not settle). Seed 31
+  // on the queue's own threads, seed 32 on the shared pool.
+  for (std::uint64_t seed : {31u, 32u}) {
+    Config c;
+    c.jobs = kJobs / 4;
+    c.rate_only_downstream = true;
+    c.shared_pool = seed == 32;
+    if (c.shared_pool) c.workers = 6;
+    c.visibility = std::chrono::milliseconds(50);
+    c.seed = seed;
+    expect_clean(c);
+  }
+}
+
 TEST(Soak, InvariantsHoldWithCoroutineHandlers) {
   // The handler is a rail::Task coroutine: a fifth of the deliveries co_await a simulated call
   // that two completer threads resume (and which then throws, fails, hangs past its lease...);

@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--coroutines", c.coroutines,
                "the handler is a coroutine (rail::Task): the --async share co_awaits its call");
+  app.add_flag("--rate-only-downstream", c.rate_only_downstream,
+               "the downstream has a rate (flipped down to 1,000/s, burst 1) and no concurrency "
+               "limit");
   app.add_flag("--shared-pool", c.shared_pool,
                "the queue runs on the engine's shared pool of --workers threads");
   bool sqs_stalls = false;

@@ -205,8 +205,11 @@ Report run(const Config& cfg) {
   const std::uint32_t budget = std::max<std::uint32_t>(1, cfg.workers / 2);
   std::atomic<std::uint32_t> inside{0}, most_inside{0};
   if (cfg.downstream) {
-    engine.downstream("soak-api", {.concurrency = budget,
-                                   .rate = RateLimit{.max = 200'000, .per = 1s, .burst = 256}});
+    engine.downstream(
+        "soak-api",
+        {.concurrency = cfg.rate_only_downstream ? 0 : budget,
+         .rate = cfg.rate_only_downstream ? RateLimit{.max = 10'000, .per = 1s, .burst = 1}
+                                          : RateLimit{.max = 200'000, .per = 1s, .burst = 256}});
     qo.downstream = "soak-api";
   }
   auto q = engine.queue<Payload>("soak", qo);
@@ -418,14 +421,28 @@ Report run(const Config& cfg) {
       auto api = engine.downstream("soak-api");
       for (std::uint64_t k = 0; producing.load() && !stopped.load(); ++k) {
         std::this_thread::sleep_for(3ms);
-        api.set_concurrency(k % 3 == 1 ? 1 : budget);
-        api.set_rate(k % 4 == 3 ? std::nullopt
-                                : std::optional<RateLimit>(RateLimit{
-                                      .max = k % 2 ? 20'000u : 200'000u, .per = 1s, .burst = 64}));
+        if (cfg.rate_only_downstream) {
+          // Seldom (every ~150 ms): a change wakes the gate's blocked jobs, which would hide a
+          // chain that stalls between changes.
+          static constexpr RateLimit kRates[] = {{.max = 10'000, .per = 1s, .burst = 1},
+                                                 {.max = 1'000, .per = 1s, .burst = 1},
+                                                 {.max = 50'000, .per = 1s, .burst = 4}};
+          if (k % 50 == 49) api.set_rate(kRates[(k / 50) % 3]);
+        } else {
+          api.set_concurrency(k % 3 == 1 ? 1 : budget);
+          api.set_rate(k % 4 == 3
+                           ? std::nullopt
+                           : std::optional<RateLimit>(RateLimit{
+                                 .max = k % 2 ? 20'000u : 200'000u, .per = 1s, .burst = 64}));
+        }
         limit_changes.fetch_add(1);
       }
-      api.set_concurrency(budget);
-      api.set_rate(std::nullopt);  // let what is left finish at full speed
+      if (cfg.rate_only_downstream) {
+        api.set_rate(RateLimit{.max = 20'000, .per = 1s, .burst = 1});  // still rate-only
+      } else {
+        api.set_concurrency(budget);
+        api.set_rate(std::nullopt);  // let what is left finish at full speed
+      }
     });
   }
   // A shutdown in the middle of the run: producers see Error(shutting_down) and stop; what never
@@ -706,7 +723,7 @@ Report run(const Config& cfg) {
       }
     }
   }
-  if (most_inside.load() > budget && cfg.downstream)
+  if (most_inside.load() > budget && cfg.downstream && !cfg.rate_only_downstream)
     v.add(std::to_string(most_inside.load()) + " handlers inside the downstream at once; its " +
           "concurrency was never above " + std::to_string(budget));
   rep.most_inside = most_inside.load();

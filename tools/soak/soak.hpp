@@ -80,6 +80,10 @@ struct Config {
   // 1 ms) at this rate per delivery.
   bool downstream = true;
   double pushback = 0.003;
+  // The downstream has a rate and no concurrency limit (BullMQ's plain {max, duration}
+  // limiter): the flipper changes only its rate, down to 1,000/s with burst 1, where a stalled
+  // wake-up chain leaves jobs waiting with tokens free.
+  bool rate_only_downstream = false;
   // The queue runs on the engine's shared pool of `workers` threads (WorkerOptions::shared)
   // instead of threads of its own.
   bool shared_pool = false;

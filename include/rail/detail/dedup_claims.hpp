@@ -74,11 +74,11 @@ class DedupClaims {
   /// never ran: its id is free again at once, as BullMQ removes a cancelled job's key). True
   /// when an add was kept for after it: the id stays held for that add (run_deferred).
   bool release_at_end(const JobSlot& s, bool cancelled) noexcept {
-    if (!s.has_dedup) return false;
+    if (s.dedup == DedupHold::none) return false;
     const JobId id = s.id.load(std::memory_order_relaxed);
     // acq_rel: one total order with an adder's CAS (keep_while_active).
     if (gate(parts_.index_of(s)).exchange(0, std::memory_order_acq_rel) == kept(id)) return true;
-    if (!s.dedup_has_ttl || cancelled)
+    if (s.dedup != DedupHold::with_ttl || cancelled)
       (void)window_.get()->set.release(s.extra->dedup_key, id);  // built: s claimed through it
     return false;
   }

@@ -16,6 +16,17 @@
 // So a gate has at most one timer on the wheel whatever the number of waiting jobs (no herd of
 // timers due at the same token), and a job refused costs one ring push and pop, no attempt.
 //
+// Invariant (no stall): while a job is blocked, some job is on its way to take the next permit
+// or token: a leader is armed (its stepping down wakes one), or every permit is held (a release
+// wakes one), or a woken job is on its way to admit(). admit() keeps it: admitted, it wakes the
+// next job if that one could start now, or, when it was itself woken, if none leads and a permit
+// is free (the next job, refused for time, leads: the woken job may have come after a refill and
+// taken the token its waker meant it to wait for); refused for time with no leader, it leads;
+// refused otherwise, blocked() wakes one if what refused it is gone. A job that was not woken
+// (the leader back from the wheel, a new job) carries no wake: the one its stepping down woke
+// does, so the leader takes its token ahead of the jobs it woke. Every wake goes through
+// wake_if_blocked or wake_if_useful.
+//
 // Wake-ups are never lost (Dekker, with a seq_cst fence on each side):
 //   blocker: push its index, count it in blocked_, fence, then if a permit is free or no leader
 //            is armed, wake one (perhaps itself);
@@ -93,8 +104,10 @@ class DownstreamGate {
     std::int64_t until_ns;  // lead: the due time
     Admission::Kind why;    // what refused it (for the event)
   };
-  /// admit(id, now, q): job `id` of queue q asks to start at `now` (see the header).
-  [[nodiscard]] Decision admit(JobId id, std::int64_t now, BlockedQueue* q) noexcept;
+  /// admit(id, now, q, woken): job `id` of queue q asks to start at `now` (see the header);
+  /// `woken`: a wake of this gate moved it to ready (it carries the chain: see the invariant).
+  [[nodiscard]] Decision admit(JobId id, std::int64_t now, BlockedQueue* q,
+                               bool woken = false) noexcept;
   /// blocked(why): the caller pushed a job refused for `why` into its blocked ring (the
   /// blocker's side).
   void blocked(Admission::Kind why) noexcept;
@@ -125,9 +138,10 @@ class DownstreamGate {
   /// wake_if_blocked(): the waker's side: fence, then wake one if any is blocked.
   void wake_if_blocked() noexcept;
   /// wake_if_useful(now, or_leaderless): wake_if_blocked, if the job woken could start at `now`
-  /// (a permit and a token there, no pause), or, with or_leaderless, if no job leads (the woken
-  /// one will, if refused for time). Both read after the fence. A wake that no job can use sends
-  /// the job it wakes to the back of the blocked ring, behind jobs that came after it.
+  /// (a permit and a token there, no pause), or, with or_leaderless, if no job leads and a permit
+  /// is free (the woken one, refused for time, will lead). All read after the fence. A wake that
+  /// no job can use sends the job it wakes to the back of the blocked ring, behind jobs that came
+  /// after it.
   void wake_if_useful(std::int64_t now, bool or_leaderless) noexcept;
 
   const std::string name_;

@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "rail/detail/downstream_gate.hpp"
+#include "rail/detail/job_slot.hpp"
 #include "rail/detail/mpmc_ring.hpp"
 
 namespace rail::detail {
@@ -27,8 +28,9 @@ class GateLink final : public BlockedQueue {
   /// A queue's links: link 0 (its own downstream) and up to 15 named per job.
   static constexpr std::size_t kMaxLinks = 16;
 
-  GateLink(JobFlow& flow, Dispatcher& dispatch, DownstreamGate& gate, std::size_t capacity)
-      : gate_(gate), blocked_(capacity), flow_(flow), dispatch_(dispatch) {}
+  GateLink(JobFlow& flow, Dispatcher& dispatch, DownstreamGate& gate, std::size_t capacity,
+           JobSlot* slots)
+      : gate_(gate), blocked_(capacity), flow_(flow), dispatch_(dispatch), slots_(slots) {}
   GateLink(const GateLink&) = delete;
   GateLink& operator=(const GateLink&) = delete;
   ~GateLink() = default;
@@ -46,6 +48,7 @@ class GateLink final : public BlockedQueue {
   MpmcRing<std::uint32_t> blocked_;
   JobFlow& flow_;
   Dispatcher& dispatch_;
+  JobSlot* slots_;  // the queue's: a woken job is marked (JobSlot::woken)
 };
 
 }  // namespace rail::detail

@@ -371,7 +371,8 @@ class JobFlow : public QueueBase,
     s.visibility_ns = o.visibility_timeout.value_or(parts_.options.visibility_timeout).count();
     s.end_kind = EndKind::none;
     s.end_reason = DeadLetterReason::none;
-    s.has_dedup = false;
+    s.dedup = DedupHold::none;
+    s.woken = false;
     s.link = o.downstream.empty() ? 0 : links_.link_of(o.downstream);  // admit made it
     s.set_backoff(o.backoff);
     if (s.extra) s.extra->errors.clear();

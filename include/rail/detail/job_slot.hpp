@@ -62,6 +62,10 @@ struct SlotExtra {
 // Layout: a plain delivery touches both lines (started_ns and deliveries are on the second).
 // All delivery fields on the first line would speed bulk adds but slow single adds: workers that
 // keep up take each job as it lands, and each hand-off costs the producer the ring cell's line.
+/// DedupHold: whether a job holds a dedup id, and whether for a ttl window (released by the ttl,
+/// not by the job's end, unless cancelled).
+enum class DedupHold : std::uint8_t { none, until_end, with_ttl };
+
 struct alignas(64) JobSlot {
   SlotControl<> ctl;
   // id is atomic only because cold-path scanners (state(), cancel) read it while the holder may
@@ -82,10 +86,12 @@ struct alignas(64) JobSlot {
   std::uint16_t name = 0;         // NameTable index, or kOwnName: the name is in extra->own_name
   std::uint8_t backoff_bits = 0;  // BackoffKind << 4 | Jitter: see backoff() (a byte for `link`)
   std::uint8_t link = 0;  // the downstream the job calls: its queue's GateLink (gate_link.hpp)
-  bool has_dedup = false;
-  bool dedup_has_ttl = false;
+  DedupHold dedup = DedupHold::none;  // the dedup id the job holds (its key in extra)
   EndKind end_kind = EndKind::none;
   DeadLetterReason end_reason = DeadLetterReason::none;
+  // Moved to ready by its gate's wake (GateLink::wake_blocked, while it holds the index): its
+  // deliverer reads and clears it and tells the gate (DownstreamGate::admit's `woken`).
+  bool woken = false;
   std::atomic<std::uint16_t> stalls{0};  // lapsed leases (BullMQ stalledCounter)
 
   // The holder's reads and writes of the fields state() also reads (relaxed: see the header).

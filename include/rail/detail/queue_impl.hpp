@@ -319,21 +319,22 @@ class QueueImpl final : public JobFlow {
   /// dead_letter_of(idx, data): the DLQ entry of the job ending in slot idx, with `data`.
   DeadLetter<T> dead_letter_of(std::uint32_t idx, T&& data) const {
     const JobSlot& s = slot(idx);
-    return DeadLetter<T>{.id = s.id.load(std::memory_order_relaxed),
-                         .name = std::string(job_name(s)),
-                         .data = std::move(data),
-                         .reason = s.end_reason,
-                         .attempts_made = s.attempts(),
-                         .max_attempts = s.max_attempts,
-                         .added_at = TimePoint{Duration{s.added_ns}},
-                         .dead_at = TimePoint{Duration{core().now_ns()}},
-                         .errors = JobEnds::attempt_errors(s),
-                         .deliveries = s.delivered(),
-                         .stalls = s.stalled(),
-                         .backoff = s.backoff(),
-                         .visibility_timeout = own_visibility(s),
-                         .dedup_id = s.has_dedup ? s.extra->dedup_key : std::string(),
-                         .downstream = links().own_downstream(s)};
+    return DeadLetter<T>{
+        .id = s.id.load(std::memory_order_relaxed),
+        .name = std::string(job_name(s)),
+        .data = std::move(data),
+        .reason = s.end_reason,
+        .attempts_made = s.attempts(),
+        .max_attempts = s.max_attempts,
+        .added_at = TimePoint{Duration{s.added_ns}},
+        .dead_at = TimePoint{Duration{core().now_ns()}},
+        .errors = JobEnds::attempt_errors(s),
+        .deliveries = s.delivered(),
+        .stalls = s.stalled(),
+        .backoff = s.backoff(),
+        .visibility_timeout = own_visibility(s),
+        .dedup_id = s.dedup != DedupHold::none ? s.extra->dedup_key : std::string(),
+        .downstream = links().own_downstream(s)};
   }
 
   bool in_dlq(JobId id) const override { return dlq_.contains(id); }
