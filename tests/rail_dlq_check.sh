@@ -43,8 +43,9 @@ grep -q 'not a regular file' "$dir/fifo.err" || fail "no reason on stderr for a 
 [ $rc = 2 ] || fail "an unknown command exited $rc, expected 2"
 "$dlq" --help | grep -q verify || fail "--help does not list verify"
 "$dlq" show --help | grep -q ID || fail "show --help does not describe ID"
-# A file with escape sequences, C1 controls and invalid UTF-8 in its names and errors
-# (tests/data/hostile-text.dlq): every command prints them escaped, export stays valid JSON.
+# A file with escape sequences, C1 controls and invalid UTF-8 in its names and errors, and
+# extreme times (tests/data/hostile-text.dlq): every command prints the text escaped, export stays
+# valid JSON.
 hostile=$(dirname "$0")/data/hostile-text.dlq
 for cmd in list show stats; do
   extra=()
@@ -54,6 +55,10 @@ for cmd in list show stats; do
     fail "$cmd printed a control or non-ASCII byte: $(od -c "$dir/hostile.out" | head)"
   grep -q 'x1b' "$dir/hostile.out" || fail "$cmd does not show the escapes: $(cat "$dir/hostile.out")"
 done
+# Its times are the extremes (added INT64_MIN, dead INT64_MAX on the engine clock, INT64_MIN on
+# the wall clock): every difference saturates at the earliest time (UBSan builds check it).
+"$dlq" show "$hostile" 7 | grep -q '^added at:  1677-09-21T00:12:43.146Z$' ||
+  fail "show does not saturate an extreme time: $("$dlq" show "$hostile" 7)"
 "$dlq" export "$hostile" --json >"$dir/hostile.json" || fail "export of the hostile file exited $?"
 LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f\x80-\xff]' "$dir/hostile.json" && fail "export wrote a control or non-ASCII byte"
 grep -q '"name_hex": "1b5b33316d' "$dir/hostile.json" || fail "export lacks the name's exact bytes"
