@@ -88,14 +88,16 @@ TEST(Soak, EveryJobIsAccountedForAfterAShutdownInTheMiddleOfTheRunOnEitherPool) 
   }
 }
 
-TEST(Soak, ARateOnlyDownstreamNeverStallsOnEitherPool) {
-  // A rate and no concurrency limit, flipped down to 1,000/s with burst 1 while jobs run: the
-  // wake-up chain must leave no job waiting with tokens free (the run would not settle). Seed 31
-  // on the queue's own threads, seed 32 on the shared pool.
+TEST(Soak, ARateOnlyDownstreamSharedByTwoPoolsNeverStalls) {
+  // A rate and no concurrency limit, flipped down to 1,000/s with burst 1 while jobs run, called
+  // by the soak's queue and a side queue on the other kind of pool: the wake-up chain must leave
+  // no job of either waiting with tokens free (the run would not settle). Seed 31: the soak's
+  // queue on its own threads, the side queue on the shared pool; seed 32 the other way round.
   for (std::uint64_t seed : {31u, 32u}) {
     Config c;
     c.jobs = kJobs / 4;
     c.rate_only_downstream = true;
+    c.side_queue = true;  // a second queue at the same gate, from the other kind of pool
     c.shared_pool = seed == 32;
     if (c.shared_pool) c.workers = 6;
     c.visibility = std::chrono::milliseconds(50);

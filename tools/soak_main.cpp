@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
   app.add_flag("--rate-only-downstream", c.rate_only_downstream,
                "the downstream has a rate (flipped down to 1,000/s, burst 1) and no concurrency "
                "limit");
+  app.add_flag("--side-queue", c.side_queue,
+               "a second queue on the other kind of pool calls the same downstream");
   app.add_flag("--shared-pool", c.shared_pool,
                "the queue runs on the engine's shared pool of --workers threads");
   bool sqs_stalls = false;

@@ -105,7 +105,10 @@ struct Violations {
 }  // namespace
 
 Report run(const Config& cfg) {
-  const std::uint64_t max_id = cfg.jobs * 2 + 1024;
+  const bool side = cfg.side_queue && cfg.downstream && cfg.shutdown_at <= 0;
+  const std::uint64_t side_jobs = side ? cfg.jobs / 10 : 0;
+  // Job ids are the engine's: the side queue's take some of them.
+  const std::uint64_t max_id = cfg.jobs * 2 + side_jobs + 1024;
   auto track = std::make_unique<Track[]>(max_id + 1);
   Violations v;
   PauseWatch pause_watch;
@@ -120,7 +123,7 @@ Report run(const Config& cfg) {
   std::atomic<std::uint64_t> debounced{0}, throttled{0};
 
   engine.on_event([&](const Event& e) {
-    if (e.job_id == 0) return;
+    if (e.job_id == 0 || e.queue == "soak-side") return;  // the side queue is checked apart
     if (e.job_id > max_id) {
       v.add("event for job " + std::to_string(e.job_id) + " beyond every id the soak could add");
       return;
@@ -327,6 +330,21 @@ Report run(const Config& cfg) {
       }
       return run_here(f, j);
     });
+  }
+
+  // The side queue: the same downstream, the other kind of pool, plain jobs that complete.
+  std::optional<Queue<int>> side_q;
+  if (side) {
+    QueueOptions so;
+    so.capacity = 1024;
+    so.downstream = "soak-api";
+    side_q.emplace(engine.queue<int>("soak-side", so));
+    side_q->process(cfg.shared_pool ? WorkerOptions{.concurrency = 2} : WorkerOptions::shared(),
+                    [&](Job<int>&) {
+                      enter_downstream();
+                      inside.fetch_sub(1);
+                      return Outcome::done();
+                    });
   }
 
   std::atomic<bool> producing{true}, settled{false}, stopped{false};
@@ -581,8 +599,21 @@ Report run(const Config& cfg) {
       }
     });
   }
+  std::thread side_producer;
+  if (side) {
+    side_producer = std::thread([&] {
+      try {
+        for (std::uint64_t k = 0; k < side_jobs; ++k)
+          while (side_q->add("side", static_cast<int>(k)).status == AddStatus::full)
+            std::this_thread::sleep_for(1ms);  // its jobs wait at the gate: room comes back
+      } catch (const Error& e) {
+        v.add(std::string("the side queue's producer got ") + e.what());
+      }
+    });
+  }
   for (auto& t : producers)
     t.join();
+  if (side_producer.joinable()) side_producer.join();
   producing.store(false);
   if (pauser.joinable()) pauser.join();
   if (redriver.joinable()) redriver.join();
@@ -616,6 +647,15 @@ Report run(const Config& cfg) {
     if (std::chrono::steady_clock::now() > deadline) {
       v.add("jobs did not settle within 10 minutes: added " + std::to_string(c.added) + ", ended " +
             std::to_string(c.completed + c.dead_lettered + c.cancelled + c.discarded));
+      break;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  // Every side job completes: none is stranded at the gate the two queues share.
+  while (side && side_q->counts().completed < side_jobs) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      v.add("the side queue completed " + std::to_string(side_q->counts().completed) + " of " +
+            std::to_string(side_jobs) + " jobs within 10 minutes");
       break;
     }
     std::this_thread::sleep_for(1ms);

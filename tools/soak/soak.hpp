@@ -84,6 +84,12 @@ struct Config {
   // limiter): the flipper changes only its rate, down to 1,000/s with burst 1, where a stalled
   // wake-up chain leaves jobs waiting with tokens free.
   bool rate_only_downstream = false;
+  // A second queue ("soak-side") calls the same downstream from the other kind of pool (the
+  // shared pool when the soak's queue has its own threads, two threads of its own otherwise):
+  // a gate whose blocked jobs sit in two queues' rings. It adds jobs / 10 plain jobs, each of
+  // which must complete; its calls count against the downstream's concurrency as well. Not with
+  // a mid-run shutdown.
+  bool side_queue = false;
   // The queue runs on the engine's shared pool of `workers` threads (WorkerOptions::shared)
   // instead of threads of its own.
   bool shared_pool = false;
