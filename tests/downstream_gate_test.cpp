@@ -1,7 +1,9 @@
 // DownstreamGate's wake-up chain, step by step: a fake queue records the jobs each wake moves
 // from its blocked ring to its ready ring, and the test plays one worker's interleaving at a
 // time, checking after every step the gate's invariant: while a job is blocked, a leader is
-// armed, every permit is held, or a woken job is on its way to admit().
+// armed, every permit is held, or a woken job is on its way to admit(). The last test plays the
+// same interleaving through a real inline queue, so the wiring (GateLink marks a woken job,
+// deliver tells the gate) is pinned as well.
 #include "rail/detail/downstream_gate.hpp"
 
 #include <gtest/gtest.h>
@@ -11,6 +13,9 @@
 #include <deque>
 #include <optional>
 #include <set>
+#include <vector>
+
+#include "rail/rail.hpp"
 
 namespace rail::detail {
 namespace {
@@ -43,6 +48,7 @@ struct World {
   std::optional<JobId> leader;  // on the wheel
   std::int64_t leader_due = 0;
   int admitted = 0;
+  std::vector<JobId> order;  // admissions, in order
 
   explicit World(const DownstreamOptions& o) : gate("partner", o, 0) { gate.attach(&q); }
 
@@ -52,6 +58,7 @@ struct World {
     switch (d.verdict) {
       case DownstreamGate::Verdict::admitted:
         ++admitted;
+        order.push_back(id);
         gate.release(now);  // the handler returns at once
         break;
       case DownstreamGate::Verdict::block:
@@ -64,18 +71,21 @@ struct World {
         break;
     }
   }
-  /// fire(now): the leader's timer: it steps down and is ready again (JobFlow::timer_fired).
+  /// fire(): the leader's timer, as JobFlow::timer_fired: the leader is ready again, then steps
+  /// down (and wakes one, behind it in the ready ring).
   void fire() {
     const JobId id = *leader;
     leader.reset();
-    gate.forget_leader(id);
     q.ready.push_back(id);
+    gate.forget_leader(id);
   }
   /// on_its_way(): the invariant's witness.
   [[nodiscard]] bool someone_on_its_way() const {
     return gate.blocked_count() == 0 || leader.has_value() || !q.ready.empty();
   }
   JobId pop_ready() {
+    EXPECT_FALSE(q.ready.empty());
+    if (q.ready.empty()) return 0;
     const JobId id = q.ready.front();
     q.ready.pop_front();
     return id;
@@ -112,6 +122,7 @@ TEST(DownstreamGate, ARateOnlyGateNeverStrandsItsBlockedJobs) {
     }
   }
   EXPECT_EQ(w.admitted, 5) << "blocked: " << w.gate.blocked_count();
+  EXPECT_EQ(w.order, (std::vector<JobId>{1, 2, 3, 4, 5})) << "in add order, the leader first";
 }
 
 TEST(DownstreamGate, AConcurrencyLimitedGateWakesNoJobThatWouldOnlyBeRefusedAPermit) {
@@ -127,6 +138,37 @@ TEST(DownstreamGate, AConcurrencyLimitedGateWakesNoJobThatWouldOnlyBeRefusedAPer
   w.gate.release(0);
   ASSERT_EQ(w.q.ready.size(), 1u);
   EXPECT_EQ(w.q.ready.front(), 2u) << "the oldest first";
+  // The woken job is admitted and holds the only permit: with no leader, its admission still
+  // wakes nobody (the next would only be refused a permit and go behind the others).
+  const auto woken = w.gate.admit(w.pop_ready(), 0, &w.q, w.q.woken.erase(2) > 0);
+  ASSERT_EQ(woken.verdict, DownstreamGate::Verdict::admitted);
+  EXPECT_TRUE(w.q.ready.empty());
+  EXPECT_EQ(w.q.blocked_ring, (std::deque<JobId>{3, 4}));
+}
+
+// The same interleaving through a real queue (GateLink marks the woken job, deliver tells the
+// gate): the leader's handler moves the clock past the next refill, so the job the leader woke
+// is delivered after it and admitted; its admission must wake the next job, which leads.
+TEST(DownstreamGate, AWokenJobAdmittedAfterARefillWakesTheNextThroughARealQueue) {
+  ManualClock clock;
+  Engine engine(EngineOptions{.clock = &clock, .mode = Mode::inlined});
+  engine.downstream("api", {.rate = RateLimit{.max = 10, .per = 1s, .burst = 1}});
+  QueueOptions o;
+  o.downstream = "api";
+  auto q = engine.queue<int>("q", o);
+  std::vector<int> ran;
+  q.process({}, [&](Job<int>& j) {
+    ran.push_back(j.data());
+    if (j.data() == 1) clock.advance(100ms);  // the leader's call takes a token's time
+  });
+  for (int i = 0; i < 5; ++i)
+    (void)q.add("call", i);
+  engine.run_until_idle();  // 0 runs, 1 leads, 2..4 wait at the gate
+  while (auto next = engine.next_timer_in()) {
+    clock.advance(*next);
+    engine.run_until_idle();
+  }
+  EXPECT_EQ(ran, (std::vector<int>{0, 1, 2, 3, 4})) << "no job stranded at the gate";
 }
 
 }  // namespace
