@@ -214,20 +214,23 @@ TEST(Destroy, AHandlerWaitingOnAJobThatRetriesDuringTeardownLetsItsWorkerGo) {
       Engine engine(EngineOptions{.on_destroy = [](const auto&) {}});
       Queue<int> a = engine.queue<int>("a", {});
       Queue<int> b = engine.queue<int>("b", {});
-      std::atomic<bool> running{false};
+      std::atomic<bool> running{false}, waiting{false};
       a.process({.concurrency = 1}, [&](Job<int>&) {
         running = true;
-        std::this_thread::sleep_for(50ms);  // still running when the destructor begins
+        std::this_thread::sleep_for(20ms);  // most likely running when the destructor begins
         throw std::runtime_error("flaky");  // back to waiting (or delayed) after its scan
       });
+      // Attempts enough that the job never ends during the test: whenever the destructor
+      // begins, it is running, waiting or delayed, and never starts again.
       const JobHandle<> flaky =
-          a.add_tracked("flaky", 1, JobOptions{.attempts = 3, .backoff = backoff});
-      b.process({.concurrency = 1},
-                [flaky, &status](Job<int>&) { status = static_cast<int>(flaky.wait().status); });
+          a.add_tracked("flaky", 1, JobOptions{.attempts = 1000, .backoff = backoff});
+      b.process({.concurrency = 1}, [flaky, &status, &waiting](Job<int>&) {
+        waiting = true;
+        status = static_cast<int>(flaky.wait().status);
+      });
       (void)b.add("waiter", 0);
-      while (!running)
+      while (!running || !waiting)  // b's handler has started: its wait must end
         std::this_thread::yield();
-      std::this_thread::sleep_for(5ms);  // b's handler is (most likely) waiting by now
     }
     EXPECT_EQ(status.load(), static_cast<int>(JobStatus::unknown));
   }

@@ -16,7 +16,8 @@
 
 namespace rail::tools {
 
-/// utf8_length(s, i): the length of the valid UTF-8 sequence at s[i], or 0 if there is none.
+/// utf8_length(s, i, cp): the length of the valid UTF-8 sequence at s[i], its code point in cp;
+/// 0 if there is none (cp is then meaningless).
 inline std::size_t utf8_length(std::string_view s, std::size_t i, std::uint32_t& cp) {
   const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
   const unsigned char c = b(0);
@@ -60,8 +61,7 @@ inline std::string for_terminal(std::string_view s) {
   std::uint32_t cp;
   for (std::size_t i = 0; i < s.size();) {
     const std::size_t n = utf8_length(s, i, cp);
-    const bool control = cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0x9F);
-    if (n != 0 && !control) {
+    if (n != 0 && !(cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0x9F))) {  // printable
       if (cp == '\\') out += '\\';
       out.append(s.substr(i, n));
       i += n;
