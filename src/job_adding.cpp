@@ -61,6 +61,39 @@ void JobFlow::name_own(const std::uint32_t* idx, std::size_t n, std::string_view
   }
 }
 
+RedriveStatus JobFlow::begin_redrive(const RedriveOf& of, bool reset_counters, std::uint32_t& idx) {
+  if (!core().accepting()) return RedriveStatus::shutting_down;
+  if (!of.downstream.empty()) links_.link_to(of.downstream);  // may throw: nothing taken
+  if (!acquire_slots(&idx, 1)) return RedriveStatus::queue_full;
+  const std::int64_t now = core().now_ns();
+  JobOptions o;
+  o.attempts = static_cast<std::int32_t>(std::max<std::uint32_t>(of.max_attempts, 1));
+  o.backoff = of.backoff;
+  o.visibility_timeout = of.visibility_timeout;
+  o.downstream = of.downstream;
+  const std::uint16_t name_id = core().names().intern(of.name);
+  name_jobs(&idx, 1, name_id, of.name);  // gives the slot back itself when it throws
+  init_slot(idx, of.id, name_id, now, o);
+  slot(idx).added_ns = of.added_at.time_since_epoch().count();
+  try {
+    end_tracker().forget(of.id);  // it runs again: an end retained under its id is not its end
+    if (!reset_counters)
+      restore_counters(idx, of.attempts_made, of.deliveries, of.stalls, of.errors);
+    if (!of.dedup_id.empty()) claims_.reclaim(idx, of.id, of.dedup_id, now);
+  } catch (...) {
+    give_back(idx);
+    throw;
+  }
+  return RedriveStatus::redriven;
+}
+
+void JobFlow::end_redrive(std::uint32_t idx) noexcept {
+  const std::int64_t now = core().now_ns();
+  parts_.stats.add(kAdded);
+  if (core().observed()) parts_.emit(EventKind::redriven, slot(idx), now);
+  publish_new(idx, now, Duration{0});
+}
+
 void JobFlow::restore_counters(std::uint32_t idx, std::uint32_t attempts, std::uint32_t deliveries,
                                std::uint32_t stalls, const std::vector<AttemptError>& errors) {
   JobSlot& s = slot(idx);

@@ -540,7 +540,7 @@ TEST(Lifecycle, CallbacksRaisedWhileTimersFireRunAfterTheWheelIsReleased) {
   ManualClock clock;
   detail::EngineCore core(EngineOptions{.clock = &clock, .mode = Mode::inlined});
   std::vector<std::string> order;
-  core.add_observer([&](const Event& e) {
+  core.events().add([&](const Event& e) {
     EXPECT_FALSE(core.owns_wheel());
     order.push_back("event " + std::string(e.error));
   });

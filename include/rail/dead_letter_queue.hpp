@@ -11,11 +11,11 @@
 // exception: their callbacks run under the lock (that is how a move-only payload is read without
 // a copy), and a call back into the same DLQ from one throws Error(would_deadlock).
 // Journal (DlqOptions::journal, off by default): every change is also recorded in the journal
-// file (detail/dlq_journal.hpp) under the same lock, so the file's order is the DLQ's order;
-// payloads are encoded before the lock and syncs run after it. A queue without a journal pays
-// one null-pointer test per DLQ operation. Declaring a queue whose journal exists restores its
-// entries here, in the constructor: same ids, errors and payloads, with times rebased onto this
-// engine's clock by their wall-clock age.
+// file (detail/dlq_journal_binding.hpp over detail/dlq_journal.hpp) under the same lock, so the
+// file's order is the DLQ's order; payloads are encoded before the lock and syncs run after it.
+// A queue without a journal pays one null-pointer test per DLQ operation. Declaring a queue
+// whose journal exists restores its entries here, in the constructor: same ids, errors and
+// payloads, with times rebased onto this engine's clock by their wall-clock age.
 #pragma once
 
 #include <algorithm>
@@ -35,11 +35,9 @@
 
 #include "rail/backoff.hpp"
 #include "rail/clock.hpp"
-#include "rail/detail/dlq_journal.hpp"
-#include "rail/detail/journal_format.hpp"
+#include "rail/detail/dlq_journal_binding.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
-#include "rail/journal_codec.hpp"
 #include "rail/options.hpp"
 
 namespace rail {
@@ -95,7 +93,7 @@ struct RedriveOptions {
 
 namespace detail {
 template <class T>
-class QueueImpl;
+class DeadLetterBridge;
 }
 
 template <class T>
@@ -170,7 +168,7 @@ class DeadLetterQueue {
       auto lock = locked();
       n = entries_.size();
       entries_.clear();
-      if (journal_) ticket = journal_->append_tombstone(TombstoneCause::purged, {});
+      ticket = journal_.append_tombstone(TombstoneCause::purged, {});
       rearm_alert_locked();
     }
     settle(ticket);
@@ -179,14 +177,10 @@ class DeadLetterQueue {
 
   /// journal_failure() is why the journal stopped writing (disk full...), or empty while it
   /// works or when there is no journal. After a failure the DLQ goes on in memory only.
-  [[nodiscard]] std::string journal_failure() const {
-    return journal_ ? journal_->failure() : std::string{};
-  }
+  [[nodiscard]] std::string journal_failure() const { return journal_.failure(); }
   /// sync_journal() puts every journaled change on the disk now (fdatasync), whatever the sync
   /// policy; blocks for it. No-op without a journal.
-  void sync_journal() {
-    if (journal_) journal_->sync();
-  }
+  void sync_journal() { journal_.sync(); }
 
   /// redrive(id, options) sends the entry back to its queue as the same job: its id, name,
   /// attempts budget, backoff, visibility timeout and dedup id (it holds the id again unless
@@ -197,7 +191,7 @@ class DeadLetterQueue {
   std::size_t redrive_all(const RedriveOptions& options = {});
 
  private:
-  friend class detail::QueueImpl<T>;
+  friend class detail::DeadLetterBridge<T>;
   struct Evicted {
     JobId id;
     std::string name;
@@ -267,9 +261,9 @@ class DeadLetterQueue {
     return false;
   }
 
-  DeadLetterQueue(detail::QueueImpl<T>& queue, DlqOptions options)
-      : queue_(queue), options_(std::move(options)) {
-    if (!options_.journal.path.empty()) open_journal();
+  DeadLetterQueue(detail::DeadLetterBridge<T>& queue, DlqOptions options)
+      : queue_(queue), options_(std::move(options)), journal_(options_.journal) {
+    if (!options_.journal.path.empty()) restore();
   }
 
   /// push(entry, filed) is called by the queue. With a journal under JournalSync::every_entry it
@@ -286,7 +280,7 @@ class DeadLetterQueue {
     std::string record;
     // Before the lock: other dead-letterings go on. A codec that throws costs the entry its
     // place in the file, never its place in the DLQ (this runs where a job ends: see encode_kept).
-    const bool journaled = journal_ && encode_kept(entry, record);
+    const bool journaled = journal_.on() && encode(entry, record);
     std::uint64_t ticket = 0;
     {
       // Not locked(): the job flow files entries here, and a throw would lose one (visit()'s
@@ -298,10 +292,8 @@ class DeadLetterQueue {
         evicted.push_back({entries_.front().id, entries_.front().name});
         entries_.pop_front();
       }
-      if (journal_) {
-        ticket = std::max(ticket, tombstone_locked(TombstoneCause::evicted, evicted, first_bound));
-        if (journaled) ticket = std::max(ticket, journal_->append_entry(record, entry.id));
-      }
+      ticket = std::max(ticket, tombstone_locked(TombstoneCause::evicted, evicted, first_bound));
+      if (journaled) ticket = std::max(ticket, journal_.append_entry(record, entry.id));
       entries_.push_back(std::move(entry));
       depth = entries_.size();
       if (options_.alert_depth != 0 && depth >= options_.alert_depth && !alerted_) {
@@ -332,8 +324,6 @@ class DeadLetterQueue {
     return tombstone_locked(TombstoneCause::evicted, evicted, first);
   }
 
-  // --- journal ------------------------------------------------------------------------------
-
   /// take(id, cause, position) removes entry `id`, journaling why; the redrive paths pass
   /// `redriven` and keep its position for put_back.
   std::optional<DeadLetter<T>> take(JobId id, TombstoneCause cause,
@@ -348,7 +338,7 @@ class DeadLetterQueue {
           if (position) *position = at;
           out.emplace(std::move(*it));
           entries_.erase(it);
-          if (journal_) ticket = journal_->append_tombstone(cause, {&id, 1});
+          ticket = journal_.append_tombstone(cause, {&id, 1});
           rearm_alert_locked();
           break;
         }
@@ -366,7 +356,7 @@ class DeadLetterQueue {
       if (entries_.empty()) return out;
       out.emplace(std::move(entries_.front()));
       entries_.pop_front();
-      if (journal_) ticket = journal_->append_tombstone(cause, {&out->id, 1});
+      ticket = journal_.append_tombstone(cause, {&out->id, 1});
       rearm_alert_locked();
     }
     settle(ticket);
@@ -376,11 +366,11 @@ class DeadLetterQueue {
   /// order decides retention), journaling it again (its tombstone is already in the file).
   void put_back(DeadLetter<T>&& entry, std::size_t position = 0) {
     std::string record;
-    const bool journaled = journal_ && encode_kept(entry, record);
+    const bool journaled = journal_.on() && encode(entry, record);
     std::uint64_t ticket = 0;
     {
       std::lock_guard lock(mu_);
-      if (journaled) ticket = journal_->append_entry(record, entry.id);
+      if (journaled) ticket = journal_.append_entry(record, entry.id);
       entries_.insert(std::next(entries_.begin(),
                                 static_cast<std::ptrdiff_t>(std::min(position, entries_.size()))),
                       std::move(entry));
@@ -390,149 +380,26 @@ class DeadLetterQueue {
 
   std::uint64_t tombstone_locked(TombstoneCause cause, const std::vector<Evicted>& evicted,
                                  std::size_t first) {
-    if (!journal_ || first == evicted.size()) return 0;
+    if (!journal_.on() || first == evicted.size()) return 0;
     std::vector<JobId> ids;
     ids.reserve(evicted.size() - first);
     for (std::size_t i = first; i < evicted.size(); ++i)
       ids.push_back(evicted[i].id);
-    return journal_->append_tombstone(cause, ids);
+    return journal_.append_tombstone(cause, ids);
   }
 
-  void settle(std::uint64_t ticket) {
-    if (journal_) journal_->settle(ticket);
+  void settle(std::uint64_t ticket) { journal_.settle(ticket); }
+
+  /// encode(e, out): e's journal record (DlqJournalBinding::encode: false when its codec threw).
+  bool encode(const DeadLetter<T>& e, std::string& out) const {
+    return journal_.encode(e, clock_now().time_since_epoch().count(), out);
   }
 
-  /// unix_ns(t): the wall-clock time of engine-clock time `t`, by its age on the engine clock.
-  std::int64_t unix_ns(TimePoint t) const {
-    const auto unix_now =
-        std::chrono::duration_cast<Duration>(std::chrono::system_clock::now().time_since_epoch());
-    const std::int64_t age = detail::journal::difference(clock_now().time_since_epoch().count(),
-                                                         t.time_since_epoch().count());
-    return detail::journal::difference(unix_now.count(), age);
-  }
-
-  /// encode_kept(e, out): encodes e for the journal; false when the payload's codec threw, which
-  /// is reported through on_problem (unencodable) and leaves e in memory only. The callers run
-  /// where a job ends (a worker, the timer thread's lease sweep): a throw there would end the job
-  /// halfway.
-  bool encode_kept(const DeadLetter<T>& e, std::string& out) const {
-    try {
-      out = encode(e);
-      return true;
-    } catch (const std::exception& ex) {
-      report_unencodable(e.id, ex.what());
-    } catch (...) {
-      report_unencodable(e.id, "an exception not derived from std::exception");
-    }
-    return false;
-  }
-  void report_unencodable(JobId id, const char* what) const noexcept {
-    if (!options_.journal.on_problem) return;
-    try {
-      options_.journal.on_problem({JournalProblem::Kind::unencodable, 0,
-                                   "entry " + std::to_string(id) + ": the payload codec threw (" +
-                                       what +
-                                       "); the entry is kept in memory only, not journaled"});
-    } catch (...) {  // an observer of problems must not end a job either
-    }
-  }
-
-  std::string encode(const DeadLetter<T>& e) const {
-    if constexpr (detail::JournalCodecFor<T>::value) {
-      StoredDeadLetter s;
-      s.id = e.id;
-      s.name = e.name;
-      JournalCodec<T>::encode(e.data, s.payload);
-      s.reason = e.reason;
-      s.attempts_made = e.attempts_made;
-      s.max_attempts = e.max_attempts;
-      s.added_at_ns = e.added_at.time_since_epoch().count();
-      s.dead_at_ns = e.dead_at.time_since_epoch().count();
-      s.dead_at_unix_ns = unix_ns(e.dead_at);
-      s.errors.reserve(e.errors.size());
-      for (const auto& err : e.errors)
-        s.errors.push_back({err.attempt, err.at.time_since_epoch().count(), err.message});
-      s.deliveries = e.deliveries;
-      s.stalls = e.stalls;
-      s.backoff = e.backoff;
-      s.visibility_timeout = e.visibility_timeout;
-      s.dedup_id = e.dedup_id;
-      s.downstream = e.downstream;
-      return detail::journal::encode_entry(s, journal_->version());
-    } else {
-      return {};  // unreachable: open_journal() refused a journal for this payload type
-    }
-  }
-
-  void open_journal() {
-    if constexpr (detail::JournalCodecFor<T>::value) {
-      std::vector<StoredDeadLetter> stored;
-      journal_ = std::make_unique<detail::DlqJournal>(options_.journal, queue_.name(),
-                                                      JournalCodec<T>::name(), stored);
-      restore(stored);
-    } else {
-      throw Error(ErrorCode::invalid_option,
-                  "QueueOptions('" + queue_.name() +
-                      "').dlq.journal.path is set but payload type " +
-                      detail::type_name(typeid(T)) +
-                      " has no rail::JournalCodec; expected a specialisation of "
-                      "rail::JournalCodec for it (see rail/journal_codec.hpp; declaring the "
-                      "queue with Engine::queue_with_dlq_journal makes this a compile error)");
-    }
-  }
-
-  /// restore(stored): the journal's live entries become this DLQ's, oldest first. Their times
-  /// move onto this engine's clock: an entry that died an hour ago (wall clock) has dead_at one
-  /// hour before the engine's now, so retention keeps counting across restarts.
-  void restore(std::vector<StoredDeadLetter>& stored) {
-    const std::int64_t now = clock_now().time_since_epoch().count();
-    const std::int64_t unix_now =
-        std::chrono::duration_cast<Duration>(std::chrono::system_clock::now().time_since_epoch())
-            .count();
+  /// restore(): opens the journal; its live entries become this DLQ's, oldest first (the
+  /// binding rebases their times), past max_entries evicted as push() would.
+  void restore() {
     JobId max_id = 0;
-    for (auto& s : stored) {
-      std::optional<T> data;
-      try {
-        data.emplace(JournalCodec<T>::decode(
-            {reinterpret_cast<const std::byte*>(s.payload.data()), s.payload.size()}));
-      } catch (const std::exception& ex) {
-        std::string what = "entry of job " + std::to_string(s.id) + " at offset " +
-                           std::to_string(s.offset) + ": its payload does not decode with codec '" +
-                           JournalCodec<T>::name() + "': " + ex.what();
-        if (options_.journal.on_corruption == JournalOnCorruption::refuse)
-          throw Error(ErrorCode::journal, "journal '" + options_.journal.path + "': " + what +
-                                              "; refusing to open (JournalOnCorruption::refuse)");
-        if (options_.journal.on_problem)
-          options_.journal.on_problem({JournalProblem::Kind::undecodable, s.offset, what});
-        continue;
-      }
-      // Saturating: a checksum-valid record may hold any time at all.
-      const std::int64_t age =
-          std::max<std::int64_t>(0, detail::journal::difference(unix_now, s.dead_at_unix_ns));
-      const std::int64_t shift =
-          detail::journal::difference(detail::journal::difference(now, age), s.dead_at_ns);
-      DeadLetter<T> e{
-          .id = s.id,
-          .name = std::move(s.name),
-          .data = std::move(*data),
-          .reason = s.reason,
-          .attempts_made = s.attempts_made,
-          .max_attempts = s.max_attempts,
-          .added_at = TimePoint{Duration{detail::journal::shifted(s.added_at_ns, shift)}},
-          .dead_at = TimePoint{Duration{detail::journal::shifted(s.dead_at_ns, shift)}},
-          .errors = {},
-          .deliveries = s.deliveries,
-          .stalls = s.stalls,
-          .backoff = s.backoff,
-          .visibility_timeout = s.visibility_timeout,
-          .dedup_id = std::move(s.dedup_id),
-          .downstream = std::move(s.downstream),
-      };
-      e.errors.reserve(s.errors.size());
-      for (auto& err : s.errors)
-        e.errors.push_back({err.attempt,
-                            TimePoint{Duration{detail::journal::shifted(err.at_ns, shift)}},
-                            std::move(err.message)});
+    for (DeadLetter<T>& e : journal_.open(queue_.name(), clock_now().time_since_epoch().count())) {
       max_id = std::max(max_id, e.id);
       entries_.push_back(std::move(e));
     }
@@ -557,19 +424,19 @@ class DeadLetterQueue {
     if (alerted_ && entries_.size() < options_.alert_depth) alerted_ = false;
   }
 
-  // Defined by QueueImpl (they need the engine): the clock, eviction events, the alert event.
+  // Defined by DeadLetterBridge (they need the engine): the clock, eviction and alert events.
   TimePoint clock_now() const;
   void report(const std::vector<Evicted>& evicted);
   void fire_alert(std::size_t depth);
 
-  detail::QueueImpl<T>& queue_;
+  detail::DeadLetterBridge<T>& queue_;
   DlqOptions options_;
   std::mutex mu_;
   // A list, not a deque: taking an entry from the middle (remove, redrive) and putting one back
   // must not move-assign the others, so payloads without an assignment (a const member) work.
   std::list<DeadLetter<T>> entries_;
   bool alerted_ = false;
-  std::unique_ptr<detail::DlqJournal> journal_;  // null: no journal
+  detail::DlqJournalBinding<T> journal_;  // after options_, whose journal options it reads
 };
 
 }  // namespace rail

@@ -204,7 +204,7 @@ class Engine {
   /// observers go on), counted in observer_errors(), and the first one is reported on stderr.
   /// Throws std::bad_alloc (nothing added) if memory runs out. Cold: takes a lock that emit()
   /// never takes; emit() reads the observers lock-free.
-  ObserverId on_event(Observer observer) { return core_->add_observer(std::move(observer)); }
+  ObserverId on_event(Observer observer) { return core_->events().add(std::move(observer)); }
 
   /// remove_observer(id) removes an observer; false if `id` names none (already removed, or
   /// none). Once it returns the observer is never called again. Called outside any observer it
@@ -216,17 +216,17 @@ class Engine {
   /// event's delivery on this thread skips the removed observer from then on, a call already
   /// running on another thread may still finish, and the callable is destroyed later (by an
   /// on_event or remove_observer whose wait covers it, or the engine's destructor). Never throws.
-  bool remove_observer(ObserverId id) noexcept { return core_->remove_observer(id); }
+  bool remove_observer(ObserverId id) noexcept { return core_->events().remove(id); }
 
   /// subscribe(observer) is on_event with an owner: the returned Subscription removes the
   /// observer (remove_observer, with its waiting rule) when it is destroyed or reset.
   [[nodiscard]] Subscription subscribe(Observer observer);
 
   /// observer_count() is the number of observers added and not removed (cold).
-  [[nodiscard]] std::size_t observer_count() const { return core_->observer_count(); }
+  [[nodiscard]] std::size_t observer_count() const { return core_->events().size(); }
 
   /// observer_errors() is how many observer calls have thrown on this engine so far.
-  [[nodiscard]] std::uint64_t observer_errors() const noexcept { return core_->observer_errors(); }
+  [[nodiscard]] std::uint64_t observer_errors() const noexcept { return core_->events().errors(); }
 
   /// clock() is the engine's clock.
   [[nodiscard]] Clock& clock() const noexcept { return core_->clock(); }

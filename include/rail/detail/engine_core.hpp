@@ -8,8 +8,8 @@
 // by the wheel's owner are delivered right after it lets go, in order); a timer never fires
 // before its deadline.
 //
-// Observers: an ObserverList (observer_list.hpp): any number, removable, walked by emit()
-// without a lock or an allocation while on_event / remove_observer swap its snapshot.
+// Observers: an EventBus (event_bus.hpp) whose owner lock is the wheel's: events raised by the
+// wheel's owner wait in it until the wheel is released.
 //
 // Timer ownership: the wheel is single-owner (rail::detail::TimingWheel): whoever holds wheel_mu_
 // owns it. In threaded mode that is the timer thread, or a worker between two batches that finds
@@ -48,8 +48,8 @@
 #include "rail/clock.hpp"
 #include "rail/detail/deadline.hpp"
 #include "rail/detail/downstream_gate.hpp"
+#include "rail/detail/event_bus.hpp"
 #include "rail/detail/name_table.hpp"
-#include "rail/detail/observer_list.hpp"
 #include "rail/detail/scoped_value.hpp"
 #include "rail/detail/timing_wheel.hpp"
 #include "rail/error.hpp"
@@ -144,29 +144,18 @@ class EngineCore {
   void stop_accepting() noexcept { accepting_.store(false, std::memory_order_release); }
 
   // --- observers -------------------------------------------------------------------------------
-  /// add_observer(fn): lists fn after the others (Engine::on_event). Cold; never waits.
-  ObserverId add_observer(Observer fn) { return ObserverId{observers_.add(std::move(fn))}; }
-  /// remove_observer(id): Engine::remove_observer (see there for when it waits).
-  bool remove_observer(ObserverId id) noexcept {
-    return id != ObserverId::none && observers_.remove(static_cast<std::uint64_t>(id));
-  }
-  [[nodiscard]] std::size_t observer_count() const { return observers_.size(); }
-  /// observer_errors(): how many observer calls threw (Engine::observer_errors).
-  [[nodiscard]] std::uint64_t observer_errors() const noexcept {
-    return observer_errors_.load(std::memory_order_relaxed);
-  }
-  [[nodiscard]] bool observed() const noexcept {
-    return observers_.any();  // a hint; emit() re-loads the list in order
-  }
+  [[nodiscard]] EventBus& events() noexcept { return bus_; }
+  [[nodiscard]] const EventBus& events() const noexcept { return bus_; }
+  [[nodiscard]] bool observed() const noexcept { return bus_.any(); }
   /// emit(e): delivers e to every observer, with no engine lock held: while this thread owns the
-  /// wheel (timers fire, leases lapse) the event is copied aside and delivered once the wheel is
-  /// released, so an observer may call back into the engine (next_timer_in, cancel, state).
+  /// wheel (timers fire, leases lapse) the event waits in the bus until the wheel is released,
+  /// so an observer may call back into the engine (next_timer_in, cancel, state).
   void emit(const Event& e) const noexcept {
     if (owns_wheel()) {
-      defer(e);
+      bus_.defer(e);
       return;
     }
-    deliver(e);
+    bus_.deliver(e);
   }
 
   // --- queues ----------------------------------------------------------------------------------
@@ -216,7 +205,7 @@ class EngineCore {
   /// or delivers what they raised. A call that waits for jobs to move (drain) would wait for
   /// this very thread.
   [[nodiscard]] bool in_timer_context() const noexcept {
-    return owns_wheel() || delivery_buffer().in_use || timer_thread_mark();
+    return owns_wheel() || EventBus::delivering() || timer_thread_mark();
   }
 
   /// after_wheel(f): runs a user callback now, or, while this thread owns the wheel, right after
@@ -227,7 +216,7 @@ class EngineCore {
       f();
       return;
     }
-    deferred_.emplace_back().call = std::move(f);
+    bus_.defer_call(std::move(f));
   }
 
   /// with_wheel(f): runs f(wheel) as the wheel's owner, then delivers the events f raised.
@@ -243,29 +232,9 @@ class EngineCore {
   /// await_deliveries(deadline): waits until the events raised under the wheel before the call
   /// (a lapse, a firing) have reached the observers; false if `deadline` passed first. The owner
   /// delivers them only after it lets the wheel go, and meanwhile the counts may already show
-  /// the jobs ended: drain() calls this so that "drained" also means "observed". Batches begun
-  /// later are not waited for (they could keep an engine-wide count above 0 forever): the two
-  /// epochs are flipped and drained in turn, as RCU's grace periods are, so that batches left
-  /// by a waiter that timed out are waited for too. Cold: polls; callers take turns.
+  /// the jobs ended: drain() calls this so that "drained" also means "observed".
   [[nodiscard]] bool await_deliveries(std::chrono::steady_clock::time_point deadline) {
-    // A plain mutex, polled until the deadline: std::timed_mutex's try_lock_until is
-    // pthread_mutex_clocklock, which ThreadSanitizer does not intercept (it then reports the
-    // unlock as one of an unlocked mutex).
-    std::unique_lock turn(await_mu_, std::defer_lock);
-    if (!poll_until(deadline, [&] { return turn.try_lock(); })) return false;
-    for (int phase = 0; phase < 2; ++phase) {
-      std::uint32_t old;
-      {
-        const std::lock_guard lock(wheel_mu_);  // batches counted before this are in `old`
-        old = epoch_;
-        epoch_ ^= 1;
-      }
-      // acquire: pairs with the delivery's release decrement.
-      if (!poll_until(deadline,
-                      [&] { return delivering_[old].load(std::memory_order_acquire) == 0; }))
-        return false;
-    }
-    return true;
+    return bus_.await_deliveries(deadline);
   }
 
   /// process_timers(): link newly delayed slots, then fire everything due at the clock's now.
@@ -282,7 +251,7 @@ class EngineCore {
   /// with a destructor, and glibc allocates to register that destructor on the thread's first
   /// use of it: building it here keeps that allocation out of the steady state (it happened the
   /// first time a worker fired timers or asked the wheel anything, mid-run).
-  static void prepare_worker_thread() noexcept { (void)delivery_buffer(); }
+  static void prepare_worker_thread() noexcept { EventBus::prepare_thread(); }
 
   /// poll_timers(now): a worker's check between batches, with its latest clock reading. Cheap when
   /// nothing is due (two relaxed loads); otherwise processes the wheel unless its owner is busy.
@@ -337,15 +306,6 @@ class EngineCore {
     });
   }
 
-  /// DeferredEvent: an event raised by the wheel's owner, with copies of the views that may not
-  /// outlive the firing (the error text lives in a slot that may be reused).
-  struct DeferredEvent {
-    Event event;
-    std::string error;
-    std::string job_name;  // a name past the interned table lives in its slot, which may be reused
-    std::function<void()> call;  // set: a user callback to run instead of an event
-  };
-
   static bool& timer_thread_mark() noexcept {
     thread_local bool mark = false;
     return mark;
@@ -357,98 +317,17 @@ class EngineCore {
   }
 
   /// owned(lock, f): runs f as the owner of the locked wheel, releases it, then delivers the
-  /// events f deferred. The buffer is swapped with a per-thread one that keeps its capacity, so
-  /// steady firing does not allocate; an observer that re-enters (and fires timers itself) gets
-  /// a fresh buffer, so the one being delivered is never touched.
+  /// events f deferred (EventBus::release_and_deliver).
   template <class F>
   auto owned(std::unique_lock<std::mutex>& lock, F&& f) -> decltype(f(std::declval<Wheel&>())) {
-    std::vector<DeferredEvent> nested;
-    const bool outer = !delivery_buffer().in_use;
-    std::vector<DeferredEvent>& out = outer ? delivery_buffer().events : nested;
     // The owner mark is cleared however f leaves (an allocation failure in a cold path's f, say):
     // a stale mark would defer this thread's events forever, without the lock.
     auto result = [&] {
       const ScopedValue<const EngineCore*> owning(wheel_owner(), this);
       return f(wheel_);
     }();
-    out.swap(deferred_);
-    if (out.empty()) return result;
-    // Counted in the current epoch before the lock goes: a drain() that flips the epoch after
-    // us waits for these events (await_deliveries). relaxed: the unlock publishes it to that
-    // drain's lock.
-    std::atomic<std::uint32_t>& count = delivering_[epoch_];
-    count.fetch_add(1, std::memory_order_relaxed);
-    lock.unlock();
-    // However the loop leaves (a callback that throws), the buffer is emptied, the thread is
-    // no longer delivering, and the count comes down.
-    struct Delivered {
-      std::vector<DeferredEvent>& out;
-      std::atomic<std::uint32_t>& count;
-      bool outer;
-      ~Delivered() {
-        out.clear();
-        delivery_buffer().in_use = !outer;
-        // release: a drain() that reads the count lower sees what the observers did.
-        count.fetch_sub(1, std::memory_order_release);
-      }
-    } delivered{out, count, outer};
-    delivery_buffer().in_use = true;
-    for (auto& d : out) {
-      if (d.call) {
-        d.call();
-        continue;
-      }
-      d.event.error = d.error;
-      d.event.job_name = d.job_name;
-      deliver(d.event);
-    }
+    bus_.release_and_deliver(lock);
     return result;
-  }
-
-  struct DeliveryBuffer {
-    std::vector<DeferredEvent> events;
-    bool in_use = false;
-  };
-  static DeliveryBuffer& delivery_buffer() noexcept {
-    thread_local DeliveryBuffer buffer;
-    return buffer;
-  }
-
-  void defer(const Event& e) const {
-    // Only the wheel's owner gets here, under wheel_mu_: the buffer is the lock's.
-    DeferredEvent& d = deferred_.emplace_back();
-    d.event = e;
-    d.error.assign(e.error);
-    d.job_name.assign(e.job_name);
-  }
-
-  void deliver(const Event& e) const noexcept {
-    observers_.for_each([&](const Observer& observer) noexcept {
-      // An observer must not throw (event.hpp). Letting it through would break a job's state
-      // transition halfway, so the throw is caught, counted and reported once per engine.
-      try {
-        observer(e);
-      } catch (const std::exception& ex) {
-        observer_threw(e, ex.what());
-      } catch (...) {
-        observer_threw(e, "an exception not derived from std::exception");
-      }
-    });
-  }
-
-  /// observer_threw(e, what): counts a throwing observer call; the first one of this engine is
-  /// also reported on stderr, since a log line per throw could flood it at job rates.
-  void observer_threw(const Event& e, const char* what) const noexcept {
-    // relaxed: a tally; the first caller alone sees 0, so the line is printed once.
-    if (observer_errors_.fetch_add(1, std::memory_order_relaxed) != 0) return;
-    const std::string_view kind = to_string(e.kind);
-    std::fprintf(stderr,
-                 "rail: an observer threw on event %.*s of job %llu (queue '%.*s'): %s; rail "
-                 "ignores what observers throw and counts it in Engine::observer_errors() "
-                 "(reported once per engine)\n",
-                 static_cast<int>(kind.size()), kind.data(),
-                 static_cast<unsigned long long>(e.job_id), static_cast<int>(e.queue.size()),
-                 e.queue.data(), what);
   }
 
   /// process_timers_locked(): the wheel's owner links what the queues' inboxes hold, fires
@@ -462,9 +341,6 @@ class EngineCore {
   alignas(64) std::atomic<std::uint64_t> next_id_{1};
   alignas(64) std::atomic<bool> accepting_{true};
 
-  BasicObserverList<Observer> observers_;
-  mutable std::atomic<std::uint64_t> observer_errors_{0};  // deliver() is const, as emit() is
-
   std::array<QueueBase*, kMaxQueues> queues_{};
   std::atomic<std::size_t> queue_count_{0};
   std::uint32_t pool_size_;
@@ -477,12 +353,7 @@ class EngineCore {
 
   std::mutex wheel_mu_;
   Wheel wheel_;
-  mutable std::vector<DeferredEvent> deferred_;  // guarded by wheel_mu_
-  // Batches of deferred events taken from under the wheel and not yet delivered (owned()), by
-  // the epoch they were taken in; epoch_ is guarded by wheel_mu_, flipped by await_deliveries.
-  std::atomic<std::uint32_t> delivering_[2]{};
-  std::uint32_t epoch_ = 0;
-  std::mutex await_mu_;  // await_deliveries' callers take turns
+  mutable EventBus bus_{wheel_mu_};  // emit() is const: raising an event is not a change
   alignas(64) std::atomic<std::uint32_t> timer_signal_{0};
   // When the wheel's earliest timer may fire, as of the last processing; read by every worker
   // between batches, written once per processing: a line of its own.

@@ -151,6 +151,49 @@ class JobFlow : public QueueBase,
   /// emit_dlq(kind, id, job_name, depth): the DLQ's events (evicted, alert).
   void emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth);
 
+  // --- for the DLQ bridge (dead_letter_bridge.hpp) -------------------------------------------
+  /// dead_letter_of(idx, data): the DLQ entry of the job ending in slot idx, carrying `data`.
+  template <class T>
+  [[nodiscard]] DeadLetter<T> dead_letter_of(std::uint32_t idx, T&& data) const {
+    const JobSlot& s = slot(idx);
+    return DeadLetter<T>{
+        .id = s.id.load(std::memory_order_relaxed),
+        .name = std::string(job_name(s)),
+        .data = std::move(data),
+        .reason = s.end_reason,
+        .attempts_made = s.attempts(),
+        .max_attempts = s.max_attempts,
+        .added_at = TimePoint{Duration{s.added_ns}},
+        .dead_at = TimePoint{Duration{core().now_ns()}},
+        .errors = JobEnds::attempt_errors(s),
+        .deliveries = s.delivered(),
+        .stalls = s.stalled(),
+        .backoff = s.backoff(),
+        .visibility_timeout = own_visibility(s),
+        .dedup_id = s.dedup != DedupHold::none ? s.extra->dedup_key : std::string(),
+        .downstream = links_.own_downstream(s)};
+  }
+  /// redrive_with(e, reset_counters, fill): DLQ entry e's job again, with its own id, name,
+  /// options and (unless reset) counters: takes a slot, fills it from e, then fill(cell) places
+  /// the payload (must not throw) and the job is published. Everything that may throw comes
+  /// before fill, so a throw leaves the payload with the entry.
+  template <class T, class Fill>
+  RedriveStatus redrive_with(const DeadLetter<T>& e, bool reset_counters, Fill&& fill) {
+    const RedriveOf of{
+        e.id,         e.name,     e.max_attempts, e.backoff,       e.visibility_timeout,
+        e.downstream, e.added_at, e.dedup_id,     e.attempts_made, e.deliveries,
+        e.stalls,     e.errors};
+    std::uint32_t idx;
+    const RedriveStatus status = begin_redrive(of, reset_counters, idx);
+    if (status != RedriveStatus::redriven) return status;
+    fill(cell(idx));
+    end_redrive(idx);
+    return status;
+  }
+  /// note_overflow(id, job_name, max_attempts, now): a full queue dead-lettered an add.
+  void note_overflow(JobId id, std::string_view job_name, std::uint32_t max_attempts,
+                     TimePoint now) noexcept;
+
   // --- results and waiting (Engine::queue<T, R>, Queue::add_tracked / result / wait) --------
   void declare_result(std::type_index type, std::string (*format)(const void*)) {
     ends_.declare_result(type, format);
@@ -377,11 +420,6 @@ class JobFlow : public QueueBase,
     s.set_backoff(o.backoff);
     if (s.extra) s.extra->errors.clear();
   }
-  /// restore_counters(idx, ...): a redrive that keeps counters carries them and the error log
-  /// into slot idx (after init_slot). May throw (bad_alloc) before any change to the counters.
-  void restore_counters(std::uint32_t idx, std::uint32_t attempts, std::uint32_t deliveries,
-                        std::uint32_t stalls, const std::vector<AttemptError>& errors);
-
   /// publish_new(idx, now, delay): a filled slot enters the waiting or delayed state.
   void publish_new(std::uint32_t idx, std::int64_t now, Duration delay) noexcept {
     JobSlot& s = slot(idx);
@@ -397,14 +435,8 @@ class JobFlow : public QueueBase,
   /// publish_ready(idx, n): n filled slots become waiting at once (add_bulk).
   void publish_ready(const std::uint32_t* idx, std::size_t n) noexcept;
 
-  /// note_added(s, delay) / note_redriven(s, now): the add's event.
+  /// note_added(s, delay): the add's event.
   void note_added(const JobSlot& s, Duration delay) const noexcept;
-  void note_redriven(const JobSlot& s, std::int64_t now) const noexcept {
-    parts_.emit(EventKind::redriven, s, now);
-  }
-  /// note_overflow(id, job_name, max_attempts, now): a full queue dead-lettered an add.
-  void note_overflow(JobId id, std::string_view job_name, std::uint32_t max_attempts,
-                     TimePoint now) noexcept;
   /// note_duplicate(owner, job_name, o, now, debounced): a duplicate add merged into `owner`.
   AddResult note_duplicate(JobId owner, std::string_view job_name, const JobOptions& o,
                            std::int64_t now, bool debounced,
@@ -417,7 +449,29 @@ class JobFlow : public QueueBase,
     return leftovers_.take(take);
   }
 
- private:
+  /// RedriveOf: what a DLQ entry brings back besides its payload (redrive_with).
+  struct RedriveOf {
+    JobId id;
+    const std::string& name;
+    std::uint32_t max_attempts;
+    const Backoff& backoff;
+    std::optional<Duration> visibility_timeout;
+    const std::string& downstream;
+    TimePoint added_at;
+    const std::string& dedup_id;
+    std::uint32_t attempts_made, deliveries, stalls;
+    const std::vector<AttemptError>& errors;
+  };
+  /// begin_redrive(of, reset_counters, idx): takes slot idx and fills it from `of` (queue_full,
+  /// shutting_down: nothing taken; a throw: nothing taken). end_redrive(idx): the payload is in:
+  /// count, raise `redriven`, publish.
+  RedriveStatus begin_redrive(const RedriveOf& of, bool reset_counters, std::uint32_t& idx);
+  void end_redrive(std::uint32_t idx) noexcept;
+  /// restore_counters(idx, ...): a redrive that keeps counters carries them and the error log
+  /// into slot idx (after init_slot). May throw (bad_alloc) before any change to the counters.
+  void restore_counters(std::uint32_t idx, std::uint32_t attempts, std::uint32_t deliveries,
+                        std::uint32_t stalls, const std::vector<AttemptError>& errors);
+
   /// FailKind: why an attempt failed, as far as what happens next is concerned.
   enum class FailKind : std::uint8_t {
     retry,        // backoff decides the delay

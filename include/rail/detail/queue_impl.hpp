@@ -6,8 +6,9 @@
 //                    (SlotControl::begin_update refuses while a stale handler still reads it),
 //                    or keep it for after the running job (KeptAdds, kept_adds.hpp)
 //   run_with         builds the handler's Job<T> view over a slot's payload and calls it
-//   retire           a job's end: move the payload into its DLQ entry or destroy it
-//   redrive / take_leftovers / overflow: payloads into and out of the DLQ and the caller
+//   retire           a job's end: move the payload into its DLQ entry (filed by the bridge,
+//                    dead_letter_bridge.hpp, which also owns overflow and redrive) or destroy it
+//   take_leftovers   the payloads of jobs that never started, handed back after shutdown
 // Memory ordering: a payload is written by its slot's holder before the flow publishes the slot
 // (a ring push or a ctl release) and read by the next holder after it acquired it; see
 // job_flow.hpp. The debounce writes it inside begin_update/end_update (slot_table.hpp).
@@ -25,6 +26,7 @@
 
 #include "rail/add_result.hpp"
 #include "rail/dead_letter_queue.hpp"
+#include "rail/detail/dead_letter_bridge.hpp"
 #include "rail/detail/job_flow.hpp"
 #include "rail/detail/kept_adds.hpp"
 #include "rail/detail/payload.hpp"
@@ -44,7 +46,7 @@ class QueueImpl final : public JobFlow {
  public:
   QueueImpl(EngineCore& core, std::string name, QueueOptions options)
       : JobFlow(core, std::move(name), std::move(options), sizeof(T), alignof(T)),
-        dlq_(*this, JobFlow::options().dlq) {
+        bridge_(*this, JobFlow::options().dlq) {
     attach();
   }
 
@@ -60,7 +62,7 @@ class QueueImpl final : public JobFlow {
   QueueImpl& operator=(const QueueImpl&) = delete;
 
   std::type_index payload_type() const noexcept override { return typeid(T); }
-  [[nodiscard]] DeadLetterQueue<T>& dlq() noexcept { return dlq_; }
+  [[nodiscard]] DeadLetterQueue<T>& dlq() noexcept { return bridge_.dlq(); }
 
   // --- adding ------------------------------------------------------------------------------------
   AddResult add(std::string_view job_name, T&& data, const JobOptions& o) {
@@ -110,7 +112,7 @@ class QueueImpl final : public JobFlow {
       case Added::What::no_room:
         break;
     }
-    return overflow(job_name, std::move(data), o);
+    return bridge_.overflow(job_name, std::move(data), o);
   }
 
   /// schedule(id, when, name, data, o): Queue::schedule. Validates as add() would, then upserts.
@@ -139,7 +141,7 @@ class QueueImpl final : public JobFlow {
       if (options().on_full != OverflowPolicy::dead_letter) return {AddStatus::full, 0, 0};
       BulkAddResult r{AddStatus::dead_lettered, 0, items.size()};
       for (auto& item : items) {
-        auto one = overflow(job_name, std::move(item), o);
+        auto one = bridge_.overflow(job_name, std::move(item), o);
         if (r.first_id == 0) r.first_id = one.id;
       }
       return r;
@@ -230,41 +232,6 @@ class QueueImpl final : public JobFlow {
     return out;
   }
 
-  // --- DLQ support -------------------------------------------------------------------------------
-  /// redrive(e, r): the entry's job again, with its own options (DeadLetterQueue::redrive).
-  RedriveStatus redrive(DeadLetter<T>&& e, const RedriveOptions& r) {
-    if (!core().accepting()) return RedriveStatus::shutting_down;
-    if (!e.downstream.empty()) links().link_to(e.downstream);  // may throw: the DLQ keeps the entry
-    std::uint32_t idx;
-    if (!acquire_slots(&idx, 1)) return RedriveStatus::queue_full;
-    const std::int64_t now = core().now_ns();
-    JobOptions o;
-    o.attempts = static_cast<std::int32_t>(std::max<std::uint32_t>(e.max_attempts, 1));
-    o.backoff = e.backoff;
-    o.visibility_timeout = e.visibility_timeout;
-    o.downstream = e.downstream;
-    const std::uint16_t name_id = core().names().intern(e.name);
-    // Everything that may throw comes before e.data is touched: the DLQ then keeps the entry.
-    name_jobs(&idx, 1, name_id, e.name);  // gives the slot back itself when it throws
-    init_slot(idx, e.id, name_id, now, o);
-    slot(idx).added_ns = e.added_at.time_since_epoch().count();
-    try {
-      end_tracker().forget(
-          e.id);  // it runs again: an earlier end retained under its id is not its end
-      if (!r.reset_counters)
-        restore_counters(idx, e.attempts_made, e.deliveries, e.stalls, e.errors);
-      if (!e.dedup_id.empty()) claims().reclaim(idx, e.id, e.dedup_id, now);
-    } catch (...) {
-      give_back(idx);
-      throw;
-    }
-    ::new (cell(idx)) T(std::move(e.data));
-    stats().add(kAdded);
-    if (core().observed()) note_redriven(slot(idx), now);
-    publish_new(idx, now, Duration{0});
-    return RedriveStatus::redriven;
-  }
-
  private:
   T& payload(std::uint32_t idx) const noexcept {
     return *std::launder(reinterpret_cast<T*>(cell(idx)));
@@ -287,7 +254,7 @@ class QueueImpl final : public JobFlow {
     DeadLetter<T> entry = dead_letter_of(idx, std::move(payload(idx)));
     payload(idx).~T();
     release_slot(idx);  // the capacity returns before the DLQ's lock and its alert callback
-    file(std::move(entry), event);
+    bridge_.file(std::move(entry), event);
   }
 
   bool file_copy(std::uint32_t idx, const Event* event) override {
@@ -299,7 +266,7 @@ class QueueImpl final : public JobFlow {
         return false;  // no memory for the copy: filed from the payload when the handler returns
       }
       leave_filed(idx);  // the slot is not ours from here on: the entry is a copy
-      file(std::move(*entry), event);
+      bridge_.file(std::move(*entry), event);
       return true;
     } else {
       // A move-only payload has one owner: the entry takes it when the last handler returns.
@@ -309,76 +276,8 @@ class QueueImpl final : public JobFlow {
     }
   }
 
-  /// file(entry, event): into the DLQ, then the job's dead_lettered event (if any).
-  void file(DeadLetter<T>&& entry, const Event* event) {
-    dlq_.push(std::move(entry), [&] {
-      if (event) core().emit(*event);
-    });
-  }
-
-  /// dead_letter_of(idx, data): the DLQ entry of the job ending in slot idx, with `data`.
-  DeadLetter<T> dead_letter_of(std::uint32_t idx, T&& data) const {
-    const JobSlot& s = slot(idx);
-    return DeadLetter<T>{
-        .id = s.id.load(std::memory_order_relaxed),
-        .name = std::string(job_name(s)),
-        .data = std::move(data),
-        .reason = s.end_reason,
-        .attempts_made = s.attempts(),
-        .max_attempts = s.max_attempts,
-        .added_at = TimePoint{Duration{s.added_ns}},
-        .dead_at = TimePoint{Duration{core().now_ns()}},
-        .errors = JobEnds::attempt_errors(s),
-        .deliveries = s.delivered(),
-        .stalls = s.stalled(),
-        .backoff = s.backoff(),
-        .visibility_timeout = own_visibility(s),
-        .dedup_id = s.dedup != DedupHold::none ? s.extra->dedup_key : std::string(),
-        .downstream = links().own_downstream(s)};
-  }
-
-  bool in_dlq(JobId id) const override { return dlq_.contains(id); }
-
-  std::optional<EndRecord> dlq_end(JobId id) const override {
-    std::optional<EndRecord> end;
-    (void)dlq_.inspect(id, [&](const DeadLetter<T>& e) {
-      end.emplace();
-      end->id = e.id;
-      end->status = JobStatus::dead_lettered;
-      end->reason = e.reason;
-      end->errors = e.errors;
-      if (!e.errors.empty()) end->error = e.errors.back().message;
-      end->attempts = e.attempts_made;
-      end->ended_at = e.dead_at;
-    });
-    return end;
-  }
-
-  /// overflow(...): the queue is full: what its policy says (or the DLQ when `forced`).
-  AddResult overflow(std::string_view job_name, T&& data, const JobOptions& o,
-                     bool forced = false) {
-    if (options().on_full != OverflowPolicy::dead_letter && !forced) return {0, AddStatus::full};
-    const std::uint64_t id = core().next_ids(1);
-    const TimePoint now{Duration{core().now_ns()}};
-    DeadLetter<T> e{.id = id,
-                    .name = std::string(job_name),
-                    .data = std::move(data),
-                    .reason = DeadLetterReason::overflow,
-                    .attempts_made = 0,
-                    .max_attempts = static_cast<std::uint32_t>(o.attempts),
-                    .added_at = now,
-                    .dead_at = now,
-                    .errors = {},
-                    .deliveries = 0,
-                    .stalls = 0,
-                    .backoff = o.backoff,
-                    .visibility_timeout = o.visibility_timeout,
-                    .dedup_id = o.dedup.id,
-                    .downstream = o.downstream};
-    const std::uint32_t max_attempts = e.max_attempts;
-    dlq_.push(std::move(e), [&] { note_overflow(id, job_name, max_attempts, now); });
-    return {id, AddStatus::dead_lettered};
-  }
+  bool in_dlq(JobId id) const override { return bridge_.contains(id); }
+  std::optional<EndRecord> dlq_end(JobId id) const override { return bridge_.end_of(id); }
 
   /// merge_duplicate(claim, ...): an add whose dedup id a live job holds: debounce or replace it,
   /// keep it for after the running job (keep_last_if_active), or merge; the window restarts
@@ -485,12 +384,12 @@ class QueueImpl final : public JobFlow {
     // the id held for it is let go.
     (void)claims().window().release(key, id);
     try {
-      overflow(d->name, std::move(d->data), d->options, true);
+      bridge_.overflow(d->name, std::move(d->data), d->options, true);
     } catch (...) {  // no memory for the entry: nothing more can be done on this path
     }
   }
 
-  mutable DeadLetterQueue<T> dlq_;
+  DeadLetterBridge<T> bridge_;  // the DLQ, and the paths between it and the slots
   std::mutex handler_mu_;
   using HandlerBox = std::unique_ptr<void, void (*)(void*)>;
   HandlerBox handler_{nullptr, nullptr};  // the handler run_with calls (set_handler)
@@ -498,63 +397,3 @@ class QueueImpl final : public JobFlow {
 };
 
 }  // namespace rail::detail
-
-namespace rail {
-
-template <class T>
-RedriveStatus DeadLetterQueue<T>::redrive(JobId id, const RedriveOptions& options) {
-  std::size_t position = 0;
-  auto e = take(id, TombstoneCause::redriven, &position);
-  if (!e) return RedriveStatus::not_found;
-  RedriveStatus s;
-  try {
-    s = queue_.redrive(std::move(*e), options);
-  } catch (...) {
-    put_back(std::move(*e), position);  // the queue threw before it took the entry
-    throw;
-  }
-  // Back where it was (its age order decides retention): redrive failed, nothing lost.
-  if (s != RedriveStatus::redriven) put_back(std::move(*e), position);
-  return s;
-}
-
-template <class T>
-std::size_t DeadLetterQueue<T>::redrive_all(const RedriveOptions& options) {
-  std::size_t n = 0;
-  while (auto e = take_front(TombstoneCause::redriven)) {
-    RedriveStatus s;
-    try {
-      s = queue_.redrive(std::move(*e), options);
-    } catch (...) {
-      put_back(std::move(*e));  // the queue threw before it took the entry
-      throw;
-    }
-    if (s != RedriveStatus::redriven) {
-      put_back(std::move(*e));
-      break;
-    }
-    ++n;
-  }
-  return n;
-}
-
-template <class T>
-TimePoint DeadLetterQueue<T>::clock_now() const {
-  return queue_.core().clock().now();
-}
-
-template <class T>
-void DeadLetterQueue<T>::report(const std::vector<Evicted>& evicted) {
-  for (const auto& e : evicted)
-    queue_.emit_dlq(EventKind::dlq_evicted, e.id, e.name, 0);
-}
-
-template <class T>
-void DeadLetterQueue<T>::fire_alert(std::size_t depth) {
-  queue_.emit_dlq(EventKind::dlq_alert, 0, {}, static_cast<std::uint32_t>(depth));
-  // Never with the wheel held (a lapse on the timer thread can dead-letter): the callback may
-  // call back into the engine.
-  if (options_.on_alert) queue_.core().after_wheel([cb = options_.on_alert, depth] { cb(depth); });
-}
-
-}  // namespace rail
