@@ -24,8 +24,7 @@ DedupSet& DedupClaims::window() {
 
 DedupSet::Claim DedupClaims::claim(std::uint32_t idx, const JobOptions& o, std::int64_t now,
                                    JobId successor_of) {
-  const std::int64_t expires =
-      o.dedup.ttl ? saturating_add(now, *o.dedup.ttl) : DedupSet::kNoExpiry;
+  const std::int64_t expires = window_end(o, now);
   return window().try_claim(
       o.dedup.id, now, expires,
       [&]() noexcept {

@@ -68,14 +68,14 @@ bool GateLink::wake_blocked(std::atomic<std::int64_t>& blocked, bool even_paused
   if ((!even_paused && dispatch_.paused()) || !blocked_.try_pop(idx)) return false;
   blocked.fetch_sub(1, std::memory_order_relaxed);  // relaxed: a figure (see the gate's fences)
   // The index is ours until the push, which publishes the mark (release) to its deliverer.
-  slots_[idx].woken = true;
+  slots_[idx].mark(JobSlot::kWoken, true);
   dispatch_.requeue(idx);
   return true;
 }
 
 void GateLink::promote_leader(JobId id) noexcept {
   try {
-    (void)flow_.retime(id, flow_.core().now_ns());
+    (void)flow_.retime(id, flow_.core().now_ns(), true);
   } catch (...) {  // retime allocates nothing; a failure leaves the leader due when it was
   }
 }

@@ -261,11 +261,9 @@ void EndTracker::drop(const Order& o) {
 
 void EndTracker::expire(std::int64_t now_ns) {
   if (max_age_ == Duration::max()) return;
-  // Ended before `cutoff`: older than max_age. Ends are recorded in about the order they happen,
-  // so the fronts hold the oldest.
-  const std::int64_t cutoff = now_ns - std::min<std::int64_t>(max_age_.count(), now_ns);
+  // Ends are recorded in about the order they happen, so the fronts hold the oldest.
   for (auto* order : {&completed_, &failed_}) {
-    while (!order->empty() && order->front().at < cutoff) {
+    while (!order->empty() && aged_out(order->front().at, max_age_, now_ns)) {
       drop(order->front());
       order->pop_front();
     }

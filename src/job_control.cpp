@@ -65,7 +65,9 @@ void JobControl::end_cancelled(std::uint32_t idx, SlotState from) {
   JobEnds::Settled settled = ends_.record(s, EndKind::cancelled, parts_.core.now_ns(), nullptr);
   // Out of its gauge once the end is recorded and observed (as a worker's ends are): a drain()
   // that sees the queue idle then also finds the `cancelled` event delivered.
-  parts_.stats.add(from == SlotState::waiting ? kFromReady : kFromDelayed);
+  // A job held on the wheel for its downstream was counted waiting.
+  const bool waiting = from == SlotState::waiting || s.marked(JobSlot::kHeld);
+  parts_.stats.add(waiting ? kFromReady : kFromDelayed);
   const JobId id = s.id.load(std::memory_order_relaxed);
   // A leader of its downstream's waiting jobs leaves the wheel: another job must lead.
   if (GateLink* gate = links_.link(s.link); gate && from == SlotState::delayed)
@@ -172,7 +174,7 @@ void JobControl::sweep_blocked() noexcept {
   });
 }
 
-bool JobControl::retime(JobId id, std::int64_t due) {
+bool JobControl::retime(JobId id, std::int64_t due, bool held_only) {
   // As the wheel's owner: the timer is unlinked and relinked (or fired) in one step, so an
   // earlier due time takes effect at once rather than when the old timer would have fired.
   const auto done = parts_.core.with_wheel([&](Wheel& wheel) {
@@ -186,6 +188,10 @@ bool JobControl::retime(JobId id, std::int64_t due) {
         // The id is re-read after the word: retime's CAS against c fails if the slot moved on.
         if (ctl::state(c) != SlotState::delayed || s.id.load(std::memory_order_relaxed) != id)
           break;
+        // Held for its downstream, the job is waiting, not delayed: a user's promote or
+        // change_delay does not apply (BullMQ: "not in the delayed state"). The gate's applies
+        // only to a job still held: one a debounce moved later waits for that now.
+        if (s.marked(JobSlot::kHeld) != held_only) break;
         if (timers_.retime(i, c, std::max(due, now), now, wheel, client_)) {
           // Due later than now: if it led its downstream's waiting jobs, it no longer waits for
           // their token; another leads (else a leader parked by change_delay holds them:

@@ -72,11 +72,6 @@ const std::string& JobFlow::log_failure(JobSlot& s, std::uint32_t attempt, std::
   return log.back().message;
 }
 
-void JobFlow::to_timer(std::uint32_t idx) noexcept {
-  parts_.stats.add(kToDelayed);
-  timers_.submit(idx);
-}
-
 // --- workers -------------------------------------------------------------------------------------
 
 void JobFlow::start_processing(const WorkerOptions& w) {
@@ -167,7 +162,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   bool skip = stopping;
   GateLink* const gate = links_.link(s.link);
   if (gate && !stopping) [[unlikely]] {
-    const bool woken = std::exchange(s.woken, false);  // ours: the index's holder
+    const bool woken = s.take_mark(JobSlot::kWoken);  // ours: the index's holder
     const auto d = gate->gate().admit(s.id.load(std::memory_order_relaxed), now, gate, woken);
     if (d.verdict == DownstreamGate::Verdict::admitted) {
       permit = true;
@@ -332,8 +327,12 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
                           : std::string("pushed back: ")) +
                          out.reason());
     s.due_ns.store(due, std::memory_order_relaxed);  // published by the inbox push
+    s.mark(JobSlot::kHeld, true);                    // waiting for its downstream, not delayed
+    // Into `waiting` before the job can be cancelled there (and before out of `active`): see
+    // counts().
+    parts_.stats.add(kToReady);
     s.ctl.leave_finishing(SlotState::delayed);
-    to_timer(idx);
+    timers_.submit(idx);
     return true;
   }
   const FailKind kind = out.kind() == Outcome::Kind::fail          ? FailKind::permanent
@@ -358,6 +357,8 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
   Duration delay{0};
   if (kind == FailKind::permanent) {
     dead = DeadLetterReason::permanent_failure;
+  } else if (kind == FailKind::stalled_out) {
+    dead = DeadLetterReason::lease_expired;
   } else if (attempts >= s.max_attempts) {
     dead = kind == FailKind::lapse ? DeadLetterReason::lease_expired
                                    : DeadLetterReason::attempts_exhausted;
@@ -390,8 +391,10 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
   s.prev_delay_ns = delay.count();
   if (delay.count() > 0) {
     s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);
+    // Into `delayed` before the job can be cancelled there: see counts().
+    parts_.stats.add(kToDelayed);
     s.ctl.leave_finishing(SlotState::delayed);
-    to_timer(idx);
+    timers_.submit(idx);
   } else {
     s.ctl.leave_finishing(SlotState::waiting);
     dispatch_.push_ready(idx);
@@ -468,10 +471,11 @@ bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t del
     parts_.count(&wc, kAttemptEnded);
     return true;
   }
+  // It waits for its downstream, not for a delay: still counted in `waiting` (it never left).
   s.due_ns.store(decision.until_ns, std::memory_order_relaxed);  // published by the inbox push
+  s.mark(JobSlot::kHeld, true);
   s.ctl.leave_finishing(SlotState::delayed);
-  to_timer(idx);                  // into `delayed` ...
-  parts_.count(&wc, kFromReady);  // ... before out of `waiting`: see counts()
+  timers_.submit(idx);
   return true;
 }
 
@@ -488,9 +492,11 @@ void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
   // Read before the push: from then on a worker may take the slot (and end its job).
   const JobId id = slot(idx).id.load(std::memory_order_relaxed);
   GateLink* const gate = links_.link(slot(idx).link);
+  // A job held for its downstream was counted waiting all along.
+  const bool held = slot(idx).take_mark(JobSlot::kHeld);
   if (parts_.core.observed()) parts_.emit(EventKind::retry_due, slot(idx), now);
-  dispatch_.push_ready(idx);       // into `waiting` (counted there) ...
-  parts_.stats.add(kFromDelayed);  // ... before out of `delayed`: see counts()
+  dispatch_.push_ready(idx);                           // into `waiting` (counted there) ...
+  parts_.stats.add(held ? kFromReady : kFromDelayed);  // ... before out of its gauge: counts()
   // The gate's leader is ready again: it steps down now, not when a worker delivers it, so that
   // a paused queue or busy workers cannot hold up another queue's jobs waiting at the gate. After
   // its push: the job this wakes is behind it in the ready ring, so that the leader, first in
@@ -528,15 +534,16 @@ void JobFlow::lapse(std::uint64_t lease, std::int64_t now) {
     fail_attempt(idx, std::move(reason), FailKind::lapse, Duration{0}, unused, now, nullptr);
     return;
   }
-  // BullMQ: a stall costs no attempt; the one past the budget fails the job. Its error is
-  // logged under the attempt it interrupted (attempts_made stays), so the DLQ entry says why;
-  // the log has room for it (see SlotExtra; after a redrive that kept counters,
-  // restore_counters reserved room for every record the job can still add).
+  // BullMQ: a stall costs no attempt; the one past the budget fails the job, and that failure
+  // is an attempt made (its attempt_failed event, the DLQ entry and a redrive that keeps
+  // counters count it, as BullMQ's attemptsMade does). Its error is logged under that attempt,
+  // so the entry says why; the log has room for it (see SlotExtra; after a redrive that kept
+  // counters, restore_counters reserved room for every record the job can still add).
   if (stalls > static_cast<std::uint32_t>(parts_.options.max_stalls)) {
     reason += "; stalled " + std::to_string(stalls) + " times (max_stalls " +
               std::to_string(parts_.options.max_stalls) + ")";
-    (void)log_failure(s, s.attempts() + 1u, now, std::move(reason));
-    ends_.end(idx, EndKind::dead_lettered, DeadLetterReason::lease_expired, now, nullptr);
+    SplitMix64 unused(0);  // no retry: no backoff, no randomness
+    fail_attempt(idx, std::move(reason), FailKind::stalled_out, Duration{0}, unused, now, nullptr);
     return;
   }
   s.ctl.leave_finishing(SlotState::waiting);

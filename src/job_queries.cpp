@@ -18,7 +18,7 @@ std::vector<JobInfo> JobQueries::jobs(JobStatus status, std::size_t limit) const
   for (std::uint32_t i = 0; i < parts_.capacity; ++i) {
     const JobSlot& s = parts_.slot(i);
     const std::uint64_t c = s.ctl.load();
-    if (status_of(ctl::state(c)) != status) continue;
+    if (status_of(s, ctl::state(c)) != status) continue;
     JobInfo j;
     j.id = s.id.load(std::memory_order_relaxed);
     if (out.size() == limit && j.id >= out.front().id) continue;
@@ -38,13 +38,13 @@ std::vector<JobInfo> JobQueries::jobs(JobStatus status, std::size_t limit) const
   return out;
 }
 
-JobStatus JobQueries::status_of(SlotState st) noexcept {
+JobStatus JobQueries::status_of(const JobSlot& s, SlotState st) noexcept {
   switch (st) {
     case SlotState::waiting:
       return JobStatus::waiting;
     case SlotState::delayed:
     case SlotState::updating:
-      return JobStatus::delayed;
+      return s.marked(JobSlot::kHeld) ? JobStatus::waiting : JobStatus::delayed;
     case SlotState::active:
     case SlotState::finishing:
       return JobStatus::active;
@@ -55,7 +55,7 @@ JobStatus JobQueries::status_of(SlotState st) noexcept {
 
 JobState JobQueries::live_state(const JobSlot& s, std::uint64_t c) const noexcept {
   JobState st;
-  st.status = status_of(ctl::state(c));
+  st.status = status_of(s, ctl::state(c));
   switch (st.status) {
     case JobStatus::delayed:
       st.since = TimePoint{Duration{s.due_ns.load(std::memory_order_relaxed)}};

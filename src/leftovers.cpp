@@ -52,8 +52,10 @@ bool Leftovers::take(const std::function<void(std::uint32_t, bool)>& take) {
           const std::optional<SlotState> from = s.ctl.take_unstarted();
           if (!from) continue;
           const bool delayed = *from == SlotState::delayed;
-          parts_.stats.add(delayed ? kFromDelayed : kFromReady);  // out of its gauge: it left
-          take(i, delayed);
+          // A job held for its downstream is on the wheel but counted (and reported) waiting.
+          const bool held = delayed && s.marked(JobSlot::kHeld);
+          parts_.stats.add(delayed && !held ? kFromDelayed : kFromReady);  // out of its gauge
+          take(i, delayed && !held);
           s.ctl.mark_free();
           // A delayed job's index was on the wheel: back to the free list. A waiting one's stays
           // in the ready ring, which nothing pops after stop (next_job, run_ready).

@@ -84,6 +84,21 @@ void validate(const DownstreamOptions& o, std::string_view name) {
   if (r.max > static_cast<std::uint64_t>(r.per.count()))
     bad(where, "rate.max", std::to_string(r.max) + " per " + ns(r.per),
         "at most one start per nanosecond (rate.max <= rate.per in ns)");
+  if (r.kind == RateLimit::Kind::window) {
+    if (r.max > RateLimit::kMaxWindowStarts)
+      bad(where, "rate.max", std::to_string(r.max) + " for a window",
+          "at most RateLimit::kMaxWindowStarts (" + std::to_string(RateLimit::kMaxWindowStarts) +
+              ") starts per window, whose times it keeps; for more, a token bucket "
+              "(RateLimit::token_bucket)");
+    if (r.burst != 0)
+      bad(where, "rate.burst", std::to_string(r.burst) + " for a window",
+          "0: a burst is a token bucket's (RateLimit::token_bucket(max, per, burst)); a window "
+          "allows `max` starts at once and none more within `per`");
+    return;
+  }
+  if (r.kind != RateLimit::Kind::token_bucket)
+    bad(where, "rate.kind", std::to_string(static_cast<int>(r.kind)),
+        "RateLimit::Kind::window or RateLimit::Kind::token_bucket");
   if (r.burst > RateLimit::kMaxTokens)
     bad(where, "rate.burst", std::to_string(r.burst),
         "0 (the same as rate.max) .. RateLimit::kMaxTokens (" + limit + ")");
@@ -116,8 +131,11 @@ void validate_job_options(const JobOptions& o, std::string_view where) {
     if (o.dedup.extend && !o.dedup.ttl)
       bad(where, "dedup.ttl", "unset with dedup.extend",
           "a ttl: extend restarts a window, so it needs one");
+    if (o.dedup.ttl_from_due && !o.dedup.ttl)
+      bad(where, "dedup.ttl", "unset with dedup.ttl_from_due",
+          "a ttl: ttl_from_due says where a window starts, so it needs one");
   } else if (o.dedup.ttl || o.dedup.mode != DedupMode::merge || o.dedup.extend ||
-             o.dedup.keep_last_if_active) [[unlikely]] {
+             o.dedup.keep_last_if_active || o.dedup.ttl_from_due) [[unlikely]] {
     bad(where, "dedup.id", "empty while dedup.ttl or dedup.mode is set",
         "a dedup id to deduplicate on");
   }

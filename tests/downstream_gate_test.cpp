@@ -94,7 +94,7 @@ struct World {
 
 TEST(DownstreamGate, ARateOnlyGateNeverStrandsItsBlockedJobs) {
   // BullMQ's plain limiter: a rate, no concurrency limit, burst 1 (a token per 100 ms).
-  World w(DownstreamOptions{.rate = RateLimit{.max = 10, .per = 1s, .burst = 1}});
+  World w(DownstreamOptions{.rate = RateLimit::token_bucket(10, 1s, 1)});
   // Five jobs at t=0: the first takes the token, the second leads, the others block.
   for (JobId id = 1; id <= 5; ++id) {
     w.deliver(id, 0);
@@ -152,7 +152,7 @@ TEST(DownstreamGate, AConcurrencyLimitedGateWakesNoJobThatWouldOnlyBeRefusedAPer
 TEST(DownstreamGate, AWokenJobAdmittedAfterARefillWakesTheNextThroughARealQueue) {
   ManualClock clock;
   Engine engine(EngineOptions{.clock = &clock, .mode = Mode::inlined});
-  engine.downstream("api", {.rate = RateLimit{.max = 10, .per = 1s, .burst = 1}});
+  engine.downstream("api", {.rate = RateLimit::token_bucket(10, 1s, 1)});
   QueueOptions o;
   o.downstream = "api";
   auto q = engine.queue<int>("q", o);

@@ -1,8 +1,8 @@
-// DownstreamLimits (detail/downstream_limits.hpp): the token bucket is exact (so many tokens per
-// simulated second, to the token, over 10^6 s; the "available at" time to the nanosecond), the
-// pause and the permits do what their comments say, runtime changes bind the next acquisition,
-// bad options are refused with a message naming the field, and under threads (real, and the
-// seeded DeterministicSchedule) permits never exceed the limit and tokens never exceed the
+// DownstreamLimits (detail/downstream_limits.hpp) with a token bucket: the bucket is exact (so many
+// tokens per simulated second, to the token, over 10^6 s; the "available at" time to the
+// nanosecond), the pause and the permits do what their comments say, runtime changes bind the next
+// acquisition, bad options are refused with a message naming the field, and under threads (real,
+// and the seeded DeterministicSchedule) permits never exceed the limit and tokens never exceed the
 // formula. Time is an int64 passed in: no test sleeps.
 #include "rail/detail/downstream_limits.hpp"
 
@@ -44,9 +44,11 @@ __extension__ typedef unsigned __int128 U128;
 constexpr std::int64_t kSecond = 1'000'000'000;
 constexpr std::int64_t kMs = 1'000'000;
 
+/// rate(...): a token bucket (RateLimit::token_bucket), the kind this file pins; the sliding
+/// window's tests are in rate_window_test.cpp.
 DownstreamOptions rate(std::uint64_t max, Duration per, std::uint64_t burst = 0,
                        std::uint32_t concurrency = 0) {
-  return {.concurrency = concurrency, .rate = RateLimit{.max = max, .per = per, .burst = burst}};
+  return {.concurrency = concurrency, .rate = RateLimit::token_bucket(max, per, burst)};
 }
 
 // The test's own arithmetic, written from the definition rather than from the header's code:
@@ -349,10 +351,10 @@ TEST(DownstreamRateChange, NewRateBindsTheNextTakeAndCarriesTheTokensLeft) {
   DownstreamLimits d(rate(10, 1s, 10), 0);
   for (int i = 0; i < 4; ++i)
     ASSERT_FALSE(d.try_take_token(0).has_value());
-  d.set_rate(RateLimit{.max = 100, .per = 1s, .burst = 50}, 0);
+  d.set_rate(RateLimit::token_bucket(100, 1s, 50), 0);
   EXPECT_EQ(d.snapshot(0).tokens, 6u);                // carried: 10 - 4
   EXPECT_EQ(d.snapshot(100 * kMs).tokens, 6u + 10u);  // refilling at the new rate
-  d.set_rate(RateLimit{.max = 100, .per = 1s, .burst = 3}, 100 * kMs);
+  d.set_rate(RateLimit::token_bucket(100, 1s, 3), 100 * kMs);
   EXPECT_EQ(d.snapshot(100 * kMs).tokens, 3u);  // capped at the new burst
   EXPECT_EQ(drain(d, 100 * kMs), 3);
 }
@@ -360,7 +362,7 @@ TEST(DownstreamRateChange, NewRateBindsTheNextTakeAndCarriesTheTokensLeft) {
 TEST(DownstreamRateChange, CarryCountsTheOldRefillsUpToTheChange) {
   DownstreamLimits d(rate(10, 1s, 10), 0);
   ASSERT_EQ(drain(d, 0), 10);
-  d.set_rate(RateLimit{.max = 1, .per = 1s, .burst = 10}, 500 * kMs);  // old refilled 5 by then
+  d.set_rate(RateLimit::token_bucket(1, 1s, 10), 500 * kMs);  // old refilled 5 by then
   EXPECT_EQ(d.snapshot(500 * kMs).tokens, 5u);
   EXPECT_EQ(d.snapshot(1500 * kMs).tokens, 6u);  // then 1 per second from the change
   std::int64_t next = 0;
@@ -376,13 +378,13 @@ TEST(DownstreamRateChange, RemovingTheRateAdmitsAllAndSettingOneAgainStartsFull)
   for (int i = 0; i < 1000; ++i)
     ASSERT_FALSE(d.try_take_token(0).has_value());
   EXPECT_FALSE(d.snapshot(0).tokens.has_value());
-  d.set_rate(RateLimit{.max = 5, .per = 1s}, kSecond);
+  d.set_rate(RateLimit::token_bucket(5, 1s), kSecond);
   EXPECT_EQ(drain(d, kSecond), 5);
 }
 
 TEST(DownstreamRateChange, ATakeWithAClockReadingBeforeTheChangeIsJudgedAtTheChange) {
   DownstreamLimits d(rate(1, 1s, 2), 0);
-  d.set_rate(RateLimit{.max = 1, .per = 1s, .burst = 2}, 10 * kSecond);
+  d.set_rate(RateLimit::token_bucket(1, 1s, 2), 10 * kSecond);
   // A reading from before the new base counts no refills of the new configuration.
   EXPECT_EQ(drain(d, 5 * kSecond), 2);
   std::int64_t next = 0;
@@ -614,7 +616,7 @@ int granted_during_change(std::uint64_t seed, std::uint64_t burst) {
       if (!d.try_take_token(0)) granted.fetch_add(1);
   };
   DeterministicSchedule sched(seed, policy_for(seed));
-  sched.run({taker, taker, [&] { d.set_rate(RateLimit{.max = 1, .per = 1s, .burst = burst}, 0); }});
+  sched.run({taker, taker, [&] { d.set_rate(RateLimit::token_bucket(1, 1s, burst), 0); }});
   EXPECT_EQ(d.snapshot(0).tokens, 0u) << "seed " << seed;
   return granted.load();
 }
@@ -651,7 +653,7 @@ TEST(DownstreamSchedule, ATakeWithALaterClockThatBeatsTheChangeIsCarriedAsADebt)
                  for (int i = 0; i < 2; ++i)
                    if (!d.try_take_token(kSecond)) granted.fetch_add(1);
                },
-               [&] { d.set_rate(RateLimit{.max = 1, .per = 1s, .burst = 1}, 0); }});
+               [&] { d.set_rate(RateLimit::token_bucket(1, 1s, 1), 0); }});
     ASSERT_EQ(granted.load(), 1) << "seed " << seed;
     ASSERT_EQ(d.snapshot(kSecond).tokens, 0u) << "seed " << seed;
   }

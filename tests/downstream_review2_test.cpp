@@ -230,7 +230,7 @@ TEST(JobDownstreamFuzz, InlineWithLimitChanges) {
 void paused_queue_takes_two_wakes(bool per_job) {
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-  auto api = engine.downstream("api", {.rate = RateLimit{.max = 2, .per = 1s, .burst = 2}});
+  auto api = engine.downstream("api", {.rate = RateLimit::token_bucket(2, 1s, 2)});
   auto a = engine.queue<int>("a", per_job ? QueueOptions{} : test::calling("api"));
   auto b = engine.queue<int>("b", per_job ? QueueOptions{} : test::calling("api"));
   const JobOptions o = per_job ? calling_job("api") : JobOptions{};
@@ -295,7 +295,7 @@ void threaded_round(std::uint64_t seed, bool with_changes) {
   for (int g = 0; g < kGates; ++g) {
     const auto conc = static_cast<std::uint32_t>(1 + seed_rng() % 3);
     std::optional<RateLimit> rate;
-    if (g % 2 == 1) rate = RateLimit{.max = 20'000, .per = 1s, .burst = 5 + seed_rng() % 20};
+    if (g % 2 == 1) rate = RateLimit::token_bucket(20'000, 1s, 5 + seed_rng() % 20);
     gates.push_back(engine.downstream(gate_name(g), {.concurrency = conc, .rate = rate}));
     high_limit[g].store(static_cast<int>(conc));
   }
@@ -424,7 +424,7 @@ void threaded_round(std::uint64_t seed, bool with_changes) {
         case 1:
           if (with_changes)
             gw.set_rate(
-                RateLimit{.max = 5'000 + rng() % 20'000, .per = 1s, .burst = 1 + rng() % 30});
+                RateLimit::token_bucket(5'000 + rng() % 20'000, 1s, 1 + rng() % 30));
           break;
         case 2:
           queues[rng() % queues.size()].pause();
@@ -527,7 +527,7 @@ TEST(JobDownstreamThreaded, ShutdownHandsBackTheJobsWaitingAtGatesNamedPerJob) {
     std::vector<Downstream> gates;
     for (int g = 0; g < 3; ++g)
       gates.push_back(engine.downstream(
-          gate_name(g), {.concurrency = 1, .rate = RateLimit{.max = 1000, .per = 1s, .burst = 5}}));
+          gate_name(g), {.concurrency = 1, .rate = RateLimit::token_bucket(1000, 1s, 5)}));
     auto a = engine.queue<int>("a", test::calling("g0"));
     auto b = engine.queue<int>("b", QueueOptions{});
     std::atomic<bool> hold{true};

@@ -28,7 +28,7 @@ struct Review : test::InlineEngine {
   /// one_per_second(ran): queue "q" calling downstream "api" (one start per second, burst 1),
   /// whose handler appends each job's payload to `ran`.
   Queue<int> one_per_second(std::vector<int>& ran) {
-    engine.downstream("api", {.rate = RateLimit{.max = 1, .per = 1s, .burst = 1}});
+    engine.downstream("api", {.rate = RateLimit::token_bucket(1, 1s, 1)});
     auto q = engine.queue<int>("q", test::calling("api"));
     q.process({}, [&ran](Job<int>& j) { ran.push_back(j.data()); });
     return q;
@@ -47,7 +47,7 @@ TEST_F(Review, CancellingTheLeaderAndTheJobBehindItLeavesNoJobStranded) {
   (void)q.add("call", 4);
   engine.run_until_idle();
   ASSERT_EQ(ran, std::vector<int>{1});
-  ASSERT_EQ(q.state(leader).status, JobStatus::delayed);
+  ASSERT_EQ(q.state(leader).status, JobStatus::waiting);
   ASSERT_TRUE(q.cancel(behind));
   ASSERT_TRUE(q.cancel(leader));
   for (int s = 0; s < 3; ++s) {
@@ -65,7 +65,7 @@ TEST_F(Review, CancellingTheLeaderAndTheJobBehindItLeavesNoJobStranded) {
 // and wakes one blocked job: a's, into a's paused ready ring. b's jobs then wait, with tokens
 // there and no leader, for as long as a stays paused.
 TEST_F(Review, APausedQueueDoesNotHoldUpAnotherQueuesJobsAtTheGate) {
-  engine.downstream("api", {.rate = RateLimit{.max = 1, .per = 1s, .burst = 1}});
+  engine.downstream("api", {.rate = RateLimit::token_bucket(1, 1s, 1)});
   auto a = engine.queue<int>("a", test::calling("api"));
   auto b = engine.queue<int>("b", test::calling("api"));
   std::vector<int> ran_b;
@@ -114,25 +114,25 @@ TEST_F(Review, ADownstreamPausedForGoodParksItsJobsInsteadOfSpinning) {
   EXPECT_EQ(q.counts().completed, 0u);
 }
 
-// The leader's due time moved later by change_delay (Duration::max(): parked) keeps it the
-// gate's leader: the jobs blocked behind it wait for it, though a token is there for them.
-TEST_F(Review, ALeaderParkedByChangeDelayStepsDown) {
+// The leader waits for its downstream, not for a delay: a user's change_delay or promote does
+// not apply to it (BullMQ: "not in the delayed state"), so it cannot be parked on the wheel with
+// jobs blocked behind it; its gate alone moves it.
+TEST_F(Review, ALeaderIsWaitingSoChangeDelayAndPromoteLeaveItToItsGate) {
   std::vector<int> ran;
   auto q = one_per_second(ran);
   (void)q.add("call", 1);
   const JobId leader = q.add("call", 2).id;
   (void)q.add("call", 3);
   engine.run_until_idle();
-  ASSERT_EQ(q.state(leader).status, JobStatus::delayed);
-  ASSERT_TRUE(q.change_delay(leader, Duration::max()));
+  ASSERT_EQ(q.state(leader).status, JobStatus::waiting);
+  EXPECT_FALSE(q.change_delay(leader, Duration::max()));
+  EXPECT_FALSE(q.promote(leader));
   clock.advance(1s);
   engine.run_until_idle();
-  EXPECT_EQ(ran, (std::vector<int>{1, 3})) << "job 3 waited for a leader that no longer waits";
-  ASSERT_TRUE(q.promote(leader));
-  engine.run_until_idle();
+  EXPECT_EQ(ran, (std::vector<int>{1, 2}));
   clock.advance(1s);
   engine.run_until_idle();
-  EXPECT_EQ(ran, (std::vector<int>{1, 3, 2}));
+  EXPECT_EQ(ran, (std::vector<int>{1, 2, 3}));
 }
 
 // The same through a debounce: a duplicate add restarts the leader's delay (one hour), and the
@@ -148,11 +148,12 @@ TEST_F(Review, ALeaderDebouncedLaterStepsDown) {
   const JobId leader = q.add("call", 2, debounced).id;
   (void)q.add("call", 3);
   engine.run_until_idle();
-  ASSERT_EQ(q.state(leader).status, JobStatus::delayed);
+  ASSERT_EQ(q.state(leader).status, JobStatus::waiting) << "it waits for its token";
   debounced.delay = 1h;
   const auto merged = q.add("call", 20, debounced);
   ASSERT_EQ(merged.status, AddStatus::debounced);
   ASSERT_EQ(merged.id, leader);
+  EXPECT_EQ(q.state(leader).status, JobStatus::delayed) << "now it waits for its debounce";
   clock.advance(1s);
   engine.run_until_idle();
   EXPECT_EQ(ran, (std::vector<int>{1, 3})) << "job 3 waited for the debounced leader";
@@ -169,7 +170,7 @@ TEST_F(Review, ALeaderDebouncedLaterStepsDown) {
 // behind newer ones: with one new job per token they ran last. One token at a time, the jobs
 // start in the order they were added.
 TEST_F(Review, TheLeaderIsNotOvertakenByTheJobsItWakes) {
-  engine.downstream("api", {.rate = RateLimit{.max = 10, .per = 1s, .burst = 1}});
+  engine.downstream("api", {.rate = RateLimit::token_bucket(10, 1s, 1)});
   auto q = engine.queue<int>("q", test::calling("api"));
   std::vector<int> order;
   q.process({}, [&](Job<int>& j) { order.push_back(j.data()); });
@@ -224,7 +225,7 @@ TEST_F(Review, ALapsedDeliveryAndItsRedeliveryNeverHoldTwoPermitsOfOne) {
 // A job dead-lettered on a gated queue and redriven runs under the gate again: it waits for the
 // token like any other job, without using an attempt.
 TEST_F(Review, ARedrivenJobWaitsAtTheGateLikeAnyOther) {
-  engine.downstream("api", {.rate = RateLimit{.max = 1, .per = 1s, .burst = 1}});
+  engine.downstream("api", {.rate = RateLimit::token_bucket(1, 1s, 1)});
   auto q = engine.queue<int>("q", test::calling("api"));
   bool fail = true;
   std::vector<Duration> runs;
@@ -255,8 +256,8 @@ TEST_F(Review, ARedrivenJobWaitsAtTheGateLikeAnyOther) {
 // rate changes and downstream pauses, time advancing in random steps. Then everything resumes and
 // time runs until no timer is left: every job must have ended (none stranded in a blocked ring),
 // each completed one ran to `done` once, the gauges read 0 and the downstream holds nothing.
-// With a fixed rate (fixed = true: no set_rate), no window of `per` saw more than burst + max
-// starts.
+// With a fixed rate (fixed = true: no set_rate), no window of `per` saw more than max starts (a
+// window, half-open) or burst + max (a bucket, closed).
 #ifdef RAIL_SANITIZED
 constexpr std::uint64_t kSeeds = 12;  // inline: single-threaded, the sanitizers see little here
 #else
@@ -343,9 +344,11 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
   }
   if (fixed) {
     const std::int64_t per = Duration{100ms}.count();
-    const std::size_t bound = rate.burst + rate.max;
+    const bool window = rate.kind == RateLimit::Kind::window;
+    const std::size_t bound = window ? rate.max : rate.burst + rate.max;
     for (std::size_t i = 0, j = 0; i < starts.size(); ++i) {
-      while (j < starts.size() && starts[j] <= starts[i] + per)
+      while (j < starts.size() &&
+             (window ? starts[j] < starts[i] + per : starts[j] <= starts[i] + per))
         ++j;
       ASSERT_LE(j - i, bound) << "starts in [" << starts[i] << ", +" << per << "]";
     }
@@ -423,7 +426,7 @@ TEST(ReviewThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
     std::mt19937_64 seed_rng(0x5eed0000 + round);
     Engine engine;
     auto gw = engine.downstream(
-        "gw", {.concurrency = 3, .rate = RateLimit{.max = 20'000, .per = 1s, .burst = 40}});
+        "gw", {.concurrency = 3, .rate = RateLimit::token_bucket(20'000, 1s, 40)});
     QueueOptions leased = test::calling("gw");
     leased.visibility_timeout = 3ms;
     leased.max_stalls = 10'000;
@@ -504,8 +507,7 @@ TEST(ReviewThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
             if (rng() % 3 == 0) {
               gw.set_rate(std::nullopt);
             } else {
-              gw.set_rate(
-                  RateLimit{.max = 5'000 + rng() % 20'000, .per = 1s, .burst = 1 + rng() % 50});
+              gw.set_rate(RateLimit::token_bucket(5'000 + rng() % 20'000, 1s, 1 + rng() % 50));
             }
             break;
           case 2:
@@ -566,8 +568,8 @@ TEST(ReviewThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
 TEST(ReviewThreaded, ShutdownHandsBackTheJobsWaitingAtTheGate) {
   for (int round = 0; round < 5; ++round) {
     Engine engine;
-    auto api = engine.downstream(
-        "api", {.concurrency = 1, .rate = RateLimit{.max = 1000, .per = 1s, .burst = 5}});
+    auto api =
+        engine.downstream("api", {.concurrency = 1, .rate = RateLimit::token_bucket(1000, 1s, 5)});
     auto a = engine.queue<int>("a", test::calling("api"));
     auto b = engine.queue<int>("b", test::calling("api"));
     std::atomic<bool> hold{true};

@@ -31,7 +31,7 @@ struct DownstreamInline : test::InlineEngine {
 };
 
 TEST_F(DownstreamInline, ARateOf300PerSecondStartsExactly300InEachSimulatedSecond) {
-  auto q = limited({.rate = RateLimit{.max = 300, .per = 1s, .burst = 300}});
+  auto q = limited({.rate = RateLimit::token_bucket(300, 1s, 300)});
   std::size_t started = 0;
   q.process({}, [&](Job<int>& j) {
     EXPECT_EQ(j.attempt(), 1u) << "waiting for a token used no attempt";
@@ -58,7 +58,7 @@ TEST_F(DownstreamInline, ARateOf300PerSecondStartsExactly300InEachSimulatedSecon
 
 TEST_F(DownstreamInline, ATokenAtATimeStartsEachJobAtItsOwnRefill) {
   // 10 per second, burst 1: one start every 100 ms, each job exactly when its token refills.
-  auto q = limited({.rate = RateLimit{.max = 10, .per = 1s, .burst = 1}});
+  auto q = limited({.rate = RateLimit::token_bucket(10, 1s, 1)});
   std::vector<Duration> at;
   q.process({}, [&](Job<int>&) { at.push_back(clock.now().time_since_epoch()); });
   for (int i = 0; i < 5; ++i)
@@ -111,7 +111,7 @@ TEST_F(DownstreamInline, APushbackPausesTheDownstreamForExactlyItsRetryAfterAndU
 }
 
 TEST_F(DownstreamInline, ARateRaisedAtRunTimeTakesEffectAtOnce) {
-  auto q = limited({.rate = RateLimit{.max = 1, .per = 1s, .burst = 1}});
+  auto q = limited({.rate = RateLimit::token_bucket(1, 1s, 1)});
   std::size_t started = 0;
   q.process({}, [&](Job<int>&) { ++started; });
   for (int i = 0; i < 50; ++i)
@@ -121,7 +121,7 @@ TEST_F(DownstreamInline, ARateRaisedAtRunTimeTakesEffectAtOnce) {
   // The gateway announces a new quota. The bucket keeps what it held (nothing) and refills at
   // the new rate from now: the next token comes in 10 ms, not in the second the old rate said
   // (the job waiting on the wheel for that second is brought forward).
-  engine.downstream("api").set_rate(RateLimit{.max = 100, .per = 1s, .burst = 20});
+  engine.downstream("api").set_rate(RateLimit::token_bucket(100, 1s, 20));
   engine.run_until_idle();
   EXPECT_EQ(started, 1u) << "the empty bucket stays empty";
   clock.advance(10ms);
@@ -156,7 +156,7 @@ TEST_F(DownstreamInline, AConcurrencyLoweredAtRunTimeTakesEffectAtTheNextStart) 
 TEST_F(DownstreamInline, CancellingTheJobThatWaitsForTheNextTokenLetsTheOthersGoOn) {
   // B waits on the wheel for the next token, C waits behind it: with B cancelled, C must still
   // start when the token comes (someone else takes over B's place on the wheel).
-  auto q = limited({.rate = RateLimit{.max = 1, .per = 1s, .burst = 1}});
+  auto q = limited({.rate = RateLimit::token_bucket(1, 1s, 1)});
   std::vector<int> ran;
   q.process({}, [&](Job<int>& j) { ran.push_back(j.data()); });
   (void)q.add("call", 1);
@@ -164,7 +164,8 @@ TEST_F(DownstreamInline, CancellingTheJobThatWaitsForTheNextTokenLetsTheOthersGo
   (void)q.add("call", 3);
   engine.run_until_idle();
   ASSERT_EQ(ran, std::vector<int>{1});
-  EXPECT_EQ(q.state(b).status, JobStatus::delayed) << "B leads: it waits on the timing wheel";
+  EXPECT_EQ(q.state(b).status, JobStatus::waiting)
+      << "B leads: it waits on the timing wheel for its downstream, counted waiting";
   ASSERT_TRUE(q.cancel(b));
   clock.advance(1s);
   engine.run_until_idle();
@@ -175,7 +176,7 @@ TEST_F(DownstreamInline, CancellingTheJobThatWaitsForTheNextTokenLetsTheOthersGo
 }
 
 TEST_F(DownstreamInline, TwoQueuesShareOneRate) {
-  engine.downstream("api", {.rate = RateLimit{.max = 5, .per = 1s, .burst = 5}});
+  engine.downstream("api", {.rate = RateLimit::token_bucket(5, 1s, 5)});
   auto a = engine.queue<int>("a", test::calling("api"));
   auto b = engine.queue<int>("b", test::calling("api"));
   std::size_t started = 0;
@@ -205,7 +206,7 @@ TEST_F(DownstreamInline, ThrottledEventsSayWhyAndHowLong) {
   engine.on_event([&](const Event& e) {
     if (e.kind == EventKind::throttled) why.emplace_back(e.error);
   });
-  auto q = limited({.rate = RateLimit{.max = 1, .per = 1s, .burst = 1}});
+  auto q = limited({.rate = RateLimit::token_bucket(1, 1s, 1)});
   q.process({}, [](Job<int>&) {});
   (void)q.add("call", 1);
   (void)q.add("call", 2);
@@ -281,7 +282,7 @@ TEST_F(DownstreamInline, AJobCancelledAsItIsRefusedEndsCancelledWithItsDeliveryN
 }
 
 TEST_F(DownstreamInline, JobsWaitingAtShutdownAreHandedBackAsLeftovers) {
-  auto q = limited({.rate = RateLimit{.max = 1, .per = 1h, .burst = 1}});
+  auto q = limited({.rate = RateLimit::token_bucket(1, 1h, 1)});
   q.process({}, [](Job<int>&) {});
   for (int i = 0; i < 4; ++i)
     (void)q.add("call", i);

@@ -147,8 +147,8 @@ TEST(OrdersScenario, UnknownScenarioIsAClearError) {
 }  // namespace
 }  // namespace rail::orders
 
-// Issue 14's demo: the payments gateway's quota holds (never more starts in any 1 s than the
-// bucket's burst + rate), its concurrency too, and payments finish while the email API hangs
+// Issue 14's demo: the payments gateway's quota holds (never more than 20 starts in any 1 s, the
+// first included), its concurrency too, and payments finish while the email API hangs
 // with only its 2 permitted handlers holding threads; then every email goes out.
 TEST(DownstreamsScenario, RateLimitedPaymentsFinishWhileAStalledEmailApiWaitsWithoutThreads) {
   rail::Engine engine;
@@ -162,8 +162,7 @@ TEST(DownstreamsScenario, RateLimitedPaymentsFinishWhileAStalledEmailApiWaitsWit
   EXPECT_LE(r.max_charges_in_flight, 3u);
   EXPECT_LE(r.mail_active_while_stalled, 2u);
   EXPECT_EQ(r.mail_waiting_while_stalled + r.mail_active_while_stalled, 20u);
-  // 60 charges at 20/s from a bucket of 5 cannot take less than (60 - 5) / 20 = 2.75 s.
+  // 60 charges, at most 20 in any second: the 41st starts 2 s after the 1st at the earliest.
   ASSERT_EQ(r.charge_starts.size(), 60u);
-  EXPECT_GE(r.charge_starts.back(), std::chrono::milliseconds(2750) - std::chrono::milliseconds(1))
-      << log.str();
+  EXPECT_GE(r.charge_starts.back(), std::chrono::seconds(2)) << log.str();
 }

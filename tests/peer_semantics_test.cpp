@@ -250,20 +250,25 @@ void expect_lapsed(const std::optional<DeadLetter<T>>& e, std::uint32_t attempts
   EXPECT_EQ(e->errors.size(), errors);
 }
 
-TEST_F(Peers, AStallCostsNoAttemptAndTheOnePastTheBudgetDeadLetters) {
+TEST_F(Peers, AStallCostsNoAttemptAndTheOnePastTheBudgetDeadLettersAsAnAttemptMade) {
   // BullMQ: a stalled job goes back to waiting (attemptsMade unchanged) up to maxStalledCount
-  // times (default 1); the next stall fails it.
+  // times (default 1); the next stall fails it, and that failure is an attempt made.
   auto q = engine.queue<std::string>("orders", QueueOptions{.visibility_timeout = 2s});
   q.process({}, [&](Job<std::string>&) { return overrun(clock); });
   const JobId id = q.add("charge", "order-3").id;  // attempts 1
   engine.run_until_idle();
   EXPECT_EQ(count(EventKind::started), 2u) << "one stall within the budget, one past it";
   EXPECT_EQ(count(EventKind::stalled), 2u);
-  EXPECT_EQ(count(EventKind::attempt_failed), 0u) << "a stall is not a failed attempt";
+  EXPECT_EQ(count(EventKind::attempt_failed), 1u)
+      << "a stall within the budget is not a failed attempt; the one past it is";
+  EXPECT_EQ(first(EventKind::attempt_failed).attempt, 1u);
+  EXPECT_EQ(first(EventKind::attempt_failed).delay, Duration{-1}) << "no retry follows";
   ASSERT_EQ(count(EventKind::dead_lettered), 1u);
   auto e = q.dlq().get(id);
-  expect_lapsed(e, 0, 2, 2, 1);
+  expect_lapsed(e, 1, 2, 2, 1);
   ASSERT_TRUE(e && e->errors.size() == 1);
+  EXPECT_EQ(e->errors[0].attempt, 1u) << "logged under the attempt the stall ended";
+  EXPECT_EQ(q.counts().failed_attempts, 1u);
   EXPECT_NE(e->errors[0].message.find("stalled 2 times (max_stalls 1)"), std::string::npos)
       << e->errors[0].message;
 }
@@ -287,7 +292,30 @@ TEST_F(Peers, TheStallBudgetIsConfigurable) {
   q.process({}, [&](Job<int>&) { return overrun(clock); });
   const JobId id = q.add("charge", 1).id;
   engine.run_until_idle();
-  expect_lapsed(q.dlq().get(id), 0, 4, 4, 1);
+  expect_lapsed(q.dlq().get(id), 1, 4, 4, 1);
+}
+
+TEST_F(Peers, AJobRedrivenAfterItRanOutOfStallsCompletesAsItsSecondAttempt) {
+  // BullMQ: attemptsMade is 1 when the stall fails the job, and 2 when it completes after
+  // job.retry() (the counters kept).
+  auto q = engine.queue<int>("orders", QueueOptions{.visibility_timeout = 2s, .max_stalls = 0});
+  bool stall = true;
+  std::uint32_t attempt_seen = 0;
+  q.process({}, [&](Job<int>& j) {
+    if (stall) return overrun(clock);
+    attempt_seen = j.attempt();
+    return Outcome::done();
+  });
+  const JobId id = q.add("charge", 1).id;
+  engine.run_until_idle();
+  expect_lapsed(q.dlq().get(id), 1, 1, 1, 1);
+  stall = false;
+  ASSERT_EQ(q.dlq().redrive(id, RedriveOptions{.reset_counters = false}), RedriveStatus::redriven);
+  engine.run_until_idle();
+  EXPECT_EQ(attempt_seen, 2u);
+  EXPECT_EQ(q.state(id).status, JobStatus::completed);
+  ASSERT_EQ(count(EventKind::completed), 1u);
+  EXPECT_EQ(first(EventKind::completed).attempt, 2u);
 }
 
 TEST_F(Peers, UnderTheSqsPolicyEveryDeliveryCountsAgainstAttempts) {
@@ -437,19 +465,106 @@ void charge_card_deep_inside_a_client_library() {
   throw UnrecoverableError("card reported stolen");
 }
 
-TEST_F(Peers, AnUnrecoverableErrorThrownDeepInAHandlerFailsTheJobForGood) {
+struct PeersFailForGood : Peers {
+  /// expect_failed_for_good(handler, error): a job of 5 attempts whose handler throws as
+  /// `handler` does starts once and is dead-lettered as a permanent failure reading `error`.
+  template <class Handler>
+  void expect_failed_for_good(Handler handler, const std::string& error) {
+    auto q = engine.queue<int>("charges", QueueOptions{});
+    q.process({}, [&](Job<int>&) -> Outcome {
+      handler();
+      return Outcome::done();
+    });
+    const JobId id = q.add("charge", 1, JobOptions{.attempts = 5}).id;
+    replay();
+    EXPECT_EQ(count(EventKind::started), 1u) << "the remaining attempts are skipped";
+    auto e = q.dlq().get(id);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->reason, DeadLetterReason::permanent_failure);
+    EXPECT_EQ(e->last_error(), error);
+  }
+};
+
+TEST_F(PeersFailForGood, AnUnrecoverableErrorThrownDeepInAHandlerFailsTheJobForGood) {
+  expect_failed_for_good(charge_card_deep_inside_a_client_library, "card reported stolen");
+}
+
+TEST_F(PeersFailForGood, AnUnrecoverableErrorWrappedWithThrowWithNestedStillFailsTheJobForGood) {
+  // asynq: an error that wraps SkipRetry (errors.Is) is archived at once.
+  expect_failed_for_good(
+      [] {
+        try {
+          charge_card_deep_inside_a_client_library();
+        } catch (...) {
+          try {
+            std::throw_with_nested(std::runtime_error("charging order 42"));
+          } catch (...) {
+            std::throw_with_nested(std::runtime_error("checkout"));
+          }
+        }
+      },
+      "checkout: charging order 42: card reported stolen");
+}
+
+TEST_F(Peers, ANestedRetryableErrorIsRetriedAndItsErrorReadsTheWholeChain) {
   auto q = engine.queue<int>("charges", QueueOptions{});
-  q.process({}, [](Job<int>&) {
-    charge_card_deep_inside_a_client_library();
-    return Outcome::done();
+  q.process({}, [](Job<int>& j) -> Outcome {
+    if (j.attempt() == 2) return Outcome::done();
+    try {
+      throw std::runtime_error("gateway timeout");
+    } catch (...) {
+      std::throw_with_nested(UnrecoverableError("never reached"));  // the wrapper decides too
+    }
   });
-  const JobId id = q.add("charge", 1, JobOptions{.attempts = 5}).id;
+  const JobId unrecoverable_wrapper = q.add("charge", 1, JobOptions{.attempts = 2}).id;
   replay();
-  EXPECT_EQ(count(EventKind::started), 1u) << "the remaining attempts are skipped";
-  auto e = q.dlq().get(id);
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->reason, DeadLetterReason::permanent_failure);
-  EXPECT_EQ(e->last_error(), "card reported stolen");
+  auto e = q.dlq().get(unrecoverable_wrapper);
+  ASSERT_TRUE(e) << "an UnrecoverableError wrapping a retryable error fails the job too";
+  EXPECT_EQ(e->last_error(), "never reached: gateway timeout");
+
+  auto retried = engine.queue<int>("refunds", QueueOptions{});
+  std::vector<std::string> errors;
+  engine.on_event([&](const Event& ev) {
+    if (ev.kind == EventKind::attempt_failed) errors.emplace_back(ev.error);
+  });
+  retried.process({}, [](Job<int>& j) -> Outcome {
+    if (j.attempt() == 2) return Outcome::done();
+    try {
+      throw std::invalid_argument("bad currency");
+    } catch (...) {
+      std::throw_with_nested(std::runtime_error("refund 7"));
+    }
+  });
+  const JobId id = retried.add("refund", 1, JobOptions{.attempts = 2}).id;
+  replay();
+  EXPECT_EQ(retried.state(id).status, JobStatus::completed);
+  EXPECT_EQ(errors, std::vector<std::string>{"refund 7: bad currency"});
+}
+
+TEST_F(Peers, RetainedEndsAndTheDlqAgeOutAtTheSameBoundary) {
+  // BullMQ removeOnComplete {age: 7}: a finished job is kept while younger than 7 s. One job
+  // completes and one dead-letters each second, for 11 s: 7 of each are kept.
+  QueueOptions qo;
+  qo.results = {.keep_completed = 100, .keep_failed = 100, .max_age = 7s};
+  qo.dlq.retention = 7s;
+  auto q = engine.queue<int, int>("ages", qo);
+  q.process({}, [](Job<int>& j) -> Result<int> {
+    if (j.data() < 0) return Outcome::fail("negative");
+    return j.data();
+  });
+  std::vector<JobId> completed;
+  for (int second = 0; second <= 10; ++second) {
+    if (second > 0) clock.advance(1s);
+    completed.push_back(q.add("ok", second + 1).id);
+    (void)q.add("bad", -(second + 1));
+    engine.run_until_idle();
+  }
+  const auto kept = std::count_if(completed.begin(), completed.end(),
+                                  [&](JobId id) { return q.result(id).has_value(); });
+  EXPECT_EQ(kept, 7) << "retained ends: ended at 4..10 s";
+  EXPECT_EQ(q.dlq().size(), 7u) << "DLQ entries: dead at 4..10 s";
+  EXPECT_TRUE(q.result(completed[4]).has_value()) << "6 s old at 10 s";
+  EXPECT_FALSE(q.result(completed[3]).has_value()) << "7 s old at 10 s";
 }
 
 TEST_F(Peers, AnyOtherExceptionIsStillARetryableFailure) {
@@ -511,17 +626,53 @@ TEST_F(Peers, ReplaceSwapsTheDelayedPayloadAndKeepsItsDueTime) {
   EXPECT_EQ(ran, std::vector<int>{2}) << "the newest payload ran once, at the first due time";
 }
 
-TEST_F(Peers, ExtendWithoutATtlIsAnErrorThatNamesIt) {
+TEST_F(Peers, AWindowFromTheDueTimeCoversADelayedJobsDelayAsAsynqsUniqueDoes) {
+  // asynq: Unique(1s) with ProcessIn(10s) holds the key until 11 s; rail's default (and
+  // BullMQ's) window runs from the add: it has lapsed by 5 s.
+  auto q = engine.queue<int>("syncs", QueueOptions{});
+  q.process({}, [](Job<int>&) {});
+  JobOptions o = with_dedup("user-7", 1s, DedupMode::merge, 10s);
+  o.dedup.ttl_from_due = true;
+  const JobId first = q.add("sync", 1, o).id;
+  JobOptions plain = with_dedup("user-8", 1s, DedupMode::merge, 10s);
+  (void)q.add("sync", 1, plain);
+  clock.advance(5s);
+  engine.run_until_idle();
+  EXPECT_EQ(q.add("sync", 2, o).status, AddStatus::duplicate) << "within the delay";
+  EXPECT_EQ(q.add("sync", 2, plain).status, AddStatus::added) << "the add's window lapsed";
+  clock.advance(5s + 500ms);  // t = 10.5 s: the first job ran at 10 s
+  engine.run_until_idle();
+  EXPECT_EQ(q.state(first).status, JobStatus::completed);
+  const AddResult within = q.add("sync", 3, o);
+  EXPECT_EQ(within.status, AddStatus::duplicate) << "the window lasts until 11 s";
+  EXPECT_EQ(within.id, first);
+  clock.advance(500ms);  // t = 11 s
+  EXPECT_EQ(q.add("sync", 4, o).status, AddStatus::added);
+}
+
+/// expect_refused_without_ttl(engine, set, field): an add whose dedup options `set` turns on
+/// without a ttl is refused with Error(invalid_option) naming `field`.
+void expect_refused_without_ttl(Engine& engine, void (*set)(DedupOptions&), const char* field) {
   auto q = engine.queue<int>("syncs", QueueOptions{});
   JobOptions o = with_dedup("user-7", std::nullopt);
-  o.dedup.extend = true;
+  set(o.dedup);
   try {
     (void)q.add("sync", 1, o);
-    FAIL() << "extend without a ttl was accepted";
+    ADD_FAILURE() << field << " without a ttl was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_option);
-    EXPECT_NE(std::string(e.what()).find("extend"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
   }
+}
+
+TEST_F(Peers, TtlFromDueWithoutATtlIsAnErrorThatNamesIt) {
+  expect_refused_without_ttl(
+      engine, [](DedupOptions& d) { d.ttl_from_due = true; }, "ttl_from_due");
+}
+
+TEST_F(Peers, ExtendWithoutATtlIsAnErrorThatNamesIt) {
+  expect_refused_without_ttl(
+      engine, [](DedupOptions& d) { d.extend = true; }, "extend");
 }
 
 TEST_F(Peers, KeepLastIfActiveRunsTheNewestDuplicateOnceMoreAfterTheRunningJob) {

@@ -10,8 +10,8 @@
 //   add+events     an observer (one relaxed atomic increment) sees every event
 //   add+permit     the queue calls a downstream whose concurrency equals the workers: every
 //                  job takes and gives back a permit, none waits (the permit's own cost)
-//   add+rate       the queue calls a downstream with a rate too high to bind (10^9/s, burst
-//                  2^20): every job takes a token and a permit, none waits
+//   add+rate       the queue calls a downstream with a token bucket too fast to bind (10^9/s,
+//                  burst 2^20): every job takes a token and a permit, none waits
 //   add:shared     the queue runs on the engine's shared pool of `workers` threads
 //                  (WorkerOptions::shared) instead of its own: the cost of the pool's turns
 //   add:20q-shared / add:20q-own1
@@ -127,8 +127,8 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
   if (c.feature == Feature::permit || c.feature == Feature::rate) {
     rail::DownstreamOptions d{.concurrency = static_cast<std::uint32_t>(c.workers)};
     if (c.feature == Feature::rate)
-      d.rate = rail::RateLimit{
-          .max = 1'000'000'000, .per = std::chrono::seconds(1), .burst = std::uint64_t{1} << 20};
+      d.rate = rail::RateLimit::token_bucket(1'000'000'000, std::chrono::seconds(1),
+                                             std::uint64_t{1} << 20);
     engine.downstream("api", d);
     qo.downstream = "api";
   }

@@ -50,8 +50,8 @@ struct BulkAddResult {
 /// transit while it is not; totals only grow. `active` counts handlers running, including ones
 /// whose lease lapsed and that have not returned yet.
 struct QueueCounts {
-  std::uint64_t waiting = 0;
-  std::uint64_t delayed = 0;
+  std::uint64_t waiting = 0;  // ready to start, or held back by its downstream (rate, pushback)
+  std::uint64_t delayed = 0;  // waiting out a delay, a backoff or a debounce
   std::uint64_t active = 0;
   std::uint64_t added = 0;
   std::uint64_t completed = 0;

@@ -313,10 +313,9 @@ class DeadLetterQueue {
     if (!options_.retention) return 0;
     const std::int64_t now = clock_now().time_since_epoch().count();
     const std::size_t first = evicted.size();
-    // Saturating: retention = Duration::max() keeps entries forever instead of overflowing.
     while (!entries_.empty() &&
-           detail::saturating_add(entries_.front().dead_at.time_since_epoch().count(),
-                                  *options_.retention) <= now) {
+           detail::aged_out(entries_.front().dead_at.time_since_epoch().count(),
+                            *options_.retention, now)) {
       evicted.push_back({entries_.front().id, entries_.front().name});
       entries_.pop_front();
     }

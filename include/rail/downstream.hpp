@@ -5,10 +5,12 @@
 // job to a handler only when both allow it, and a handler's 429 pauses admissions until the
 // retry-after (detail/downstream_limits.hpp holds the lock-free kernel).
 //
-// Rate semantics follow BullMQ's limiter ({max, duration}): at most `max` starts per `per`, as a
-// token bucket that refills `max` tokens per `per`, exactly (integer arithmetic, no drift over any
-// horizon), and holds at most `burst`. A start costs one token. In any window of length w, at most
-// burst + ceil(w * max / per) jobs start.
+// Rate semantics follow BullMQ's limiter ({max, duration}): at most `max` starts in any window of
+// length `per`, the first included (a sliding window over the times of the last `max` starts:
+// detail/rate_window.hpp). A token bucket is the other kind, asked for by name
+// (RateLimit::token_bucket): it refills `max` tokens per `per`, exactly (integer arithmetic, no
+// drift over any horizon), holds at most `burst` and starts full, so in any window of length w at
+// most burst + ceil(w * max / per) jobs start: up to burst + max in the first `per`.
 #pragma once
 
 #include <cstdint>
@@ -20,15 +22,29 @@
 
 namespace rail {
 
-/// RateLimit: at most `max` starts per `per` (BullMQ's limiter), from a token bucket of capacity
-/// `burst` that starts full.
+/// RateLimit: at most `max` starts in any window of `per` (kind window, the default: BullMQ's
+/// limiter), or a token bucket that refills `max` per `per` and holds `burst` (kind
+/// token_bucket: RateLimit::token_bucket(max, per, burst)).
 struct RateLimit {
-  /// The bound on `max` and `burst`: 2^40 (about 10^12) tokens. It keeps the bucket's counters
-  /// far from overflow (detail/downstream_limits.hpp: "Bounds"); no downstream takes more.
+  enum class Kind : std::uint8_t {
+    window,        // at most `max` starts in any window of `per`, the first included
+    token_bucket,  // `max` tokens per `per`, a bucket of `burst` that starts full
+  };
+  /// The bound on a bucket's `max` and `burst`: 2^40 (about 10^12) tokens. It keeps the bucket's
+  /// counters far from overflow (detail/downstream_limits.hpp: "Bounds").
   static constexpr std::uint64_t kMaxTokens = std::uint64_t{1} << 40;
-  std::uint64_t max = 0;                   // starts per `per`: 1 .. kMaxTokens, at most 1 per ns
+  /// The bound on a window's `max`: 2^20 starts; the window keeps two 8-byte slots per start.
+  static constexpr std::uint64_t kMaxWindowStarts = std::uint64_t{1} << 20;
+  std::uint64_t max = 0;                   // starts per `per`: at least 1, at most 1 per ns
   Duration per = std::chrono::seconds(1);  // positive and finite (not Duration::max())
-  std::uint64_t burst = 0;                 // bucket capacity: 0 means `max`; else 1 .. kMaxTokens
+  std::uint64_t burst = 0;  // token_bucket: capacity, 0 means `max`; a window: must be 0
+  Kind kind = Kind::window;
+
+  /// token_bucket(max, per, burst): the bucket kind, named.
+  static constexpr RateLimit token_bucket(std::uint64_t max, Duration per,
+                                          std::uint64_t burst = 0) noexcept {
+    return RateLimit{max, per, burst, Kind::token_bucket};
+  }
 };
 
 /// DownstreamOptions: the limits of one downstream service, shared by every job that calls it.
@@ -51,7 +67,7 @@ class EngineCore;
 struct DownstreamStats {
   std::uint32_t in_flight = 0;              // jobs admitted and not yet returned
   std::uint32_t concurrency = 0;            // the limit; 0: unlimited
-  std::optional<std::uint64_t> tokens{};    // starts the bucket allows now; nullopt: no rate limit
+  std::optional<std::uint64_t> tokens{};    // starts the rate allows now; nullopt: no rate limit
   std::optional<TimePoint> paused_until{};  // a pushback's pause, while it lasts
   std::uint64_t waiting = 0;  // jobs refused a permit or a token, waiting (at most one more
                               // waits on the timing wheel for the next token)

@@ -49,6 +49,11 @@ struct DedupOptions {
   /// with no moment in between at which another add could take it, so the jobs of one id run
   /// in the order of their adds.
   bool keep_last_if_active = false;
+  /// ttl_from_due: the window starts when the job is due (the add plus its delay) instead of at
+  /// the add, so it covers the delay: asynq's Unique(ttl) with ProcessIn(d) holds the key for
+  /// d + ttl. Restarts (extend, debounce) also count from the duplicate's own due time. Needs a
+  /// ttl.
+  bool ttl_from_due = false;
 };
 
 /// JobOptions: per-add settings.
@@ -74,9 +79,10 @@ enum class OverflowPolicy : std::uint8_t {
 
 /// DlqOptions: bounds and alerting for a queue's dead-letter queue.
 struct DlqOptions {
-  std::size_t max_entries = 100'000;    // at the bound the oldest entry is evicted (evented)
-  std::optional<Duration> retention{};  // entries older than this are evicted (evented)
-  std::size_t alert_depth = 0;          // 0: no alert; else call on_alert at this depth
+  std::size_t max_entries = 100'000;  // at the bound the oldest entry is evicted (evented)
+  std::optional<Duration>
+      retention{};              // entries this old are evicted (evented): kept while younger
+  std::size_t alert_depth = 0;  // 0: no alert; else call on_alert at this depth
   /// on_alert(depth) is called on the thread that dead-letters the job that brings the depth to
   /// alert_depth; it re-arms once the depth falls below alert_depth again.
   std::function<void(std::size_t depth)> on_alert{};
@@ -108,7 +114,8 @@ struct ResultRetention {
   std::optional<std::size_t> keep_completed{};
   /// Dead-lettered, cancelled and discarded jobs to keep; nullopt: as keep_completed.
   std::optional<std::size_t> keep_failed{};
-  /// Ended jobs older than this are dropped; Duration::max(): kept until the counts push them.
+  /// Ended jobs go once they are this old (kept while younger: BullMQ's removeOnComplete {age});
+  /// Duration::max(): kept until the counts push them.
   Duration max_age = Duration::max();
 };
 

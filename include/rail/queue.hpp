@@ -249,7 +249,8 @@ class Queue {
 
   /// promote(id) runs a delayed job now (BullMQ promote): it becomes waiting at once. A job
   /// waiting out a retry's backoff is delayed too, and is promoted the same way. Returns false
-  /// if job `id` is not delayed in this queue (waiting, running, ended or unknown). Throws
+  /// if job `id` is not delayed in this queue (waiting, held back by its downstream, running,
+  /// ended or unknown). Throws
   /// Error(would_deadlock) from a callback that runs while timers fire. Cold path: scans the
   /// queue's slots.
   bool promote(JobId id) { return impl_->retime(id, 0); }

@@ -51,10 +51,12 @@ inline void fuzz_retime(FuzzRng& rng, std::vector<Queue<int>>& queues, const Fuz
   }
 }
 
-/// fuzz_rate(rng): a rate limit of 1-20 starts per 100 ms with a burst of 1-5.
+/// fuzz_rate(rng): 1-20 starts per 100 ms: a window, or half the time a token bucket with a
+/// burst of 1-5.
 inline RateLimit fuzz_rate(FuzzRng& rng) {
-  return RateLimit{
-      .max = 1 + rng() % 20, .per = std::chrono::milliseconds(100), .burst = 1 + rng() % 5};
+  const std::uint64_t max = 1 + rng() % 20;
+  if (rng() % 2 == 0) return RateLimit{.max = max, .per = std::chrono::milliseconds(100)};
+  return RateLimit::token_bucket(max, std::chrono::milliseconds(100), 1 + rng() % 5);
 }
 
 /// fuzz_set_rate: a new rate for `gate`, or (a quarter of the time) none.

@@ -1,14 +1,15 @@
 // The downstreams scenario (issue 14's demo): an online shop's two downstream services behind
 // two queues of one engine.
-//   payments: a card gateway with a quota of 20 charges per second (burst 5) and at most 3
+//   payments: a card gateway with a quota of 20 charges in any second and at most 3
 //             calls in flight; 60 orders are charged.
 //   email:    a mail API allowing 2 calls in flight, which hangs: every send blocks until all
 //             60 charges are done (a stalled partner), with 20 confirmation emails queued.
-// What it shows: payments runs at its quota (never more starts in any window than the token
-// bucket allows) and finishes while email is stalled; email's blocked jobs hold no worker
+// What it shows: payments runs at its quota (never more than 20 starts in any 1 s window, the
+// first included) and finishes while email is stalled; email's blocked jobs hold no worker
 // thread (its queue keeps 2 handlers active, the rest wait); when the mail API recovers, every
 // email goes out. The checks are exact whatever the machine's speed: the rate bound is the
-// bucket's (no timing assumption), and email is released by the payments' end, not by a clock.
+// window's, checked on the clock readings it admitted at (no timing assumption), and email is
+// released by the payments' end, not by a clock.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,7 @@ struct DownstreamsReport {
   std::uint64_t mail_active_while_stalled = 0;   // email handlers holding a thread, stalled
   std::uint64_t mail_waiting_while_stalled = 0;  // email jobs waiting at their downstream then
   std::uint64_t max_in_window = 0;               // most charge starts in any 1 s window
-  std::uint64_t bound_in_window = 0;             // what the bucket allows in 1 s: burst + max
+  std::uint64_t bound_in_window = 0;             // what the rate allows in 1 s: max
   std::uint64_t max_charges_in_flight = 0;
   bool payments_done_before_email = false;  // no email sent when the last charge ended
   Duration payments_done_at{0};

@@ -51,6 +51,7 @@ struct Track {
   std::atomic<std::uint8_t> accepted{0}, cancel_accepted{0}, delayed{0};
   std::atomic<std::uint16_t> started{0}, failed{0}, stalled{0}, late{0}, pushed{0};
   std::atomic<std::uint16_t> completed{0}, dead{0}, cancelled{0}, discarded{0};
+  std::atomic<std::uint16_t> stalled_out{0};  // lives dead-lettered by a lapse (lease_expired)
   std::atomic<std::uint16_t> completed_delivery{0};
   std::atomic<std::uint16_t> started_mask{0}, stalled_mask{0};  // bit d-1: delivery d
   std::atomic<std::uint16_t> redriven{0};  // lives beyond the first (a redrive restarts it)
@@ -169,6 +170,7 @@ Report run(const Config& cfg) {
         break;
       case EventKind::dead_lettered:
         bump(t.dead);
+        if (e.reason == DeadLetterReason::lease_expired) bump(t.stalled_out);
         break;
       case EventKind::cancelled:
         bump(t.cancelled);
@@ -209,10 +211,9 @@ Report run(const Config& cfg) {
   std::atomic<std::uint32_t> inside{0}, most_inside{0};
   if (cfg.downstream) {
     engine.downstream(
-        "soak-api",
-        {.concurrency = cfg.rate_only_downstream ? 0 : budget,
-         .rate = cfg.rate_only_downstream ? RateLimit{.max = 10'000, .per = 1s, .burst = 1}
-                                          : RateLimit{.max = 200'000, .per = 1s, .burst = 256}});
+        "soak-api", {.concurrency = cfg.rate_only_downstream ? 0 : budget,
+                     .rate = cfg.rate_only_downstream ? RateLimit{.max = 10'000, .per = 1s}
+                                                      : RateLimit::token_bucket(200'000, 1s, 256)});
     qo.downstream = "soak-api";
   }
   auto q = engine.queue<Payload>("soak", qo);
@@ -442,21 +443,22 @@ Report run(const Config& cfg) {
         if (cfg.rate_only_downstream) {
           // Seldom (every ~150 ms): a change wakes the gate's blocked jobs, which would hide a
           // chain that stalls between changes.
-          static constexpr RateLimit kRates[] = {{.max = 10'000, .per = 1s, .burst = 1},
-                                                 {.max = 1'000, .per = 1s, .burst = 1},
-                                                 {.max = 50'000, .per = 1s, .burst = 4}};
+          // Windows and a bucket: a change between windows carries the last window's starts,
+          // a change of kind starts afresh.
+          static constexpr RateLimit kRates[] = {{.max = 10'000, .per = 1s},
+                                                 RateLimit::token_bucket(1'000, 1s, 1),
+                                                 {.max = 50'000, .per = 1s}};
           if (k % 50 == 49) api.set_rate(kRates[(k / 50) % 3]);
         } else {
           api.set_concurrency(k % 3 == 1 ? 1 : budget);
-          api.set_rate(k % 4 == 3
-                           ? std::nullopt
-                           : std::optional<RateLimit>(RateLimit{
-                                 .max = k % 2 ? 20'000u : 200'000u, .per = 1s, .burst = 64}));
+          api.set_rate(k % 4 == 3 ? std::nullopt
+                                  : std::optional<RateLimit>(RateLimit::token_bucket(
+                                        k % 2 ? 20'000u : 200'000u, 1s, 64)));
         }
         limit_changes.fetch_add(1);
       }
       if (cfg.rate_only_downstream) {
-        api.set_rate(RateLimit{.max = 20'000, .per = 1s, .burst = 1});  // still rate-only
+        api.set_rate(RateLimit{.max = 20'000, .per = 1s});  // still rate-only
       } else {
         api.set_concurrency(budget);
         api.set_rate(std::nullopt);  // let what is left finish at full speed
@@ -681,9 +683,10 @@ Report run(const Config& cfg) {
   std::unordered_map<JobId, Filed> dlq_entries;
   for (const auto& e : q.dlq().list())
     dlq_entries.emplace(e.id, Filed{e.attempts_made, e.deliveries, e.stalls});
-  // Under StallPolicy::own_budget a lapse is not a failed attempt (no attempt_failed event), so
-  // a life's deliveries are its failures, its stalls and its completion; under count_as_attempt
-  // every lapse is also a failure.
+  // Under StallPolicy::own_budget a lapse is not a failed attempt (no attempt_failed event)
+  // unless it is the one past the budget, which dead-letters the job with reason lease_expired
+  // and is both; so a life's deliveries are its failures, its stalls (less that last one) and
+  // its completion. Under count_as_attempt every lapse is also a failure.
   const bool own_budget = cfg.stall_policy == StallPolicy::own_budget;
 
   Report rep;
@@ -737,7 +740,7 @@ Report run(const Config& cfg) {
       v.add(job() + std::to_string(t.started) + " starts, numbered other than 1.." +
             std::to_string(t.started));
     const std::uint32_t ended_deliveries =
-        t.failed + (own_budget ? t.stalled.load() : 0u) + t.pushed.load();
+        t.failed + (own_budget ? t.stalled.load() - t.stalled_out.load() : 0u) + t.pushed.load();
     if ((t.completed || t.discarded) && ended_deliveries + 1 != t.started)
       v.add(job() + (t.completed ? "completed" : "discarded") + " after " +
             std::to_string(t.started) + " deliveries with " + std::to_string(t.failed) +

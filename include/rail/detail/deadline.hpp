@@ -38,6 +38,15 @@ inline constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
   return sum;
 }
 
+/// aged_out(at_ns, max_age, now_ns): something recorded at at_ns is max_age old or older at
+/// now_ns, so it goes: kept while younger than max_age (BullMQ's removeOnComplete {age}, the
+/// DLQ's retention and retained ends all mean this). Duration::max(): never ages out.
+[[nodiscard]] constexpr bool aged_out(std::int64_t at_ns, std::chrono::nanoseconds max_age,
+                                      std::int64_t now_ns) noexcept {
+  const std::int64_t due = saturating_add(at_ns, max_age);
+  return due != kNever && due <= now_ns;
+}
+
 /// is_never(deadline_ns): the deadline saturated (or was given as "never").
 [[nodiscard]] constexpr bool is_never(std::int64_t deadline_ns) noexcept {
   return deadline_ns == kNever;

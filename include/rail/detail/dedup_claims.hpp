@@ -35,6 +35,7 @@
 #include <string_view>
 
 #include "rail/add_result.hpp"
+#include "rail/detail/deadline.hpp"
 #include "rail/detail/dedup_set.hpp"
 #include "rail/detail/flow_parts.hpp"
 #include "rail/detail/lazy_owned.hpp"
@@ -59,6 +60,13 @@ class DedupClaims {
   /// live_claim(o, now): the claim of a live job holding o.dedup.id, if any (a full queue's add
   /// checks it: a duplicate is a duplicate whether or not there is room).
   std::optional<DedupSet::Claim> live_claim(const JobOptions& o, std::int64_t now);
+  /// window_end(o, now): when a window for o's id opened (or restarted) at `now` ends: now +
+  /// ttl, or the job's due time + ttl with ttl_from_due; kNoExpiry without a ttl.
+  static std::int64_t window_end(const JobOptions& o, std::int64_t now) noexcept {
+    if (!o.dedup.ttl) return DedupSet::kNoExpiry;
+    const std::int64_t from = o.dedup.ttl_from_due ? saturating_add(now, o.delay) : now;
+    return saturating_add(from, *o.dedup.ttl);
+  }
   /// hold(idx, o): slot idx's new job (filled, not yet published) now holds o.dedup.id.
   void hold(std::uint32_t idx, const JobOptions& o);
   /// reclaim(idx, id, key, now): a redriven job `id` in slot idx holds id `key` again: still its

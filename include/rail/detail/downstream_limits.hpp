@@ -1,21 +1,24 @@
 // DownstreamLimits: the admission gate of one downstream service: a concurrency
-// permit counter, a token bucket for the rate (BullMQ's limiter: `max` starts per `per`, bucket
-// capacity `burst`), and a pushback pause (HTTP 429 with retry-after). try_admit(now) admits a job
-// only when all three allow it; otherwise it says what to wait for: a permit's release, or a time.
+// permit counter, a rate, and a pushback pause (HTTP 429 with retry-after). try_admit(now) admits
+// a job only when all three allow it; otherwise it says what to wait for: a permit's release, or
+// a time. The rate is a sliding window (BullMQ's limiter: at most `max` starts in any window of
+// `per`; detail/rate_window.hpp holds its algorithm and proof) or a token bucket (below). Both
+// take "tokens" through token_step and share the configuration protocol of "Rate changes".
 //
 // Guarantee: at most `concurrency` permits are held at once, exactly (linearizable, also across
-// set_concurrency); and the tokens granted to takes whose clock readings lie in a window [t1, t2]
+// set_concurrency); for a bucket, the tokens granted to takes whose clock readings lie in a
+// window [t1, t2]
 // number at most burst + R(t2) - R(t1) <= burst + ceil((t2 - t1) * max / per), where R counts
 // refills exactly (below): no rounding, so no drift over any horizon. A pause costs no token and
 // no permit. The time a refused take is told to come back at is exact: a take at it succeeds (if
 // no one else took the token first), a take 1 ns earlier fails.
 //
-// Algorithm, tokens: GCRA (the ATM Forum's "virtual scheduling" cell-rate algorithm, ITU-T I.371;
-// as used for rate limiting by redis-cell and Brandur Leach's "Rate limiting, cells, and GCRA")
-// counted in tokens instead of time. Classic GCRA keeps a theoretical arrival time and adds the
-// emission interval per/max to it on every take; 1 s / 7 is not a whole number of nanoseconds, so
-// that drifts. Here the state is N, the tokens issued since the configuration's base time, in one
-// atomic word, and the refills up to time t are
+// Algorithm, bucket tokens: GCRA (the ATM Forum's "virtual scheduling" cell-rate algorithm, ITU-T
+// I.371; as used for rate limiting by redis-cell and Brandur Leach's "Rate limiting, cells, and
+// GCRA") counted in tokens instead of time. Classic GCRA keeps a theoretical arrival time and adds
+// the emission interval per/max to it on every take; 1 s / 7 is not a whole number of nanoseconds,
+// so that drifts. Here the state is N, the tokens issued since the configuration's base time, in
+// one atomic word, and the refills up to time t are
 //     R(t) = floor((t - base) * max / per)    (0 before base; unsigned 128-bit intermediates)
 // a pure function of t, never accumulated. The bucket's level at t is
 //     L(t) = R(t) + burst - max(N, R(t))      (<= burst; < 0 only for a debt, see set_rate)
@@ -80,6 +83,9 @@
 // free). Hence a racing acquirer on the old configuration cannot overshoot: a take on it either
 // linearized before the close and is in the carried count, or fails and retries on the successor.
 // Removing the rate (nullopt) publishes an unlimited Config; setting one after that starts full.
+// A window configuration uses the same word as its count of starts, closed and started the same
+// way; a window that replaces a window carries its last starts (RateWindow::carry_from), and a
+// change of kind starts afresh: a bucket full, a window with no start in it.
 //
 // Pause (pushback): paused_until_ only grows (a CAS max). Admissions at now < paused_until are
 // refused with that time before any permit or token is looked at.
@@ -115,6 +121,7 @@
 
 #include "rail/detail/assert.hpp"
 #include "rail/detail/deadline.hpp"
+#include "rail/detail/rate_window.hpp"
 #include "rail/downstream.hpp"
 
 namespace rail::detail {
@@ -306,6 +313,10 @@ class BasicDownstreamLimits {
         continue;
       }
       if ((n & kClosed) != 0) continue;
+      if (c->window) {
+        s.tokens = c->window->available(n, now_ns);
+        return s;
+      }
       const std::int64_t r = refilled(*c, now_ns);
       s.tokens =
           static_cast<std::uint64_t>(std::max<std::int64_t>(0, r + c->burst - std::max(n, r)));
@@ -324,12 +335,17 @@ class BasicDownstreamLimits {
                 "N (at most max(2 * burst, kMaxRefill + burst)) must stay below the closed bit");
   static_assert(sizeof(U128) == 16, "R and available_at need 128-bit intermediates");
 
-  /// Config: one rate configuration. Everything but `issued` is immutable after publication.
+  using Window = BasicRateWindow<Atom>;
+  static_assert(Window::kClosed == kClosed, "the window and the bucket share the closed bit");
+
+  /// Config: one rate configuration. Everything but `issued` (and a window's records) is
+  /// immutable after publication.
   struct alignas(64) Config {
     std::int64_t base_ns = 0;  // R counts from here
     std::uint64_t max = 0;     // 0: no rate limit (the word is unused)
     std::uint64_t per_ns = 1;
     std::int64_t burst = 0;               // bucket capacity, >= 1 when max > 0
+    std::unique_ptr<Window> window;       // set: a window (burst unused), else a bucket
     Config* prev = nullptr;               // the configuration this one replaced; nullptr: the first
     Atom<std::int64_t> issued{kPending};  // N; kClosed set once replaced; kPending until started
   };
@@ -340,15 +356,21 @@ class BasicDownstreamLimits {
     c->base_ns = now_ns;
     c->prev = prev;
     if (rate) {
+      const bool window = rate->kind == RateLimit::Kind::window;
       const std::uint64_t burst = rate->burst != 0 ? rate->burst : rate->max;
-      RAIL_INVARIANT(rate->max >= 1 && rate->max <= RateLimit::kMaxTokens &&
-                         rate->per.count() > 0 && rate->per != Duration::max() &&
-                         rate->max <= static_cast<std::uint64_t>(rate->per.count()) &&
-                         burst <= RateLimit::kMaxTokens,
-                     "DownstreamLimits: a rate outside rail::validate(DownstreamOptions)'s bounds");
+      RAIL_INVARIANT(
+          rate->max >= 1 && rate->max <= RateLimit::kMaxTokens && rate->per.count() > 0 &&
+              rate->per != Duration::max() &&
+              rate->max <= static_cast<std::uint64_t>(rate->per.count()) &&
+              burst <= RateLimit::kMaxTokens &&
+              (!window || (rate->max <= RateLimit::kMaxWindowStarts && rate->burst == 0)),
+          "DownstreamLimits: a rate outside rail::validate(DownstreamOptions)'s bounds");
       c->max = rate->max;
       c->per_ns = static_cast<std::uint64_t>(rate->per.count());
       c->burst = static_cast<std::int64_t>(burst);
+      if (window)
+        c->window = std::make_unique<Window>(rate->max, rate->per.count(),
+                                             prev != nullptr && prev->window != nullptr);
     }
     return c;
   }
@@ -383,7 +405,7 @@ class BasicDownstreamLimits {
       // acquire: pairs with set_rate's release store (the Config's fields, its kPending word).
       Config* c = config_.load(std::memory_order_acquire);
       if (c->max == 0) return std::nullopt;
-      const std::int64_t r = refilled(*c, now_ns);
+      const std::int64_t r = c->window ? 0 : refilled(*c, now_ns);
       // acquire: a word read closed must show the successor in config_ (ordering contract).
       std::int64_t n = c->issued.load(std::memory_order_acquire);
       for (;;) {
@@ -393,6 +415,13 @@ class BasicDownstreamLimits {
           continue;
         }
         if ((n & kClosed) != 0) break;  // replaced: config_ already shows the successor
+        if (c->window) {
+          const auto step = c->window->template step<kTake>(c->issued, n, now_ns);
+          if (step.kind == Window::Step::Kind::taken) return std::nullopt;
+          if (step.kind == Window::Step::Kind::refused) return step.until_ns;
+          n = c->issued.load(std::memory_order_acquire);  // moved: take the next start's place
+          continue;
+        }
         const std::int64_t next = std::max(n, r) + 1;
         if (next > r + c->burst) return available_at(*c, n);  // refused: here n >= r + burst
         if constexpr (!kTake) return std::nullopt;
@@ -417,11 +446,19 @@ class BasicDownstreamLimits {
            !old_word.compare_exchange_weak(n, n | kClosed, std::memory_order_acq_rel,
                                            std::memory_order_acquire)) {
     }
-    const std::int64_t start = initial_issued(c, *c.prev, n & ~kClosed);
+    std::int64_t start = 0;
+    if (c.window) {
+      // The window's starts -W..-1 are the predecessor's last (or none: a change of kind).
+      if (c.prev->window) c.window->carry_from(*c.prev->window, n & ~kClosed);
+    } else {
+      start = initial_issued(c, *c.prev, n & ~kClosed);
+    }
     std::int64_t expected = kPending;
-    // relaxed: every helper computes the same start (the closed count is final); the first CAS
-    // wins and the rest fail on a started word, which carries no data of its own.
-    c.issued.compare_exchange_strong(expected, start, std::memory_order_relaxed);
+    // Every helper computes the same start (the closed count is final); the first CAS wins and
+    // the rest fail on a started word. release: publishes the window's carried records (written
+    // by this helper or read as written by another) to every take that reads the word started.
+    c.issued.compare_exchange_strong(expected, start, std::memory_order_release,
+                                     std::memory_order_relaxed);
   }
 
   /// initial_issued(c, old, last): c's starting N, so that its bucket holds at c's base what
@@ -430,7 +467,7 @@ class BasicDownstreamLimits {
   /// at most one burst, so that N stays in [0, 2 * burst].
   static std::int64_t initial_issued(const Config& c, const Config& old,
                                      std::int64_t last) noexcept {
-    if (c.max == 0 || old.max == 0) return 0;  // no bucket, or none before: start full
+    if (c.max == 0 || old.max == 0 || old.window) return 0;  // none before, or a window: full
     const std::int64_t r = refilled(old, c.base_ns);
     const std::int64_t level = r + old.burst - std::max(last, r);  // old's L(c.base)
     return c.burst - std::clamp(level, -c.burst, c.burst);

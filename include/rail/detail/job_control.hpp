@@ -48,9 +48,11 @@ class JobControl {
   /// cancel(id): true if job `id` was waiting or delayed and is now cancelled, or is running
   /// and is flagged to end as cancelled; false if it is not live here or its end is decided.
   bool cancel(JobId id);
-  /// retime(id, due): delayed job `id` runs at `due` instead (at once if due has come); false
-  /// if it is not delayed. Throws Error(would_deadlock) from a callback run while timers fire.
-  bool retime(JobId id, std::int64_t due);
+  /// retime(id, due, held_only): delayed job `id` runs at `due` instead (at once if due has
+  /// come); false if it is not delayed. A job held for its downstream (JobSlot::kHeld: it is
+  /// waiting) is retimed only with held_only (its gate's call), and then only such a job.
+  /// Throws Error(would_deadlock) from a callback run while timers fire.
+  bool retime(JobId id, std::int64_t due, bool held_only);
 
   /// reclaim_waiting(): an add found no free slot. If waiting jobs were cancelled (or indices
   /// held back for a pause) since the last sweep, sweeps the ready ring (Dispatcher::sweep_ready)

@@ -138,8 +138,11 @@ class JobFlow : public QueueBase,
   bool drain(Duration timeout);
   bool cancel(JobId id) { return control_.cancel(id); }
   [[nodiscard]] JobState state(JobId id) const { return queries_.state(id); }
-  /// retime(id, due): a delayed job runs at `due` instead (promote: now). See Queue::promote.
-  bool retime(JobId id, std::int64_t due) { return control_.retime(id, due); }
+  /// retime(id, due, held_only): a delayed job runs at `due` instead (promote: now). See
+  /// Queue::promote. held_only: the gate's call, for its leader held on the wheel.
+  bool retime(JobId id, std::int64_t due, bool held_only = false) {
+    return control_.retime(id, due, held_only);
+  }
   /// jobs(status, limit): live jobs in `status` (waiting, delayed or active), oldest id first.
   [[nodiscard]] std::vector<JobInfo> jobs(JobStatus status, std::size_t limit) const {
     return queries_.jobs(status, limit);
@@ -415,7 +418,7 @@ class JobFlow : public QueueBase,
     s.end_kind = EndKind::none;
     s.end_reason = DeadLetterReason::none;
     s.dedup = DedupHold::none;
-    s.woken = false;
+    s.marks.store(0, std::memory_order_relaxed);
     s.link = o.downstream.empty() ? 0 : links_.link_of(o.downstream);  // admit made it
     s.set_backoff(o.backoff);
     if (s.extra) s.extra->errors.clear();
@@ -425,8 +428,9 @@ class JobFlow : public QueueBase,
     JobSlot& s = slot(idx);
     if (delay.count() > 0) {
       s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);  // see publish()
+      parts_.stats.add(kToDelayed);  // before a cancel can take it out: see counts()
       s.ctl.publish(SlotState::delayed);
-      to_timer(idx);
+      timers_.submit(idx);
     } else {
       s.ctl.publish(SlotState::waiting);
       dispatch_.push_ready(idx);
@@ -478,6 +482,7 @@ class JobFlow : public QueueBase,
     retry_after,  // the handler gave the delay
     permanent,    // dead-letter now
     lapse,        // the lease lapsed: redeliver at once (SQS), lease_expired when exhausted
+    stalled_out,  // a lapse past the stall budget (BullMQ): an attempt made, lease_expired now
   };
 
   // --- workers (job_flow.cpp) -------------------------------------------------------------------
@@ -506,7 +511,6 @@ class JobFlow : public QueueBase,
   void fail_attempt(std::uint32_t idx, std::string reason, FailKind kind, Duration explicit_delay,
                     SplitMix64& rng, std::int64_t now, WorkerContext* wc);
   void lapse(std::uint64_t lease, std::int64_t now);
-  void to_timer(std::uint32_t idx) noexcept;
   /// log_failure(s, attempt, now, reason): appends to the job's error log; returns its text.
   const std::string& log_failure(JobSlot& s, std::uint32_t attempt, std::int64_t now,
                                  std::string reason);

@@ -54,8 +54,9 @@ class JobQueries {
   [[nodiscard]] std::optional<EndRecord> end_of(JobId id) const;
 
  private:
-  /// status_of(st): a live slot state's status (unknown for a slot that holds no live job).
-  static JobStatus status_of(SlotState st) noexcept;
+  /// status_of(s, st): the status of slot s in state st (unknown for a slot that holds no live
+  /// job); a job held on the wheel for its downstream is waiting.
+  static JobStatus status_of(const JobSlot& s, SlotState st) noexcept;
   /// live_state(s, c): the state of the job in slot s as its word c shows it (the caller
   /// validates c afterwards).
   [[nodiscard]] JobState live_state(const JobSlot& s, std::uint64_t c) const noexcept;

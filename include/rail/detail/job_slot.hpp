@@ -89,10 +89,33 @@ struct alignas(64) JobSlot {
   DedupHold dedup = DedupHold::none;  // the dedup id the job holds (its key in extra)
   EndKind end_kind = EndKind::none;
   DeadLetterReason end_reason = DeadLetterReason::none;
-  // Moved to ready by its gate's wake (GateLink::wake_blocked, while it holds the index): its
-  // deliverer reads and clears it and tells the gate (DownstreamGate::admit's `woken`).
-  bool woken = false;
+  // The holder's marks; only the thread that holds the index writes them (a load and a store),
+  // and its hand-off of the index publishes them. relaxed: other readers (state(), listings)
+  // validate with ctl, as they do id.
+  //   kWoken  moved to ready by its gate's wake (GateLink::wake_blocked, while it holds the
+  //           index): its deliverer takes it and tells the gate (DownstreamGate::admit's `woken`)
+  //   kHeld   waiting on the timing wheel for its downstream (the gate's leader until a token or
+  //           a pause's end, or a job the downstream pushed back): in state `delayed` there, but
+  //           counted and reported waiting (BullMQ keeps rate-limited jobs in wait); whoever
+  //           takes the job off the wheel (or debounces it: then it is delayed) clears it
+  static constexpr std::uint8_t kWoken = 1, kHeld = 2;
+  std::atomic<std::uint8_t> marks{0};
   std::atomic<std::uint16_t> stalls{0};  // lapsed leases (BullMQ stalledCounter)
+
+  [[nodiscard]] bool marked(std::uint8_t m) const noexcept {
+    return (marks.load(std::memory_order_relaxed) & m) != 0;
+  }
+  /// mark(m, on): the holder sets or clears m (its only writer: no read-modify-write needed).
+  void mark(std::uint8_t m, bool on) noexcept {
+    const std::uint8_t v = marks.load(std::memory_order_relaxed);
+    marks.store(static_cast<std::uint8_t>(on ? v | m : v & ~m), std::memory_order_relaxed);
+  }
+  /// take_mark(m): clears m; whether it was set.
+  bool take_mark(std::uint8_t m) noexcept {
+    const bool was = marked(m);
+    if (was) mark(m, false);
+    return was;
+  }
 
   // The holder's reads and writes of the fields state() also reads (relaxed: see the header).
   [[nodiscard]] std::uint16_t attempts() const noexcept {

@@ -302,8 +302,7 @@ class QueueImpl final : public JobFlow {
     const bool replaced =
         o.dedup.mode != DedupMode::merge && try_replace(claim, std::move(data), o, now);
     if (o.dedup.extend && !replaced)  // a replace restarted the window itself
-      (void)claims().window().set_expiry(o.dedup.id, claim.owner,
-                                         saturating_add(now, *o.dedup.ttl));
+      (void)claims().window().set_expiry(o.dedup.id, claim.owner, DedupClaims::window_end(o, now));
     return note_duplicate(claim.owner, job_name, o, now, replaced);
   }
 
@@ -328,10 +327,15 @@ class QueueImpl final : public JobFlow {
       const std::int64_t due = std::max(before, saturating_add(now, o.delay));
       s.due_ns.store(due, std::memory_order_relaxed);
       later = due > before;
+      // Held on the wheel for its downstream, it now waits for its debounce: delayed (into
+      // that gauge before out of `waiting`: counts() over-counts, never under).
+      if (later && s.take_mark(JobSlot::kHeld)) {
+        stats().add(kToDelayed);
+        stats().add(kFromReady);
+      }
     }
     if (o.dedup.ttl && (o.dedup.mode == DedupMode::debounce || o.dedup.extend))
-      (void)claims().window().set_expiry(o.dedup.id, claim.owner,
-                                         saturating_add(now, *o.dedup.ttl));
+      (void)claims().window().set_expiry(o.dedup.id, claim.owner, DedupClaims::window_end(o, now));
     s.ctl.end_update();
     // A debounced job no longer waits for its downstream's token: if it led the jobs waiting
     // for it, another leads (else the rest wait out the debounce:
