@@ -42,7 +42,9 @@ std::optional<DedupSet::Claim> DedupClaims::live_claim(const JobOptions& o, std:
 void DedupClaims::hold(std::uint32_t idx, const JobOptions& o) {
   JobSlot& s = parts_.slot(idx);
   parts_.extra(s).dedup_key = o.dedup.id;
-  s.dedup = o.dedup.ttl.has_value() ? DedupHold::with_ttl : DedupHold::until_end;
+  s.dedup = !o.dedup.ttl                  ? DedupHold::until_end
+            : o.dedup.keep_last_if_active ? DedupHold::ttl_unless_active
+                                          : DedupHold::with_ttl;
   // relaxed: the holder's store, published with the job (publish's release).
   gate(idx).store(open(s.id.load(std::memory_order_relaxed)), std::memory_order_relaxed);
 }

@@ -117,7 +117,7 @@ struct DedupSetTestPeer {
         const DedupSet::Entry& e = s.table[i];
         if (e.key_slot == DedupSet::kEmptySlot) continue;
         ++occupied;
-        const std::string key(set.key_bytes(s, e.key_slot), e.key_len);
+        const std::string key(set.key_bytes(s, e.key_slot), e.key_len & ~DedupSet::kPinnedBit);
         if (DedupSet::hash_lo(set.hash_of(key)) != e.hash) {
           return where + "stored hash does not match key bytes";
         }
@@ -302,6 +302,29 @@ TEST(DedupSet, ASuccessorTakesOverItsPredecessorsClaimInPlaceAndNobodyElses) {
   const auto e = set.try_claim("held", 200, DedupSet::kNoExpiry, make, d.owner);
   EXPECT_EQ(e.result, Result::inserted);
   EXPECT_EQ(set.find("held", 300)->first, e.owner);
+  EXPECT_EQ(Peer::check_invariants(set), "");
+}
+
+TEST(DedupSet, APinnedClaimStaysLivePastItsExpiryUntilUnpinned) {
+  DedupSet set(64);
+  CountingOwner make;
+  const auto a = set.try_claim("running", 0, 100, make);
+  ASSERT_EQ(a.result, Result::inserted);
+  EXPECT_FALSE(set.set_pinned("running", a.owner + 1, true)) << "only the owner may pin";
+  ASSERT_TRUE(set.set_pinned("running", a.owner, true));
+  EXPECT_EQ(set.try_claim("running", 500, 900, make).result, Result::duplicate);
+  EXPECT_EQ(set.find("running", 500)->first, a.owner);
+  EXPECT_EQ(set.sweep(500), 0u) << "a pinned claim is never swept";
+  EXPECT_TRUE(set.set_expiry("running", a.owner, 700));  // the window still moves
+  ASSERT_TRUE(set.set_pinned("running", a.owner, false));
+  EXPECT_EQ(set.try_claim("running", 699, 900, make).result, Result::duplicate);
+  const auto b = set.try_claim("running", 700, 900, make);
+  EXPECT_EQ(b.result, Result::inserted) << "unpinned, it expires at its expiry";
+  // A successor takes a pinned claim over unpinned.
+  ASSERT_TRUE(set.set_pinned("running", b.owner, true));
+  const auto c = set.try_claim("running", 800, 850, make, b.owner);
+  ASSERT_EQ(c.result, Result::inserted);
+  EXPECT_FALSE(set.find("running", 850).has_value());
   EXPECT_EQ(Peer::check_invariants(set), "");
 }
 

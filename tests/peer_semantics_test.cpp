@@ -702,6 +702,44 @@ TEST_F(Peers, KeepLastIfActiveRunsTheNewestDuplicateOnceMoreAfterTheRunningJob) 
   EXPECT_EQ(q.counts().completed, 2u);
 }
 
+TEST_F(Peers, KeepLastIfActiveHoldsTheIdWhileTheJobRunsPastItsTtl) {
+  // BullMQ: keepLastIfActive "prevents parallel execution even when ttl expires while the job
+  // is active". A ttl of 200 ms; the job runs 400 ms.
+  auto q = engine.queue<int>("syncs", QueueOptions{});
+  JobOptions o = with_dedup("user-7", 200ms);
+  o.dedup.keep_last_if_active = true;
+  std::vector<int> ran;
+  AddStatus during = AddStatus::added, extended = AddStatus::added;
+  q.process({}, [&](Job<int>& j) {
+    ran.push_back(j.data());
+    if (j.data() == 1) {
+      // An add that extends the window (to 350 ms) while the job runs moves its expiry, not
+      // the hold; then, past the extended window, still running:
+      JobOptions extend = with_dedup("user-7", 200ms);
+      extend.dedup.extend = true;
+      clock.advance(150ms);
+      extended = q.add("sync", 5, extend).status;
+      clock.advance(250ms);
+      during = q.add("sync", 2, o).status;
+    } else if (j.data() == 10) {
+      clock.advance(300ms);  // past the ttl, and nothing kept
+    }
+  });
+  (void)q.add("sync", 1, o);
+  replay();
+  EXPECT_EQ(extended, AddStatus::duplicate);
+  EXPECT_EQ(during, AddStatus::deferred) << "kept for after the running job, not a second job";
+  EXPECT_EQ(ran, (std::vector<int>{1, 2}));
+
+  clock.advance(1s);
+  JobOptions other = with_dedup("user-8", 200ms);
+  other.dedup.keep_last_if_active = true;
+  (void)q.add("sync", 10, other);
+  replay();
+  EXPECT_EQ(q.add("sync", 11, other).status, AddStatus::added)
+      << "a run that outlived its ttl lets the id go when it ends";
+}
+
 TEST_F(Peers, AKeptAddTakesOverAnIdTheEndedJobHeldForItsTtl) {
   auto q = engine.queue<int>("syncs", QueueOptions{});
   JobOptions o = with_dedup("user-7", 1h);

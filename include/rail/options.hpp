@@ -47,7 +47,9 @@ struct DedupOptions {
   /// add is already kept for after it (it ran, then went back for a retry or a lapse): they
   /// replace that one, the newest still wins. The id passes from the ended job to the kept add
   /// with no moment in between at which another add could take it, so the jobs of one id run
-  /// in the order of their adds.
+  /// in the order of their adds. While the job runs its id is held even past its ttl (BullMQ:
+  /// no parallel execution when the ttl expires while the job is active); the ttl counts again
+  /// once it stops running.
   bool keep_last_if_active = false;
   /// ttl_from_due: the window starts when the job is due (the add plus its delay) instead of at
   /// the add, so it covers the delay: asynq's Unique(ttl) with ProcessIn(d) holds the key for

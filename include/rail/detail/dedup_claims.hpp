@@ -84,12 +84,21 @@ class DedupClaims {
   bool release_at_end(const JobSlot& s, bool cancelled) noexcept {
     if (s.dedup == DedupHold::none) return false;
     const JobId id = s.id.load(std::memory_order_relaxed);
+    if (s.dedup == DedupHold::ttl_unless_active) unpin(s);  // a kept add holds it by its expiry
     // acq_rel: one total order with an adder's CAS (keep_while_active).
     if (gate(parts_.index_of(s)).exchange(0, std::memory_order_acq_rel) == kept(id)) return true;
-    if (s.dedup != DedupHold::with_ttl || cancelled)
+    if ((s.dedup != DedupHold::with_ttl && s.dedup != DedupHold::ttl_unless_active) || cancelled)
       (void)window_.get()->set.release(s.extra->dedup_key, id);  // built: s claimed through it
     return false;
   }
+
+  /// pin(s) / unpin(s): the job in s (DedupHold::ttl_unless_active, held by the caller) starts
+  /// a delivery / leaves it (finish, lapse, end). While it runs its id does not lapse with its
+  /// ttl (BullMQ's keepLastIfActive: no second job while one is active): DedupSet::set_pinned.
+  /// Its expiry goes on meanwhile (an extend still moves it) and counts again once unpinned.
+  /// Both are idempotent, and neither touches an id that is another job's by then.
+  void pin(const JobSlot& s) noexcept { set_pinned(s, true); }
+  void unpin(const JobSlot& s) noexcept { set_pinned(s, false); }
 
   /// keep_while_active(idx, owner, key, keep, undo): under the caller's lock on its kept adds,
   /// keeps an add for after job `owner` if it is running in slot idx and no end closed its gate:
@@ -125,6 +134,11 @@ class DedupClaims {
   }
 
  private:
+  void set_pinned(const JobSlot& s, bool pinned) noexcept {
+    // Built: s claimed its id through the window.
+    (void)window_.get()->set.set_pinned(s.extra->dedup_key, s.id.load(std::memory_order_relaxed),
+                                        pinned);
+  }
   static constexpr std::uint64_t open(JobId id) noexcept { return id << 1; }
   static constexpr std::uint64_t kept(JobId id) noexcept { return id << 1 | 1; }
 

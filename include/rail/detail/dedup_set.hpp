@@ -5,8 +5,8 @@
 //
 // Guarantee: for any key, at most one live owner at a time. A try_claim of a live key never
 // inserts, and after expiry or release the next try_claim inserts. "Live" means present with
-// expires_at_ns > now_ns. An entry with expires_at_ns <= now_ns is expired, and every operation
-// that takes a clock treats it as absent.
+// expires_at_ns > now_ns, or pinned (set_pinned: its owner runs, whatever the expiry). An entry
+// that is neither is expired, and every operation that takes a clock treats it as absent.
 //
 // Algorithm: S shards, chosen by the key's 64-bit hash. Each shard is an open-addressing table with
 // linear probing under a test-and-test-and-set spin lock. Deletion is by backward shift (Knuth,
@@ -63,7 +63,8 @@
 //                             // shard, the same for every entry of a shard, so not stored)
 //     uint32 value;           // caller's payload (the engine stores a slot index)
 //     uint32 key_slot;        // index into keys[]
-//     uint32 key_len;         // bytes used in that key slot
+//     uint32 key_len;         // bytes used in that key slot; bit 31: pinned (live whatever
+//                             // its expiry)
 //   };
 // clang-format on
 //
@@ -196,6 +197,13 @@ class DedupSet {
   /// the owner's own expired entry that no claim has replaced yet. A claim by anyone else replaces
   /// the entry with a new owner, so no other owner's claim is ever overridden.
   bool set_expiry(std::string_view key, std::uint64_t owner, std::int64_t expires_at_ns) noexcept;
+  /// swap_expiry(key, owner, desired, expected): set_expiry to `desired`, only while the expiry
+  /// is `expected` (when given); the expiry it had, or nullopt when nothing changed.
+  /// set_pinned(key, owner, pinned): marks `owner`'s entry for `key` live whatever its expiry
+  /// (pinned), or clears the mark; its expiry is kept and set_expiry still changes it. Returns
+  /// whether the entry was found. A pinned entry is never swept or reclaimed, so the caller
+  /// clears the mark (or releases the key) when the reason to hold it ends.
+  bool set_pinned(std::string_view key, std::uint64_t owner, bool pinned) noexcept;
 
   /// set_value(key, owner, value) replaces the value stored with `key` if `owner` owns it (a
   /// redriven job that kept its claim lives in another slot now). Returns whether it was found.
@@ -268,6 +276,7 @@ class DedupSet {
     Atom<bool> locked_{false};
   };
 
+  static constexpr std::uint32_t kPinnedBit = std::uint32_t{1} << 31;  // in key_len
   struct Entry {
     std::uint64_t owner;
     std::int64_t expires_at_ns;
@@ -338,12 +347,18 @@ class DedupSet {
     return s.keys + std::size_t{slot} * max_key_bytes_;
   }
 
+  // expired: neither pinned nor live at now_ns. A pinned entry's expiry still counts in a
+  // shard's min_expiry, so while one is pinned past it a full shard's claims sweep it in vain.
+  static bool expired(const Entry& e, std::int64_t now_ns) noexcept {
+    return (e.key_len & kPinnedBit) == 0 && e.expires_at_ns <= now_ns;
+  }
+
   bool matches(const Shard& s, const Entry& e, std::uint64_t hash,
                std::string_view key) const noexcept {
     // Hash first: it rejects almost every other key in the chain without touching key bytes. Then
     // length and bytes, so that equal hashes never merge different keys. The empty() test avoids
     // passing memcmp a null data() (UB even when the length is 0).
-    return e.hash == hash_lo(hash) && e.key_len == key.size() &&
+    return e.hash == hash_lo(hash) && (e.key_len & ~kPinnedBit) == key.size() &&
            (key.empty() || std::memcmp(key_bytes(s, e.key_slot), key.data(), key.size()) == 0);
   }
 
@@ -401,7 +416,7 @@ class DedupSet {
     std::size_t i = next(start);
     for (std::size_t visited = 1; visited <= table_mask_;) {
       const Entry& e = s.table[i];
-      if (e.key_slot != kEmptySlot && e.expires_at_ns <= now_ns) {
+      if (e.key_slot != kEmptySlot && expired(e, now_ns)) {
         erase_at(s, i);
         ++removed;
         continue;  // slot i now holds a shifted successor or is empty: examine it again
@@ -521,10 +536,11 @@ DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
       e.owner = owner;
       e.value = value;
       e.expires_at_ns = expires_at_ns;
+      e.key_len &= ~kPinnedBit;  // the new owner's claim starts unpinned
       s.min_expiry = std::min(s.min_expiry, expires_at_ns);
       return {Claim::Result::inserted, owner, value};
     }
-    if (e.expires_at_ns <= now_ns) {
+    if (expired(e, now_ns)) {
       erase_at(s, i);
       continue;
     }
@@ -589,6 +605,12 @@ inline bool DedupSet::set_expiry(std::string_view key, std::uint64_t owner,
   });
 }
 
+inline bool DedupSet::set_pinned(std::string_view key, std::uint64_t owner, bool pinned) noexcept {
+  return update_owned(key, owner, [&](Shard&, Entry& e) noexcept {
+    e.key_len = pinned ? e.key_len | kPinnedBit : e.key_len & ~kPinnedBit;
+  });
+}
+
 inline bool DedupSet::set_value(std::string_view key, std::uint64_t owner,
                                 std::uint32_t value) noexcept {
   return update_owned(key, owner, [&](Shard&, Entry& e) noexcept { e.value = value; });
@@ -603,7 +625,7 @@ inline std::optional<std::pair<std::uint64_t, std::uint32_t>> DedupSet::find(
   Shard& s = shard_for(hash);
   const Guard guard(s.lock);
   const std::size_t i = locate(s, hash, key);
-  if (i == npos || s.table[i].expires_at_ns <= now_ns) return std::nullopt;
+  if (i == npos || expired(s.table[i], now_ns)) return std::nullopt;
   return std::pair{s.table[i].owner, s.table[i].value};
 }
 

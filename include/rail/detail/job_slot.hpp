@@ -63,8 +63,9 @@ struct SlotExtra {
 // All delivery fields on the first line would speed bulk adds but slow single adds: workers that
 // keep up take each job as it lands, and each hand-off costs the producer the ring cell's line.
 /// DedupHold: whether a job holds a dedup id, and whether for a ttl window (released by the ttl,
-/// not by the job's end, unless cancelled).
-enum class DedupHold : std::uint8_t { none, until_end, with_ttl };
+/// not by the job's end, unless cancelled); ttl_unless_active: a ttl window held past its end
+/// while the job runs (keep_last_if_active: DedupClaims::pin).
+enum class DedupHold : std::uint8_t { none, until_end, with_ttl, ttl_unless_active };
 
 struct alignas(64) JobSlot {
   SlotControl<> ctl;
