@@ -192,14 +192,10 @@ bool JobControl::retime(JobId id, std::int64_t due, bool held_only) {
         // change_delay does not apply (BullMQ: "not in the delayed state"). The gate's applies
         // only to a job still held: one a debounce moved later waits for that now.
         if (s.marked(JobSlot::kHeld) != held_only) break;
-        if (timers_.retime(i, c, std::max(due, now), now, wheel, client_)) {
-          // Due later than now: if it led its downstream's waiting jobs, it no longer waits for
-          // their token; another leads (else a leader parked by change_delay holds them:
-          // Review.ALeaderParkedByChangeDelayStepsDown pins it). Due now, it fired above and
-          // stepped down in timer_fired.
-          if (due > now) links_.stepped_aside(id);
-          return true;
-        }
+        // A gate's leader is held, so only its gate retimes it, to now: it fires here and steps
+        // down in timer_fired. A user's retime never moves a leader
+        // (Review.ALeaderIsWaitingSoChangeDelayAndPromoteLeaveItToItsGate pins it).
+        if (timers_.retime(i, c, std::max(due, now), now, wheel, client_)) return true;
         // The CAS failed: a stale handler unpinned (the job is still delayed: try again), or
         // the job moved on (the loop ends).
       }

@@ -40,8 +40,9 @@
 // N. The carried slots are published by the release CAS that starts the successor's word: its
 // helper wrote each slot or read it (acquire) as another helper wrote it (release).
 //
-// Bounds: W <= kMaxStarts (2^20; two 8-byte slots a start: 16 MiB at most; RateLimit's
-// validation refuses more). A reading below kLongAgo + 2 is recorded as kLongAgo + 2.
+// Bounds: W <= RateLimit::kMaxWindowStarts (2^20; two 8-byte slots a start: 16 MiB at most;
+// rail::validate(DownstreamOptions) refuses more). A reading below kLongAgo + 2 is recorded as
+// kLongAgo + 2.
 #pragma once
 
 #include <algorithm>
@@ -58,7 +59,6 @@ namespace rail::detail {
 template <template <class> class Atom = std::atomic>
 class BasicRateWindow {
  public:
-  static constexpr std::uint64_t kMaxStarts = std::uint64_t{1} << 20;
   /// kClosed: the bit DownstreamLimits sets on a replaced configuration's word.
   static constexpr std::int64_t kClosed = std::int64_t{1} << 62;
 
@@ -82,8 +82,6 @@ class BasicRateWindow {
   }
   BasicRateWindow(const BasicRateWindow&) = delete;
   BasicRateWindow& operator=(const BasicRateWindow&) = delete;
-
-  [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
 
   /// step<kTake>(issued, n, now): start n (the word read n, neither kPending nor closed) at now.
   template <bool kTake>
