@@ -6,6 +6,7 @@
 #include <climits>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "rail/detail/cpu_relax.hpp"
 #include "rail/detail/deadline.hpp"
@@ -176,7 +177,7 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w, PoolDuty& duty) noexcept {
 
 void Dispatcher::push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexcept {
   stats_.add(kToReady, n);
-  ready_.push_held_bulk(idx, n);
+  push_entries(idx, n);
   const std::size_t wake = std::max<std::size_t>(1, std::min<std::size_t>(n, workers()));
   // seq_cst fence, then acquire: as in wake_for_ready (join_pool's hand-off needs our pushes
   // ordered before the load of the target). Once per bulk.
@@ -197,8 +198,9 @@ std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std:
   while (ran < max && !pause_.paused() && !stop_.load(std::memory_order_acquire)) {
     // acquire: a sweep that ended before this load has put back what it took (sweep_ready).
     const std::uint64_t gen = sweep_gen_.load(std::memory_order_acquire);
-    if (ready_.try_pop(idx)) {
+    if (pop_inline(*inline_context_, idx)) {
       if (paused_after_pop()) [[unlikely]] {
+        if (std::exchange(inline_context_->holds_permit, false)) permits_->give_back();
         hold_back(nullptr, &idx, 1);
         break;
       }
@@ -452,6 +454,13 @@ bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t&
 
 /// work_visible(): a ready job in the ring or in any worker's stash (a hint, for wake-ups).
 bool Dispatcher::work_visible() const noexcept {
+  // Work with no permit for it is none: the worker sleeps, and the permit's release wakes it
+  // (unless the head of the line needs no permit of ours).
+  return work_queued() && (permits_ == nullptr || other_at_head() || permits_->may_take());
+}
+
+/// work_queued(): a ready job in the ring or in any worker's stash (a hint).
+bool Dispatcher::work_queued() const noexcept {
   if (ready_.size_approx() > 0) return true;
   for (std::uint32_t w = 0; w < workers(); ++w)
     if (!stashes_[w].empty()) return true;
@@ -466,6 +475,27 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   // and handed its payload back (take_leftovers).
   if (stop_.load(std::memory_order_acquire)) return false;
   if (pause_.seen(wc.pause)) return false;
+  if (permits_ != nullptr && permits_->limited()) [[unlikely]] {
+    // A permit only for a job in sight: a spinner would otherwise take and give back one per
+    // look, each give-back a release that wakes the gate's waiters.
+    core_.poll_timers(wc.last_start_ns);  // as below: a timer may make a job ready
+    if (!work_queued()) return false;
+    switch (permits_->take()) {
+      case PermitSource::Take::unlimited:
+        break;
+      case PermitSource::Take::taken:
+        return next_permitted_job(w, wc, idx);
+      case PermitSource::Take::refused:
+        // No permit of ours: a job at the head of the line that calls another downstream
+        // needs none.
+        if (!ready_.try_pop_if(idx, [](std::uint32_t e) { return (e & kNamesOther) != 0; }))
+          return false;
+        idx = slot_of(idx);
+        if (paused_after_pop()) [[unlikely]]
+          return hold_back(&wc, &idx, 1);
+        return true;
+    }
+  }
   if (wc.stash->take(idx)) return true;
   // A batch boundary: fire any timer that came due (backoffs, delays, lease sweeps) if the timer
   // thread has not.
@@ -473,6 +503,9 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   std::array<std::uint32_t, WorkerStash::kCapacity> batch;
   const std::size_t want = wc.fast ? batch.size() : 1;
   const std::size_t n = ready_.try_pop_bulk(batch.data(), want);
+  if (permits_ != nullptr) [[unlikely]]  // a limit lifted: its entries may carry the mark
+    for (std::size_t i = 0; i < n; ++i)
+      batch[i] = slot_of(batch[i]);
   if (n == 0) {
     if (!steal(w, wc, idx)) return false;
     if (paused_after_pop()) [[unlikely]]
@@ -519,6 +552,66 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   return true;
 }
 
+/// next_permitted_job(w, wc, idx): next_job for a worker that took a permit (PermitSource): one
+/// job; no batch, as each job needs a permit of its own. The stashes first (a job held back for
+/// a pause, or popped before the limit was set: older than the ring's), then the ring. The job
+/// carries the permit; without a job it goes back. Another worker is woken when jobs and
+/// permits are left for it.
+bool Dispatcher::next_permitted_job(std::uint32_t w, WorkerContext& wc,
+                                    std::uint32_t& idx) noexcept {
+  if (!wc.stash->take(idx)) {
+    if (!steal(w, wc, idx) && !ready_.try_pop(idx)) {
+      permits_->give_back();
+      return false;
+    }
+    const bool other = (idx & kNamesOther) != 0;  // calls another downstream: needs no permit
+    idx = slot_of(idx);
+    const bool paused = paused_after_pop();
+    if (other || paused) permits_->give_back();
+    if (paused) [[unlikely]]
+      return hold_back(&wc, &idx, 1);
+    if (other) return true;
+  }
+  wc.holds_permit = true;
+  if (workers() > 1 && ready_.size_approx() > 0 && permits_->free_now())
+    wake_for_ready(!wc.holds_duty);
+  return true;
+}
+
+void Dispatcher::push_entries(const std::uint32_t* idx, std::size_t n) noexcept {
+  if (permits_ != nullptr) [[unlikely]] {
+    for (std::size_t i = 0; i < n; ++i)
+      if (entry_of(idx[i]) != idx[i]) {  // a marked one: each goes in with its mark
+        for (std::size_t k = 0; k < n; ++k)
+          ready_.push_held(entry_of(idx[k]));
+        return;
+      }
+  }
+  ready_.push_held_bulk(idx, n);
+}
+
+/// pop_inline(wc, idx): the inline runner's pop: a ready job, with a permit when the queue's
+/// downstream limits concurrency (as next_job); false when there is none or no permit.
+bool Dispatcher::pop_inline(WorkerContext& wc, std::uint32_t& idx) noexcept {
+  if (permits_ != nullptr && ready_.size_approx() == 0) return false;  // as next_job
+  const PermitSource::Take take = permits_ ? permits_->take() : PermitSource::Take::unlimited;
+  if (take == PermitSource::Take::refused) {
+    // As next_job: the head of the line may need no permit of ours.
+    if (!ready_.try_pop_if(idx, [](std::uint32_t e) { return (e & kNamesOther) != 0; }))
+      return false;
+    idx = slot_of(idx);
+    return true;
+  }
+  if (!ready_.try_pop(idx)) {
+    if (take == PermitSource::Take::taken) permits_->give_back();
+    return false;
+  }
+  wc.holds_permit = take == PermitSource::Take::taken && (idx & kNamesOther) == 0;
+  if (take == PermitSource::Take::taken && !wc.holds_permit) permits_->give_back();
+  idx = slot_of(idx);
+  return true;
+}
+
 /// hold_back(wc, idx, n): a worker (wc) or the inline runner (null) popped n ready jobs and then
 /// saw the queue paused: none starts. A worker keeps them in its stash, in order (it is empty:
 /// its own take() failed before it popped, and only its owner fills a stash; n <= kCapacity) and
@@ -528,7 +621,7 @@ bool Dispatcher::hold_back(WorkerContext* wc, const std::uint32_t* idx, std::siz
   if (wc) {
     wc->stash->fill(idx, static_cast<std::uint32_t>(n));
   } else {
-    ready_.push_held_bulk(idx, n);
+    push_entries(idx, n);
   }
   // release, after the fill or push: see held_back().
   held_back_.fetch_add(1, std::memory_order_release);
@@ -542,7 +635,9 @@ bool Dispatcher::steal(std::uint32_t w, const WorkerContext& wc, std::uint32_t& 
   for (std::size_t k = 1; k < n; ++k) {
     WorkerStash& victim = stashes_[(w + k) % n];
     if (!victim.empty() && victim.take(idx)) {
-      if (n > 2 && work_visible()) wake_for_ready(!wc.holds_duty);  // chain on, as next_job does
+      // Chain on, as next_job does (a permit holder's look marks no hunger: free_now).
+      if (n > 2 && work_queued() && (permits_ == nullptr || permits_->free_now()))
+        wake_for_ready(!wc.holds_duty);
       return true;
     }
   }

@@ -29,8 +29,8 @@ void DownstreamGate::attach(BlockedQueue* q) {
 }
 
 DownstreamGate::Decision DownstreamGate::admit(JobId id, std::int64_t now, BlockedQueue* q,
-                                               bool woken) noexcept {
-  const Admission a = limits_.try_admit(now);
+                                               bool woken, bool holds_permit) noexcept {
+  const Admission a = holds_permit ? limits_.try_admit_held(now) : limits_.try_admit(now);
   if (a.kind == Admission::Kind::admitted) {
     // The chain: a token and a permit were there for this job; if there is one for the next
     // job too, wake it. A woken job that nobody leads after also wakes the next when only the
@@ -44,8 +44,18 @@ DownstreamGate::Decision DownstreamGate::admit(JobId id, std::int64_t now, Block
     return {Verdict::admitted, 0, a.kind};
   }
   // A permit held for a moment and given back (try_admit's returned_permit) may have refused
-  // another job meanwhile: wake one as a release would.
-  if (a.returned_permit) wake_if_blocked();
+  // another job, or a queue's workers, meanwhile: wake them as a release would.
+  if (a.returned_permit) permit_back();
+  const Decision d = refuse(id, q, a);
+  // A job refused for time gives back the permit it came with, as a handler's return does; after
+  // the leader is chosen, so that the release wakes a blocked job only if it could start or would
+  // lead (a wake for each refusal would send the refused jobs round and round).
+  if (holds_permit) release(now);
+  return d;
+}
+
+DownstreamGate::Decision DownstreamGate::refuse(JobId id, BlockedQueue* q,
+                                                const Admission& a) noexcept {
   // A refusal due never (paused for good) leads too: it parks on the wheel, and the others wait
   // behind it. Were it blocked instead, each refused job would find no leader and wake itself:
   // refused, blocked, woken, refused, forever, and run_until_idle never returns
@@ -90,13 +100,35 @@ void DownstreamGate::swept(std::int64_t removed, std::int64_t now) noexcept {
     (void)wake_one();
 }
 
-void DownstreamGate::release(std::int64_t now) noexcept {
+void DownstreamGate::release(std::int64_t now, const BlockedQueue* next_taker) noexcept {
   // With no limit at the release, no job waits for a permit: jobs wait only for time, and their
   // leader's stepping down wakes them (else each return wakes one, refused again:
   // Review.TheLeaderIsNotOvertakenByTheJobsItWakes pins it).
   // With one, the freed permit is of use only with a token there; without, a leader brings the
   // token and wakes then, and with no leader the woken job will lead.
-  if (limits_.release_permit()) wake_if_useful(now, true);
+  // Hungry queues (PermitSource) wait for this permit alone, whatever the token: the job they
+  // then take waits for its token as any other.
+  if (!limits_.release_permit()) return;
+  // seq_cst fence: the waker's side of both hand-offs: our release before the reads of the
+  // hungry marks and of the blocked count.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  wake_hungry(next_taker);
+  wake_useful_fenced(now, true);
+}
+
+void DownstreamGate::permit_back() noexcept {
+  // seq_cst fence: as in release().
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  wake_hungry();
+  if (blocked_.load(std::memory_order_relaxed) > 0) (void)wake_one();
+}
+
+void DownstreamGate::wake_hungry(const BlockedQueue* skip) noexcept {
+  // acquire: pairs with attach's release store of the count.
+  const std::size_t n = queue_count_.load(std::memory_order_acquire);
+  for (std::size_t k = 0; k < n; ++k)
+    if (BlockedQueue* q = queues_[k].load(std::memory_order_relaxed); q != skip)
+      (void)q->wake_hungry();
 }
 
 void DownstreamGate::forget_leader(JobId id) noexcept {
@@ -106,9 +138,10 @@ void DownstreamGate::forget_leader(JobId id) noexcept {
 }
 
 void DownstreamGate::changed() noexcept {
-  // A new permit or rate: the first blocked job tries it. Through the fence (wake_if_blocked):
-  // the change is the waker's side of the hand-off with a job refused under the old limits.
-  wake_if_blocked();
+  // A new permit or rate: the first blocked job tries it, and hungry queues look again. Through
+  // the fence (permit_back): the change is the waker's side of the hand-off with a job or a
+  // worker refused under the old limits.
+  permit_back();
   const JobId leader = leader_.load(std::memory_order_relaxed);
   BlockedQueue* q = leader_queue_.load(std::memory_order_acquire);
   if (leader != 0 && q) q->promote_leader(leader);
@@ -127,12 +160,24 @@ void DownstreamGate::wake_if_useful(std::int64_t now, bool or_leaderless) noexce
   // down (CAS, fence, count) comes later in the fence order and sees every job counted before
   // ours (a job refused a permit before our release included).
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  wake_useful_fenced(now, or_leaderless);
+}
+
+void DownstreamGate::wake_useful_fenced(std::int64_t now, bool or_leaderless) noexcept {
   if (blocked_.load(std::memory_order_relaxed) <= 0) return;
   // Leaderless: the woken job, refused for time, will lead; refused a permit, it would only go to
   // the back of the ring (the release of a permit wakes one then).
   if (limits_.may_admit(now) ||
       (or_leaderless && leader_.load(std::memory_order_relaxed) == 0 && limits_.permit_free()))
     (void)wake_one();
+}
+
+std::uint64_t DownstreamGate::waiting_for_permit() const noexcept {
+  const std::size_t n = queue_count_.load(std::memory_order_acquire);  // as in wake_one
+  std::uint64_t sum = 0;
+  for (std::size_t k = 0; k < n; ++k)
+    sum += queues_[k].load(std::memory_order_relaxed)->waiting_for_permit();
+  return sum;
 }
 
 bool DownstreamGate::wake_one() noexcept {
@@ -190,7 +235,9 @@ DownstreamStats Downstream::stats() const {
   out.concurrency = s.concurrency;
   out.tokens = s.tokens;
   if (s.paused_until_ns > now) out.paused_until = TimePoint{Duration{s.paused_until_ns}};
-  out.waiting = static_cast<std::uint64_t>(std::max<std::int64_t>(0, gate_->blocked_count()));
+  out.waiting =
+      static_cast<std::uint64_t>(std::max<std::int64_t>(0, gate_->blocked_count())) +
+      (s.concurrency != 0 && s.in_flight >= s.concurrency ? gate_->waiting_for_permit() : 0);
   return out;
 }
 

@@ -21,7 +21,10 @@ DownstreamLinks::DownstreamLinks(FlowParts& parts, JobFlow& flow, Dispatcher& di
 }
 
 void DownstreamLinks::attach() {
-  if (GateLink* own = link(0)) own->gate().attach(own);
+  GateLink* own = link(0);
+  if (own == nullptr) return;
+  own->serve_permits();
+  own->gate().attach(own);
 }
 
 std::uint8_t DownstreamLinks::link_of(const std::string& downstream) const noexcept {
@@ -78,6 +81,59 @@ void GateLink::promote_leader(JobId id) noexcept {
     (void)flow_.retime(id, flow_.core().now_ns(), true);
   } catch (...) {  // retime allocates nothing; a failure leaves the leader due when it was
   }
+}
+
+void GateLink::serve_permits() noexcept {
+  serves_permits_ = true;
+  dispatch_.take_permits_from(this);
+}
+
+PermitSource::Take GateLink::take() noexcept {
+  DownstreamLimits& limits = gate_.limits();
+  for (;;) {
+    if (!limits.limited()) return Take::unlimited;
+    if (limits.try_acquire_permit()) return Take::taken;
+    if (!hungry()) return Take::refused;
+  }
+}
+
+void GateLink::give_back() noexcept {
+  gate_.release(flow_.core().now_ns());
+}
+
+bool GateLink::may_take() noexcept {
+  const DownstreamLimits& limits = gate_.limits();
+  return !limits.limited() || limits.permit_free() || hungry();
+}
+
+bool GateLink::hungry() noexcept {
+  // relaxed, both: the fence orders the mark before the look (see the header).
+  if (!hungry_.load(std::memory_order_relaxed)) hungry_.store(true, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return gate_.limits().permit_free();
+}
+
+bool GateLink::wake_hungry() noexcept {
+  // relaxed: the caller's fence orders these loads after its release (see the header).
+  if (!hungry_.load(std::memory_order_relaxed) ||
+      !hungry_.exchange(false, std::memory_order_relaxed))
+    return false;
+  dispatch_.wake_workers();
+  return true;
+}
+
+std::uint64_t GateLink::waiting_for_permit() const noexcept {
+  return serves_permits_ ? flow_.waiting_in_line() : 0;
+}
+
+std::uint64_t DownstreamLinks::waiting_in_line(std::uint64_t waiting) const noexcept {
+  // Figures, each read on its own: the queue's waiting jobs but those at a gate (blocked, or
+  // the one a gate holds on the wheel for its token).
+  auto n = static_cast<std::int64_t>(waiting);
+  for_each([&n](GateLink& l) {
+    n -= static_cast<std::int64_t>(l.blocked().size_approx()) + (l.gate().leads_for(&l) ? 1 : 0);
+  });
+  return n > 0 ? static_cast<std::uint64_t>(n) : 0;
 }
 
 }  // namespace rail::detail

@@ -131,6 +131,9 @@ std::size_t JobFlow::run_ready(std::size_t max) {
 bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   JobSlot& s = slot(idx);
   const ScopedValue<const QueueBase*> delivering(current_delivery(), this);
+  // The permit of the queue's own downstream that the worker took for this job (PermitSource);
+  // every way out of here either keeps it for the handler or gives it back.
+  bool carried = std::exchange(wc.holds_permit, false);
   // The delivery's number and start time are written before activation, so that state() never
   // sees an active job with its previous count (it reads them against the word: job_slot.hpp).
   // A cancel that wins meanwhile may read the count one high in its event; it is put back.
@@ -145,12 +148,18 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   const auto a = s.ctl.activate();
   if (a.result != SlotControl<>::Activation::active) {
     s.deliveries.store(delivered, std::memory_order_relaxed);
+    if (carried) links_.link(0)->give_back();
     if (a.result == SlotControl<>::Activation::cancelled) control_.drop_cancelled(idx);
     return false;  // taken: handed back by take_leftovers after shutdown; drop the index
   }
   // seq_cst: with activate's CAS and shutdown's store, in one order (see SlotControl::activate):
   // a worker that got here after shutdown's report read the job as waiting sees the stop.
   const bool stopping = dispatch_.stopping(std::memory_order_seq_cst);
+  // A job that names another downstream, or that will not run, has no use for the permit.
+  if (carried && (s.link != 0 || stopping)) [[unlikely]] {
+    links_.link(0)->give_back();
+    carried = false;
+  }
   if (stopping && s.ctl.deactivate(ctl::seq(a.word))) {
     s.deliveries.store(delivered, std::memory_order_relaxed);
     return false;  // back to waiting, for take_leftovers; its index stays with nobody
@@ -161,9 +170,12 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   bool permit = false;
   bool skip = stopping;
   GateLink* const gate = links_.link(s.link);
+  const bool own_gate = s.link == 0;  // read before the lease: see below
   if (gate && !stopping) [[unlikely]] {
     const bool woken = s.take_mark(JobSlot::kWoken);  // ours: the index's holder
-    const auto d = gate->gate().admit(s.id.load(std::memory_order_relaxed), now, gate, woken);
+    // A refusal gives a carried permit back (admit).
+    const auto d =
+        gate->gate().admit(s.id.load(std::memory_order_relaxed), now, gate, woken, carried);
     if (d.verdict == DownstreamGate::Verdict::admitted) {
       permit = true;
     } else if (throttle(idx, token, delivered, *gate, d, now, wc)) {
@@ -239,7 +251,8 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
         "the handler returned Outcome::pending() without calling Job::defer(): nothing would "
         "complete the job");
   if (leased) LeaseTracker::release(wc.record);
-  if (permit) return_permit(gate->gate(), out, parts_.core.now_ns());
+  // A permit of the queue's own downstream: this worker takes the next job at once (next_job).
+  if (permit) return_permit(gate->gate(), out, parts_.core.now_ns(), own_gate ? gate : nullptr);
   finish(idx, token, std::move(out), wc, job.started_at_, job.deliveries_);
   // After finish() returned the slot to the free list (final_end): once counts() shows the
   // attempt ended (drain() returns), the slot is free for the next add.

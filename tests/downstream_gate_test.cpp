@@ -39,6 +39,8 @@ struct FakeQueue final : BlockedQueue {
     return true;
   }
   void promote_leader(JobId) noexcept override {}
+  bool wake_hungry() noexcept override { return false; }  // its jobs take no permit before admit
+  std::uint64_t waiting_for_permit() const noexcept override { return 0; }
 };
 
 /// World: a gate, one queue, and what deliver does with a job (admit; block or lead).

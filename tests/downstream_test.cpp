@@ -220,8 +220,11 @@ TEST_F(DownstreamInline, ThrottledEventsSayWhyAndHowLong) {
 }
 
 TEST(DownstreamThreaded, AJobRefusedAPermitIsThrottledForNoPermitUntilOneFrees) {
+  // Jobs that name the downstream (a queue's own takes its permit before the job: no refusal).
   Engine engine;
   engine.downstream("api", {.concurrency = 1});
+  JobOptions calls_api;
+  calls_api.downstream = "api";
   std::mutex mu;
   std::vector<std::pair<Throttle, Duration>> held;
   engine.on_event([&](const Event& e) {
@@ -229,7 +232,7 @@ TEST(DownstreamThreaded, AJobRefusedAPermitIsThrottledForNoPermitUntilOneFrees) 
     const std::lock_guard lock(mu);
     held.emplace_back(e.throttle, e.delay);
   });
-  auto q = engine.queue<int>("q", test::calling("api"));
+  auto q = engine.queue<int>("q", {});
   std::atomic<bool> release{false};
   std::atomic<int> in{0};
   q.process({.concurrency = 2}, [&](Job<int>& j) {
@@ -238,10 +241,10 @@ TEST(DownstreamThreaded, AJobRefusedAPermitIsThrottledForNoPermitUntilOneFrees) 
       while (!release.load())
         std::this_thread::yield();
   });
-  (void)q.add("call", 1);
+  (void)q.add("call", 1, calls_api);
   while (in.load() == 0)
     std::this_thread::yield();
-  (void)q.add("call", 2);  // the permit is held: refused, it waits for it
+  (void)q.add("call", 2, calls_api);  // the permit is held: refused, it waits for it
   while (engine.downstream("api").stats().waiting == 0)
     std::this_thread::yield();
   release.store(true);
@@ -255,8 +258,13 @@ TEST(DownstreamThreaded, AJobRefusedAPermitIsThrottledForNoPermitUntilOneFrees) 
 // An observer of `throttled` cancels the job while the worker still holds it (between the
 // refusal and its return to waiting): the job ends cancelled without running, and the delivery
 // the worker then winds up keeps its number (the soak found a `started` numbered 0 here).
+// (Jobs that name the downstream: a queue's own takes a permit before it takes a job, so its
+// jobs are never refused one: downstream_order_test.cpp.)
 TEST_F(DownstreamInline, AJobCancelledAsItIsRefusedEndsCancelledWithItsDeliveryNumbered) {
-  auto q = limited({.concurrency = 1});
+  engine.downstream("api", {.concurrency = 1});
+  auto q = engine.queue<int>("q", {});
+  JobOptions calls_api;
+  calls_api.downstream = "api";
   JobId victim = 0;
   engine.on_event([&](const Event& e) {
     if (e.kind == EventKind::throttled && e.job_id == victim) (void)q.cancel(victim);
@@ -265,11 +273,11 @@ TEST_F(DownstreamInline, AJobCancelledAsItIsRefusedEndsCancelledWithItsDeliveryN
   q.process({}, [&](Job<int>& j) {
     ++ran;
     if (j.data() == 1) {
-      victim = q.add("call", 2).id;  // refused: the one permit is ours
-      engine.run_until_idle();       // re-entered: runs what is ready (the victim) now
+      victim = q.add("call", 2, calls_api).id;  // refused: the one permit is ours
+      engine.run_until_idle();                  // re-entered: runs what is ready (the victim) now
     }
   });
-  (void)q.add("call", 1);
+  (void)q.add("call", 1, calls_api);
   engine.run_until_idle();
   EXPECT_EQ(ran, 1) << "the cancelled job must not run";
   EXPECT_EQ(q.state(victim).status, JobStatus::cancelled);

@@ -11,6 +11,12 @@
 // Idle workers: they sleep and are woken by WakeTarget's protocol (wake_target.hpp): one of them
 // at a time holds the duty and spins for up to kSpinNs (spin_for_job); producers skip the
 // wake-up while it is held (wake_for_ready).
+// Permits first: a queue whose own downstream limits concurrency (PermitSource) has its workers
+// take a permit before each job, and one job per permit (no batch): a job with no permit free
+// for it stays in the ring, ahead of later jobs (the stashes, older, are taken first; a cancel's
+// sweep_ready, which has jobs out of the ring for a moment, may let one pass another).
+// work_visible() counts such work only while a permit is free, so its workers sleep until a
+// release wakes them (GateLink's hungry mark).
 // Pause: the paused flag and pause_and_wait's barrier are PauseBarrier's (pause_barrier.hpp): a
 // worker checks the pause before taking each job (next_job), so a job it took before seeing the
 // pause still runs. One it popped after the pause waits in its stash (paused_after_pop): no job
@@ -74,6 +80,7 @@ struct alignas(64) WorkerContext {  // its own lines: written on every job by it
   WorkerCounters* counters;        // null in inline mode (any thread may run it)
   std::int64_t last_start_ns = 0;  // engine clock: poll_timers' idea of now
   std::int64_t last_wall_ns = 0;   // steady_ns(): the batch-size heuristic's
+  bool holds_permit = false;       // next_job took a PermitSource permit for the job it returned
   bool fast = false;        // the last delivery started within fast_handler_ns of the one before
   bool holds_duty = false;  // kept its WakeTarget's duty through the jobs it runs (spin_for_job)
   std::int64_t fast_handler_ns = 0;  // threaded: set_fast_handler_threshold's (inline: unused)
@@ -102,6 +109,39 @@ class JobRunner {
 
  protected:
   ~JobRunner() = default;
+};
+
+/// PermitSource: the downstream of a queue's own (QueueOptions::downstream), from which its
+/// workers take a permit before they take a job (next_job, run_inline) while it limits
+/// concurrency: a job that finds no permit free stays in the ready ring, ahead of every later job,
+/// so one permit runs the queue's jobs one at a time in ring order (BullMQ checks its concurrency
+/// before it moves a job from wait to active, for the same reason). The job carries the permit
+/// (WorkerContext::holds_permit) into its delivery, which keeps it or gives it back.
+/// Wake-ups: a worker refused a permit marks the source hungry (take, may_take); the next
+/// permit released wakes the queue's workers (DownstreamGate::release).
+class PermitSource {
+ public:
+  enum class Take : std::uint8_t {
+    unlimited,  // no concurrency limit now: take jobs without a permit (batches)
+    taken,      // one permit, for one job
+    refused,    // every permit is in use: take no job
+  };
+  /// limited(): a hint: a limit is in force, so next_job takes the permit path. A limit set
+  /// while jobs are popped without one binds them at their admission instead (as a job of
+  /// another queue that names the downstream): they are not held in line.
+  virtual bool limited() noexcept = 0;
+  virtual Take take() noexcept = 0;
+  /// give_back(): a permit taken for a job that was not there (or waits for a pause).
+  virtual void give_back() noexcept = 0;
+  /// may_take(): a hint, for wake-ups: take() would not be refused. False marks the source
+  /// hungry (with the fence that makes it the waiter's side of release's Dekker).
+  virtual bool may_take() noexcept = 0;
+  /// free_now(): a hint: a permit is free now; marks nothing (a worker that holds a permit asks
+  /// this: were it to mark, its own release would wake a sleeper for the permit it takes back).
+  virtual bool free_now() noexcept = 0;
+
+ protected:
+  ~PermitSource() = default;
 };
 
 /// PauseListener: told when the queue's paused state changed (pause(), pause_and_wait(),
@@ -171,7 +211,7 @@ class Dispatcher {
   /// requeue(idx): push_ready without the count: for a job that never left `waiting` (its
   /// downstream refused it, then woke it), counted there already.
   void requeue(std::uint32_t idx) noexcept {
-    ready_.push_held(idx);
+    ready_.push_held(entry_of(idx));
     wake_for_ready();
   }
 
@@ -194,7 +234,7 @@ class Dispatcher {
     bool kept = false;
     const auto visit = [&](std::uint32_t i) {
       if (!keep(i)) return;
-      ready_.push_held(i);
+      ready_.push_held(entry_of(i));
       kept = true;
     };
     // Counted before the stashes' jobs go in behind them.
@@ -210,7 +250,7 @@ class Dispatcher {
       }
     }
     for (; in_ring > 0 && ready_.try_pop(idx); --in_ring)
-      visit(idx);
+      visit(slot_of(idx));
     // release: the pushes back happen before an inline runner's acquire load that reads it.
     sweep_gen_.fetch_add(1, std::memory_order_release);
     if (kept) wake_for_ready();
@@ -238,6 +278,12 @@ class Dispatcher {
   void pause() noexcept;
   void resume() noexcept;
   [[nodiscard]] bool paused() const noexcept { return pause_.paused(); }
+  /// take_permits_from(p): workers take one of p's permits before each job from now on (see
+  /// PermitSource). Once, at the queue's construction, before any worker starts.
+  void take_permits_from(PermitSource* p) noexcept { permits_ = p; }
+  /// wake_workers(): a permit came free for a hungry PermitSource: a worker looks, even while
+  /// one holds the duty (it may be running a long handler; a worker's own release skips this).
+  void wake_workers() noexcept { wake_for_ready(true); }
   /// listen_to_pauses(l): l hears every change of the paused state from now on. Once, at the
   /// queue's construction, before any pause.
   void listen_to_pauses(PauseListener* l) noexcept { pause_listener_ = l; }
@@ -277,6 +323,27 @@ class Dispatcher {
   void worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& wc);
   void make_contexts(std::uint32_t workers, LeaseTracker& leases, std::uint64_t seed);
   bool next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
+  [[nodiscard]] bool work_queued() const noexcept;
+  /// Ring entries of a queue that takes permits (PermitSource) mark a job that names another
+  /// downstream than the queue's (JobSlot::link != 0): it needs none of the queue's permits, so
+  /// a worker refused one may still take it from the head of the line (try_pop_if). Read from
+  /// the slot by whoever pushes the index (it holds the job then); slot indices stay below 2^29.
+  static constexpr std::uint32_t kNamesOther = std::uint32_t{1} << 31;
+  [[nodiscard]] std::uint32_t entry_of(std::uint32_t idx) const noexcept {
+    return permits_ != nullptr && slots_[idx].link != 0 ? idx | kNamesOther : idx;
+  }
+  [[nodiscard]] static std::uint32_t slot_of(std::uint32_t entry) noexcept {
+    return entry & ~kNamesOther;
+  }
+  /// push_entries(idx, n): the ring push of n indices, each marked (entry_of) if need be.
+  void push_entries(const std::uint32_t* idx, std::size_t n) noexcept;
+  /// other_at_head(): a hint: the oldest ready job names another downstream (kNamesOther).
+  [[nodiscard]] bool other_at_head() const noexcept {
+    std::uint32_t e = 0;
+    return ready_.peek(ready_.pops(), e) && (e & kNamesOther) != 0;
+  }
+  bool next_permitted_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
+  bool pop_inline(WorkerContext& wc, std::uint32_t& idx) noexcept;
   bool hold_back(WorkerContext* wc, const std::uint32_t* idx, std::size_t n) noexcept;
   bool spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   void run(JobRunner& runner, std::uint32_t idx, WorkerContext& wc);
@@ -344,6 +411,7 @@ class Dispatcher {
   PauseBarrier pause_;
   std::atomic<std::uint64_t> held_back_{0};  // see held_back()
   PauseListener* pause_listener_ = nullptr;  // set before the queue is published
+  PermitSource* permits_ = nullptr;          // set before any worker starts
   // The idle_mark of the last `drained` (see the header); only touched when observed.
   alignas(64) std::atomic<std::uint64_t> drained_mark_{0};
 };

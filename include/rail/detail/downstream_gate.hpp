@@ -3,6 +3,11 @@
 // job that is refused goes, so that it waits without holding a worker thread and without
 // polling, and starts as soon as a permit frees or a token refills.
 //
+// The workers of a queue whose own downstream this is take a permit before they take a job
+// (PermitSource, gate_link.hpp) while it limits concurrency, so its jobs wait for permits in the
+// queue's ready ring, in line, and come to admit() holding one: they wait here only for time.
+// A release wakes those workers too (wake_hungry). Jobs that name this downstream from another
+// queue take their permit here:
 // Where a refused job waits (JobFlow::deliver asks admit() right after activating the slot,
 // before any lease, attempt or counter):
 //   no permit       back to `waiting`, its index in the queue's blocked ring (not the ready
@@ -72,6 +77,13 @@ class BlockedQueue {
   /// promote_leader(id): the gate's limits changed: job `id`, delayed as the gate's leader,
   /// runs now (Queue::promote).
   virtual void promote_leader(JobId id) noexcept = 0;
+  /// wake_hungry(): a permit came free (after the gate's fence): if this queue's workers were
+  /// refused one of this gate's permits before they took a job (PermitSource), they look again;
+  /// true if they were.
+  virtual bool wake_hungry() noexcept = 0;
+  /// waiting_for_permit(): jobs ready in this queue that take this gate's permits before they
+  /// pop (its own downstream, limited): they wait for one while every permit is in use.
+  [[nodiscard]] virtual std::uint64_t waiting_for_permit() const noexcept = 0;
 
  protected:
   ~BlockedQueue() = default;
@@ -104,15 +116,21 @@ class DownstreamGate {
     std::int64_t until_ns;  // lead: the due time
     Admission::Kind why;    // what refused it (for the event)
   };
-  /// admit(id, now, q, woken): job `id` of queue q asks to start at `now` (see the header);
-  /// `woken`: a wake of this gate moved it to ready (it carries the chain: see the invariant).
-  [[nodiscard]] Decision admit(JobId id, std::int64_t now, BlockedQueue* q,
-                               bool woken = false) noexcept;
+  /// admit(id, now, q, woken, holds_permit): job `id` of queue q asks to start at `now` (see
+  /// the header); `woken`: a wake of this gate moved it to ready (it carries the chain: see the
+  /// invariant); `holds_permit`: its worker took one of this gate's permits before it took the
+  /// job (PermitSource): it waits only for the pause and a token, and a refusal gives the
+  /// permit back (as release() does).
+  [[nodiscard]] Decision admit(JobId id, std::int64_t now, BlockedQueue* q, bool woken = false,
+                               bool holds_permit = false) noexcept;
   /// blocked(why): the caller pushed a job refused for `why` into its blocked ring (the
   /// blocker's side).
   void blocked(Admission::Kind why) noexcept;
-  /// release(now): a handler admitted here returned at `now` (the waker's side).
-  void release(std::int64_t now) noexcept;
+  /// release(now, next_taker): a handler admitted here returned at `now`, or a permit taken for
+  /// a job (PermitSource) goes back unused (the waker's side, for blocked jobs and hungry
+  /// queues). next_taker: a queue whose worker is releasing and goes on to take its next job at
+  /// once (next_job): its own workers are not woken for this permit (gate_link.hpp).
+  void release(std::int64_t now, const BlockedQueue* next_taker = nullptr) noexcept;
   /// forget_leader(id): job `id` left the wheel without being delivered (cancelled, taken).
   void forget_leader(JobId id) noexcept;
   /// pass_wake(): a wake this caller received went to a job that cannot use it (cancelled, or in
@@ -126,23 +144,44 @@ class DownstreamGate {
   /// that a higher limit takes effect at once.
   void changed() noexcept;
 
+  /// leads_for(q): a job of queue link q leads now (a figure).
+  [[nodiscard]] bool leads_for(const BlockedQueue* q) const noexcept {
+    // relaxed, both: a figure; the queue may be stale for a moment after a new leader.
+    return leader_.load(std::memory_order_relaxed) != 0 &&
+           leader_queue_.load(std::memory_order_relaxed) == q;
+  }
+  /// waiting_for_permit(): jobs ready in the queues that take a permit before they pop (a
+  /// figure: they wait for one while every permit is in use).
+  [[nodiscard]] std::uint64_t waiting_for_permit() const noexcept;
+
   /// blocked_count(): jobs in the blocked rings now (a figure).
   [[nodiscard]] std::int64_t blocked_count() const noexcept {
     return blocked_.load(std::memory_order_relaxed);  // relaxed: a figure
   }
 
  private:
+  /// refuse(id, q, a): admit's verdict for job `id` of queue q, refused as `a` says: it leads
+  /// (refused for time, and no job leads) or it blocks.
+  Decision refuse(JobId id, BlockedQueue* q, const Admission& a) noexcept;
   /// wake_one(): moves one blocked job to its queue's ready ring, round robin over the queues
   /// that are not paused, else into a paused one's (it starts, or leads, at the resume).
   bool wake_one() noexcept;
   /// wake_if_blocked(): the waker's side: fence, then wake one if any is blocked.
   void wake_if_blocked() noexcept;
+  /// permit_back(): a permit came back that a job (blocked) or a queue's workers (hungry) may
+  /// have been refused meanwhile: fence, then wake both.
+  void permit_back() noexcept;
+  /// wake_hungry(skip): after a fence: every queue whose workers were refused a permit looks
+  /// again (one permit may serve any of them; a paused one would not pass it on), but `skip`.
+  void wake_hungry(const BlockedQueue* skip = nullptr) noexcept;
   /// wake_if_useful(now, or_leaderless): wake_if_blocked, if the job woken could start at `now`
   /// (a permit and a token there, no pause), or, with or_leaderless, if no job leads and a permit
   /// is free (the woken one, refused for time, will lead). All read after the fence. A wake that
   /// no job can use sends the job it wakes to the back of the blocked ring, behind jobs that came
   /// after it.
   void wake_if_useful(std::int64_t now, bool or_leaderless) noexcept;
+  /// wake_useful_fenced(now, or_leaderless): wake_if_useful for a caller that has fenced.
+  void wake_useful_fenced(std::int64_t now, bool or_leaderless) noexcept;
 
   const std::string name_;
   DownstreamLimits limits_;

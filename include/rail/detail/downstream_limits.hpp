@@ -212,6 +212,11 @@ class BasicDownstreamLimits {
     return limit == 0 || held < limit;
   }
 
+  /// limited(): a concurrency limit is in force now (a hint: set_concurrency may change it).
+  [[nodiscard]] bool limited() const noexcept {
+    return (permits_.load(std::memory_order_relaxed) >> 32) != 0;  // relaxed: a hint
+  }
+
   /// set_concurrency(limit): the limit for every acquisition from now on (0: unlimited). Held
   /// permits stay held; below the held count, acquisitions fail until enough are released.
   void set_concurrency(std::uint32_t limit) noexcept {
@@ -281,6 +286,17 @@ class BasicDownstreamLimits {
       (void)release_permit();
       return {Admission::Kind::rate_limited, *at, true};
     }
+    return {Admission::Kind::admitted, 0, false};
+  }
+
+  /// try_admit_held(now_ns): try_admit for a caller that holds a permit already
+  /// (try_acquire_permit): the pause, then a token. Refused, the caller still holds its permit.
+  [[nodiscard]] Admission try_admit_held(std::int64_t now_ns) noexcept {
+    // relaxed: see the ordering contract (pause).
+    const std::int64_t paused = paused_until_.load(std::memory_order_relaxed);
+    if (now_ns < paused) return {Admission::Kind::paused, paused, false};
+    if (const auto at = token_step<true>(now_ns))
+      return {Admission::Kind::rate_limited, *at, false};
     return {Admission::Kind::admitted, 0, false};
   }
 

@@ -33,11 +33,13 @@ namespace rail::detail {
 /// counts calls inside the downstream: it goes back as the call is over, before its outcome is
 /// applied (a retry's backoff is not a call). A pushback (HTTP 429) pauses the downstream first:
 /// the release may wake a job, and another worker must not admit it into the pause. Before
-/// finish(): the downstream refused the call even if the lease lapsed meanwhile.
-inline void return_permit(DownstreamGate& gate, const Outcome& out, std::int64_t now) noexcept {
+/// finish(): the downstream refused the call even if the lease lapsed meanwhile. next_taker:
+/// as DownstreamGate::release's.
+inline void return_permit(DownstreamGate& gate, const Outcome& out, std::int64_t now,
+                          const BlockedQueue* next_taker = nullptr) noexcept {
   if (out.kind() == Outcome::Kind::pushback) [[unlikely]]
     gate.limits().pause_for(now, out.delay());
-  gate.release(now);
+  gate.release(now, next_taker);
 }
 
 class DownstreamLinks {
@@ -79,6 +81,9 @@ class DownstreamLinks {
   /// pass_wakes(): a queue that calls a downstream hands on a wake its paused ready ring may
   /// hold (wake_blocked passes a paused queue by while another can take the wake), and takes one
   /// back when it resumes.
+  /// waiting_in_line(waiting): of the queue's `waiting` jobs, those not held at a gate (blocked,
+  /// or leading on the wheel): in its ready ring, in line (a figure).
+  [[nodiscard]] std::uint64_t waiting_in_line(std::uint64_t waiting) const noexcept;
   void pass_wakes() noexcept {
     for_each([](GateLink& l) { l.gate().pass_wake(); });
   }

@@ -6,6 +6,18 @@
 // JobOptions::downstream names another one. A job's slot keeps its link's number, so each job
 // waits at, and takes permits and tokens from, the gate its add named. Links are never removed
 // while the queue lives, so a published link pointer stays valid.
+// Link 0 is also the queue's PermitSource (dispatcher.hpp), once serve_permits() made it one:
+// while its gate limits concurrency the queue's workers take a permit before each job. A worker
+// refused one marks the link hungry: store, seq_cst fence, look at the permits again (the
+// waiter's side of a Dekker whose waker's side is DownstreamGate::release: release, fence, read
+// the mark). Either the worker sees the permit free, or the releaser sees the mark and wakes one
+// of the queue's workers (wake_hungry clears it: each waiter refused after that marks it again).
+// A worker that finds the mark set already stores nothing but still fences and looks: the one
+// that set it was refused after its own fence, so a releaser either sees the mark or cleared it
+// and woke a worker, which looks again after this one.
+// A worker's release after its handler returned skips its own queue (DownstreamGate::release's
+// `next_taker`): that worker takes the next job itself at once (next_job), so waking a sleeper,
+// which would find the permit gone, costs a futex wake per job.
 // Threading: the gate wakes a link's jobs from any thread (BlockedQueue): a woken job goes to the
 // queue's ready ring (Dispatcher::requeue), a promoted leader is retimed through the queue's
 // public JobFlow::retime; the queue's workers block jobs into it.
@@ -14,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "rail/detail/dispatcher.hpp"
 #include "rail/detail/downstream_gate.hpp"
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/mpmc_ring.hpp"
@@ -21,9 +34,8 @@
 namespace rail::detail {
 
 class JobFlow;
-class Dispatcher;
 
-class GateLink final : public BlockedQueue {
+class GateLink final : public BlockedQueue, public PermitSource {
  public:
   /// A queue's links: link 0 (its own downstream) and up to 15 named per job.
   static constexpr std::size_t kMaxLinks = 16;
@@ -42,13 +54,33 @@ class GateLink final : public BlockedQueue {
   // ring (unless it is paused and even_paused is false) / promotes the gate's leader.
   bool wake_blocked(std::atomic<std::int64_t>& blocked, bool even_paused) noexcept override;
   void promote_leader(JobId id) noexcept override;
+  bool wake_hungry() noexcept override;
+  [[nodiscard]] std::uint64_t waiting_for_permit() const noexcept override;
+
+  /// serve_permits(): link 0: the queue's workers take their permits here (PermitSource) from
+  /// now on. Once, before any worker starts.
+  void serve_permits() noexcept;
+  // PermitSource (downstream_links.cpp).
+  bool limited() noexcept override { return gate_.limits().limited(); }
+  Take take() noexcept override;
+  void give_back() noexcept override;
+  bool may_take() noexcept override;
+  bool free_now() noexcept override { return gate_.limits().permit_free(); }
 
  private:
+  /// hungry(): the waiter's side (see the header): mark, fence, look; true if a permit is free
+  /// (or the limit gone) after all.
+  bool hungry() noexcept;
+
   DownstreamGate& gate_;
   MpmcRing<std::uint32_t> blocked_;
   JobFlow& flow_;
   Dispatcher& dispatch_;
   JobSlot* slots_;  // the queue's: a woken job is marked (JobSlot::woken)
+  // link 0 of a queue: see serve_permits(). Plain: written before attach() publishes the link
+  // to its gate (release store of the gate's count), read only through that publication.
+  bool serves_permits_ = false;
+  alignas(64) std::atomic<bool> hungry_{false};  // its own line: marked by idle workers
 };
 
 }  // namespace rail::detail

@@ -103,6 +103,11 @@ class JobFlow : public QueueBase,
   // --- QueueBase ---------------------------------------------------------------------------------
   const std::string& name() const noexcept final { return parts_.name; }
   QueueCounts counts() const noexcept final { return parts_.stats.counts(dispatch_.paused()); }
+  /// waiting_in_line(): waiting jobs in the ready ring, not held at a downstream (a figure:
+  /// DownstreamStats::waiting of the queue's own downstream, while its permits are in use).
+  [[nodiscard]] std::uint64_t waiting_in_line() const noexcept {
+    return links_.waiting_in_line(counts().waiting);
+  }
   /// idle(): nothing waiting, delayed or running (stale handlers included).
   bool idle() const noexcept final;
   void collect_leftovers(ShutdownReport& report) const final {

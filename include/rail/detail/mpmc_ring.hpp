@@ -274,6 +274,38 @@ class MpmcRing {
     }
   }
 
+  /// try_pop_if(out, take): try_pop of the oldest value, only if take(value) holds; false when
+  /// the ring is empty (as try_pop) or take refused it. The value judged is the value claimed:
+  /// it is read with its seq in one load (packed rings only, as peek), and pos's cell keeps it
+  /// until head_ moves past pos, which only the CAS from pos that claims it can do. take() must
+  /// judge the value alone (it may be stale by the time the CAS fails).
+  template <class Take>
+  [[nodiscard]] bool try_pop_if(T& out, Take&& take) noexcept {
+    static_assert(kPacked, "MpmcRing::try_pop_if reads the value with its seq: 4-byte T only");
+    std::uint64_t pos = head_.value.load(std::memory_order_relaxed);  // relaxed: as in try_pop
+    for (;;) {
+      Cell& cell = cell_at(pos);
+      // Acquire: as try_pop's load of seq (the value's publication).
+      const std::uint64_t word = cell.word.load(std::memory_order_acquire);
+      const std::uint64_t seq = word >> 32;
+      if (seq == seq_of(full_at(pos))) {
+        const T v = std::bit_cast<T>(static_cast<std::uint32_t>(word));
+        if (!take(v)) return false;
+        // Relaxed: ownership only, as in try_pop.
+        if (head_.value.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed,
+                                              std::memory_order_relaxed)) {
+          out = v;
+          cell.release_to(seq_of(free_for(pos + capacity_)));  // release: as in try_pop
+          return true;
+        }
+      } else if (seq_diff(seq, seq_of(full_at(pos))) < 0) {
+        return false;  // as in try_pop: empty
+      } else {
+        pos = head_.value.load(std::memory_order_relaxed);
+      }
+    }
+  }
+
   /// pops(): how many values were popped so far (head_), as of some recent moment: a hint, and
   /// the position the next try_pop would most likely take.
   [[nodiscard]] std::uint64_t pops() const noexcept {
@@ -289,7 +321,7 @@ class MpmcRing {
   [[nodiscard]] bool peek(std::uint64_t pos, T& out) const noexcept {
     static_assert(kPacked, "MpmcRing::peek reads the value with its seq: 4-byte T only");
     // Relaxed: nothing is read on the strength of the guess, and the word carries its own seq.
-    return cell_at(pos).peek(seq_of(full_at(pos)), out);
+    return cell_at(pos).load_full(seq_of(full_at(pos)), out, std::memory_order_relaxed);
   }
   /// prefetch(pos): starts fetching the cell of position pos, for writing: a pop of it writes
   /// the cell (release_to), and its line was last written by the pusher.
@@ -353,9 +385,9 @@ class MpmcRing {
       return std::bit_cast<T>(static_cast<std::uint32_t>(word.load(std::memory_order_relaxed)));
     }
     void release_to(std::uint64_t s) noexcept { word.store(s << 32, std::memory_order_release); }
-    // peek's: one relaxed load, so the value read is the one stored with seq s.
-    bool peek(std::uint64_t s, T& out) const noexcept {
-      const std::uint64_t w = word.load(std::memory_order_relaxed);
+    // peek's and try_pop_if's: one load, so the value read is the one stored with seq s.
+    bool load_full(std::uint64_t s, T& out, std::memory_order o) const noexcept {
+      const std::uint64_t w = word.load(o);
       if ((w >> 32) != s) return false;
       out = std::bit_cast<T>(static_cast<std::uint32_t>(w));
       return true;
