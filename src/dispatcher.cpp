@@ -573,8 +573,9 @@ bool Dispatcher::next_permitted_job(std::uint32_t w, WorkerContext& wc,
     if (other) return true;
   }
   wc.holds_permit = true;
-  if (workers() > 1 && ready_.size_approx() > 0 && permits_->free_now())
-    wake_for_ready(!wc.holds_duty);
+  // As next_job's batches: a worker that keeps the duty wakes nobody (it comes back at once).
+  if (!wc.holds_duty && workers() > 1 && ready_.size_approx() > 0 && permits_->free_now())
+    wake_for_ready(true);
   return true;
 }
 
