@@ -191,7 +191,7 @@ TEST_F(Completions, DeferBeyondMaxPendingFailsThatAttemptWithACapacityError) {
     return Outcome::pending();
   });
   for (int i = 0; i < 3; ++i)
-    q.add("send", i);
+    (void)q.add("send", i);
   engine.run_until_idle();
   EXPECT_EQ(parked.size(), 2u);
   ASSERT_EQ(refused.size(), 1u);
@@ -201,8 +201,8 @@ TEST_F(Completions, DeferBeyondMaxPendingFailsThatAttemptWithACapacityError) {
     c.complete(Outcome::done());
   EXPECT_EQ(q.counts().completed, 2u);
   // The records came back: the next jobs defer again.
-  q.add("send", 4);
-  q.add("send", 5);
+  (void)q.add("send", 4);
+  (void)q.add("send", 5);
   engine.run_until_idle();
   EXPECT_EQ(parked.size(), 2u);
   for (Completion& c : parked.take())
@@ -234,7 +234,7 @@ TEST_F(Completions, ACompletionRenewsItsLeaseAndTheHandlersViewNoLongerCan) {
     view_renewed = job.extend_lease(1h);
     return Outcome::pending();
   });
-  q.add("send", 1);
+  (void)q.add("send", 1);
   engine.run_until_idle();
   EXPECT_FALSE(view_renewed) << "after defer() the Completion holds the lease";
   std::vector<Completion> cs = parked.take();
@@ -254,7 +254,7 @@ TEST_F(Completions, ADownstreamsConcurrencyCountsPendingJobsNotThreads) {
   Parked parked;
   q.process({.max_pending = 16}, deferring<int>(parked));
   for (int i = 0; i < 10; ++i)
-    q.add("charge", i);
+    (void)q.add("charge", i);
   engine.run_until_idle();
   EXPECT_EQ(parked.size(), 3u) << "three calls in flight, on one thread";
   EXPECT_EQ(gateway.stats().in_flight, 3u);
@@ -308,7 +308,7 @@ TEST(CompletionLifetime, ACompletionThatOutlivesItsEngineDoesNothing) {
       kept = job.defer();
       return Outcome::pending();
     });
-    q.add("send", std::string(100, 'x'));
+    (void)q.add("send", std::string(100, 'x'));
     engine.run_until_idle();
     const ShutdownReport report = engine.shutdown(0s);
     ASSERT_EQ(report.still_running.size(), 1u) << "a pending job is reported as running";

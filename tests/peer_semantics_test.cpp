@@ -99,7 +99,7 @@ TEST_F(Peers, AnEmptyOrBlankJobNameIsAnErrorThatNamesTheProblem) {
   auto q = engine.queue<int>("orders", QueueOptions{});
   for (const char* name : {"", " ", "\t\n"}) {
     try {
-      q.add(name, 1);
+      (void)q.add(name, 1);
       ADD_FAILURE() << "add('" << name << "') was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::invalid_option);
@@ -108,7 +108,7 @@ TEST_F(Peers, AnEmptyOrBlankJobNameIsAnErrorThatNamesTheProblem) {
     }
   }
   std::vector<int> items{1, 2};
-  EXPECT_THROW(q.add_bulk(" ", std::span<int>(items)), Error);
+  EXPECT_THROW((void)q.add_bulk(" ", std::span<int>(items)), Error);
   EXPECT_EQ(q.counts().added, 0u);
   EXPECT_EQ(q.add(" charge-card", 1).status, AddStatus::added) << "surrounding blanks are allowed";
 }
@@ -128,8 +128,8 @@ TEST_F(Peers, APausedQueueStartsNothingEvenWithinTheRunThatPausedIt) {
     }
     return Outcome::done();
   });
-  q.add("a", 1, JobOptions{.attempts = 2});
-  q.add("b", 2);
+  (void)q.add("a", 1, JobOptions{.attempts = 2});
+  (void)q.add("b", 2);
   engine.run_until_idle();
   EXPECT_EQ(started, std::vector<int>{1});
   EXPECT_EQ(q.counts().waiting, 2u);
@@ -214,7 +214,7 @@ TEST(PeerLeases, AShortenedLeaseRedeliversAtItsNewDeadlineInThreadedMode) {
     }
     return Outcome::done();
   });
-  q.add("call", 1, JobOptions{.attempts = 3});
+  (void)q.add("call", 1, JobOptions{.attempts = 3});
   if (!test::eventually([&] { return shortened.load(); })) {
     give_up = true;
     FAIL() << "the handler never ran";
@@ -1058,7 +1058,7 @@ TEST_F(Peers, AnObserverOfDeadLetteredFindsTheEntryInTheDlq) {
     found.push_back(entry ? entry->data : "<not in the DLQ>");
   });
   q.process({}, [](Job<std::string>&) { return Outcome::retry("card declined"); });
-  q.add("charge", "order-3", JobOptions{.attempts = 2});
+  (void)q.add("charge", "order-3", JobOptions{.attempts = 2});
   replay();
   EXPECT_EQ(found, (std::vector<std::string>{"order-3"}));
 }
@@ -1140,7 +1140,7 @@ TEST(PeerDeadLetters, TheStaleHandlersSlotComesBackWhenItReturns) {
   auto q = t.engine.queue<std::string>(
       "orders", QueueOptions{.capacity = 1, .visibility_timeout = 100ms, .max_stalls = 0});
   t.process(q);
-  q.add("charge", "order-3");
+  (void)q.add("charge", "order-3");
   ASSERT_TRUE(t.lapse()) << "the handler never ran";
   ASSERT_TRUE(test::eventually([&] { return q.dlq().size() == 1; }));
   EXPECT_EQ(q.add("charge", "order-4").status, AddStatus::full)
@@ -1262,7 +1262,7 @@ TEST(PeerDeadLetters, AnObserverOfAJobFiledFromACopySeesItDeadLettered) {
     if (e.kind == EventKind::dead_lettered) seen = static_cast<int>(q.state(e.job_id).status);
   });
   t.process();
-  q.add("charge", "order-3");
+  (void)q.add("charge", "order-3");
   ASSERT_TRUE(t.lapse()) << "the handler never ran";
   ASSERT_TRUE(test::eventually([&] { return seen.load() != -1; }));
   EXPECT_EQ(seen.load(), static_cast<int>(JobStatus::dead_lettered))
@@ -1283,7 +1283,7 @@ TEST(PeerDeadLetters, AnObserverThatCancelsAJobFiledFromACopyReturns) {
     if (e.kind == EventKind::dead_lettered) cancelled = q.cancel(e.job_id) ? 1 : 0;
   });
   t.process();
-  q.add("charge", "order-3");
+  (void)q.add("charge", "order-3");
   ASSERT_TRUE(t.lapse()) << "the handler never ran";
   const bool returned =
       test::eventually([&] { return cancelled.load() != -1; }, std::chrono::seconds(10));

@@ -317,7 +317,7 @@ TEST(TaskLifetime, ACoroutineResumedAfterItsEngineIsGoneIsCancelledAndKeepsItsCa
                 seen.emplace_back(job.queue());
                 co_return Outcome::done();
               });
-    q.add("send", 1);
+    (void)q.add("send", 1);
     engine.run_until_idle();
     ASSERT_EQ(calls.parked(), 1u);
   }  // the engine (and the queue's handler) are destroyed here

@@ -24,7 +24,10 @@ enum class AddStatus : std::uint8_t {
 
 std::string_view to_string(AddStatus status) noexcept;
 
-struct AddResult {
+/// [[nodiscard]]: an add that returns `full` or `dedup_full` created no job, and one that
+/// returns `dead_lettered` put it in the DLQ: ignoring the result would lose that silently.
+struct [[nodiscard(
+    "an add may create no job (full, dedup_full) or dead-letter it: check status")]] AddResult {
   JobId id = 0;
   AddStatus status = AddStatus::added;
   /// duplicate is true when the add was merged into an existing job (status duplicate or
@@ -34,12 +37,15 @@ struct AddResult {
            status == AddStatus::deferred;
   }
   /// accepted is true when the job exists in the queue now (new or merged).
-  [[nodiscard]] bool accepted() const noexcept { return status == AddStatus::added || duplicate(); }
+  [[nodiscard]] bool accepted() const noexcept {
+    return status == AddStatus::added || duplicate();
+  }
 };
 
 /// BulkAddResult: add_bulk is all-or-nothing under OverflowPolicy::reject and ::block; the jobs it
 /// creates get the consecutive ids first_id .. first_id + count - 1.
-struct BulkAddResult {
+struct [[nodiscard(
+    "a bulk add may create no job (full, dedup_full): check status")]] BulkAddResult {
   AddStatus status = AddStatus::added;
   JobId first_id = 0;
   std::size_t count = 0;

@@ -388,7 +388,9 @@ class QueueImpl final : public JobFlow {
     // the id held for it is let go.
     (void)claims().window().release(key, id);
     try {
-      bridge_.overflow(d->name, std::move(d->data), d->options, true);
+      // Its result names the DLQ entry (or says there was no room there either): this path
+      // has nobody to tell.
+      (void)bridge_.overflow(d->name, std::move(d->data), d->options, true);
     } catch (...) {  // no memory for the entry: nothing more can be done on this path
     }
   }
