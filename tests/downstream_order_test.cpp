@@ -193,6 +193,21 @@ TEST(DownstreamOrder, TwoQueuesSharingADownstreamOfOneEachKeepTheirOrderAndBothF
   EXPECT_EQ(over.load(), 0) << "more than one call inside the downstream at once";
 }
 
+/// waits_for_job_one(ran, met): a handler whose job 1 sets `ran`, and whose other jobs run until
+/// `ran` is set (10 s at most) and record in `met` whether it was: they run while job 1 does.
+auto waits_for_job_one(std::atomic<bool>& ran, std::atomic<bool>& met) {
+  return [&ran, &met](Job<int>& j) {
+    if (j.data() == 1) {
+      ran.store(true);
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!ran.load() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    met.store(ran.load());
+  };
+}
+
 TEST(DownstreamOrder, AJobNamingAnotherDownstreamGivesThePermitOfItsQueuesBack) {
   // Job 0 calls "other" and runs until job 1, which calls the queue's own downstream (one
   // permit), has started: it can only if job 0's worker gave back the permit it took first.
@@ -201,16 +216,7 @@ TEST(DownstreamOrder, AJobNamingAnotherDownstreamGivesThePermitOfItsQueuesBack) 
   auto other = engine.downstream("other", {.concurrency = 2});
   auto q = engine.queue<int>("calls", test::calling("own"));
   std::atomic<bool> second_started{false}, met{false};
-  q.process({.concurrency = 4}, [&](Job<int>& j) {
-    if (j.data() == 1) {
-      second_started.store(true);
-      return;
-    }
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (!second_started.load() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::yield();
-    met.store(second_started.load());
-  });
+  q.process({.concurrency = 4}, waits_for_job_one(second_started, met));
   JobOptions other_call;
   other_call.downstream = "other";
   ASSERT_EQ(q.add("call", 0, other_call).status, AddStatus::added);
@@ -229,16 +235,7 @@ TEST(DownstreamOrder, AJobNamingAnotherDownstreamDoesNotWaitForThePermitOfItsQue
   engine.downstream("other", {.concurrency = 1});
   auto q = engine.queue<int>("calls", test::calling("own"));
   std::atomic<bool> other_ran{false}, met{false};
-  q.process({.concurrency = 3}, [&](Job<int>& j) {
-    if (j.data() == 1) {
-      other_ran.store(true);
-      return;
-    }
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (!other_ran.load() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::yield();
-    met.store(other_ran.load());
-  });
+  q.process({.concurrency = 3}, waits_for_job_one(other_ran, met));
   ASSERT_EQ(q.add("call", 0).status, AddStatus::added);
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (own.stats().in_flight == 0 && std::chrono::steady_clock::now() < deadline)

@@ -1,0 +1,69 @@
+// Dispatcher's permits-first pops: a queue whose own downstream limits concurrency takes one of
+// its permits before each job (PermitSource, dispatcher.hpp), one job per permit, and marks the
+// ring entries of jobs that need none. See include/rail/detail/dispatcher.hpp.
+#include "rail/detail/dispatcher.hpp"
+
+namespace rail::detail {
+
+/// next_permitted_job(w, wc, idx): next_job for a worker that took a permit (PermitSource): one
+/// job; no batch, as each job needs a permit of its own. The stashes first (a job held back for
+/// a pause, or popped before the limit was set: older than the ring's), then the ring. The job
+/// carries the permit; without a job it goes back. Another worker is woken when jobs and
+/// permits are left for it.
+bool Dispatcher::next_permitted_job(std::uint32_t w, WorkerContext& wc,
+                                    std::uint32_t& idx) noexcept {
+  if (!wc.stash->take(idx)) {
+    if (!steal(w, wc, idx) && !ready_.try_pop(idx)) {
+      permits_->give_back();
+      return false;
+    }
+    const bool other = (idx & kNamesOther) != 0;  // calls another downstream: needs no permit
+    idx = slot_of(idx);
+    const bool paused = paused_after_pop();
+    if (other || paused) permits_->give_back();
+    if (paused) [[unlikely]]
+      return hold_back(&wc, &idx, 1);
+    if (other) return true;
+  }
+  wc.holds_permit = true;
+  // As next_job's batches: a worker that keeps the duty wakes nobody (it comes back at once).
+  if (!wc.holds_duty && workers() > 1 && ready_.size_approx() > 0 && permits_->free_now())
+    wake_for_ready(true);
+  return true;
+}
+
+void Dispatcher::push_entries(const std::uint32_t* idx, std::size_t n) noexcept {
+  if (permits_ != nullptr) [[unlikely]] {
+    for (std::size_t i = 0; i < n; ++i)
+      if (entry_of(idx[i]) != idx[i]) {  // a marked one: each goes in with its mark
+        for (std::size_t k = 0; k < n; ++k)
+          ready_.push_held(entry_of(idx[k]));
+        return;
+      }
+  }
+  ready_.push_held_bulk(idx, n);
+}
+
+/// pop_inline(wc, idx): the inline runner's pop: a ready job, with a permit when the queue's
+/// downstream limits concurrency (as next_job); false when there is none or no permit.
+bool Dispatcher::pop_inline(WorkerContext& wc, std::uint32_t& idx) noexcept {
+  if (permits_ != nullptr && ready_.size_approx() == 0) return false;  // as next_job
+  const PermitSource::Take take = permits_ ? permits_->take() : PermitSource::Take::unlimited;
+  if (take == PermitSource::Take::refused) {
+    // As next_job: the head of the line may need no permit of ours.
+    if (!ready_.try_pop_if(idx, [](std::uint32_t e) { return (e & kNamesOther) != 0; }))
+      return false;
+    idx = slot_of(idx);
+    return true;
+  }
+  if (!ready_.try_pop(idx)) {
+    if (take == PermitSource::Take::taken) permits_->give_back();
+    return false;
+  }
+  wc.holds_permit = take == PermitSource::Take::taken && (idx & kNamesOther) == 0;
+  if (take == PermitSource::Take::taken && !wc.holds_permit) permits_->give_back();
+  idx = slot_of(idx);
+  return true;
+}
+
+}  // namespace rail::detail
