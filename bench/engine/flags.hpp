@@ -16,24 +16,15 @@
 
 namespace bench {
 
-/// take_flag(argc, argv, "--jobs", out): if argv holds --jobs=V, parses V into out (an integer),
-/// removes it from argv and returns true. Exits with a message on a malformed value.
-template <class Int>
-bool take_flag(int& argc, char** argv, std::string_view flag, Int& out) {
+/// take_text_flag(argc, argv, "--matrix", out): if argv holds --matrix=V, copies V into out,
+/// removes it from argv and returns true (the last one wins when it is given twice).
+inline bool take_text_flag(int& argc, char** argv, std::string_view flag, std::string& out) {
   bool found = false;
   int w = 1;
   for (int r = 1; r < argc; ++r) {
     std::string_view a = argv[r];
     if (a.size() > flag.size() + 1 && a.substr(0, flag.size()) == flag && a[flag.size()] == '=') {
-      std::string value(a.substr(flag.size() + 1));
-      char* end = nullptr;
-      long long v = std::strtoll(value.c_str(), &end, 10);
-      if (end == value.c_str() || *end != '\0' || v <= 0) {
-        std::fprintf(stderr, "%.*s expects a positive integer, got '%s'\n",
-                     static_cast<int>(flag.size()), flag.data(), value.c_str());
-        std::exit(2);
-      }
-      out = static_cast<Int>(v);
+      out.assign(a.substr(flag.size() + 1));
       found = true;
       continue;
     }
@@ -41,6 +32,23 @@ bool take_flag(int& argc, char** argv, std::string_view flag, Int& out) {
   }
   argc = w;
   return found;
+}
+
+/// take_flag(argc, argv, "--jobs", out): if argv holds --jobs=V, parses V into out (an integer),
+/// removes it from argv and returns true. Exits with a message on a malformed value.
+template <class Int>
+bool take_flag(int& argc, char** argv, std::string_view flag, Int& out) {
+  std::string value;
+  if (!take_text_flag(argc, argv, flag, value)) return false;
+  char* end = nullptr;
+  long long v = std::strtoll(value.c_str(), &end, 10);
+  if (end == value.c_str() || *end != '\0' || v <= 0) {
+    std::fprintf(stderr, "%.*s expects a positive integer, got '%s'\n",
+                 static_cast<int>(flag.size()), flag.data(), value.c_str());
+    std::exit(2);
+  }
+  out = static_cast<Int>(v);
+  return true;
 }
 
 /// add_machine_context(): what the JSON needs to compare runs (issue 4 / STYLE rule 11).

@@ -1,11 +1,15 @@
-// engine_bench: issue 4 item 2 — engine throughput against the moodycamel and mutex pools.
-//   engine_bench [--jobs=N] [--iterations=K] [--capacity=C] [--benchmark_* flags]
+// engine_bench: engine throughput against the moodycamel and mutex pools.
+//   engine_bench [--jobs=N] [--iterations=K] [--capacity=C] [--matrix=PxW,...]
+//                [--benchmark_* flags]
 // --jobs defaults to 1,000,000 per timed iteration (--jobs=200000 for a quick run), --iterations
-// to 3, --capacity (rail's bounded queue) to 65,536. After the run, the ratios against issue 4's
-// targets go to stderr (stdout stays the reporter's: console or --benchmark_format=json).
+// to 3, --capacity (rail's bounded queue) to 65,536. --matrix=1x1,2x2,4x4,8x8,1x8 adds the scaling
+// cells after the default rows (which it leaves as they are). After the run, the ratios go to
+// stderr (stdout stays the reporter's: console or --benchmark_format=json).
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "engine/flags.hpp"
 #include "engine/workload.hpp"
@@ -26,6 +30,58 @@ struct Ratio {
   double target;  // <= 0: informational
 };
 
+/// parse_matrix("1x1,8x8"): the cells, or exits with a message naming the malformed one.
+std::vector<std::pair<int, int>> parse_matrix(const std::string& text) {
+  std::vector<std::pair<int, int>> cells;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    std::size_t comma = text.find(',', at);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string cell = text.substr(at, comma - at);
+    int p = 0, w = 0, used = 0;
+    if (std::sscanf(cell.c_str(), "%dx%d%n", &p, &w, &used) != 2 ||
+        used != static_cast<int>(cell.size()) || p < 1 || w < 1 || p > 256 || w > 256) {
+      std::fprintf(stderr,
+                   "--matrix expects producers x workers cells such as 1x1,8x8 (1..256 each), "
+                   "got '%s'\n",
+                   cell.c_str());
+      std::exit(2);
+    }
+    cells.emplace_back(p, w);
+    at = comma + 1;
+  }
+  return cells;
+}
+
+/// print_matrix(): each cell's rail add against the moodycamel pool with producer tokens, and
+/// each contender's scaling (its last cell over its first, 8x8 over 1x1 for the default list).
+void print_matrix() {
+  const Results& r = Results::instance();
+  const auto& cells = config().matrix;
+  if (cells.empty()) return;
+  std::fprintf(stderr, "\nscaling matrix (median M jobs/s)\n  %-30s", "contender");
+  for (auto [p, w] : cells)
+    std::fprintf(stderr, " %5dx%-3d", p, w);
+  std::fprintf(stderr, "  last/first\n");
+  const std::pair<const char*, const char*> contenders[] = {
+      {"rail", "add"},      {"rail", "add:shared"},          {"rail", "add_bulk:64"},
+      {"moodycamel", "fn"}, {"moodycamel", "fn+tokens"},     {"moodycamel", "fn+ptokens"},
+      {"mutex_pool", "fn"}, {"moodycamel", "struct+bulk:64"}};
+  for (auto [contender, variant] : contenders) {
+    std::fprintf(stderr, "  %-30s", (std::string(contender) + " " + variant).c_str());
+    for (auto [p, w] : cells)
+      std::fprintf(stderr, " %9.2f", r.rate(case_name(contender, variant, p, w)) / 1e6);
+    const double first =
+        r.rate(case_name(contender, variant, cells.front().first, cells.front().second));
+    const double last =
+        r.rate(case_name(contender, variant, cells.back().first, cells.back().second));
+    if (first > 0 && last > 0)
+      std::fprintf(stderr, "  %5.2fx\n", last / first);
+    else
+      std::fprintf(stderr, "  -\n");
+  }
+}
+
 void print_ratios() {
   const Results& r = Results::instance();
   const std::string mc = case_name("moodycamel", "fn", 1, 2);
@@ -43,6 +99,8 @@ void print_ratios() {
       {"single add, 1P+2W vs mutex pool", add, case_name("mutex_pool", "fn", 1, 2), 0},
       {"single add, 2P+2W vs moodycamel pool", case_name("rail", "add", 2, 2),
        case_name("moodycamel", "fn", 2, 2), 0},
+      {"single add, 2P+2W vs moodycamel pool + producer tokens", case_name("rail", "add", 2, 2),
+       case_name("moodycamel", "fn+ptokens", 2, 2), 1.0},
       {"single add, 1P+1W vs moodycamel pool", case_name("rail", "add", 1, 1),
        case_name("moodycamel", "fn", 1, 1), 0},
       {"feature cost: 10% failures + retries vs plain add", case_name("rail", "add+fail10%", 1, 2),
@@ -94,6 +152,8 @@ int main(int argc, char** argv) {
   bench::take_flag(argc, argv, "--jobs", c.jobs);
   bench::take_flag(argc, argv, "--iterations", c.iterations);
   bench::take_flag(argc, argv, "--capacity", c.capacity);
+  if (std::string m; bench::take_text_flag(argc, argv, "--matrix", m))
+    c.matrix = bench::parse_matrix(m);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   bench::add_machine_context();
@@ -107,8 +167,14 @@ int main(int argc, char** argv) {
   }
   bench::register_rail_extras();
   bench::register_moodycamel_extras();
+  for (auto [p, w] : c.matrix) {
+    bench::register_rail(p, w, true);
+    bench::register_moodycamel(p, w);
+    bench::register_mutex_pool(p, w);
+  }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   bench::print_ratios();
+  bench::print_matrix();
   return 0;
 }

@@ -2,8 +2,11 @@
 // throughput workload. Variants:
 //   fn               std::function<void()> tasks, enqueue + wait_dequeue: the pool "running the
 //                    bare callable" that issue 4's targets are stated against
-//   fn+tokens        the same with a consumer token per worker, as a competent user writes it;
-//                    bench/run judges rail against the better of fn and fn+tokens
+//   fn+tokens        the same with a consumer token per worker, as a competent user writes it
+//   fn+ptokens       the same with a producer token per producer thread as well (a sub-queue
+//                    each) and a consumer token per worker: the pool at its best with several
+//                    producers; bench/run judges rail against the best of fn, fn+tokens and
+//                    fn+ptokens
 //   struct+deqbulk   PlainTask (function pointer + context), enqueue + wait_dequeue_bulk(64)
 //   struct+bulk:B    PlainTask, enqueue_bulk of B + wait_dequeue_bulk(B): like for like with
 //                    rail's add_bulk
@@ -23,18 +26,29 @@ void hit_latch(void* latch) {
   static_cast<CompletionLatch*>(latch)->hit();
 }
 
+enum class Tokens { none, consumer, producer_and_consumer };
+
 void moodycamel_fn(benchmark::State& state, const std::string& name, int producers, int workers,
-                   bool tokens, bool busy = false) {
+                   Tokens tokens, bool busy = false) {
   std::optional<BackgroundLoad> load;
   if (busy) load.emplace();
   CompletionLatch latch;
-  MoodycamelPool<std::function<void()>> pool(workers, 1, tokens);
+  MoodycamelPool<std::function<void()>> pool(workers, 1, tokens != Tokens::none);
   timed_batches(
       state, name, latch,
       [&] {
         run_producers(producers, config().jobs, [&](std::uint64_t begin, std::uint64_t end) {
+          if (tokens != Tokens::producer_and_consumer) {
+            for (std::uint64_t i = begin; i < end; ++i)
+              pool.submit([&latch] { latch.hit(); });
+            return;
+          }
+          // A producer thread lives for one iteration here, so its token does too: moodycamel
+          // hands a released token's sub-queue to the next token, as a server's long-lived
+          // request threads would keep theirs.
+          auto token = pool.make_producer_token();
           for (std::uint64_t i = begin; i < end; ++i)
-            pool.submit([&latch] { latch.hit(); });
+            pool.submit(token, [&latch] { latch.hit(); });
         });
       },
       load ? &*load : nullptr);
@@ -62,31 +76,31 @@ void moodycamel_struct(benchmark::State& state, const std::string& name, int pro
   });
 }
 
-template <class F>
-void add(const std::string& name, F body) {
-  benchmark::RegisterBenchmark(name.c_str(), [name, body](benchmark::State& s) { body(s, name); })
-      ->UseManualTime()
-      ->Iterations(config().iterations)
-      ->Unit(benchmark::kMillisecond);
-}
-
 }  // namespace
 
 void register_moodycamel(int p, int w) {
-  add(case_name("moodycamel", "fn", p, w),
-      [p, w](benchmark::State& s, const std::string& n) { moodycamel_fn(s, n, p, w, false); });
-  add(case_name("moodycamel", "fn+tokens", p, w),
-      [p, w](benchmark::State& s, const std::string& n) { moodycamel_fn(s, n, p, w, true); });
-  add(case_name("moodycamel", "struct+bulk:64", p, w),
+  for (auto [variant, tokens] :
+       {std::pair{"fn", Tokens::none}, std::pair{"fn+tokens", Tokens::consumer},
+        std::pair{"fn+ptokens", Tokens::producer_and_consumer}})
+    register_case(case_name("moodycamel", variant, p, w),
+                  [p, w, tokens](benchmark::State& s, const std::string& n) {
+                    moodycamel_fn(s, n, p, w, tokens);
+                  });
+  register_case(
+      case_name("moodycamel", "struct+bulk:64", p, w),
       [p, w](benchmark::State& s, const std::string& n) { moodycamel_struct(s, n, p, w, 64, 64); });
 }
 
 void register_moodycamel_extras() {
-  add(case_name("moodycamel", "fn:busy", 1, 2),
-      [](benchmark::State& s, const std::string& n) { moodycamel_fn(s, n, 1, 2, false, true); });
-  add(case_name("moodycamel", "struct+deqbulk", 1, 2),
+  register_case(case_name("moodycamel", "fn:busy", 1, 2),
+                [](benchmark::State& s, const std::string& n) {
+                  moodycamel_fn(s, n, 1, 2, Tokens::none, true);
+                });
+  register_case(
+      case_name("moodycamel", "struct+deqbulk", 1, 2),
       [](benchmark::State& s, const std::string& n) { moodycamel_struct(s, n, 1, 2, 1, 64); });
-  add(case_name("moodycamel", "struct+bulk:256", 1, 2),
+  register_case(
+      case_name("moodycamel", "struct+bulk:256", 1, 2),
       [](benchmark::State& s, const std::string& n) { moodycamel_struct(s, n, 1, 2, 256, 256); });
 }
 

@@ -7,8 +7,9 @@
 // signal. Workers take one task at a time (wait_dequeue) or up to `dequeue_batch`
 // (wait_dequeue_bulk), with or without a consumer token (a competent user gives each long-lived
 // worker one: it remembers which producer's sub-queue to try first); producers use enqueue or
-// enqueue_bulk, without producer tokens (tokens would tie a producer to one thread for the
-// pool's lifetime; rail's add() needs none either).
+// enqueue_bulk, without a token or through a moodycamel::ProducerToken of their own
+// (make_producer_token()): an explicit sub-queue per producer thread, which no other producer
+// touches, the pool at its best with many producers. rail's add() takes no token.
 // The queue is unbounded: it never makes a producer wait, and grows instead.
 //
 // Shutdown: the destructor enqueues one stop task per worker and joins them. A bulk-dequeuing
@@ -61,6 +62,13 @@ class MoodycamelPool {
   MoodycamelPool& operator=(const MoodycamelPool&) = delete;
 
   void submit(Task task) { queue_.enqueue(std::move(task)); }
+  /// submit(token, task): through the calling producer thread's own token (one per thread).
+  void submit(moodycamel::ProducerToken& token, Task task) {
+    queue_.enqueue(token, std::move(task));
+  }
+  [[nodiscard]] moodycamel::ProducerToken make_producer_token() {
+    return moodycamel::ProducerToken(queue_);
+  }
   /// submit_bulk(tasks, n) moves n tasks in with one enqueue_bulk.
   void submit_bulk(Task* tasks, std::size_t n) {
     queue_.enqueue_bulk(std::make_move_iterator(tasks), n);

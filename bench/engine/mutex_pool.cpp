@@ -23,12 +23,8 @@ void mutex_pool(benchmark::State& state, const std::string& name, int producers,
 }  // namespace
 
 void register_mutex_pool(int p, int w) {
-  std::string name = case_name("mutex_pool", "fn", p, w);
-  benchmark::RegisterBenchmark(name.c_str(),
-                               [name, p, w](benchmark::State& s) { mutex_pool(s, name, p, w); })
-      ->UseManualTime()
-      ->Iterations(config().iterations)
-      ->Unit(benchmark::kMillisecond);
+  register_case(case_name("mutex_pool", "fn", p, w),
+                [p, w](benchmark::State& s, const std::string& n) { mutex_pool(s, n, p, w); });
 }
 
 }  // namespace bench

@@ -232,19 +232,18 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
 }
 
 void add(const std::string& name, RailCase c) {
-  benchmark::RegisterBenchmark(name.c_str(),
-                               [name, c](benchmark::State& s) { rail_throughput(s, name, c); })
-      ->UseManualTime()
-      ->Iterations(config().iterations)
-      ->Unit(benchmark::kMillisecond);
+  register_case(name, [c](benchmark::State& s, const std::string& n) { rail_throughput(s, n, c); });
 }
 
 }  // namespace
 
-void register_rail(int producers, int workers) {
+void register_rail(int producers, int workers, bool matrix) {
   add(case_name("rail", "add", producers, workers), {producers, workers, 0, Feature::none});
   add(case_name("rail", "add_bulk:64", producers, workers),
       {producers, workers, 64, Feature::none});
+  if (matrix)
+    add(case_name("rail", "add:shared", producers, workers),
+        {producers, workers, 0, Feature::none, 1, true});
 }
 
 void register_rail_extras() {

@@ -32,8 +32,10 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/background_load.hpp"
@@ -46,6 +48,10 @@ struct Config {
   std::uint64_t jobs = 1'000'000;  // --jobs=N: jobs per timed iteration
   std::int64_t iterations = 3;     // --iterations=K: timed iterations per benchmark
   std::size_t capacity = 65'536;   // --capacity=C: rail's queue capacity (its back-pressure)
+  // --matrix=1x1,2x2,...: producers x workers cells run after the default rows, each with every
+  // contender's scaling variants (rail add, add:shared, add_bulk:64; the moodycamel pool bare,
+  // with consumer tokens, with producer tokens, bulk 64; the mutex pool).
+  std::vector<std::pair<int, int>> matrix;
 };
 Config& config();
 
@@ -143,7 +149,7 @@ inline void timed_batches(benchmark::State& state, const std::string& name, Comp
 /// Registration hooks, one per contender file: the producers x workers matrix, then the extra
 /// variants run at 1 producer + 2 workers (the configuration issue 4's targets name). main()
 /// interleaves contenders per configuration, so the runs a ratio compares are close in time.
-void register_rail(int producers, int workers);
+void register_rail(int producers, int workers, bool matrix = false);
 void register_rail_extras();
 void register_moodycamel(int producers, int workers);
 void register_moodycamel_extras();
@@ -154,6 +160,19 @@ inline std::string case_name(const std::string& contender, const std::string& va
                              int producers, int workers) {
   return contender + "/" + variant + "/p:" + std::to_string(producers) +
          "/w:" + std::to_string(workers);
+}
+
+/// register_case(name, body) registers body(state, name) as a manual-time benchmark of
+/// config().iterations iterations, once per name: a matrix cell that repeats a default row (2x2)
+/// runs once. Called from main() only (single-threaded).
+template <class Body>
+void register_case(const std::string& name, Body body) {
+  static std::set<std::string> registered;
+  if (!registered.insert(name).second) return;
+  benchmark::RegisterBenchmark(name.c_str(), [name, body](benchmark::State& s) { body(s, name); })
+      ->UseManualTime()
+      ->Iterations(config().iterations)
+      ->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace bench
