@@ -228,6 +228,42 @@ TEST(DedupSet, AddAfterTtlIsNotMerged) {
   EXPECT_EQ(Peer::check_invariants(set), "");
 }
 
+std::uint64_t one_hash(std::string_view) noexcept {
+  return 5;
+}
+
+TEST(DedupSet, ReleaseClaimRemovesOnlyTheOwnersEntryAmongCollidingKeys) {
+  // Every key has the same hash, so "a", "b" and "c" share one chain and one home: only the owner
+  // tells their entries apart.
+  DedupSet set(64, 1);
+  Peer::set_hash(set, &one_hash);
+  CountingOwner make;
+  const auto a = set.try_claim("a", 0, DedupSet::kNoExpiry, make);
+  const auto b = set.try_claim("b", 0, DedupSet::kNoExpiry, make);
+  const auto c = set.try_claim("c", 0, DedupSet::kNoExpiry, make);
+  const auto ab = set.try_claim("ab", 0, DedupSet::kNoExpiry, make);
+  ASSERT_EQ(c.result, Result::inserted);
+  ASSERT_EQ(ab.result, Result::inserted);
+
+  EXPECT_FALSE(set.release_claim("b", ab.owner + 100)) << "an owner nobody has removes nothing";
+  EXPECT_FALSE(set.release_claim("b", ab.owner))
+      << "the owner of a key of another length is not b's entry";
+  EXPECT_TRUE(set.release_claim("b", b.owner));
+  EXPECT_FALSE(set.release_claim("b", b.owner)) << "a second release finds nothing";
+  EXPECT_EQ(set.try_claim("a", 1, DedupSet::kNoExpiry, make).owner, a.owner);
+  EXPECT_EQ(set.try_claim("c", 1, DedupSet::kNoExpiry, make).owner, c.owner);
+  EXPECT_EQ(set.try_claim("ab", 1, DedupSet::kNoExpiry, make).owner, ab.owner);
+  EXPECT_EQ(set.size(), 3U);
+  EXPECT_EQ(Peer::check_invariants(set), "");
+
+  // A released key is free again, and the old owner cannot release the new claim.
+  const auto b2 = set.try_claim("b", 2, DedupSet::kNoExpiry, make);
+  ASSERT_EQ(b2.result, Result::inserted);
+  EXPECT_FALSE(set.release_claim("b", b.owner));
+  EXPECT_TRUE(set.release_claim("b", b2.owner));
+  EXPECT_EQ(Peer::check_invariants(set), "");
+}
+
 TEST(DedupSet, ReleaseOnlyByOwner) {
   DedupSet set(64);
   CountingOwner make;
@@ -658,11 +694,13 @@ TEST_P(DedupSetModel, BackwardShiftKeepsProbeChainsIntact) {
         ++inserted;
       }
     } else if (roll < 60) {
-      // Release by the recorded owner, or by a stranger one time in four.
+      // Release by the recorded owner, or by a stranger one time in four. The owner's own
+      // release goes through release_claim half the time (owners are unique here, as it needs).
       const auto it = model.find(k);
       const bool stranger = rng() % 4 == 0;
       const std::uint64_t owner = it == model.end() ? 12345 : it->second.owner + (stranger ? 1 : 0);
-      const bool removed = set.release(k, owner);
+      const bool by_claim = it != model.end() && !stranger && rng() % 2 == 0;
+      const bool removed = by_claim ? set.release_claim(k, owner) : set.release(k, owner);
       if (it == model.end() || stranger) {
         ASSERT_FALSE(removed) << "op " << op;
       } else if (it->second.expires > now) {

@@ -88,7 +88,8 @@ class DedupClaims {
     // acq_rel: one total order with an adder's CAS (keep_while_active).
     if (gate(parts_.index_of(s)).exchange(0, std::memory_order_acq_rel) == kept(id)) return true;
     if ((s.dedup != DedupHold::with_ttl && s.dedup != DedupHold::ttl_unless_active) || cancelled)
-      (void)window_.get()->set.release(s.extra->dedup_key, id);  // built: s claimed through it
+      // Built: s claimed through it. Owners are job ids, unique: release_claim is exact.
+      (void)window_.get()->set.release_claim(s.extra->dedup_key, id);
     return false;
   }
 

@@ -74,11 +74,10 @@
 // keys, the total is about 8.4 MB of tables plus 25.6 MB of key slots. `full` is per shard: with
 // skewed keys one shard can fill before capacity() keys are live in total.
 //
-// Hash: hash_bytes is MurmurHash3's x64 block mix, run over 8-byte words on a single lane, with a
-// murmur3 fmix64 finalizer. It is fast and spreads sequential ids well, but it is not keyed. If
-// clients can choose dedup ids adversarially, they can aim every id at one shard. They cannot cause
-// false merges, because keys are compared byte for byte. The damage stops at that shard reporting
-// `full`, plus probes of at most its table length.
+// Hash: hash_bytes (hash_bytes.hpp), not keyed. If clients can choose dedup ids adversarially,
+// they can aim every id at one shard. They cannot cause false merges, because keys are compared
+// byte for byte. The damage stops at that shard reporting `full`, plus probes of at most its
+// table length.
 #pragma once
 
 #include <algorithm>
@@ -98,49 +97,10 @@
 #include <utility>
 
 #include "rail/detail/cpu_relax.hpp"
+#include "rail/detail/hash_bytes.hpp"
 #include "rail/error.hpp"
 
 namespace rail::detail {
-
-/// hash_bytes(bytes) is a 64-bit non-cryptographic hash of `bytes`, the same in every run of a
-/// process (it is not keyed). All 64 bits are mixed, so callers can slice any bits out of it.
-inline std::uint64_t hash_bytes(std::string_view bytes) noexcept {
-  // MurmurHash3_x64_128 constants and mixing steps (Austin Appleby, public domain). A
-  // word-at-a-time FNV-style step `(h ^ w) * P` is not enough here. Multiplication carries only
-  // upward, so ids that differ only in their last character, which sits in a word's top byte on
-  // little-endian machines, would differ only in the top bits of h. The rotations below carry every
-  // input bit into the low half, which picks the home slot.
-  constexpr std::uint64_t kC1 = 0x87c37b91114253d5ULL;
-  constexpr std::uint64_t kC2 = 0x4cf5ad432745937fULL;
-  const auto mix_word = [](std::uint64_t k) noexcept {
-    k *= kC1;
-    k = std::rotl(k, 31);
-    return k * kC2;
-  };
-  const char* p = bytes.data();
-  std::size_t n = bytes.size();
-  std::uint64_t h = 0x9e3779b97f4a7c15ULL;  // nonzero seed: all-zero words do not leave h at zero
-  for (; n >= 8; p += 8, n -= 8) {
-    std::uint64_t word;
-    std::memcpy(&word, p, 8);  // memcpy: ids are not aligned; compiles to a single load
-    h ^= mix_word(word);
-    h = std::rotl(h, 27) * 5 + 0x52dce729;
-  }
-  if (n != 0) {
-    std::uint64_t word = 0;
-    std::memcpy(&word, p, n);
-    h ^= mix_word(word);
-  }
-  // Mix in the length, so that "a" and "a\0" (the same zero-padded tail word) still differ.
-  h ^= bytes.size();
-  // murmur3 fmix64: full avalanche, so the shard bits and the home-slot bits are independent.
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ULL;
-  h ^= h >> 33;
-  return h;
-}
 
 /// DedupSet: see the contract at the top of this file.
 class DedupSet {
@@ -190,6 +150,12 @@ class DedupSet {
   /// False means someone else owns the key, or it was already released or reclaimed; callers may
   /// ignore that.
   bool release(std::string_view key, std::uint64_t owner) noexcept;
+  /// release_claim(key, owner): release() for a caller whose owners are unique (each inserted
+  /// claim drew a new one, as the engine's job ids are): the entry is the one in `key`'s chain
+  /// with this owner and key length, found without reading the stored key bytes. Those bytes
+  /// were written by the claiming thread, so a releasing worker saves a cache-line transfer per
+  /// job. Exact for unique owners; with a repeated owner use release().
+  bool release_claim(std::string_view key, std::uint64_t owner) noexcept;
 
   /// set_expiry(key, owner, expires_at_ns) sets the expiry of the entry for `key` if `owner` owns
   /// it. This covers debounce extend and simple mode switching to "keep for a TTL after
@@ -368,6 +334,16 @@ class DedupSet {
   /// owns `key`; returns whether it did.
   template <class Update>
   bool update_owned(std::string_view key, std::uint64_t owner, Update update) noexcept;
+  // locate_owned: index of the entry of `owner` in the chain of `hash` for a key of `len` bytes,
+  // or npos (release_claim: owners are unique, so the owner names the entry).
+  std::size_t locate_owned(const Shard& s, std::uint64_t hash, std::size_t len,
+                           std::uint64_t owner) const noexcept {
+    for (std::size_t i = home(hash);; i = next(i)) {
+      const Entry& e = s.table[i];
+      if (e.key_slot == kEmptySlot) return npos;  // terminates: load <= 1/2
+      if (e.owner == owner && e.hash == hash_lo(hash) && (e.key_len & ~kPinnedBit) == len) return i;
+    }
+  }
   std::size_t locate(const Shard& s, std::uint64_t hash, std::string_view key) const noexcept {
     for (std::size_t i = home(hash);; i = next(i)) {
       const Entry& e = s.table[i];
@@ -581,6 +557,17 @@ inline bool DedupSet::release(std::string_view key, std::uint64_t owner) noexcep
   const Guard guard(s.lock);
   const std::size_t i = locate(s, hash, key);
   if (i == npos || s.table[i].owner != owner) return false;
+  erase_at(s, i);
+  return true;
+}
+
+inline bool DedupSet::release_claim(std::string_view key, std::uint64_t owner) noexcept {
+  if (key.size() > max_key_bytes_) return false;
+  const std::uint64_t hash = hash_of(key);
+  Shard& s = shard_for(hash);
+  const Guard guard(s.lock);
+  const std::size_t i = locate_owned(s, hash, key.size(), owner);
+  if (i == npos) return false;
   erase_at(s, i);
   return true;
 }
