@@ -29,16 +29,25 @@ std::int64_t set_fast_handler_threshold(std::int64_t ns) noexcept {
 }
 
 Dispatcher::Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity,
-                       const JobSlot* slots, const void* payload, std::size_t payload_stride,
-                       std::string_view queue, const QueueBase& owner)
+                       bool permits_first, const JobSlot* slots, const void* payload,
+                       std::size_t payload_stride, std::string_view queue, const QueueBase& owner)
     : core_(core),
       stats_(stats),
       queue_(queue),
       owner_(owner),
       slots_(slots),
       payload_(static_cast<const char*>(payload)),
-      payload_stride_(payload_stride),
-      ready_(capacity) {}
+      payload_stride_(payload_stride) {
+  // Lanes for a threaded queue on several CPUs, unless it takes permits first (see the header).
+  const std::size_t lanes = core.mode() == Mode::threaded && !permits_first
+                                ? ReadyLanes::lanes_for(std::thread::hardware_concurrency())
+                                : 1;
+  if (lanes > 1) {
+    lanes_ = std::make_unique<ReadyLanes>(capacity, lanes);
+  } else {
+    ring_.emplace(capacity);
+  }
+}
 
 Dispatcher::~Dispatcher() {
   stop();
@@ -461,7 +470,7 @@ bool Dispatcher::work_visible() const noexcept {
 
 /// work_queued(): a ready job in the ring or in any worker's stash (a hint).
 bool Dispatcher::work_queued() const noexcept {
-  if (ready_.size_approx() > 0) return true;
+  if (ready_any()) return true;
   for (std::uint32_t w = 0; w < workers(); ++w)
     if (!stashes_[w].empty()) return true;
   return false;
@@ -488,7 +497,7 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
       case PermitSource::Take::refused:
         // No permit of ours: a job at the head of the line that calls another downstream
         // needs none.
-        if (!ready_.try_pop_if(idx, [](std::uint32_t e) { return (e & kNamesOther) != 0; }))
+        if (!ring_->try_pop_if(idx, [](std::uint32_t e) { return (e & kNamesOther) != 0; }))
           return false;
         idx = slot_of(idx);
         if (paused_after_pop()) [[unlikely]]
@@ -502,10 +511,7 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   core_.poll_timers(wc.last_start_ns);
   std::array<std::uint32_t, WorkerStash::kCapacity> batch;
   const std::size_t want = wc.fast ? batch.size() : 1;
-  const std::size_t n = ready_.try_pop_bulk(batch.data(), want);
-  if (permits_ != nullptr) [[unlikely]]  // a limit lifted: its entries may carry the mark
-    for (std::size_t i = 0; i < n; ++i)
-      batch[i] = slot_of(batch[i]);
+  const std::size_t n = pop_ready(batch.data(), want, w);
   if (n == 0) {
     if (!steal(w, wc, idx)) return false;
     if (paused_after_pop()) [[unlikely]]
@@ -532,7 +538,7 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   // them, the duty being its own: a seq_cst fence each, for nothing.)
   std::size_t wake = 0;
   if (workers() > 1) {
-    const bool more = ready_.size_approx() > 0;
+    const bool more = ready_any();
     if ((more && n == batch.size()) || !wc.holds_duty)
       wake = std::min<std::size_t>((n - 1) + (more ? 1 : 0), workers() - 1);
   }

@@ -1,6 +1,8 @@
-// Dispatcher's permits-first pops: a queue whose own downstream limits concurrency takes one of
-// its permits before each job (PermitSource, dispatcher.hpp), one job per permit, and marks the
-// ring entries of jobs that need none. See include/rail/detail/dispatcher.hpp.
+// Dispatcher's pushes and pops of ready jobs: into and out of the lanes or the ring, and the
+// permits-first pops: a queue whose own downstream limits concurrency takes one of its permits
+// before each job (PermitSource, dispatcher.hpp), one job per permit, from its ring (such a
+// queue has no lanes), whose entries mark the jobs that need none. See
+// include/rail/detail/dispatcher.hpp.
 #include "rail/detail/dispatcher.hpp"
 
 namespace rail::detail {
@@ -13,7 +15,7 @@ namespace rail::detail {
 bool Dispatcher::next_permitted_job(std::uint32_t w, WorkerContext& wc,
                                     std::uint32_t& idx) noexcept {
   if (!wc.stash->take(idx)) {
-    if (!steal(w, wc, idx) && !ready_.try_pop(idx)) {
+    if (!steal(w, wc, idx) && !ring_->try_pop(idx)) {
       permits_->give_back();
       return false;
     }
@@ -27,36 +29,48 @@ bool Dispatcher::next_permitted_job(std::uint32_t w, WorkerContext& wc,
   }
   wc.holds_permit = true;
   // As next_job's batches: a worker that keeps the duty wakes nobody (it comes back at once).
-  if (!wc.holds_duty && workers() > 1 && ready_.size_approx() > 0 && permits_->free_now())
-    wake_for_ready(true);
+  if (!wc.holds_duty && workers() > 1 && ready_any() && permits_->free_now()) wake_for_ready(true);
   return true;
 }
 
 void Dispatcher::push_entries(const std::uint32_t* idx, std::size_t n) noexcept {
+  if (lanes_) {
+    lanes_->push_chain(idx, n);  // no PermitSource, so no marks
+    return;
+  }
   if (permits_ != nullptr) [[unlikely]] {
     for (std::size_t i = 0; i < n; ++i)
       if (entry_of(idx[i]) != idx[i]) {  // a marked one: each goes in with its mark
         for (std::size_t k = 0; k < n; ++k)
-          ready_.push_held(entry_of(idx[k]));
+          ring_->push_held(entry_of(idx[k]));
         return;
       }
   }
-  ready_.push_held_bulk(idx, n);
+  ring_->push_held_bulk(idx, n);
+}
+
+std::size_t Dispatcher::pop_ready(std::uint32_t* out, std::size_t max, std::uint32_t w) noexcept {
+  if (lanes_) return lanes_->pop_bulk(out, max, w);
+  const std::size_t n = ring_->try_pop_bulk(out, max);
+  if (permits_ != nullptr) [[unlikely]]  // a limit lifted: its entries may carry the mark
+    for (std::size_t i = 0; i < n; ++i)
+      out[i] = slot_of(out[i]);
+  return n;
 }
 
 /// pop_inline(wc, idx): the inline runner's pop: a ready job, with a permit when the queue's
 /// downstream limits concurrency (as next_job); false when there is none or no permit.
 bool Dispatcher::pop_inline(WorkerContext& wc, std::uint32_t& idx) noexcept {
-  if (permits_ != nullptr && ready_.size_approx() == 0) return false;  // as next_job
+  if (permits_ != nullptr && !ready_any()) return false;  // as next_job
   const PermitSource::Take take = permits_ ? permits_->take() : PermitSource::Take::unlimited;
   if (take == PermitSource::Take::refused) {
     // As next_job: the head of the line may need no permit of ours.
-    if (!ready_.try_pop_if(idx, [](std::uint32_t e) { return (e & kNamesOther) != 0; }))
+    if (!ring_->try_pop_if(idx, [](std::uint32_t e) { return (e & kNamesOther) != 0; }))
       return false;
     idx = slot_of(idx);
     return true;
   }
-  if (!ready_.try_pop(idx)) {
+  if (!ring_->try_pop(idx)) {
     if (take == PermitSource::Take::taken) permits_->give_back();
     return false;
   }

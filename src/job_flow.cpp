@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <utility>
 
 #include "rail/detail/allocation.hpp"
@@ -36,8 +35,8 @@ JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::
       payload_(static_cast<char*>(alloc_aligned(stride_ * parts_.capacity, payload_align)),
                FreeCells{stride_ * parts_.capacity, payload_align}),
       free_(parts_.capacity, sizeof(JobSlot) + stride_),
-      dispatch_(parts_.core, parts_.stats, parts_.capacity, parts_.slots.get(), payload_.get(),
-                stride_, parts_.name, *this),
+      dispatch_(parts_.core, parts_.stats, parts_.capacity, !parts_.options.downstream.empty(),
+                parts_.slots.get(), payload_.get(), stride_, parts_.name, *this),
       links_(parts_, *this, dispatch_),
       claims_(parts_),
       ends_(parts_, claims_, *this),

@@ -1,5 +1,7 @@
 # One line per component test; CONCURRENCY marks the ones ThreadSanitizer must run.
 rail_add_test(mpmc_ring CONCURRENCY)
+rail_add_test(ready_lanes CONCURRENCY)
+rail_add_test(producer_lanes CONCURRENCY)
 rail_add_test(worker_stash CONCURRENCY)
 rail_add_test(event_count CONCURRENCY)
 rail_add_test(engine)

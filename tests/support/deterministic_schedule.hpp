@@ -269,6 +269,14 @@ class DeterministicAtomic {
     DeterministicSchedule::yield_point();
     return value_.fetch_sub(arg, order);
   }
+  T fetch_or(T arg, std::memory_order order = std::memory_order_seq_cst) noexcept {
+    DeterministicSchedule::yield_point();
+    return value_.fetch_or(arg, order);
+  }
+  T fetch_and(T arg, std::memory_order order = std::memory_order_seq_cst) noexcept {
+    DeterministicSchedule::yield_point();
+    return value_.fetch_and(arg, order);
+  }
   bool compare_exchange_strong(T& expected, T desired, std::memory_order success,
                                std::memory_order failure) noexcept {
     DeterministicSchedule::yield_point();

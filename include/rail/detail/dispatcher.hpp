@@ -2,8 +2,13 @@
 // wake-ups, the spinning worker, and the worker threads themselves. It knows slot indices, not
 // payloads: each job goes to a JobRunner (the queue's job flow), one indirect call per job.
 //
-// Ready ring: an MPMC ring of slot indices whose job may start now. Producers, retries and the
-// timer push; workers pop.
+// Ready jobs: the slot indices whose job may start now. Producers, retries and the timer push;
+// workers pop. A threaded queue on a machine with several CPUs keeps them in lanes, one per
+// producer thread (ready_lanes.hpp): producers on different threads never meet, jobs start in
+// add order per producer thread (a worker takes a batch from one lane), and no order holds
+// between threads. An inline engine, a one-CPU machine, and a queue whose own downstream hands
+// out permits first (below) keep one MPMC ring instead: strict FIFO over every pusher, and a
+// head to look at. ("The ring" below means whichever holds them.)
 // Batches: a worker takes up to WorkerStash::kCapacity ready jobs with one bulk pop while its
 // handlers are fast, and one at a time once a handler was slow (kFastHandlerNs start to start),
 // so slow jobs are handed out one by one, in order, to whichever worker is free. Either way an
@@ -54,6 +59,7 @@
 #include <vector>
 
 #include "rail/backoff.hpp"
+#include "rail/detail/assert.hpp"
 #include "rail/detail/engine_core.hpp"
 #include "rail/detail/event_count.hpp"
 #include "rail/detail/job_slot.hpp"
@@ -61,6 +67,7 @@
 #include "rail/detail/mpmc_ring.hpp"
 #include "rail/detail/pause_barrier.hpp"
 #include "rail/detail/queue_stats.hpp"
+#include "rail/detail/ready_lanes.hpp"
 #include "rail/detail/thread_group.hpp"
 #include "rail/detail/wake_target.hpp"
 #include "rail/detail/worker_stash.hpp"
@@ -161,12 +168,14 @@ class Dispatcher {
   /// How long the spinner polls for work before sleeping.
   static constexpr std::int64_t kSpinNs = 50'000;
 
-  /// Dispatcher(...): the ready ring has room for every slot. slots/payload/payload_stride let
-  /// next_job prefetch a batch's slots and payloads without knowing the payload type. `queue`
-  /// names the queue in its events and `owner` is it (both outlive the dispatcher).
-  Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity, const JobSlot* slots,
-             const void* payload, std::size_t payload_stride, std::string_view queue,
-             const QueueBase& owner);
+  /// Dispatcher(...): the ready jobs have room for every slot, in lanes or one ring (see the
+  /// header; permits_first: the queue's own downstream will hand out permits: take_permits_from
+  /// follows). slots/payload/payload_stride let next_job prefetch a batch's slots and payloads
+  /// without knowing the payload type. `queue` names the queue in its events and `owner` is it
+  /// (both outlive the dispatcher).
+  Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity, bool permits_first,
+             const JobSlot* slots, const void* payload, std::size_t payload_stride,
+             std::string_view queue, const QueueBase& owner);
   ~Dispatcher();
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
@@ -211,15 +220,16 @@ class Dispatcher {
   /// requeue(idx): push_ready without the count: for a job that never left `waiting` (its
   /// downstream refused it, then woke it), counted there already.
   void requeue(std::uint32_t idx) noexcept {
-    ready_.push_held(entry_of(idx));
+    push_entries(&idx, 1);
     wake_for_ready();
   }
 
   /// sweep_ready(keep): cold: takes each index that is ready now once (in the workers' stashes,
-  /// then in the ready ring) and puts it back into the ring unless keep(idx) is false, in which
-  /// case keep disposed of it. What stays keeps its order: the stashes' jobs (popped first, so
-  /// older) go in front of the ring's, which are popped and pushed back behind them; only what
-  /// is pushed or popped meanwhile can pass them. A paused worker's stash is emptied so: its
+  /// the lanes or the ring) and puts it back unless keep(idx) is false, in which case keep
+  /// disposed of it. What stays keeps its order: the stashes' jobs (popped first, so older) go in
+  /// front of the ring's, which are popped and pushed back behind them (lanes: each lane's go back
+  /// into it, the stashes' into the sweeper's lane ahead of its own); only what is pushed or
+  /// popped meanwhile can pass them. A paused worker's stash is emptied so: its
   /// cancelled jobs give their slots back, its others wait in the ring. Workers pop alongside;
   /// those that found the ring empty meanwhile are woken. Callers take turns
   /// (JobFlow::reclaim_cancelled_waiting holds a lock).
@@ -232,28 +242,48 @@ class Dispatcher {
     std::atomic_thread_fence(std::memory_order_release);
     std::uint32_t idx;
     bool kept = false;
-    const auto visit = [&](std::uint32_t i) {
-      if (!keep(i)) return;
-      ready_.push_held(entry_of(i));
-      kept = true;
-    };
-    // Counted before the stashes' jobs go in behind them.
-    std::size_t in_ring = ready_.size_approx();
     // acquire: the stashes exist and worker_count_ is theirs once contexts_ready_ reads true
     // (start / join_pool publish them with a release store); before that there are none.
-    if (contexts_ready_.load(std::memory_order_acquire)) {
-      const std::uint32_t n = worker_count_.load(std::memory_order_relaxed);
-      for (std::uint32_t w = 0; w < n; ++w) {
-        // As a thief: each take wins its index against the owner and other thieves (worker_stash).
+    const std::uint32_t stashes = contexts_ready_.load(std::memory_order_acquire)
+                                      ? worker_count_.load(std::memory_order_relaxed)
+                                      : 0;
+    // Each stash's jobs, as a thief: each take wins its index against the owner and other
+    // thieves (worker_stash.hpp).
+    const auto empty_stashes = [&](auto&& put) {
+      for (std::uint32_t w = 0; w < stashes; ++w)
         while (stashes_[w].take(idx))
-          visit(idx);
-      }
+          if (keep(idx)) put(idx);
+    };
+    if (lanes_) {
+      // Each lane's kept jobs go back into it together; the stashes' (popped first, so older)
+      // into the sweeper's lane ahead of its own (their own lane is not known).
+      lanes_->sweep([&](std::uint32_t i) { return keep(i) && (kept = true); },
+                    [&](auto&& put) {
+                      empty_stashes([&](std::uint32_t i) {
+                        put(i);
+                        kept = true;
+                      });
+                    });
+    } else {
+      // Counted before the stashes' jobs go in behind them, so those (popped first, so older)
+      // stay in front of the ring's.
+      std::size_t in_ring = ring_->size_approx();
+      empty_stashes([&](std::uint32_t i) {
+        push_entries(&i, 1);
+        kept = true;
+      });
+      for (; in_ring > 0 && ring_->try_pop(idx); --in_ring)
+        if (keep(slot_of(idx))) {
+          const std::uint32_t i = slot_of(idx);
+          push_entries(&i, 1);
+          kept = true;
+        }
     }
-    for (; in_ring > 0 && ready_.try_pop(idx); --in_ring)
-      visit(slot_of(idx));
     // release: the pushes back happen before an inline runner's acquire load that reads it.
     sweep_gen_.fetch_add(1, std::memory_order_release);
-    if (kept) wake_for_ready();
+    // Lanes: a worker turned away from a lane the sweep held may have gone to sleep with a job
+    // pushed there meanwhile (ReadyLanes::sweep).
+    if (kept || (lanes_ && lanes_->any())) wake_for_ready();
   }
 
   /// held_back(): how many times a worker (or the inline runner) popped ready jobs and then kept
@@ -280,7 +310,10 @@ class Dispatcher {
   [[nodiscard]] bool paused() const noexcept { return pause_.paused(); }
   /// take_permits_from(p): workers take one of p's permits before each job from now on (see
   /// PermitSource). Once, at the queue's construction, before any worker starts.
-  void take_permits_from(PermitSource* p) noexcept { permits_ = p; }
+  void take_permits_from(PermitSource* p) noexcept {
+    RAIL_INVARIANT(!lanes_, "a queue that takes permits first was built with ready lanes");
+    permits_ = p;
+  }
   /// wake_workers(): a permit came free for a hungry PermitSource: a worker looks, even while
   /// one holds the duty (it may be running a long handler; a worker's own release skips this).
   void wake_workers() noexcept { wake_for_ready(true); }
@@ -335,12 +368,20 @@ class Dispatcher {
   [[nodiscard]] static std::uint32_t slot_of(std::uint32_t entry) noexcept {
     return entry & ~kNamesOther;
   }
-  /// push_entries(idx, n): the ring push of n indices, each marked (entry_of) if need be.
+  /// push_entries(idx, n): pushes n ready indices, in order: into this thread's lane as one
+  /// chain, or into the ring, each marked (entry_of) if need be.
   void push_entries(const std::uint32_t* idx, std::size_t n) noexcept;
-  /// other_at_head(): a hint: the oldest ready job names another downstream (kNamesOther).
+  /// pop_ready(out, max, w): up to max ready indices (marks stripped) for worker w.
+  std::size_t pop_ready(std::uint32_t* out, std::size_t max, std::uint32_t w) noexcept;
+  /// ready_any(): a hint: a ready index is in the lanes or the ring.
+  [[nodiscard]] bool ready_any() const noexcept {
+    return lanes_ ? lanes_->any() : ring_->size_approx() > 0;
+  }
+  /// other_at_head(): a hint: the oldest ready job names another downstream (kNamesOther). The
+  /// ring's: a queue with a PermitSource has no lanes.
   [[nodiscard]] bool other_at_head() const noexcept {
     std::uint32_t e = 0;
-    return ready_.peek(ready_.pops(), e) && (e & kNamesOther) != 0;
+    return ring_->peek(ring_->pops(), e) && (e & kNamesOther) != 0;
   }
   bool next_permitted_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   bool pop_inline(WorkerContext& wc, std::uint32_t& idx) noexcept;
@@ -390,7 +431,9 @@ class Dispatcher {
   const JobSlot* slots_;
   const char* payload_;
   std::size_t payload_stride_;
-  MpmcRing<std::uint32_t> ready_;
+  // The ready jobs: lanes, or (lanes_ null) the ring; see the header.
+  std::unique_ptr<ReadyLanes> lanes_;
+  std::optional<MpmcRing<std::uint32_t>> ring_;
   // Sweeps of the ready ring begun plus ended (sweep_ready); cold.
   std::atomic<std::uint64_t> sweep_gen_{0};
   // The dedicated workers' wake target; wake_ points at it, or at the shared pool's.

@@ -1,0 +1,188 @@
+// A threaded queue keeps its ready jobs in one lane per producer thread (ready_lanes.hpp) on a
+// machine with several CPUs (this one has two: two lanes). What the engine promises across them:
+// each producer thread's jobs start in its add order on one worker; shutdown hands back every job
+// still in any lane exactly once; a cancel from another thread takes a job out of a producer's
+// lane and gives its slot back at once (a paused queue's capacity returns); and with several
+// producers, retries and workers, every job ends exactly once.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "rail/rail.hpp"
+#include "support/sanitized.hpp"
+#include "support/watchdog.hpp"
+
+namespace rail {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Item {
+  int producer = 0;
+  int seq = 0;
+};
+
+/// add_from_threads(q, producers, per): each of `producers` threads adds `per` jobs {p, 0..per-1}
+/// in order; returns every id, by producer.
+std::vector<std::vector<JobId>> add_from_threads(Queue<Item>& q, int producers, int per) {
+  std::vector<std::vector<JobId>> ids(static_cast<std::size_t>(producers));
+  std::vector<std::thread> threads;
+  for (int p = 0; p < producers; ++p) {
+    threads.emplace_back([&, p] {
+      for (int i = 0; i < per; ++i) {
+        const AddResult r = q.add("item", Item{p, i});
+        if (r.status == AddStatus::added) ids[static_cast<std::size_t>(p)].push_back(r.id);
+      }
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  return ids;
+}
+
+#ifdef RAIL_SANITIZED
+constexpr int kRounds = 5;
+#else
+constexpr int kRounds = 30;
+#endif
+
+TEST(ProducerLanes, EachProducerThreadsJobsStartInItsAddOrderOnOneWorker) {
+  const test::Watchdog watchdog(120s, "EachProducerThreadsJobsStartInItsAddOrderOnOneWorker");
+  constexpr int kProducers = 4, kPer = 200;
+  for (int round = 0; round < kRounds; ++round) {
+    Engine engine;
+    auto q = engine.queue<Item>("q", QueueOptions{.capacity = kProducers * kPer});
+    std::mutex mu;
+    std::vector<Item> started;
+    q.pause();  // the jobs wait in the lanes, interleaved as the threads raced
+    q.process({.concurrency = 1}, [&](Job<Item>& j) {
+      const std::lock_guard lock(mu);
+      started.push_back(j.data());
+    });
+    const auto ids = add_from_threads(q, kProducers, kPer);
+    for (const auto& one : ids)
+      ASSERT_EQ(one.size(), static_cast<std::size_t>(kPer));
+    q.resume();
+    ASSERT_TRUE(q.drain(60s));
+    ASSERT_EQ(started.size(), static_cast<std::size_t>(kProducers * kPer));
+    std::vector<int> next(kProducers, 0);
+    for (const Item& it : started) {
+      ASSERT_EQ(it.seq, next[static_cast<std::size_t>(it.producer)])
+          << "round " << round << ": producer " << it.producer << "'s jobs out of order";
+      ++next[static_cast<std::size_t>(it.producer)];
+    }
+  }
+}
+
+TEST(ProducerLanes, ShutdownHandsBackEveryJobInEveryLaneOnce) {
+  const test::Watchdog watchdog(120s, "ShutdownHandsBackEveryJobInEveryLaneOnce");
+  constexpr int kProducers = 3, kPer = 300;
+  for (int round = 0; round < kRounds; ++round) {
+    Engine engine;
+    auto q = engine.queue<Item>("q", QueueOptions{.capacity = kProducers * kPer});
+    std::atomic<int> ran{0};
+    q.pause();
+    q.process({.concurrency = 2}, [&](Job<Item>&) { ran.fetch_add(1); });
+    const auto ids = add_from_threads(q, kProducers, kPer);
+    (void)engine.shutdown(1s);
+    std::multiset<JobId> back;
+    for (auto& l : q.take_leftovers())
+      back.insert(l.id);
+    EXPECT_EQ(ran.load(), 0) << "round " << round << ": a job of a paused queue ran";
+    std::size_t expected = 0;
+    for (const auto& one : ids) {
+      expected += one.size();
+      for (const JobId id : one)
+        ASSERT_EQ(back.count(id), 1U) << "round " << round << ": job " << id;
+    }
+    ASSERT_EQ(back.size(), expected) << "round " << round;
+  }
+}
+
+TEST(ProducerLanes, ACancelFromAnotherThreadTakesAJobOutOfAProducersLaneAndFreesItsSlot) {
+  const test::Watchdog watchdog(120s, "ACancelFromAnotherThreadTakesAJobOutOfAProducersLane");
+  constexpr int kPer = 60;
+  for (int round = 0; round < kRounds; ++round) {
+    Engine engine;
+    // Exactly full once both producers added: only the cancelled jobs' slots make room.
+    auto q = engine.queue<Item>(
+        "q", QueueOptions{.capacity = 2 * kPer, .on_full = OverflowPolicy::reject});
+    std::mutex mu;
+    std::set<JobId> ran;
+    q.pause();
+    q.process({.concurrency = 2}, [&](Job<Item>& j) {
+      const std::lock_guard lock(mu);
+      ran.insert(j.id());
+    });
+    const auto ids = add_from_threads(q, 2, kPer);
+    ASSERT_EQ(q.add("item", Item{9, 0}).status, AddStatus::full);
+    // Another thread cancels every third job of each producer.
+    std::set<JobId> cancelled;
+    std::thread canceller([&] {
+      for (const auto& one : ids)
+        for (std::size_t i = 0; i < one.size(); i += 3)
+          if (q.cancel(one[i])) cancelled.insert(one[i]);
+    });
+    canceller.join();
+    ASSERT_EQ(cancelled.size(), 2U * ((kPer + 2) / 3)) << "round " << round;
+    for (const JobId id : cancelled)
+      ASSERT_EQ(q.state(id).status, JobStatus::cancelled) << "round " << round << ": job " << id;
+    // Their slots are free now, while the queue is still paused.
+    for (std::size_t i = 0; i < cancelled.size(); ++i)
+      ASSERT_EQ(q.add("item", Item{8, static_cast<int>(i)}).status, AddStatus::added)
+          << "round " << round << ": add " << i << " after the cancels";
+    q.resume();
+    ASSERT_TRUE(q.drain(60s));
+    for (const auto& one : ids)
+      for (const JobId id : one)
+        ASSERT_EQ(ran.count(id), cancelled.count(id) ? 0U : 1U) << "round " << round;
+    EXPECT_EQ(ran.size(), 2U * kPer) << "round " << round;
+  }
+}
+
+TEST(ProducerLanes, ManyProducersRetriesAndWorkersEndEveryJobExactlyOnce) {
+  const test::Watchdog watchdog(180s, "ManyProducersRetriesAndWorkersEndEveryJobExactlyOnce");
+  constexpr int kProducers = 6, kPer = 2'000;
+  for (const bool shared : {false, true}) {
+    Engine engine({.workers = 3});
+    auto q = engine.queue<Item>("q", QueueOptions{.capacity = 256,
+                                                  .on_full = OverflowPolicy::block,
+                                                  .block_timeout = Duration::max()});
+    std::mutex mu;
+    std::vector<int> completed(kProducers * kPer, 0);
+    const WorkerOptions wo = shared ? WorkerOptions::shared() : WorkerOptions{.concurrency = 3};
+    q.process(wo, [&](Job<Item>& j) {
+      const Item it = j.data();
+      // One job in seven fails its first attempt: the retry goes back through a worker's lane.
+      if (j.attempt() == 1 && (it.producer * kPer + it.seq) % 7 == 0) return Outcome::retry("x");
+      const std::lock_guard lock(mu);
+      ++completed[static_cast<std::size_t>(it.producer * kPer + it.seq)];
+      return Outcome::done();
+    });
+    JobOptions o;
+    o.attempts = 2;
+    std::vector<std::thread> threads;
+    for (int p = 0; p < kProducers; ++p)
+      threads.emplace_back([&, p] {
+        for (int i = 0; i < kPer; ++i)
+          ASSERT_EQ(q.add("item", Item{p, i}, o).status, AddStatus::added);
+      });
+    for (auto& t : threads)
+      t.join();
+    ASSERT_TRUE(q.drain(120s));
+    for (std::size_t i = 0; i < completed.size(); ++i)
+      ASSERT_EQ(completed[i], 1) << (shared ? "shared pool" : "own pool") << ": job " << i;
+    const QueueCounts c = q.counts();
+    EXPECT_EQ(c.completed, static_cast<std::uint64_t>(kProducers * kPer));
+    EXPECT_EQ(c.waiting + c.active + c.delayed, 0U);
+  }
+}
+
+}  // namespace
+}  // namespace rail
