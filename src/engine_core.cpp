@@ -8,6 +8,11 @@
 
 namespace rail::detail {
 
+std::uint64_t EngineCore::next_serial() noexcept {
+  static std::atomic<std::uint64_t> serials{0};
+  return serials.fetch_add(1, std::memory_order_relaxed) + 1;  // relaxed: a number
+}
+
 EngineCore::EngineCore(const EngineOptions& options)
     : clock_(options.clock ? *options.clock : TscClock::instance()),
       mode_(options.mode),
@@ -114,6 +119,30 @@ DownstreamGate* EngineCore::find_downstream(std::string_view name) {
   std::lock_guard lock(downstream_mu_);
   auto it = downstreams_.find(name);
   return it == downstreams_.end() ? nullptr : it->second.get();
+}
+
+std::uint64_t EngineCore::refill_ids(IdBlock& b, std::uint64_t n) noexcept {
+  // relaxed: ids need uniqueness, not ordering.
+  if (n >= kIdBlock) {
+    // Past the block: this thread's next ids come from a new one above these (rising per thread).
+    b.next = b.end;
+    return next_id_.fetch_add(n, std::memory_order_relaxed);
+  }
+  b.engine = serial_;
+  b.epoch = id_epoch_.load(std::memory_order_relaxed);
+  b.next = next_id_.fetch_add(kIdBlock, std::memory_order_relaxed);
+  b.end = b.next + kIdBlock;
+  const std::uint64_t first = b.next;
+  b.next += n;
+  return first;
+}
+
+void EngineCore::skip_ids_past(std::uint64_t id) noexcept {
+  // relaxed: the counter only grows; a concurrent add's reservation lands past it either way.
+  const std::uint64_t next = next_id_.load(std::memory_order_relaxed);
+  if (id >= next) (void)next_id_.fetch_add(id - next + 1, std::memory_order_relaxed);
+  // relaxed: a hint to every thread's next take (see the header's caveat).
+  id_epoch_.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace rail::detail

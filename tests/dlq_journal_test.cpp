@@ -341,6 +341,27 @@ TEST_F(JournalTest, NewJobsNeverReuseARestoredId) {
   EXPECT_GT(fresh, last);
 }
 
+// A thread takes ids in blocks (EngineCore::kIdBlock): one that added before the journal was
+// restored holds a block from below the restored ids, which the restore must retire.
+TEST_F(JournalTest, IdsAThreadReservedBeforeARestoreAreNotHandedOutAfterIt) {
+  JobId last;
+  {
+    Generation g(options());
+    for (int i = 0; i < 5; ++i)
+      last = g.fail(std::to_string(i) + "x");
+  }
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+  auto other = engine.queue<std::string>("other", QueueOptions{});
+  const JobId before = other.add("noop", "before").id;  // this thread's block starts at 1
+  ASSERT_LT(before, last);
+  auto orders = engine.queue<std::string>("orders", options());
+  ASSERT_EQ(orders.dlq().size(), 5U);
+  const JobId after = other.add("noop", "after").id;
+  EXPECT_GT(after, last) << "an id of the block reserved before the restore was handed out";
+  EXPECT_GT(orders.add("charge-card", "new").id, last);
+}
+
 TEST_F(JournalTest, RemovePurgeAndEvictionAreRecordedAsTombstones) {
   QueueOptions o = options();
   o.dlq.max_entries = 3;

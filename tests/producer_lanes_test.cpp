@@ -3,14 +3,18 @@
 // each producer thread's jobs start in its add order on one worker; shutdown hands back every job
 // still in any lane exactly once; a cancel from another thread takes a job out of a producer's
 // lane and gives its slot back at once (a paused queue's capacity returns); and with several
-// producers, retries and workers, every job ends exactly once.
+// producers, retries and workers, every job ends exactly once. Ids come from a block per thread
+// (EngineCore::kIdBlock): unique across threads, rising within each, and never from another
+// engine's block.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -181,6 +185,51 @@ TEST(ProducerLanes, ManyProducersRetriesAndWorkersEndEveryJobExactlyOnce) {
     const QueueCounts c = q.counts();
     EXPECT_EQ(c.completed, static_cast<std::uint64_t>(kProducers * kPer));
     EXPECT_EQ(c.waiting + c.active + c.delayed, 0U);
+  }
+}
+
+TEST(ProducerIds, AreUniqueAcrossThreadsAndRiseWithinEachBulksConsecutive) {
+  const test::Watchdog watchdog(120s, "ProducerIdsAreUniqueAcrossThreads");
+  constexpr int kThreads = 8, kSingles = 600;
+  Engine engine;
+  auto a = engine.queue<Item>("a", QueueOptions{.capacity = 1 << 16});
+  auto b = engine.queue<Item>("b", QueueOptions{.capacity = 1 << 16});
+  std::vector<std::vector<JobId>> ids(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      auto& mine = ids[static_cast<std::size_t>(t)];
+      for (int i = 0; i < kSingles; ++i) {
+        mine.push_back((i % 2 ? a : b).add("x", Item{t, i}).id);
+        if (i % 20 != 0) continue;
+        std::vector<Item> items(static_cast<std::size_t>(1 + (i * 7 + t) % 300));
+        const BulkAddResult r = a.add_bulk("x", std::span<Item>(items));
+        ASSERT_EQ(r.count, items.size());
+        for (std::size_t k = 0; k < items.size(); ++k)
+          mine.push_back(r.first_id + k);  // a bulk's ids are consecutive
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  std::set<JobId> all;
+  for (const auto& mine : ids) {
+    for (std::size_t i = 1; i < mine.size(); ++i)
+      ASSERT_LT(mine[i - 1], mine[i]) << "a thread's ids must rise";
+    for (const JobId id : mine)
+      ASSERT_TRUE(all.insert(id).second) << "id " << id << " handed out twice";
+  }
+  EXPECT_EQ(*all.begin(), 1U);
+  (void)engine.shutdown(1s);
+  (void)a.take_leftovers();
+  (void)b.take_leftovers();
+}
+
+TEST(ProducerIds, ANewEngineStartsAtOneWhateverBlockThisThreadHeldForTheLast) {
+  for (int round = 0; round < 20; ++round) {
+    auto engine = std::make_unique<Engine>();  // often at the address the last one had
+    auto q = engine->queue<Item>("q", QueueOptions{});
+    EXPECT_EQ(q.add("x", Item{}).id, 1U) << "round " << round;
+    EXPECT_EQ(q.add("x", Item{}).id, 2U) << "round " << round;
   }
 }
 

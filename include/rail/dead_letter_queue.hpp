@@ -404,8 +404,7 @@ class DeadLetterQueue {
     }
     // Restored ids keep their numbers: move the engine's id counter past them so no new job
     // can be given one (redrive keeps an entry's id).
-    auto& core = queue_.core();
-    if (const JobId last = core.last_id(); max_id > last) (void)core.next_ids(max_id - last);
+    if (max_id != 0) queue_.core().skip_ids_past(max_id);
     std::vector<Evicted> evicted;
     std::uint64_t ticket = 0;
     {

@@ -128,13 +128,26 @@ class EngineCore {
   [[nodiscard]] std::uint64_t seed() const noexcept { return seed_; }
   [[nodiscard]] NameTable& names() noexcept { return names_; }
 
-  /// next_ids(n): reserves n consecutive job ids. relaxed: ids need uniqueness, not ordering.
+  /// next_ids(n): n consecutive job ids, unique in the engine. A thread takes them from a block
+  /// of kIdBlock ids it reserved with one RMW of the counter, so producers on different threads
+  /// do not all write the counter's line for every job: ids rise per thread, and across threads
+  /// they follow no add order. n beyond what the block holds refills it; kIdBlock or more come
+  /// straight from the counter, and retire the block.
+  static constexpr std::uint64_t kIdBlock = 256;
   [[nodiscard]] std::uint64_t next_ids(std::uint64_t n = 1) noexcept {
-    return next_id_.fetch_add(n, std::memory_order_relaxed);
+    IdBlock& b = id_block();
+    // relaxed: see skip_ids_past.
+    if (b.engine != serial_ || b.epoch != id_epoch_.load(std::memory_order_relaxed) ||
+        b.end - b.next < n) [[unlikely]]
+      return refill_ids(b, n);
+    const std::uint64_t first = b.next;
+    b.next += n;
+    return first;
   }
-  [[nodiscard]] std::uint64_t last_id() const noexcept {
-    return next_id_.load(std::memory_order_relaxed) - 1;
-  }
+  /// skip_ids_past(id): no id handed out from now on is `id` or below (a DLQ journal's restored
+  /// entries keep their ids): moves the counter past it and retires every thread's block. A
+  /// thread taking an id from its old block at that very moment may still get one below it.
+  void skip_ids_past(std::uint64_t id) noexcept;
 
   /// accepting(): false once shutdown began. acquire pairs with stop_accepting()'s release so a
   /// producer that sees false also sees the shutdown's earlier writes.
@@ -338,7 +351,26 @@ class EngineCore {
   Mode mode_;
   std::uint64_t seed_;
   NameTable names_;
+  /// IdBlock: the ids a thread reserved: [next, end) of engine `engine` (its serial) as of
+  /// id epoch `epoch`.
+  struct IdBlock {
+    std::uint64_t engine = 0;
+    std::uint64_t epoch = 0;
+    std::uint64_t next = 0;
+    std::uint64_t end = 0;
+  };
+  static IdBlock& id_block() noexcept {
+    thread_local IdBlock block;
+    return block;
+  }
+  std::uint64_t refill_ids(IdBlock& b, std::uint64_t n) noexcept;
+
+  static std::uint64_t next_serial() noexcept;
+  const std::uint64_t serial_ = next_serial();  // this engine's among the process's, from 1
+  // Ids: the counter (ids from 1; relaxed: ids need uniqueness, not ordering) and the epoch that
+  // retires the threads' blocks (skip_ids_past).
   alignas(64) std::atomic<std::uint64_t> next_id_{1};
+  std::atomic<std::uint64_t> id_epoch_{0};
   alignas(64) std::atomic<bool> accepting_{true};
 
   std::array<QueueBase*, kMaxQueues> queues_{};
