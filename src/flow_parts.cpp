@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "rail/detail/allocation.hpp"
+#include "rail/detail/blank.hpp"
 
 namespace rail::detail {
 
@@ -31,7 +32,7 @@ SlotExtra& FlowParts::extra(JobSlot& s) {
 }
 
 Event FlowParts::event(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept {
-  Event e;
+  Event e = blank<Event>();
   e.kind = kind;
   e.at = TimePoint{Duration{now}};
   e.queue = name;

@@ -9,6 +9,7 @@
 
 #include "rail/detail/allocation.hpp"
 #include "rail/detail/assert.hpp"
+#include "rail/detail/blank.hpp"
 #include "rail/detail/handler_failure.hpp"
 #include "rail/detail/scoped_value.hpp"
 #include "rail/detail/worker_pool.hpp"
@@ -197,7 +198,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   wc.fast = wall - wc.last_wall_ns < wc.fast_handler_ns;
   wc.last_wall_ns = wall;
   wc.last_start_ns = now;
-  JobFields job;
+  JobFields job = blank<JobFields>();
   job.id_ = s.id.load(std::memory_order_relaxed);
   job.name_ = job_name(s);
   job.queue_ = parts_.name;
