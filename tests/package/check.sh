@@ -23,6 +23,16 @@ for part in "GoogleTest not found, so RAIL_BUILD_TESTS is off" \
   fi
 done
 cmake --install "$build" --prefix "$scratch/prefix" >/dev/null
+# A build with the tools installs rail-dlq, and the installed one runs.
+tools="no tools built"
+if [[ -x "$build/tools/rail-dlq" ]]; then
+  if [[ ! -x "$scratch/prefix/bin/rail-dlq" ]]; then
+    echo "check.sh: cmake --install did not install rail-dlq into $scratch/prefix/bin" >&2
+    exit 1
+  fi
+  "$scratch/prefix/bin/rail-dlq" --help >/dev/null
+  tools="rail-dlq installed and ran"
+fi
 cmake -S "$src/tests/package" -B "$scratch/fp" -DCMAKE_PREFIX_PATH="$scratch/prefix" \
       -DRAIL_CONSUME=find_package >/dev/null
 cmake --build "$scratch/fp" -j1 >/dev/null
@@ -41,4 +51,4 @@ if dpkg-query -W -f='${Status}' libjemalloc-dev 2>/dev/null | grep -q "install o
 else
   echo "check.sh: libjemalloc-dev is not installed: the jemalloc consumer is skipped" >&2
 fi
-echo "rail package: a configure without test packages skipped them, saying so; $consumers built, ran and kept their allocator"
+echo "rail package: a configure without test packages skipped them, saying so; $tools; $consumers built, ran and kept their allocator"

@@ -12,3 +12,7 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/railConfigVersion.c
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/railConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/railConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/rail)
+# The DLQ journal inspector, when the tools are built (RAIL_BUILD_TOOLS).
+if(TARGET rail-dlq)
+  install(TARGETS rail-dlq RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
