@@ -268,16 +268,13 @@ class Dispatcher {
       // Counted before the stashes' jobs go in behind them, so those (popped first, so older)
       // stay in front of the ring's.
       std::size_t in_ring = ring_->size_approx();
-      empty_stashes([&](std::uint32_t i) {
+      const auto put_back = [&](std::uint32_t i) {
         push_entries(&i, 1);
         kept = true;
-      });
+      };
+      empty_stashes(put_back);
       for (; in_ring > 0 && ring_->try_pop(idx); --in_ring)
-        if (keep(slot_of(idx))) {
-          const std::uint32_t i = slot_of(idx);
-          push_entries(&i, 1);
-          kept = true;
-        }
+        if (keep(slot_of(idx))) put_back(slot_of(idx));
     }
     // release: the pushes back happen before an inline runner's acquire load that reads it.
     sweep_gen_.fetch_add(1, std::memory_order_release);

@@ -34,8 +34,8 @@
 // included: each holder sees the previous holder's head, and a holder's look for more work after
 // its release sees what a worker it turned away had seen pushed (release()). head_hint is a relaxed
 // copy of the head for any() (a hint); the bitmap is relaxed throughout (a hint, see above).
-// Threading: push/push_chain from any thread; pop_bulk from any thread (workers); sweep from one
-// thread at a time (the caller serialises them). Atom is std::atomic in the engine and
+// Threading: push_chain/push_chain_to from any thread; pop_bulk from any thread (workers); sweep
+// from one thread at a time (the caller serialises them). Atom is std::atomic in the engine and
 // DeterministicAtomic in tests/ready_lanes_test.cpp.
 #pragma once
 
@@ -81,19 +81,17 @@ class BasicReadyLanes {
   BasicReadyLanes(const BasicReadyLanes&) = delete;
   BasicReadyLanes& operator=(const BasicReadyLanes&) = delete;
 
-  [[nodiscard]] std::size_t lanes() const noexcept { return std::size_t{mask_} + 1; }
   /// own_lane(): the calling thread's lane: its stripe number (striped_counter.hpp: fixed per
   /// thread, consecutive over threads), so threads spread evenly over the lanes.
   [[nodiscard]] std::uint32_t own_lane() const noexcept {
     return static_cast<std::uint32_t>(this_thread_stripe()) & mask_;
   }
 
-  /// push(idx) / push_chain(idx, n): into the calling thread's lane (own_lane()).
-  void push(std::uint32_t idx) noexcept { push_chain_to(own_lane(), &idx, 1); }
+  /// push_chain(idx, n): into the calling thread's lane (own_lane()).
   void push_chain(const std::uint32_t* idx, std::size_t n) noexcept {
     push_chain_to(own_lane(), idx, n);
   }
-  /// push_chain_to(lane, idx, n): n >= 1 indices into `lane`, in order, with one exchange.
+  /// push_chain_to(lane, idx, n): n indices into `lane`, in order, with one exchange (none: no-op).
   void push_chain_to(std::uint32_t lane, const std::uint32_t* idx, std::size_t n) noexcept {
     if (n == 0) return;
     for (std::size_t i = 0; i + 1 < n; ++i)
