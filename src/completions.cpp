@@ -86,7 +86,8 @@ bool Completions::complete(std::uint32_t r, Outcome&& out, std::type_index resul
   const std::type_index own = flow_.result_type();
   if (out.kind() == Outcome::Kind::pending) {
     out = Outcome::retry(
-        "Completion::complete(Outcome::pending()): a completion delivers the outcome itself");
+        "Completion::complete was given the Outcome of Job::defer; expected the attempt's own "
+        "outcome (done, retry, retry_in, fail, discard or pushback)");
   } else if (result_type != typeid(void) && result_type != own) {
     out = Outcome::fail(
         "Completion::complete(Result<R>) with R = " + std::string(result_type.name()) +

@@ -14,9 +14,8 @@ DedupSet& DedupClaims::window() {
       .get_or_make([&] {
         // Default: room for the queue's jobs and at least 4096 ids, because ids with a ttl
         // outlive their jobs (a small queue's window would otherwise fill at once).
-        const std::size_t ids = parts_.options.dedup_capacity
-                                    ? parts_.options.dedup_capacity
-                                    : std::max<std::size_t>(parts_.capacity, 4096);
+        const std::size_t ids =
+            parts_.options.dedup_capacity.value_or(std::max<std::uint32_t>(parts_.capacity, 4096));
         return std::make_unique<Window>(ids, parts_.capacity);
       })
       .set;
@@ -73,9 +72,9 @@ void DedupClaims::reclaim(std::uint32_t idx, JobId id, const std::string& key, s
   gate(idx).store(open(id), std::memory_order_relaxed);  // as hold()
 }
 
-std::optional<AddResult> DedupClaims::refusal(const DedupSet::Claim& claim, const JobOptions& o) {
+std::optional<AddReceipt> DedupClaims::refusal(const DedupSet::Claim& claim, const JobOptions& o) {
   using R = DedupSet::Claim::Result;
-  if (claim.result == R::full) return AddResult{0, AddStatus::dedup_full};
+  if (claim.result == R::full) return AddReceipt{0, AddStatus::dedup_full};
   if (claim.result == R::key_too_long)
     throw Error(ErrorCode::invalid_option, "JobOptions.dedup.id is " +
                                                std::to_string(o.dedup.id.size()) +

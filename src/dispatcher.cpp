@@ -173,8 +173,8 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w, PoolDuty& duty) noexcept {
   if (ran > 0) pool_runner_->flush_freed(w);  // the worker moves on: as before it idles
   // This worker may have run the queue dry: also when the turn ended on kTurn with the last job
   // (next_job never failed; the next turn finds nothing visible and returns before looking).
-  // Only while observed (note_if_drained), and once per turn, not per job.
-  if (ran > 0) note_if_drained(true);
+  // Only while observed (note_if_idle), and once per turn, not per job.
+  if (ran > 0) note_if_idle(true);
   wc.pause.park();  // our last handler's end happens before a waiter sees us parked
   if (share_ != 0) {
     serving_.fetch_sub(1, std::memory_order_relaxed);
@@ -225,7 +225,7 @@ std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std:
     if (gen % 2 == 0 && sweep_gen_.load(std::memory_order_relaxed) == gen) break;
     std::this_thread::yield();
   }
-  if (ran < max) note_if_drained(false);  // ran out of jobs (or paused): idle now?
+  if (ran < max) note_if_idle(false);  // ran out of jobs (or paused): idle now?
   return ran;
 }
 
@@ -300,25 +300,25 @@ bool Dispatcher::workers_acknowledged(std::uint64_t epoch) const noexcept {
   return PauseBarrier::acknowledged(epoch, contexts_);
 }
 
-void Dispatcher::raise_if_drained(bool on_worker) noexcept {
+void Dispatcher::raise_if_idle(bool on_worker) noexcept {
   // acq_rel RMW: orders this thread's counts before the next checker's reads, and the previous
   // checker's counts before ours (see the header: the last two ends are never both missed).
-  std::uint64_t last = drained_mark_.fetch_add(0, std::memory_order_acq_rel);
+  std::uint64_t last = idle_raised_mark_.fetch_add(0, std::memory_order_acq_rel);
   const std::optional<std::uint64_t> mark = stats_.idle_mark();
   if (!mark) return;
   while (*mark > last) {
     // acq_rel: one winner per mark, and marks only grow: a slower checker with an older mark
     // cannot raise the event twice for one transition.
-    if (drained_mark_.compare_exchange_weak(last, *mark, std::memory_order_acq_rel,
-                                            std::memory_order_acquire)) {
+    if (idle_raised_mark_.compare_exchange_weak(last, *mark, std::memory_order_acq_rel,
+                                                std::memory_order_acquire)) {
       if (!on_worker) {
-        emit_queue_event(EventKind::drained);
+        emit_queue_event(EventKind::idle);
         return;
       }
       // As a delivery of this queue: an observer on its worker must not wait for that worker
       // (drain, pause_and_wait throw would_deadlock).
       const ScopedValue<const QueueBase*> delivering(current_delivery(), &owner_);
-      emit_queue_event(EventKind::drained);
+      emit_queue_event(EventKind::idle);
       return;
     }
   }
@@ -355,7 +355,7 @@ void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& 
     }
     wc.fast = false;        // after idling, the next handler's speed is unknown: one job at a time
     runner.flush_freed(w);  // before it waits: what it freed must not wait with it
-    note_if_drained(true);  // this worker ran out of jobs: the queue may be idle now
+    note_if_idle(true);     // this worker ran out of jobs: the queue may be idle now
     if (spin_for_job(w, wc, idx)) {
       run(runner, idx, wc);
       continue;

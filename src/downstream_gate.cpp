@@ -208,13 +208,14 @@ const std::string& Downstream::name() const noexcept {
   return gate_->name();
 }
 
-void Downstream::set_concurrency(std::uint32_t limit) {
-  gate_->limits().set_concurrency(limit);
+void Downstream::set_concurrency(std::optional<std::uint32_t> limit) {
+  validate(DownstreamOptions{.concurrency = limit}, gate_->name());
+  gate_->limits().set_concurrency(limit.value_or(0));
   gate_->changed();
 }
 
 void Downstream::set_rate(const std::optional<RateLimit>& rate) {
-  validate(DownstreamOptions{.concurrency = 0, .rate = rate}, gate_->name());
+  validate(DownstreamOptions{.rate = rate}, gate_->name());
   gate_->limits().set_rate(rate, core_->now_ns());
   gate_->changed();
 }
@@ -232,7 +233,7 @@ DownstreamStats Downstream::stats() const {
   const auto s = gate_->limits().snapshot(now);
   DownstreamStats out;
   out.in_flight = s.in_flight;
-  out.concurrency = s.concurrency;
+  if (s.concurrency != 0) out.concurrency = s.concurrency;
   out.tokens = s.tokens;
   if (s.paused_until_ns > now) out.paused_until = TimePoint{Duration{s.paused_until_ns}};
   out.waiting =

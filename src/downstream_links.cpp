@@ -48,9 +48,10 @@ void DownstreamLinks::link_to(const std::string& downstream) {
     if (links_[i].load(std::memory_order_relaxed)->gate().name() == downstream) return;
   DownstreamGate* gate = parts_.core.find_downstream(downstream);
   if (gate == nullptr)
-    throw Error(ErrorCode::unknown_downstream,
-                "JobOptions.downstream names '" + downstream + "' on queue '" + parts_.name +
-                    "', which was never declared; expected a name given to Engine::downstream()");
+    throw Error(
+        ErrorCode::unknown_downstream,
+        "JobOptions.downstream names '" + downstream + "' on queue '" + parts_.name +
+            "', which was never declared; expected a name given to Engine::declare_downstream()");
   if (n == GateLink::kMaxLinks)
     throw Error(ErrorCode::capacity, "queue '" + parts_.name + "' already calls " +
                                          std::to_string(GateLink::kMaxLinks - 1) +

@@ -54,7 +54,7 @@ void EndWaiter::on_end(Callback cb) {
   cb(end);
 }
 
-void EndTracker::configure(const ResultRetention& retention, bool has_result) {
+void EndTracker::configure(const EndRetention& retention, bool has_result) {
   std::lock_guard lock(mu_);
   const std::size_t fallback = has_result ? 1000 : 0;
   const std::size_t keep_completed = retention.keep_completed.value_or(fallback);
@@ -64,7 +64,7 @@ void EndTracker::configure(const ResultRetention& retention, bool has_result) {
   keep_failed_ = keep_failed;
   max_age_ = retention.max_age;
   const bool retains = keep_completed_ + keep_failed_ > 0;
-  // relaxed: configured before the queue is handed out (Engine::queue).
+  // relaxed: configured before the queue is handed out (Engine::declare_queue).
   if (retains && !retained_before) wanted_.fetch_add(1, std::memory_order_relaxed);
   if (!retains && retained_before) wanted_.fetch_sub(1, std::memory_order_relaxed);
 }

@@ -20,12 +20,12 @@ Engine::Engine(EngineOptions options) {
     throw Error(ErrorCode::invalid_option,
                 "EngineOptions.timer_tick is " + std::to_string(options.timer_tick.count()) +
                     " ns; expected 10 us .. 1 s (1 ms is a good default)");
-  if (options.workers > WorkerOptions::kMaxConcurrency)
-    throw Error(ErrorCode::invalid_option,
-                "EngineOptions.workers is " + std::to_string(options.workers) +
-                    "; expected at most WorkerOptions::kMaxConcurrency (" +
-                    std::to_string(WorkerOptions::kMaxConcurrency) +
-                    ") shared pool threads, or 0 for one per core");
+  if (options.workers == 0u || options.workers > WorkerOptions::kMaxConcurrency)
+    throw Error(ErrorCode::invalid_option, "EngineOptions.workers is " +
+                                               std::to_string(*options.workers) +
+                                               "; expected 1 .. WorkerOptions::kMaxConcurrency (" +
+                                               std::to_string(WorkerOptions::kMaxConcurrency) +
+                                               ") shared pool threads, or unset for one per core");
   core_ = std::make_unique<detail::EngineCore>(options);
   on_destroy_ = std::move(options.on_destroy);
   life_->engine = this;  // not shared yet: no Subscription exists
@@ -163,7 +163,7 @@ void Engine::stop_timer_thread() {
   if (timer_thread_.joinable()) timer_thread_.join();
 }
 
-Downstream Engine::downstream(std::string_view name, const DownstreamOptions& options) {
+Downstream Engine::declare_downstream(std::string_view name, const DownstreamOptions& options) {
   detail::validate_name("DownstreamOptions", name);
   validate(options, name);
   if (!core_->accepting())

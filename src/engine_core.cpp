@@ -17,8 +17,7 @@ EngineCore::EngineCore(const EngineOptions& options)
     : clock_(options.clock ? *options.clock : TscClock::instance()),
       mode_(options.mode),
       seed_(options.seed),
-      pool_size_(options.workers != 0 ? options.workers
-                                      : std::max(1u, std::thread::hardware_concurrency())),
+      pool_size_(options.workers.value_or(std::max(1u, std::thread::hardware_concurrency()))),
       wheel_(options.timer_tick.count(), clock_.now().time_since_epoch().count()) {}
 
 EngineCore::~EngineCore() = default;  // WorkerPool is complete here
@@ -97,7 +96,7 @@ DownstreamGate& EngineCore::declare_downstream(std::string_view name,
   if (auto it = downstreams_.find(name); it != downstreams_.end()) {
     DownstreamGate& gate = *it->second;
     gate.limits().set_rate(options.rate, now);  // the one step that may throw, first
-    gate.limits().set_concurrency(options.concurrency);
+    gate.limits().set_concurrency(options.concurrency.value_or(0));
     gate.changed();
     return gate;
   }
@@ -112,7 +111,7 @@ DownstreamGate& EngineCore::downstream(std::string_view name, std::string_view q
   throw Error(ErrorCode::invalid_option,
               "QueueOptions('" + std::string(queue) + "').downstream is '" + std::string(name) +
                   "', which is not declared; expected the name of a downstream declared first "
-                  "with Engine::downstream(name, options)");
+                  "with Engine::declare_downstream(name, options)");
 }
 
 DownstreamGate* EngineCore::find_downstream(std::string_view name) {

@@ -32,19 +32,19 @@ void JobFlow::admit_unusual(const JobOptions& o) {
 }
 
 bool JobFlow::acquire_slots_slow(std::uint32_t* out, std::size_t n) {
-  if (parts_.options.on_full != OverflowPolicy::block || parts_.core.mode() == Mode::inlined)
-    return false;
+  if (parts_.options.on_full != OnFull::block || parts_.core.mode() == Mode::inlined) return false;
   // Cold path: the queue is full. Poll with a growing real-time sleep up to block_timeout;
   // workers freeing slots do not pay for waking blocked producers.
   const auto deadline = steady_deadline(parts_.options.block_timeout);  // max: wait for room
-  return poll_until(
+  bool got = false;
+  (void)poll_until(
       deadline,
       [&] {
-        if (try_acquire(out, n)) return true;
-        if (!parts_.core.accepting()) throw_shutting_down();
-        return false;
+        got = try_acquire(out, n);
+        return got || !parts_.core.accepting();  // shutdown ends the wait: no slots then
       },
       std::chrono::microseconds(1), std::chrono::microseconds(1000));
+  return got;
 }
 
 void JobFlow::name_own(const std::uint32_t* idx, std::size_t n, std::string_view name) {
@@ -67,7 +67,7 @@ RedriveStatus JobFlow::begin_redrive(const RedriveOf& of, bool reset_counters, s
   if (!acquire_slots(&idx, 1)) return RedriveStatus::queue_full;
   const std::int64_t now = core().now_ns();
   JobOptions o;
-  o.attempts = static_cast<std::int32_t>(std::max<std::uint32_t>(of.max_attempts, 1));
+  o.max_attempts = std::max<std::uint32_t>(of.max_attempts, 1);
   o.backoff = of.backoff;
   o.visibility_timeout = of.visibility_timeout;
   o.downstream = of.downstream;
@@ -78,7 +78,7 @@ RedriveStatus JobFlow::begin_redrive(const RedriveOf& of, bool reset_counters, s
   try {
     end_tracker().forget(of.id);  // it runs again: an end retained under its id is not its end
     if (!reset_counters)
-      restore_counters(idx, of.attempts_made, of.deliveries, of.stalls, of.errors);
+      restore_counters(idx, of.failed_attempts, of.deliveries, of.stalls, of.errors);
     if (!of.dedup_id.empty()) claims_.reclaim(idx, of.id, of.dedup_id, now);
   } catch (...) {
     give_back(idx);
@@ -107,7 +107,7 @@ void JobFlow::restore_counters(std::uint32_t idx, std::uint32_t attempts, std::u
   const auto clamp = [](std::uint32_t n) {
     return static_cast<std::uint16_t>(std::min<std::uint32_t>(n, 0xFFFF));
   };
-  s.attempts_made.store(clamp(attempts), std::memory_order_relaxed);
+  s.failed_attempts.store(clamp(attempts), std::memory_order_relaxed);
   s.deliveries.store(clamp(deliveries), std::memory_order_relaxed);
   s.stalls.store(clamp(stalls), std::memory_order_relaxed);
 }
@@ -143,8 +143,8 @@ void JobFlow::note_overflow(JobId id, std::string_view job_name, std::uint32_t m
   parts_.core.emit(ev);
 }
 
-AddResult JobFlow::note_duplicate(JobId owner, std::string_view job_name, const JobOptions& o,
-                                  std::int64_t now, bool debounced, AddStatus status) {
+AddReceipt JobFlow::note_duplicate(JobId owner, std::string_view job_name, const JobOptions& o,
+                                   std::int64_t now, bool debounced, AddStatus status) {
   parts_.stats.add(kDeduplicated);
   if (parts_.core.observed()) {
     Event e;

@@ -16,7 +16,7 @@ bool JobControl::cancel(JobId id) {
   for (std::uint32_t i = 0; i < parts_.capacity; ++i) {
     if (parts_.slot(i).id.load(std::memory_order_relaxed) != id) continue;
     if (auto done = try_cancel(i, id)) {
-      if (*done) dispatch_.note_if_drained(false);  // the queue's last job may have gone
+      if (*done) dispatch_.note_if_idle(false);  // the queue's last job may have gone
       return *done;
     }
   }

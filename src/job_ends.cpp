@@ -7,13 +7,13 @@ namespace rail::detail {
 
 JobEnds::JobEnds(FlowParts& parts, DedupClaims& claims, PayloadHooks& payloads)
     : parts_(parts), claims_(claims), payloads_(payloads) {
-  tracker_.configure(parts_.options.results, false);
+  tracker_.configure(parts_.options.keep_ended, false);
 }
 
 void JobEnds::declare_result(std::type_index type, std::string (*format)(const void*)) {
   result_type_ = type;
   format_result_ = format;
-  tracker_.configure(parts_.options.results, type != typeid(void));
+  tracker_.configure(parts_.options.keep_ended, type != typeid(void));
 }
 
 void JobEnds::end(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std::int64_t now,
@@ -93,12 +93,12 @@ EndRecord JobEnds::record_of(const JobSlot& s, EndKind kind, std::int64_t now, s
   EndRecord end;
   end.id = s.id.load(std::memory_order_relaxed);
   end.ended_at = TimePoint{Duration{now}};
-  end.attempts = s.attempts();
+  end.attempt = s.attempts();
   switch (kind) {
     case EndKind::completed:
       end.status = JobStatus::completed;
       end.result = std::move(result);
-      end.attempts += 1;  // the one that succeeded
+      end.attempt += 1;  // the one that succeeded
       break;
     case EndKind::dead_lettered:
       end.status = JobStatus::dead_lettered;
@@ -112,7 +112,7 @@ EndRecord JobEnds::record_of(const JobSlot& s, EndKind kind, std::int64_t now, s
     case EndKind::discarded:
       end.status = JobStatus::discarded;
       end.error = why;
-      end.attempts += 1;  // the one that discarded it
+      end.attempt += 1;  // the one that discarded it
       break;
     case EndKind::none:
     case EndKind::filed:

@@ -80,7 +80,8 @@ void JobFlow::start_processing(const WorkerOptions& w) {
     WorkerPool& pool = parts_.core.shared_pool();  // may throw Error(resources): nothing done yet
     make_leases(pool.size(), w.max_pending);
     try {
-      dispatch_.join_pool(*this, pool.size(), pool.wake(), *leases_, seed, w.concurrency);
+      dispatch_.join_pool(*this, pool.size(), pool.wake(), *leases_, seed,
+                          w.concurrency.value_or(0));  // join_pool's 0: the whole pool
     } catch (...) {
       drop_leases();  // join_pool undid its part: the queue is as before
       throw;
@@ -99,7 +100,8 @@ void JobFlow::start_processing(const WorkerOptions& w) {
 }
 
 void JobFlow::start_dedicated(const WorkerOptions& w, std::uint64_t seed) {
-  const std::uint32_t workers = parts_.core.mode() == Mode::threaded ? w.concurrency : 1;
+  const std::uint32_t workers =
+      parts_.core.mode() == Mode::threaded ? w.concurrency.value_or(1) : 1;
   make_leases(workers, w.max_pending);
   try {
     dispatch_.start(*this, workers, *leases_, seed, parts_.name);
@@ -202,7 +204,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   job.id_ = s.id.load(std::memory_order_relaxed);
   job.name_ = job_name(s);
   job.queue_ = parts_.name;
-  job.attempts_made_ = s.attempts();
+  job.failed_attempts_ = s.attempts();
   job.deliveries_ = s.delivered();
   job.stalls_ = s.stalled();
   job.max_attempts_ = s.max_attempts;
@@ -248,8 +250,8 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   }
   if (out.kind() == Outcome::Kind::pending) [[unlikely]]
     out = Outcome::retry(
-        "the handler returned Outcome::pending() without calling Job::defer(): nothing would "
-        "complete the job");
+        "the handler returned the Outcome of a Job::defer that did not defer this delivery: "
+        "nothing would complete the job");
   if (leased) LeaseTracker::release(wc.record);
   // A permit of the queue's own downstream: this worker takes the next job at once (next_job).
   if (permit) return_permit(gate->gate(), out, parts_.core.now_ns(), own_gate ? gate : nullptr);
@@ -354,9 +356,9 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
     timers_.submit(idx);
     return true;
   }
-  const FailKind kind = out.kind() == Outcome::Kind::fail          ? FailKind::permanent
-                        : out.kind() == Outcome::Kind::retry_after ? FailKind::retry_after
-                                                                   : FailKind::retry;
+  const FailKind kind = out.kind() == Outcome::Kind::fail       ? FailKind::permanent
+                        : out.kind() == Outcome::Kind::retry_in ? FailKind::retry_after
+                                                                : FailKind::retry;
   fail_attempt(idx, out.take_reason(), kind, out.delay(), wc.rng, now, &wc);
   return true;
 }
@@ -368,7 +370,7 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
   // Saturating: a redrive that keeps counters may start a job at the 16-bit limit.
   const auto attempts =
       static_cast<std::uint16_t>(std::min<std::uint32_t>(s.attempts() + 1u, 0xFFFF));
-  s.attempts_made.store(attempts, std::memory_order_relaxed);
+  s.failed_attempts.store(attempts, std::memory_order_relaxed);
   parts_.count(wc, kFailedAttempts);
   const std::string& error = log_failure(s, attempts, now, std::move(reason));
 

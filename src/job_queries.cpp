@@ -67,7 +67,7 @@ JobState JobQueries::live_state(const JobSlot& s, std::uint64_t c) const noexcep
       break;
   }
   st.deliveries = s.delivered();
-  st.attempts_made = s.attempts();
+  st.failed_attempts = s.attempts();
   st.stalls = s.stalled();
   st.progress = progress_.of(s);
   return st;

@@ -101,7 +101,7 @@ bool decode_entry(std::span<const std::byte> body, StoredDeadLetter& e, std::uin
   Cursor c(body);
   std::uint8_t reason;
   std::uint32_t n_errors;
-  if (!c.take(e.id) || !c.take(reason) || !c.take(e.attempts_made) || !c.take(e.max_attempts) ||
+  if (!c.take(e.id) || !c.take(reason) || !c.take(e.failed_attempts) || !c.take(e.max_attempts) ||
       !c.take(e.added_at_ns) || !c.take(e.dead_at_ns) || !c.take(e.dead_at_unix_ns) ||
       !c.take_str(e.name) || !c.take(n_errors))
     return false;
@@ -294,7 +294,7 @@ std::string encode_entry(const StoredDeadLetter& e, std::uint32_t version) {
   body.reserve(64 + e.name.size() + e.payload.size());
   put_le<std::uint64_t>(body, e.id);
   put_u8(body, static_cast<std::uint8_t>(e.reason));
-  put_le<std::uint32_t>(body, e.attempts_made);
+  put_le<std::uint32_t>(body, e.failed_attempts);
   put_le<std::uint32_t>(body, e.max_attempts);
   put_le<std::int64_t>(body, e.added_at_ns);
   put_le<std::int64_t>(body, e.dead_at_ns);

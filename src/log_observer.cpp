@@ -157,7 +157,7 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
     case EventKind::resumed:
       line += icon("▶") + "RESUMED queue " + std::string(e.queue);
       break;
-    case EventKind::drained:
+    case EventKind::idle:
       // Once per transition to idle: with a trickle of jobs that is once per job, so verbose.
       if (!o.verbose) return {};
       line += "DRAINED queue " + std::string(e.queue) + ": nothing waiting, delayed or running";

@@ -1,5 +1,5 @@
 // The snake_case names of rail's enums, as logs and messages print them.
-#include "rail/add_result.hpp"
+#include "rail/add_receipt.hpp"
 #include "rail/event.hpp"
 
 namespace rail {
@@ -44,8 +44,8 @@ std::string_view to_string(EventKind kind) noexcept {
       return "paused";
     case EventKind::resumed:
       return "resumed";
-    case EventKind::drained:
-      return "drained";
+    case EventKind::idle:
+      return "idle";
   }
   return "unknown_event";
 }
@@ -82,8 +82,10 @@ std::string_view to_string(AddStatus status) noexcept {
       return "dead_lettered";
     case AddStatus::dedup_full:
       return "dedup_full";
-    case AddStatus::deferred:
-      return "deferred";
+    case AddStatus::kept:
+      return "kept";
+    case AddStatus::shutting_down:
+      return "shutting_down";
   }
   return "unknown_status";
 }

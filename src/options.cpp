@@ -69,8 +69,10 @@ void validate(const Backoff& b, std::string_view where) {
 }
 
 void validate(const DownstreamOptions& o, std::string_view name) {
-  if (!o.rate) return;  // every concurrency is valid: 0 is unlimited
   const std::string where = "DownstreamOptions('" + std::string(name) + "')";
+  if (o.concurrency == 0u)
+    bad(where, "concurrency", "0", "1 or more jobs at once (leave it unset for no limit)");
+  if (!o.rate) return;
   const RateLimit& r = *o.rate;
   const std::string limit = std::to_string(RateLimit::kMaxTokens);
   if (r.per.count() <= 0) bad(where, "rate.per", ns(r.per), "a positive period");
@@ -90,30 +92,30 @@ void validate(const DownstreamOptions& o, std::string_view name) {
           "at most RateLimit::kMaxWindowStarts (" + std::to_string(RateLimit::kMaxWindowStarts) +
               ") starts per window, whose times it keeps; for more, a token bucket "
               "(RateLimit::token_bucket)");
-    if (r.burst != 0)
-      bad(where, "rate.burst", std::to_string(r.burst) + " for a window",
-          "0: a burst is a token bucket's (RateLimit::token_bucket(max, per, burst)); a window "
+    if (r.burst)
+      bad(where, "rate.burst", std::to_string(*r.burst) + " for a window",
+          "unset: a burst is a token bucket's (RateLimit::token_bucket(max, per, burst)); a window "
           "allows `max` starts at once and none more within `per`");
     return;
   }
   if (r.kind != RateLimit::Kind::token_bucket)
     bad(where, "rate.kind", std::to_string(static_cast<int>(r.kind)),
         "RateLimit::Kind::window or RateLimit::Kind::token_bucket");
-  if (r.burst > RateLimit::kMaxTokens)
-    bad(where, "rate.burst", std::to_string(r.burst),
-        "0 (the same as rate.max) .. RateLimit::kMaxTokens (" + limit + ")");
+  if (r.burst && (*r.burst == 0 || *r.burst > RateLimit::kMaxTokens))
+    bad(where, "rate.burst", std::to_string(*r.burst),
+        "1 .. RateLimit::kMaxTokens (" + limit + "), or unset for the same as rate.max");
 }
 
 namespace detail {
 
 void validate_job_options(const JobOptions& o, std::string_view where) {
   // The common case (defaults) must cost a few compares: this runs on every add.
-  if (o.attempts < 1) [[unlikely]]
-    bad(where, "attempts", std::to_string(o.attempts),
-        "1 or more (attempts counts every try, including the first)");
+  if (o.max_attempts < 1) [[unlikely]]
+    bad(where, "max_attempts", std::to_string(o.max_attempts),
+        "1 or more (max_attempts counts every try, including the first)");
   // The slot keeps attempt and delivery counts in 16 bits (job_slot.hpp): one bound, one place.
-  if (static_cast<std::uint32_t>(o.attempts) > detail::kMaxAttempts) [[unlikely]]
-    bad(where, "attempts", std::to_string(o.attempts),
+  if (o.max_attempts > detail::kMaxAttempts) [[unlikely]]
+    bad(where, "max_attempts", std::to_string(o.max_attempts),
         "at most " + std::to_string(detail::kMaxAttempts) + " (SQS allows 1000)");
   if (o.visibility_timeout && o.visibility_timeout->count() <= 0) [[unlikely]]
     bad(where, "visibility_timeout", ns(*o.visibility_timeout),
@@ -145,11 +147,12 @@ void validate_worker_options(const WorkerOptions& o, std::string_view queue) {
   const std::string where = "WorkerOptions('" + std::string(queue) + "')";
   if (o.pool != Pool::dedicated && o.pool != Pool::shared)
     bad(where, "pool", std::to_string(static_cast<int>(o.pool)), "Pool::dedicated or Pool::shared");
-  if (o.concurrency == 0 && o.pool == Pool::dedicated)
+  if (o.concurrency == 0u)
     bad(where, "concurrency", "0",
-        "1 or more threads (0, kWholePool, is for Pool::shared: no share of its own)");
+        std::string("1 or more handler calls at once (leave it unset for ") +
+            (o.pool == Pool::dedicated ? "one thread)" : "the whole pool)"));
   if (o.concurrency > WorkerOptions::kMaxConcurrency)
-    bad(where, "concurrency", std::to_string(o.concurrency),
+    bad(where, "concurrency", std::to_string(*o.concurrency),
         "at most WorkerOptions::kMaxConcurrency (" +
             std::to_string(WorkerOptions::kMaxConcurrency) + ") " +
             (o.pool == Pool::dedicated ? "worker threads per queue" : "workers of the pool"));
@@ -168,13 +171,13 @@ void reject_job_name(std::string_view name, std::string_view queue) {
 void validate_queue_options(const QueueOptions& o, std::string_view queue) {
   validate_name("QueueOptions", queue);
   std::string where = "QueueOptions('" + std::string(queue) + "')";
-  if (o.capacity == 0 || o.capacity > (std::size_t{1} << 29))
+  if (o.capacity == 0 || o.capacity > (std::uint32_t{1} << 29))
     bad(where, "capacity", std::to_string(o.capacity), "1 .. 2^29 unfinished jobs");
   if (o.visibility_timeout.count() <= 0)
     bad(where, "visibility_timeout", ns(o.visibility_timeout),
         "a positive lease length (Duration::max() for none)");
   if (o.block_timeout.count() < 0) bad(where, "block_timeout", ns(o.block_timeout), ">= 0");
-  if (o.max_stalls < 0 || o.max_stalls > 0xFFFF)
+  if (o.max_stalls > 0xFFFF)
     bad(where, "max_stalls", std::to_string(o.max_stalls),
         "0 .. 65535 stalls a job survives before it is dead-lettered");
   if (o.dlq.max_entries == 0)
@@ -199,12 +202,13 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
   }
   if (o.progress_interval.count() < 0)
     bad(where, "progress_interval", ns(o.progress_interval), ">= 0 between two progress events");
-  if (o.results.max_age.count() <= 0)
-    bad(where, "results.max_age", ns(o.results.max_age),
+  if (o.keep_ended.max_age.count() <= 0)
+    bad(where, "keep_ended.max_age", ns(o.keep_ended.max_age),
         "a positive age (Duration::max() to keep ended jobs until the counts push them out)");
-  constexpr std::size_t kMaxRetained = std::size_t{1} << 24;
-  for (const auto& [field, keep] : {std::pair{"results.keep_completed", o.results.keep_completed},
-                                    std::pair{"results.keep_failed", o.results.keep_failed}})
+  constexpr std::uint32_t kMaxRetained = std::uint32_t{1} << 24;
+  for (const auto& [field, keep] :
+       {std::pair{"keep_ended.keep_completed", o.keep_ended.keep_completed},
+        std::pair{"keep_ended.keep_failed", o.keep_ended.keep_failed}})
     if (keep && *keep > kMaxRetained)
       bad(where, field, std::to_string(*keep), "0 .. 16777216 ended jobs to keep");
   validate_job_options(o.defaults, where + ".defaults");

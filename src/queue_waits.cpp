@@ -1,6 +1,6 @@
-// JobFlow's waits: idle, drain, and the check that keeps a wait on a worker of the shared pool
-// from leaving the pool no worker for the jobs it waits for. Cold path: drain polls with a
-// growing sleep.
+// JobFlow's waits: idle (wait_idle, pause_and_wait), and the check that keeps a wait on a worker of
+// the shared pool from leaving the pool no worker for the jobs it waits for. Cold path: wait_idle
+// polls with a growing sleep.
 #include <chrono>
 #include <optional>
 #include <string>
@@ -35,18 +35,18 @@ PoolWait JobFlow::pool_wait(const std::string& what, bool bounded) const {
   return wait;
 }
 
-bool JobFlow::drain(Duration timeout) {
+bool JobFlow::wait_idle(Duration timeout) {
   if (parts_.core.mode() != Mode::threaded)
-    throw Error(ErrorCode::wrong_mode, "drain() on queue '" + parts_.name +
+    throw Error(ErrorCode::wrong_mode, "wait_idle() on queue '" + parts_.name +
                                            "' waits for worker threads; an inline engine has "
                                            "none (use Engine::run_until_idle)");
   if (current_delivery() == this || parts_.core.in_timer_context())
     throw Error(ErrorCode::would_deadlock,
-                "drain() on queue '" + parts_.name +
+                "wait_idle() on queue '" + parts_.name +
                     "' was called from one of its own handlers or from a callback of the timer "
                     "(an observer of retry_due/stalled, a DLQ alert), which would wait for "
-                    "itself; drain from outside handlers and callbacks");
-  // Cold path: poll with a growing sleep. A drained queue stays drained only if nobody adds.
+                    "itself; wait from outside handlers and callbacks");
+  // Cold path: poll with a growing sleep. An idle queue stays idle only if nobody adds.
   const auto deadline = steady_deadline(timeout);  // Duration::max(): no timeout
   std::optional<PoolWait> checked;                 // taken when first about to block
   bool stranded = false;  // shutdown stopped the workers with jobs left that none will start
@@ -54,14 +54,14 @@ bool JobFlow::drain(Duration timeout) {
     const bool idled = poll_until(deadline, [&] {
       if (idle()) return true;
       // acquire: pairs with stop()'s store. Once the workers are stopped and no handler runs,
-      // what is left (waiting, delayed) never starts: the queue never drains.
+      // what is left (waiting, delayed) never starts: the queue never gets idle.
       if (dispatch_.stopping(std::memory_order_acquire) && counts().active == 0)
         return stranded = true;
       // About to block: a wait that would leave the shared pool no worker for the queue's jobs
-      // is refused (a queue that is idle already drains from anywhere).
+      // is refused (a queue that is idle already returns from anywhere).
       if (!checked)
         checked.emplace(
-            pool_wait("drain()", deadline != std::chrono::steady_clock::time_point::max()));
+            pool_wait("wait_idle()", deadline != std::chrono::steady_clock::time_point::max()));
       return false;
     });
     if (!idled || stranded) return false;

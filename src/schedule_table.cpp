@@ -265,19 +265,20 @@ void ScheduleTable::add_runs(const std::shared_ptr<Entry>& e, std::uint64_t n) {
       def = e->def;
     }
     std::shared_ptr<EndWaiter> waiter;
-    AddResult r{0, AddStatus::full};
+    AddReceipt r{0, AddStatus::full};
     bool shutting_down = false;
     std::optional<std::string> threw;  // the add threw: its error (the payload's copy, memory)
     try {
       r = def->add(&waiter);
     } catch (const std::exception& x) {
-      shutting_down = !core_.accepting();  // Error(shutting_down) after the check above
+      shutting_down = !core_.accepting();  // a throw that shutdown caused
       if (!shutting_down) threw = failure_text(e->id, x.what());
     } catch (...) {
       shutting_down = !core_.accepting();
       if (!shutting_down)
         threw = failure_text(e->id, "an exception not derived from std::exception");
     }
+    if (r.status == AddStatus::shutting_down) shutting_down = true;
     std::unique_lock lock(mu_);
     if (r.status != AddStatus::added || !waiter) {
       --e->tally.live;
@@ -295,7 +296,7 @@ void ScheduleTable::add_runs(const std::shared_ptr<Entry>& e, std::uint64_t n) {
         continue;
       }
       ++e->tally.refused;
-      if (r.id != 0) e->tally.last_job = r.id;  // filed to the DLQ (OverflowPolicy::dead_letter)
+      if (r.id != 0) e->tally.last_job = r.id;  // filed to the DLQ (OnFull::dead_letter)
       continue;
     }
     ++e->tally.runs;

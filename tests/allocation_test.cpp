@@ -269,14 +269,14 @@ TEST(Allocation, SteadyStateAddAndRunAllocatesNothing) {
 #endif
   ManualClock clock;
   Engine engine({.clock = &clock, .mode = Mode::inlined});
-  auto q = engine.queue<Payload>("q", QueueOptions{.capacity = 1024});
+  auto q = engine.declare_queue<Payload>("q", QueueOptions{.capacity = 1024});
   std::uint64_t sum = 0;
   // Short error strings fit the small-string buffer; a retry records one per failed attempt.
   q.process({}, [&](Job<Payload>& j) {
     sum += j.data().order;
     return j.attempt() == 1 && j.data().order % 4 == 0 ? Outcome::retry("flaky") : Outcome::done();
   });
-  JobOptions o{.attempts = 2, .backoff = Backoff::fixed(1ms)};
+  JobOptions o{.max_attempts = 2, .backoff = Backoff::fixed(1ms)};
   auto round = [&](std::uint64_t base) {
     for (std::uint64_t i = 0; i < 512; ++i)
       (void)q.add("charge", Payload{base + i, 1.0}, o);
@@ -309,7 +309,7 @@ TEST(Allocation, DedupIdsAllocateNothingOnceWarm) {
 #endif
   ManualClock clock;
   Engine engine({.clock = &clock, .mode = Mode::inlined});
-  auto q = engine.queue<int>("q", QueueOptions{.capacity = 256});
+  auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 256});
   q.process({}, [](Job<int>&) {});
   JobOptions o;
   o.dedup.id.reserve(32);
@@ -349,13 +349,13 @@ TEST(Allocation, ThreadedSteadyStateAllocatesNothingOnAnyThread) {
   constexpr std::uint64_t kCapacity = 1024, kPerRound = 256;
   ManualClock clock;
   Engine engine({.clock = &clock});
-  auto q = engine.queue<Payload>("q", QueueOptions{.capacity = kCapacity});
+  auto q = engine.declare_queue<Payload>("q", QueueOptions{.capacity = kCapacity});
   std::atomic<std::uint64_t> sum{0};
   q.process({.concurrency = 2}, [&](Job<Payload>& j) {
     sum.fetch_add(j.data().order, std::memory_order_relaxed);
     return j.attempt() == 1 && j.data().order % 4 == 0 ? Outcome::retry("flaky") : Outcome::done();
   });
-  JobOptions plain{.attempts = 2, .backoff = Backoff::fixed(1ms)};
+  JobOptions plain{.max_attempts = 2, .backoff = Backoff::fixed(1ms)};
   JobOptions delayed = plain;
   delayed.delay = 1ms;
   JobOptions deduped = plain;
@@ -414,7 +414,7 @@ TEST(Allocation, AWorkersFirstTurnAtTheWheelAllocatesNothing) {
 #endif
   ManualClock clock;
   Engine engine({.clock = &clock});
-  auto q = engine.queue<int>("q", QueueOptions{.capacity = 64});
+  auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 64});
   std::atomic<bool> ask_the_wheel{false};
   std::atomic<int> asked{0};
   std::atomic<bool> meet{false};

@@ -23,11 +23,11 @@ namespace {
 void use_rail() {
   ManualClock clock;
   Engine engine({.clock = &clock, .mode = Mode::inlined});
-  auto q = engine.queue<std::string>("q", {.capacity = 64});
+  auto q = engine.declare_queue<std::string>("q", {.capacity = 64});
   q.process({}, [](Job<std::string>& job) {
     return job.attempt() == 1 ? Outcome::retry("once") : Outcome::done();  // an error log
   });
-  (void)q.add("j", std::string(100, 'x'), {.attempts = 2});
+  (void)q.add("j", std::string(100, 'x'), {.max_attempts = 2});
   engine.run_until_idle();
 }
 

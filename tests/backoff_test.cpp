@@ -10,10 +10,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-Duration delay_for(const Backoff& b, std::uint32_t attempts_made, Duration prev = 0ns,
+Duration delay_for(const Backoff& b, std::uint32_t failed_attempts, Duration prev = 0ns,
                    std::uint64_t seed = 1) {
   SplitMix64 rng(seed);
-  return next_delay(b, RetryContext{1, attempts_made, "e", prev}, nullptr, rng);
+  return next_delay(b, RetryContext{1, failed_attempts, "e", prev}, nullptr, rng);
 }
 
 TEST(Backoff, NoneRetriesImmediately) {
@@ -86,7 +86,7 @@ TEST(Backoff, DecorrelatedJitterStaysBetweenBaseAndThreePreviousCapped) {
 
 TEST(Backoff, CustomFunctionDecidesAndNegativeMeansStop) {
   CustomBackoff f = [](const RetryContext& c) {
-    return c.attempts_made > 2 ? Duration{-1} : Duration{c.attempts_made * 1s};
+    return c.failed_attempts > 2 ? Duration{-1} : Duration{c.failed_attempts * 1s};
   };
   SplitMix64 rng(1);
   EXPECT_EQ(next_delay(Backoff::custom(), RetryContext{1, 2, "e", 0ns}, &f, rng), 2s);

@@ -55,17 +55,17 @@ struct Probe {
 TEST(CompletionReview, CompletingInsideTheHandlerKeepsThePayloadUntilTheHandlerReturns) {
   ManualClock clock;
   Engine engine(EngineOptions{.clock = &clock, .mode = Mode::inlined});
-  auto q = engine.queue<Probe>("calls", {});
+  auto q = engine.declare_queue<Probe>("calls", {});
   Probe::destroyed().store(0);
   int alive_after_complete = -1;
   bool intact_after_complete = false;
   q.process({.max_pending = 1}, [&](Job<Probe>& job) {
-    Completion c = job.defer();
-    EXPECT_TRUE(c.complete(Outcome::done()));
-    // The handler has not returned: the payload is still its to read.
-    alive_after_complete = Probe::destroyed().load() == 0 ? 1 : 0;
-    intact_after_complete = job.data().intact();
-    return Outcome::pending();
+    return job.defer([&](Completion c) {
+      EXPECT_TRUE(c.complete(Outcome::done()));
+      // The handler has not returned: the payload is still its to read.
+      alive_after_complete = Probe::destroyed().load() == 0 ? 1 : 0;
+      intact_after_complete = job.data().intact();
+    });
   });
   const JobId id = q.add("call", Probe(3)).id;
   EXPECT_EQ(engine.run_until_idle(), 1u);
@@ -82,20 +82,21 @@ TEST(CompletionReview, ACompletionFromAnotherThreadWhileItsHandlerRunsLeavesTheP
   const test::Watchdog watchdog(
       60s, "ACompletionFromAnotherThreadWhileItsHandlerRunsLeavesThePayloadAlone");
   Engine engine;
-  auto q = engine.queue<Probe>("calls", {.capacity = 1});
+  auto q = engine.declare_queue<Probe>("calls", {.capacity = 1});
   Probe::destroyed().store(0);
   std::atomic<int> alive_after_complete{-1};
   std::atomic<int> reused{-1};
   q.process({.max_pending = 1}, [&](Job<Probe>& job) {
-    Completion c = job.defer();
-    if (job.data().value != 3) return Outcome::pending();  // dropped: fails, ends (attempts 1)
+    Completion c;
+    const Outcome pending = job.defer([&](Completion given) { c = std::move(given); });
+    if (job.data().value != 3) return pending;  // dropped: fails, ends (attempts 1)
     std::thread([&] {
       EXPECT_TRUE(c.complete(Outcome::done()));
       // The only slot: free only once the handler is done with it.
       reused.store(q.add("call", Probe(5)).status == AddStatus::added ? 1 : 0);
     }).join();
     alive_after_complete.store(Probe::destroyed().load() == 0 && job.data().intact() ? 1 : 0);
-    return Outcome::pending();
+    return pending;
   });
   const JobId id = q.add("call", Probe(3)).id;
   ASSERT_TRUE(test::eventually([&] { return alive_after_complete.load() != -1; }));
@@ -103,7 +104,7 @@ TEST(CompletionReview, ACompletionFromAnotherThreadWhileItsHandlerRunsLeavesTheP
       << "the completion destroyed the payload under its handler";
   EXPECT_EQ(reused.load(), 0) << "the slot was handed to a new job while its handler ran";
   ASSERT_TRUE(test::eventually([&] { return q.state(id).status == JobStatus::completed; }));
-  ASSERT_TRUE(q.drain(10s));
+  ASSERT_TRUE(q.wait_idle(10s));
   EXPECT_EQ(q.counts().active, 0u);
 }
 
@@ -117,7 +118,7 @@ TEST(CompletionReview, MaxPendingStaysWithinWhatAJobsPinsCanCount) {
                 0xFFFF);
   ManualClock clock;
   Engine engine(EngineOptions{.clock = &clock, .mode = Mode::inlined});
-  auto q = engine.queue<int>("calls", {});
+  auto q = engine.declare_queue<int>("calls", {});
   try {
     q.process({.max_pending = 0x10000}, [](Job<int>&) { return Outcome::done(); });
     ADD_FAILURE() << "max_pending 65536 was accepted";
@@ -154,12 +155,13 @@ void run_mix(std::uint32_t seed, bool shared_pool, bool with_downstream) {
   constexpr int kJobs = 300;
   std::mt19937_64 rng(seed);
   Engine engine(EngineOptions{.timer_tick = 100us, .workers = 2});
-  if (with_downstream) engine.downstream("svc", {.concurrency = 3});
+  if (with_downstream) engine.declare_downstream("svc", {.concurrency = 3});
   QueueOptions qo = with_downstream ? test::calling("svc") : QueueOptions{};
-  qo.defaults = {.attempts = 3, .backoff = Backoff::fixed(std::chrono::microseconds(rng() % 2000))};
+  qo.defaults = {.max_attempts = 3,
+                 .backoff = Backoff::fixed(std::chrono::microseconds(rng() % 2000))};
   qo.visibility_timeout = std::chrono::milliseconds(1 + rng() % 3);
   qo.max_stalls = 2;
-  auto q = engine.queue<Probe>("calls", qo);
+  auto q = engine.declare_queue<Probe>("calls", qo);
   test::EndCounter ends;
   std::vector<JobId> ids(kJobs + 1, 0);
   engine.on_event(ends.observer());
@@ -172,12 +174,12 @@ void run_mix(std::uint32_t seed, bool shared_pool, bool with_downstream) {
     const int how = static_cast<int>((r >> 7) % 6);
     if (how == 5) return pick_outcome(r >> 11);  // no defer
     Completion c;
+    Outcome out;
     try {
-      c = job.defer();
+      out = job.defer([&](Completion given) { c = std::move(given); });
     } catch (const Error&) {
       return Outcome::retry("max_pending");  // capacity: all 64 records out
     }
-    Outcome out = Outcome::pending();
     switch (how) {
       case 0:  // answered at once, before the handler returns
         c.complete(pick_outcome(r >> 11));
@@ -198,7 +200,7 @@ void run_mix(std::uint32_t seed, bool shared_pool, bool with_downstream) {
     return out;
   });
   for (int i = 1; i <= kJobs; ++i) {
-    const AddResult a = q.add("call", Probe(i));
+    const AddReceipt a = q.add("call", Probe(i));
     ASSERT_EQ(a.status, AddStatus::added);
     const std::lock_guard lock(ends.mu);
     ids[i] = a.id;
@@ -342,15 +344,14 @@ TEST(CompletionReviewStress, CompletionsRaceTheEnginesDestruction) {
     Completers completers(mix, seed + round, 2);
     {
       Engine engine(EngineOptions{.timer_tick = 100us, .workers = 2});
-      auto q =
-          engine.queue<Probe>("calls", {.defaults = {.attempts = 5, .backoff = Backoff::fixed(1ms)},
-                                        .visibility_timeout = 20ms,
-                                        .max_stalls = 5});
+      auto q = engine.declare_queue<Probe>(
+          "calls", {.defaults = {.max_attempts = 5, .backoff = Backoff::fixed(1ms)},
+                    .visibility_timeout = 20ms,
+                    .max_stalls = 5});
       WorkerOptions wo = round % 2 == 0 ? WorkerOptions{.concurrency = 2} : WorkerOptions::shared();
       wo.max_pending = 128;
       q.process(wo, [mix](Job<Probe>& job) {
-        mix->put(job.defer());
-        return Outcome::pending();
+        return job.defer([&](Completion c) { mix->put(std::move(c)); });
       });
       for (int i = 0; i < 100; ++i)
         ASSERT_EQ(q.add("call", Probe(i)).status, AddStatus::added);
@@ -380,18 +381,17 @@ TEST(CompletionReviewStress, CompletionsRaceShutdownAndTakeLeftovers) {
     auto mix = std::make_shared<Mix>();
     Completers completers(mix, seed + round, 2);
     Engine engine(EngineOptions{.timer_tick = 100us, .workers = 2});
-    auto q = engine.queue<Probe>("calls", {.defaults = {.attempts = 1000}});
+    auto q = engine.declare_queue<Probe>("calls", {.defaults = {.max_attempts = 1000}});
     test::EndCounter ends;
     engine.on_event(ends.observer());
     WorkerOptions wo = round % 2 == 0 ? WorkerOptions{.concurrency = 2} : WorkerOptions::shared();
     wo.max_pending = 16;
     q.process(wo, [mix](Job<Probe>& job) {
-      mix->put(job.defer());
-      return Outcome::pending();
+      return job.defer([&](Completion c) { mix->put(std::move(c)); });
     });
     std::vector<JobId> ids;
     for (int i = 0; i < kJobs; ++i) {
-      const AddResult a = q.add("call", Probe(i));
+      const AddReceipt a = q.add("call", Probe(i));
       ASSERT_EQ(a.status, AddStatus::added);
       ids.push_back(a.id);
     }
@@ -436,17 +436,18 @@ TEST(CompletionReviewStress, InlineEngineRacesACompleterThread) {
     ManualClock clock;
     auto mix = std::make_shared<Mix>();
     Engine engine(EngineOptions{.clock = &clock, .mode = Mode::inlined});
-    auto q =
-        engine.queue<Probe>("calls", {.defaults = {.attempts = 3, .backoff = Backoff::fixed(10ms)},
-                                      .visibility_timeout = 1s,
-                                      .max_stalls = 3});
+    auto q = engine.declare_queue<Probe>(
+        "calls", {.defaults = {.max_attempts = 3, .backoff = Backoff::fixed(10ms)},
+                  .visibility_timeout = 1s,
+                  .max_stalls = 3});
     test::EndCounter ends;
     engine.on_event(ends.observer());
     std::atomic<int> torn{0};
     q.process({.max_pending = 16}, [&](Job<Probe>& job) -> Outcome {
       Completion c;
+      Outcome pending;
       try {
-        c = job.defer();
+        pending = job.defer([&](Completion given) { c = std::move(given); });
       } catch (const Error&) {
         return Outcome::retry("max_pending");
       }
@@ -456,7 +457,7 @@ TEST(CompletionReviewStress, InlineEngineRacesACompleterThread) {
         mix->put(std::move(c));
       }
       if (!job.data().intact()) torn.fetch_add(1);
-      return Outcome::pending();
+      return pending;
     });
     std::vector<JobId> ids;
     for (int i = 0; i < kJobs; ++i)

@@ -177,13 +177,16 @@ class Answerers {
   Answerers& operator=(const Answerers&) = delete;
   ~Answerers() { stop(); }
 
-  /// defer(job): the handler's Completion, outstanding until answered; empty (counted in
-  /// refused_defer) if all max_pending records are out.
+  /// defer(job, pending): the handler's Completion, outstanding until answered, and in
+  /// `pending` the Outcome the handler returns; empty (counted in refused_defer) if all
+  /// max_pending records are out.
   template <class P>
-  Completion defer(Job<P>& job) {
+  Completion defer(Job<P>& job, Outcome& pending) {
     outstanding_.fetch_add(1);  // before: a completer may answer before defer() returns here
     try {
-      return job.defer();
+      Completion c;
+      pending = job.defer([&](Completion given) { c = std::move(given); });
+      return c;
     } catch (const Error&) {
       outstanding_.fetch_sub(1);
       refused_defer.fetch_add(1);
@@ -265,7 +268,7 @@ void expect_exact_capacity(Queue<P>& q, std::size_t cap, Make make) {
   const bool filled = test::eventually(
       [&] {
         while (ids.size() < cap) {
-          const AddResult r = q.add("fill", make(), parked);
+          const AddReceipt r = q.add("fill", make(), parked);
           if (r.status != AddStatus::added) return false;  // a slot still on its way back
           ids.push_back(r.id);
         }
@@ -305,7 +308,7 @@ void expect_sound_end(Queue<P>& q, const Ledger& ledger, const Answerers& answer
                        << answerers.outstanding() << ", active " << q.counts().active
                        << ", waiting " << q.counts().waiting << ", delayed " << q.counts().delayed
                        << ledger.unbalanced();
-  ASSERT_TRUE(q.drain(10s));
+  ASSERT_TRUE(q.wait_idle(10s));
   const QueueCounts c = q.counts();
   EXPECT_EQ(answerers.late_counted.load(), 0u) << "a fenced delivery's completion counted";
   EXPECT_GT(answerers.refused.load(), 0u) << "no stale completion came late: nothing was tested";
@@ -357,17 +360,18 @@ void redrive_round(std::uint64_t seed) {
     qo.visibility_timeout = std::chrono::milliseconds(1 + seed % 2);
     if (seed % 2 == 0) {  // SQS: a lapse is a failed attempt; the last dead-letters the job
       qo.stall_policy = StallPolicy::count_as_attempt;
-      qo.defaults.attempts = 1 + static_cast<std::int32_t>(seed / 2 % 2);
+      qo.defaults.max_attempts = 1 + static_cast<std::int32_t>(seed / 2 % 2);
     } else {  // BullMQ: no stall survives
       qo.max_stalls = 0;
-      qo.defaults.attempts = 2;
+      qo.defaults.max_attempts = 2;
       qo.defaults.backoff = Backoff::fixed(200us);
     }
-    auto q = engine.queue<P>("calls", qo);
+    auto q = engine.declare_queue<P>("calls", qo);
     q.process({.concurrency = 6, .max_pending = 4096}, [&](Job<P>& job) -> Outcome {
       if (!job.data().intact()) torn.fetch_add(1);
       const std::uint64_t r = delivery_hash(job, seed);
-      Completion c = answerers.defer(job);
+      Outcome pending;
+      Completion c = answerers.defer(job, pending);
       if (!c) return Outcome::retry("max_pending");
       // The handler still reads its payload after the hand-off, at times past its lease (the
       // job may dead-letter and be redriven meanwhile: this slot is pinned until we return).
@@ -375,7 +379,7 @@ void redrive_round(std::uint64_t seed) {
       if (!job.data().intact()) torn.fetch_add(1);
       answerers.put(std::move(c), (r >> 9) % 5 < 2, r >> 13);
       if (!job.data().intact()) torn.fetch_add(1);
-      return Outcome::pending();
+      return pending;
     });
 
     std::atomic<bool> stop_redriver{false};
@@ -415,7 +419,7 @@ void redrive_round(std::uint64_t seed) {
       // still pin their old slots; those count against the capacity until answered, so on a
       // slow machine an add can meet a full queue for a moment. A slot that never came back
       // fails expect_exact_capacity below.
-      AddResult a;
+      AddReceipt a;
       ASSERT_TRUE(test::eventually([&] {
         a = q.add("call", P::make(static_cast<std::uint64_t>(i), rng));
         return a.status != AddStatus::full;
@@ -455,7 +459,7 @@ Outcome prompt_for_debounce(std::uint64_t pick) {
     case 0:
     case 1:
     case 2:
-      return Outcome::retry_after(std::chrono::microseconds(pick / 8 % 2000), "later");
+      return Outcome::retry_in(std::chrono::microseconds(pick / 8 % 2000), "later");
     case 3:
       return Outcome::retry("503");
     case 4:
@@ -492,7 +496,7 @@ void debounce_round(std::uint64_t seed) {
     qo.capacity = kCap;
     qo.visibility_timeout = 1ms;
     qo.max_stalls = 6;
-    auto q = engine.queue<P>("debounced", qo);
+    auto q = engine.declare_queue<P>("debounced", qo);
     auto check = [&](const Job<P>& job) {
       if (!job.data().intact()) torn.fetch_add(1);
       if (key_of(job.data()) != key_in(job.name())) foreign.fetch_add(1);
@@ -500,7 +504,8 @@ void debounce_round(std::uint64_t seed) {
     q.process({.concurrency = 6, .max_pending = 4096}, [&](Job<P>& job) -> Outcome {
       check(job);
       const std::uint64_t r = delivery_hash(job, seed);
-      Completion c = answerers.defer(job);
+      Outcome pending;
+      Completion c = answerers.defer(job, pending);
       if (!c) return Outcome::retry("max_pending");
       if ((r >> 5) % 6 == 0) std::this_thread::sleep_for(std::chrono::microseconds(r % 2000));
       check(job);
@@ -511,7 +516,7 @@ void debounce_round(std::uint64_t seed) {
         check(job);
         if (i % 8 == 0) std::this_thread::yield();
       }
-      return Outcome::pending();
+      return pending;
     });
 
     std::atomic<int> debounced{0};
@@ -523,12 +528,12 @@ void debounce_round(std::uint64_t seed) {
           const unsigned k = static_cast<unsigned>(rng() % kKeys);
           const std::string name{'k', static_cast<char>('0' + k)};
           JobOptions jo;
-          jo.attempts = 1 + static_cast<std::int32_t>(rng() % 3);
+          jo.max_attempts = 1 + static_cast<std::int32_t>(rng() % 3);
           jo.delay = std::chrono::microseconds(rng() % 600);
           jo.dedup.id = name;
           jo.dedup.mode = DedupMode::debounce;
           jo.dedup.ttl = std::chrono::microseconds(200 + rng() % 3000);
-          const AddResult a = q.add(name, P::make(k, rng), jo);
+          const AddReceipt a = q.add(name, P::make(k, rng), jo);
           if (a.status == AddStatus::debounced) debounced.fetch_add(1);
           if (rng() % 2 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
         }
@@ -553,18 +558,17 @@ void debounce_round(std::uint64_t seed) {
 using StaleDebounce = test::InlineEngine;
 
 TEST_F(StaleDebounce, ADebounceMergesWhileAStaleCompletionPinsTheDelayedJob) {
-  auto q = engine.queue<Sealed>("debounced", {.visibility_timeout = 30s, .max_stalls = 5});
+  auto q = engine.declare_queue<Sealed>("debounced", {.visibility_timeout = 30s, .max_stalls = 5});
   std::vector<Completion> parked;
   std::vector<std::uint64_t> seen;  // the payload key (here: its version) of each delivery
   q.process({.max_pending = 4}, [&](Job<Sealed>& job) {
     EXPECT_TRUE(job.data().intact());
     seen.push_back(job.data().key);
-    parked.push_back(job.defer());
-    return Outcome::pending();
+    return job.defer([&](Completion c) { parked.push_back(std::move(c)); });
   });
   std::mt19937_64 rng(1);
   JobOptions jo;
-  jo.attempts = 3;
+  jo.max_attempts = 3;
   jo.delay = 1s;
   jo.dedup = {.id = "k1", .ttl = 1h, .mode = DedupMode::debounce};
   const JobId id = q.add("k1", Sealed::make(1, rng), jo).id;
@@ -574,13 +578,13 @@ TEST_F(StaleDebounce, ADebounceMergesWhileAStaleCompletionPinsTheDelayedJob) {
   engine.run_until_idle();  // its lease lapses: delivery 2
   ASSERT_EQ(parked.size(), 2u);
   EXPECT_TRUE(parked[0].cancelled());
-  EXPECT_TRUE(parked[1].complete(Outcome::retry_after(10s, "later")));
+  EXPECT_TRUE(parked[1].complete(Outcome::retry_in(10s, "later")));
   EXPECT_EQ(q.state(id).status, JobStatus::delayed);
-  const AddResult merged = q.add("k1", Sealed::make(2, rng), jo);
+  const AddReceipt merged = q.add("k1", Sealed::make(2, rng), jo);
   EXPECT_EQ(merged.id, id);
   EXPECT_EQ(merged.status, AddStatus::duplicate) << "debounced under delivery 1's pin";
   EXPECT_FALSE(parked[0].complete(Outcome::done())) << "delivery 1's lease had lapsed";
-  const AddResult debounced = q.add("k1", Sealed::make(3, rng), jo);
+  const AddReceipt debounced = q.add("k1", Sealed::make(3, rng), jo);
   EXPECT_EQ(debounced.status, AddStatus::debounced) << "no pin left";
   clock.advance(1h);
   engine.run_until_idle();  // delivery 3
@@ -649,7 +653,7 @@ struct AddTally {
     JobOptions jo;
     jo.downstream = downstream_name(d);
     try {
-      const AddResult a = q.add("call", Tagged{d}, jo);
+      const AddReceipt a = q.add("call", Tagged{d}, jo);
       if (a.status != AddStatus::added) {
         note_wrong("add returned status " + std::to_string(static_cast<int>(a.status)));
         return;
@@ -688,8 +692,9 @@ void link_limit_round(std::uint64_t seed, bool own) {
   Engine engine(EngineOptions{.timer_tick = 100us, .seed = seed});
   std::vector<Downstream> gates;
   for (std::size_t d = 0; d < kDownstreams; ++d)
-    gates.push_back(engine.downstream(downstream_name(d), {.concurrency = 64}));
-  auto q = engine.queue<Tagged>("links", own ? test::calling(downstream_name(0)) : QueueOptions{});
+    gates.push_back(engine.declare_downstream(downstream_name(d), {.concurrency = 64}));
+  auto q = engine.declare_queue<Tagged>("links",
+                                        own ? test::calling(downstream_name(0)) : QueueOptions{});
   q.process({.concurrency = 4}, [&](Job<Tagged>& job) {
     const std::size_t d = job.data().downstream;
     if (gates[d].stats().in_flight == 0) outside.fetch_add(1);  // ours is one of them
@@ -740,7 +745,7 @@ void link_limit_round(std::uint64_t seed, bool own) {
   int accepted = 0;
   for (std::size_t d = 0; d < kDownstreams; ++d)
     accepted += tally.accepted[d].load();
-  ASSERT_TRUE(q.drain(20s));
+  ASSERT_TRUE(q.wait_idle(20s));
   EXPECT_TRUE(test::eventually([&] { return q.counts().completed >= std::uint64_t(accepted); }));
   const QueueCounts c = q.counts();
   EXPECT_EQ(c.added, static_cast<std::uint64_t>(accepted)) << "a refused add left a job";

@@ -20,7 +20,7 @@ struct Dlq : test::InlineEngine {
   /// failing(options): a queue whose handler fails every job permanently, so each job added
   /// and run lands in the DLQ after one attempt.
   Queue<int> failing(QueueOptions options = {}) {
-    auto q = engine.queue<int>("q", std::move(options));
+    auto q = engine.declare_queue<int>("q", std::move(options));
     q.process({}, [this](Job<int>&) { return healthy ? Outcome::done() : Outcome::fail("down"); });
     return q;
   }
@@ -49,9 +49,9 @@ struct Dlq : test::InlineEngine {
 };
 
 TEST_F(Dlq, RedriveResetsAttemptsAndKeepsTheId) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [&](Job<int>&) { return healthy ? Outcome::done() : Outcome::retry("down"); });
-  auto r = q.add("a", 7, JobOptions{.attempts = 2});
+  auto r = q.add("a", 7, JobOptions{.max_attempts = 2});
   engine.run_until_idle();
   ASSERT_EQ(q.dlq().size(), 1u);
   healthy = true;
@@ -136,7 +136,7 @@ TEST_F(Dlq, RemoveHandsTheEntryToTheCallerWithoutAnEvent) {
   EXPECT_EQ(e->name, "a");
   EXPECT_EQ(e->data, 11);
   EXPECT_EQ(e->reason, DeadLetterReason::permanent_failure);
-  EXPECT_EQ(e->attempts_made, 1u);
+  EXPECT_EQ(e->failed_attempts, 1u);
   EXPECT_EQ(e->last_error(), "down");
   EXPECT_EQ(events.size(), events_before);  // the caller owns the job now: no event
   EXPECT_FALSE(q.dlq().contains(2));
@@ -193,7 +193,7 @@ TEST_F(Dlq, BoundAndRetentionEvictWithEvents) {
 }
 
 TEST_F(Dlq, MoveOnlyPayloadIsVisitedAndInspectedInPlaceThenRedriven) {
-  auto q = engine.queue<std::unique_ptr<int>>("q", {});
+  auto q = engine.declare_queue<std::unique_ptr<int>>("q", {});
   std::vector<int> ran;
   q.process({}, [&](Job<std::unique_ptr<int>>& j) {
     ran.push_back(*j.data());
@@ -240,7 +240,7 @@ TEST_F(Dlq, CallingTheDlqFromItsOwnVisitorIsWouldDeadlockNotAHang) {
   });
   EXPECT_EQ(code, ErrorCode::would_deadlock);
   // Another DLQ may be called from the callback, and this one is usable once visit() returned.
-  auto other = engine.queue<int>("other", {});
+  auto other = engine.declare_queue<int>("other", {});
   q.dlq().visit([&](const DeadLetter<int>&) { EXPECT_EQ(other.dlq().size(), 0u); });
   healthy = true;
   EXPECT_EQ(q.dlq().redrive_all(), 2u);

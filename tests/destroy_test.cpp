@@ -59,7 +59,7 @@ TEST(Destroy, AnEngineDestroyedWithoutShutdownReportsEveryJobItDrops) {
   {
     Engine engine(EngineOptions{.on_destroy = seen.callback()});
     engine.on_event(seen.observer());
-    Queue<int> q = engine.queue<int>("held", {});
+    Queue<int> q = engine.declare_queue<int>("held", {});
     std::latch started{1};
     q.process({.concurrency = 1}, [&](Job<int>& j) {
       if (j.data() == 0) {
@@ -94,7 +94,7 @@ TEST(Destroy, OnDestroyIsCalledWithACleanReportWhenNothingWasDropped) {
   {
     Engine engine(
         EngineOptions{.clock = nullptr, .mode = Mode::inlined, .on_destroy = seen.callback()});
-    Queue<int> q = engine.queue<int>("q", {});
+    Queue<int> q = engine.declare_queue<int>("q", {});
     q.process({}, [](Job<int>&) {});
     (void)q.add("job", 1);
     engine.run_until_idle();
@@ -108,7 +108,7 @@ TEST(Destroy, WithNobodyAskingTheDroppedJobsAreNamedOnStderrOnce) {
   JobId id = 0;
   {
     Engine engine(EngineOptions{.mode = Mode::inlined});
-    Queue<int> q = engine.queue<int>("mail", {});
+    Queue<int> q = engine.declare_queue<int>("mail", {});
     id = q.add("send", 1).id;
   }
   const std::string err = testing::internal::GetCapturedStderr();
@@ -122,14 +122,14 @@ TEST(Destroy, AfterShutdownOrWithNothingLeftTheDestructorIsSilent) {
   testing::internal::CaptureStderr();
   {
     Engine engine(EngineOptions{.mode = Mode::inlined});
-    Queue<int> q = engine.queue<int>("mail", {});
+    Queue<int> q = engine.declare_queue<int>("mail", {});
     (void)q.add("send", 1);
     const ShutdownReport report = engine.shutdown(0s);
     EXPECT_EQ(report.not_started.size(), 1u) << "the caller was told here";
   }
   {
     Engine engine(EngineOptions{.mode = Mode::inlined});
-    Queue<int> q = engine.queue<int>("mail", {});
+    Queue<int> q = engine.declare_queue<int>("mail", {});
     q.process({}, [](Job<int>&) {});
     (void)q.add("send", 1);
     engine.run_until_idle();
@@ -141,7 +141,7 @@ TEST(Destroy, AJobTakenWithTakeLeftoversIsNotReportedAsDropped) {
   Dropped seen;
   {
     Engine engine(EngineOptions{.mode = Mode::inlined, .on_destroy = seen.callback()});
-    Queue<int> q = engine.queue<int>("q", {});
+    Queue<int> q = engine.declare_queue<int>("q", {});
     (void)q.add("kept", 1);
     (void)engine.shutdown(0s);
     EXPECT_EQ(q.take_leftovers().size(), 1u);
@@ -157,7 +157,7 @@ TEST(Destroy, AJobHandleOutlivesItsEngineAndReportsTheDrop) {
   JobId id = 0;
   {
     Engine engine(EngineOptions{.mode = Mode::inlined, .on_destroy = [](const auto&) {}});
-    Queue<int> q = engine.queue<int>("q", {});
+    Queue<int> q = engine.declare_queue<int>("q", {});
     q.process({}, [](Job<int>&) {});
     done = q.add_tracked("done", 0);
     engine.run_until_idle();
@@ -190,7 +190,7 @@ TEST(Destroy, AWaitBlockedInAnotherThreadReturnsWhenTheEngineIsDestroyed) {
     std::thread a, b;
     {
       Engine engine(EngineOptions{.on_destroy = [](const auto&) {}});
-      Queue<int> q = engine.queue<int>("q", {});
+      Queue<int> q = engine.declare_queue<int>("q", {});
       q.pause();  // nothing starts: the waits can only end with the engine
       q.process({.concurrency = 1}, [](Job<int>&) {});
       JobHandle<> h = q.add_tracked("never", round);
@@ -212,8 +212,8 @@ TEST(Destroy, AHandlerWaitingOnAJobThatRetriesDuringTeardownLetsItsWorkerGo) {
     std::atomic<int> status{-1};
     {
       Engine engine(EngineOptions{.on_destroy = [](const auto&) {}});
-      Queue<int> a = engine.queue<int>("a", {});
-      Queue<int> b = engine.queue<int>("b", {});
+      Queue<int> a = engine.declare_queue<int>("a", {});
+      Queue<int> b = engine.declare_queue<int>("b", {});
       std::atomic<bool> running{false}, waiting{false};
       a.process({.concurrency = 1}, [&](Job<int>&) {
         running = true;
@@ -223,7 +223,7 @@ TEST(Destroy, AHandlerWaitingOnAJobThatRetriesDuringTeardownLetsItsWorkerGo) {
       // Attempts enough that the job never ends during the test: whenever the destructor
       // begins, it is running, waiting or delayed, and never starts again.
       const JobHandle<> flaky =
-          a.add_tracked("flaky", 1, JobOptions{.attempts = 1000, .backoff = backoff});
+          a.add_tracked("flaky", 1, JobOptions{.max_attempts = 1000, .backoff = backoff});
       b.process({.concurrency = 1}, [flaky, &status, &waiting](Job<int>&) {
         waiting = true;
         status = static_cast<int>(flaky.wait().status);
@@ -243,7 +243,7 @@ TEST(Destroy, ASubscriptionOutlivesItsEngine) {
     Engine engine(EngineOptions{.mode = Mode::inlined});
     kept = engine.subscribe([&](const Event&) { ++calls; });
     reset_later = engine.subscribe([&](const Event&) { ++calls; });
-    Queue<int> q = engine.queue<int>("q", {});
+    Queue<int> q = engine.declare_queue<int>("q", {});
     q.process({}, [](Job<int>&) {});
     (void)q.add("job", 1);
     engine.run_until_idle();

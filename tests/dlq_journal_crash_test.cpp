@@ -78,11 +78,11 @@ StoredDeadLetter entry_for(JobId id, const Variant& v) {
                    static_cast<char>('a' + id % 26));
   if (v.records_in_payloads) e.payload += planted_records();
   e.reason = DeadLetterReason::attempts_exhausted;
-  e.attempts_made = e.max_attempts = static_cast<std::uint32_t>(1 + id % 4);
+  e.failed_attempts = e.max_attempts = static_cast<std::uint32_t>(1 + id % 4);
   e.added_at_ns = static_cast<std::int64_t>(id);
   e.dead_at_ns = static_cast<std::int64_t>(id) + 1;
   e.dead_at_unix_ns = static_cast<std::int64_t>(id) + 2;
-  for (std::uint32_t a = 1; a <= e.attempts_made; ++a)
+  for (std::uint32_t a = 1; a <= e.failed_attempts; ++a)
     e.errors.push_back({a, static_cast<std::int64_t>(a), "failure " + std::to_string(a)});
   return e;
 }

@@ -90,11 +90,11 @@ struct Generation {
       copy.queue = copy.job_name = copy.error = copy.dedup_id = {};
       events.push_back(copy);
     });
-    return engine.queue<std::string>("orders", o);
+    return engine.declare_queue<std::string>("orders", o);
   }
   /// fail(payload, attempts): adds a job that dead-letters after `attempts` failures.
-  JobId fail(const std::string& payload, int attempts = 3) {
-    return fail_with(payload, {.attempts = attempts});
+  JobId fail(const std::string& payload, std::uint32_t attempts = 3) {
+    return fail_with(payload, {.max_attempts = attempts});
   }
   JobId fail_with(const std::string& payload, const JobOptions& o) {
     JobId id = q.add("charge-card", payload, o).id;
@@ -154,7 +154,7 @@ TEST_F(JournalTest, EveryFieldOfAnEntryRoundTripsThroughTheFile) {
   EXPECT_EQ(s.name, "charge-card");
   EXPECT_EQ(s.payload, "order-3 {\"amount\": 42}");
   EXPECT_EQ(s.reason, DeadLetterReason::attempts_exhausted);
-  EXPECT_EQ(s.attempts_made, 3u);
+  EXPECT_EQ(s.failed_attempts, 3u);
   EXPECT_EQ(s.max_attempts, 3u);
   EXPECT_EQ(s.added_at_ns, before.added_at.time_since_epoch().count());
   EXPECT_EQ(s.dead_at_ns, before.dead_at.time_since_epoch().count());
@@ -170,7 +170,7 @@ TEST_F(JournalTest, EveryFieldOfAnEntryRoundTripsThroughTheFile) {
 }
 
 TEST_F(JournalTest, TheJobsOwnOptionsAndCountsSurviveARestartAndItsRedriveUsesThem) {
-  JobOptions o{.attempts = 2, .backoff = Backoff::exponential(5s)};
+  JobOptions o{.max_attempts = 2, .backoff = Backoff::exponential(5s)};
   o.backoff.jitter = Jitter::full;
   o.backoff.cap = 1min;
   o.visibility_timeout = 90s;
@@ -179,11 +179,11 @@ TEST_F(JournalTest, TheJobsOwnOptionsAndCountsSurviveARestartAndItsRedriveUsesTh
   JobId id;
   {
     Generation g(options());
-    g.engine.downstream("gateway", {.concurrency = 4});
+    g.engine.declare_downstream("gateway", {.concurrency = 4});
     id = g.fail_with("order-3", o);
   }
   Generation g2(options());
-  auto gateway = g2.engine.downstream("gateway", {.concurrency = 4});
+  auto gateway = g2.engine.declare_downstream("gateway", {.concurrency = 4});
   auto e = g2.q.dlq().get(id);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->deliveries, 2u);
@@ -217,7 +217,7 @@ TEST_F(JournalTest, AVersion1JournalStillOpensAndKeepsItsFormat) {
   old.name = "charge-card";
   old.payload = "order-7";
   old.reason = DeadLetterReason::attempts_exhausted;
-  old.attempts_made = 1;
+  old.failed_attempts = 1;
   old.max_attempts = 1;
   write_file(path, h + detail::journal::encode_entry(old, /*version=*/1));
   {
@@ -251,7 +251,7 @@ TEST_F(JournalTest, ChecksumValidEntriesWithExtremeTimesRestoreWithSaturatedTime
       e.name = "charge-card";
       e.payload = "order-" + std::to_string(id);
       e.reason = DeadLetterReason::attempts_exhausted;
-      e.attempts_made = 1;
+      e.failed_attempts = 1;
       e.max_attempts = 1;
       e.added_at_ns = engine_time;
       e.dead_at_ns = engine_time;
@@ -301,7 +301,7 @@ TEST_F(JournalTest, ANewEngineRestoresEntriesWithTheirIdsErrorsAndPayloads) {
   EXPECT_EQ(list[0].errors[1].message, "error 2 of first");
   EXPECT_EQ(list[1].id, b);
   EXPECT_EQ(list[1].data, "second");
-  EXPECT_EQ(list[1].attempts_made, 2u);
+  EXPECT_EQ(list[1].failed_attempts, 2u);
   EXPECT_EQ(g2.q.state(a).status, JobStatus::dead_lettered);
   EXPECT_TRUE(problems.empty());
 }
@@ -316,7 +316,7 @@ TEST_F(JournalTest, RestoredEntriesRedriveAndTheirTombstoneSurvivesTheNextRestar
   {
     ManualClock clock;
     Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-    auto q = engine.queue<std::string>("orders", options());
+    auto q = engine.declare_queue<std::string>("orders", options());
     std::vector<std::string> ran;
     q.process({}, [&](Job<std::string>& j) { ran.push_back(j.data()); });
     ASSERT_EQ(q.dlq().redrive(a), RedriveStatus::redriven);
@@ -352,10 +352,10 @@ TEST_F(JournalTest, IdsAThreadReservedBeforeARestoreAreNotHandedOutAfterIt) {
   }
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-  auto other = engine.queue<std::string>("other", QueueOptions{});
+  auto other = engine.declare_queue<std::string>("other", QueueOptions{});
   const JobId before = other.add("noop", "before").id;  // this thread's block starts at 1
   ASSERT_LT(before, last);
-  auto orders = engine.queue<std::string>("orders", options());
+  auto orders = engine.declare_queue<std::string>("orders", options());
   ASSERT_EQ(orders.dlq().size(), 5U);
   const JobId after = other.add("noop", "after").id;
   EXPECT_GT(after, last) << "an id of the block reserved before the restore was handed out";
@@ -400,7 +400,7 @@ TEST_F(JournalTest, HealthyJobsNeverTouchTheJournal) {
   {
     ManualClock clock;
     Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-    auto q = engine.queue<std::string>("orders", options());
+    auto q = engine.declare_queue<std::string>("orders", options());
     q.process({}, [](Job<std::string>&) {});
     for (int i = 0; i < 1000; ++i)
       (void)q.add("ok", "fine");
@@ -740,7 +740,7 @@ TEST_F(JournalTest, APayloadTypeWithoutACodecIsRefusedAtDeclarationNamingTheType
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
   try {
-    (void)engine.queue<NoCodec>("orders", options());
+    (void)engine.declare_queue<NoCodec>("orders", options());
     FAIL() << "declared";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_option);
@@ -748,12 +748,12 @@ TEST_F(JournalTest, APayloadTypeWithoutACodecIsRefusedAtDeclarationNamingTheType
   }
 }
 
-// queue_with_dlq_journal, the compile-time opt-in: a payload type without a codec does not
+// declare_journaled_queue, the compile-time opt-in: a payload type without a codec does not
 // compile (the compile_fail ctest checks the diagnostic names the type); the concept below pins
 // the constraint from inside the suite, and the tests the run-time side.
 template <class T>
 concept DeclarableWithDlqJournal = requires(Engine& engine, QueueOptions options) {
-  engine.queue_with_dlq_journal<T>("orders", options);
+  engine.declare_journaled_queue<T>("orders", options);
 };
 static_assert(DeclarableWithDlqJournal<std::string> && DeclarableWithDlqJournal<Fragile>);
 static_assert(!DeclarableWithDlqJournal<NoCodec>);
@@ -763,7 +763,7 @@ TEST_F(JournalTest, QueueWithDlqJournalRestoresAUserTypesEntryInTheNextEngine) {
   {
     ManualClock clock;
     Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-    auto q = engine.queue_with_dlq_journal<Fragile>("orders", options());
+    auto q = engine.declare_journaled_queue<Fragile>("orders", options());
     q.process({}, [](Job<Fragile>&) { return Outcome::fail("card declined"); });
     id = q.add("charge-card", Fragile{"order-3"}).id;
     engine.run_until_idle();
@@ -772,7 +772,7 @@ TEST_F(JournalTest, QueueWithDlqJournalRestoresAUserTypesEntryInTheNextEngine) {
   EXPECT_EQ(read_journal(path).header.codec, "test.fragile");
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-  auto q = engine.queue_with_dlq_journal<Fragile>("orders", options());
+  auto q = engine.declare_journaled_queue<Fragile>("orders", options());
   auto list = q.dlq().list();
   ASSERT_EQ(list.size(), 1u);
   EXPECT_EQ(list[0].id, id);
@@ -787,7 +787,7 @@ TEST_F(JournalTest, QueueWithDlqJournalRefusesOptionsWithoutAJournalPathNamingTh
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
   try {
-    (void)engine.queue_with_dlq_journal<std::string>("orders", QueueOptions{});
+    (void)engine.declare_journaled_queue<std::string>("orders", QueueOptions{});
     FAIL() << "declared a queue with a DLQ journal but no journal path";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_option);
@@ -796,13 +796,13 @@ TEST_F(JournalTest, QueueWithDlqJournalRefusesOptionsWithoutAJournalPathNamingTh
         << e.what();
   }
   // The refusal declared nothing: the name is still free.
-  EXPECT_NO_THROW((void)engine.queue<std::string>("orders", QueueOptions{}));
+  EXPECT_NO_THROW((void)engine.declare_queue<std::string>("orders", QueueOptions{}));
 }
 
 TEST_F(JournalTest, AQueueWithoutAJournalCreatesNoFile) {
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-  auto q = engine.queue<NoCodec>("orders", {});
+  auto q = engine.declare_queue<NoCodec>("orders", {});
   q.process({}, [](Job<NoCodec>&) { return Outcome::fail("no"); });
   (void)q.add("x", NoCodec{"y"});
   engine.run_until_idle();
@@ -818,22 +818,22 @@ TEST_F(JournalTest, TriviallyCopyableAndBytePayloadsRoundTrip) {
   {
     ManualClock clock;
     Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-    auto q = engine.queue<Point>("points", options());
+    auto q = engine.declare_queue<Point>("points", options());
     q.process({}, [](Job<Point>&) { return Outcome::fail("no"); });
     (void)q.add("p", Point{3, -4});
     engine.run_until_idle();
-    auto b = engine.queue<std::vector<std::byte>>("bytes", options({.path = path + ".b"}));
+    auto b = engine.declare_queue<std::vector<std::byte>>("bytes", options({.path = path + ".b"}));
     b.process({}, [](Job<std::vector<std::byte>>&) { return Outcome::fail("no"); });
     (void)b.add("b", std::vector<std::byte>{std::byte{0}, std::byte{0xFF}});
     engine.run_until_idle();
   }
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-  auto q = engine.queue<Point>("points", options());
+  auto q = engine.declare_queue<Point>("points", options());
   ASSERT_EQ(q.dlq().size(), 1u);
   EXPECT_EQ(q.dlq().list()[0].data.x, 3);
   EXPECT_EQ(q.dlq().list()[0].data.y, -4);
-  auto b = engine.queue<std::vector<std::byte>>("bytes", options({.path = path + ".b"}));
+  auto b = engine.declare_queue<std::vector<std::byte>>("bytes", options({.path = path + ".b"}));
   ASSERT_EQ(b.dlq().size(), 1u);
   EXPECT_EQ(b.dlq().list()[0].data, (std::vector<std::byte>{std::byte{0}, std::byte{0xFF}}));
 }
@@ -848,7 +848,7 @@ std::string sample_image() {
     e.name = "charge-card";
     e.payload = std::string(id * 7, 'p');
     e.reason = DeadLetterReason::attempts_exhausted;
-    e.attempts_made = 3;
+    e.failed_attempts = 3;
     e.max_attempts = 3;
     for (std::uint32_t a = 1; a <= 3; ++a)
       e.errors.push_back({a, a * 1000, "card declined"});
@@ -1037,7 +1037,7 @@ TEST(JournalReader, AHugeErrorCountIsRejectedBeforeAnyAllocation) {
 TEST_F(JournalTest, ACodecThatThrowsKeepsTheEntryInMemoryAndReportsIt) {
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-  auto q = engine.queue<Fragile>("orders", options());
+  auto q = engine.declare_queue<Fragile>("orders", options());
   q.process({}, [](Job<Fragile>&) { return Outcome::fail("declined"); });
   const JobId bad = q.add("charge-card", Fragile{"unencodable"}).id;
   const JobId good = q.add("charge-card", Fragile{"order-1"}).id;

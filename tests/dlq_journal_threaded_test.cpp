@@ -42,12 +42,12 @@ TEST_P(ThreadedJournal, ConcurrentDeadLetteringsAreEachDurableOnceAndAllRestored
                        ++durable[id];
                      }};
     Engine engine;
-    auto q = engine.queue<std::string>("orders", o);
+    auto q = engine.declare_queue<std::string>("orders", o);
     q.process({.concurrency = 4},
               [](Job<std::string>& j) { return Outcome::fail("declined " + j.data()); });
     for (std::size_t i = 0; i < kJobs; ++i)
       added.insert(q.add("charge-card", "order-" + std::to_string(i)).id);
-    ASSERT_TRUE(q.drain(std::chrono::seconds(60)));
+    ASSERT_TRUE(q.wait_idle(std::chrono::seconds(60)));
     EXPECT_EQ(q.dlq().size(), kJobs);
     q.dlq().sync_journal();  // every_n and interval: the remainder, reported here
     engine.shutdown();
@@ -64,7 +64,7 @@ TEST_P(ThreadedJournal, ConcurrentDeadLetteringsAreEachDurableOnceAndAllRestored
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
   QueueOptions reopen;
   reopen.dlq.journal.path = path;
-  auto q = engine.queue<std::string>("orders", reopen);
+  auto q = engine.declare_queue<std::string>("orders", reopen);
   std::set<JobId> back;
   for (const auto& e : q.dlq().list()) {
     back.insert(e.id);

@@ -154,10 +154,10 @@ TEST(DownstreamGate, AConcurrencyLimitedGateWakesNoJobThatWouldOnlyBeRefusedAPer
 TEST(DownstreamGate, AWokenJobAdmittedAfterARefillWakesTheNextThroughARealQueue) {
   ManualClock clock;
   Engine engine(EngineOptions{.clock = &clock, .mode = Mode::inlined});
-  engine.downstream("api", {.rate = RateLimit::token_bucket(10, 1s, 1)});
+  engine.declare_downstream("api", {.rate = RateLimit::token_bucket(10, 1s, 1)});
   QueueOptions o;
   o.downstream = "api";
-  auto q = engine.queue<int>("q", o);
+  auto q = engine.declare_queue<int>("q", o);
   std::vector<int> ran;
   q.process({}, [&](Job<int>& j) {
     ran.push_back(j.data());

@@ -24,6 +24,7 @@
 #include "rail/downstream.hpp"
 #include "rail/error.hpp"
 #include "support/deterministic_schedule.hpp"
+#include "support/downstream_options.hpp"
 #include "support/watchdog.hpp"
 
 namespace rail {
@@ -45,10 +46,13 @@ constexpr std::int64_t kSecond = 1'000'000'000;
 constexpr std::int64_t kMs = 1'000'000;
 
 /// rate(...): a token bucket (RateLimit::token_bucket), the kind this file pins; the sliding
-/// window's tests are in rate_window_test.cpp.
+/// window's tests are in rate_window_test.cpp. A burst or concurrency of 0 is left unset (the
+/// bucket holds `max`; no concurrency limit).
 DownstreamOptions rate(std::uint64_t max, Duration per, std::uint64_t burst = 0,
                        std::uint32_t concurrency = 0) {
-  return {.concurrency = concurrency, .rate = RateLimit::token_bucket(max, per, burst)};
+  return {.concurrency = test::limit_or_none(concurrency),
+          .rate = RateLimit::token_bucket(
+              max, per, burst == 0 ? std::nullopt : std::optional<std::uint64_t>(burst))};
 }
 
 // The test's own arithmetic, written from the definition rather than from the header's code:
@@ -324,7 +328,7 @@ TEST(DownstreamPermits, SetConcurrencyBindsTheNextAcquisition) {
   d.set_concurrency(3);
   EXPECT_TRUE(d.try_acquire_permit());
   EXPECT_FALSE(d.try_acquire_permit());
-  d.set_concurrency(0);  // unlimited
+  d.set_concurrency(0);  // the limits' own 0: unlimited (Downstream maps unset to it)
   for (int i = 0; i < 100; ++i)
     ASSERT_TRUE(d.try_acquire_permit());
   EXPECT_EQ(d.in_flight(), 103u);
@@ -411,7 +415,7 @@ const BadDownstream kBadDownstreams[] = {
     {"MoreThanOnePerNanosecond", rate(2000, 1us),
      "rate.max is 2000 per 1000 ns; expected at most one start per nanosecond"},
     {"BurstAboveTheBound", rate(5, 1s, RateLimit::kMaxTokens + 1),
-     "rate.burst is 1099511627777; expected 0 (the same as rate.max) .. RateLimit::kMaxTokens"},
+     "rate.burst is 1099511627777; expected 1 .. RateLimit::kMaxTokens"},
 };
 
 TEST(DownstreamOptionsValidation, EachBadFieldIsRefusedWithAMessageNamingIt) {
@@ -427,10 +431,10 @@ TEST(DownstreamOptionsValidation, EachBadFieldIsRefusedWithAMessageNamingIt) {
   }
 }
 
-TEST(DownstreamOptionsValidation, TheBoundsThemselvesAndEveryConcurrencyAreAccepted) {
+TEST(DownstreamOptionsValidation, TheBoundsThemselvesAndEveryNonZeroConcurrencyAreAccepted) {
   const std::uint64_t k = RateLimit::kMaxTokens;
-  EXPECT_NO_THROW(validate({}, "d"));
-  EXPECT_NO_THROW(validate({.concurrency = 0xFFFF'FFFFu}, "d"));
+  EXPECT_NO_THROW(validate(DownstreamOptions{}, "d"));
+  EXPECT_NO_THROW(validate(DownstreamOptions{.concurrency = 0xFFFF'FFFFu}, "d"));
   EXPECT_NO_THROW(validate(rate(1, 1ns), "d"));
   EXPECT_NO_THROW(validate(rate(k, Duration{static_cast<std::int64_t>(k)}, k), "d"));
   EXPECT_NO_THROW(validate(rate(1, Duration{kNever - 1}, 1), "d"));

@@ -76,8 +76,8 @@ void one_at_a_time_round(std::uint64_t seed, bool pooled, int jobs) {
   SCOPED_TRACE("seed " + std::to_string(seed) + (pooled ? " (shared pool)" : " (dedicated)"));
   std::mt19937_64 rng(seed);
   Engine engine(EngineOptions{.workers = pooled ? 10u : 1u});
-  engine.downstream("partner", {.concurrency = 1});
-  auto q = engine.queue<int>("calls", test::calling("partner"));
+  engine.declare_downstream("partner", {.concurrency = 1});
+  auto q = engine.declare_queue<int>("calls", test::calling("partner"));
   Starts starts;
   q.process(pooled ? WorkerOptions::shared() : WorkerOptions{.concurrency = 10}, [&](Job<int>& j) {
     starts.enter(j.data());
@@ -88,7 +88,7 @@ void one_at_a_time_round(std::uint64_t seed, bool pooled, int jobs) {
     ASSERT_EQ(q.add("call", i).status, AddStatus::added);
     if (rng() % 4 == 0) std::this_thread::yield();
   }
-  ASSERT_TRUE(q.drain(30s)) << "the queue did not drain";
+  ASSERT_TRUE(q.wait_idle(30s)) << "the queue did not drain";
   EXPECT_TRUE(starts.in_add_order(jobs));
   EXPECT_EQ(starts.most.load(), 1);
   // A worker between taking a permit and finding the ring empty holds it for a moment.
@@ -111,14 +111,13 @@ TEST(DownstreamOrder, ConcurrencyOneKeepsAddOrderWhenCompletionsComeFromAnotherT
   // The permit comes back on the completer's thread, not a worker's: the release wakes the
   // workers that were refused it.
   Engine engine(EngineOptions{.workers = 1});
-  engine.downstream("partner", {.concurrency = 1});
-  auto q = engine.queue<int>("calls", test::calling("partner"));
+  engine.declare_downstream("partner", {.concurrency = 1});
+  auto q = engine.declare_queue<int>("calls", test::calling("partner"));
   Starts starts;
   test::ParkedCompletions parked;
   q.process({.concurrency = 8, .max_pending = 4}, [&](Job<int>& j) {
     starts.enter(j.data());
-    parked.put(j.defer());
-    return Outcome::pending();
+    return j.defer([&](Completion c) { parked.put(std::move(c)); });
   });
   constexpr int kJobs = 200;
   std::atomic<bool> stop{false};
@@ -133,7 +132,7 @@ TEST(DownstreamOrder, ConcurrencyOneKeepsAddOrderWhenCompletionsComeFromAnotherT
   });
   for (int i = 0; i < kJobs; ++i)
     ASSERT_EQ(q.add("call", i).status, AddStatus::added);
-  const bool drained = q.drain(30s);
+  const bool drained = q.wait_idle(30s);
   stop.store(true);
   completer.join();
   ASSERT_TRUE(drained);
@@ -143,8 +142,8 @@ TEST(DownstreamOrder, ConcurrencyOneKeepsAddOrderWhenCompletionsComeFromAnotherT
 
 TEST(DownstreamOrder, ALimitAboveOneStillRunsThatManyAtOnce) {
   Engine engine(EngineOptions{.workers = 1});
-  engine.downstream("partner", {.concurrency = 3});
-  auto q = engine.queue<int>("calls", test::calling("partner"));
+  engine.declare_downstream("partner", {.concurrency = 3});
+  auto q = engine.declare_queue<int>("calls", test::calling("partner"));
   Starts starts;
   std::atomic<bool> open{false};
   q.process({.concurrency = 10}, [&](Job<int>& j) {
@@ -160,16 +159,16 @@ TEST(DownstreamOrder, ALimitAboveOneStillRunsThatManyAtOnce) {
   while (starts.most.load() < 3 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(1ms);
   open.store(true);
-  ASSERT_TRUE(q.drain(30s));
+  ASSERT_TRUE(q.wait_idle(30s));
   EXPECT_EQ(starts.most.load(), 3);
   EXPECT_EQ(starts.order.size(), 300u);
 }
 
 TEST(DownstreamOrder, TwoQueuesSharingADownstreamOfOneEachKeepTheirOrderAndBothFinish) {
   Engine engine(EngineOptions{.workers = 4});
-  engine.downstream("partner", {.concurrency = 1});
-  auto a = engine.queue<int>("a", test::calling("partner"));
-  auto b = engine.queue<int>("b", test::calling("partner"));
+  engine.declare_downstream("partner", {.concurrency = 1});
+  auto a = engine.declare_queue<int>("a", test::calling("partner"));
+  auto b = engine.declare_queue<int>("b", test::calling("partner"));
   Starts sa, sb;
   std::atomic<int> inside{0}, over{0};
   auto handler = [&](Starts& s) {
@@ -186,8 +185,8 @@ TEST(DownstreamOrder, TwoQueuesSharingADownstreamOfOneEachKeepTheirOrderAndBothF
     ASSERT_EQ(a.add("call", i).status, AddStatus::added);
     ASSERT_EQ(b.add("call", i).status, AddStatus::added);
   }
-  ASSERT_TRUE(a.drain(30s));
-  ASSERT_TRUE(b.drain(30s));
+  ASSERT_TRUE(a.wait_idle(30s));
+  ASSERT_TRUE(b.wait_idle(30s));
   EXPECT_TRUE(sa.in_add_order(500));
   EXPECT_TRUE(sb.in_add_order(500));
   EXPECT_EQ(over.load(), 0) << "more than one call inside the downstream at once";
@@ -212,16 +211,16 @@ TEST(DownstreamOrder, AJobNamingAnotherDownstreamGivesThePermitOfItsQueuesBack) 
   // Job 0 calls "other" and runs until job 1, which calls the queue's own downstream (one
   // permit), has started: it can only if job 0's worker gave back the permit it took first.
   Engine engine(EngineOptions{.workers = 1});
-  auto own = engine.downstream("own", {.concurrency = 1});
-  auto other = engine.downstream("other", {.concurrency = 2});
-  auto q = engine.queue<int>("calls", test::calling("own"));
+  auto own = engine.declare_downstream("own", {.concurrency = 1});
+  auto other = engine.declare_downstream("other", {.concurrency = 2});
+  auto q = engine.declare_queue<int>("calls", test::calling("own"));
   std::atomic<bool> second_started{false}, met{false};
   q.process({.concurrency = 4}, waits_for_job_one(second_started, met));
   JobOptions other_call;
   other_call.downstream = "other";
   ASSERT_EQ(q.add("call", 0, other_call).status, AddStatus::added);
   ASSERT_EQ(q.add("call", 1).status, AddStatus::added);
-  ASSERT_TRUE(q.drain(30s));
+  ASSERT_TRUE(q.wait_idle(30s));
   EXPECT_TRUE(met.load()) << "job 1 waited for a permit that job 0 kept";
   EXPECT_TRUE(permits_come_back(own));
   EXPECT_TRUE(permits_come_back(other));
@@ -231,9 +230,9 @@ TEST(DownstreamOrder, AJobNamingAnotherDownstreamDoesNotWaitForThePermitOfItsQue
   // Job 0 holds the queue's one permit until job 1, which calls another downstream, has run:
   // job 1 needs none of the queue's permits, so it starts from the head of the line.
   Engine engine(EngineOptions{.workers = 1});
-  auto own = engine.downstream("own", {.concurrency = 1});
-  engine.downstream("other", {.concurrency = 1});
-  auto q = engine.queue<int>("calls", test::calling("own"));
+  auto own = engine.declare_downstream("own", {.concurrency = 1});
+  engine.declare_downstream("other", {.concurrency = 1});
+  auto q = engine.declare_queue<int>("calls", test::calling("own"));
   std::atomic<bool> other_ran{false}, met{false};
   q.process({.concurrency = 3}, waits_for_job_one(other_ran, met));
   ASSERT_EQ(q.add("call", 0).status, AddStatus::added);
@@ -243,14 +242,14 @@ TEST(DownstreamOrder, AJobNamingAnotherDownstreamDoesNotWaitForThePermitOfItsQue
   JobOptions other;
   other.downstream = "other";
   ASSERT_EQ(q.add("call", 1, other).status, AddStatus::added);
-  ASSERT_TRUE(q.drain(30s));
+  ASSERT_TRUE(q.wait_idle(30s));
   EXPECT_TRUE(met.load()) << "job 1 waited for the permit job 0 held, which it does not use";
 }
 
 TEST(DownstreamOrder, RaisingTheLimitWakesTheWorkersThatFoundNoPermit) {
   Engine engine(EngineOptions{.workers = 1});
-  auto partner = engine.downstream("partner", {.concurrency = 1});
-  auto q = engine.queue<int>("calls", test::calling("partner"));
+  auto partner = engine.declare_downstream("partner", {.concurrency = 1});
+  auto q = engine.declare_queue<int>("calls", test::calling("partner"));
   std::atomic<int> inside{0};
   std::atomic<bool> release{false};
   q.process({.concurrency = 4}, [&](Job<int>&) {
@@ -271,21 +270,20 @@ TEST(DownstreamOrder, RaisingTheLimitWakesTheWorkersThatFoundNoPermit) {
     std::this_thread::sleep_for(1ms);
   EXPECT_EQ(inside.load(), 4) << "the raised limit let the waiting jobs in at once";
   release.store(true);
-  ASSERT_TRUE(q.drain(30s));
+  ASSERT_TRUE(q.wait_idle(30s));
 }
 
 struct DownstreamOrderInline : test::InlineEngine {};
 
 TEST_F(DownstreamOrderInline, TheRunnerStopsAtAPermitInUseAndGoesOnInOrderOnceItReturns) {
-  engine.downstream("partner", {.concurrency = 1});
-  auto q = engine.queue<int>("calls", test::calling("partner"));
+  engine.declare_downstream("partner", {.concurrency = 1});
+  auto q = engine.declare_queue<int>("calls", test::calling("partner"));
   test::ParkedCompletions parked;
   std::vector<int> order;
   q.process({.max_pending = 1}, [&](Job<int>& j) {
     order.push_back(j.data());
     if (j.data() == 0) {
-      parked.put(j.defer());
-      return Outcome::pending();
+      return j.defer([&](Completion c) { parked.put(std::move(c)); });
     }
     return Outcome::done();
   });
@@ -302,8 +300,8 @@ TEST_F(DownstreamOrderInline, TheRunnerStopsAtAPermitInUseAndGoesOnInOrderOnceIt
 }
 
 TEST_F(DownstreamOrderInline, AJobRefusedForItsTokenGivesItsPermitBack) {
-  engine.downstream("partner", {.concurrency = 1, .rate = RateLimit{.max = 1, .per = 1s}});
-  auto q = engine.queue<int>("calls", test::calling("partner"));
+  engine.declare_downstream("partner", {.concurrency = 1, .rate = RateLimit{.max = 1, .per = 1s}});
+  auto q = engine.declare_queue<int>("calls", test::calling("partner"));
   std::vector<int> order;
   q.process({}, [&](Job<int>& j) { order.push_back(j.data()); });
   for (int i = 0; i < 3; ++i)

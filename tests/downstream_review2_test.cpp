@@ -72,13 +72,14 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
     const auto conc = static_cast<std::uint32_t>(rng() % 3);
     std::optional<RateLimit> rate;
     if (rng() % 3 != 0) rate = test::fuzz_rate(rng);
-    gates.push_back(engine.downstream(gate_name(g), {.concurrency = conc, .rate = rate}));
+    gates.push_back(engine.declare_downstream(
+        gate_name(g), {.concurrency = test::limit_or_none(conc), .rate = rate}));
     limit.push_back(conc);
   }
   std::vector<Queue<int>> queues;
-  queues.push_back(engine.queue<int>("a", test::calling("g0")));
-  queues.push_back(engine.queue<int>("b", QueueOptions{}));
-  queues.push_back(engine.queue<int>("c", test::calling("g1")));
+  queues.push_back(engine.declare_queue<int>("a", test::calling("g0")));
+  queues.push_back(engine.declare_queue<int>("b", QueueOptions{}));
+  queues.push_back(engine.declare_queue<int>("c", test::calling("g1")));
   const int own[3] = {0, -1, 1};
   test::FuzzJobs jobs;
   std::map<JobId, int> done;
@@ -100,12 +101,11 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
       const int g = enter(j);
       const std::uint64_t r = rng() % 100;
       if (r < 15 && open.size() < 60) {
-        open.emplace_back(j.defer(), g);
-        return Outcome::pending();
+        return j.defer([&](Completion c) { open.emplace_back(std::move(c), g); });
       }
       if (g >= 0) --inside[g];
       if (r < 21) return Outcome::pushback(std::chrono::milliseconds(rng() % 300));
-      if (r < 27) return Outcome::retry_after(std::chrono::milliseconds(rng() % 200), "again");
+      if (r < 27) return Outcome::retry_in(std::chrono::milliseconds(rng() % 200), "again");
       ++done[j.id()];
       return Outcome::done();
     });
@@ -121,7 +121,7 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
     if (r == 0) {
       (void)c.complete(Outcome::pushback(std::chrono::milliseconds(rng() % 200)));
     } else if (r == 1) {
-      (void)c.complete(Outcome::retry_after(std::chrono::milliseconds(rng() % 100), "later"));
+      (void)c.complete(Outcome::retry_in(std::chrono::milliseconds(rng() % 100), "later"));
     } else if (c.complete(Outcome::done())) {
       ++done[id];
     }
@@ -169,7 +169,7 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
           const auto l = static_cast<std::uint32_t>(rng() % 4);
           if (limit[g] != 0 && (l == 0 || l > limit[g])) {
             limit[g] = l;
-            gates[g].set_concurrency(l);
+            gates[g].set_concurrency(test::limit_or_none(l));
           }
         }
         break;
@@ -230,9 +230,9 @@ TEST(JobDownstreamFuzz, InlineWithLimitChanges) {
 void paused_queue_takes_two_wakes(bool per_job) {
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-  auto api = engine.downstream("api", {.rate = RateLimit::token_bucket(2, 1s, 2)});
-  auto a = engine.queue<int>("a", per_job ? QueueOptions{} : test::calling("api"));
-  auto b = engine.queue<int>("b", per_job ? QueueOptions{} : test::calling("api"));
+  auto api = engine.declare_downstream("api", {.rate = RateLimit::token_bucket(2, 1s, 2)});
+  auto a = engine.declare_queue<int>("a", per_job ? QueueOptions{} : test::calling("api"));
+  auto b = engine.declare_queue<int>("b", per_job ? QueueOptions{} : test::calling("api"));
   const JobOptions o = per_job ? calling_job("api") : JobOptions{};
   std::vector<std::string> ran;
   a.process({}, [&](Job<int>& j) { ran.push_back("a" + std::to_string(j.data())); });
@@ -296,15 +296,16 @@ void threaded_round(std::uint64_t seed, bool with_changes) {
     const auto conc = static_cast<std::uint32_t>(1 + seed_rng() % 3);
     std::optional<RateLimit> rate;
     if (g % 2 == 1) rate = RateLimit::token_bucket(20'000, 1s, 5 + seed_rng() % 20);
-    gates.push_back(engine.downstream(gate_name(g), {.concurrency = conc, .rate = rate}));
+    gates.push_back(engine.declare_downstream(
+        gate_name(g), {.concurrency = test::limit_or_none(conc), .rate = rate}));
     high_limit[g].store(static_cast<int>(conc));
   }
   std::vector<Queue<int>> queues;
-  queues.push_back(engine.queue<int>("own0", test::calling("g0")));
-  queues.push_back(engine.queue<int>("own1", test::calling("g1")));
-  queues.push_back(engine.queue<int>("none", QueueOptions{}));
-  queues.push_back(engine.queue<int>("pool", QueueOptions{}));
-  queues.push_back(engine.queue<int>("async", test::calling("g2")));
+  queues.push_back(engine.declare_queue<int>("own0", test::calling("g0")));
+  queues.push_back(engine.declare_queue<int>("own1", test::calling("g1")));
+  queues.push_back(engine.declare_queue<int>("none", QueueOptions{}));
+  queues.push_back(engine.declare_queue<int>("pool", QueueOptions{}));
+  queues.push_back(engine.declare_queue<int>("async", test::calling("g2")));
   const int own[5] = {0, 1, -1, -1, 2};
   std::vector<std::atomic<int>> gate_of(kJobs), where(kJobs), done(kJobs);
   std::vector<std::atomic<JobId>> ids(kJobs);
@@ -323,7 +324,7 @@ void threaded_round(std::uint64_t seed, bool with_changes) {
   auto outcome = [&](const Job<int>& j) {
     const std::uint64_t r = static_cast<std::uint64_t>(j.id()) * 0x9E3779B97F4A7C15ull;
     if (j.deliveries() == 1 && r % 37 == 0) return Outcome::pushback(200us);
-    if (j.deliveries() == 1 && r % 41 == 1) return Outcome::retry_after(100us, "again");
+    if (j.deliveries() == 1 && r % 41 == 1) return Outcome::retry_in(100us, "again");
     return Outcome::done();
   };
   auto handler = [&](Job<int>& j) -> Outcome {
@@ -345,8 +346,9 @@ void threaded_round(std::uint64_t seed, bool with_changes) {
     (void)enter(j.data());
     const std::lock_guard lock(open_mu);
     // data + a flag: its first delivery, which may push back
-    open.emplace_back(j.defer(), j.deliveries() == 1 ? j.data() | (1 << 30) : j.data());
-    return Outcome::pending();
+    return j.defer([&](Completion c) {
+      open.emplace_back(std::move(c), j.deliveries() == 1 ? j.data() | (1 << 30) : j.data());
+    });
   });
   std::atomic<int> producers_left{kProducers};
   std::atomic<bool> all_done{false};
@@ -361,7 +363,7 @@ void threaded_round(std::uint64_t seed, bool with_changes) {
         const int pick = i < kGates ? (i + 2 * p) % kGates : static_cast<int>(rng() % 8) - 2;
         JobOptions o = calling_job(pick < 0 ? std::string() : gate_name(pick));
         if (rng() % 8 == 0) o.delay = std::chrono::microseconds(rng() % 1000);
-        o.attempts = 100;
+        o.max_attempts = 100;
         gate_of[data].store(pick >= 0 ? pick : own[qi]);
         where[data].store(qi);
         const auto added = queues[qi].add("call", data, o);
@@ -423,8 +425,7 @@ void threaded_round(std::uint64_t seed, bool with_changes) {
           break;
         case 1:
           if (with_changes)
-            gw.set_rate(
-                RateLimit::token_bucket(5'000 + rng() % 20'000, 1s, 1 + rng() % 30));
+            gw.set_rate(RateLimit::token_bucket(5'000 + rng() % 20'000, 1s, 1 + rng() % 30));
           break;
         case 2:
           queues[rng() % queues.size()].pause();
@@ -447,13 +448,13 @@ void threaded_round(std::uint64_t seed, bool with_changes) {
   for (auto& q : queues)
     q.resume();
   for (auto& q : queues) {
-    if (!q.drain(20s)) {
+    if (!q.wait_idle(20s)) {
       std::string gs;
       for (int g = 0; g < kGates; ++g) {
         const auto st = gates[g].stats();
         gs += " g" + std::to_string(g) + "{in " + std::to_string(st.in_flight) + "/" +
-              std::to_string(st.concurrency) + " wait " + std::to_string(st.waiting) + " tok " +
-              std::to_string(st.tokens.value_or(-1)) + " paused " +
+              std::to_string(st.concurrency.value_or(0)) + " wait " + std::to_string(st.waiting) +
+              " tok " + std::to_string(st.tokens.value_or(-1)) + " paused " +
               (st.paused_until
                    ? std::to_string(
                          (*st.paused_until - std::chrono::steady_clock::now().time_since_epoch())
@@ -526,10 +527,10 @@ TEST(JobDownstreamThreaded, ShutdownHandsBackTheJobsWaitingAtGatesNamedPerJob) {
     Engine engine;
     std::vector<Downstream> gates;
     for (int g = 0; g < 3; ++g)
-      gates.push_back(engine.downstream(
+      gates.push_back(engine.declare_downstream(
           gate_name(g), {.concurrency = 1, .rate = RateLimit::token_bucket(1000, 1s, 5)}));
-    auto a = engine.queue<int>("a", test::calling("g0"));
-    auto b = engine.queue<int>("b", QueueOptions{});
+    auto a = engine.declare_queue<int>("a", test::calling("g0"));
+    auto b = engine.declare_queue<int>("b", QueueOptions{});
     std::atomic<bool> hold{true};
     constexpr int kJobs = 600;
     std::vector<std::atomic<int>> ran(kJobs);

@@ -28,8 +28,8 @@ struct Review : test::InlineEngine {
   /// one_per_second(ran): queue "q" calling downstream "api" (one start per second, burst 1),
   /// whose handler appends each job's payload to `ran`.
   Queue<int> one_per_second(std::vector<int>& ran) {
-    engine.downstream("api", {.rate = RateLimit::token_bucket(1, 1s, 1)});
-    auto q = engine.queue<int>("q", test::calling("api"));
+    engine.declare_downstream("api", {.rate = RateLimit::token_bucket(1, 1s, 1)});
+    auto q = engine.declare_queue<int>("q", test::calling("api"));
     q.process({}, [&ran](Job<int>& j) { ran.push_back(j.data()); });
     return q;
   }
@@ -65,9 +65,9 @@ TEST_F(Review, CancellingTheLeaderAndTheJobBehindItLeavesNoJobStranded) {
 // and wakes one blocked job: a's, into a's paused ready ring. b's jobs then wait, with tokens
 // there and no leader, for as long as a stays paused.
 TEST_F(Review, APausedQueueDoesNotHoldUpAnotherQueuesJobsAtTheGate) {
-  engine.downstream("api", {.rate = RateLimit::token_bucket(1, 1s, 1)});
-  auto a = engine.queue<int>("a", test::calling("api"));
-  auto b = engine.queue<int>("b", test::calling("api"));
+  engine.declare_downstream("api", {.rate = RateLimit::token_bucket(1, 1s, 1)});
+  auto a = engine.declare_queue<int>("a", test::calling("api"));
+  auto b = engine.declare_queue<int>("b", test::calling("api"));
   std::vector<int> ran_b;
   a.process({}, [](Job<int>&) {});
   b.process({}, [&](Job<int>& j) { ran_b.push_back(j.data()); });
@@ -99,8 +99,8 @@ TEST_F(Review, APausedQueueDoesNotHoldUpAnotherQueuesJobsAtTheGate) {
 // run_until_idle never returns (threaded: the workers spin). The observer stops the loop after
 // 1000 refusals by cancelling the job, so that the test ends either way.
 TEST_F(Review, ADownstreamPausedForGoodParksItsJobsInsteadOfSpinning) {
-  auto api = engine.downstream("api", {});
-  auto q = engine.queue<int>("q", test::calling("api"));
+  auto api = engine.declare_downstream("api", {});
+  auto q = engine.declare_queue<int>("q", test::calling("api"));
   q.process({}, [](Job<int>&) {});
   std::size_t refused = 0;
   engine.on_event([&](const Event& e) {
@@ -170,8 +170,8 @@ TEST_F(Review, ALeaderDebouncedLaterStepsDown) {
 // behind newer ones: with one new job per token they ran last. One token at a time, the jobs
 // start in the order they were added.
 TEST_F(Review, TheLeaderIsNotOvertakenByTheJobsItWakes) {
-  engine.downstream("api", {.rate = RateLimit::token_bucket(10, 1s, 1)});
-  auto q = engine.queue<int>("q", test::calling("api"));
+  engine.declare_downstream("api", {.rate = RateLimit::token_bucket(10, 1s, 1)});
+  auto q = engine.declare_queue<int>("q", test::calling("api"));
   std::vector<int> order;
   q.process({}, [&](Job<int>& j) { order.push_back(j.data()); });
   for (int i = 0; i < 5; ++i)
@@ -192,10 +192,10 @@ TEST_F(Review, TheLeaderIsNotOvertakenByTheJobsItWakes) {
 // its redelivery waits (blocked, no thread) until the stale handler returns its permit, and
 // starts then, at that moment of the manual clock; never two inside.
 TEST_F(Review, ALapsedDeliveryAndItsRedeliveryNeverHoldTwoPermitsOfOne) {
-  engine.downstream("api", {.concurrency = 1});
+  engine.declare_downstream("api", {.concurrency = 1});
   QueueOptions o = test::calling("api");
   o.visibility_timeout = 1s;
-  auto q = engine.queue<int>("q", o);
+  auto q = engine.declare_queue<int>("q", o);
   auto api = engine.downstream("api");
   int inside = 0, high = 0;
   std::vector<Duration> started;
@@ -225,8 +225,8 @@ TEST_F(Review, ALapsedDeliveryAndItsRedeliveryNeverHoldTwoPermitsOfOne) {
 // A job dead-lettered on a gated queue and redriven runs under the gate again: it waits for the
 // token like any other job, without using an attempt.
 TEST_F(Review, ARedrivenJobWaitsAtTheGateLikeAnyOther) {
-  engine.downstream("api", {.rate = RateLimit::token_bucket(1, 1s, 1)});
-  auto q = engine.queue<int>("q", test::calling("api"));
+  engine.declare_downstream("api", {.rate = RateLimit::token_bucket(1, 1s, 1)});
+  auto q = engine.declare_queue<int>("q", test::calling("api"));
   bool fail = true;
   std::vector<Duration> runs;
   q.process({}, [&](Job<int>&) {
@@ -270,11 +270,12 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
   const RateLimit rate = test::fuzz_rate(rng);
-  auto gw =
-      engine.downstream("gw", {.concurrency = static_cast<std::uint32_t>(rng() % 3), .rate = rate});
+  auto gw = engine.declare_downstream(
+      "gw",
+      {.concurrency = test::limit_or_none(static_cast<std::uint32_t>(rng() % 3)), .rate = rate});
   std::vector<Queue<int>> queues;
   for (const char* name : {"a", "b", "c"})
-    queues.push_back(engine.queue<int>(name, test::calling("gw")));
+    queues.push_back(engine.declare_queue<int>(name, test::calling("gw")));
   test::FuzzJobs jobs;
   std::map<JobId, int> done;
   std::vector<std::int64_t> starts;
@@ -283,7 +284,7 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
       starts.push_back(clock.now().time_since_epoch().count());
       const std::uint64_t r = rng() % 100;
       if (r < 6) return Outcome::pushback(std::chrono::milliseconds(rng() % 300));
-      if (r < 12) return Outcome::retry_after(std::chrono::milliseconds(rng() % 200), "again");
+      if (r < 12) return Outcome::retry_in(std::chrono::milliseconds(rng() % 200), "again");
       ++done[j.id()];
       return Outcome::done();
     });
@@ -318,7 +319,7 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
         gw.pause_for(std::chrono::milliseconds(rng() % 200));
         break;
       case 9:
-        if (!fixed) gw.set_concurrency(static_cast<std::uint32_t>(rng() % 3));
+        if (!fixed) gw.set_concurrency(test::limit_or_none(static_cast<std::uint32_t>(rng() % 3)));
         break;
       default:
         clock.advance(std::chrono::milliseconds(rng() % 60));
@@ -345,7 +346,7 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
   if (fixed) {
     const std::int64_t per = Duration{100ms}.count();
     const bool window = rate.kind == RateLimit::Kind::window;
-    const std::size_t bound = window ? rate.max : rate.burst + rate.max;
+    const std::size_t bound = window ? rate.max : rate.burst.value_or(rate.max) + rate.max;
     for (std::size_t i = 0, j = 0; i < starts.size(); ++i) {
       while (j < starts.size() &&
              (window ? starts[j] < starts[i] + per : starts[j] <= starts[i] + per))
@@ -387,8 +388,8 @@ bool until(Pred pred, Duration limit = 60s) {
 // reclaims its slot: the wake ended there, and job 2 waited forever with the permit free.
 TEST(ReviewThreaded, AWakeThatReachesACancelledJobIsHandedOn) {
   Engine engine;
-  auto api = engine.downstream("api", {.concurrency = 1});
-  auto q = engine.queue<int>("q", test::calling("api"));
+  auto api = engine.declare_downstream("api", {.concurrency = 1});
+  auto q = engine.declare_queue<int>("q", test::calling("api"));
   std::atomic<bool> hold{true}, holding{false};
   std::atomic<int> ran{0};
   q.process({.concurrency = 3}, [&](Job<int>& j) {
@@ -407,7 +408,7 @@ TEST(ReviewThreaded, AWakeThatReachesACancelledJobIsHandedOn) {
   ASSERT_TRUE(until([&] { return api.stats().waiting == 2; }));
   ASSERT_TRUE(q.cancel(first));
   hold.store(false);
-  EXPECT_TRUE(q.drain(20s)) << "job 2 was left in the blocked ring with the permit free";
+  EXPECT_TRUE(q.wait_idle(20s)) << "job 2 was left in the blocked ring with the permit free";
   EXPECT_EQ(ran.load(), 2);
   EXPECT_EQ(api.stats().waiting, 0u);
   EXPECT_EQ(api.stats().in_flight, 0u);
@@ -425,14 +426,14 @@ TEST(ReviewThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
     SCOPED_TRACE("round " + std::to_string(round));
     std::mt19937_64 seed_rng(0x5eed0000 + round);
     Engine engine;
-    auto gw = engine.downstream(
+    auto gw = engine.declare_downstream(
         "gw", {.concurrency = 3, .rate = RateLimit::token_bucket(20'000, 1s, 40)});
     QueueOptions leased = test::calling("gw");
     leased.visibility_timeout = 3ms;
     leased.max_stalls = 10'000;
-    auto a = engine.queue<int>("a", test::calling("gw"));
-    auto b = engine.queue<int>("b", test::calling("gw"));
-    auto c = engine.queue<int>("c", leased);
+    auto a = engine.declare_queue<int>("a", test::calling("gw"));
+    auto b = engine.declare_queue<int>("b", test::calling("gw"));
+    auto c = engine.declare_queue<int>("c", leased);
     constexpr int kPerProducer = 2500;
     constexpr int kJobs = 2 * kPerProducer;
     std::vector<std::atomic<int>> done(kJobs);
@@ -533,9 +534,9 @@ TEST(ReviewThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
     gw.set_concurrency(4);
     gw.set_rate(std::nullopt);
     for (auto* q : queues)
-      ASSERT_TRUE(q->drain(60s)) << q->name() << ": " << q->counts().waiting << " waiting, "
-                                 << q->counts().delayed << " delayed, " << q->counts().active
-                                 << " active; gate waiting " << gw.stats().waiting;
+      ASSERT_TRUE(q->wait_idle(60s))
+          << q->name() << ": " << q->counts().waiting << " waiting, " << q->counts().delayed
+          << " delayed, " << q->counts().active << " active; gate waiting " << gw.stats().waiting;
     EXPECT_LE(high.load(), 4) << "the highest limit set was 4";
     std::uint64_t ended = 0;
     for (auto* q : queues) {
@@ -568,10 +569,10 @@ TEST(ReviewThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
 TEST(ReviewThreaded, ShutdownHandsBackTheJobsWaitingAtTheGate) {
   for (int round = 0; round < 5; ++round) {
     Engine engine;
-    auto api =
-        engine.downstream("api", {.concurrency = 1, .rate = RateLimit::token_bucket(1000, 1s, 5)});
-    auto a = engine.queue<int>("a", test::calling("api"));
-    auto b = engine.queue<int>("b", test::calling("api"));
+    auto api = engine.declare_downstream(
+        "api", {.concurrency = 1, .rate = RateLimit::token_bucket(1000, 1s, 5)});
+    auto a = engine.declare_queue<int>("a", test::calling("api"));
+    auto b = engine.declare_queue<int>("b", test::calling("api"));
     std::atomic<bool> hold{true};
     std::vector<std::atomic<int>> ran(400);
     auto handler = [&](Job<int>& j) {
@@ -608,10 +609,10 @@ TEST(ReviewThreaded, CancelledBlockedJobsGiveTheirSlotsBack) {
   // when a wake happens to pop its index: with the downstream stalled, the queue would stay full
   // of cancelled jobs (the review's open finding).
   Engine engine;
-  auto api = engine.downstream("api", {.concurrency = 1});
+  auto api = engine.declare_downstream("api", {.concurrency = 1});
   QueueOptions o = test::calling("api");
   o.capacity = 8;
-  auto q = engine.queue<int>("q", o);
+  auto q = engine.declare_queue<int>("q", o);
   std::atomic<bool> hold{true};
   q.process({.concurrency = 2}, [&](Job<int>& j) {
     if (j.data() == 0)
@@ -632,7 +633,7 @@ TEST(ReviewThreaded, CancelledBlockedJobsGiveTheirSlotsBack) {
     ++added;
   EXPECT_EQ(added, 7u) << "every cancelled job's slot is free again";
   hold.store(false);
-  EXPECT_TRUE(q.drain(20s));
+  EXPECT_TRUE(q.wait_idle(20s));
   EXPECT_EQ(q.counts().completed, 8u);
   EXPECT_EQ(q.counts().cancelled, 7u);
 }
@@ -642,8 +643,8 @@ TEST(ReviewThreaded, CancelsSweepingTheBlockedRingLoseNoWake) {
   // back must all run (a wake that found the ring empty mid-sweep is made up for).
   for (int round = 0; round < 20; ++round) {
     Engine engine;
-    auto api = engine.downstream("api", {.concurrency = 1});
-    auto q = engine.queue<int>("q", test::calling("api"));
+    auto api = engine.declare_downstream("api", {.concurrency = 1});
+    auto q = engine.declare_queue<int>("q", test::calling("api"));
     q.process({.concurrency = 3}, [](Job<int>&) { std::this_thread::yield(); });
     std::vector<JobId> ids;
     for (int i = 0; i < 400; ++i)
@@ -651,7 +652,7 @@ TEST(ReviewThreaded, CancelsSweepingTheBlockedRingLoseNoWake) {
     std::size_t cancelled = 0;
     for (std::size_t i = 0; i < ids.size(); i += 3)
       cancelled += q.cancel(ids[i]) ? 1 : 0;
-    ASSERT_TRUE(q.drain(30s)) << "round " << round << ": a live job was stranded";
+    ASSERT_TRUE(q.wait_idle(30s)) << "round " << round << ": a live job was stranded";
     const QueueCounts c = q.counts();
     EXPECT_EQ(c.completed + c.cancelled, 400u) << "round " << round;
     EXPECT_EQ(c.cancelled, cancelled) << "round " << round;

@@ -25,8 +25,8 @@ using namespace std::chrono_literals;
 struct DownstreamInline : test::InlineEngine {
   /// limited(o): a downstream "api" with limits o and a queue "q" that calls it.
   Queue<int> limited(const DownstreamOptions& o) {
-    engine.downstream("api", o);
-    return engine.queue<int>("q", test::calling("api"));
+    engine.declare_downstream("api", o);
+    return engine.declare_queue<int>("q", test::calling("api"));
   }
 };
 
@@ -71,7 +71,7 @@ TEST_F(DownstreamInline, ATokenAtATimeStartsEachJobAtItsOwnRefill) {
 }
 
 TEST_F(DownstreamInline, APushbackPausesTheDownstreamForExactlyItsRetryAfterAndUsesNoAttempt) {
-  auto q = limited({.concurrency = 0, .rate = std::nullopt});
+  auto q = limited({.concurrency = std::nullopt, .rate = std::nullopt});
   std::vector<std::pair<int, Duration>> runs;
   bool pushed = false;
   q.process({}, [&](Job<int>& j) {
@@ -135,7 +135,7 @@ TEST_F(DownstreamInline, ARateRaisedAtRunTimeTakesEffectAtOnce) {
 }
 
 TEST_F(DownstreamInline, AConcurrencyLoweredAtRunTimeTakesEffectAtTheNextStart) {
-  auto q = limited({.concurrency = 0});
+  auto q = limited({});
   auto api = engine.downstream("api");
   std::size_t started = 0;
   q.process({}, [&](Job<int>&) {
@@ -176,9 +176,9 @@ TEST_F(DownstreamInline, CancellingTheJobThatWaitsForTheNextTokenLetsTheOthersGo
 }
 
 TEST_F(DownstreamInline, TwoQueuesShareOneRate) {
-  engine.downstream("api", {.rate = RateLimit::token_bucket(5, 1s, 5)});
-  auto a = engine.queue<int>("a", test::calling("api"));
-  auto b = engine.queue<int>("b", test::calling("api"));
+  engine.declare_downstream("api", {.rate = RateLimit::token_bucket(5, 1s, 5)});
+  auto a = engine.declare_queue<int>("a", test::calling("api"));
+  auto b = engine.declare_queue<int>("b", test::calling("api"));
   std::size_t started = 0;
   a.process({}, [&](Job<int>&) { ++started; });
   b.process({}, [&](Job<int>&) { ++started; });
@@ -222,7 +222,7 @@ TEST_F(DownstreamInline, ThrottledEventsSayWhyAndHowLong) {
 TEST(DownstreamThreaded, AJobRefusedAPermitIsThrottledForNoPermitUntilOneFrees) {
   // Jobs that name the downstream (a queue's own takes its permit before the job: no refusal).
   Engine engine;
-  engine.downstream("api", {.concurrency = 1});
+  engine.declare_downstream("api", {.concurrency = 1});
   JobOptions calls_api;
   calls_api.downstream = "api";
   std::mutex mu;
@@ -232,7 +232,7 @@ TEST(DownstreamThreaded, AJobRefusedAPermitIsThrottledForNoPermitUntilOneFrees) 
     const std::lock_guard lock(mu);
     held.emplace_back(e.throttle, e.delay);
   });
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   std::atomic<bool> release{false};
   std::atomic<int> in{0};
   q.process({.concurrency = 2}, [&](Job<int>& j) {
@@ -248,7 +248,7 @@ TEST(DownstreamThreaded, AJobRefusedAPermitIsThrottledForNoPermitUntilOneFrees) 
   while (engine.downstream("api").stats().waiting == 0)
     std::this_thread::yield();
   release.store(true);
-  EXPECT_TRUE(q.drain(30s));
+  EXPECT_TRUE(q.wait_idle(30s));
   const std::lock_guard lock(mu);
   ASSERT_GE(held.size(), 1u);
   EXPECT_EQ(held[0].first, Throttle::no_permit);
@@ -261,8 +261,8 @@ TEST(DownstreamThreaded, AJobRefusedAPermitIsThrottledForNoPermitUntilOneFrees) 
 // (Jobs that name the downstream: a queue's own takes a permit before it takes a job, so its
 // jobs are never refused one: downstream_order_test.cpp.)
 TEST_F(DownstreamInline, AJobCancelledAsItIsRefusedEndsCancelledWithItsDeliveryNumbered) {
-  engine.downstream("api", {.concurrency = 1});
-  auto q = engine.queue<int>("q", {});
+  engine.declare_downstream("api", {.concurrency = 1});
+  auto q = engine.declare_queue<int>("q", {});
   JobOptions calls_api;
   calls_api.downstream = "api";
   JobId victim = 0;
@@ -304,7 +304,7 @@ TEST(DownstreamErrors, BadNamesAndOptionsSayWhatIsWrong) {
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
   try {
-    (void)engine.queue<int>("q", test::calling("nowhere"));
+    (void)engine.declare_queue<int>("q", test::calling("nowhere"));
     FAIL() << "a queue naming an undeclared downstream was declared";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_option);
@@ -317,13 +317,13 @@ TEST(DownstreamErrors, BadNamesAndOptionsSayWhatIsWrong) {
     EXPECT_EQ(e.code(), ErrorCode::unknown_downstream);
   }
   try {
-    (void)engine.downstream("api", {.rate = RateLimit{.max = 0}});
+    (void)engine.declare_downstream("api", {.rate = RateLimit{.max = 0}});
     FAIL() << "a rate of 0 was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_option);
     EXPECT_NE(std::string(e.what()).find("rate.max"), std::string::npos) << e.what();
   }
-  auto api = engine.downstream("api", {});
+  auto api = engine.declare_downstream("api", {});
   EXPECT_THROW(api.pause_for(-1s), Error);
   EXPECT_THROW(api.set_rate(RateLimit{.max = 1, .per = 0s}), Error);
 }
@@ -336,9 +336,9 @@ TEST(DownstreamErrors, BadNamesAndOptionsSayWhatIsWrong) {
 TEST(DownstreamThreaded, AConcurrencyOf3SharedByTwoQueuesNeverHasMoreThan3Inside) {
   for (int round = 0; round < 3; ++round) {
     Engine engine;
-    engine.downstream("gateway", {.concurrency = 3});
-    auto a = engine.queue<int>("a", test::calling("gateway"));
-    auto b = engine.queue<int>("b", test::calling("gateway"));
+    engine.declare_downstream("gateway", {.concurrency = 3});
+    auto a = engine.declare_queue<int>("a", test::calling("gateway"));
+    auto b = engine.declare_queue<int>("b", test::calling("gateway"));
     std::atomic<int> inside{0}, high{0};
     std::atomic<std::uint64_t> ran{0};
     auto handler = [&](Job<int>&) {
@@ -358,8 +358,8 @@ TEST(DownstreamThreaded, AConcurrencyOf3SharedByTwoQueuesNeverHasMoreThan3Inside
       ASSERT_EQ(a.add("call", i).status, AddStatus::added);
       ASSERT_EQ(b.add("call", i).status, AddStatus::added);
     }
-    ASSERT_TRUE(a.drain(60s));
-    ASSERT_TRUE(b.drain(60s));
+    ASSERT_TRUE(a.wait_idle(60s));
+    ASSERT_TRUE(b.wait_idle(60s));
     EXPECT_LE(high.load(), 3) << "round " << round;
     EXPECT_GE(high.load(), 2) << "round " << round << ": the budget was never used in parallel";
     EXPECT_EQ(ran.load(), 2u * kJobs);
@@ -374,10 +374,10 @@ TEST(DownstreamThreaded, AConcurrencyOf3SharedByTwoQueuesNeverHasMoreThan3Inside
 // comes back.
 TEST(DownstreamThreaded, AStalledDownstreamDoesNotSlowAnotherOne) {
   Engine engine;
-  engine.downstream("payments", {.concurrency = 2});
-  engine.downstream("email", {.concurrency = 4});
-  auto pay = engine.queue<int>("pay", test::calling("payments"));
-  auto mail = engine.queue<int>("mail", test::calling("email"));
+  engine.declare_downstream("payments", {.concurrency = 2});
+  engine.declare_downstream("email", {.concurrency = 4});
+  auto pay = engine.declare_queue<int>("pay", test::calling("payments"));
+  auto mail = engine.declare_queue<int>("mail", test::calling("email"));
   std::atomic<bool> gateway_up{false};
   std::atomic<int> paid{0}, mailed{0};
   pay.process({.concurrency = 6}, [&](Job<int>&) {
@@ -390,10 +390,10 @@ TEST(DownstreamThreaded, AStalledDownstreamDoesNotSlowAnotherOne) {
     (void)pay.add("charge", i);
   for (int i = 0; i < 5000; ++i)
     (void)mail.add("send", i);
-  ASSERT_TRUE(mail.drain(60s)) << "email stalled behind payments";
+  ASSERT_TRUE(mail.wait_idle(60s)) << "email stalled behind payments";
   EXPECT_EQ(mailed.load(), 5000);
   EXPECT_EQ(paid.load(), 0);
-  // Both permitted handlers are in (or about to be): wait for them, bounded, as drain() does.
+  // Both permitted handlers are in (or about to be): wait for them, bounded, as wait_idle() does.
   const auto until = std::chrono::steady_clock::now() + 60s;
   while (pay.counts().active < 2 && std::chrono::steady_clock::now() < until)
     std::this_thread::yield();
@@ -401,7 +401,7 @@ TEST(DownstreamThreaded, AStalledDownstreamDoesNotSlowAnotherOne) {
   EXPECT_EQ(c.active, 2u) << "only the 2 permitted handlers hold a thread";
   EXPECT_EQ(c.waiting + c.delayed, 198u);
   gateway_up.store(true);
-  ASSERT_TRUE(pay.drain(60s));
+  ASSERT_TRUE(pay.wait_idle(60s));
   EXPECT_EQ(paid.load(), 200);
 }
 
@@ -414,13 +414,14 @@ JobOptions calling_job(std::string downstream) {
 }
 
 TEST_F(DownstreamInline, EachJobTakesThePermitsOfTheDownstreamItNames) {
-  auto payments = engine.downstream("payments", {.concurrency = 1});
-  auto email = engine.downstream("email", {.concurrency = 2});
-  auto q = engine.queue<int>("work", {});  // no downstream of its own
+  auto payments = engine.declare_downstream("payments", {.concurrency = 1});
+  auto email = engine.declare_downstream("email", {.concurrency = 2});
+  auto q = engine.declare_queue<int>("work", {});  // no downstream of its own
   std::vector<Completion> calls;
   q.process({.max_pending = 16}, [&](Job<int>& job) {
-    calls.push_back(job.defer());  // in flight until completed: holds its permit
-    return Outcome::pending();
+    return job.defer([&](Completion c) {
+      calls.push_back(std::move(c));
+    });  // in flight until completed: holds its permit
   });
   for (int i = 0; i < 3; ++i) {
     (void)q.add("charge", i, calling_job("payments"));
@@ -460,12 +461,11 @@ TEST_F(DownstreamInline, EachJobTakesThePermitsOfTheDownstreamItNames) {
 }
 
 TEST_F(DownstreamInline, AJobNamingItsQueuesOwnDownstreamSharesThatGate) {
-  auto api = engine.downstream("api", {.concurrency = 1});
-  auto q = engine.queue<int>("q", test::calling("api"));
+  auto api = engine.declare_downstream("api", {.concurrency = 1});
+  auto q = engine.declare_queue<int>("q", test::calling("api"));
   std::vector<Completion> calls;
   q.process({.max_pending = 4}, [&](Job<int>& job) {
-    calls.push_back(job.defer());
-    return Outcome::pending();
+    return job.defer([&](Completion c) { calls.push_back(std::move(c)); });
   });
   (void)q.add("a", 1);
   (void)q.add("b", 2, calling_job("api"));
@@ -481,12 +481,11 @@ TEST_F(DownstreamInline, AJobNamingItsQueuesOwnDownstreamSharesThatGate) {
 }
 
 TEST_F(DownstreamInline, ACancelledJobWaitingForTheDownstreamItNamedGivesItsSlotBack) {
-  engine.downstream("payments", {.concurrency = 1});
-  auto q = engine.queue<int>("q", QueueOptions{.capacity = 3});
+  engine.declare_downstream("payments", {.concurrency = 1});
+  auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 3});
   std::vector<Completion> calls;
   q.process({.max_pending = 4}, [&](Job<int>& job) {
-    calls.push_back(job.defer());
-    return Outcome::pending();
+    return job.defer([&](Completion c) { calls.push_back(std::move(c)); });
   });
   (void)q.add("charge", 1, calling_job("payments"));
   const JobId waiting = q.add("charge", 2, calling_job("payments")).id;
@@ -501,7 +500,7 @@ TEST_F(DownstreamInline, ACancelledJobWaitingForTheDownstreamItNamedGivesItsSlot
 TEST(DownstreamErrors, AJobNamingAnUnknownDownstreamIsRefusedWithItsName) {
   ManualClock clock;
   Engine engine(EngineOptions{.clock = &clock, .mode = Mode::inlined});
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   try {
     (void)q.add("charge", 1, calling_job("paymnets"));
     FAIL() << "expected Error(unknown_downstream)";
@@ -512,7 +511,7 @@ TEST(DownstreamErrors, AJobNamingAnUnknownDownstreamIsRefusedWithItsName) {
   EXPECT_EQ(q.counts().added, 0u) << "nothing was added";
   // 15 downstreams named per job, besides the queue's own: the 16th is refused.
   for (int i = 0; i < 16; ++i)
-    engine.downstream("d" + std::to_string(i), {});
+    engine.declare_downstream("d" + std::to_string(i), {});
   for (int i = 0; i < 15; ++i)
     EXPECT_EQ(q.add("call", i, calling_job("d" + std::to_string(i))).status, AddStatus::added);
   try {
@@ -531,9 +530,9 @@ TEST(DownstreamThreaded, AStalledDownstreamNamedPerJobHoldsOnlyItsConcurrencyOfW
   std::atomic<int> paid{0}, mailed{0};
   Engine engine;
   const test::ReleaseOnExit release{gateway_up};
-  engine.downstream("payments", {.concurrency = 1});
-  engine.downstream("email", {.concurrency = 4});
-  auto q = engine.queue<int>("work", {});
+  engine.declare_downstream("payments", {.concurrency = 1});
+  engine.declare_downstream("email", {.concurrency = 4});
+  auto q = engine.declare_queue<int>("work", {});
   q.process({.concurrency = 3}, [&](Job<int>& job) {
     if (job.name() == "charge") {
       while (!gateway_up.load())
@@ -555,7 +554,7 @@ TEST(DownstreamThreaded, AStalledDownstreamNamedPerJobHoldsOnlyItsConcurrencyOfW
   EXPECT_TRUE(test::eventually([&] { return q.counts().active <= 1u; }, 60s))
       << "one worker in the stalled gateway, the rest free; active " << q.counts().active;
   gateway_up.store(true);
-  ASSERT_TRUE(q.drain(60s));
+  ASSERT_TRUE(q.wait_idle(60s));
   EXPECT_EQ(paid.load(), 50);
 }
 

@@ -80,10 +80,10 @@ TEST_P(EngineStress, EveryAcceptedJobEndsExactlyOnce) {
   });
   QueueOptions qo;
   qo.capacity = 4096;  // small enough that producers hit "full" and must retry the add
-  qo.defaults.attempts = 3;
+  qo.defaults.max_attempts = 3;
   qo.defaults.backoff = Backoff::fixed(1ms).with_jitter(Jitter::full);
   qo.dlq.max_entries = kJobs;
-  auto q = engine.queue<std::uint64_t>("stress", qo);
+  auto q = engine.declare_queue<std::uint64_t>("stress", qo);
   q.process(WorkerOptions{.concurrency = p.workers}, [&](Job<std::uint64_t>& j) -> Outcome {
     if (j.id() > max_id) {
       past_max.fetch_add(1, std::memory_order_relaxed);

@@ -18,13 +18,13 @@ using namespace std::chrono_literals;
 using Fixture = test::InlineEngine;
 
 TEST_F(Fixture, JobIdsStartAtOneAndIncrease) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   EXPECT_EQ(q.add("a", 1).id, 1u);
   EXPECT_EQ(q.add("a", 2).id, 2u);
 }
 
 TEST_F(Fixture, HandlerRunsOnlyInRunUntilIdle) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   int sum = 0;
   q.process({}, [&](Job<int>& j) { sum += j.data(); });
   (void)q.add("a", 5);
@@ -35,7 +35,7 @@ TEST_F(Fixture, HandlerRunsOnlyInRunUntilIdle) {
 }
 
 TEST_F(Fixture, DefaultAttemptsIsOneSoAFailureDeadLettersAtOnce) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [](Job<int>&) { return Outcome::retry("nope"); });
   auto r = q.add("a", 1);
   engine.run_until_idle();
@@ -43,14 +43,14 @@ TEST_F(Fixture, DefaultAttemptsIsOneSoAFailureDeadLettersAtOnce) {
   auto e = q.dlq().get(r.id);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->reason, DeadLetterReason::attempts_exhausted);
-  EXPECT_EQ(e->attempts_made, 1u);
+  EXPECT_EQ(e->failed_attempts, 1u);
   EXPECT_EQ(e->last_error(), "nope");
 }
 
 TEST_F(Fixture, ExponentialBackoffDelaysAreExact) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [](Job<int>&) { return Outcome::retry("boom"); });
-  JobOptions o{.attempts = 4, .backoff = Backoff::exponential(500ms)};
+  JobOptions o{.max_attempts = 4, .backoff = Backoff::exponential(500ms)};
   auto r = q.add("a", 1, o);
   replay();
   auto starts = of(EventKind::started, r.id);
@@ -76,7 +76,7 @@ TEST_F(Fixture, ExponentialBackoffDelaysAreExact) {
 }
 
 TEST_F(Fixture, TimerNeverFiresEarly) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   int runs = 0;
   q.process({}, [&](Job<int>&) { ++runs; });
   (void)q.add("a", 1, JobOptions{.delay = 250ms});
@@ -91,13 +91,13 @@ TEST_F(Fixture, TimerNeverFiresEarly) {
 }
 
 TEST_F(Fixture, ThrownExceptionIsARetryableFailureCarryingWhat) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [](Job<int>& j) -> Outcome {
     if (j.attempt() == 1) throw std::runtime_error("gateway timeout");
     EXPECT_EQ(j.last_error(), "gateway timeout");
     return Outcome::done();
   });
-  auto r = q.add("a", 1, JobOptions{.attempts = 2});
+  auto r = q.add("a", 1, JobOptions{.max_attempts = 2});
   engine.run_until_idle();  // no backoff: the retry is ready at once
   EXPECT_EQ(q.counts().completed, 1u);
   ASSERT_EQ(of(EventKind::completed, r.id).size(), 1u);
@@ -105,23 +105,23 @@ TEST_F(Fixture, ThrownExceptionIsARetryableFailureCarryingWhat) {
 }
 
 TEST_F(Fixture, PermanentFailureSkipsRemainingAttempts) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [](Job<int>&) { return Outcome::fail("card declined"); });
-  auto r = q.add("a", 1, JobOptions{.attempts = 5, .backoff = Backoff::fixed(1s)});
+  auto r = q.add("a", 1, JobOptions{.max_attempts = 5, .backoff = Backoff::fixed(1s)});
   engine.run_until_idle();
   auto e = q.dlq().get(r.id);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->reason, DeadLetterReason::permanent_failure);
-  EXPECT_EQ(e->attempts_made, 1u);
+  EXPECT_EQ(e->failed_attempts, 1u);
   EXPECT_FALSE(engine.next_timer_in().has_value());
 }
 
 TEST_F(Fixture, RetryAfterOverridesBackoff) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [](Job<int>& j) {
-    return j.attempt() == 1 ? Outcome::retry_after(7s, "429") : Outcome::done();
+    return j.attempt() == 1 ? Outcome::retry_in(7s, "429") : Outcome::done();
   });
-  auto r = q.add("a", 1, JobOptions{.attempts = 2, .backoff = Backoff::fixed(1s)});
+  auto r = q.add("a", 1, JobOptions{.max_attempts = 2, .backoff = Backoff::fixed(1s)});
   replay();
   auto starts = of(EventKind::started, r.id);
   ASSERT_EQ(starts.size(), 2u);
@@ -131,12 +131,12 @@ TEST_F(Fixture, RetryAfterOverridesBackoff) {
 TEST_F(Fixture, CustomBackoffNegativeStopsRetrying) {
   QueueOptions qo;
   qo.custom_backoff = [](const RetryContext& c) {
-    return c.error == "fatal" ? Duration{-1} : Duration{c.attempts_made * 100ms};
+    return c.error == "fatal" ? Duration{-1} : Duration{c.failed_attempts * 100ms};
   };
-  auto q = engine.queue<int>("q", qo);
+  auto q = engine.declare_queue<int>("q", qo);
   q.process({},
             [](Job<int>& j) { return Outcome::retry(j.attempt() < 3 ? "transient" : "fatal"); });
-  auto r = q.add("a", 1, JobOptions{.attempts = 10, .backoff = Backoff::custom()});
+  auto r = q.add("a", 1, JobOptions{.max_attempts = 10, .backoff = Backoff::custom()});
   replay();
   auto starts = of(EventKind::started, r.id);
   ASSERT_EQ(starts.size(), 3u);
@@ -148,7 +148,7 @@ TEST_F(Fixture, CustomBackoffNegativeStopsRetrying) {
 }
 
 TEST_F(Fixture, DuplicateWithinTtlIsMergedAndOneAfterIsNot) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   int runs = 0;
   q.process({}, [&](Job<int>&) { ++runs; });
   JobOptions o;
@@ -173,7 +173,7 @@ TEST_F(Fixture, DuplicateWithinTtlIsMergedAndOneAfterIsNot) {
 }
 
 TEST_F(Fixture, DedupWithoutTtlHeldUntilJobEnds) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [](Job<int>&) {});
   JobOptions o;
   o.dedup.id = "k";
@@ -188,7 +188,7 @@ TEST_F(Fixture, DedupWithoutTtlHeldUntilJobEnds) {
 }
 
 TEST_F(Fixture, DebounceReplacesPayloadAndRestartsDelay) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   std::vector<int> seen;
   q.process({}, [&](Job<int>& j) { seen.push_back(j.data()); });
   JobOptions o;
@@ -217,7 +217,7 @@ TEST_F(Fixture, DebounceReplacesPayloadAndRestartsDelay) {
 }
 
 TEST_F(Fixture, FullQueueRejectsWithStatusAndCreatesNothing) {
-  auto q = engine.queue<int>("q", QueueOptions{.capacity = 2});
+  auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 2});
   EXPECT_EQ(q.add("a", 1).status, AddStatus::added);
   EXPECT_EQ(q.add("a", 2).status, AddStatus::added);
   auto r = q.add("a", 3);
@@ -228,7 +228,7 @@ TEST_F(Fixture, FullQueueRejectsWithStatusAndCreatesNothing) {
 
 TEST_F(Fixture, FullQueueCanSendTheNewJobToTheDlq) {
   auto q =
-      engine.queue<int>("q", QueueOptions{.capacity = 1, .on_full = OverflowPolicy::dead_letter});
+      engine.declare_queue<int>("q", QueueOptions{.capacity = 1, .on_full = OnFull::dead_letter});
   (void)q.add("a", 1);
   auto r = q.add("a", 2);
   EXPECT_EQ(r.status, AddStatus::dead_lettered);
@@ -239,7 +239,7 @@ TEST_F(Fixture, FullQueueCanSendTheNewJobToTheDlq) {
 }
 
 TEST_F(Fixture, AddBulkIsAllOrNothingWithConsecutiveIds) {
-  auto q = engine.queue<int>("q", QueueOptions{.capacity = 4});
+  auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 4});
   EXPECT_EQ(q.add("a", 0).id, 1u);
   std::vector<int> three{1, 2, 3};
   auto r = q.add_bulk("a", std::span<int>(three));
@@ -269,18 +269,18 @@ TEST_F(Fixture, AddBulkOfMoreJobsThanTheCapacityIsAnsweredAsAFullQueueIs) {
   // One answer for "no room": more items than the capacity can never fit, so the batch gets the
   // overflow policy's answer at once (no throw, and no wait under the block policy).
   std::vector<int> five{1, 2, 3, 4, 5};
-  for (OverflowPolicy p : {OverflowPolicy::reject, OverflowPolicy::block}) {
-    auto q = engine.queue<int>(p == OverflowPolicy::reject ? "reject" : "block",
-                               QueueOptions{.capacity = 4, .on_full = p});
-    const BulkAddResult r = q.add_bulk("a", std::span<int>(five));
+  for (OnFull p : {OnFull::reject, OnFull::block}) {
+    auto q = engine.declare_queue<int>(p == OnFull::reject ? "reject" : "block",
+                                       QueueOptions{.capacity = 4, .on_full = p});
+    const BulkAddReceipt r = q.add_bulk("a", std::span<int>(five));
     EXPECT_EQ(r.status, AddStatus::full);
     EXPECT_EQ(r.count, 0u);
     EXPECT_EQ(q.counts().added, 0u);
     EXPECT_EQ(five, (std::vector<int>{1, 2, 3, 4, 5})) << "a refused bulk add moves nothing out";
   }
   auto dl =
-      engine.queue<int>("dl", QueueOptions{.capacity = 4, .on_full = OverflowPolicy::dead_letter});
-  const BulkAddResult r = dl.add_bulk("a", std::span<int>(five));
+      engine.declare_queue<int>("dl", QueueOptions{.capacity = 4, .on_full = OnFull::dead_letter});
+  const BulkAddReceipt r = dl.add_bulk("a", std::span<int>(five));
   EXPECT_EQ(r.status, AddStatus::dead_lettered);
   EXPECT_EQ(r.count, 5u);
   EXPECT_EQ(dl.dlq().size(), 5u);
@@ -288,11 +288,11 @@ TEST_F(Fixture, AddBulkOfMoreJobsThanTheCapacityIsAnsweredAsAFullQueueIs) {
 
 TEST_F(Fixture, AddBulkThatDoesNotFitDeadLettersEveryItemUnderTheDeadLetterPolicy) {
   auto q =
-      engine.queue<int>("q", QueueOptions{.capacity = 3, .on_full = OverflowPolicy::dead_letter});
+      engine.declare_queue<int>("q", QueueOptions{.capacity = 3, .on_full = OnFull::dead_letter});
   (void)q.add("a", 0);
   auto kept = q.add("a", 0);
   std::vector<int> three{1, 2, 3};
-  auto r = q.add_bulk("b", std::span<int>(three), JobOptions{.attempts = 4});
+  auto r = q.add_bulk("b", std::span<int>(three), JobOptions{.max_attempts = 4});
   // All or nothing still: one slot is free, but the batch needs three, so all three overflow.
   EXPECT_EQ(r.status, AddStatus::dead_lettered);
   EXPECT_EQ(r.first_id, kept.id + 1);
@@ -304,7 +304,7 @@ TEST_F(Fixture, AddBulkThatDoesNotFitDeadLettersEveryItemUnderTheDeadLetterPolic
     EXPECT_EQ(dlq[i].name, "b");
     EXPECT_EQ(dlq[i].data, static_cast<int>(i) + 1);
     EXPECT_EQ(dlq[i].reason, DeadLetterReason::overflow);
-    EXPECT_EQ(dlq[i].attempts_made, 0u);
+    EXPECT_EQ(dlq[i].failed_attempts, 0u);
     EXPECT_EQ(dlq[i].max_attempts, 4u);
     EXPECT_EQ(q.state(r.first_id + i).status, JobStatus::dead_lettered);
   }
@@ -319,8 +319,8 @@ TEST_F(Fixture, AddBulkThatDoesNotFitDeadLettersEveryItemUnderTheDeadLetterPolic
 }
 
 TEST_F(Fixture, JobIdsAreUniqueAcrossQueuesInAddOrder) {
-  auto a = engine.queue<int>("a", {});
-  auto b = engine.queue<std::string>("b", {});
+  auto a = engine.declare_queue<int>("a", {});
+  auto b = engine.declare_queue<std::string>("b", {});
   EXPECT_EQ(a.add("x", 1).id, 1u);
   EXPECT_EQ(b.add("x", "one").id, 2u);
   std::vector<int> three{1, 2, 3};
@@ -330,8 +330,8 @@ TEST_F(Fixture, JobIdsAreUniqueAcrossQueuesInAddOrder) {
 }
 
 TEST_F(Fixture, EngineStateFindsAJobInWhicheverQueueHoldsIt) {
-  auto a = engine.queue<int>("a", {});
-  auto b = engine.queue<std::string>("b", {});
+  auto a = engine.declare_queue<int>("a", {});
+  auto b = engine.declare_queue<std::string>("b", {});
   std::vector<JobState> inside;
   a.process({}, [&](Job<int>& j) {
     inside.push_back(engine.state(j.id()));
@@ -360,8 +360,8 @@ TEST_F(Fixture, EngineStateFindsAJobInWhicheverQueueHoldsIt) {
 }
 
 TEST_F(Fixture, EngineCancelCancelsAJobInWhicheverQueueHoldsIt) {
-  auto a = engine.queue<int>("a", {});
-  auto b = engine.queue<int>("b", {});
+  auto a = engine.declare_queue<int>("a", {});
+  auto b = engine.declare_queue<int>("b", {});
   int runs = 0;
   a.process({}, [&](Job<int>&) { ++runs; });
   b.process({}, [&](Job<int>&) { ++runs; });
@@ -386,7 +386,7 @@ TEST_F(Fixture, EngineCancelCancelsAJobInWhicheverQueueHoldsIt) {
 
 TEST_F(Fixture, DedupWindowAtItsLimitRefusesNewIdsWithDedupFull) {
   // One live id per shard: among 65 ids two share one of the 64 shards, so some add is refused.
-  auto q = engine.queue<int>("q", QueueOptions{.capacity = 80, .dedup_capacity = 1});
+  auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 80, .dedup_capacity = 1});
   JobOptions o;
   o.dedup.ttl = 1min;
   std::string refused;
@@ -420,10 +420,10 @@ TEST_F(Fixture, DedupWindowAtItsLimitRefusesNewIdsWithDedupFull) {
   EXPECT_EQ(q.add("a", 0, o).status, AddStatus::added);
 }
 
-TEST_F(Fixture, DrainOnAnInlineEngineIsWrongMode) {
-  auto q = engine.queue<int>("q", {});
+TEST_F(Fixture, WaitIdleOnAnInlineEngineIsWrongMode) {
+  auto q = engine.declare_queue<int>("q", {});
   try {
-    (void)q.drain(1s);
+    (void)q.wait_idle(1s);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::wrong_mode);
@@ -431,7 +431,7 @@ TEST_F(Fixture, DrainOnAnInlineEngineIsWrongMode) {
 }
 
 TEST_F(Fixture, UnknownQueueAndTypeMismatchAreClearErrors) {
-  (void)engine.queue<int>("q", {});
+  (void)engine.declare_queue<int>("q", {});
   try {
     (void)engine.queue<int>("nope");
     FAIL();
@@ -440,7 +440,7 @@ TEST_F(Fixture, UnknownQueueAndTypeMismatchAreClearErrors) {
     EXPECT_NE(std::string(e.what()).find("nope"), std::string::npos);
   }
   EXPECT_THROW((void)engine.queue<double>("q"), Error);
-  EXPECT_THROW((void)engine.queue<int>("q", {}), Error);
+  EXPECT_THROW((void)engine.declare_queue<int>("q", {}), Error);
 }
 
 TEST_F(Fixture, RunUntilIdleOnThreadedEngineIsWrongMode) {
@@ -454,7 +454,7 @@ TEST_F(Fixture, RunUntilIdleOnThreadedEngineIsWrongMode) {
 }
 
 TEST_F(Fixture, ShutdownRejectsAddsAndReportsUnstartedJobs) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   auto a = q.add("a", 1);
   auto b = q.add("a", 2, JobOptions{.delay = 1s});
   auto report = engine.shutdown(0s);
@@ -463,16 +463,20 @@ TEST_F(Fixture, ShutdownRejectsAddsAndReportsUnstartedJobs) {
   std::vector<JobId> ids{report.not_started[0].id, report.not_started[1].id};
   std::sort(ids.begin(), ids.end());
   EXPECT_EQ(ids, (std::vector<JobId>{a.id, b.id}));
-  try {
-    (void)q.add("a", 3);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::shutting_down);
-  }
+  // A status, not an Error: a request thread racing the shutdown is not misuse.
+  const AddReceipt late = q.add("a", 3);
+  EXPECT_EQ(late.status, AddStatus::shutting_down);
+  EXPECT_FALSE(late.accepted());
+  EXPECT_EQ(late.id, 0u);
+  std::vector<int> items{4, 5};
+  EXPECT_EQ(q.add_bulk("a", std::span<int>(items)).status, AddStatus::shutting_down);
+  const auto handle = q.add_tracked("a", 6);
+  EXPECT_EQ(handle.wait().status, JobStatus::unknown);
+  EXPECT_EQ(q.counts().added, 2u);
 }
 
 TEST_F(Fixture, SecondShutdownReportsTheSameLeftovers) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   (void)q.add("a", 1);
   (void)q.add("b", 2, JobOptions{.delay = 1s});
   auto first = engine.shutdown(0s);
@@ -490,10 +494,10 @@ TEST_F(Fixture, SecondShutdownReportsTheSameLeftovers) {
 }
 
 TEST_F(Fixture, EventsTraceEveryStageByJobId) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({},
             [](Job<int>& j) { return j.attempt() < 2 ? Outcome::retry("x") : Outcome::done(); });
-  auto r = q.add("a", 1, JobOptions{.attempts = 2, .backoff = Backoff::fixed(10ms)});
+  auto r = q.add("a", 1, JobOptions{.max_attempts = 2, .backoff = Backoff::fixed(10ms)});
   replay();
   std::vector<EventKind> kinds;
   for (const auto& e : events)
@@ -504,7 +508,7 @@ TEST_F(Fixture, EventsTraceEveryStageByJobId) {
 }
 
 TEST_F(Fixture, ThrowingObserverIsCountedAndReportedOnceWhileJobsComplete) {
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [](Job<int>&) {});
   engine.on_event([](const Event& e) {
     if (e.kind == EventKind::completed) throw std::runtime_error("observer broke");
@@ -535,7 +539,7 @@ struct Fixed {
 };
 
 TEST_F(Fixture, PayloadWithAConstMemberRunsDebouncesDeadLettersAndRedrives) {
-  auto q = engine.queue<Fixed>("q", {});
+  auto q = engine.declare_queue<Fixed>("q", {});
   std::vector<std::pair<int, std::string>> seen;
   bool fail = true;
   q.process({}, [&](Job<Fixed>& j) {

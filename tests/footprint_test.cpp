@@ -26,9 +26,9 @@ struct Big {
 
 /// declaration_error(engine, capacity): the Error declaring a queue<Big> of `capacity` throws.
 template <class T>
-Error declaration_error(Engine& engine, std::size_t capacity) {
+Error declaration_error(Engine& engine, std::uint32_t capacity) {
   try {
-    (void)engine.queue<T>("big", QueueOptions{.capacity = capacity});
+    (void)engine.declare_queue<T>("big", QueueOptions{.capacity = capacity});
   } catch (const Error& e) {
     return e;
   }
@@ -71,7 +71,8 @@ TEST(QueueFootprint, CapacityTheMachineCannotHoldIsRefusedWithTheBytesItNeeds) {
   const std::size_t fits = std::stoull(msg.substr(pos + at_most.size()));
   EXPECT_LE(detail::queue_footprint(fits, sizeof(Big)).total, physical);
   EXPECT_GT(detail::queue_footprint(fits + 1, sizeof(Big)).total, physical);
-  auto small = engine.queue<Big>("big", QueueOptions{.capacity = 16});  // nothing was registered
+  auto small =
+      engine.declare_queue<Big>("big", QueueOptions{.capacity = 16});  // nothing was registered
   EXPECT_EQ(small.capacity(), 16u);
 }
 
@@ -79,13 +80,13 @@ TEST(QueueFootprint, CapacityTheMachineCannotHoldIsRefusedWithTheBytesItNeeds) {
 /// to 512 MiB, declares a queue<T> of `capacity`, prints its Error and exits 0 if the code is
 /// `capacity` (2: no limit set, 3: another code, 4: no error).
 template <class T>
-[[noreturn]] void declare_under_address_limit(std::size_t capacity) {
+[[noreturn]] void declare_under_address_limit(std::uint32_t capacity) {
   const rlim_t bytes = rlim_t{512} << 20;
   const rlimit limit{bytes, bytes};
   if (::setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(2);
   Engine engine({.mode = Mode::inlined});
   try {
-    (void)engine.queue<T>("big", QueueOptions{.capacity = capacity});
+    (void)engine.declare_queue<T>("big", QueueOptions{.capacity = capacity});
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     std::_Exit(e.code() == ErrorCode::capacity ? 0 : 3);

@@ -46,7 +46,7 @@ TEST(NameTableTest, AnswersOwnNameOnceFullAndKeepsEveryInternedIndex) {
 }
 
 TEST_F(Names, JobsWithMoreDistinctNamesThanTheTableRunUnderTheirOwnNames) {
-  auto q = engine.queue<std::size_t>("orders", QueueOptions{.capacity = kBeyond});
+  auto q = engine.declare_queue<std::size_t>("orders", QueueOptions{.capacity = kBeyond});
   std::vector<JobId> ids;
   for (std::size_t i = 0; i < kBeyond; ++i) {
     auto r = q.add(name_of(i), std::size_t{i});
@@ -68,14 +68,14 @@ TEST_F(Names, JobsWithMoreDistinctNamesThanTheTableRunUnderTheirOwnNames) {
 }
 
 TEST_F(Names, AnOwnNameSurvivesARetryOnTheWheelTheDlqAndARedrive) {
-  auto q = engine.queue<int>("q", QueueOptions{.capacity = 16});
-  auto filler = engine.queue<int>("filler", QueueOptions{.capacity = NameTable::kMaxNames});
+  auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 16});
+  auto filler = engine.declare_queue<int>("filler", QueueOptions{.capacity = NameTable::kMaxNames});
   for (std::size_t i = 0; i < NameTable::kMaxNames; ++i)
     (void)filler.add(name_of(i), 0);  // fills the table with names this test never reads
   bool fail = true;
   q.process({}, [&](Job<int>&) { return fail ? Outcome::retry("down") : Outcome::done(); });
   JobOptions o;
-  o.attempts = 2;
+  o.max_attempts = 2;
   o.backoff = Backoff::fixed(1s);
   const JobId id = q.add("charge-card:order-77", 7, o).id;
   replay();  // fails, retries from the wheel (its retry_due event is deferred), fails again

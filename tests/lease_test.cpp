@@ -19,7 +19,7 @@ struct Lease : test::InlineEngine {
     QueueOptions o;
     o.visibility_timeout = visibility;
     o.stall_policy = stalls;
-    return engine.queue<int>("q", o);
+    return engine.declare_queue<int>("q", o);
   }
 };
 
@@ -37,7 +37,7 @@ TEST_F(Lease, LapsedDeliveryIsRedeliveredAndItsLateOutcomeIgnored) {
     }
     return Outcome::done();
   });
-  auto r = q.add("a", 1, JobOptions{.attempts = 3});
+  auto r = q.add("a", 1, JobOptions{.max_attempts = 3});
   engine.run_until_idle();
   EXPECT_EQ(deliveries, (std::vector<std::uint32_t>{1, 2}));
   EXPECT_EQ(count(EventKind::stalled), 1u);
@@ -59,7 +59,7 @@ TEST_F(Lease, LapseOnLastAllowedDeliveryDeadLettersWithLeaseExpired) {
     clock.advance(3s);
     return Outcome::fail("late failure must not count");
   });
-  auto r = q.add("a", 1, JobOptions{.attempts = 3});
+  auto r = q.add("a", 1, JobOptions{.max_attempts = 3});
   engine.run_until_idle();
   EXPECT_EQ(count(EventKind::started), 3u);
   EXPECT_EQ(count(EventKind::stalled), 3u);
@@ -69,7 +69,7 @@ TEST_F(Lease, LapseOnLastAllowedDeliveryDeadLettersWithLeaseExpired) {
   auto e = q.dlq().get(r.id);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->reason, DeadLetterReason::lease_expired);
-  EXPECT_EQ(e->attempts_made, 3u);
+  EXPECT_EQ(e->failed_attempts, 3u);
   ASSERT_EQ(e->errors.size(), 3u);
   EXPECT_NE(e->errors[0].message.find("lease expired"), std::string::npos);
   EXPECT_EQ(q.state(r.id).status, JobStatus::dead_lettered);
@@ -102,7 +102,7 @@ TEST_F(Lease, ExtendLeaseAfterLapseReportsFalse) {
     }
     return Outcome::done();
   });
-  (void)q.add("a", 1, JobOptions{.attempts = 2});
+  (void)q.add("a", 1, JobOptions{.max_attempts = 2});
   engine.run_until_idle();
   EXPECT_EQ(renewals, std::vector<bool>{false});
 }
@@ -113,7 +113,7 @@ TEST_F(Lease, PerJobVisibilityOverridesTheQueue) {
     if (j.deliveries() == 1) clock.advance(600ms);
     return Outcome::done();
   });
-  (void)q.add("a", 1, JobOptions{.attempts = 2, .visibility_timeout = 500ms});
+  (void)q.add("a", 1, JobOptions{.max_attempts = 2, .visibility_timeout = 500ms});
   engine.run_until_idle();
   EXPECT_EQ(count(EventKind::stalled), 1u);
   EXPECT_EQ(first(EventKind::stalled).elapsed, 600ms);  // the clock jumped past the 500 ms lease
@@ -179,7 +179,7 @@ TEST_F(Lease, CancelDelayedJobNeverRuns) {
   EXPECT_EQ(runs, 0);
   EXPECT_EQ(q.counts().delayed, 0u);
   // The slot came back: a queue of capacity 1 accepts a new job.
-  auto small = engine.queue<int>("small", QueueOptions{.capacity = 1});
+  auto small = engine.declare_queue<int>("small", QueueOptions{.capacity = 1});
   auto a = small.add("a", 1, JobOptions{.delay = 1s});
   EXPECT_TRUE(small.cancel(a.id));
   clock.advance(1s);
@@ -192,7 +192,7 @@ TEST_F(Lease, CancelledWaitingJobGivesItsCapacityBackAtOnce) {
   // index stays in the ready ring, yet the next add that finds no room reclaims its slot.
   QueueOptions o;
   o.capacity = 2;
-  auto q = engine.queue<int>("q", o);
+  auto q = engine.declare_queue<int>("q", o);
   std::vector<int> ran;
   q.process({}, [&](Job<int>& j) { ran.push_back(j.data()); });
   q.pause();
@@ -213,9 +213,9 @@ TEST_F(Lease, CancelsWithoutAProcessorNeverLeakCapacity) {
   // room, one add_bulk included; the one job left runs once a processor comes.
   QueueOptions o;
   o.capacity = 1;
-  auto q = engine.queue<int>("q", o);
+  auto q = engine.declare_queue<int>("q", o);
   for (int i = 0; i < 1000; ++i) {
-    const AddResult r = q.add("a", i);
+    const AddReceipt r = q.add("a", i);
     ASSERT_EQ(r.status, AddStatus::added) << "add " << i;
     ASSERT_TRUE(q.cancel(r.id));
   }
@@ -241,7 +241,7 @@ TEST_F(Lease, CancelRunningJobFlagsItAndRecordsCancelled) {
     seen_cancel = j.cancelled();
     return Outcome::retry("would retry, but it was cancelled");
   });
-  id = q.add("a", 1, JobOptions{.attempts = 3}).id;
+  id = q.add("a", 1, JobOptions{.max_attempts = 3}).id;
   engine.run_until_idle();
   EXPECT_TRUE(seen_cancel);
   EXPECT_EQ(q.state(id).status, JobStatus::cancelled);
@@ -279,10 +279,10 @@ TEST_F(Lease, TakeLeftoversReturnsUnstartedPayloadsAfterShutdown) {
 TEST_F(Lease, BadVisibilityIsRejected) {
   QueueOptions o;
   o.visibility_timeout = 0s;
-  EXPECT_THROW((void)engine.queue<int>("bad", o), Error);
+  EXPECT_THROW((void)engine.declare_queue<int>("bad", o), Error);
   auto q = queue();
   EXPECT_THROW((void)q.add("a", 1, JobOptions{.visibility_timeout = -1s}), Error);
-  EXPECT_THROW((void)q.add("a", 1, JobOptions{.attempts = 70000}), Error);
+  EXPECT_THROW((void)q.add("a", 1, JobOptions{.max_attempts = 70000}), Error);
 }
 
 }  // namespace

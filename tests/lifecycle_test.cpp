@@ -49,7 +49,7 @@ TEST(Lifecycle, ShutdownReturnsWithinGraceAndReportsAHandlerHungPastItsLease) {
   QueueOptions o;
   o.visibility_timeout = 2s;
   o.stall_policy = StallPolicy::count_as_attempt;  // SQS: the only delivery is the last allowed
-  auto q = engine.queue<std::string>("q", o);
+  auto q = engine.declare_queue<std::string>("q", o);
   q.process({}, [&](Job<std::string>&) {
     started = true;
     release.wait();
@@ -72,7 +72,7 @@ struct InlineLifecycle : test::InlineEngine {
     QueueOptions o;
     o.capacity = capacity;
     o.visibility_timeout = 2s;
-    return engine.queue<std::string>("q", o);
+    return engine.declare_queue<std::string>("q", o);
   }
 };
 
@@ -90,7 +90,7 @@ TEST_F(InlineLifecycle, TakeLeftoversLeavesAJobThatAStaleHandlerStillReads) {
     read_after_take = j.data();  // must still be the payload
     return Outcome::done();
   });
-  const JobId id = q.add("a", kPayload, JobOptions{.attempts = 3}).id;
+  const JobId id = q.add("a", kPayload, JobOptions{.max_attempts = 3}).id;
   engine.run_until_idle();
   EXPECT_EQ(q.state(id).status, JobStatus::waiting);
   EXPECT_TRUE(taken_while_pinned.empty());
@@ -99,7 +99,7 @@ TEST_F(InlineLifecycle, TakeLeftoversLeavesAJobThatAStaleHandlerStillReads) {
   ASSERT_EQ(later.size(), 1u);
   EXPECT_EQ(later[0].id, id);
   EXPECT_EQ(later[0].data, kPayload);
-  EXPECT_EQ(later[0].attempts_made, 0u) << "a stall costs no attempt (StallPolicy::own_budget)";
+  EXPECT_EQ(later[0].failed_attempts, 0u) << "a stall costs no attempt (StallPolicy::own_budget)";
   EXPECT_FALSE(later[0].was_delayed);
 }
 
@@ -128,7 +128,7 @@ TEST(Lifecycle, TakeLeftoversUnlinksTimersOnAThreadedEngine) {
   Engine engine({.clock = &clock});
   QueueOptions o;
   o.visibility_timeout = Duration::max();  // no lease sweep: the wheel is left empty
-  auto q = engine.queue<std::string>("q", o);
+  auto q = engine.declare_queue<std::string>("q", o);
   q.process({.concurrency = 2}, [&](Job<std::string>&) { runs.fetch_add(1); });
   for (int i = 0; i < 100; ++i)
     (void)q.add("a", kPayload, JobOptions{.delay = std::chrono::milliseconds(10 + i)});
@@ -149,7 +149,7 @@ TEST(Lifecycle, DebounceDoesNotReplaceThePayloadAStaleHandlerReads) {
   Engine engine({.clock = &clock});
   QueueOptions o;
   o.visibility_timeout = 2s;
-  auto q = engine.queue<std::string>("q", o);
+  auto q = engine.declare_queue<std::string>("q", o);
   q.process({.concurrency = 2}, [&](Job<std::string>& j) {
     if (j.deliveries() == 1) {
       first_started.count_down();
@@ -159,12 +159,12 @@ TEST(Lifecycle, DebounceDoesNotReplaceThePayloadAStaleHandlerReads) {
     }
     if (j.deliveries() == 2) {
       retried.count_down();
-      return Outcome::retry_after(10s, "try later");
+      return Outcome::retry_in(10s, "try later");
     }
     return Outcome::done();
   });
   const JobOptions opts{
-      .attempts = 5, .delay = 0s, .dedup = {.id = "d", .ttl = 1h, .mode = DedupMode::debounce}};
+      .max_attempts = 5, .delay = 0s, .dedup = {.id = "d", .ttl = 1h, .mode = DedupMode::debounce}};
   const JobId id = q.add("a", kPayload, opts).id;
   first_started.wait();
   clock.advance(3s);  // the lapse redelivers to the second worker, which retries after 10 s
@@ -172,7 +172,7 @@ TEST(Lifecycle, DebounceDoesNotReplaceThePayloadAStaleHandlerReads) {
   ASSERT_TRUE(eventually([&] { return q.state(id).status == JobStatus::delayed; }));
   JobOptions again = opts;
   again.delay = 5s;
-  const AddResult r = q.add("a", std::string(200, 'n'), again);
+  const AddReceipt r = q.add("a", std::string(200, 'n'), again);
   debounced.count_down();
   EXPECT_EQ(r.id, id);
   EXPECT_EQ(r.status, AddStatus::duplicate);  // merged: the payload is being read
@@ -222,11 +222,11 @@ TEST(Lifecycle, CancellingADelayedJobGivesItsSlotBackOnAThreadedEngine) {
   Engine engine;
   QueueOptions o;
   o.capacity = 1;
-  auto q = engine.queue<std::string>("q", o);
+  auto q = engine.declare_queue<std::string>("q", o);
   std::atomic<int> runs{0};
   q.process({}, [&](Job<std::string>&) { runs.fetch_add(1); });
   for (int i = 0; i < 200; ++i) {
-    const AddResult r = q.add("a", kPayload, JobOptions{.delay = 1h});
+    const AddReceipt r = q.add("a", kPayload, JobOptions{.delay = 1h});
     ASSERT_EQ(r.status, AddStatus::added) << "round " << i;
     ASSERT_TRUE(q.cancel(r.id));
   }
@@ -259,7 +259,7 @@ TEST(Lifecycle, StateReadsWhileWorkersRunAreRaceFree) {
   Engine engine;
   QueueOptions o;
   o.capacity = 256;
-  auto q = engine.queue<int>("q", o);
+  auto q = engine.declare_queue<int>("q", o);
   std::atomic<bool> done{false};
   std::thread reader([&] {
     while (!done.load()) {
@@ -274,16 +274,16 @@ TEST(Lifecycle, StateReadsWhileWorkersRunAreRaceFree) {
   std::thread declarer([&] {
     // Options that make check_options look at the queue's processing state.
     for (int i = 0; i < 200; ++i)
-      (void)q.add("v", i, JobOptions{.attempts = 2, .visibility_timeout = 1s});
+      (void)q.add("v", i, JobOptions{.max_attempts = 2, .visibility_timeout = 1s});
   });
   q.process({.concurrency = 2}, [](Job<int>& j) {
     return j.attempt() == 1 ? Outcome::retry("again") : Outcome::done();
   });
   declarer.join();
   for (int i = 0; i < 2000; ++i)
-    while (q.add("a", i, JobOptions{.attempts = 2}).status != AddStatus::added)
+    while (q.add("a", i, JobOptions{.max_attempts = 2}).status != AddStatus::added)
       std::this_thread::yield();
-  ASSERT_TRUE(q.drain(60s));
+  ASSERT_TRUE(q.wait_idle(60s));
   done = true;
   reader.join();
   EXPECT_EQ(q.counts().completed, 2200u);
@@ -319,7 +319,7 @@ TEST(Lifecycle, AnObserverOfRetryDueMayAskForTheNextTimer) {
     (void)engine.next_timer_in();
     asked.fetch_add(1);
   });
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [&](Job<int>&) { runs.fetch_add(1); });
   (void)q.add("a", 1, JobOptions{.delay = 1s});
   (void)q.add("b", 2, JobOptions{.delay = 2s});
@@ -330,14 +330,14 @@ TEST(Lifecycle, AnObserverOfRetryDueMayAskForTheNextTimer) {
   ASSERT_TRUE(eventually([&] { return runs.load() == 2 && asked.load() == 2; }));
 }
 
-TEST(Lifecycle, DrainFromOwnHandlerThrowsWouldDeadlock) {
+TEST(Lifecycle, WaitIdleFromOwnHandlerThrowsWouldDeadlock) {
   test::Watchdog watchdog(60s, "DrainFromOwnHandlerThrowsWouldDeadlock");
   Engine engine;
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   std::atomic<int> code{-1};
   q.process({}, [&](Job<int>&) {
     try {
-      (void)q.drain(1h);
+      (void)q.wait_idle(1h);
       code = 0;
     } catch (const Error& e) {
       code = static_cast<int>(e.code());
@@ -351,7 +351,7 @@ TEST(Lifecycle, DrainFromOwnHandlerThrowsWouldDeadlock) {
 TEST(Lifecycle, ShutdownFromAHandlerDoesNotWaitForItself) {
   test::Watchdog watchdog(60s, "ShutdownFromAHandlerDoesNotWaitForItself");
   Engine engine;
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   std::promise<ShutdownReport> report;
   std::atomic<JobId> self{0};
   q.process({}, [&](Job<int>& j) {
@@ -369,7 +369,7 @@ TEST(Lifecycle, AHandlerMayCallStateCancelAndNextTimerIn) {
   test::Watchdog watchdog(60s, "AHandlerMayCallStateCancelAndNextTimerIn");
   ManualClock clock;
   Engine engine({.clock = &clock});
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   const JobId delayed = q.add("later", 2, JobOptions{.delay = 1h}).id;
   std::promise<void> done;
   std::atomic<bool> ok{false};
@@ -394,7 +394,7 @@ TEST(Lifecycle, ShutdownFromAnObserverDoesNotWaitForItsOwnDelivery) {
   // shutdown from there must not wait its grace for the delivery it is part of.
   test::Watchdog watchdog(60s, "ShutdownFromAnObserverDoesNotWaitForItsOwnDelivery");
   Engine engine;
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   std::promise<ShutdownReport> report;
   std::atomic<bool> asked{false};
   engine.on_event([&](const Event& e) {
@@ -408,15 +408,15 @@ TEST(Lifecycle, ShutdownFromAnObserverDoesNotWaitForItsOwnDelivery) {
   EXPECT_TRUE(contains(f.get().still_running, id));
 }
 
-TEST(Lifecycle, DrainFromAnObserverOnAWorkerThrowsWouldDeadlock) {
+TEST(Lifecycle, WaitIdleFromAnObserverOnAWorkerThrowsWouldDeadlock) {
   test::Watchdog watchdog(60s, "DrainFromAnObserverOnAWorkerThrowsWouldDeadlock");
   Engine engine;
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   std::atomic<int> code{-1};
   engine.on_event([&](const Event& e) {
     if (e.kind != EventKind::completed) return;
     try {
-      (void)q.drain(1h);
+      (void)q.wait_idle(1h);
       code = 0;
     } catch (const Error& err) {
       code = static_cast<int>(err.code());
@@ -437,7 +437,7 @@ TEST(Lifecycle, TakeLeftoversNeverHandsBackAJobThatRuns) {
     constexpr int kJobs = 2000;
     std::vector<std::atomic<int>> ran(kJobs + 1);
     Engine engine;
-    auto q = engine.queue<int>("q", QueueOptions{.capacity = 4096});
+    auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 4096});
     q.process({.concurrency = 3}, [&](Job<int>& j) { ran[j.data()].fetch_add(1); });
     std::vector<JobId> ids(kJobs + 1);
     for (int i = 1; i <= kJobs; ++i)
@@ -484,19 +484,19 @@ TEST(Lifecycle, AnObserverCancelsTheJobWhoseEventItIsHandling) {
     if (e.kind == EventKind::completed) on_end = engine.cancel(e.job_id);
     if (e.kind == EventKind::cancelled) on_cancelled = engine.cancel(e.job_id);
   });
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   std::atomic<int> runs{0};
   q.process({}, [&](Job<int>& j) {
     runs.fetch_add(1);
     return j.data() == 1 ? Outcome::retry("fails once") : Outcome::done();
   });
-  const JobId failing = q.add("a", 1, JobOptions{.attempts = 5}).id;
-  ASSERT_TRUE(q.drain(30s));
+  const JobId failing = q.add("a", 1, JobOptions{.max_attempts = 5}).id;
+  ASSERT_TRUE(q.wait_idle(30s));
   EXPECT_EQ(on_failure.load(), 1);
   EXPECT_EQ(q.state(failing).status, JobStatus::cancelled);
   EXPECT_EQ(on_cancelled.load(), 0);  // already cancelled: nothing left to cancel
   const JobId fine = q.add("b", 2).id;
-  ASSERT_TRUE(q.drain(30s));
+  ASSERT_TRUE(q.wait_idle(30s));
   EXPECT_EQ(on_end.load(), 0);
   EXPECT_EQ(q.state(fine).status, JobStatus::completed);
   EXPECT_EQ(runs.load(), 2);  // the cancelled job never ran again
@@ -507,7 +507,7 @@ TEST(Lifecycle, AnObserverCancelsTheJobWhoseEventItIsHandling) {
 TEST(Lifecycle, AnObserverCancelsAGroupFromInsideNestedEvents) {
   test::Watchdog watchdog(60s, "AnObserverCancelsAGroupFromInsideNestedEvents");
   Engine engine;
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   std::atomic<JobId> x{0}, z{0};
   std::atomic<int> x_cancel{-1};
   engine.on_event([&](const Event& e) {
@@ -520,7 +520,7 @@ TEST(Lifecycle, AnObserverCancelsAGroupFromInsideNestedEvents) {
     runs.fetch_add(1);
     return j.data() == 1 ? Outcome::retry("fails") : Outcome::done();
   });
-  x = q.add("x", 1, JobOptions{.attempts = 5}).id;
+  x = q.add("x", 1, JobOptions{.max_attempts = 5}).id;
   z = q.add("z", 2, JobOptions{.delay = 1h}).id;
   q.resume();
   // Ended is counted before the worker lets go of X's slot (state() says active until then).
@@ -563,17 +563,17 @@ TEST(Lifecycle, CallbacksRaisedWhileTimersFireRunAfterTheWheelIsReleased) {
   EXPECT_EQ(order.back(), "at once");
 }
 
-TEST(Lifecycle, DrainFromATimerObserverThrowsWouldDeadlock) {
+TEST(Lifecycle, WaitIdleFromATimerObserverThrowsWouldDeadlock) {
   test::Watchdog watchdog(60s, "DrainFromATimerObserverThrowsWouldDeadlock");
   ManualClock clock;
   Engine engine({.clock = &clock});
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   std::atomic<int> code{-1};
   std::atomic<int> observed{0};
   engine.on_event([&](const Event& e) {
     if (e.kind != EventKind::retry_due) return;
     try {
-      (void)q.drain(1h);
+      (void)q.wait_idle(1h);
       code = 0;
     } catch (const Error& err) {
       code = static_cast<int>(err.code());
@@ -607,7 +607,7 @@ TEST_F(InlineLifecycle, ResidentMemoryFollowsTheJobsInFlightNotTheCapacity) {
   GTEST_SKIP() << "sanitizer runtimes map shadow memory: RSS measures them, not rail";
 #endif
   using Payload = std::array<char, 16384>;
-  auto q = engine.queue<Payload>("big", QueueOptions{.capacity = 65'536});
+  auto q = engine.declare_queue<Payload>("big", QueueOptions{.capacity = 65'536});
   std::uint64_t ran = 0;
   q.process({}, [&](Job<Payload>& j) { ran += static_cast<unsigned char>(j.data()[0]) + 1u; });
   const std::int64_t before = resident_bytes();
@@ -636,7 +636,7 @@ TEST(Lifecycle, ProcessWhileAnotherThreadAdvancesTheManualClock) {
     QueueOptions o;
     o.capacity = 8;
     o.visibility_timeout = 1ms;
-    auto q = engine.queue<std::string>("q", o);
+    auto q = engine.declare_queue<std::string>("q", o);
     const JobId id = q.add("job", kPayload).id;
     std::atomic<bool> advancing{false};
     std::thread advancer([&] {

@@ -32,7 +32,7 @@ using test::eventually;
 struct InlineFixture : ::testing::Test {
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-  Queue<int> q = engine.queue<int>("q", {});
+  Queue<int> q = engine.declare_queue<int>("q", {});
   void SetUp() override {
     q.process({}, [](Job<int>&) {});
   }
@@ -203,7 +203,7 @@ TEST(ObserversThreaded, RemoveWaitsForACallInProgressOnAnotherThread) {
   test::Watchdog watchdog(60s, "RemoveWaitsForACallInProgressOnAnotherThread");
   std::atomic<bool> entered{false}, release{false}, finished{false};
   Engine engine;
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   const ObserverId id = engine.on_event([&](const Event& e) {
     if (e.kind != EventKind::started || entered.exchange(true)) return;
     while (!release.load())
@@ -251,7 +251,7 @@ TEST(ObserversThreaded, ARemovedObserverIsNeverCalledAfterRemoveReturnsWhileWork
     std::vector<std::unique_ptr<Probe>> kept;  // self-removed observers' state: freed at the end
     std::mutex kept_mu;
     Engine engine;  // after what its observers use: destroyed (threads joined) before it
-    auto q = engine.queue<int>("q", {.capacity = 4096});
+    auto q = engine.declare_queue<int>("q", {.capacity = 4096});
     engine.on_event([&](const Event& e) {
       if (e.kind == EventKind::completed) completions.fetch_add(1, std::memory_order_relaxed);
     });
@@ -304,7 +304,7 @@ TEST(ObserversThreaded, ARemovedObserverIsNeverCalledAfterRemoveReturnsWhileWork
       t.join();
     stop.store(true);
     producer.join();
-    ASSERT_TRUE(q.drain(60s));
+    ASSERT_TRUE(q.wait_idle(60s));
     EXPECT_EQ(violations.load(), 0u) << "round " << round;
     EXPECT_EQ(completions.load(), added.load()) << "round " << round;
     (void)engine.shutdown(0s);

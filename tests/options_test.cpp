@@ -34,10 +34,11 @@ JobOptions dedup(DedupOptions d) {
 }
 
 const BadInput kBadInputs[] = {
-    {"ZeroAttempts", [](Engine&, Queue<int>& q) { (void)q.add("a", 1, {.attempts = 0}); },
-     ErrorCode::invalid_option, "JobOptions.attempts is 0; expected 1 or more"},
-    {"NegativeAttempts", [](Engine&, Queue<int>& q) { (void)q.add("a", 1, {.attempts = -3}); },
-     ErrorCode::invalid_option, "attempts is -3"},
+    {"ZeroAttempts", [](Engine&, Queue<int>& q) { (void)q.add("a", 1, {.max_attempts = 0}); },
+     ErrorCode::invalid_option, "JobOptions.max_attempts is 0; expected 1 or more"},
+    {"TooManyAttempts",
+     [](Engine&, Queue<int>& q) { (void)q.add("a", 1, {.max_attempts = 70'000}); },
+     ErrorCode::invalid_option, "max_attempts is 70000; expected at most"},
     {"NegativeDelay", [](Engine&, Queue<int>& q) { (void)q.add("a", 1, {.delay = -1ms}); },
      ErrorCode::invalid_option, "JobOptions.delay"},
     {"DedupTtlWithoutId", [](Engine&, Queue<int>& q) { (void)q.add("a", 1, dedup({.ttl = 1s})); },
@@ -54,18 +55,18 @@ const BadInput kBadInputs[] = {
      [](Engine&, Queue<int>& q) { (void)q.add("a", 1, {.backoff = Backoff::custom()}); },
      ErrorCode::invalid_option, "custom_backoff"},
     {"ZeroCapacity",
-     [](Engine& e, Queue<int>&) { (void)e.queue<int>("z", QueueOptions{.capacity = 0}); },
+     [](Engine& e, Queue<int>&) { (void)e.declare_queue<int>("z", QueueOptions{.capacity = 0}); },
      ErrorCode::invalid_option, "capacity is 0"},
     {"BadQueueDefaults",
      [](Engine& e, Queue<int>&) {
        QueueOptions qo;
-       qo.defaults.attempts = 0;
-       (void)e.queue<int>("d", qo);
+       qo.defaults.max_attempts = 0;
+       (void)e.declare_queue<int>("d", qo);
      },
-     ErrorCode::invalid_option, "defaults.attempts"},
+     ErrorCode::invalid_option, "defaults.max_attempts"},
     {"FootprintAbovePhysicalMemory",
      [](Engine& e, Queue<int>&) {
-       (void)e.queue<Big>("big", QueueOptions{.capacity = std::size_t{1} << 29});
+       (void)e.declare_queue<Big>("big", QueueOptions{.capacity = std::size_t{1} << 29});
      },
      ErrorCode::capacity,
      "queue 'big' with capacity 536870912 and a 65536-byte payload needs 35268123951104 bytes"},
@@ -81,42 +82,63 @@ const BadInput kBadInputs[] = {
      "(4096)"},
     {"NegativeProgressInterval",
      [](Engine& e, Queue<int>&) {
-       (void)e.queue<int>("p", QueueOptions{.progress_interval = -1ns});
+       (void)e.declare_queue<int>("p", QueueOptions{.progress_interval = -1ns});
      },
      ErrorCode::invalid_option, "progress_interval is -1 ns"},
     {"ZeroResultsMaxAge",
      [](Engine& e, Queue<int>&) {
        QueueOptions qo;
-       qo.results.max_age = 0ns;
-       (void)e.queue<int>("r", qo);
+       qo.keep_ended.max_age = 0ns;
+       (void)e.declare_queue<int>("r", qo);
      },
-     ErrorCode::invalid_option, "results.max_age is 0 ns"},
+     ErrorCode::invalid_option, "keep_ended.max_age is 0 ns"},
     {"NegativeResultsMaxAge",
      [](Engine& e, Queue<int>&) {
        QueueOptions qo;
-       qo.results.max_age = -5s;
-       (void)e.queue<int>("r", qo);
+       qo.keep_ended.max_age = -5s;
+       (void)e.declare_queue<int>("r", qo);
      },
-     ErrorCode::invalid_option, "results.max_age"},
-    {"NegativeMaxStalls",
-     [](Engine& e, Queue<int>&) { (void)e.queue<int>("s", QueueOptions{.max_stalls = -1}); },
-     ErrorCode::invalid_option, "max_stalls is -1; expected 0 .. 65535"},
+     ErrorCode::invalid_option, "keep_ended.max_age"},
+    {"TooManyMaxStalls",
+     [](Engine& e, Queue<int>&) {
+       (void)e.declare_queue<int>("s", QueueOptions{.max_stalls = 70'000});
+     },
+     ErrorCode::invalid_option, "max_stalls is 70000; expected 0 .. 65535"},
+    {"ZeroConcurrencyOnTheSharedPool",
+     [](Engine&, Queue<int>& q) { q.process(WorkerOptions::shared(0), [](Job<int>&) {}); },
+     ErrorCode::invalid_option,
+     "concurrency is 0; expected 1 or more handler calls at once (leave it unset for the whole "
+     "pool)"},
+    {"ZeroDownstreamConcurrency",
+     [](Engine& e, Queue<int>&) { (void)e.declare_downstream("api", {.concurrency = 0}); },
+     ErrorCode::invalid_option, "DownstreamOptions('api').concurrency is 0"},
+    {"ZeroBurst",
+     [](Engine& e, Queue<int>&) {
+       (void)e.declare_downstream("api", {.rate = RateLimit::token_bucket(10, 1s, 0)});
+     },
+     ErrorCode::invalid_option, "rate.burst is 0; expected 1 .."},
+    {"NegativeRetryIn", [](Engine&, Queue<int>&) { (void)Outcome::retry_in(-1ms, "late"); },
+     ErrorCode::invalid_option, "Outcome::retry_in: the duration is negative"},
+    {"NegativePushback", [](Engine&, Queue<int>&) { (void)Outcome::pushback(-1s); },
+     ErrorCode::invalid_option, "Outcome::pushback: the duration is negative"},
     {"ZeroDlqMaxEntries",
      [](Engine& e, Queue<int>&) {
        QueueOptions qo;
        qo.dlq.max_entries = 0;
-       (void)e.queue<int>("m", qo);
+       (void)e.declare_queue<int>("m", qo);
      },
      ErrorCode::invalid_option, "dlq.max_entries"},
     {"JournalWritableByOthers",
      [](Engine& e, Queue<int>&) {
        QueueOptions qo;
        qo.dlq.journal = {.path = "/nonexistent/never-opened.dlq", .file_mode = 0666};
-       (void)e.queue<int>("w", qo);
+       (void)e.declare_queue<int>("w", qo);
      },
      ErrorCode::invalid_option, "without write permission for others"},
     {"NegativeBlockTimeout",
-     [](Engine& e, Queue<int>&) { (void)e.queue<int>("b", QueueOptions{.block_timeout = -1ms}); },
+     [](Engine& e, Queue<int>&) {
+       (void)e.declare_queue<int>("b", QueueOptions{.block_timeout = -1ms});
+     },
      ErrorCode::invalid_option, "block_timeout"},
     {"BlankJobName", [](Engine&, Queue<int>& q) { (void)q.add(" \t", 1); },
      ErrorCode::invalid_option, "job name"},
@@ -128,7 +150,7 @@ const BadInput kBadInputs[] = {
      ErrorCode::type_mismatch, "another type"},
     {"QueueOfAnotherResultType", [](Engine& e, Queue<int>&) { (void)e.queue<int, int>("q"); },
      ErrorCode::type_mismatch, "another result type"},
-    {"QueueDeclaredTwice", [](Engine& e, Queue<int>&) { (void)e.queue<int>("q", {}); },
+    {"QueueDeclaredTwice", [](Engine& e, Queue<int>&) { (void)e.declare_queue<int>("q", {}); },
      ErrorCode::queue_exists, "already declared"},
     {"ScheduleEveryZero", [](Engine&, Queue<int>& q) { (void)q.every("s", 0s, "a", 1); },
      ErrorCode::invalid_option, "expected a duration > 0"},
@@ -144,22 +166,23 @@ const BadInput kBadInputs[] = {
      ErrorCode::invalid_option, "timer_tick"},
     {"NegativeShutdownGrace", [](Engine& e, Queue<int>&) { (void)e.shutdown(-1s); },
      ErrorCode::invalid_option, "shutdown grace is -1000000000 ns; expected 0"},
-    {"BlankQueueName", [](Engine& e, Queue<int>&) { (void)e.queue<int>(" \t", {}); },
+    {"BlankQueueName", [](Engine& e, Queue<int>&) { (void)e.declare_queue<int>(" \t", {}); },
      ErrorCode::invalid_option, "QueueOptions.name is blank"},
     {"MegabyteQueueName",
-     [](Engine& e, Queue<int>&) { (void)e.queue<int>(std::string(1 << 20, 'q'), {}); },
+     [](Engine& e, Queue<int>&) { (void)e.declare_queue<int>(std::string(1 << 20, 'q'), {}); },
      ErrorCode::invalid_option, "1048576 bytes long; expected at most 255 bytes"},
-    {"QueueNameWithANewline", [](Engine& e, Queue<int>&) { (void)e.queue<int>("a\nb", {}); },
+    {"QueueNameWithANewline",
+     [](Engine& e, Queue<int>&) { (void)e.declare_queue<int>("a\nb", {}); },
      ErrorCode::invalid_option, "control character 10"},
     {"QueueNameWithANul",
-     [](Engine& e, Queue<int>&) { (void)e.queue<int>(std::string("a\0b", 3), {}); },
+     [](Engine& e, Queue<int>&) { (void)e.declare_queue<int>(std::string("a\0b", 3), {}); },
      ErrorCode::invalid_option, "control character 0"},
-    {"EmptyDownstreamName", [](Engine& e, Queue<int>&) { (void)e.downstream("", {}); },
+    {"EmptyDownstreamName", [](Engine& e, Queue<int>&) { (void)e.declare_downstream("", {}); },
      ErrorCode::invalid_option, "DownstreamOptions.name is empty"},
     {"DownstreamAfterShutdown",
      [](Engine& e, Queue<int>&) {
        (void)e.shutdown(0s);
-       (void)e.downstream("late", {});
+       (void)e.declare_downstream("late", {});
      },
      ErrorCode::shutting_down, "downstream 'late' declared after shutdown began"},
 };
@@ -167,7 +190,7 @@ const BadInput kBadInputs[] = {
 struct BadInputs : ::testing::TestWithParam<BadInput> {
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-  Queue<int> q = engine.queue<int>("q", {});
+  Queue<int> q = engine.declare_queue<int>("q", {});
 };
 
 TEST_P(BadInputs, AreRefusedWithACodeAndAMessageNamingWhatIsExpected) {
@@ -188,7 +211,7 @@ INSTANTIATE_TEST_SUITE_P(Table, BadInputs, ::testing::ValuesIn(kBadInputs),
 
 TEST(Options, ConcurrencyAtTheBoundIsAccepted) {
   Engine engine(EngineOptions{.mode = Mode::inlined});
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({.concurrency = WorkerOptions::kMaxConcurrency}, [](Job<int>&) {});
 }
 

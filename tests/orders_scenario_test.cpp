@@ -93,7 +93,7 @@ TEST(OrdersScenario, BullmqLogReadsLikeTheSeed) {
   ASSERT_TRUE(end && end->completed());
   EXPECT_EQ(end->result->order_id, "order-2");
   EXPECT_EQ(end->result->charged, 19.99);
-  EXPECT_EQ(end->attempts, 3u);
+  EXPECT_EQ(end->attempt, 3u);
   // order-3's handle: dead-lettered with every attempt's error; the duplicate's is order-4's.
   EXPECT_EQ(r.results[2].ended()->status, JobStatus::dead_lettered);
   EXPECT_EQ(r.results[2].ended()->errors.size(), 3u);
@@ -125,7 +125,7 @@ TEST(OrdersScenario, SqsOverrunningHandlerIsRedeliveredThenDeadLetteredWithLease
   auto dlq = r.queue().dlq().list();
   ASSERT_EQ(dlq.size(), 1u);
   EXPECT_EQ(dlq[0].reason, DeadLetterReason::lease_expired);
-  EXPECT_EQ(dlq[0].attempts_made, 3u);
+  EXPECT_EQ(dlq[0].failed_attempts, 3u);
   EXPECT_TRUE(r.results[4].added().duplicate());  // the FIFO case: one job for one dedup id
   Summary s = summarize(r.queue());
   EXPECT_EQ(s.deduplicated, 1u);

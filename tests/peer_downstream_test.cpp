@@ -31,8 +31,8 @@ using test::most_in_a_window;
 TEST_F(PeerDownstream, ThreeHundredPerSecondStartsThreeHundredInTheFirstSecondAndNeverMore) {
   // The seed's example: "300 per second". A token bucket that starts full admits 599 from the
   // first add; BullMQ's limiter, 300.
-  engine.downstream("gateway", {.rate = RateLimit{.max = 300, .per = 1s}});
-  auto q = engine.queue<int>("charges", QueueOptions{.downstream = "gateway"});
+  engine.declare_downstream("gateway", {.rate = RateLimit{.max = 300, .per = 1s}});
+  auto q = engine.declare_queue<int>("charges", QueueOptions{.downstream = "gateway"});
   const std::int64_t t0 = clock.now().time_since_epoch().count();
   std::vector<std::int64_t> starts;
   q.process({}, [&](Job<int>&) { starts.push_back(clock.now().time_since_epoch().count() - t0); });
@@ -50,8 +50,8 @@ TEST_F(PeerDownstream, ThreeHundredPerSecondStartsThreeHundredInTheFirstSecondAn
 }
 
 TEST_F(PeerDownstream, AJobWaitingForTheRateIsWaitingNotDelayed) {
-  engine.downstream("api", {.rate = RateLimit{.max = 1, .per = 1s}});
-  auto q = engine.queue<int>("calls", QueueOptions{.downstream = "api"});
+  engine.declare_downstream("api", {.rate = RateLimit{.max = 1, .per = 1s}});
+  auto q = engine.declare_queue<int>("calls", QueueOptions{.downstream = "api"});
   int ran = 0;
   q.process({}, [&](Job<int>&) { ++ran; });
   const JobId first = q.add("call", 1).id;
@@ -82,8 +82,8 @@ TEST_F(PeerDownstream, AJobWaitingForTheRateIsWaitingNotDelayed) {
 }
 
 TEST_F(PeerDownstream, AJobPushedBackByItsDownstreamIsWaitingUntilThePauseEnds) {
-  engine.downstream("api", {.concurrency = 1});
-  auto q = engine.queue<int>("calls", QueueOptions{.downstream = "api"});
+  engine.declare_downstream("api", {.concurrency = 1});
+  auto q = engine.declare_queue<int>("calls", QueueOptions{.downstream = "api"});
   q.process({}, [&](Job<int>& j) {
     return j.deliveries() == 1 ? Outcome::pushback(5s, "429") : Outcome::done();
   });
@@ -97,8 +97,8 @@ TEST_F(PeerDownstream, AJobPushedBackByItsDownstreamIsWaitingUntilThePauseEnds) 
 }
 
 TEST_F(PeerDownstream, ADebounceOfAJobWaitingForItsTokenMakesItDelayed) {
-  engine.downstream("api", {.rate = RateLimit{.max = 1, .per = 1s}});
-  auto q = engine.queue<int>("syncs", QueueOptions{.downstream = "api"});
+  engine.declare_downstream("api", {.rate = RateLimit{.max = 1, .per = 1s}});
+  auto q = engine.declare_queue<int>("syncs", QueueOptions{.downstream = "api"});
   q.process({}, [](Job<int>&) {});
   (void)q.add("sync", 0);
   JobOptions o;

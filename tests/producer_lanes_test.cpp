@@ -40,7 +40,7 @@ std::vector<std::vector<JobId>> add_from_threads(Queue<Item>& q, int producers, 
   for (int p = 0; p < producers; ++p) {
     threads.emplace_back([&, p] {
       for (int i = 0; i < per; ++i) {
-        const AddResult r = q.add("item", Item{p, i});
+        const AddReceipt r = q.add("item", Item{p, i});
         if (r.status == AddStatus::added) ids[static_cast<std::size_t>(p)].push_back(r.id);
       }
     });
@@ -61,7 +61,7 @@ TEST(ProducerLanes, EachProducerThreadsJobsStartInItsAddOrderOnOneWorker) {
   constexpr int kProducers = 4, kPer = 200;
   for (int round = 0; round < kRounds; ++round) {
     Engine engine;
-    auto q = engine.queue<Item>("q", QueueOptions{.capacity = kProducers * kPer});
+    auto q = engine.declare_queue<Item>("q", QueueOptions{.capacity = kProducers * kPer});
     std::mutex mu;
     std::vector<Item> started;
     q.pause();  // the jobs wait in the lanes, interleaved as the threads raced
@@ -73,7 +73,7 @@ TEST(ProducerLanes, EachProducerThreadsJobsStartInItsAddOrderOnOneWorker) {
     for (const auto& one : ids)
       ASSERT_EQ(one.size(), static_cast<std::size_t>(kPer));
     q.resume();
-    ASSERT_TRUE(q.drain(60s));
+    ASSERT_TRUE(q.wait_idle(60s));
     ASSERT_EQ(started.size(), static_cast<std::size_t>(kProducers * kPer));
     std::vector<int> next(kProducers, 0);
     for (const Item& it : started) {
@@ -89,7 +89,7 @@ TEST(ProducerLanes, ShutdownHandsBackEveryJobInEveryLaneOnce) {
   constexpr int kProducers = 3, kPer = 300;
   for (int round = 0; round < kRounds; ++round) {
     Engine engine;
-    auto q = engine.queue<Item>("q", QueueOptions{.capacity = kProducers * kPer});
+    auto q = engine.declare_queue<Item>("q", QueueOptions{.capacity = kProducers * kPer});
     std::atomic<int> ran{0};
     q.pause();
     q.process({.concurrency = 2}, [&](Job<Item>&) { ran.fetch_add(1); });
@@ -115,8 +115,8 @@ TEST(ProducerLanes, ACancelFromAnotherThreadTakesAJobOutOfAProducersLaneAndFrees
   for (int round = 0; round < kRounds; ++round) {
     Engine engine;
     // Exactly full once both producers added: only the cancelled jobs' slots make room.
-    auto q = engine.queue<Item>(
-        "q", QueueOptions{.capacity = 2 * kPer, .on_full = OverflowPolicy::reject});
+    auto q = engine.declare_queue<Item>(
+        "q", QueueOptions{.capacity = 2 * kPer, .on_full = OnFull::reject});
     std::mutex mu;
     std::set<JobId> ran;
     q.pause();
@@ -142,7 +142,7 @@ TEST(ProducerLanes, ACancelFromAnotherThreadTakesAJobOutOfAProducersLaneAndFrees
       ASSERT_EQ(q.add("item", Item{8, static_cast<int>(i)}).status, AddStatus::added)
           << "round " << round << ": add " << i << " after the cancels";
     q.resume();
-    ASSERT_TRUE(q.drain(60s));
+    ASSERT_TRUE(q.wait_idle(60s));
     for (const auto& one : ids)
       for (const JobId id : one)
         ASSERT_EQ(ran.count(id), cancelled.count(id) ? 0U : 1U) << "round " << round;
@@ -155,9 +155,9 @@ TEST(ProducerLanes, ManyProducersRetriesAndWorkersEndEveryJobExactlyOnce) {
   constexpr int kProducers = 6, kPer = 2'000;
   for (const bool shared : {false, true}) {
     Engine engine({.workers = 3});
-    auto q = engine.queue<Item>("q", QueueOptions{.capacity = 256,
-                                                  .on_full = OverflowPolicy::block,
-                                                  .block_timeout = Duration::max()});
+    auto q = engine.declare_queue<Item>(
+        "q",
+        QueueOptions{.capacity = 256, .on_full = OnFull::block, .block_timeout = Duration::max()});
     std::mutex mu;
     std::vector<int> completed(kProducers * kPer, 0);
     const WorkerOptions wo = shared ? WorkerOptions::shared() : WorkerOptions{.concurrency = 3};
@@ -170,7 +170,7 @@ TEST(ProducerLanes, ManyProducersRetriesAndWorkersEndEveryJobExactlyOnce) {
       return Outcome::done();
     });
     JobOptions o;
-    o.attempts = 2;
+    o.max_attempts = 2;
     std::vector<std::thread> threads;
     for (int p = 0; p < kProducers; ++p)
       threads.emplace_back([&, p] {
@@ -179,7 +179,7 @@ TEST(ProducerLanes, ManyProducersRetriesAndWorkersEndEveryJobExactlyOnce) {
       });
     for (auto& t : threads)
       t.join();
-    ASSERT_TRUE(q.drain(120s));
+    ASSERT_TRUE(q.wait_idle(120s));
     for (std::size_t i = 0; i < completed.size(); ++i)
       ASSERT_EQ(completed[i], 1) << (shared ? "shared pool" : "own pool") << ": job " << i;
     const QueueCounts c = q.counts();
@@ -192,8 +192,8 @@ TEST(ProducerIds, AreUniqueAcrossThreadsAndRiseWithinEachBulksConsecutive) {
   const test::Watchdog watchdog(120s, "ProducerIdsAreUniqueAcrossThreads");
   constexpr int kThreads = 8, kSingles = 600;
   Engine engine;
-  auto a = engine.queue<Item>("a", QueueOptions{.capacity = 1 << 16});
-  auto b = engine.queue<Item>("b", QueueOptions{.capacity = 1 << 16});
+  auto a = engine.declare_queue<Item>("a", QueueOptions{.capacity = 1 << 16});
+  auto b = engine.declare_queue<Item>("b", QueueOptions{.capacity = 1 << 16});
   std::vector<std::vector<JobId>> ids(kThreads);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t)
@@ -203,7 +203,7 @@ TEST(ProducerIds, AreUniqueAcrossThreadsAndRiseWithinEachBulksConsecutive) {
         mine.push_back((i % 2 ? a : b).add("x", Item{t, i}).id);
         if (i % 20 != 0) continue;
         std::vector<Item> items(static_cast<std::size_t>(1 + (i * 7 + t) % 300));
-        const BulkAddResult r = a.add_bulk("x", std::span<Item>(items));
+        const BulkAddReceipt r = a.add_bulk("x", std::span<Item>(items));
         ASSERT_EQ(r.count, items.size());
         for (std::size_t k = 0; k < items.size(); ++k)
           mine.push_back(r.first_id + k);  // a bulk's ids are consecutive
@@ -227,7 +227,7 @@ TEST(ProducerIds, AreUniqueAcrossThreadsAndRiseWithinEachBulksConsecutive) {
 TEST(ProducerIds, ANewEngineStartsAtOneWhateverBlockThisThreadHeldForTheLast) {
   for (int round = 0; round < 20; ++round) {
     auto engine = std::make_unique<Engine>();  // often at the address the last one had
-    auto q = engine->queue<Item>("q", QueueOptions{});
+    auto q = engine->declare_queue<Item>("q", QueueOptions{});
     EXPECT_EQ(q.add("x", Item{}).id, 1U) << "round " << round;
     EXPECT_EQ(q.add("x", Item{}).id, 2U) << "round " << round;
   }

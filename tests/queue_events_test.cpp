@@ -1,4 +1,4 @@
-// Queue-level lifecycle: the paused / resumed / drained events (inline engine, manual clock) and
+// Queue-level lifecycle: the paused / resumed / idle events (inline engine, manual clock) and
 // Queue::pause_and_wait (threaded: it returns only once no handler of the queue runs, stale ones
 // included; its would_deadlock rule). Threaded waits poll for an end state with a deadline; no
 // sleep decides an outcome.
@@ -28,13 +28,13 @@ using test::eventually;
 // --- events, inline ------------------------------------------------------------------------------
 
 struct QueueEvents : test::InlineEngine {
-  Queue<int> q = engine.queue<int>("q", {});
+  Queue<int> q = engine.declare_queue<int>("q", {});
   std::vector<std::string> queue_of;  // the `queue` of every queue-level event, in order
   void SetUp() override {
     InlineEngine::SetUp();
     engine.on_event([this](const Event& e) {
       if (e.job_id == 0 && (e.kind == EventKind::paused || e.kind == EventKind::resumed ||
-                            e.kind == EventKind::drained))
+                            e.kind == EventKind::idle))
         queue_of.push_back(std::string(e.queue));
     });
   }
@@ -58,59 +58,59 @@ TEST_F(QueueEvents, PauseAndResumeEachRaiseOneEventPerChangeOfState) {
   EXPECT_EQ(queue_of, (std::vector<std::string>{"q", "q"}));
 }
 
-TEST_F(QueueEvents, DrainedFollowsTheLastJobsEndOncePerTransitionToIdle) {
+TEST_F(QueueEvents, IdleFollowsTheLastJobsEndOncePerTransitionToIdle) {
   q.process({}, [](Job<int>&) {});
   (void)q.add("a", 1);
   (void)q.add("b", 2);
   engine.run_until_idle();
-  ASSERT_EQ(count(EventKind::drained), 1u);
-  EXPECT_EQ(kinds().back(), EventKind::drained);  // after both completions
+  ASSERT_EQ(count(EventKind::idle), 1u);
+  EXPECT_EQ(kinds().back(), EventKind::idle);  // after both completions
   EXPECT_EQ(count(EventKind::completed), 2u);
   engine.run_until_idle();  // still idle: no new transition
-  EXPECT_EQ(count(EventKind::drained), 1u);
+  EXPECT_EQ(count(EventKind::idle), 1u);
   (void)q.add("c", 3);
   engine.run_until_idle();
-  EXPECT_EQ(count(EventKind::drained), 2u);  // idle again after new work
+  EXPECT_EQ(count(EventKind::idle), 2u);  // idle again after new work
   EXPECT_EQ(queue_of, (std::vector<std::string>{"q", "q"}));
 }
 
-TEST_F(QueueEvents, DrainedWaitsForADelayedRetry) {
+TEST_F(QueueEvents, IdleWaitsForADelayedRetry) {
   int runs = 0;
   q.process({}, [&](Job<int>&) { return ++runs == 1 ? Outcome::retry("once") : Outcome::done(); });
-  (void)q.add("a", 1, JobOptions{.attempts = 2, .backoff = Backoff::fixed(1s)});
+  (void)q.add("a", 1, JobOptions{.max_attempts = 2, .backoff = Backoff::fixed(1s)});
   engine.run_until_idle();
-  EXPECT_EQ(count(EventKind::drained), 0u);  // the retry waits on the wheel: not idle
+  EXPECT_EQ(count(EventKind::idle), 0u);  // the retry waits on the wheel: not idle
   clock.advance(1s);
   engine.run_until_idle();
-  ASSERT_EQ(count(EventKind::drained), 1u);
-  EXPECT_EQ(since_start(first(EventKind::drained)), 1s);
+  ASSERT_EQ(count(EventKind::idle), 1u);
+  EXPECT_EQ(since_start(first(EventKind::idle)), 1s);
 }
 
-TEST_F(QueueEvents, CancellingTheLastDelayedJobDrainsTheQueue) {
+TEST_F(QueueEvents, CancellingTheLastDelayedJobMakesTheQueueIdle) {
   q.process({}, [](Job<int>&) {});
   const JobId id = q.add("a", 1, JobOptions{.delay = 1h}).id;
   engine.run_until_idle();
-  EXPECT_EQ(count(EventKind::drained), 0u);
+  EXPECT_EQ(count(EventKind::idle), 0u);
   ASSERT_TRUE(q.cancel(id));  // no worker will look: cancel itself notices
-  EXPECT_EQ(count(EventKind::drained), 1u);
-  EXPECT_EQ(kinds().back(), EventKind::drained);
+  EXPECT_EQ(count(EventKind::idle), 1u);
+  EXPECT_EQ(kinds().back(), EventKind::idle);
 }
 
-TEST_F(QueueEvents, APausedQueueHoldingJobsIsNotDrainedUntilItRunsThem) {
+TEST_F(QueueEvents, APausedQueueHoldingJobsIsNotIdleUntilItRunsThem) {
   q.process({}, [](Job<int>&) {});
   q.pause();
   (void)q.add("a", 1);
   engine.run_until_idle();
-  EXPECT_EQ(count(EventKind::drained), 0u);
+  EXPECT_EQ(count(EventKind::idle), 0u);
   q.resume();
   engine.run_until_idle();
   EXPECT_EQ(kinds(),
             (std::vector<EventKind>{EventKind::paused, EventKind::added, EventKind::resumed,
-                                    EventKind::started, EventKind::completed, EventKind::drained}));
+                                    EventKind::started, EventKind::completed, EventKind::idle}));
 }
 
-TEST_F(QueueEvents, AQueueThatNeverHadWorkIsNeverDrained) {
-  auto other = engine.queue<int>("other", {});
+TEST_F(QueueEvents, AQueueThatNeverHadWorkIsNeverIdle) {
+  auto other = engine.declare_queue<int>("other", {});
   other.process({}, [](Job<int>&) {});
   q.process({}, [](Job<int>&) {});
   (void)q.add("a", 1);
@@ -119,7 +119,7 @@ TEST_F(QueueEvents, AQueueThatNeverHadWorkIsNeverDrained) {
   EXPECT_EQ(queue_of, (std::vector<std::string>{"q"}));
 }
 
-TEST(LogObserverLines, PausedAndResumedPrintAndDrainedPrintsWhenVerbose) {
+TEST(LogObserverLines, PausedAndResumedPrintAndIdlePrintsWhenVerbose) {
   ManualClock clock;
   Event e;
   e.queue = "orders";
@@ -128,11 +128,11 @@ TEST(LogObserverLines, PausedAndResumedPrintAndDrainedPrintsWhenVerbose) {
             "[00:00:00.000] PAUSED queue orders: no new job starts");
   e.kind = EventKind::resumed;
   EXPECT_EQ(format_event(e, clock, {.emoji = false}), "[00:00:00.000] RESUMED queue orders");
-  e.kind = EventKind::drained;
+  e.kind = EventKind::idle;
   EXPECT_EQ(format_event(e, clock, {.emoji = false}), "");
   EXPECT_EQ(format_event(e, clock, {.emoji = false, .verbose = true}),
             "[00:00:00.000] DRAINED queue orders: nothing waiting, delayed or running");
-  EXPECT_EQ(to_string(EventKind::drained), "drained");
+  EXPECT_EQ(to_string(EventKind::idle), "idle");
 }
 
 // --- pause_and_wait, inline --------------------------------------------------------------------
@@ -189,7 +189,7 @@ TEST(PauseAndWait, ReturnsOnlyOnceTheRunningHandlersHaveReturned) {
   std::atomic<int> returned{0};
   Engine engine;
   Open open{gate};
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({.concurrency = 4}, [&](Job<int>&) {
     gate.hold();
     returned.fetch_add(1);  // before the handler returns: counted by the time it has
@@ -213,7 +213,7 @@ TEST(PauseAndWait, ReturnsOnlyOnceTheRunningHandlersHaveReturned) {
   EXPECT_EQ(q.counts().waiting, 4u);  // the other four never started
   EXPECT_EQ(q.counts().active, 0u);
   q.resume();
-  EXPECT_TRUE(q.drain(60s));
+  EXPECT_TRUE(q.wait_idle(60s));
   EXPECT_EQ(returned.load(), 8);
 }
 
@@ -222,7 +222,7 @@ TEST(PauseAndWait, TimesOutWhileAHandlerRunsAndTheQueueStaysPaused) {
   Gate gate;
   Engine engine;
   Open open{gate};
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [&](Job<int>&) { gate.hold(); });
   (void)q.add("job", 1);
   ASSERT_TRUE(eventually([&] { return gate.running.load() == 1; }));
@@ -241,7 +241,7 @@ TEST(PauseAndWait, WaitsForAHandlerWhoseLeaseLapsed) {
   Engine engine({.clock = &clock});
   Open open{gate};
   engine.on_event([&](const Event& e) { stalled += e.kind == EventKind::stalled; });
-  auto q = engine.queue<int>("q", {.visibility_timeout = 1s});
+  auto q = engine.declare_queue<int>("q", {.visibility_timeout = 1s});
   std::atomic<int> starts{0};
   q.process({}, [&](Job<int>&) {
     if (starts.fetch_add(1) == 0) gate.hold();  // the first delivery overruns its lease
@@ -273,7 +273,7 @@ TEST(PauseAndWait, NoHandlerRunsOrStartsOnceItReturnedUnderLoad) {
   std::atomic<std::uint64_t> entries{0};
   std::atomic<bool> stop{false};
   Engine engine;
-  auto q = engine.queue<int>("q", {.capacity = 1024});
+  auto q = engine.declare_queue<int>("q", {.capacity = 1024});
   q.process({.concurrency = 6}, [&](Job<int>&) {
     entries.fetch_add(1);
     in_handler.fetch_add(1);
@@ -309,7 +309,7 @@ TEST(PauseAndWait, FromATimerObserverThrowsWouldDeadlock) {
   std::atomic<int> code{-1};
   std::atomic<int> observed{0};
   Engine engine({.clock = &clock});
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   engine.on_event([&](const Event& e) {
     if (e.kind != EventKind::retry_due) return;
     try {
@@ -328,16 +328,16 @@ TEST(PauseAndWait, FromATimerObserverThrowsWouldDeadlock) {
   EXPECT_FALSE(q.paused());
 }
 
-// `drained` is raised by the worker that ran out of jobs, as part of its queue's work: an
+// `idle` is raised by the worker that ran out of jobs, as part of its queue's work: an
 // observer there waiting for the queue's handlers would wait for that very worker.
-TEST(PauseAndWait, ADrainedObserverOnTheQueuesWorkerGetsWouldDeadlock) {
+TEST(PauseAndWait, AnIdleObserverOnTheQueuesWorkerGetsWouldDeadlock) {
   test::Watchdog watchdog(60s, "ADrainedObserverOnTheQueuesWorkerGetsWouldDeadlock");
   std::atomic<int> code{-1};
   std::atomic<int> observed{0};
   Engine engine;
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   engine.on_event([&](const Event& e) {
-    if (e.kind != EventKind::drained || observed.load() != 0) return;
+    if (e.kind != EventKind::idle || observed.load() != 0) return;
     try {
       (void)q.pause_and_wait(1h);
       code = 0;
@@ -352,10 +352,10 @@ TEST(PauseAndWait, ADrainedObserverOnTheQueuesWorkerGetsWouldDeadlock) {
   EXPECT_EQ(code.load(), static_cast<int>(ErrorCode::would_deadlock));
 }
 
-// Threaded drained: oversubscribed workers end each batch's last jobs at about the same moment;
-// every batch is followed by exactly one `drained` (one missed would stall the wait below, one
+// Threaded idle: oversubscribed workers end each batch's last jobs at about the same moment;
+// every batch is followed by exactly one `idle` (one missed would stall the wait below, one
 // too many shows in the final count).
-TEST(DrainedThreaded, FiresOnceAfterEachBatchWhileOversubscribedWorkersEndItsLastJobs) {
+TEST(IdleThreaded, FiresOnceAfterEachBatchWhileOversubscribedWorkersEndItsLastJobs) {
   test::Watchdog watchdog(300s, "FiresOnceAfterEachBatchWhileOversubscribedWorkersEndItsLastJobs");
 #ifdef RAIL_SANITIZED
   constexpr int kRounds = 40;
@@ -364,8 +364,8 @@ TEST(DrainedThreaded, FiresOnceAfterEachBatchWhileOversubscribedWorkersEndItsLas
 #endif
   std::atomic<int> drained{0};
   Engine engine;
-  engine.on_event([&](const Event& e) { drained += e.kind == EventKind::drained; });
-  auto q = engine.queue<int>("q", {});
+  engine.on_event([&](const Event& e) { drained += e.kind == EventKind::idle; });
+  auto q = engine.declare_queue<int>("q", {});
   q.process({.concurrency = 6}, [](Job<int>&) {});
   std::vector<int> batch(24, 1);
   for (int round = 0; round < kRounds; ++round) {
@@ -375,7 +375,7 @@ TEST(DrainedThreaded, FiresOnceAfterEachBatchWhileOversubscribedWorkersEndItsLas
     ASSERT_TRUE(eventually([&] { return drained.load() >= round + 1; }))
         << "round " << round << ": no drained after the batch ended";
   }
-  ASSERT_TRUE(q.drain(60s));
+  ASSERT_TRUE(q.wait_idle(60s));
   EXPECT_EQ(q.counts().completed, static_cast<std::uint64_t>(kRounds) * batch.size());
   (void)engine.shutdown(60s);  // every worker has exited: nothing more can be raised
   EXPECT_EQ(drained.load(), kRounds);

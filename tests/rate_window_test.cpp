@@ -19,6 +19,7 @@
 #include "rail/downstream.hpp"
 #include "rail/error.hpp"
 #include "support/deterministic_schedule.hpp"
+#include "support/downstream_options.hpp"
 #include "support/starts_in_window.hpp"
 #include "support/watchdog.hpp"
 
@@ -37,8 +38,10 @@ using test::SchedulePolicy;
 constexpr std::int64_t kSecond = 1'000'000'000;
 constexpr std::int64_t kMs = 1'000'000;
 
+/// window(max, per, concurrency): a sliding window; a concurrency of 0 is left unset.
 DownstreamOptions window(std::uint64_t max, Duration per, std::uint32_t concurrency = 0) {
-  return {.concurrency = concurrency, .rate = RateLimit{.max = max, .per = per}};
+  return {.concurrency = test::limit_or_none(concurrency),
+          .rate = RateLimit{.max = max, .per = per}};
 }
 
 /// take_all(d, t): takes at t until refused; how many, and the refusal's time in *next.
@@ -211,7 +214,7 @@ struct BadWindow {
 TEST(RateWindow, BadWindowsAreRefusedWithAMessageNamingTheField) {
   const BadWindow bad[] = {
       {"Burst", RateLimit{.max = 5, .per = 1s, .burst = 10},
-       "DownstreamOptions('payments').rate.burst is 10 for a window; expected 0: a burst is a "
+       "DownstreamOptions('payments').rate.burst is 10 for a window; expected unset: a burst is a "
        "token bucket's (RateLimit::token_bucket(max, per, burst))"},
       {"TooManyStarts", RateLimit{.max = RateLimit::kMaxWindowStarts + 1, .per = 1s},
        "rate.max is 1048577 for a window; expected at most RateLimit::kMaxWindowStarts (1048576)"},

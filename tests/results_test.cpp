@@ -48,7 +48,7 @@ struct Results : InlineEngine {
 };
 
 TEST_F(Results, AHandlersResultReachesItsHandleAndTheCompletedEvent) {
-  auto q = engine.queue<Order, Receipt>("charges", QueueOptions{});
+  auto q = engine.declare_queue<Order, Receipt>("charges", QueueOptions{});
   q.process({}, [](Job<Order>& j) -> Result<Receipt> {
     return Receipt{j.data().id, j.data().amount};
   });
@@ -60,12 +60,12 @@ TEST_F(Results, AHandlersResultReachesItsHandleAndTheCompletedEvent) {
   ASSERT_TRUE(end.result);
   EXPECT_EQ(end.result->order_id, "order-2");
   EXPECT_EQ(end.result->charged, 19.99);
-  EXPECT_EQ(end.attempts, 1u);
+  EXPECT_EQ(end.attempt, 1u);
   EXPECT_EQ(completed_texts, (std::vector<std::string>{"{ charged: 19.99, orderId: 'order-2' }"}));
 }
 
 TEST_F(Results, AResultThatCannotBePrintedLeavesTheEventTextEmpty) {
-  auto q = engine.queue<int, Opaque>("opaque", QueueOptions{});
+  auto q = engine.declare_queue<int, Opaque>("opaque", QueueOptions{});
   q.process({}, [](Job<int>& j) -> Result<Opaque> { return Opaque{j.data() * 2}; });
   auto h = q.add_tracked("double", 21);
   EXPECT_EQ(h.wait().result->n, 42);
@@ -73,14 +73,14 @@ TEST_F(Results, AResultThatCannotBePrintedLeavesTheEventTextEmpty) {
 }
 
 TEST_F(Results, RetriesThenAResultAndWaitSaysWhenOnlyTheClockCanEndTheJob) {
-  auto q = engine.queue<Order, Receipt>("charges", QueueOptions{});
+  auto q = engine.declare_queue<Order, Receipt>("charges", QueueOptions{});
   int calls = 0;
   q.process({}, [&](Job<Order>& j) -> Result<Receipt> {
     if (++calls < 3) return Outcome::retry("gateway timeout");
     return Receipt{j.data().id, j.data().amount};
   });
   JobOptions o;
-  o.attempts = 3;
+  o.max_attempts = 3;
   o.backoff = Backoff::fixed(1s);
   auto h = q.add_tracked("charge-card", Order{"order-2", 5}, o);
   try {
@@ -96,17 +96,17 @@ TEST_F(Results, RetriesThenAResultAndWaitSaysWhenOnlyTheClockCanEndTheJob) {
   clock.advance(1s);
   const auto end = h.wait_for(0s);
   ASSERT_TRUE(end && end->completed());
-  EXPECT_EQ(end->attempts, 3u);
+  EXPECT_EQ(end->attempt, 3u);
   EXPECT_EQ(end->result->order_id, "order-2");
 }
 
 TEST_F(Results, ADeadLetteredJobsHandleCarriesTheReasonAndEveryError) {
-  auto q = engine.queue<Order, Receipt>("charges", QueueOptions{});
+  auto q = engine.declare_queue<Order, Receipt>("charges", QueueOptions{});
   q.process({}, [](Job<Order>& j) -> Result<Receipt> {
     return Outcome::retry("declined #" + std::to_string(j.attempt()));
   });
   JobOptions o;
-  o.attempts = 2;
+  o.max_attempts = 2;
   auto h = q.add_tracked("charge-card", Order{"order-3", 1}, o);
   const auto end = h.wait();
   EXPECT_EQ(end.status, JobStatus::dead_lettered);
@@ -119,7 +119,7 @@ TEST_F(Results, ADeadLetteredJobsHandleCarriesTheReasonAndEveryError) {
 }
 
 TEST_F(Results, CancelledAndDiscardedJobsEndTheirHandlesSo) {
-  auto q = engine.queue<int, int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int, int>("q", QueueOptions{});
   q.process({}, [](Job<int>& j) -> Result<int> {
     if (j.data() == 2) return Outcome::discard("refunded meanwhile");
     return j.data();
@@ -136,20 +136,20 @@ TEST_F(Results, CancelledAndDiscardedJobsEndTheirHandlesSo) {
 }
 
 TEST_F(Results, DoneWithoutAResultDeadLettersAtOnceSayingSo) {
-  auto q = engine.queue<int, int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int, int>("q", QueueOptions{});
   q.process({}, [](Job<int>&) -> Result<int> { return Outcome::done(); });
   JobOptions o;
-  o.attempts = 3;
+  o.max_attempts = 3;
   auto h = q.add_tracked("x", 1, o);
   const auto end = h.wait();
   EXPECT_EQ(end.status, JobStatus::dead_lettered);
   EXPECT_EQ(end.reason, DeadLetterReason::permanent_failure) << "a bug: not retried";
-  EXPECT_EQ(end.attempts, 1u);
+  EXPECT_EQ(end.attempt, 1u);
   EXPECT_NE(end.error.find("without a result"), std::string::npos) << end.error;
 }
 
 TEST_F(Results, OnEndRunsOnceWhenTheJobEndsOrAtOnceIfItHas) {
-  auto q = engine.queue<int, int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int, int>("q", QueueOptions{});
   q.process({}, [](Job<int>& j) -> Result<int> { return j.data() + 1; });
   auto h = q.add_tracked("x", 1);
   std::vector<int> seen;
@@ -163,8 +163,8 @@ TEST_F(Results, OnEndRunsOnceWhenTheJobEndsOrAtOnceIfItHas) {
 
 TEST_F(Results, RetentionKeepsTheLastNAndDropsThoseOlderThanMaxAge) {
   QueueOptions qo;
-  qo.results = {.keep_completed = 2, .keep_failed = 1, .max_age = 10min};
-  auto q = engine.queue<int, int>("q", qo);
+  qo.keep_ended = {.keep_completed = 2, .keep_failed = 1, .max_age = 10min};
+  auto q = engine.declare_queue<int, int>("q", qo);
   q.process({}, [](Job<int>& j) -> Result<int> {
     if (j.data() < 0) return Outcome::fail("negative");
     return j.data() * 10;
@@ -173,31 +173,31 @@ TEST_F(Results, RetentionKeepsTheLastNAndDropsThoseOlderThanMaxAge) {
   for (int v : {1, 2, 3, -1, -2})
     ids.push_back(q.add("x", v).id);
   engine.run_until_idle();
-  EXPECT_FALSE(q.result(ids[0])) << "pushed out by the count";
-  ASSERT_TRUE(q.result(ids[1]));
-  EXPECT_EQ(*q.result(ids[1])->result, 20);
-  EXPECT_EQ(*q.result(ids[2])->result, 30);
-  EXPECT_FALSE(q.result(ids[3])) << "failed ones have their own count";
-  EXPECT_EQ(q.result(ids[4])->status, JobStatus::dead_lettered);
+  EXPECT_FALSE(q.end_of(ids[0])) << "pushed out by the count";
+  ASSERT_TRUE(q.end_of(ids[1]));
+  EXPECT_EQ(*q.end_of(ids[1])->result, 20);
+  EXPECT_EQ(*q.end_of(ids[2])->result, 30);
+  EXPECT_FALSE(q.end_of(ids[3])) << "failed ones have their own count";
+  EXPECT_EQ(q.end_of(ids[4])->status, JobStatus::dead_lettered);
 
   clock.advance(11min);
   const JobId fresh = q.add("x", 4).id;
   engine.run_until_idle();
-  EXPECT_FALSE(q.result(ids[2])) << "older than max_age once the next end is recorded";
-  EXPECT_FALSE(q.result(ids[4]));
-  EXPECT_EQ(*q.result(fresh)->result, 40);
+  EXPECT_FALSE(q.end_of(ids[2])) << "older than max_age once the next end is recorded";
+  EXPECT_FALSE(q.end_of(ids[4]));
+  EXPECT_EQ(*q.end_of(fresh)->result, 40);
 }
 
 TEST_F(Results, AQueueWithAResultTypeRetainsByDefaultAndAPlainOneDoesNot) {
-  auto with = engine.queue<int, int>("with", QueueOptions{});
-  auto plain = engine.queue<int>("plain", QueueOptions{});
+  auto with = engine.declare_queue<int, int>("with", QueueOptions{});
+  auto plain = engine.declare_queue<int>("plain", QueueOptions{});
   with.process({}, [](Job<int>& j) -> Result<int> { return j.data(); });
   plain.process({}, [](Job<int>&) {});
   const JobId a = with.add("x", 7).id;
   const JobId b = plain.add("x", 7).id;
   engine.run_until_idle();
-  EXPECT_EQ(*with.result(a)->result, 7);
-  EXPECT_FALSE(plain.result(b)) << "nothing retained, nothing paid per job";
+  EXPECT_EQ(*with.end_of(a)->result, 7);
+  EXPECT_FALSE(plain.end_of(b)) << "nothing retained, nothing paid per job";
   // By id, the queue's history still tells how it ended (without a result).
   const auto end = plain.track(b).ended();
   ASSERT_TRUE(end);
@@ -205,7 +205,7 @@ TEST_F(Results, AQueueWithAResultTypeRetainsByDefaultAndAPlainOneDoesNot) {
 }
 
 TEST_F(Results, TrackingAnUnknownIdEndsAtOnceWithStatusUnknown) {
-  auto q = engine.queue<int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int>("q", QueueOptions{});
   const auto end = q.track(12345).wait_for(0s);
   ASSERT_TRUE(end);
   EXPECT_EQ(end->status, JobStatus::unknown);
@@ -213,7 +213,7 @@ TEST_F(Results, TrackingAnUnknownIdEndsAtOnceWithStatusUnknown) {
 }
 
 TEST_F(Results, ADuplicatesHandleReportsTheJobItMergedInto) {
-  auto q = engine.queue<int, int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int, int>("q", QueueOptions{});
   q.process({}, [](Job<int>& j) -> Result<int> { return j.data(); });
   JobOptions o;
   o.dedup.id = "user-7";
@@ -225,7 +225,7 @@ TEST_F(Results, ADuplicatesHandleReportsTheJobItMergedInto) {
 }
 
 TEST_F(Results, LookingAQueueUpWithAnotherResultTypeIsATypeMismatch) {
-  (void)engine.queue<int, int>("q", QueueOptions{});
+  (void)engine.declare_queue<int, int>("q", QueueOptions{});
   EXPECT_EQ((engine.queue<int, int>("q").name()), "q");
   try {
     (void)engine.queue<int>("q");
@@ -236,7 +236,7 @@ TEST_F(Results, LookingAQueueUpWithAnotherResultTypeIsATypeMismatch) {
 }
 
 TEST_F(Results, WaitingFromAHandlerOfAnInlineEngineThrowsWouldDeadlock) {
-  auto q = engine.queue<int, int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int, int>("q", QueueOptions{});
   std::optional<JobHandle<int>> other;
   ErrorCode code = ErrorCode::internal;
   q.process({}, [&](Job<int>& j) -> Result<int> {
@@ -258,7 +258,7 @@ TEST_F(Results, WaitingFromAHandlerOfAnInlineEngineThrowsWouldDeadlock) {
 TEST_F(Results, TheLogObserverPrintsTheResult) {
   std::ostringstream out;
   engine.on_event(make_log_observer(out, clock, LogOptions{}));
-  auto q = engine.queue<Order, Receipt>("charges", QueueOptions{});
+  auto q = engine.declare_queue<Order, Receipt>("charges", QueueOptions{});
   q.process({}, [](Job<Order>& j) -> Result<Receipt> {
     return Receipt{j.data().id, j.data().amount};
   });
@@ -270,7 +270,7 @@ TEST_F(Results, TheLogObserverPrintsTheResult) {
 }
 
 TEST_F(Results, AHandleOnAJobLeftUnstartedAtShutdownEndsUnknownWithWhy) {
-  auto q = engine.queue<int, int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int, int>("q", QueueOptions{});
   q.process({}, [](Job<int>& j) -> Result<int> { return j.data(); });
   auto h = q.add_tracked("later", 1, JobOptions{.delay = 1h});
   const ShutdownReport report = engine.shutdown();
@@ -285,7 +285,7 @@ TEST_F(Results, AHandleOnAJobLeftUnstartedAtShutdownEndsUnknownWithWhy) {
 TEST_F(Results, ProgressShowsInStateAndRaisesEventsAtMostOncePerInterval) {
   QueueOptions qo;
   qo.progress_interval = 100ms;
-  auto q = engine.queue<int>("q", qo);
+  auto q = engine.declare_queue<int>("q", qo);
   std::vector<std::optional<double>> seen;
   q.process({}, [&](Job<int>& j) {
     EXPECT_TRUE(j.progress(10));
@@ -310,7 +310,7 @@ TEST_F(Results, ProgressShowsInStateAndRaisesEventsAtMostOncePerInterval) {
 }
 
 TEST_F(Results, ProgressOfADeliveryThatNoLongerCountsIsDropped) {
-  auto q = engine.queue<int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int>("q", QueueOptions{});
   std::vector<bool> accepted;
   q.process({}, [&](Job<int>& j) {
     accepted.push_back(j.progress(1));
@@ -328,14 +328,14 @@ TEST_F(Results, ProgressOfADeliveryThatNoLongerCountsIsDropped) {
 TEST(ResultsThreaded, EveryHandleHearsItsJobsEndOnceWithItsResult) {
   for (int round = 0; round < 5; ++round) {
     Engine engine;
-    auto q = engine.queue<int, int>("q", QueueOptions{.capacity = 4096});
+    auto q = engine.declare_queue<int, int>("q", QueueOptions{.capacity = 4096});
     q.process({.concurrency = 4}, [](Job<int>& j) -> Result<int> {
       if (j.data() % 7 == 0 && j.attempt() == 1) return Outcome::retry("first try fails");
       return j.data() * 3;
     });
     constexpr int kJobs = 2000;
     JobOptions o;
-    o.attempts = 2;
+    o.max_attempts = 2;
     std::vector<JobHandle<int>> handles;
     std::atomic<int> callbacks{0};
     std::mutex mu;
@@ -367,7 +367,7 @@ TEST(ResultsThreaded, EveryHandleHearsItsJobsEndOnceWithItsResult) {
 // last one still ran (ThreadSanitizer, in CI).
 TEST(ResultsThreaded, WaitForReturnsOnlyAfterTheJobsCallbacksRan) {
   Engine engine;
-  auto q = engine.queue<int, int>("q", QueueOptions{.capacity = 16});
+  auto q = engine.declare_queue<int, int>("q", QueueOptions{.capacity = 16});
   std::atomic<bool> entered{false}, release{false}, finished{false};
   const auto h = q.add_tracked("x", 21);
   h.on_end([&](const JobEnd<int>&) {
@@ -390,7 +390,7 @@ TEST(ResultsThreaded, WaitForReturnsOnlyAfterTheJobsCallbacksRan) {
 
 TEST(ResultsThreaded, WaitFromAHandlerOfTheSameQueueThrowsButWaitForIsAllowed) {
   Engine engine;
-  auto q = engine.queue<int, int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int, int>("q", QueueOptions{});
   std::atomic<int> wait_code{-1};
   std::atomic<bool> wait_for_ok{false};
   std::optional<JobHandle<int>> other;
@@ -411,7 +411,7 @@ TEST(ResultsThreaded, WaitFromAHandlerOfTheSameQueueThrowsButWaitForIsAllowed) {
   (void)q.add("a", 1);
   other = q.add_tracked("b", 2);
   ready = true;
-  ASSERT_TRUE(q.drain(30s));
+  ASSERT_TRUE(q.wait_idle(30s));
   EXPECT_EQ(wait_code.load(), static_cast<int>(ErrorCode::would_deadlock));
   EXPECT_TRUE(wait_for_ok.load()) << "the other worker ran job 2";
 }
@@ -420,7 +420,7 @@ TEST(ResultsThreaded, WaitFromAHandlerOfTheSameQueueThrowsButWaitForIsAllowed) {
 // queue's history (or the retained end) even when the end was recorded before the waiter.
 TEST(ResultsThreaded, AWaitByIdNeverHangsOnAJobThatEndedAroundIt) {
   Engine engine;
-  auto q = engine.queue<int>("q", QueueOptions{.capacity = 4096});
+  auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 4096});
   q.process({.concurrency = 3}, [](Job<int>&) {});
   for (int i = 0; i < 3000; ++i) {
     const JobId id = q.add("x", i).id;
@@ -437,7 +437,7 @@ TEST(ResultsThreaded, AWaitByIdNeverHangsOnAJobThatEndedAroundIt) {
 // each right after adding it, so many registrations land inside an end.
 TEST(ResultsThreaded, AnOnEndByIdRacingItsJobsEndRunsExactlyOnce) {
   Engine engine;
-  auto q = engine.queue<int>("q", QueueOptions{.capacity = 1 << 15});
+  auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 1 << 15});
   q.process({.concurrency = 3}, [](Job<int>&) {});
   constexpr int kJobs = 20000;
   std::vector<JobHandle<>> handles;
@@ -448,9 +448,9 @@ TEST(ResultsThreaded, AnOnEndByIdRacingItsJobsEndRunsExactlyOnce) {
     handles.push_back(q.track(id));
     handles.back().on_end([&heard, i](const JobEnd<>&) { heard[i].fetch_add(1); });
   }
-  ASSERT_TRUE(q.drain(60s));
+  ASSERT_TRUE(q.wait_idle(60s));
   for (int i = 0; i < kJobs; ++i) {
-    // on_end runs on the ending thread before drain() can see the queue empty, or on this
+    // on_end runs on the ending thread before wait_idle() can see the queue empty, or on this
     // thread inside on_end() when the job had already ended.
     ASSERT_EQ(heard[i].load(), 1) << "job " << i << " of " << kJobs;
   }
@@ -464,8 +464,8 @@ TEST(ResultsThreaded, AWaiterThatCameDuringADedupJobsEndGetsItsEndTime) {
   Engine engine;
   QueueOptions qo;
   qo.capacity = 4096;
-  qo.results.keep_completed = 0;  // no retention: a record is built only for a waiter
-  auto q = engine.queue<int, int>("q", qo);
+  qo.keep_ended.keep_completed = 0;  // no retention: a record is built only for a waiter
+  auto q = engine.declare_queue<int, int>("q", qo);
   std::atomic<JobId> running{0};
   std::atomic<JobId> seen{0};
   q.process({.concurrency = 1}, [&](Job<int>& j) -> Result<int> {
@@ -502,7 +502,7 @@ TEST(ResultsThreaded, AWaiterThatCameDuringADedupJobsEndGetsItsEndTime) {
     o.dedup.id = "order-" + std::to_string(i);
     ASSERT_EQ(q.add("x", i, o).status, AddStatus::added);
   }
-  ASSERT_TRUE(q.drain(60s));
+  ASSERT_TRUE(q.wait_idle(60s));
   stop.store(true);
   watcher.join();
   EXPECT_GT(records.load(), 0) << "no handle registered in time to get a record";
@@ -510,9 +510,9 @@ TEST(ResultsThreaded, AWaiterThatCameDuringADedupJobsEndGetsItsEndTime) {
 }
 
 // Review of 1555230 (helper-32): complete() left a completed job's result in deliver()'s
-// Outcome, destroyed after the attempt counted as ended, so drain() could return while the
+// Outcome, destroyed after the attempt counted as ended, so wait_idle() could return while the
 // result (which may hold a file or a lock) was still alive. The result's destructor waits for
-// drain() to return, up to a bound: on a correct engine drain() cannot return first, so the
+// wait_idle() to return, up to a bound: on a correct engine wait_idle() cannot return first, so the
 // bound only ends the wait; it does not decide the verdict.
 struct DrainWitness {
   static inline std::atomic<bool> drained{false};
@@ -532,17 +532,17 @@ struct DrainWitness {
   }
 };
 
-TEST(ResultsThreaded, ACompletedJobsResultIsDestroyedBeforeDrainReturns) {
+TEST(ResultsThreaded, ACompletedJobsResultIsDestroyedBeforeWaitIdleReturns) {
   Engine engine;
   QueueOptions qo;
-  qo.results.keep_completed = 0;  // nobody keeps the result: it dies with the job's end
-  auto q = engine.queue<int, DrainWitness>("q", qo);
+  qo.keep_ended.keep_completed = 0;  // nobody keeps the result: it dies with the job's end
+  auto q = engine.declare_queue<int, DrainWitness>("q", qo);
   q.process({.concurrency = 1}, [](Job<int>&) -> Result<DrainWitness> { return DrainWitness{}; });
   ASSERT_EQ(q.add("x", 1).status, AddStatus::added);
-  ASSERT_TRUE(q.drain(10s));
+  ASSERT_TRUE(q.wait_idle(10s));
   DrainWitness::drained.store(true);
   EXPECT_TRUE(test::eventually([] { return DrainWitness::destroyed.load() == 1; }, 10s));
-  EXPECT_EQ(DrainWitness::after_drain.load(), 0) << "drain() returned before the result died";
+  EXPECT_EQ(DrainWitness::after_drain.load(), 0) << "wait_idle() returned before the result died";
 }
 
 // --- Review of 172ca6d (results and waiting): cases that fail on it -------------------------
@@ -552,7 +552,7 @@ TEST(ResultsThreaded, ACompletedJobsResultIsDestroyedBeforeDrainReturns) {
 // the job never ends for its handle: wait() blocks forever, wait_for() always times out.
 TEST(ResultsReview, AHandleOnAJobTakenAtShutdownHearsThatItWillNotEnd) {
   Engine engine;
-  auto q = engine.queue<int, int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int, int>("q", QueueOptions{});
   q.process({}, [](Job<int>& j) -> Result<int> { return j.data(); });
   q.pause();
   auto h = q.add_tracked("x", 1);
@@ -568,7 +568,7 @@ TEST(ResultsReview, AHandleOnAJobTakenAtShutdownHearsThatItWillNotEnd) {
 // id on the redriven job, while it waits or runs again, is settled at once with the old
 // dead-lettered end and never hears the new run's result.
 TEST_F(Results, TrackingARedrivenJobWaitsForItsNewRun) {
-  auto q = engine.queue<int, int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int, int>("q", QueueOptions{});
   int calls = 0;
   q.process({}, [&](Job<int>& j) -> Result<int> {
     if (++calls == 1) return Outcome::fail("first run fails");
@@ -581,7 +581,7 @@ TEST_F(Results, TrackingARedrivenJobWaitsForItsNewRun) {
   const auto early = again.ended();
   EXPECT_FALSE(early) << "the job is waiting again, yet its handle says "
                       << (early ? std::string(to_string(early->status)) : "");
-  EXPECT_FALSE(q.result(h.id())) << "Queue::result: the job runs again; the old end is stale";
+  EXPECT_FALSE(q.end_of(h.id())) << "Queue::end_of: the job runs again; the old end is stale";
   engine.run_until_idle();
   const auto end = again.ended();
   ASSERT_TRUE(end);
@@ -595,8 +595,8 @@ TEST_F(Results, TrackingARedrivenJobWaitsForItsNewRun) {
 // result out although completed ends have room.
 TEST_F(Results, ARedrivenJobsCompletedEndIsRetainedAsCompleted) {
   QueueOptions qo;
-  qo.results = {.keep_completed = 100, .keep_failed = 1};
-  auto q = engine.queue<int, int>("q", qo);
+  qo.keep_ended = {.keep_completed = 100, .keep_failed = 1};
+  auto q = engine.declare_queue<int, int>("q", qo);
   bool fail_first = true;
   q.process({}, [&](Job<int>& j) -> Result<int> {
     if (j.data() < 0) return Outcome::fail("negative");
@@ -610,12 +610,12 @@ TEST_F(Results, ARedrivenJobsCompletedEndIsRetainedAsCompleted) {
   engine.run_until_idle();
   ASSERT_EQ(q.dlq().redrive(a), RedriveStatus::redriven);
   engine.run_until_idle();
-  ASSERT_TRUE(q.result(a));
-  ASSERT_EQ(q.result(a)->status, JobStatus::completed);
+  ASSERT_TRUE(q.end_of(a));
+  ASSERT_EQ(q.end_of(a)->status, JobStatus::completed);
   (void)q.add("b", -1);  // one failure: keep_failed = 1 pushes the oldest failed id out
   engine.run_until_idle();
-  ASSERT_TRUE(q.result(a)) << "a completed end, pushed out by a failure";
-  EXPECT_EQ(*q.result(a)->result, 7);
+  ASSERT_TRUE(q.end_of(a)) << "a completed end, pushed out by a failure";
+  EXPECT_EQ(*q.end_of(a)->result, 7);
 }
 
 // A handle by id registered after the ending thread read wanted() (0: no waiter, no
@@ -625,7 +625,7 @@ TEST_F(Results, ARedrivenJobsCompletedEndIsRetainedAsCompleted) {
 // an observer of `completed` (the window is the event); threaded, a tracker racing the
 // workers hits the same window (review/race_on_end2.cpp).
 TEST_F(Results, OnEndOfAHandleByIdNeverMissesTheEnd) {
-  auto q = engine.queue<int>("plain", QueueOptions{});
+  auto q = engine.declare_queue<int>("plain", QueueOptions{});
   q.process({}, [](Job<int>&) {});
   int heard = 0;
   bool tracked = false;
@@ -643,15 +643,15 @@ TEST_F(Results, OnEndOfAHandleByIdNeverMissesTheEnd) {
 // An add to a full queue made no job (reject: a handle already ended, unknown, saying why) or a
 // DLQ entry (dead_letter: the handle reports it, reason overflow; review-results).
 TEST_F(Results, AnAddToAFullQueueHasAHandleThatSaysWhatBecameOfIt) {
-  for (const OverflowPolicy policy : {OverflowPolicy::reject, OverflowPolicy::dead_letter}) {
+  for (const OnFull policy : {OnFull::reject, OnFull::dead_letter}) {
     Engine e{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-    auto q = e.queue<int, int>("q", QueueOptions{.capacity = 1, .on_full = policy});
+    auto q = e.declare_queue<int, int>("q", QueueOptions{.capacity = 1, .on_full = policy});
     q.process({}, [](Job<int>& j) -> Result<int> { return j.data(); });
     (void)q.add("x", 1);
     auto h = q.add_tracked("x", 2);
     const auto end = h.ended();
     ASSERT_TRUE(end);
-    if (policy == OverflowPolicy::reject) {
+    if (policy == OnFull::reject) {
       EXPECT_EQ(h.added().status, AddStatus::full);
       EXPECT_EQ(end->status, JobStatus::unknown);
       EXPECT_NE(end->error.find("full"), std::string::npos) << end->error;
@@ -670,14 +670,14 @@ TEST_F(Results, AnAddToAFullQueueHasAHandleThatSaysWhatBecameOfIt) {
 // to hear its job's end, gets it without its result. Threaded, any q.wait(id)/track(id) from
 // another thread racing the end does the same (the window is then shorter).
 TEST_F(Results, AnAddTrackedHandleGetsItsResultWhateverIsTrackedById) {
-  auto q = engine.queue<int, int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int, int>("q", QueueOptions{});
   JobOptions o;
   o.dedup.id = "user-7";
   o.dedup.keep_last_if_active = true;
   JobId first = 0;
   q.process({}, [&](Job<int>& j) -> Result<int> {
     if (j.data() == 1) {
-      EXPECT_EQ(q.add("sync", 2, o).status, AddStatus::deferred);
+      EXPECT_EQ(q.add("sync", 2, o).status, AddStatus::kept);
     }
     return j.data() * 10;
   });

@@ -183,8 +183,8 @@ class Ticker {
 void destroy_beside(const char* schedule_queue, const char* delayed_queue, Mode mode) {
   ManualClock clock;
   auto engine = std::make_unique<Engine>(EngineOptions{.clock = &clock, .mode = mode});
-  auto a = engine->queue<int>(schedule_queue, QueueOptions{.capacity = 8});
-  auto b = engine->queue<int>(delayed_queue, QueueOptions{.capacity = 8});
+  auto a = engine->declare_queue<int>(schedule_queue, QueueOptions{.capacity = 8});
+  auto b = engine->declare_queue<int>(delayed_queue, QueueOptions{.capacity = 8});
   (void)a.every("s", 1s, "tick", 1);
   ASSERT_EQ(b.add("later", 2, JobOptions{.delay = 1s}).status, AddStatus::added);
   (void)engine->next_timer_in();  // links b's delayed job beside the schedule's node
@@ -215,9 +215,9 @@ TEST(ScheduleReview, EngineDestructionWithLiveRunsOfARemovedAndAKeptSchedule) {
     std::thread releaser;
     {
       Engine engine({.clock = &clock});
-      auto q = engine.queue<int>(
+      auto q = engine.declare_queue<int>(
           "q", QueueOptions{.capacity = 64, .visibility_timeout = Duration::max()});
-      auto other = engine.queue<int>("other", QueueOptions{.capacity = 8});
+      auto other = engine.declare_queue<int>("other", QueueOptions{.capacity = 8});
       q.process({.concurrency = 2}, [&](Job<int>&) {
         started.fetch_add(1);
         (void)test::eventually([&] { return release.load(); }, 60s);
@@ -254,7 +254,7 @@ TEST_F(Inline, CatchUpWithOverlapRunsTheDueTimeAndUpToMaxCatchUpMissedOnes) {
   // 1 + 3 runs and 6 skipped (review: with overlap the due time itself counted against
   // max_catch_up, so it ran 3 and skipped 7).
   for (const bool overlap : {false, true}) {
-    auto q = engine.queue<int>(overlap ? "overlap" : "serial", QueueOptions{});
+    auto q = engine.declare_queue<int>(overlap ? "overlap" : "serial", QueueOptions{});
     int ran = 0;
     q.process({}, [&](Job<int>&) { ++ran; });
     (void)q.every(
@@ -272,7 +272,7 @@ TEST_F(Inline, CatchUpWithOverlapRunsTheDueTimeAndUpToMaxCatchUpMissedOnes) {
 }
 
 TEST_F(Inline, CatchUpWithOverlapOnASmallQueueAccountsForEveryDueTime) {
-  auto q = engine.queue<int>("small", QueueOptions{.capacity = 2});
+  auto q = engine.declare_queue<int>("small", QueueOptions{.capacity = 2});
   int ran = 0;
   q.process({}, [&](Job<int>&) { ++ran; });
   (void)q.every(
@@ -302,7 +302,7 @@ TEST_F(Inline, RunNowThatMeetsALiveRunIsAMissedDueTime) {
   int n = 0;
   for (const Case c : {Case{MissedRuns::skip, 0, 1, 1}, Case{MissedRuns::run_once, 1, 0, 2},
                        Case{MissedRuns::catch_up, 1, 0, 2}}) {
-    auto q = engine.queue<int>(named("q", n++), QueueOptions{});
+    auto q = engine.declare_queue<int>(named("q", n++), QueueOptions{});
     int ran = 0;
     q.process({}, [&](Job<int>&) { ++ran; });
     (void)q.every("s", 1min, "job", 0, ScheduleOptions{.missed = c.missed});
@@ -338,7 +338,7 @@ TEST_F(Inline, ARunDroppedBecauseShutdownBeganIsNotCountedAsRefused) {
   // or between that check and the add (here: the payload's copy, made in that window, starts it).
   // refused counts what a full queue did not take; either way the count must be the same
   // (review: the second window counted a refusal, the first did not).
-  auto q = engine.queue<Hooked>("q", QueueOptions{});
+  auto q = engine.declare_queue<Hooked>("q", QueueOptions{});
   Hooked::on_copy = [&] { (void)engine.shutdown(0s); };
   const ScheduleInfo i = q.every("s", 1min, "job", Hooked{1}, ScheduleOptions{.run_now = true});
   Hooked::on_copy = nullptr;
@@ -363,7 +363,7 @@ TEST(ScheduleReview, EveryDueTimeIsAccountedForWhileUpsertsRaceTheTimerAndRunEnd
     SCOPED_TRACE(named("seed ", seed));
     ManualClock clock;
     Engine engine({.clock = &clock});
-    auto q = engine.queue<int>(
+    auto q = engine.declare_queue<int>(
         "q", QueueOptions{.capacity = 1024, .visibility_timeout = Duration::max()});
     q.process({.concurrency = 3}, [&](Job<int>& j) {
       if (j.data() % 3 == 0 && j.attempt() == 1) return Outcome::retry("once more");
@@ -373,7 +373,7 @@ TEST(ScheduleReview, EveryDueTimeIsAccountedForWhileUpsertsRaceTheTimerAndRunEnd
     constexpr Duration kEvery = 1ms;
     const TimePoint t0 = clock.now();
     (void)q.every("s", kEvery, "run", 0,
-                  ScheduleOptions{.job = {.attempts = 2, .backoff = Backoff::fixed(2ms)}});
+                  ScheduleOptions{.job = {.max_attempts = 2, .backoff = Backoff::fixed(2ms)}});
     Ticker ticker(clock, 1ms);
     std::vector<std::thread> upserters;
     for (int t = 0; t < 3; ++t)
@@ -384,7 +384,7 @@ TEST(ScheduleReview, EveryDueTimeIsAccountedForWhileUpsertsRaceTheTimerAndRunEnd
           const bool overlap = rng() % 4 == 0;
           const auto max = static_cast<std::uint32_t>(1 + rng() % 4);
           (void)q.every("s", kEvery, "run", static_cast<int>(rng() % 100),
-                        ScheduleOptions{.job = {.attempts = 2, .backoff = Backoff::fixed(2ms)},
+                        ScheduleOptions{.job = {.max_attempts = 2, .backoff = Backoff::fixed(2ms)},
                                         .missed = missed,
                                         .overlap = overlap,
                                         .max_catch_up = max});
@@ -435,7 +435,7 @@ TEST(ScheduleReview, ChurnOfManySchedulesNeverFiresARemovedOneOrDoublesOne) {
     ManualClock clock;
     Engine engine({.clock = &clock});
     // No lease sweep: the wheel then holds schedule timers only.
-    auto q = engine.queue<int>(
+    auto q = engine.declare_queue<int>(
         "q", QueueOptions{.capacity = 4096, .visibility_timeout = Duration::max()});
     std::atomic<std::uint64_t> ran{0};
     q.process({.concurrency = 2}, [&](Job<int>&) { ran.fetch_add(1); });
@@ -491,11 +491,11 @@ TEST(ScheduleReview, ChurnOfManySchedulesNeverFiresARemovedOneOrDoublesOne) {
     for (const auto& id : expected)
       EXPECT_TRUE(q.unschedule(id));
     EXPECT_TRUE(q.schedules().empty());
-    ASSERT_TRUE(q.drain(60s));
+    ASSERT_TRUE(q.wait_idle(60s));
     const std::uint64_t added = q.counts().added;
     for (int k = 0; k < 50; ++k)
       clock.advance(1s);
-    ASSERT_TRUE(q.drain(60s));
+    ASSERT_TRUE(q.wait_idle(60s));
     EXPECT_LE(q.counts().added, added + 2 * kIds) << "removed schedules fired";
     EXPECT_FALSE(engine.next_timer_in().has_value()) << "no schedule timer left in the wheel";
     // A run being added when its schedule went may land after a drain: wait for it to end.
@@ -510,7 +510,7 @@ TEST(ScheduleReview, ManySchedulesFireTogetherAndEachIsRemovedExactlyOnce) {
     test::Watchdog dog(180s, named("many schedules round ", round));
     ManualClock clock;
     Engine engine({.clock = &clock});
-    auto q = engine.queue<int>(
+    auto q = engine.declare_queue<int>(
         "q", QueueOptions{.capacity = 1024, .visibility_timeout = Duration::max()});
     q.process({.concurrency = 2}, [](Job<int>&) {});
     constexpr int kSchedules = 2000;
@@ -537,7 +537,7 @@ TEST(ScheduleReview, ManySchedulesFireTogetherAndEachIsRemovedExactlyOnce) {
     EXPECT_EQ(removed.load(), kSchedules);
     EXPECT_TRUE(q.schedules().empty());
     EXPECT_FALSE(engine.next_timer_in().has_value());
-    ASSERT_TRUE(q.drain(60s));
+    ASSERT_TRUE(q.wait_idle(60s));
     EXPECT_GT(q.counts().added, 0u);
     // A run being added when its schedule went may land after a drain: wait for it to end.
     EXPECT_TRUE(test::eventually([&] { return q.counts().added == q.counts().completed; }));
@@ -551,7 +551,7 @@ TEST(ScheduleReview, InlineEngineDeclaresFromOtherThreadsWhileItsOwnerRunsAndAdv
     test::Watchdog dog(180s, named("inline round ", round));
     ManualClock clock;
     Engine engine({.clock = &clock, .mode = Mode::inlined});
-    auto q = engine.queue<int>("q", QueueOptions{.capacity = 4096});
+    auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 4096});
     std::uint64_t ran = 0;  // the owner's only
     q.process({}, [&](Job<int>&) { ++ran; });
     std::atomic<bool> stop{false};
@@ -607,9 +607,10 @@ TEST(ScheduleReview, ARunThatLapsesToTheDlqOnTheTimerThreadStartsTheOwedRun) {
     };
     Engine engine({.clock = &clock});
     ReleaseOnExit release_on_exit{release};
-    auto q = engine.queue<int>("q", QueueOptions{.capacity = 8,
-                                                 .visibility_timeout = 15min,
-                                                 .stall_policy = StallPolicy::count_as_attempt});
+    auto q =
+        engine.declare_queue<int>("q", QueueOptions{.capacity = 8,
+                                                    .visibility_timeout = 15min,
+                                                    .stall_policy = StallPolicy::count_as_attempt});
     q.process({.concurrency = 2}, [&](Job<int>&) {
       if (runs_started.fetch_add(1) == 0)  // the first run is stuck until released
         (void)test::eventually([&] { return release.load(); }, 60s);
@@ -657,7 +658,7 @@ TEST(ScheduleReview, ShutdownWhileDueTimesFireAndRunsEnd) {
     std::uint64_t runs = 0, added = 0;
     {
       Engine engine({.clock = &clock});
-      auto q = engine.queue<int>("q", QueueOptions{.capacity = 16});
+      auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 16});
       q.process({.concurrency = 2}, [&](Job<int>& j) {
         if (j.data() == 1) std::this_thread::yield();
       });

@@ -45,7 +45,7 @@ struct Schedules : ::testing::Test {
   static constexpr auto kStart = 2026y / January / 31;
   ManualClock clock{TimePoint{}, utc(kStart, 23h + 50min)};
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-  Queue<std::string> q = engine.queue<std::string>("jobs", QueueOptions{.capacity = 64});
+  Queue<std::string> q = engine.declare_queue<std::string>("jobs", QueueOptions{.capacity = 64});
   std::vector<std::string> ran;     // payloads, in start order
   std::vector<std::string> ran_at;  // civil start times
   void SetUp() override {
@@ -273,14 +273,14 @@ TEST_F(Schedules, RunNowAddsARunAtDeclarationThenFollowsTheSchedule) {
 }
 
 TEST_F(Schedules, RunsUseTheJobOptionsOfTheSchedule) {
-  Queue<int> retrying = engine.queue<int>("retrying", QueueOptions{});
+  Queue<int> retrying = engine.declare_queue<int>("retrying", QueueOptions{});
   int calls = 0;
   retrying.process({}, [&](Job<int>& j) {
     ++calls;
     return j.attempt() == 1 ? Outcome::retry("first try fails") : Outcome::done();
   });
   (void)retrying.every("s", 1min, "flaky", 7,
-                       ScheduleOptions{.job = {.attempts = 2, .backoff = Backoff::fixed(5s)}});
+                       ScheduleOptions{.job = {.max_attempts = 2, .backoff = Backoff::fixed(5s)}});
   step(1min);
   EXPECT_EQ(retrying.schedule_info("s")->live, 1u) << "backing off: still live";
   step(5s);
@@ -291,7 +291,7 @@ TEST_F(Schedules, RunsUseTheJobOptionsOfTheSchedule) {
 }
 
 TEST_F(Schedules, AFullQueueRefusesARunAndTheScheduleCountsIt) {
-  Queue<int> small = engine.queue<int>("small", QueueOptions{.capacity = 1});
+  Queue<int> small = engine.declare_queue<int>("small", QueueOptions{.capacity = 1});
   (void)small.every("s", 1min, "job", 1, ScheduleOptions{.overlap = true});
   clock.advance(1min);
   clock.advance(1min);  // the only slot is held by the first run
@@ -303,8 +303,8 @@ TEST_F(Schedules, AFullQueueRefusesARunAndTheScheduleCountsIt) {
 }
 
 TEST_F(Schedules, UnderTheDeadLetterPolicyARefusedRunIsFiledToTheDlq) {
-  Queue<int> small = engine.queue<int>(
-      "small", QueueOptions{.capacity = 1, .on_full = OverflowPolicy::dead_letter});
+  Queue<int> small = engine.declare_queue<int>(
+      "small", QueueOptions{.capacity = 1, .on_full = OnFull::dead_letter});
   (void)small.every("s", 1min, "job", 1, ScheduleOptions{.overlap = true});
   clock.advance(1min);
   clock.advance(1min);
@@ -330,7 +330,7 @@ TEST_F(Schedules, BadDeclarationsAreRefusedWithAnErrorNamingTheProblem) {
        "ScheduleOptions.job.dedup.id is 'd'"},
       {"max_catch_up 0", [&] { (void)q.every("s", 1s, "job", "x", {.max_catch_up = 0}); },
        "max_catch_up is 0"},
-      {"attempts 0", [&] { (void)q.every("s", 1s, "job", "x", {.job = {.attempts = 0}}); },
+      {"attempts 0", [&] { (void)q.every("s", 1s, "job", "x", {.job = {.max_attempts = 0}}); },
        "attempts"},
       {"blank job name", [&] { (void)q.every("s", 1s, "", "x"); }, "name"},
       {"bad cron", [&] { (void)q.cron("s", "61 * * * *", "job", "x"); }, "61"},
@@ -386,7 +386,7 @@ TEST(ThreadedSchedules, ARunningRunIsNeverOverlappedUnlessAsked) {
     Engine engine({.clock = &clock});
     // No lease: the clock moves minutes while the handlers run, and a lapsed lease would deliver
     // the run again (a second start of the same job, not an overlap).
-    auto q = engine.queue<int>("q", QueueOptions{.visibility_timeout = Duration::max()});
+    auto q = engine.declare_queue<int>("q", QueueOptions{.visibility_timeout = Duration::max()});
     q.process({.concurrency = 3}, [&](Job<int>&) {
       const int now = running.fetch_add(1) + 1;
       int p = peak.load();
@@ -414,7 +414,7 @@ TEST(ThreadedSchedules, ARunningRunIsNeverOverlappedUnlessAsked) {
     ASSERT_TRUE(test::eventually([&] { return started.load() == (overlap ? 3 : 1); }));
     EXPECT_EQ(q.schedule_info("s")->skipped, overlap ? 0u : 2u);
     release.store(true);
-    ASSERT_TRUE(q.drain(60s));
+    ASSERT_TRUE(q.wait_idle(60s));
     EXPECT_EQ(peak.load(), overlap ? 3 : 1) << "overlap " << overlap;
     EXPECT_EQ(q.schedule_info("s")->runs, overlap ? 3u : 1u);
     EXPECT_EQ(q.schedule_info("s")->live, 0u);
@@ -426,7 +426,7 @@ TEST(ThreadedSchedules, UpsertAndRemoveRaceTheTimerWithoutDoublingOrLosingTheSch
   // with that id exists or none, and every run it added ended.
   ManualClock clock;
   Engine engine({.clock = &clock});
-  auto q = engine.queue<int>("q", QueueOptions{.capacity = 4096});
+  auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 4096});
   std::atomic<int> ran{0};
   q.process({.concurrency = 2}, [&](Job<int>&) { ran.fetch_add(1); });
   std::atomic<bool> stop{false};
@@ -462,7 +462,7 @@ TEST(ThreadedSchedules, UpsertAndRemoveRaceTheTimerWithoutDoublingOrLosingTheSch
   ticker.join();
   ASSERT_EQ(q.schedules().size(), 1u);
   ASSERT_TRUE(q.unschedule("s"));
-  ASSERT_TRUE(q.drain(60s));
+  ASSERT_TRUE(q.wait_idle(60s));
   EXPECT_GT(ran.load(), 0);
   EXPECT_EQ(q.counts().added, q.counts().completed);
 }
@@ -483,7 +483,7 @@ struct Brittle {
 TEST(ScheduleFailures, ARunWhosePayloadCopyThrowsCountsAsFailedWithItsErrorAndSaysSoOnce) {
   ManualClock clock;
   Engine engine({.clock = &clock, .mode = Mode::inlined});
-  auto q = engine.queue<Brittle>("q", {});
+  auto q = engine.declare_queue<Brittle>("q", {});
   int ran = 0;
   q.process({}, [&](Job<Brittle>&) { ++ran; });
   (void)q.every("tick", 1min, "tick", Brittle(1));

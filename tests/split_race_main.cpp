@@ -132,7 +132,7 @@ Outcome chaos_handler(Books& books, const Job<std::string>& job, bool allow_fail
   const unsigned o = rng() % 100;
   if (o < 55) return Outcome::done();
   if (o < 75) return Outcome::retry("again");
-  if (o < 85) return Outcome::retry_after(std::chrono::microseconds(rng() % 3000), "later");
+  if (o < 85) return Outcome::retry_in(std::chrono::microseconds(rng() % 3000), "later");
   if (allow_fail) return Outcome::fail("permanent");
   return Outcome::retry("again");
 }
@@ -187,7 +187,7 @@ void check_capacity(const char* sc, int it, Queue<std::string>& q, std::size_t c
   if (q.add("extra", payload(rng)).status == AddStatus::added)
     fail(sc, it, "capacity + 1 jobs accepted: a slot index was freed twice");
   gate.store(false);
-  if (!q.drain(10s)) fail(sc, it, "fill jobs did not drain");
+  if (!q.wait_idle(10s)) fail(sc, it, "fill jobs did not drain");
 }
 
 /// gated(gate, body): a handler that parks while the capacity check holds `gate` (its fill jobs
@@ -208,9 +208,9 @@ auto gated(std::atomic<bool>& gate, F body) {
 QueueOptions racing_options(std::size_t cap, std::int32_t attempts, Duration lease = 2ms) {
   QueueOptions o;
   o.capacity = cap;
-  o.on_full = OverflowPolicy::reject;
+  o.on_full = OnFull::reject;
   o.visibility_timeout = lease;
-  o.defaults.attempts = attempts;
+  o.defaults.max_attempts = attempts;
   return o;
 }
 
@@ -232,7 +232,7 @@ void add_retrying(Queue<std::string>& q, const char* name, std::mt19937& rng, co
 /// for every id up to `last`, then check that exactly `cap` slots are free again.
 void settle(const char* sc, int it, Queue<std::string>& q, Books& books, std::uint64_t last,
             std::size_t cap, std::atomic<bool>& gate) {
-  if (!q.drain(30s)) fail(sc, it, "drain timed out");
+  if (!q.wait_idle(30s)) fail(sc, it, "drain timed out");
   check_books(sc, it, books, last, nullptr, &q);
   std::mt19937 rng(it);
   check_capacity(sc, it, q, cap, gate, rng);
@@ -246,7 +246,7 @@ void scenario_a(int it, std::uint32_t workers) {
   {
     Engine engine;
     engine.on_event([&](const Event& e) { books.on(e); });
-    auto q = engine.queue<std::string>("a", racing_options(cap, 4));
+    auto q = engine.declare_queue<std::string>("a", racing_options(cap, 4));
     q.process({.concurrency = workers}, gated(gate, [&](const Job<std::string>& job) -> Outcome {
                 return chaos_handler(books, job, true);
               }));
@@ -259,7 +259,7 @@ void scenario_a(int it, std::uint32_t workers) {
         std::mt19937 rng(it * 7 + p);
         for (int i = 0; i < 1500; ++i) {
           JobOptions jo;
-          jo.attempts = 1 + rng() % 4;
+          jo.max_attempts = 1 + rng() % 4;
           if (rng() % 4 == 0) jo.delay = std::chrono::microseconds(rng() % 3000);
           if (rng() % 3 == 0)
             jo.backoff = Backoff::fixed(std::chrono::microseconds(200 + rng() % 2000));
@@ -298,7 +298,7 @@ void scenario_b(int it, std::uint32_t workers) {
   {
     Engine engine;
     engine.on_event([&](const Event& e) { books.on(e); });
-    auto q = engine.queue<std::string>("b", racing_options(cap, 1, 3ms));
+    auto q = engine.declare_queue<std::string>("b", racing_options(cap, 1, 3ms));
     q.process({.concurrency = workers}, gated(gate, [&](const Job<std::string>& job) -> Outcome {
                 return chaos_handler(books, job, false);
               }));
@@ -310,7 +310,7 @@ void scenario_b(int it, std::uint32_t workers) {
         std::mt19937 rng(it * 11 + p);
         for (int i = 0; i < 3000; ++i) {
           JobOptions jo;
-          jo.attempts = 1 + rng() % 3;
+          jo.max_attempts = 1 + rng() % 3;
           jo.delay = std::chrono::microseconds(rng() % 1500);
           jo.dedup.id = key('k', rng() % 6);
           jo.dedup.mode = rng() % 4 ? DedupMode::debounce : DedupMode::merge;
@@ -354,7 +354,7 @@ void scenario_c(int it, std::uint32_t workers) {
     QueueOptions o;
     o.capacity = 128;
     o.visibility_timeout = 2ms;
-    auto q = engine.queue<std::string>("c", o);
+    auto q = engine.declare_queue<std::string>("c", o);
     q.process({.concurrency = workers},
               [&](Job<std::string>& job) { return chaos_handler(books, job, true); });
     std::atomic<bool> producing{true};
@@ -366,11 +366,12 @@ void scenario_c(int it, std::uint32_t workers) {
         try {
           for (;;) {
             JobOptions jo;
-            jo.attempts = 1 + rng() % 4;
+            jo.max_attempts = 1 + rng() % 4;
             if (rng() % 3 == 0) jo.delay = std::chrono::microseconds(rng() % 4000);
             if (rng() % 3 == 0)
               jo.backoff = Backoff::fixed(std::chrono::microseconds(rng() % 2000 + 1));
             auto r = q.add("c", payload(rng), jo);
+            if (r.status == AddStatus::shutting_down) break;
             if (r.id != 0) {
               std::uint64_t cur = hi.load();
               while (r.id > cur && !hi.compare_exchange_weak(cur, r.id)) {
@@ -440,7 +441,7 @@ void scenario_d(int it, std::uint32_t workers) {
   {
     Engine engine;
     engine.on_event([&](const Event& e) { books.on(e); });
-    auto q = engine.queue<std::string>("d", racing_options(cap, 1));
+    auto q = engine.declare_queue<std::string>("d", racing_options(cap, 1));
     q.process({.concurrency = workers}, gated(gate, [&](const Job<std::string>& job) -> Outcome {
                 thread_local std::mt19937 rng(std::random_device{}());
                 if (!intact(job.data())) books.corrupt.fetch_add(1);
@@ -457,7 +458,7 @@ void scenario_d(int it, std::uint32_t workers) {
       std::mt19937 rng(it);
       for (int i = 0; i < 2500; ++i) {
         JobOptions jo;
-        jo.attempts = 1 + rng() % 2;
+        jo.max_attempts = 1 + rng() % 2;
         add_retrying(q, "d", rng, jo, hi);
       }
     });
@@ -515,7 +516,7 @@ void scenario_e(int it, std::uint32_t workers) {
     QueueOptions o;
     o.capacity = cap;
     o.visibility_timeout = 2ms;
-    auto q = engine.queue<std::string>("e", o);
+    auto q = engine.declare_queue<std::string>("e", o);
     q.process({.concurrency = workers}, gated(gate, [&](const Job<std::string>& job) -> Outcome {
                 thread_local std::mt19937 rng(std::random_device{}());
                 if (!intact(job.data())) books.corrupt.fetch_add(1);
@@ -524,9 +525,9 @@ void scenario_e(int it, std::uint32_t workers) {
                 if (!intact(job.data())) books.corrupt.fetch_add(1);
                 switch (rng() % 4) {
                   case 0:
-                    return Outcome::retry_after(Duration::max(), "park me");
+                    return Outcome::retry_in(Duration::max(), "park me");
                   case 1:
-                    return Outcome::retry_after(std::chrono::microseconds(rng() % 2000), "soon");
+                    return Outcome::retry_in(std::chrono::microseconds(rng() % 2000), "soon");
                   default:
                     return Outcome::done();
                 }
@@ -539,7 +540,7 @@ void scenario_e(int it, std::uint32_t workers) {
         std::mt19937 rng(it * 17 + p);
         for (int i = 0; i < 1500; ++i) {
           JobOptions jo;
-          jo.attempts = 1 + rng() % 3;
+          jo.max_attempts = 1 + rng() % 3;
           const unsigned k = rng() % 3;
           jo.delay = k == 0   ? Duration::max()
                      : k == 1 ? Duration{std::chrono::microseconds(rng() % 2000)}
@@ -620,7 +621,7 @@ int main(int argc, char** argv) {
             .count();
     std::printf("scenario %s: %d iterations OK (%lld ms):", s.name, iters,
                 static_cast<long long>(ms));
-    for (int k = 0; k <= static_cast<int>(EventKind::drained); ++k)
+    for (int k = 0; k <= static_cast<int>(EventKind::idle); ++k)
       std::printf(" %s=%ld", std::string(to_string(static_cast<EventKind>(k))).c_str(),
                   g_kinds[k].exchange(0));
     std::printf(" leftovers_taken=%ld\n", g_taken.exchange(0));

@@ -79,7 +79,7 @@ class SimulatedCalls {
 };
 
 TEST_F(Tasks, ACoroutineHoldsNoWorkerWhileSuspendedAndItsCoReturnCompletesTheJob) {
-  auto q = engine.queue<int>("emails", {});
+  auto q = engine.declare_queue<int>("emails", {});
   SimulatedCalls calls;
   std::vector<int> read_after_resume;
   q.process({.max_pending = 8}, [&](AsyncJob<int> job) -> Task {
@@ -104,7 +104,7 @@ TEST_F(Tasks, ACoroutineHoldsNoWorkerWhileSuspendedAndItsCoReturnCompletesTheJob
 }
 
 TEST_F(Tasks, TheJobEndsOnlyAfterTheCoroutinesLocalsAreDestroyed) {
-  auto q = engine.queue<int>("emails", {});
+  auto q = engine.declare_queue<int>("emails", {});
   SimulatedCalls calls;
   std::vector<std::uint64_t> completed_when_locals_died;
   std::vector<int> payload_read_by_a_local;
@@ -132,7 +132,7 @@ TEST_F(Tasks, TheJobEndsOnlyAfterTheCoroutinesLocalsAreDestroyed) {
 }
 
 TEST_F(Tasks, ACoroutineDestroyedWithoutResumingFailsItsAttemptAndTheJobIsRetried) {
-  auto q = engine.queue<int>("emails", {.defaults = {.attempts = 2}});
+  auto q = engine.declare_queue<int>("emails", {.defaults = {.max_attempts = 2}});
   SimulatedCalls calls;
   q.process({.max_pending = 2}, [&](AsyncJob<int> job) -> Task {
     if (job.attempt() == 1) co_await calls;  // a client that gives up on it
@@ -150,8 +150,8 @@ TEST_F(Tasks, ACoroutineDestroyedWithoutResumingFailsItsAttemptAndTheJobIsRetrie
 TEST_F(Tasks, GenericSynchronousHandlersStaySynchronous) {
   // A generic lambda could also take an AsyncJob<T>: one that takes a Job<T>& is synchronous,
   // as before coroutine handlers existed.
-  auto a = engine.queue<int>("a", {});
-  auto b = engine.queue<int>("b", {});
+  auto a = engine.declare_queue<int>("a", {});
+  auto b = engine.declare_queue<int>("b", {});
   a.process({},
             [](const auto& job) { return job.data() > 0 ? Outcome::done() : Outcome::fail("0"); });
   b.process({}, [](auto&& job) { job.progress(50); });
@@ -163,7 +163,7 @@ TEST_F(Tasks, GenericSynchronousHandlersStaySynchronous) {
 }
 
 TEST_F(Tasks, ACoroutineThatNeverSuspendsCompletesBeforeItsHandlerCallReturns) {
-  auto q = engine.queue<int>("emails", {});
+  auto q = engine.declare_queue<int>("emails", {});
   q.process({.max_pending = 1}, [](AsyncJob<int> job) -> Task {
     co_return job.data() > 0 ? Outcome::done() : Outcome::discard("nothing to send");
   });
@@ -176,8 +176,8 @@ TEST_F(Tasks, ACoroutineThatNeverSuspendsCompletesBeforeItsHandlerCallReturns) {
 }
 
 TEST_F(Tasks, AThrowAfterResumingIsARetryableFailureAndAnUnrecoverableErrorFailsTheJob) {
-  auto q =
-      engine.queue<int>("charges", {.defaults = {.attempts = 3, .backoff = Backoff::fixed(1s)}});
+  auto q = engine.declare_queue<int>(
+      "charges", {.defaults = {.max_attempts = 3, .backoff = Backoff::fixed(1s)}});
   SimulatedCalls calls;
   std::vector<std::string> seen_errors;
   q.process({.max_pending = 4}, [&](AsyncJob<int> job) -> Task {
@@ -206,7 +206,7 @@ TEST_F(Tasks, AThrowAfterResumingIsARetryableFailureAndAnUnrecoverableErrorFails
 }
 
 TEST_F(Tasks, ALeaseLapsingWhileSuspendedDeliversTheJobAgainAndFencesTheLateCoReturn) {
-  auto q = engine.queue<int>("calls", {.visibility_timeout = 30s});
+  auto q = engine.declare_queue<int>("calls", {.visibility_timeout = 30s});
   SimulatedCalls calls;
   std::vector<bool> cancelled_on_resume;
   q.process({.max_pending = 4}, [&](AsyncJob<int> job) -> Task {
@@ -229,7 +229,7 @@ TEST_F(Tasks, ALeaseLapsingWhileSuspendedDeliversTheJobAgainAndFencesTheLateCoRe
 }
 
 TEST_F(Tasks, ACoroutineExtendsItsLeaseAcrossALongCall) {
-  auto q = engine.queue<int>("calls", {.visibility_timeout = 30s});
+  auto q = engine.declare_queue<int>("calls", {.visibility_timeout = 30s});
   SimulatedCalls calls;
   q.process({.max_pending = 1}, [&](AsyncJob<int> job) -> Task {
     co_await calls;
@@ -249,7 +249,7 @@ TEST_F(Tasks, ACoroutineExtendsItsLeaseAcrossALongCall) {
 }
 
 TEST_F(Tasks, AResultQueuesCoroutineCoReturnsItsResult) {
-  auto q = engine.queue<int, std::string>("quotes", {});
+  auto q = engine.declare_queue<int, std::string>("quotes", {});
   SimulatedCalls calls;
   q.process({.max_pending = 2}, [&](AsyncJob<int> job) -> Task {
     co_await calls;
@@ -260,7 +260,7 @@ TEST_F(Tasks, AResultQueuesCoroutineCoReturnsItsResult) {
   const JobId refused = q.add("quote", -1).id;
   engine.run_until_idle();
   calls.answer();
-  auto end = q.result(quoted);
+  auto end = q.end_of(quoted);
   ASSERT_TRUE(end && end->result);
   EXPECT_EQ(*end->result, "19 EUR");
   ASSERT_TRUE(q.dlq().get(refused));
@@ -268,7 +268,7 @@ TEST_F(Tasks, AResultQueuesCoroutineCoReturnsItsResult) {
 }
 
 TEST_F(Tasks, ACoroutineHandlerWithoutMaxPendingIsRefusedNamingTheOption) {
-  auto q = engine.queue<int>("emails", {});
+  auto q = engine.declare_queue<int>("emails", {});
   try {
     q.process({}, [](AsyncJob<int>) -> Task { co_return Outcome::done(); });
     FAIL() << "process() accepted a coroutine handler with max_pending 0";
@@ -283,7 +283,7 @@ TEST_F(Tasks, ACoroutineHandlerWithoutMaxPendingIsRefusedNamingTheOption) {
 }
 
 TEST_F(Tasks, MoreCoroutinesThanMaxPendingFailTheExtraAttemptsWithACapacityError) {
-  auto q = engine.queue<int>("emails", {.defaults = {.attempts = 1}});
+  auto q = engine.declare_queue<int>("emails", {.defaults = {.max_attempts = 1}});
   SimulatedCalls calls;
   q.process({.max_pending = 1}, [&](AsyncJob<int>) -> Task {
     co_await calls;
@@ -308,7 +308,7 @@ TEST(TaskLifetime, ACoroutineResumedAfterItsEngineIsGoneIsCancelledAndKeepsItsCa
   {
     ManualClock clock;
     Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
-    auto q = engine.queue<int>("a-queue-with-a-name-longer-than-sso", {});
+    auto q = engine.declare_queue<int>("a-queue-with-a-name-longer-than-sso", {});
     q.process({.max_pending = 1},
               [&seen, &calls, greeting = std::string(64, 'g')](AsyncJob<int> job) -> Task {
                 co_await calls;
@@ -333,8 +333,8 @@ TEST(TaskThreads, AThousandCoroutinesInFlightOnTwoWorkerThreads) {
   const test::Watchdog watchdog(120s, "AThousandCoroutinesInFlightOnTwoWorkerThreads");
   constexpr int kJobs = 1000;
   Engine engine;
-  auto partner = engine.downstream("partner", {.concurrency = 3 * kJobs / 4});
-  auto q = engine.queue<int>("calls", test::calling("partner"));
+  auto partner = engine.declare_downstream("partner", {.concurrency = 3 * kJobs / 4});
+  auto q = engine.declare_queue<int>("calls", test::calling("partner"));
   SimulatedCalls calls;
   std::atomic<int> started{0};
   std::atomic<int> second_calls{0};

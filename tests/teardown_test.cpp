@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 /// for an hour: the situation a server is in when an exception unwinds past its engine.
 struct HeldQueue {
   Engine engine;
-  Queue<int> q = engine.queue<int>("held", {});
+  Queue<int> q = engine.declare_queue<int>("held", {});
   std::latch started{1};
   std::promise<void> go;
   std::shared_future<void> release_future = go.get_future().share();
@@ -40,22 +40,22 @@ struct HeldQueue {
   void release() { go.set_value(); }
 };
 
-TEST(Teardown, DrainAfterShutdownLeftJobsUnstartedReturnsFalse) {
+TEST(Teardown, WaitIdleAfterShutdownLeftJobsUnstartedReturnsFalse) {
   test::Watchdog watchdog(60s, "DrainAfterShutdownLeftJobsUnstartedReturnsFalse");
   HeldQueue h;
   h.release();
   const ShutdownReport report = h.engine.shutdown(10s);
   ASSERT_FALSE(report.not_started.empty()) << "the delayed job at least never started";
-  EXPECT_FALSE(h.q.drain()) << "nothing will ever run what is left";
-  EXPECT_FALSE(h.q.drain(1s));
+  EXPECT_FALSE(h.q.wait_idle()) << "nothing will ever run what is left";
+  EXPECT_FALSE(h.q.wait_idle(1s));
 }
 
-TEST(Teardown, ADrainAlreadyWaitingWhenShutdownBeginsReturnsFalse) {
+TEST(Teardown, AWaitIdleAlreadyWaitingWhenShutdownBeginsReturnsFalse) {
   test::Watchdog watchdog(60s, "ADrainAlreadyWaitingWhenShutdownBeginsReturnsFalse");
   HeldQueue h;
   std::atomic<int> drained{-1};
-  std::thread waiter([&] { drained = h.q.drain() ? 1 : 0; });
-  std::this_thread::sleep_for(20ms);  // the waiter is (most likely) inside drain() by now
+  std::thread waiter([&] { drained = h.q.wait_idle() ? 1 : 0; });
+  std::this_thread::sleep_for(20ms);  // the waiter is (most likely) inside wait_idle() by now
   std::thread stopper([&] { (void)h.engine.shutdown(10s); });
   std::this_thread::sleep_for(20ms);
   h.release();  // the running job ends; four waiting and one delayed are left unstarted
@@ -64,12 +64,12 @@ TEST(Teardown, ADrainAlreadyWaitingWhenShutdownBeginsReturnsFalse) {
   EXPECT_EQ(drained.load(), 0);
 }
 
-TEST(Teardown, DrainStillWaitsForARunningHandlerAfterShutdownBegan) {
-  // Only what can never start makes drain() give up: a handler that runs on is waited for, and
+TEST(Teardown, WaitIdleStillWaitsForARunningHandlerAfterShutdownBegan) {
+  // Only what can never start makes wait_idle() give up: a handler that runs on is waited for, and
   // a queue whose last job ends after shutdown began drains.
   test::Watchdog watchdog(60s, "DrainStillWaitsForARunningHandlerAfterShutdownBegan");
   Engine engine;
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   std::latch started{1};
   std::promise<void> go;
   q.process({.concurrency = 1}, [&](Job<int>&) {
@@ -79,10 +79,10 @@ TEST(Teardown, DrainStillWaitsForARunningHandlerAfterShutdownBegan) {
   (void)q.add("only", 1);
   started.wait();
   std::atomic<int> drained{-1};
-  std::thread waiter([&] { drained = q.drain() ? 1 : 0; });
+  std::thread waiter([&] { drained = q.wait_idle() ? 1 : 0; });
   std::thread stopper([&] { (void)engine.shutdown(10s); });
   std::this_thread::sleep_for(20ms);
-  EXPECT_EQ(drained.load(), -1) << "the handler still runs: drain() waits";
+  EXPECT_EQ(drained.load(), -1) << "the handler still runs: wait_idle() waits";
   go.set_value();
   stopper.join();
   waiter.join();

@@ -104,10 +104,13 @@ rail_add_compile_fail_test(coroutine_handler_taking_a_reference_is_told_to_take_
 rail_add_compile_fail_test(
   coroutine_handler_taking_an_rvalue_reference_is_told_to_take_it_by_value
   coroutine_handler_taking_a_reference.cpp rail::AsyncJob<T> "by value" "-DRAIL_REFERENCE=&&")
-# An ignored AddResult (a full queue's add created no job) under -Werror=unused-result.
+# An ignored AddReceipt (a full queue's add created no job) under -Werror=unused-result.
 rail_add_compile_fail_test(ignored_add_result_is_an_error_under_werror_unused_result
                            ignored_add_result.cpp "an add may create no job" nodiscard
                            -Werror=unused-result)
+# Outcome::pending() without Job::defer: not expressible (defer returns the pending Outcome).
+rail_add_compile_fail_test(pending_outcome_without_defer_does_not_compile
+                           pending_without_defer.cpp rail::Outcome pending)
 rail_add_test(schedule CONCURRENCY)
 rail_add_test(schedule_review CONCURRENCY)
 rail_add_test(downstream_review CONCURRENCY)

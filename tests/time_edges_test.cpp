@@ -149,7 +149,7 @@ INSTANTIATE_TEST_SUITE_P(Edges, InlineEdge, ::testing::ValuesIn(kEdges), edge_na
 // for next_timer_in() to chase, and never runs.
 TEST_P(InlineEdge, JobDelayRunsAtItsDeadlineOrStaysDelayedForever) {
   const Edge e = GetParam();
-  auto q = engine.queue<int>("q", {.capacity = 1});
+  auto q = engine.declare_queue<int>("q", {.capacity = 1});
   q.process({}, [&](Job<int>& job) { starts.push_back(job.attempt()); });
   const JobId id = q.add("j", 1, {.delay = e.d}).id;
   engine.run_until_idle();
@@ -174,12 +174,12 @@ TEST_P(InlineEdge, JobDelayRunsAtItsDeadlineOrStaysDelayedForever) {
 
 TEST_P(InlineEdge, RetryAfterWaitsItsDelayOrForeverWithoutDeadLettering) {
   const Edge e = GetParam();
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [&](Job<int>& job) {
     starts.push_back(job.attempt());
-    return job.attempt() == 1 ? Outcome::retry_after(e.d, "429") : Outcome::done();
+    return job.attempt() == 1 ? Outcome::retry_in(e.d, "429") : Outcome::done();
   });
-  const JobId id = q.add("j", 1, {.attempts = 3}).id;
+  const JobId id = q.add("j", 1, {.max_attempts = 3}).id;
   engine.run_until_idle();
   EXPECT_EQ(starts.size(), e.d == 0ns ? 2u : 1u);
   advance_past();
@@ -191,19 +191,19 @@ TEST_P(InlineEdge, RetryAfterWaitsItsDelayOrForeverWithoutDeadLettering) {
   }
   EXPECT_EQ(starts, std::vector<std::uint32_t>{1});
   EXPECT_EQ(q.state(id).status, JobStatus::delayed);
-  EXPECT_EQ(q.state(id).attempts_made, 1u);
+  EXPECT_EQ(q.state(id).failed_attempts, 1u);
   EXPECT_TRUE(q.cancel(id));
   EXPECT_EQ(q.counts().cancelled, 1u);
 }
 
 TEST_P(InlineEdge, FixedBackoffWaitsItsDelayOrForeverWithoutBurningAttempts) {
   const Edge e = GetParam();
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [&](Job<int>& job) {
     starts.push_back(job.attempt());
     return Outcome::retry("down");
   });
-  const JobId id = q.add("j", 1, {.attempts = 3, .backoff = Backoff::fixed(e.d)}).id;
+  const JobId id = q.add("j", 1, {.max_attempts = 3, .backoff = Backoff::fixed(e.d)}).id;
   engine.run_until_idle();
   advance_past();
   if (!e.never) {
@@ -218,7 +218,7 @@ TEST_P(InlineEdge, FixedBackoffWaitsItsDelayOrForeverWithoutBurningAttempts) {
 
 TEST_P(InlineEdge, DedupTtlHoldsTheIdForItsWindowOrForever) {
   const Edge e = GetParam();
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   JobOptions o{.dedup = {.id = "k", .ttl = e.d}};
   if (e.d == 0ns) {  // a zero window is refused with a message, not silently ignored
     EXPECT_THROW((void)q.add("j", 1, o), Error);
@@ -226,7 +226,7 @@ TEST_P(InlineEdge, DedupTtlHoldsTheIdForItsWindowOrForever) {
   }
   const JobId first = q.add("j", 1, o).id;
   advance_past();
-  const AddResult again = q.add("j", 2, o);
+  const AddReceipt again = q.add("j", 2, o);
   if (e.never) {
     EXPECT_EQ(again.status, AddStatus::duplicate);
     EXPECT_EQ(again.id, first);
@@ -241,10 +241,10 @@ TEST_P(InlineEdge, DlqRetentionEvictsAfterItsWindowOrNever) {
   QueueOptions qo;
   qo.dlq.retention = e.d;
   if (e.d == 0ns) {
-    EXPECT_THROW((void)engine.queue<int>("q", qo), Error);
+    EXPECT_THROW((void)engine.declare_queue<int>("q", qo), Error);
     return;
   }
-  auto q = engine.queue<int>("q", qo);
+  auto q = engine.declare_queue<int>("q", qo);
   q.process({}, [](Job<int>&) { return Outcome::fail("bad"); });
   (void)q.add("j", 1);
   engine.run_until_idle();
@@ -259,16 +259,16 @@ TEST_P(InlineEdge, VisibilityTimeoutLapsesAfterItsLengthOrNever) {
   QueueOptions qo;
   qo.visibility_timeout = e.d;
   if (e.d == 0ns) {
-    EXPECT_THROW((void)engine.queue<int>("q", qo), Error);
+    EXPECT_THROW((void)engine.declare_queue<int>("q", qo), Error);
     return;
   }
-  auto q = engine.queue<int>("q", qo);
+  auto q = engine.declare_queue<int>("q", qo);
   q.process({}, [&](Job<int>& job) {
     starts.push_back(job.attempt());
     if (job.deliveries() == 1) clock.advance(kAges);  // the sweep runs on this advance
     return Outcome::done();
   });
-  const JobId id = q.add("j", 1, {.attempts = 2}).id;
+  const JobId id = q.add("j", 1, {.max_attempts = 2}).id;
   engine.run_until_idle();
   if (e.never) {
     EXPECT_EQ(q.counts().stalled, 0u);
@@ -285,7 +285,7 @@ TEST_P(InlineEdge, ExtendLeaseByAnyDurationSaturates) {
   const Edge e = GetParam();
   QueueOptions qo;
   qo.visibility_timeout = 1s;
-  auto q = engine.queue<int>("q", qo);
+  auto q = engine.declare_queue<int>("q", qo);
   bool extended = false;
   q.process({}, [&](Job<int>& job) {
     starts.push_back(job.attempt());
@@ -295,7 +295,7 @@ TEST_P(InlineEdge, ExtendLeaseByAnyDurationSaturates) {
     }
     return Outcome::done();
   });
-  (void)q.add("j", 1, {.attempts = 2});
+  (void)q.add("j", 1, {.max_attempts = 2});
   engine.run_until_idle();
   EXPECT_TRUE(extended);
   EXPECT_EQ(q.counts().stalled, e.never ? 0u : 1u);
@@ -309,7 +309,7 @@ TEST_P(InlineEdge, ExtendLeaseByAnyDurationSaturates) {
 // run, next_run empty.
 TEST_P(InlineEdge, ScheduleIntervalIsDueEachIntervalOrNever) {
   const Edge e = GetParam();
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [&](Job<int>& job) { starts.push_back(job.attempt()); });
   if (e.d == 0ns) {
     EXPECT_THROW((void)q.every("s", e.d, "tick", 1), Error);
@@ -330,26 +330,26 @@ TEST_P(InlineEdge, ScheduleIntervalIsDueEachIntervalOrNever) {
   EXPECT_EQ(i.next_run, clock.now() + 1ns);
 }
 
-// results.max_age: 0 is refused; 1 ns drops a retained end once the next end is recorded after
+// keep_ended.max_age: 0 is refused; 1 ns drops a retained end once the next end is recorded after
 // it; past the range, ends stay until the counts push them out.
 TEST_P(InlineEdge, ResultsMaxAgeDropsRetainedEndsAfterItOrNever) {
   const Edge e = GetParam();
   QueueOptions qo;
-  qo.results.keep_completed = 10;
-  qo.results.max_age = e.d;
+  qo.keep_ended.keep_completed = 10;
+  qo.keep_ended.max_age = e.d;
   if (e.d == 0ns) {
-    EXPECT_THROW((void)engine.queue<int>("q", qo), Error);
+    EXPECT_THROW((void)engine.declare_queue<int>("q", qo), Error);
     return;
   }
-  auto q = engine.queue<int>("q", qo);
+  auto q = engine.declare_queue<int>("q", qo);
   q.process({}, [](Job<int>&) {});
   const JobId first = q.add("j", 1).id;
   engine.run_until_idle();
-  ASSERT_TRUE(q.result(first).has_value());
+  ASSERT_TRUE(q.end_of(first).has_value());
   advance_past();
   (void)q.add("j", 2);  // an end recorded after the first one aged
   engine.run_until_idle();
-  EXPECT_EQ(q.result(first).has_value(), e.never);
+  EXPECT_EQ(q.end_of(first).has_value(), e.never);
 }
 
 // progress_interval: 0 lets every report through as an event; any other interval lets the first
@@ -358,7 +358,7 @@ TEST_P(InlineEdge, ProgressIntervalRaisesAnEventPerReportOrOnlyTheFirst) {
   const Edge e = GetParam();
   int events = 0;
   engine.on_event([&](const Event& ev) { events += ev.kind == EventKind::progress; });
-  auto q = engine.queue<int>("q", QueueOptions{.progress_interval = e.d});
+  auto q = engine.declare_queue<int>("q", QueueOptions{.progress_interval = e.d});
   q.process({}, [](Job<int>& job) {
     for (int i = 1; i <= 3; ++i)
       (void)job.progress(i);
@@ -372,7 +372,7 @@ TEST_P(InlineEdge, ProgressIntervalRaisesAnEventPerReportOrOnlyTheFirst) {
 // (delayed, no timer) until it is promoted.
 TEST_P(InlineEdge, ChangeDelayMovesTheDueTimeOrParksTheJob) {
   const Edge e = GetParam();
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [&](Job<int>& job) { starts.push_back(job.attempt()); });
   const JobId id = q.add("j", 1, {.delay = 1h}).id;
   ASSERT_TRUE(q.change_delay(id, e.d));
@@ -411,7 +411,7 @@ TEST(TimeEdges, TimerTickOfAnyWidthInItsRangeFiresExactlyAtTheDueTime) {
                               Duration{std::chrono::microseconds(12'345)}, Duration{1s}}) {
     ManualClock clock;
     Engine ticked(EngineOptions{.clock = &clock, .mode = Mode::inlined, .timer_tick = tick});
-    auto q = ticked.queue<int>("q", {});
+    auto q = ticked.declare_queue<int>("q", {});
     int starts = 0;
     q.process({}, [&](Job<int>&) { ++starts; });
     (void)q.add("j", 1, {.delay = 5s + 7ns});
@@ -427,7 +427,7 @@ TEST(TimeEdges, TimerTickOfAnyWidthInItsRangeFiresExactlyAtTheDueTime) {
 TEST(TimeEdges, DelayReachingTheLastNanosecondOfTheRangeFiresExactlyThere) {
   ManualClock clock;
   Engine engine({.clock = &clock, .mode = Mode::inlined});
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   std::vector<TimePoint> starts;
   q.process({}, [&](Job<int>& job) { starts.push_back(job.started_at()); });
   (void)q.add("j", 1, {.delay = kMaxMinus1});
@@ -445,13 +445,13 @@ TEST(TimeEdges, DelayReachingTheLastNanosecondOfTheRangeFiresExactlyThere) {
 TEST(TimeEdges, ExponentialBackoffRetriesOnScheduleThenWaitsForeverInsteadOfAtOnce) {
   ManualClock clock(kStart);
   Engine engine({.clock = &clock, .mode = Mode::inlined});
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   std::vector<TimePoint> starts;
   q.process({}, [&](Job<int>& job) {
     starts.push_back(job.started_at());
     return Outcome::retry("down");
   });
-  const JobId id = q.add("j", 1, {.attempts = 100, .backoff = Backoff::exponential(1h)}).id;
+  const JobId id = q.add("j", 1, {.max_attempts = 100, .backoff = Backoff::exponential(1h)}).id;
   engine.run_until_idle();
   while (auto next = engine.next_timer_in()) {
     clock.advance(*next);
@@ -471,7 +471,7 @@ TEST(TimeEdges, ExponentialBackoffRetriesOnScheduleThenWaitsForeverInsteadOfAtOn
 TEST(TimeEdges, DebounceToANeverDelayParksTheKeptJob) {
   ManualClock clock(kStart);
   Engine engine({.clock = &clock, .mode = Mode::inlined});
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   int ran = 0;
   q.process({}, [&](Job<int>&) { ++ran; });
   JobOptions o{.delay = 1s, .dedup = {.id = "k", .ttl = 1h, .mode = DedupMode::debounce}};
@@ -491,7 +491,7 @@ TEST(TimeEdges, DebounceToANeverDelayParksTheKeptJob) {
 TEST(TimeEdges, TakeLeftoversHandsBackAJobDelayedForever) {
   ManualClock clock(kStart);
   Engine engine({.clock = &clock, .mode = Mode::inlined});
-  auto q = engine.queue<int>("q", {.capacity = 1});
+  auto q = engine.declare_queue<int>("q", {.capacity = 1});
   const JobId id = q.add("j", 7, {.delay = kMax}).id;
   engine.run_until_idle();  // links (parks) it
   const ShutdownReport report = engine.shutdown(0ns);
@@ -518,20 +518,14 @@ TEST_P(ThreadedEdge, ShutdownGraceReportsOrWaitsForTheRunningHandler) {
   std::latch release(1);
   std::atomic<bool> returned{false};
   Engine engine;
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   q.process({}, [&](Job<int>& job) {
     if (job.data() != 1) return;
     started.count_down();
     if (e.never) {
-      // Wait for shutdown to begin: from then on adds throw shutting_down.
-      while (true) {
-        try {
-          (void)q.add("probe", 2);
-        } catch (const Error&) {
-          break;
-        }
+      // Wait for shutdown to begin: from then on adds answer shutting_down.
+      while (q.add("probe", 2).status != AddStatus::shutting_down)
         std::this_thread::sleep_for(1ms);
-      }
     } else {
       release.wait();
     }
@@ -559,7 +553,7 @@ TEST_P(ThreadedEdge, WaitsGiveUpOrWaitForTheRunningHandler) {
     std::latch started(1);
     std::latch release(1);
     Engine engine;
-    auto q = engine.queue<int>("q", {});
+    auto q = engine.declare_queue<int>("q", {});
     q.process({}, [&](Job<int>&) {
       started.count_down();
       release.wait();
@@ -567,7 +561,7 @@ TEST_P(ThreadedEdge, WaitsGiveUpOrWaitForTheRunningHandler) {
     JobHandle<void> h = q.add_tracked("j", 1);
     started.wait();
     auto waiting = std::async(std::launch::async, [&] {
-      if (wait == "drain") return q.drain(e.d);
+      if (wait == "drain") return q.wait_idle(e.d);
       if (wait == "pause_and_wait") return q.pause_and_wait(e.d);
       return h.wait_for(e.d).has_value();
     });
@@ -590,8 +584,8 @@ TEST_P(ThreadedEdge, BlockTimeoutAnswersFullOrWaitsForRoom) {
   std::latch started(1);
   std::latch release(1);
   Engine engine;
-  auto q = engine.queue<int>(
-      "q", {.capacity = 1, .on_full = OverflowPolicy::block, .block_timeout = e.d});
+  auto q = engine.declare_queue<int>(
+      "q", {.capacity = 1, .on_full = OnFull::block, .block_timeout = e.d});
   q.process({}, [&](Job<int>& job) {
     if (job.data() == 1) {
       started.count_down();
@@ -610,7 +604,7 @@ TEST_P(ThreadedEdge, BlockTimeoutAnswersFullOrWaitsForRoom) {
   EXPECT_EQ(blocked.wait_for(0s), std::future_status::timeout);
   release.count_down();
   EXPECT_EQ(blocked.get(), AddStatus::added);
-  EXPECT_TRUE(q.drain());
+  EXPECT_TRUE(q.wait_idle());
 }
 
 // A visibility timeout past the clock's range: the lease sweep is not armed at a wrapped time
@@ -624,13 +618,13 @@ TEST_P(ThreadedEdge, VisibilityTimeoutNeverSpinsTheTimerThread) {
     Engine engine;
     QueueOptions qo;
     qo.visibility_timeout = e.d;
-    auto q = engine.queue<int>("q", qo);
+    auto q = engine.declare_queue<int>("q", qo);
     q.process({.concurrency = 2}, [&](Job<int>& job) {
       if (!job.cancelled()) done.fetch_add(1);
       return Outcome::done();
     });
     for (int i = 0; i < 100; ++i)
-      (void)q.add("j", i, {.attempts = 1000});
+      (void)q.add("j", i, {.max_attempts = 1000});
     // A 1 ns lease may lapse before its handler returns: such a job is redelivered, or after
     // 1,000 lapses dead-lettered; either way each job ends.
     ASSERT_TRUE(eventually([&] { return q.counts().completed + q.counts().dead_lettered == 100; }));
@@ -648,7 +642,7 @@ TEST_P(ThreadedEdge, DelayedJobDueNeverLeavesTheTimerThreadAsleepAndIsCancellabl
   Engine engine({.clock = &clock});
   QueueOptions qo;
   qo.visibility_timeout = kMax;  // no lease sweep on the wheel: next_timer_in() sees the job only
-  auto q = engine.queue<int>("q", qo);
+  auto q = engine.declare_queue<int>("q", qo);
   std::atomic<int> ran{0};
   q.process({}, [&](Job<int>&) { ran.fetch_add(1); });
   const JobId id = q.add("j", 1, {.delay = e.d}).id;
@@ -660,7 +654,7 @@ TEST_P(ThreadedEdge, DelayedJobDueNeverLeavesTheTimerThreadAsleepAndIsCancellabl
   ASSERT_TRUE(eventually([&] { return !engine.next_timer_in().has_value(); }));
   EXPECT_EQ(q.state(id).status, JobStatus::delayed);
   EXPECT_TRUE(q.cancel(id));
-  EXPECT_TRUE(q.drain(kMax));
+  EXPECT_TRUE(q.wait_idle(kMax));
   EXPECT_EQ(ran.load(), 0);
 }
 
@@ -669,7 +663,7 @@ TEST(NextTimerIn, IsTheExactTimeToTheEarliestTimerSoOneAdvanceRunsEachDelayedJob
   // (not a cascade step), so one advance by it and run_until_idle() run exactly that job.
   ManualClock clock;
   Engine engine({.clock = &clock, .mode = Mode::inlined});
-  auto q = engine.queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", {});
   std::vector<int> ran;
   q.process({}, [&](Job<int>& j) { ran.push_back(j.data()); });
   const std::vector<Duration> delays = {7ns, 300ms, 1h + 3ms, 58 * 24h, 400 * 24h};

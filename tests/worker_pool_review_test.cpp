@@ -42,14 +42,14 @@ std::string numbered(const char* prefix, int i) {
 
 // A pool worker's turn ends after Dispatcher::kTurn (16) jobs. When the queue's last job is the
 // turn's 16th, the turn ended with its last next_job successful, so it never saw the queue run
-// dry, and the next turn found nothing visible and returned before looking: `drained` was never
+// dry, and the next turn found nothing visible and returned before looking: `idle` was never
 // raised (a dedicated worker raises it as soon as next_job fails).
-TEST(WorkerPoolReview, DrainedIsRaisedWhenTheQueueRunsDryOnTheLastJobOfATurn) {
+TEST(WorkerPoolReview, IdleIsRaisedWhenTheQueueRunsDryOnTheLastJobOfATurn) {
   const test::Watchdog watchdog(60s, "DrainedIsRaisedWhenTheQueueRunsDryOnTheLastJobOfATurn");
   std::atomic<int> drained{0};
   Engine engine({.workers = 1});  // one worker: its turns take the jobs 16 at a time
-  engine.on_event([&](const Event& e) { drained += e.kind == EventKind::drained; });
-  auto q = engine.queue<int>("q", QueueOptions{.capacity = 64});
+  engine.on_event([&](const Event& e) { drained += e.kind == EventKind::idle; });
+  auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 64});
   q.process(WorkerOptions::shared(), [](Job<int>&) {});
   std::vector<int> batch(16, 1);  // one turn's worth
   for (int round = 0; round < 3; ++round) {
@@ -80,11 +80,11 @@ TEST(WorkerPoolReview, JobsPushedToTwoQueuesDuringTheSpinnersDutyWakeASleeper) {
   Engine engine({.workers = 2});
   std::vector<Queue<int>> idle;
   for (int i = 0; i < 200; ++i) {
-    idle.push_back(engine.queue<int>(numbered("idle", i), QueueOptions{.capacity = 4}));
+    idle.push_back(engine.declare_queue<int>(numbered("idle", i), QueueOptions{.capacity = 4}));
     idle.back().process(WorkerOptions::shared(), [](Job<int>&) {});
   }
-  auto a = engine.queue<int>("a", QueueOptions{.capacity = 4});
-  auto b = engine.queue<int>("b", QueueOptions{.capacity = 4});
+  auto a = engine.declare_queue<int>("a", QueueOptions{.capacity = 4});
+  auto b = engine.declare_queue<int>("b", QueueOptions{.capacity = 4});
   std::atomic<bool> b_ran{false};
   std::atomic<int> a_done{0}, stalled{0};
   a.process(WorkerOptions::shared(), [&](Job<int>&) {
@@ -115,23 +115,15 @@ TEST(WorkerPoolReview, JobsPushedToTwoQueuesDuringTheSpinnersDutyWakeASleeper) {
 TEST(WorkerPoolReview, APoolStartedWhileShutdownWaitsIsStoppedWithTheEngine) {
   const test::Watchdog watchdog(30s, "APoolStartedWhileShutdownWaitsIsStoppedWithTheEngine");
   Engine engine({.workers = 2});
-  auto probe = engine.queue<int>("probe", QueueOptions{.capacity = 4096});  // never processed
-  auto own = engine.queue<int>("own", QueueOptions{});
-  auto pooled = engine.queue<int>("pooled", QueueOptions{});
+  auto probe =
+      engine.declare_queue<int>("probe", QueueOptions{.capacity = 4096});  // never processed
+  auto own = engine.declare_queue<int>("own", QueueOptions{});
+  auto pooled = engine.declare_queue<int>("pooled", QueueOptions{});
   std::atomic<bool> started{false}, joined{false};
   own.process({.concurrency = 1}, [&](Job<int>&) {
     started.store(true);
     // Shutdown has begun once adds are refused; it waits for this handler meanwhile.
-    (void)eventually(
-        [&] {
-          try {
-            (void)probe.add("probe", 0);
-            return false;
-          } catch (const Error&) {
-            return true;
-          }
-        },
-        20s);
+    (void)eventually([&] { return probe.add("probe", 0).status == AddStatus::shutting_down; }, 20s);
     pooled.process(WorkerOptions::shared(), [](Job<int>&) {});  // the engine's first pool user
     joined.store(true);
   });

@@ -70,7 +70,7 @@ TEST(WorkerPool, TwentyQueuesRunOnThePoolsThreadsOnly) {
   std::atomic<int> done{0};
   std::vector<Queue<int>> queues;
   for (int i = 0; i < 20; ++i) {
-    queues.push_back(engine.queue<int>(numbered("q", i), QueueOptions{.capacity = 1024}));
+    queues.push_back(engine.declare_queue<int>(numbered("q", i), QueueOptions{.capacity = 1024}));
     queues.back().process(WorkerOptions::shared(), [&](Job<int>&) {
       {
         const std::lock_guard lock(mu);
@@ -101,8 +101,8 @@ TEST(WorkerPool, AJobQueuedBehindALongHandlerOfTheDutyHolderStartsOnAnotherWorke
   const test::Watchdog watchdog(240s, "AJobQueuedBehindALongHandlerOfTheDutyHolderStarts");
   test::BehindLongHandler scenario;
   Engine engine({.workers = 2});
-  auto a = engine.queue<int>("a", {.capacity = 4096});
-  auto b = engine.queue<int>("b", {.capacity = 16});
+  auto a = engine.declare_queue<int>("a", {.capacity = 4096});
+  auto b = engine.declare_queue<int>("b", {.capacity = 16});
   a.process(WorkerOptions::shared(), [&](Job<int>& j) { scenario.handle(j.data()); });
   b.process(WorkerOptions::shared(), [&](Job<int>& j) { scenario.handle(j.data()); });
   scenario.run([&](int round, int kind) {
@@ -118,8 +118,8 @@ TEST(WorkerPool, ABacklogBehindALongHandlerOfTheDutyHolderRunsOnSeveralWorkers) 
   test::BacklogBehindLongHandler scenario;
   Engine engine({.workers = 3});
   const ReleaseOnExit release_on_exit{scenario.release};
-  auto a = engine.queue<int>("a", {.capacity = 4096});
-  auto b = engine.queue<int>("b", {.capacity = 4096});
+  auto a = engine.declare_queue<int>("a", {.capacity = 4096});
+  auto b = engine.declare_queue<int>("b", {.capacity = 4096});
   a.process(WorkerOptions::shared(), [&](Job<int>& j) { scenario.handle(j.data()); });
   b.process(WorkerOptions::shared(), [&](Job<int>& j) { scenario.handle(j.data()); });
   scenario.run([&](int kind) {
@@ -134,8 +134,8 @@ TEST(WorkerPool, AQueuesShareCapsHowManyPoolWorkersRunItsJobs) {
   const test::Watchdog watchdog(120s, "AQueuesShareCapsHowManyPoolWorkersRunItsJobs");
   Engine engine({.workers = 4});
   HighWater one_hw, wide_hw;
-  auto one = engine.queue<int>("one", QueueOptions{});
-  auto wide = engine.queue<int>("wide", QueueOptions{});
+  auto one = engine.declare_queue<int>("one", QueueOptions{});
+  auto wide = engine.declare_queue<int>("wide", QueueOptions{});
   one.process(WorkerOptions::shared(1), [&](Job<int>&) {
     one_hw.enter();
     std::this_thread::yield();
@@ -165,8 +165,8 @@ TEST(WorkerPool, HungHandlersOfOneQueueLeaveThePoolToTheOthers) {
   Hang hung;
   Engine engine({.workers = 3});
   const ReleaseOnExit release_on_exit{hung.release};
-  auto slow = engine.queue<int>("slow", QueueOptions{});
-  auto fast = engine.queue<int>("fast", QueueOptions{});
+  auto slow = engine.declare_queue<int>("slow", QueueOptions{});
+  auto fast = engine.declare_queue<int>("fast", QueueOptions{});
   slow.process(WorkerOptions::shared(2), [&](Job<int>&) { hung(); });
   std::atomic<int> fast_done{0};
   fast.process(WorkerOptions::shared(), [&](Job<int>&) { fast_done.fetch_add(1); });
@@ -189,9 +189,9 @@ TEST(WorkerPool, AStalledDownstreamHoldsNoPoolWorker) {
   std::atomic<int> emails{0};
   Engine engine({.workers = 2});
   const ReleaseOnExit release_on_exit{charges.release};
-  engine.downstream("gateway", {.concurrency = 1});
-  auto payments = engine.queue<int>("payments", test::calling("gateway"));
-  auto email = engine.queue<int>("email", QueueOptions{});
+  engine.declare_downstream("gateway", {.concurrency = 1});
+  auto payments = engine.declare_queue<int>("payments", test::calling("gateway"));
+  auto email = engine.declare_queue<int>("email", QueueOptions{});
   payments.process(WorkerOptions::shared(), [&](Job<int>&) { charges(); });
   email.process(WorkerOptions::shared(), [&](Job<int>&) { emails.fetch_add(1); });
   for (int i = 0; i < 20; ++i)
@@ -213,8 +213,8 @@ TEST(WorkerPool, PauseAndWaitWaitsOnlyForTheQueuesOwnHandlers) {
   std::atomic<int> a_runs{0};
   Engine engine({.workers = 3});
   const ReleaseOnExit release_on_exit{b_in.release};
-  auto a = engine.queue<int>("a", QueueOptions{});
-  auto b = engine.queue<int>("b", QueueOptions{});
+  auto a = engine.declare_queue<int>("a", QueueOptions{});
+  auto b = engine.declare_queue<int>("b", QueueOptions{});
   a.process(WorkerOptions::shared(), [&](Job<int>&) { a_runs.fetch_add(1); });
   b.process(WorkerOptions::shared(), [&](Job<int>&) { b_in(); });
   ASSERT_EQ(b.add("hang", 0).status, AddStatus::added);
@@ -244,7 +244,7 @@ TEST(WorkerPool, ALapsedLeaseIsDeliveredAgainByAnotherPoolWorker) {
   std::atomic<int> deliveries{0};
   Engine engine({.clock = &clock, .workers = 2});
   const ReleaseOnExit release_on_exit{release};
-  auto q = engine.queue<int>("q", QueueOptions{.visibility_timeout = 1s});
+  auto q = engine.declare_queue<int>("q", QueueOptions{.visibility_timeout = 1s});
   q.process(WorkerOptions::shared(), [&](Job<int>& j) {
     deliveries.fetch_add(1);
     if (j.deliveries() == 1) (void)eventually([&] { return release.load(); }, 60s);
@@ -264,7 +264,7 @@ TEST(WorkerPool, ShutdownReportsAHungPoolHandlerAndReturnsWithinGrace) {
   std::atomic<bool> release{false};
   {
     Engine engine({.workers = 2});
-    auto q = engine.queue<int>("q", QueueOptions{});
+    auto q = engine.declare_queue<int>("q", QueueOptions{});
     std::atomic<int> in{0};
     q.process(WorkerOptions::shared(), [&](Job<int>& j) {
       if (j.data() == 0) {
@@ -284,8 +284,8 @@ TEST(WorkerPool, ShutdownReportsAHungPoolHandlerAndReturnsWithinGrace) {
 
 TEST(WorkerPool, DedicatedAndSharedQueuesRunSideBySide) {
   Engine engine({.workers = 2});
-  auto own = engine.queue<int>("own", QueueOptions{});
-  auto shared = engine.queue<int>("shared", QueueOptions{});
+  auto own = engine.declare_queue<int>("own", QueueOptions{});
+  auto shared = engine.declare_queue<int>("shared", QueueOptions{});
   std::atomic<int> own_done{0}, shared_done{0};
   own.process({.concurrency = 2}, [&](Job<int>&) { own_done.fetch_add(1); });
   shared.process(WorkerOptions::shared(), [&](Job<int>&) { shared_done.fetch_add(1); });
@@ -298,7 +298,7 @@ TEST(WorkerPool, DedicatedAndSharedQueuesRunSideBySide) {
 
 TEST(WorkerPool, JobsAddedBeforeTheQueueJoinsThePoolRun) {
   Engine engine({.workers = 2});
-  auto q = engine.queue<int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int>("q", QueueOptions{});
   for (int i = 0; i < 100; ++i)
     ASSERT_EQ(q.add("early", i).status, AddStatus::added);
   std::atomic<int> done{0};
@@ -306,14 +306,14 @@ TEST(WorkerPool, JobsAddedBeforeTheQueueJoinsThePoolRun) {
   EXPECT_TRUE(eventually([&] { return done.load() == 100; }));
 }
 
-TEST(WorkerPool, DrainFromTheOnlyPoolWorkerOfAQueueOnThatPoolThrowsWouldDeadlock) {
+TEST(WorkerPool, WaitIdleFromTheOnlyPoolWorkerOfAQueueOnThatPoolThrowsWouldDeadlock) {
   // Pool of 1: a's handler draining b (on the same pool) while b has a job would wait for its
   // own thread. With a second worker, b's jobs run there and the drain returns.
   const test::Watchdog watchdog(120s, "DrainFromTheOnlyPoolWorkerOfAQueueOnThatPoolThrows...");
   for (std::uint32_t workers : {1u, 2u}) {
     Engine engine({.workers = workers});
-    auto a = engine.queue<int>("a", QueueOptions{});
-    auto b = engine.queue<int>("b", QueueOptions{});
+    auto a = engine.declare_queue<int>("a", QueueOptions{});
+    auto b = engine.declare_queue<int>("b", QueueOptions{});
     b.process(WorkerOptions::shared(), [](Job<int>&) {});
     std::atomic<int> outcome{0};  // 1: drained, 2: would_deadlock, 3: anything else
     a.process(WorkerOptions::shared(), [&](Job<int>&) {
@@ -321,7 +321,7 @@ TEST(WorkerPool, DrainFromTheOnlyPoolWorkerOfAQueueOnThatPoolThrowsWouldDeadlock
       // only worker).
       if (b.add("x", 1).status != AddStatus::added) outcome.store(3);
       try {
-        outcome.store(b.drain(30s) ? 1 : 3);
+        outcome.store(b.wait_idle(30s) ? 1 : 3);
       } catch (const Error& e) {
         outcome.store(e.code() == ErrorCode::would_deadlock ? 2 : 3);
       }
@@ -343,8 +343,8 @@ int every_worker_waits(std::uint32_t workers, const std::function<void(Queue<int
   std::atomic<std::uint32_t> in{0}, refused{0}, returned{0}, other{0};
   std::atomic<JobId> b_job{0};
   Engine engine({.clock = &clock, .workers = workers});
-  auto a = engine.queue<int>("a", QueueOptions{});
-  auto b = engine.queue<int>("b", QueueOptions{});
+  auto a = engine.declare_queue<int>("a", QueueOptions{});
+  auto b = engine.declare_queue<int>("b", QueueOptions{});
   b.process(WorkerOptions::shared(), [](Job<int>&) {});
   a.process(WorkerOptions::shared(), [&](Job<int>&) {
     in.fetch_add(1);
@@ -361,7 +361,7 @@ int every_worker_waits(std::uint32_t workers, const std::function<void(Queue<int
       if (!named) ADD_FAILURE() << what;
     }
   });
-  const AddResult later = b.add("later", 1, JobOptions{.delay = 1s});
+  const AddReceipt later = b.add("later", 1, JobOptions{.delay = 1s});
   EXPECT_EQ(later.status, AddStatus::added);
   b_job.store(later.id);
   for (std::uint32_t i = 0; i < workers; ++i)
@@ -374,16 +374,17 @@ int every_worker_waits(std::uint32_t workers, const std::function<void(Queue<int
   EXPECT_TRUE(
       eventually([&] { return returned.load() + refused.load() + other.load() == workers; }));
   EXPECT_EQ(other.load(), 0u);
-  EXPECT_TRUE(a.drain(30s));
+  EXPECT_TRUE(a.wait_idle(30s));
   return static_cast<int>(refused.load());
 }
 
-TEST(WorkerPool, AnUnboundedDrainThatWouldLeaveThePoolNoFreeWorkerThrowsWouldDeadlock) {
+TEST(WorkerPool, AnUnboundedWaitIdleThatWouldLeaveThePoolNoFreeWorkerThrowsWouldDeadlock) {
   // Every pool worker in a handler draining b, whose job only the pool runs: without the guard
   // all of them wait forever. Exactly the wait that would take the last free worker fails.
   const test::Watchdog watchdog(120s, "AnUnboundedDrainThatWouldLeaveThePoolNoFreeWorker...");
   for (std::uint32_t workers : {2u, 3u})
-    EXPECT_EQ(every_worker_waits(workers, [](Queue<int>& b, JobId) { EXPECT_TRUE(b.drain()); }), 1)
+    EXPECT_EQ(every_worker_waits(workers, [](Queue<int>& b, JobId) { EXPECT_TRUE(b.wait_idle()); }),
+              1)
         << workers << " pool workers";
 }
 
@@ -404,14 +405,14 @@ TEST(WorkerPool, WaitsThatNeedNotBlockAreNeverRefused) {
   const test::Watchdog watchdog(120s, "WaitsThatNeedNotBlockAreNeverRefused");
   std::atomic<int> outcome{0};  // 1: both returned, 2: refused, 3: anything else
   Engine engine({.workers = 1});
-  auto a = engine.queue<int>("a", QueueOptions{});
-  auto b = engine.queue<int>("b", QueueOptions{});
+  auto a = engine.declare_queue<int>("a", QueueOptions{});
+  auto b = engine.declare_queue<int>("b", QueueOptions{});
   b.process(WorkerOptions::shared(), [](Job<int>&) {});
   const JobId done = b.add("x", 1).id;
-  ASSERT_TRUE(b.drain(30s));
+  ASSERT_TRUE(b.wait_idle(30s));
   a.process(WorkerOptions::shared(), [&](Job<int>&) {
     try {
-      const bool ok = b.track(done).wait().status == JobStatus::completed && b.drain();
+      const bool ok = b.track(done).wait().status == JobStatus::completed && b.wait_idle();
       outcome.store(ok ? 1 : 3);
     } catch (const Error& e) {
       outcome.store(e.code() == ErrorCode::would_deadlock ? 2 : 3);
@@ -426,7 +427,8 @@ TEST(WorkerPool, BoundedWaitsFromEveryPoolWorkerAreNotRefused) {
   // A wait with a timeout frees its worker by itself: none is refused (drain(timeout) returns
   // false if b's job has not run by then).
   const test::Watchdog watchdog(120s, "BoundedWaitsFromEveryPoolWorkerAreNotRefused");
-  EXPECT_EQ(every_worker_waits(2, [](Queue<int>& b, JobId) { EXPECT_FALSE(b.drain(50ms)); }), 0);
+  EXPECT_EQ(every_worker_waits(2, [](Queue<int>& b, JobId) { EXPECT_FALSE(b.wait_idle(50ms)); }),
+            0);
 }
 
 TEST(WorkerPool, InvalidPoolOptionsAreRejectedWithTheirName) {
@@ -438,13 +440,14 @@ TEST(WorkerPool, InvalidPoolOptionsAreRejectedWithTheirName) {
     EXPECT_NE(std::string(e.what()).find("EngineOptions.workers"), std::string::npos) << e.what();
   }
   Engine engine({.workers = 1});
-  auto q = engine.queue<int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int>("q", QueueOptions{});
   try {
     q.process({.concurrency = 0}, [](Job<int>&) {});
     FAIL() << "a dedicated pool of 0 threads";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_option);
-    EXPECT_NE(std::string(e.what()).find("kWholePool"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("leave it unset for one thread"), std::string::npos)
+        << e.what();
   }
   try {
     q.process({.concurrency = 1, .pool = static_cast<Pool>(7)}, [](Job<int>&) {});
@@ -461,7 +464,7 @@ TEST(WorkerPool, InvalidPoolOptionsAreRejectedWithTheirName) {
 
 TEST(WorkerPool, APoolThatCannotStartThrowsResourcesAndALaterProcessStartsIt) {
   Engine engine({.workers = 2});
-  auto q = engine.queue<int>("q", QueueOptions{});
+  auto q = engine.declare_queue<int>("q", QueueOptions{});
   std::atomic<int> done{0};
   auto handler = [&](Job<int>&) { done.fetch_add(1); };
   {
@@ -489,8 +492,9 @@ TEST(WorkerPool, OversubscribedStressAccountsForEveryJob) {
     std::atomic<int> ran{0};
     HighWater hw[6];
     for (int i = 0; i < 6; ++i) {
-      queues.push_back(engine.queue<int>(numbered("q", i), QueueOptions{.capacity = 4096}));
-      const std::uint32_t share = i % 3 == 2 ? WorkerOptions::kWholePool : i % 3 + 1;
+      queues.push_back(engine.declare_queue<int>(numbered("q", i), QueueOptions{.capacity = 4096}));
+      const std::optional<std::uint32_t> share =
+          i % 3 == 2 ? std::nullopt : std::optional<std::uint32_t>(i % 3 + 1);
       queues.back().process(WorkerOptions::shared(share), [&, i](Job<int>&) {
         hw[i].enter();
         ran.fetch_add(1);
@@ -504,7 +508,7 @@ TEST(WorkerPool, OversubscribedStressAccountsForEveryJob) {
         std::mt19937 rng(static_cast<unsigned>(round * 10 + p));
         for (int k = 0; k < 3000; ++k) {
           auto& q = queues[rng() % queues.size()];
-          const AddResult r = q.add("job", k);
+          const AddReceipt r = q.add("job", k);
           if (r.status != AddStatus::added) continue;
           added.fetch_add(1);
           switch (rng() % 64) {

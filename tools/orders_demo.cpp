@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     // As a producer that waits for one job (BullMQ's job.waitUntilFinished): order-2's handle.
     const auto order2 = handles[1].wait();
     std::cout << "order-2 (job " << order2.id << ") " << rail::to_string(order2.status) << " after "
-              << order2.attempts << " attempt(s): ";
+              << order2.attempt << " attempt(s): ";
     if (order2.result) std::cout << *order2.result;
     std::cout << "\n";
     auto s = rail::orders::summarize(queue);

@@ -192,7 +192,7 @@ nlohmann::json to_json(const StoredDeadLetter& e) {
   }
   nlohmann::json j = {{"id", e.id},
                       {"reason", reason(e.reason)},
-                      {"attempts_made", e.attempts_made},
+                      {"failed_attempts", e.failed_attempts},
                       {"max_attempts", e.max_attempts},
                       {"added_at", utc(wall(e, e.added_at_ns))},
                       {"dead_at", utc(e.dead_at_unix_ns)},
@@ -271,7 +271,8 @@ int main(int argc, char** argv) {
     std::printf("%-8s %-16s %-20s %-8s %-6s %-24s %s\n", "ID", "NAME", "PAYLOAD", "ATTEMPTS",
                 "ERRORS", "DEAD AT (UTC)", "LAST ERROR");
     for (const auto& e : scan->live) {
-      std::string attempts = std::to_string(e.attempts_made) + "/" + std::to_string(e.max_attempts);
+      std::string attempts =
+          std::to_string(e.failed_attempts) + "/" + std::to_string(e.max_attempts);
       std::string last =
           e.errors.empty() ? "(" + std::string(reason(e.reason)) + ")" : e.errors.back().message;
       std::printf("%-8llu %-16s %-20s %-8s %-6zu %-24s %s\n", static_cast<unsigned long long>(e.id),
@@ -282,7 +283,7 @@ int main(int argc, char** argv) {
     for (const auto& e : scan->live) {
       if (e.id != id) continue;
       std::cout << "id:        " << e.id << "\nname:      " << for_terminal(e.name)
-                << "\nreason:    " << reason(e.reason) << "\nattempts:  " << e.attempts_made
+                << "\nreason:    " << reason(e.reason) << "\nattempts:  " << e.failed_attempts
                 << " of " << e.max_attempts << "\ndelivered: " << e.deliveries << " times ("
                 << e.stalls << " stalled)\nbackoff:   " << backoff(e.backoff)
                 << (e.dedup_id.empty() ? "" : "\ndedup id:  " + for_terminal(e.dedup_id))

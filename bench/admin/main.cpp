@@ -19,7 +19,8 @@ using namespace std::chrono_literals;
 struct Full {
   explicit Full(std::size_t capacity)
       : engine({.clock = &clock, .mode = rail::Mode::inlined}),
-        q(engine.queue<std::uint64_t>("q", rail::QueueOptions{.capacity = capacity})) {
+        q(engine.declare_queue<std::uint64_t>(
+            "q", rail::QueueOptions{.capacity = static_cast<std::uint32_t>(capacity)})) {
     const std::size_t n = capacity * 3 / 4;
     ids.reserve(n);
     for (std::size_t i = 0; i < n; ++i)

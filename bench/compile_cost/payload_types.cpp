@@ -33,12 +33,13 @@ struct Event {
 
 template <class T>
 std::size_t use(rail::Engine& engine, const char* name, T sample) {
-  auto q = engine.queue<T>(name, rail::QueueOptions{.capacity = 1024});
+  auto q = engine.declare_queue<T>(name, rail::QueueOptions{.capacity = 1024});
   q.process({.concurrency = 2}, [](rail::Job<T>& job) {
     return job.attempt() < 2 ? rail::Outcome::retry("again") : rail::Outcome::done();
   });
-  (void)q.add("job", sample,
-              {.attempts = 3, .backoff = rail::Backoff::exponential(std::chrono::milliseconds(1))});
+  (void)q.add(
+      "job", sample,
+      {.max_attempts = 3, .backoff = rail::Backoff::exponential(std::chrono::milliseconds(1))});
   std::vector<T> batch(4, sample);
   (void)q.add_bulk("bulk", std::span<T>(batch));
   std::size_t n = q.dlq().list().size();

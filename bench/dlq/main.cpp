@@ -59,7 +59,7 @@ void dead_letter(benchmark::State& state, const Variant& v) {
   double seconds = 0;
   {
     rail::Engine engine;
-    auto q = engine.queue<std::string>("bench", o);
+    auto q = engine.declare_queue<std::string>("bench", o);
     q.process({.concurrency = 2},
               [](rail::Job<std::string>&) { return rail::Outcome::fail("card declined"); });
     const std::string payload(64, 'p');

@@ -1,5 +1,5 @@
 // rail's contender in the engine throughput workload: add -> worker -> handler -> completed, with
-// JobOptions.attempts = 3 on every job (retries configured, none taken unless a variant fails).
+// JobOptions.max_attempts = 3 on every job (retries configured, none taken unless a variant fails).
 //
 // Variants (each a ratio against plain `add` in the same run):
 //   add            one add() per job
@@ -88,8 +88,7 @@ class DedupIds {
 class EventTally {
  public:
   void count() noexcept {
-    thread_local const std::size_t line =
-        next_.fetch_add(1, std::memory_order_relaxed) % kLines;
+    thread_local const std::size_t line = next_.fetch_add(1, std::memory_order_relaxed) % kLines;
     lines_[line].n.fetch_add(1, std::memory_order_relaxed);
   }
   [[nodiscard]] std::uint64_t total() const noexcept {
@@ -146,25 +145,25 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
   rail::Engine engine({.workers = workers});
   rail::QueueOptions qo;
   qo.capacity = cfg.capacity;
-  // A producer that outruns the workers waits for room inside add() (OverflowPolicy::block), as a
+  // A producer that outruns the workers waits for room inside add() (OnFull::block), as a
   // server that must not drop work would configure it: a retry loop on AddStatus::full spins
   // (sched_yield) on one of the two cores the workers need. With the loop, add_bulk:64 on the
   // shared pool ran at 3.2-4.6 M jobs/s and the producer's yields took a quarter of the samples;
   // waiting, 7.1-8.2 (3 alternating runs each, session 20). full_retries counts what is left:
   // adds that met `full` after waiting (never, with no timeout).
-  qo.on_full = rail::OverflowPolicy::block;
+  qo.on_full = rail::OnFull::block;
   qo.block_timeout = rail::Duration::max();
   if (c.feature == Feature::permit || c.feature == Feature::rate) {
     rail::DownstreamOptions d{.concurrency = static_cast<std::uint32_t>(c.workers)};
     if (c.feature == Feature::rate)
       d.rate = rail::RateLimit::token_bucket(1'000'000'000, std::chrono::seconds(1),
                                              std::uint64_t{1} << 20);
-    engine.downstream("api", d);
+    engine.declare_downstream("api", d);
     qo.downstream = "api";
   }
   std::vector<rail::Queue<NoOp>> queues;
   for (int i = 0; i < c.queues; ++i)
-    queues.push_back(engine.queue<NoOp>("bench" + std::to_string(i), qo));
+    queues.push_back(engine.declare_queue<NoOp>("bench" + std::to_string(i), qo));
   CompletionLatch latch;
   AddStats stats;
   if (c.feature == Feature::events)
@@ -188,7 +187,7 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
   std::uint64_t iteration = 0;
 
   auto produce_range = [&](std::uint64_t begin, std::uint64_t end) {
-    rail::JobOptions o{.attempts = 3};
+    rail::JobOptions o{.max_attempts = 3};
     if (c.batch == 0) {
       o.dedup.id.reserve(DedupIds::kWidth);
       for (std::uint64_t i = begin; i < end; ++i) {

@@ -16,7 +16,7 @@
 //     machine, so their rates follow this figure;
 //   * producers are threads spawned per iteration (a few tens of microseconds inside a window of
 //     hundreds of milliseconds), each adding its share of the N jobs; rail's bounded queue makes
-//     a producer that outruns the workers wait for room inside add (OverflowPolicy::block, as a
+//     a producer that outruns the workers wait for room inside add (OnFull::block, as a
 //     server that must not drop work configures it); the baselines' queues are unbounded. A full
 //     dedup window is answered by yield-and-retry.
 #pragma once

@@ -6,7 +6,7 @@
 //   plain              queue<std::string>: handler returns Outcome::done()   (the baseline)
 //   result             queue<std::string, std::string>: returns a 16-byte result, retention
 //                      default (the last 1,000 completed ends kept)
-//   result_no_retain   the same with results.keep_completed = 0: the result's allocation only
+//   result_no_retain   the same with keep_ended.keep_completed = 0: the result's allocation only
 //   tracked            result queue, every add with add_tracked (a waiter per job), the handles
 //                      waited on after the adds
 #include <benchmark/benchmark.h>
@@ -44,7 +44,7 @@ void run(benchmark::State& state, Variant v, const std::string& name) {
   const std::size_t n = jobs();
   rail::QueueOptions o;
   o.capacity = n;
-  if (v == Variant::result_no_retain) o.results.keep_completed = 0;
+  if (v == Variant::result_no_retain) o.keep_ended.keep_completed = 0;
   const std::string payload(64, 'p');
   std::uint64_t done = 0;
   double seconds = 0;
@@ -58,7 +58,7 @@ void run(benchmark::State& state, Variant v, const std::string& name) {
     }
   };
   if (v == Variant::plain) {
-    auto q = engine.queue<std::string>("bench", o);
+    auto q = engine.declare_queue<std::string>("bench", o);
     q.process({.concurrency = 2}, [](rail::Job<std::string>&) { return rail::Outcome::done(); });
     measure([&] {
       const std::uint64_t target = q.counts().completed + n;
@@ -68,7 +68,7 @@ void run(benchmark::State& state, Variant v, const std::string& name) {
       wait_completed(q, target);
     });
   } else {
-    auto q = engine.queue<std::string, std::string>("bench", o);
+    auto q = engine.declare_queue<std::string, std::string>("bench", o);
     q.process({.concurrency = 2}, [](rail::Job<std::string>&) -> rail::Result<std::string> {
       return std::string("receipt-0123456");
     });

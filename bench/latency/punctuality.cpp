@@ -81,11 +81,11 @@ void retry_punctuality(benchmark::State& state, const std::string& name, Load lo
     ps.cv.notify_one();
     return rail::Outcome::done();
   };
-  auto load_q = engine.queue<Work>("load", rail::QueueOptions{.capacity = 65'536});
+  auto load_q = engine.declare_queue<Work>("load", rail::QueueOptions{.capacity = 65'536});
   load_q.process({.concurrency = 2}, handler);
   auto probe_q = load_q;
   if (load != Load::shared) {
-    probe_q = engine.queue<Work>("probe", rail::QueueOptions{.capacity = 64});
+    probe_q = engine.declare_queue<Work>("probe", rail::QueueOptions{.capacity = 64});
     probe_q.process({.concurrency = 1}, handler);
   }
 
@@ -93,7 +93,7 @@ void retry_punctuality(benchmark::State& state, const std::string& name, Load lo
   std::thread producer;
   if (load != Load::idle) {
     producer = std::thread([&] {
-      const rail::JobOptions o{.attempts = 3};
+      const rail::JobOptions o{.max_attempts = 3};
       while (!stop.load(std::memory_order_relaxed)) {
         if (load_q.add("load", Work{}, o).status == rail::AddStatus::full)
           std::this_thread::yield();
@@ -102,7 +102,7 @@ void retry_punctuality(benchmark::State& state, const std::string& name, Load lo
     std::this_thread::sleep_for(200ms);  // let the load queue fill up
   }
 
-  const rail::JobOptions probe_opts{.attempts = 2, .backoff = rail::Backoff::fixed(10ms)};
+  const rail::JobOptions probe_opts{.max_attempts = 2, .backoff = rail::Backoff::fixed(10ms)};
   std::vector<double> start_late_ms, fire_late_ms;
   std::mt19937 rng(42);
   std::uniform_int_distribution<int> gap_us(0, 3000);
@@ -116,7 +116,7 @@ void retry_punctuality(benchmark::State& state, const std::string& name, Load lo
         ps.done = false;
       }
       ps.fired_ns.store(0, std::memory_order_relaxed);
-      rail::AddResult r;
+      rail::AddReceipt r;
       while ((r = probe_q.add("probe", Work{true}, probe_opts)).status == rail::AddStatus::full)
         std::this_thread::yield();
       ps.id.store(r.id, std::memory_order_relaxed);

@@ -1,5 +1,5 @@
 // rail's contender in the latency workload: a threaded Engine, one queue of capacity 65,536, `w`
-// worker threads (its own, or the engine's shared pool of `w`), JobOptions.attempts = 3 (as in
+// worker threads (its own, or the engine's shared pool of `w`), JobOptions.max_attempts = 3 (as in
 // the throughput workload); the handler records (its start - the producer's clock read before
 // add()). Busy settings run a CPU-bound thread per core throughout (BackgroundLoad).
 #include <optional>
@@ -28,7 +28,7 @@ void rail_latency(benchmark::State& state, const std::string& name, std::uint64_
   const auto w = static_cast<std::uint32_t>(workers);
   const bool shared = setting == Setting::shared || setting == Setting::busy_shared;
   rail::Engine engine({.workers = w});
-  auto q = engine.queue<Stamp>("latency", rail::QueueOptions{.capacity = 65'536});
+  auto q = engine.declare_queue<Stamp>("latency", rail::QueueOptions{.capacity = 65'536});
   PerThreadHistograms hists;
   CompletionLatch latch;
   q.process(shared ? rail::WorkerOptions::shared() : rail::WorkerOptions{.concurrency = w},
@@ -38,7 +38,7 @@ void rail_latency(benchmark::State& state, const std::string& name, std::uint64_
                 hists.record(static_cast<std::uint64_t>(start - j.data().added_ns));
               latch.hit();
             });
-  const rail::JobOptions o{.attempts = 3};
+  const rail::JobOptions o{.max_attempts = 3};
   double seconds = 0;
   for (auto _ : state) {
     latch.reset(warmup + jobs);

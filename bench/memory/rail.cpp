@@ -39,7 +39,8 @@ void rail_bytes_per_waiting_job(benchmark::State& state, const std::string& name
     const AllocSnapshot empty = snapshot();
     rail::Engine engine;
     const AllocSnapshot before = snapshot();
-    auto q = engine.queue<std::uint64_t>("memory", rail::QueueOptions{.capacity = capacity});
+    auto q = engine.declare_queue<std::uint64_t>(
+        "memory", rail::QueueOptions{.capacity = static_cast<std::uint32_t>(capacity)});
     const AllocSnapshot declared = snapshot();
     rail::JobOptions o;
     o.dedup.id.reserve(32);
@@ -97,8 +98,8 @@ void rail_allocs_per_job(benchmark::State& state, const std::string& name, Varia
   if (v == Variant::events)
     engine.on_event(
         [&events](const rail::Event&) { events.fetch_add(1, std::memory_order_relaxed); });
-  auto q = engine.queue<Work>("alloc", rail::QueueOptions{.capacity = kCapacity});
-  rail::JobOptions o{.attempts = 3};
+  auto q = engine.declare_queue<Work>("alloc", rail::QueueOptions{.capacity = kCapacity});
+  rail::JobOptions o{.max_attempts = 3};
   o.dedup.id.reserve(32);
   std::uint64_t seq = 0;
   // Warm every slot: one job per slot, all failing once, before any worker runs.
@@ -169,7 +170,7 @@ void rail_rss_few_in_flight(benchmark::State& state, const std::string& name) {
   constexpr int kInFlight = 4;
   for (auto _ : state) {
     rail::Engine engine;
-    auto q = engine.queue<Payload>("rss", rail::QueueOptions{.capacity = 65'536});
+    auto q = engine.declare_queue<Payload>("rss", rail::QueueOptions{.capacity = 65'536});
     std::atomic<std::uint64_t> done{0};
     q.process({.concurrency = 2}, [&done](rail::Job<Payload>& j) {
       benchmark::DoNotOptimize(j.data()[0]);

@@ -119,7 +119,8 @@ int run_once(const Config& c, nlohmann::ordered_json& result) {
   rail::Engine engine;
   // Capacity for every job at once: the producer never meets back-pressure, as with the peers'
   // unbounded queues.
-  auto q = engine.queue<std::string>("orders", rail::QueueOptions{.capacity = c.jobs});
+  auto q = engine.declare_queue<std::string>(
+      "orders", rail::QueueOptions{.capacity = static_cast<std::uint32_t>(c.jobs)});
   // A fresh engine numbers its jobs from 1 in add order, so a job's index is its id - 1.
   q.process({.concurrency = c.workers}, [&](rail::Job<std::string>& job) {
     if (!retry) {
@@ -137,7 +138,7 @@ int run_once(const Config& c, nlohmann::ordered_json& result) {
     return rail::Outcome::done();
   });
 
-  const rail::JobOptions o{.attempts = retry ? 2 : 1,
+  const rail::JobOptions o{.max_attempts = retry ? 2u : 1u,
                            .backoff = retry ? rail::Backoff::fixed(backoff) : rail::Backoff{}};
   const std::int64_t t0 = now_ns();
   const bool added = add_all(q, c, o);
@@ -150,7 +151,7 @@ int run_once(const Config& c, nlohmann::ordered_json& result) {
   const std::int64_t t_done = finish.wait();
   // The last handler's hit() comes just before the engine records its completion: let the
   // bookkeeping finish before the counts are checked (untimed).
-  q.drain();
+  q.wait_idle();
   const rail::QueueCounts counts = q.counts();
   if (counts.completed != c.jobs || counts.dead_lettered != 0) {
     std::fprintf(stderr, "peers_rail: %llu of %llu jobs completed, %llu dead-lettered\n",

@@ -115,7 +115,8 @@ class AsyncJob : public detail::AsyncDelivery, public detail::JobFacts {
   /// WorkerOptions::max_pending bounds how many are in flight; beyond it this throws
   /// Error(capacity), a failed attempt) and shares the handler that runs the coroutine.
   AsyncJob(Job<T>& job, std::shared_ptr<const void> handler)
-      : AsyncDelivery(job.defer(), std::move(handler)),
+      : AsyncDelivery(detail::defer_job(*job.flow_, static_cast<detail::JobFields&>(job)),
+                      std::move(handler)),
         detail::JobFacts(static_cast<const detail::JobFacts&>(job)),
         data_(&job.data()),
         name_copy_(job.name()),

@@ -1,6 +1,6 @@
 // Backoff: how long a failed attempt waits before the next one.
 //
-// Formulas (attempts_made counts failed attempts so far, so it is 1 when the first retry is
+// Formulas (failed_attempts counts failed attempts so far, so it is 1 when the first retry is
 // being scheduled; BullMQ's convention):
 //   fixed        d(n) = delay
 //   exponential  d(n) = delay * 2^(n-1)                       (BullMQ: 500 ms, 1000 ms, 2000 ms...)
@@ -28,9 +28,9 @@ enum class Jitter : std::uint8_t { none, full, equal, decorrelated };
 /// RetryContext is what a custom backoff function sees.
 struct RetryContext {
   std::uint64_t job_id = 0;
-  std::uint32_t attempts_made = 0;  // failed attempts so far, >= 1
-  std::string_view error;           // the failure that is being retried
-  Duration previous_delay{0};       // the delay used before the previous attempt (0 at first)
+  std::uint32_t failed_attempts = 0;  // failed attempts so far, >= 1
+  std::string_view error;             // the failure that is being retried
+  Duration previous_delay{0};         // the delay used before the previous attempt (0 at first)
 };
 
 /// CustomBackoff decides the delay before the next attempt; < 0 means "do not retry".
@@ -107,7 +107,7 @@ inline Duration next_delay(const Backoff& b, const RetryContext& ctx, const Cust
       break;
     case BackoffKind::exponential: {
       // delay * 2^(n-1), saturating instead of overflowing for large n.
-      std::uint32_t shift = ctx.attempts_made == 0 ? 0 : ctx.attempts_made - 1;
+      std::uint32_t shift = ctx.failed_attempts == 0 ? 0 : ctx.failed_attempts - 1;
       if (shift >= 63 || base > (std::numeric_limits<std::int64_t>::max() >> shift)) {
         d = std::numeric_limits<std::int64_t>::max();
       } else {

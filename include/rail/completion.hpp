@@ -2,17 +2,18 @@
 // call to a network service), delivered later from any thread.
 //
 //   emails.process({.concurrency = 2, .max_pending = 1000}, [&](rail::Job<Email>& job) {
-//     http.post_async(job.data(), [c = job.defer()](Response r) mutable {
-//       c.complete(r.ok() ? rail::Outcome::done() : rail::Outcome::retry(r.status_text()));
+//     return job.defer([&](rail::Completion c) {
+//       http.post_async(job.data(), [c = std::move(c)](Response r) mutable {
+//         c.complete(r.ok() ? rail::Outcome::done() : rail::Outcome::retry(r.status_text()));
+//       });
 //     });
-//     return rail::Outcome::pending();
 //   });
 //
-// Job::defer() hands the delivery to a Completion: its lease (which keeps running: a job whose
+// Job::defer(start) hands the delivery to a Completion: its lease (which keeps running: a job whose
 // completion does not come in time is delivered again, as any other), its downstream permit
 // (a downstream's concurrency counts jobs in flight, not threads) and its outcome. The worker
 // thread is free as soon as the handler returns. A job whose completion is pending counts as
-// active (counts(), drain(), the shutdown report's still-running jobs).
+// active (counts(), wait_idle(), the shutdown report's still-running jobs).
 //
 // Exactly one outcome per Completion counts, and only while its delivery does: complete() after
 // the lease lapsed or after a cancel is fenced like a late handler outcome (it returns false;
@@ -60,13 +61,12 @@ class Completion {
   [[nodiscard]] JobId id() const noexcept { return id_; }
 
   /// complete(outcome) applies the attempt's outcome as if the handler had returned it: done,
-  /// retry, retry_after, fail, discard or pushback (Outcome::pending() is a mistake and counts
-  /// as a retry that says so). Returns true if it counted; false if the delivery no longer
-  /// counts (lease lapsed, job cancelled: the job ends cancelled) or the engine is gone. Leaves
-  /// the Completion empty. On a queue with a result type, complete with a Result<R>.
+  /// retry, retry_in, fail, discard or pushback. Returns true if it counted; false if the delivery
+  /// no longer counts (lease lapsed, job cancelled: the job ends cancelled) or the engine is gone.
+  /// Leaves the Completion empty. On a queue with a result type, complete with a Result<R>.
   bool complete(Outcome outcome) { return complete_as(std::move(outcome), typeid(void)); }
-  /// complete(result): a queue with result type R (Engine::queue<T, R>) completes with an R or
-  /// an Outcome wrapped in rail::Result<R>. An R that is not the queue's result type fails the
+  /// complete(result): a queue with result type R (Engine::declare_queue<T, R>) completes with an R
+  /// or an Outcome wrapped in rail::Result<R>. An R that is not the queue's result type fails the
   /// job permanently (the DLQ entry names both types).
   template <class R>
   bool complete(Result<R> result) {

@@ -56,7 +56,7 @@ struct DeadLetter {
   std::string name;
   T data;
   DeadLetterReason reason = DeadLetterReason::none;
-  std::uint32_t attempts_made = 0;
+  std::uint32_t failed_attempts = 0;
   std::uint32_t max_attempts = 0;
   TimePoint added_at{};              // when the job was first added
   TimePoint dead_at{};               // when it entered the DLQ

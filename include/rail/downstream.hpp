@@ -37,25 +37,26 @@ struct RateLimit {
   static constexpr std::uint64_t kMaxWindowStarts = std::uint64_t{1} << 20;
   std::uint64_t max = 0;                   // starts per `per`: at least 1, at most 1 per ns
   Duration per = std::chrono::seconds(1);  // positive and finite (not Duration::max())
-  std::uint64_t burst = 0;  // token_bucket: capacity, 0 means `max`; a window: must be 0
+  std::optional<std::uint64_t> burst{};    // token_bucket: capacity, unset: `max`; a window: unset
   Kind kind = Kind::window;
 
   /// token_bucket(max, per, burst): the bucket kind, named.
   static constexpr RateLimit token_bucket(std::uint64_t max, Duration per,
-                                          std::uint64_t burst = 0) noexcept {
+                                          std::optional<std::uint64_t> burst = {}) noexcept {
     return RateLimit{max, per, burst, Kind::token_bucket};
   }
 };
 
 /// DownstreamOptions: the limits of one downstream service, shared by every job that calls it.
 struct DownstreamOptions {
-  std::uint32_t concurrency = 0;    // jobs admitted at once (in flight); 0: unlimited
-  std::optional<RateLimit> rate{};  // starts per period; nullopt: unlimited
+  std::optional<std::uint32_t> concurrency{};  // jobs admitted at once (in flight), >= 1; unset:
+                                               // unlimited
+  std::optional<RateLimit> rate{};             // starts per period; unset: unlimited
 };
 
 /// validate(o, name): throws rail::Error(invalid_option) naming the downstream, the field, the
 /// value given and what is expected, e.g. "DownstreamOptions('payments').rate.max is 0; expected
-/// 1 or more starts per rate.per". Every concurrency is valid (0 is unlimited).
+/// 1 or more starts per rate.per".
 void validate(const DownstreamOptions& o, std::string_view name);
 
 namespace detail {
@@ -65,23 +66,24 @@ class EngineCore;
 
 /// DownstreamStats: a downstream's figures now (each read on its own, not one instant).
 struct DownstreamStats {
-  std::uint32_t in_flight = 0;              // jobs admitted and not yet returned
-  std::uint32_t concurrency = 0;            // the limit; 0: unlimited
-  std::optional<std::uint64_t> tokens{};    // starts the rate allows now; nullopt: no rate limit
-  std::optional<TimePoint> paused_until{};  // a pushback's pause, while it lasts
+  std::uint32_t in_flight = 0;                 // jobs admitted and not yet returned
+  std::optional<std::uint32_t> concurrency{};  // the limit; unset: unlimited
+  std::optional<std::uint64_t> tokens{};       // starts the rate allows now; nullopt: no rate limit
+  std::optional<TimePoint> paused_until{};     // a pushback's pause, while it lasts
   std::uint64_t waiting = 0;  // jobs refused a permit or a token, waiting (at most one more
                               // waits on the timing wheel for the next token)
 };
 
-/// Downstream: a handle on a declared downstream (Engine::downstream). Copyable; valid while
-/// its engine lives. Every change takes effect at once: the next job to start sees it, and jobs
-/// waiting for a permit or a token are woken to try it.
+/// Downstream: a handle on a declared downstream (Engine::declare_downstream, Engine::downstream).
+/// Copyable; valid while its engine lives. Every change takes effect at once: the next job to start
+/// sees it, and jobs waiting for a permit or a token are woken to try it.
 class Downstream {
  public:
   [[nodiscard]] const std::string& name() const noexcept;
-  /// set_concurrency(limit): at most `limit` jobs inside at once (0: unlimited). Lowered below
-  /// the jobs inside, no job starts until enough have returned.
-  void set_concurrency(std::uint32_t limit);
+  /// set_concurrency(limit): at most `limit` jobs inside at once (>= 1; nullopt: unlimited).
+  /// Lowered below the jobs inside, no job starts until enough have returned.
+  /// Error(invalid_option) for 0.
+  void set_concurrency(std::optional<std::uint32_t> limit);
   /// set_rate(rate): the new rate (nullopt: none), starting with the tokens the bucket holds
   /// now (at most the new burst). Error(invalid_option) as DownstreamOptions' validation says.
   void set_rate(const std::optional<RateLimit>& rate);

@@ -102,17 +102,17 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  /// queue<T>(name, options) declares a queue of payload type T. Error(queue_exists) if `name`
-  /// is already declared; Error(invalid_option) for bad options or a name that is blank, over
-  /// 255 bytes or holds a control character; Error(capacity) naming the
-  /// bytes it would need when its preallocation (capacity x (128 B + sizeof(T)) plus rings,
-  /// detail/footprint.hpp) exceeds the machine's physical memory or cannot be allocated.
+  /// declare_queue<T>(name, options) declares a queue of payload type T. Error(queue_exists) if
+  /// `name` is already declared; Error(invalid_option) for bad options or a name that is blank,
+  /// over 255 bytes or holds a control character; Error(capacity) naming the bytes it would need
+  /// when its preallocation (capacity x (128 B + sizeof(T)) plus rings, detail/footprint.hpp)
+  /// exceeds the machine's physical memory or cannot be allocated.
   ///
-  /// queue<T, R>(name, options) declares a queue whose handler returns a result of type R
-  /// (rail::Result<R>): its jobs' results reach the `completed` event (as text when R has an
-  /// operator<<), their handles (Queue::add_tracked) and Queue::result(id).
+  /// declare_queue<T, R>(name, options) declares a queue whose handler returns a result of type
+  /// R (rail::Result<R>): its jobs' results reach the `completed` event (as text when R has an
+  /// operator<<), their handles (Queue::add_tracked) and Queue::end_of(id).
   template <class T, class R = void>
-  Queue<T, R> queue(std::string_view name, QueueOptions options) {
+  Queue<T, R> declare_queue(std::string_view name, QueueOptions options) {
     detail::validate_queue_options(options, name);
     detail::check_queue_footprint(name, options.capacity, sizeof(T));
     std::lock_guard lock(mu_);
@@ -144,45 +144,47 @@ class Engine {
     return Queue<T, R>(static_cast<detail::QueueImpl<T>*>(entry->second.get()));
   }
 
-  /// downstream(name, options) declares the downstream service `name` (a payment gateway, a
+  /// declare_downstream(name, options) declares the downstream service `name` (a payment gateway, a
   /// mail API) with its limits: at most options.concurrency jobs inside it at once and
   /// options.rate starts per period, across every queue whose QueueOptions::downstream names it
   /// (declare it before those queues). Called again for a declared name, it changes the limits
   /// at once (a gateway announced a new quota). Error(invalid_option) naming the field for bad
   /// options (rail::validate) or a name that is blank, over 255 bytes or holds a control
   /// character; Error(shutting_down) once shutdown() began.
-  Downstream downstream(std::string_view name, const DownstreamOptions& options);
+  Downstream declare_downstream(std::string_view name, const DownstreamOptions& options);
   /// downstream(name): a declared downstream; Error(unknown_downstream) if there is none.
   Downstream downstream(std::string_view name);
 
-  /// queue_with_dlq_journal<T>(name, options) declares a queue whose DLQ keeps a journal file
-  /// (options.dlq.journal), with queue<T>(name, options)'s behaviour and errors otherwise. It
-  /// checks the journal's requirements where queue<T> cannot: T must satisfy
+  /// declare_journaled_queue<T>(name, options) declares a queue whose DLQ keeps a journal file
+  /// (options.dlq.journal), with declare_queue<T>'s behaviour and errors otherwise. It
+  /// checks the journal's requirements where declare_queue<T> cannot: T must satisfy
   /// rail::JournalCodable, so a payload type without a rail::JournalCodec is a compile error
-  /// naming T and the unmet requirement (queue<T> compiles, since a journal is a run-time option,
-  /// and throws when one is asked for); and an empty options.dlq.journal.path is
+  /// naming T and the unmet requirement (declare_queue<T> compiles, since a journal is a run-time
+  /// option, and throws when one is asked for); and an empty options.dlq.journal.path is
   /// Error(invalid_option) naming the queue, not a DLQ silently kept in memory only. Only the DLQ
-  /// is journaled: waiting and running jobs live in memory, as with queue<T>.
+  /// is journaled: waiting and running jobs live in memory, as with declare_queue<T>.
   template <JournalCodable T, class R = void>
-  Queue<T, R> queue_with_dlq_journal(std::string_view name, QueueOptions options) {
+  Queue<T, R> declare_journaled_queue(std::string_view name, QueueOptions options) {
     if (options.dlq.journal.path.empty())
       throw Error(ErrorCode::invalid_option,
                   "QueueOptions('" + std::string(name) +
                       "').dlq.journal.path is empty; expected the path of the DLQ's journal file "
-                      "(queue_with_dlq_journal declares a queue whose DLQ keeps one; "
-                      "queue<T>(name, options) declares a queue without)");
-    return queue<T, R>(name, std::move(options));
+                      "(declare_journaled_queue declares a queue whose DLQ keeps one; "
+                      "declare_queue<T>(name, options) declares a queue without)");
+    return declare_queue<T, R>(name, std::move(options));
   }
 
-  /// queue<T>(name) looks up a declared queue. Error(unknown_queue) if there is none;
-  /// Error(type_mismatch) if it was declared with another payload type or result type.
+  /// queue<T>(name) looks up a queue that declare_queue declared (one verb per act: declare
+  /// creates, the bare noun finds, as downstream(name) does). Error(unknown_queue) if there is
+  /// none; Error(type_mismatch) if it was declared with another payload type or result type.
   template <class T, class R = void>
   Queue<T, R> queue(std::string_view name) {
     std::lock_guard lock(mu_);
     auto it = queues_.find(std::string(name));
     if (it == queues_.end())
-      throw Error(ErrorCode::unknown_queue, "no queue named '" + std::string(name) +
-                                                "'; declare it first with queue<T>(name, options)");
+      throw Error(ErrorCode::unknown_queue,
+                  "no queue named '" + std::string(name) +
+                      "'; declare it first with declare_queue<T>(name, options)");
     if (it->second->payload_type() != std::type_index(typeid(T)))
       throw Error(ErrorCode::type_mismatch, "queue '" + std::string(name) +
                                                 "' holds payloads of another type than requested");
@@ -248,8 +250,8 @@ class Engine {
   /// cancel(id) cancels job `id` in whichever queue holds it (see Queue::cancel); cold.
   bool cancel(JobId id);
 
-  /// shutdown(grace) stops accepting adds (they throw Error(shutting_down)), stops workers from
-  /// starting new jobs, waits up to `grace` (real time) for running handlers, and reports what
+  /// shutdown(grace) stops accepting adds (they answer AddStatus::shutting_down), stops workers
+  /// from starting new jobs, waits up to `grace` (real time) for running handlers, and reports what
   /// was left. Idempotent: a second call reports again without waiting. A negative grace is
   /// Error(invalid_option).
   /// Observers may still be called after it returns, until the engine is destroyed: the timer

@@ -12,7 +12,7 @@ namespace rail {
 enum class ErrorCode {
   invalid_option,      // an option is out of range or inconsistent with another
   unknown_queue,       // a queue name that was never declared
-  unknown_downstream,  // a downstream name that was never declared (Engine::downstream)
+  unknown_downstream,  // a downstream name that was never declared (Engine::declare_downstream)
   queue_exists,        // a queue name declared a second time (look it up with queue<T>(name))
   type_mismatch,       // a queue looked up with a payload type other than its own
   shutting_down,       // an operation after Engine::shutdown() began
@@ -30,7 +30,7 @@ enum class ErrorCode {
 
 /// Error carries a code a program can branch on and a message a human can act on: the message
 /// says what was wrong and what was expected, e.g.
-/// "invalid_option: JobOptions.attempts is 0; expected 1 or more".
+/// "invalid_option: JobOptions.max_attempts is 0; expected 1 or more".
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message);

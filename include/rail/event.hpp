@@ -1,12 +1,12 @@
 // Events: every stage of a job, delivered to observers with the job's id, name and attempt, so one
 // job can be traced from add to its end (the seed's "log the job id at every stage"), and the
-// queue-level moments (paused, resumed, drained) with job_id 0.
+// queue-level moments (paused, resumed, idle) with job_id 0.
 //
 // Observers run synchronously on the thread where the stage happened (a producer for `added`, a
 // worker for `started`/`completed`, the timer thread for `retry_due`...), never with an engine
 // lock held, so an observer may call back into the engine (state, cancel, next_timer_in,
 // on_event, remove_observer; a call that would wait for the calling thread itself, such as
-// drain() from a handler or a timer event, throws Error(would_deadlock)). Stages found while
+// wait_idle() from a handler or a timer event, throws Error(would_deadlock)). Stages found while
 // timers fire (`retry_due`, `stalled` and the failure or dead-lettering of a lapsed delivery)
 // are delivered right after the timer releases the wheel: a worker may already have started
 // (even finished) the job by then, so such an event can arrive after later events of the same
@@ -65,12 +65,12 @@ enum class EventKind : std::uint8_t {
   // Queue-level (job_id 0, `queue` set):
   paused,   // pause() (or pause_and_wait) paused a running queue; once per pause, not per call
   resumed,  // resume() resumed a paused queue
-  drained,  // the queue became idle: nothing waiting, delayed or running (stale handlers
-            // included) after work entered it since the last `drained`: raised by the worker
+  idle,     // the queue became idle: nothing waiting, delayed or running (stale handlers
+            // included) after work entered it since the last `idle`: raised by the worker
             // that ran out of jobs (inline: run_until_idle) or the cancel() that emptied it,
-            // once per transition to idle, and only while someone observes. drain() would
-            // return true at that moment. (BullMQ's `drained` fires when the waiting list
-            // empties, with delayed jobs possibly left; rail's waits for those too.)
+            // once per transition to idle, and only while someone observes. wait_idle() would
+            // return true at that moment. (Not BullMQ's `drained`, which fires when the waiting
+            // list empties with delayed jobs possibly left: rail's waits for those too.)
 };
 
 enum class DeadLetterReason : std::uint8_t {
@@ -78,7 +78,7 @@ enum class DeadLetterReason : std::uint8_t {
   attempts_exhausted,  // every allowed attempt failed
   permanent_failure,   // the handler returned Outcome::fail
   backoff_stopped,     // a custom backoff returned a negative delay
-  overflow,            // the queue was full and its policy is OverflowPolicy::dead_letter
+  overflow,            // the queue was full and its policy is OnFull::dead_letter
   lease_expired,       // the last allowed delivery's lease lapsed (SQS maxReceiveCount)
 };
 

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <atomic>
+#include <concepts>
 #include <cstdint>
+#include <functional>
 #include <string_view>
+#include <utility>
 
 #include "rail/clock.hpp"
 #include "rail/completion.hpp"
@@ -48,10 +51,10 @@ class JobFacts {
   /// queue() is the queue's name.
   [[nodiscard]] std::string_view queue() const noexcept { return queue_; }
   /// attempt() is this attempt's number, 1-based (BullMQ's attemptsMade + 1).
-  [[nodiscard]] std::uint32_t attempt() const noexcept { return attempts_made_ + 1; }
-  /// attempts_made() counts the failed attempts before this one (BullMQ's attemptsMade); a
+  [[nodiscard]] std::uint32_t attempt() const noexcept { return failed_attempts_ + 1; }
+  /// failed_attempts() counts the failed attempts before this one (BullMQ's attemptsMade); a
   /// delivery whose lease lapsed counts only under StallPolicy::count_as_attempt (SQS).
-  [[nodiscard]] std::uint32_t attempts_made() const noexcept { return attempts_made_; }
+  [[nodiscard]] std::uint32_t failed_attempts() const noexcept { return failed_attempts_; }
   /// deliveries() counts handler starts including this one (SQS ApproximateReceiveCount).
   [[nodiscard]] std::uint32_t deliveries() const noexcept { return deliveries_; }
   /// stalls() counts the earlier deliveries whose lease lapsed (BullMQ's stalledCounter).
@@ -70,7 +73,7 @@ class JobFacts {
   JobId id_ = 0;
   std::string_view name_;
   std::string_view queue_;
-  std::uint32_t attempts_made_ = 0;
+  std::uint32_t failed_attempts_ = 0;
   std::uint32_t deliveries_ = 0;
   std::uint32_t stalls_ = 0;
   std::uint32_t max_attempts_ = 0;
@@ -101,8 +104,8 @@ class Job : private detail::JobFields {
  public:
   using detail::JobFacts::added_at;
   using detail::JobFacts::attempt;
-  using detail::JobFacts::attempts_made;
   using detail::JobFacts::deliveries;
+  using detail::JobFacts::failed_attempts;
   using detail::JobFacts::id;
   using detail::JobFacts::last_error;
   using detail::JobFacts::max_attempts;
@@ -151,14 +154,28 @@ class Job : private detail::JobFields {
     return !cancelled();
   }
 
-  /// defer(): the handler's work goes on after it returns Outcome::pending(): the returned
-  /// Completion takes over this delivery (its lease, which keeps running, its downstream
-  /// permit and its outcome) and may complete it from any thread (completion.hpp). Once
-  /// deferred, what the handler returns or throws is ignored: the Completion decides.
-  /// Throws Error(invalid_option) on a queue whose WorkerOptions::max_pending is 0 or when
-  /// called twice for one delivery, Error(capacity) when max_pending jobs are pending already
-  /// (a throw from the handler: the attempt fails with that message).
-  [[nodiscard]] Completion defer() { return detail::defer_job(*flow_, *this); }
+  /// defer(start): the handler's work goes on after it returns (an async call to a network
+  /// service). defer hands this delivery to a Completion (its lease, which keeps running, its
+  /// downstream permit and its outcome), calls start(std::move(completion)) to pass it to
+  /// whatever finishes the work, and returns the Outcome the handler returns:
+  ///
+  ///   return job.defer([&](rail::Completion c) {
+  ///     http.post_async(job.data(), [c = std::move(c)](Response r) mutable {
+  ///       c.complete(r.ok() ? rail::Outcome::done() : rail::Outcome::retry(r.status_text()));
+  ///     });
+  ///   });
+  ///
+  /// The Completion may complete the job from any thread (completion.hpp); once deferred, what
+  /// the handler returns or throws is ignored: the Completion decides (one that is destroyed
+  /// without complete(), say because start threw, fails the attempt). Throws
+  /// Error(invalid_option) on a queue whose WorkerOptions::max_pending is 0 or when called
+  /// twice for one delivery, Error(capacity) when max_pending jobs are pending already (a throw
+  /// from the handler: the attempt fails with that message); start is not called then.
+  template <class Start>
+  requires std::invocable<Start, Completion> Outcome defer(Start&& start) {
+    std::invoke(std::forward<Start>(start), detail::defer_job(*flow_, *this));
+    return detail::pending_outcome();
+  }
 
  private:
   friend class detail::QueueImpl<T>;

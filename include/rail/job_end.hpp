@@ -1,4 +1,4 @@
-// JobEnd<R>: how a job ended, as its waiters and Queue::result(id) see it: completed with its
+// JobEnd<R>: how a job ended, as its waiters and Queue::end_of(id) see it: completed with its
 // result (a queue declared with a result type), dead-lettered with its reason and every
 // attempt's error, cancelled, or discarded with the handler's reason. `unknown` when the queue
 // cannot tell: never added, forgotten by its history, or left unstarted at shutdown.
@@ -24,7 +24,7 @@ struct JobEnd {
   DeadLetterReason reason = DeadLetterReason::none;  // dead_lettered
   std::string error;  // dead_lettered: the last failure; discarded: the reason; unknown: why
   std::vector<AttemptError> errors;  // dead_lettered: every attempt's failure, oldest first
-  std::uint32_t attempts = 0;        // attempts made, the last one included
+  std::uint32_t attempt = 0;         // the last attempt's number (Job::attempt() counted it)
   TimePoint ended_at{};              // engine clock; unset for unknown
 
   [[nodiscard]] bool completed() const noexcept { return status == JobStatus::completed; }

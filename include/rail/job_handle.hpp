@@ -27,7 +27,7 @@
 #include <optional>
 #include <utility>
 
-#include "rail/add_result.hpp"
+#include "rail/add_receipt.hpp"
 #include "rail/detail/job_flow.hpp"
 #include "rail/job_end.hpp"
 
@@ -42,7 +42,7 @@ class JobHandle {
   /// id() is the job's id; added() is what the add returned (a duplicate's id is the kept
   /// job's, whose end this handle reports; Queue::track(id) has status added).
   [[nodiscard]] JobId id() const noexcept { return id_; }
-  [[nodiscard]] const AddResult& added() const noexcept { return added_; }
+  [[nodiscard]] const AddReceipt& added() const noexcept { return added_; }
 
   /// ended(): the job's end if it has ended, without waiting.
   [[nodiscard]] std::optional<JobEnd<R>> ended() const {
@@ -97,7 +97,7 @@ class JobHandle {
   template <class, class>
   friend class Queue;
   JobHandle(detail::JobFlow* flow, std::shared_ptr<detail::EndWaiter> waiter, JobId id,
-            AddResult added, bool sure)
+            AddReceipt added, bool sure)
       : flow_(flow), waiter_(std::move(waiter)), id_(id), added_(added), sure_(sure) {}
 
   static JobEnd<R> typed(const detail::EndRecord& e) {
@@ -108,7 +108,7 @@ class JobHandle {
     out.reason = e.reason;
     out.error = e.error;
     out.errors = e.errors;
-    out.attempts = e.attempts;
+    out.attempt = e.attempt;
     out.ended_at = e.ended_at;
     return out;
   }
@@ -178,7 +178,7 @@ class JobHandle {
   detail::JobFlow* flow_;  // called only inside a visit of waiter_ (see the header)
   std::shared_ptr<detail::EndWaiter> waiter_;
   JobId id_;
-  AddResult added_;
+  AddReceipt added_;
   bool sure_;  // registered before the job was published: its end will be recorded
 };
 

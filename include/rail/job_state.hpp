@@ -26,10 +26,10 @@ std::string_view to_string(JobStatus status) noexcept;
 struct JobState {
   JobStatus status = JobStatus::unknown;
   TimePoint since{};  // delayed: due time; active: this delivery's start (waiting: unset)
-  std::uint32_t deliveries = 0;      // handler starts so far (live jobs only)
-  std::uint32_t attempts_made = 0;   // failed attempts so far (live jobs only)
-  std::uint32_t stalls = 0;          // lapsed leases so far (live jobs only)
-  std::optional<double> progress{};  // the handler's last Job::progress report (live jobs only)
+  std::uint32_t deliveries = 0;       // handler starts so far (live jobs only)
+  std::uint32_t failed_attempts = 0;  // failed attempts so far (live jobs only)
+  std::uint32_t stalls = 0;           // lapsed leases so far (live jobs only)
+  std::optional<double> progress{};   // the handler's last Job::progress report (live jobs only)
 };
 
 /// JobInfo: one job of a queue's listing (Queue::jobs): its id and state.

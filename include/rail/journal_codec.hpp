@@ -16,7 +16,7 @@
 // reported and skipped.
 //
 // Checking at compile time: declare a queue that must have a journal with
-// `engine.queue_with_dlq_journal<Order>("orders", options)` (rail/engine.hpp). It is constrained
+// `engine.declare_journaled_queue<Order>("orders", options)` (rail/engine.hpp). It is constrained
 // on rail::JournalCodable<T>, so a payload type without a codec is a compile error whose
 // diagnostic names the type and the unmet requirement, and it refuses options without a journal
 // path (Error(invalid_option) naming the queue). Plain `queue<T>` keeps the journal a run-time

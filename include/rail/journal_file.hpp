@@ -105,7 +105,7 @@ struct StoredDeadLetter {
   std::string name;
   std::string payload;
   DeadLetterReason reason = DeadLetterReason::none;
-  std::uint32_t attempts_made = 0;
+  std::uint32_t failed_attempts = 0;
   std::uint32_t max_attempts = 0;
   std::int64_t added_at_ns = 0;      // engine clock
   std::int64_t dead_at_ns = 0;       // engine clock

@@ -20,7 +20,7 @@ struct LogOptions {
   bool wall_clock = true;
   /// Prefix failures, completions and dead letters with ❌ ✅ 💀 as the seed's logs do.
   bool emoji = true;
-  /// Print `added`, `retry_due` and `drained` lines too (noisy; off by default).
+  /// Print `added`, `retry_due` and `idle` lines too (noisy; off by default).
   bool verbose = false;
 };
 

@@ -1,7 +1,14 @@
 // Options: plain aggregates with designated-initializer friendly defaults. Each is validated where
-// it enters the engine (Engine ctor, Engine::queue, Queue::add, Queue::process); a bad value
-// throws rail::Error(invalid_option) with a message naming the field, the value and what is
-// expected. Defaults follow BullMQ where rail has an equivalent (attempts = 1: no retries).
+// it enters the engine (Engine ctor, Engine::declare_queue, Queue::add, Queue::process); a bad
+// value throws rail::Error(invalid_option) with a message naming the field, the value and what is
+// expected. Defaults follow BullMQ where rail has an equivalent (max_attempts = 1: no retries).
+//
+// One convention across every option: a configured count (jobs, threads, entries, attempts) is
+// std::uint32_t (a queue's slots are 32-bit indices, so no count can exceed that); a rate's
+// count is std::uint64_t since it counts starts over a period of any length; a setting with a
+// computed default is std::optional, unset meaning that default (0 is always zero of the thing,
+// never "default" or "none"); a duration is never negative (Error(invalid_option)) and
+// Duration::max() means never.
 #pragma once
 
 #include <cstddef>
@@ -41,7 +48,7 @@ struct DedupOptions {
   /// duplicates keeps merging (BullMQ's `extend`). Needs a ttl. Debounce always restarts it.
   bool extend = false;
   /// keep_last_if_active: a duplicate add while the kept job is running is not dropped: the
-  /// newest such add is kept (AddStatus::deferred) and added as a new job, holding the id,
+  /// newest such add is kept (AddStatus::kept) and added as a new job, holding the id,
   /// once the running job ends, so the work it describes runs once more after it (BullMQ's
   /// `keepLastIfActive`). Adds while the kept job waits or is delayed merge as usual, unless an
   /// add is already kept for after it (it ran, then went back for a retry or a lapse): they
@@ -60,20 +67,20 @@ struct DedupOptions {
 
 /// JobOptions: per-add settings.
 struct JobOptions {
-  std::int32_t attempts = 1;  // total tries including the first; must be >= 1
-  Backoff backoff{};          // delay policy between tries
-  Duration delay{0};          // run no earlier than now + delay
+  std::uint32_t max_attempts = 1;  // total tries including the first; >= 1
+  Backoff backoff{};               // delay policy between tries
+  Duration delay{0};               // run no earlier than now + delay
   DedupOptions dedup{};
   /// Lease length of each delivery of this job; unset: QueueOptions::visibility_timeout.
   std::optional<Duration> visibility_timeout{};
-  /// The downstream service this job calls (Engine::downstream declares it), when it is not
+  /// The downstream service this job calls (Engine::declare_downstream declares it), when it is not
   /// the queue's (QueueOptions::downstream); empty: the queue's. Its permits and tokens admit
   /// the job's deliveries. A queue's jobs may name up to 15 downstreams besides the queue's own.
   std::string downstream{};
 };
 
-/// What add() does when the queue holds `capacity` unfinished jobs.
-enum class OverflowPolicy : std::uint8_t {
+/// OnFull: what add() does when the queue holds `capacity` unfinished jobs.
+enum class OnFull : std::uint8_t {
   reject,       // add() returns AddStatus::full at once; nothing is created
   block,        // add() waits up to QueueOptions::block_timeout for room, then returns full
   dead_letter,  // the job is created straight in the DLQ with reason "overflow"
@@ -81,12 +88,12 @@ enum class OverflowPolicy : std::uint8_t {
 
 /// DlqOptions: bounds and alerting for a queue's dead-letter queue.
 struct DlqOptions {
-  std::size_t max_entries = 100'000;  // at the bound the oldest entry is evicted (evented)
+  std::uint32_t max_entries = 100'000;  // at the bound the oldest entry is evicted (evented)
   std::optional<Duration>
-      retention{};              // entries this old are evicted (evented): kept while younger
-  std::size_t alert_depth = 0;  // 0: no alert; else call on_alert at this depth
+      retention{};  // entries this old are evicted (evented): kept while younger
+  std::optional<std::uint32_t> alert_depth{};  // unset: no alert; else on_alert at this depth
   /// on_alert(depth) is called on the thread that dead-letters the job that brings the depth to
-  /// alert_depth; it re-arms once the depth falls below alert_depth again.
+  /// alert_depth (>= 1); it re-arms once the depth falls below alert_depth again.
   std::function<void(std::size_t depth)> on_alert{};
   /// journal: an optional file the DLQ's entries survive a crash in (journal_options.hpp).
   JournalOptions journal{};
@@ -105,17 +112,17 @@ enum class StallPolicy : std::uint8_t {
   count_as_attempt,
 };
 
-/// ResultRetention: how many ended jobs a queue keeps, with their results (completed) or their
-/// reason and errors (dead-lettered, cancelled, discarded), for Queue::result(id) and waits by
+/// EndRetention: how many ended jobs a queue keeps, with their results (completed) or their
+/// reason and errors (dead-lettered, cancelled, discarded), for Queue::end_of(id) and waits by
 /// id. Bounded both ways, so memory does not grow with the jobs ever run: the oldest go first
 /// once a count is reached, and any older than max_age (engine clock) go when the next end is
 /// recorded. A handle from add_tracked() sees its job's end whatever is retained. Keeping none
 /// costs nothing per job; keeping some costs a lock and a map node per ended job.
-struct ResultRetention {
+struct EndRetention {
   /// Completed jobs to keep; nullopt: 1000 for a queue declared with a result type, else 0.
-  std::optional<std::size_t> keep_completed{};
+  std::optional<std::uint32_t> keep_completed{};
   /// Dead-lettered, cancelled and discarded jobs to keep; nullopt: as keep_completed.
-  std::optional<std::size_t> keep_failed{};
+  std::optional<std::uint32_t> keep_failed{};
   /// Ended jobs go once they are this old (kept while younger: BullMQ's removeOnComplete {age});
   /// Duration::max(): kept until the counts push them.
   Duration max_age = Duration::max();
@@ -123,12 +130,12 @@ struct ResultRetention {
 
 /// QueueOptions: per-queue settings, fixed at declaration.
 struct QueueOptions {
-  std::size_t capacity = 65'536;  // max unfinished jobs (waiting+delayed+active)
-  OverflowPolicy on_full = OverflowPolicy::reject;
-  Duration block_timeout = std::chrono::seconds(1);  // for OverflowPolicy::block (real time)
+  std::uint32_t capacity = 65'536;  // max unfinished jobs (waiting+delayed+active)
+  OnFull on_full = OnFull::reject;
+  Duration block_timeout = std::chrono::seconds(1);  // for OnFull::block (real time)
   JobOptions defaults{};                             // used by add() calls that pass no JobOptions
   CustomBackoff custom_backoff{};                    // used by Backoff::custom()
-  std::size_t dedup_capacity = 0;                    // max live dedup ids; 0: max(capacity, 4096)
+  std::optional<std::uint32_t> dedup_capacity{};  // max live dedup ids; unset: max(capacity, 4096)
   DlqOptions dlq{};
   /// Lease length of each delivery (SQS visibility timeout, BullMQ lockDuration; both default
   /// to 30 s). A handler still running when it lapses has stalled: its job is delivered again,
@@ -139,15 +146,15 @@ struct QueueOptions {
   StallPolicy stall_policy = StallPolicy::own_budget;
   /// StallPolicy::own_budget: how many stalls a job survives (redelivered each time, no attempt
   /// used); the next one dead-letters it. BullMQ's maxStalledCount, default 1. 0 .. 65535.
-  std::int32_t max_stalls = 1;
+  std::uint32_t max_stalls = 1;
   /// The least time between two `progress` events of one job: a chatty handler's reports in
   /// between update state(id) but raise no event. 0: every report raises one.
   Duration progress_interval = std::chrono::milliseconds(100);
-  /// What the queue remembers of its ended jobs for Queue::result(id) and waits by id (BullMQ's
-  /// removeOnComplete / removeOnFail). See ResultRetention.
-  ResultRetention results{};
-  /// The downstream service this queue's handlers call (Engine::downstream declares it): its
-  /// concurrency and rate limits decide when each job may start, shared with every other queue
+  /// What the queue remembers of its ended jobs for Queue::end_of(id) and waits by id (BullMQ's
+  /// removeOnComplete / removeOnFail). See EndRetention.
+  EndRetention keep_ended{};
+  /// The downstream service this queue's handlers call (Engine::declare_downstream declares it):
+  /// its concurrency and rate limits decide when each job may start, shared with every other queue
   /// that names it. Empty: none.
   std::string downstream{};
 };
@@ -165,12 +172,11 @@ struct WorkerOptions {
   /// contend for cores, and a typo such as 10'000 should fail at once, not exhaust the process's
   /// thread limit halfway.
   static constexpr std::uint32_t kMaxConcurrency = 4096;
-  /// concurrency on the shared pool: no share of its own, every pool worker may run its jobs.
-  static constexpr std::uint32_t kWholePool = 0;
-  /// Handler calls in flight at once. Dedicated: that many threads, 1 .. kMaxConcurrency.
-  /// Shared: at most that many of the pool's workers run this queue's jobs at once (its share),
-  /// or kWholePool.
-  std::uint32_t concurrency = 1;
+  /// Handler calls of this queue in flight at once, 1 .. kMaxConcurrency: on a dedicated pool
+  /// that many threads of the queue's own, on the shared pool at most that many of the pool's
+  /// workers at once (the queue's share). Unset: 1 thread on a dedicated pool, the whole pool on
+  /// the shared one.
+  std::optional<std::uint32_t> concurrency{};
   Pool pool = Pool::dedicated;
   /// The largest max_pending process() accepts (a lease record of 64 bytes each). Bounded by the
   /// 16-bit pin count of a job's slot (slot_table.hpp): a Completion whose lease lapsed still
@@ -178,14 +184,15 @@ struct WorkerOptions {
   /// (else 65,536 stale Completions of one job overflow its pins:
   /// CompletionReview.MaxPendingStaysWithinWhatAJobsPinsCanCount pins it).
   static constexpr std::uint32_t kMaxPending = 0xFFFF - kMaxConcurrency - 1;
-  /// Jobs whose handler returned Outcome::pending() (Job::defer, completion.hpp) that may await
+  /// Jobs whose handler deferred its outcome (Job::defer, completion.hpp) that may await
   /// their Completion at once, 0 .. kMaxPending: the queue keeps a lease record for each.
-  /// 0: handlers cannot defer. A defer() beyond it throws Error(capacity); bound the jobs in
+  /// 0: handlers cannot defer. A defer beyond it throws Error(capacity); bound the jobs in
   /// flight with a downstream's concurrency (at most max_pending) so that it never does.
   std::uint32_t max_pending = 0;
 
-  /// shared(share): the shared pool, with at most `share` workers at once (kWholePool: any).
-  [[nodiscard]] static constexpr WorkerOptions shared(std::uint32_t share = kWholePool) noexcept {
+  /// shared(share): the shared pool, with at most `share` workers at once (unset: any).
+  [[nodiscard]] static constexpr WorkerOptions shared(
+      std::optional<std::uint32_t> share = std::nullopt) noexcept {
     return WorkerOptions{share, Pool::shared, 0};
   }
 };
@@ -203,8 +210,8 @@ struct EngineOptions {
   Duration timer_tick = std::chrono::milliseconds(1);  // timing-wheel granularity: 10 us .. 1 s
   std::uint64_t seed = 0x5EEDu;  // jitter randomness (per-thread streams derive from it)
   /// The shared worker pool's threads (queues that process with Pool::shared), started by the
-  /// first such queue: 1 .. WorkerOptions::kMaxConcurrency, or 0 for the core count.
-  std::uint32_t workers = 0;
+  /// first such queue: 1 .. WorkerOptions::kMaxConcurrency; unset: the core count.
+  std::optional<std::uint32_t> workers{};
   /// Called once by the engine's destructor, after its workers and timer stopped, with the jobs
   /// it drops:
   /// not_started, those that never started and that take_leftovers() did not take (an add kept

@@ -8,25 +8,29 @@
 #include <string_view>
 
 #include "rail/clock.hpp"
+#include "rail/error.hpp"
 
 namespace rail {
 
+class Outcome;
 namespace detail {
 class JobFlow;
-}
+/// pending_outcome(): the Outcome of a delivery handed to a Completion (Job::defer).
+Outcome pending_outcome() noexcept;
+}  // namespace detail
 template <class R>
 class Result;
 
 class Outcome {
  public:
   enum class Kind : std::uint8_t {
-    done,         // the job completed
-    retry,        // the attempt failed; retry after the job's backoff if attempts remain
-    retry_after,  // the attempt failed; retry after delay() (overrides backoff) if attempts remain
+    done,      // the job completed
+    retry,     // the attempt failed; retry after the job's backoff if attempts remain
+    retry_in,  // the attempt failed; retry after delay() (overrides backoff) if attempts remain
     fail,      // permanent failure: skip remaining attempts, dead-letter now (UnrecoverableError)
     discard,   // drop the job: it ends `discarded`, with no retry and no DLQ entry
     pushback,  // the downstream refused the call (429): retry after delay(), no attempt used
-    pending,   // the handler called Job::defer(): its Completion delivers the outcome later
+    pending,   // what Job::defer returns: the Completion delivers the outcome later
   };
 
   /// done() completes the job. Outcome{} is done() too.
@@ -35,10 +39,11 @@ class Outcome {
   static Outcome retry(std::string_view reason) {
     return Outcome{Kind::retry, reason, Duration{0}};
   }
-  /// retry_after(d, reason) records a failed attempt and runs the next one after d (d >= 0), e.g.
-  /// when the downstream answered "429, retry after 30 s".
-  static Outcome retry_after(Duration d, std::string_view reason) {
-    return Outcome{Kind::retry_after, reason, d < Duration{0} ? Duration{0} : d};
+  /// retry_in(delay, reason) records a failed attempt and runs the next one after `delay`
+  /// instead of the job's backoff (the handler knows better: the partner's maintenance window
+  /// ends in 10 minutes). A refusal that should not cost an attempt (HTTP 429) is pushback().
+  static Outcome retry_in(Duration delay, std::string_view reason) {
+    return Outcome{Kind::retry_in, reason, checked(delay, "retry_in")};
   }
   /// fail(reason) dead-letters the job without using its remaining attempts.
   static Outcome fail(std::string_view reason) { return Outcome{Kind::fail, reason, Duration{0}}; }
@@ -51,22 +56,13 @@ class Outcome {
     return Outcome{Kind::discard, reason, Duration{0}};
   }
 
-  /// pushback(retry_after, reason): the downstream refused the call as too many (HTTP 429,
-  /// with its Retry-After). The queue's downstream (QueueOptions::downstream) admits no job
-  /// until retry_after has passed, and this job runs again then without using an attempt
-  /// (BullMQ's rate limit from a worker, asynq's RetryAfter). retry_after >= 0; on a queue
-  /// without a downstream only this job waits.
-  static Outcome pushback(Duration retry_after, std::string_view reason = "429 too many requests") {
-    return Outcome{Kind::pushback, reason, retry_after < Duration{0} ? Duration{0} : retry_after};
-  }
-
-  /// pending(): the handler's work goes on after it returns; the Completion that Job::defer()
-  /// gave it delivers the outcome (completion.hpp). Without a defer() first it is a mistake
-  /// that counts as a retry saying so: nothing would ever complete the job.
-  static Outcome pending() noexcept {
-    Outcome o;
-    o.kind_ = Kind::pending;
-    return o;
+  /// pushback(pause, reason): the downstream refused the call as too many (HTTP 429, `pause`
+  /// being its Retry-After). No attempt is used: the queue's downstream
+  /// (QueueOptions::downstream) admits no job until `pause` has passed, and this job runs again
+  /// then (BullMQ's rate limit from a worker, asynq's RetryAfter). On a queue without a
+  /// downstream only this job waits.
+  static Outcome pushback(Duration pause, std::string_view reason = "429 too many requests") {
+    return Outcome{Kind::pushback, reason, checked(pause, "pushback")};
   }
 
   Outcome() noexcept = default;
@@ -82,11 +78,29 @@ class Outcome {
   template <class R>
   friend class Result;
   friend class detail::JobFlow;
+  friend Outcome detail::pending_outcome() noexcept;
   Outcome(Kind k, std::string_view reason, Duration d) : kind_(k), reason_(reason), delay_(d) {}
+  /// checked(d, factory): d, or Error(invalid_option) for a negative d, as every duration rail
+  /// takes (thrown in a handler, it fails the attempt with this message).
+  static Duration checked(Duration d, const char* factory) {
+    if (d < Duration{0})
+      throw Error(ErrorCode::invalid_option,
+                  std::string("Outcome::") + factory + ": the duration is negative (" +
+                      std::to_string(d.count()) + " ns); expected a duration >= 0");
+    return d;
+  }
   Kind kind_ = Kind::done;
   std::string reason_;
   Duration delay_{0};
   std::shared_ptr<const void> result_;  // done, on a queue with a result type (Result<R>)
 };
+
+namespace detail {
+inline Outcome pending_outcome() noexcept {
+  Outcome o;
+  o.kind_ = Outcome::Kind::pending;
+  return o;
+}
+}  // namespace detail
 
 }  // namespace rail

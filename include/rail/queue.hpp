@@ -4,7 +4,7 @@
 // Engine is being destroyed: the destructor frees the queue under it, a use-after-free that
 // nothing reports. Detecting it would take shared ownership of every queue (a reference count
 // on each handle copy); the rule is cheaper. To stop producers that may still hold handles,
-// call Engine::shutdown() first (their add() then throws Error(shutting_down) while the queue
+// call Engine::shutdown() first (their add() then answers AddStatus::shutting_down while the queue
 // still exists), let those threads finish, then destroy the Engine.
 #pragma once
 
@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "rail/add_result.hpp"
+#include "rail/add_receipt.hpp"
 #include "rail/async_job.hpp"
 #include "rail/dead_letter_queue.hpp"
 #include "rail/detail/queue_impl.hpp"
@@ -35,8 +35,8 @@ namespace rail {
 
 class Engine;
 
-/// Queue<T, R>: payloads of type T; R is the result type its handler returns (Engine::queue<T,
-/// R>, rail::Result<R>), or void for a queue whose jobs only complete.
+/// Queue<T, R>: payloads of type T; R is the result type its handler returns
+/// (Engine::declare_queue<T, R>, rail::Result<R>), or void for a queue whose jobs only complete.
 template <class T, class R = void>
 class Queue {
  public:
@@ -44,13 +44,14 @@ class Queue {
   [[nodiscard]] const std::string& name() const noexcept { return impl_->name(); }
 
   /// add(name, data, options) creates a job, or merges it into a live job with the same dedup id.
-  /// Never blocks unless the queue is full under OverflowPolicy::block. Throws Error only for bad
-  /// options or after shutdown began; a full queue is AddStatus::full (or dead_lettered).
-  AddResult add(std::string_view job_name, T data, const JobOptions& options) {
+  /// Never blocks unless the queue is full under OnFull::block. Throws Error only for bad
+  /// options (misuse); what a correct program meets at run time is a status: a full queue is
+  /// AddStatus::full (or dead_lettered), an add after Engine::shutdown() began shutting_down.
+  AddReceipt add(std::string_view job_name, T data, const JobOptions& options) {
     return impl_->add(job_name, std::move(data), options);
   }
   /// add(name, data) uses QueueOptions::defaults.
-  AddResult add(std::string_view job_name, T data) {
+  AddReceipt add(std::string_view job_name, T data) {
     return impl_->add(job_name, std::move(data), impl_->options().defaults);
   }
 
@@ -58,7 +59,7 @@ class Queue {
   /// the job's end (JobHandle: wait, wait_for, on_end) with its result (BullMQ's
   /// job.waitUntilFinished). A new job's handle is registered before the job can run, so its end
   /// is never missed, retained or not. A duplicate's handle reports the job it merged into; a
-  /// kept add (AddStatus::deferred), the running job it waits for; an add that created nothing
+  /// kept add (AddStatus::kept), the running job it waits for; an add that created nothing
   /// (full, dedup_full) has a handle already ended with status unknown and the reason.
   JobHandle<R> add_tracked(std::string_view job_name, T data, const JobOptions& options) {
     auto t = impl_->add_tracked(job_name, std::move(data), options);
@@ -69,15 +70,15 @@ class Queue {
   }
 
   /// track(id): a handle on job `id` of this queue, added earlier: it reports the end if the job
-  /// ended and is retained (QueueOptions::results) or still in the queue's history (status only
+  /// ended and is retained (QueueOptions::keep_ended) or still in the queue's history (status only
   /// then), or waits for it. A job unknown to the queue ends at once with status unknown.
   JobHandle<R> track(JobId id) {
     return JobHandle<R>(impl_, impl_->end_tracker().watch(id, false), id,
-                        AddResult{id, AddStatus::added}, false);
+                        AddReceipt{id, AddStatus::added}, false);
   }
-  /// result(id): job `id`'s end if it ended and is retained (QueueOptions::results), without
+  /// end_of(id): job `id`'s end if it ended and is retained (QueueOptions::keep_ended), without
   /// waiting (BullMQ's job.returnvalue); nullopt while it runs or once it is no longer retained.
-  [[nodiscard]] std::optional<JobEnd<R>> result(JobId id) const {
+  [[nodiscard]] std::optional<JobEnd<R>> end_of(JobId id) const {
     auto e = impl_->end_tracker().retained(id);
     if (!e) return std::nullopt;
     return JobHandle<R>::typed(*e);
@@ -92,7 +93,7 @@ class Queue {
   /// does for a bad name or JobOptions, and Error(invalid_option) for a blank id or a delay or
   /// dedup id in options.job. A run is added as add() would, except that it never waits for
   /// room: a full queue refuses it (ScheduleInfo::refused; filed to the DLQ under
-  /// OverflowPolicy::dead_letter).
+  /// OnFull::dead_letter).
   ScheduleInfo schedule(
       std::string_view id, const Schedule& when, std::string_view job_name, T data,
       const ScheduleOptions& options = {}) requires std::is_copy_constructible_v<T> {
@@ -123,15 +124,16 @@ class Queue {
   }
 
   /// add_bulk(name, items, options) creates one job per item (payloads are moved from) with
-  /// consecutive ids, all or nothing under OverflowPolicy::reject/block. One pass over the rings
+  /// consecutive ids, all or nothing under OnFull::reject/block. One pass over the rings
   /// for the whole batch: the fast way to enqueue many jobs. A batch the queue has no room for
   /// is answered as a full queue answers a single add (`full`, or every item to the DLQ under
-  /// OverflowPolicy::dead_letter); one larger than the capacity is never waited for under
-  /// OverflowPolicy::block, since no room could ever come: `full` at once.
-  BulkAddResult add_bulk(std::string_view job_name, std::span<T> items, const JobOptions& options) {
+  /// OnFull::dead_letter); one larger than the capacity is never waited for under
+  /// OnFull::block, since no room could ever come: `full` at once.
+  BulkAddReceipt add_bulk(std::string_view job_name, std::span<T> items,
+                          const JobOptions& options) {
     return impl_->add_bulk(job_name, items, options);
   }
-  BulkAddResult add_bulk(std::string_view job_name, std::span<T> items) {
+  BulkAddReceipt add_bulk(std::string_view job_name, std::span<T> items) {
     return impl_->add_bulk(job_name, items, impl_->options().defaults);
   }
 
@@ -173,7 +175,7 @@ class Queue {
       impl_->set_handler(
           [shared](Job<T>& job) {
             (*shared)(AsyncJob<T>(job, shared));  // runs to its first suspension
-            return Outcome::pending();            // its end completes the job
+            return detail::pending_outcome();     // its end completes the job
           },
           options);
     }
@@ -222,19 +224,19 @@ class Queue {
   /// engines (inline, handlers run only inside run_until_idle: it returns at once unless
   /// another thread is in there). Throws Error(would_deadlock), without pausing, when called
   /// from one of this queue's handlers (or an observer of its events on its worker) or from a
-  /// timer callback (an observer of retry_due/stalled, a DLQ alert), as drain() does.
+  /// timer callback (an observer of retry_due/stalled, a DLQ alert), as wait_idle() does.
   bool pause_and_wait(Duration timeout = Duration::max()) { return impl_->pause_and_wait(timeout); }
 
-  /// drain(timeout) blocks until nothing is waiting, delayed or running on this queue (a paused
-  /// queue with jobs never drains) and the events of the jobs' ends have reached the observers
-  /// (a lapse raises them on the timer thread); returns false if `timeout` (real time) passed
-  /// first, or once shutdown() stopped the workers and no handler runs while jobs are left
-  /// (they never start: take_leftovers() hands them back), also to a drain() that was already
+  /// wait_idle(timeout) blocks until nothing is waiting, delayed or running on this queue (a
+  /// paused queue with jobs never gets there) and the events of the jobs' ends have reached the
+  /// observers (a lapse raises them on the timer thread); returns false if `timeout` (real time)
+  /// passed first, or once shutdown() stopped the workers and no handler runs while jobs are left
+  /// (they never start: take_leftovers() hands them back), also to a wait_idle() that was already
   /// waiting when shutdown() began. Throws Error(would_deadlock) from the queue's own handlers and
   /// timer callbacks, and from a shared-pool worker whose wait without a timeout would leave the
   /// pool no free worker. Threaded engines only (Error(wrong_mode) inline: use
   /// Engine::run_until_idle).
-  bool drain(Duration timeout = Duration::max()) { return impl_->drain(timeout); }
+  bool wait_idle(Duration timeout = Duration::max()) { return impl_->wait_idle(timeout); }
 
   /// cancel(id) removes a waiting or delayed job (its dedup id is released; event `cancelled`),
   /// or flags a running one: its handler sees Job::cancelled() and its outcome is recorded as
@@ -281,9 +283,9 @@ class Queue {
   [[nodiscard]] DeadLetterQueue<T>& dlq() const noexcept { return impl_->dlq(); }
 
   /// counts() is the queue's jobs by state, read counter by counter without stopping the
-  /// workers: exact once the queue is quiet (after drain()); while jobs move, one may be counted
-  /// ended (completed) before its attempt's end leaves `active`. Each gauge reads its outflow
-  /// first, so it never shows a job twice.
+  /// workers: exact once the queue is quiet (after wait_idle()); while jobs move, one may be
+  /// counted ended (completed) before its attempt's end leaves `active`. Each gauge reads its
+  /// outflow first, so it never shows a job twice.
   [[nodiscard]] QueueCounts counts() const noexcept { return impl_->counts(); }
 
   /// capacity() is QueueOptions::capacity.

@@ -1,7 +1,7 @@
 // rail: a lock-free, in-process job scheduler. Include this one header to use it.
 #pragma once
 
-#include "rail/add_result.hpp"
+#include "rail/add_receipt.hpp"
 #include "rail/async_job.hpp"
 #include "rail/backoff.hpp"
 #include "rail/clock.hpp"

@@ -1,14 +1,14 @@
 // Result<R>: what a handler of a queue declared with a result type returns
-// (Engine::queue<T, R>): the result itself when the job is done, or any other Outcome.
+// (Engine::declare_queue<T, R>): the result itself when the job is done, or any other Outcome.
 //
-//   auto charges = engine.queue<Order, Receipt>("charges", {});
+//   auto charges = engine.declare_queue<Order, Receipt>("charges", {});
 //   charges.process({}, [](rail::Job<Order>& job) -> rail::Result<Receipt> {
 //     if (gateway_busy()) return rail::Outcome::retry("gateway busy");
 //     return Receipt{job.data().id, 19.99};
 //   });
 //
 // The result is kept once, shared by the `completed` event (formatted when R can be printed),
-// the job's handles (Queue::add_tracked) and the queue's retained results (Queue::result).
+// the job's handles (Queue::add_tracked) and the queue's retained results (Queue::end_of).
 // Cost: one allocation per completed job for the shared result.
 #pragma once
 

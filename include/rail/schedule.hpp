@@ -103,9 +103,9 @@ struct ScheduleInfo {
   /// counts nowhere.
   std::uint64_t failed = 0;
   std::string last_error;
-  std::uint32_t live = 0;     // runs added and not ended yet
-  std::uint64_t owed = 0;     // missed runs waiting for the live run to end (run_once, catch_up)
-  JobId last_job = 0;         // the id of the latest run's job (0: none yet)
+  std::uint32_t live = 0;  // runs added and not ended yet
+  std::uint64_t owed = 0;  // missed runs waiting for the live run to end (run_once, catch_up)
+  JobId last_job = 0;      // the id of the latest run's job (0: none yet)
 };
 
 }  // namespace rail

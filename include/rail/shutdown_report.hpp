@@ -15,7 +15,7 @@ struct LeftoverJob {
   std::string queue;
   JobId id = 0;
   std::string name;
-  std::uint32_t attempts_made = 0;
+  std::uint32_t failed_attempts = 0;
 };
 
 /// Leftover<T>: a job that never started, taken out of a queue after shutdown with its payload
@@ -26,7 +26,7 @@ struct Leftover {
   JobId id = 0;
   std::string name;
   T data;
-  std::uint32_t attempts_made = 0;
+  std::uint32_t failed_attempts = 0;
   bool was_delayed = false;
 };
 

@@ -25,7 +25,7 @@
 // return value). An awaitable must resume or destroy the coroutine it suspends: destroying it
 // drops its Completion, which fails the attempt ("completion dropped"). One that does neither
 // leaks the frame and with it the delivery: its lease lapses and the job is delivered again, but
-// the pending record and the slot stay held and the job counts as active for ever (drain()
+// the pending record and the slot stay held and the job counts as active for ever (wait_idle()
 // waits for it), as with a Completion that is never completed nor destroyed.
 // Cost: a coroutine frame per delivery (the compiler cannot elide an allocation that outlives
 // the call) and a pending record; the hot path of synchronous handlers is unchanged.

@@ -14,7 +14,7 @@
 
 int main() {
   rail::Engine engine;
-  auto q = engine.queue<int>("calls", {});
+  auto q = engine.declare_queue<int>("calls", {});
   q.process({.max_pending = 1}, [](rail::AsyncJob<int> RAIL_REFERENCE job) -> rail::Task {
     co_return job.data() > 0 ? rail::Outcome::done() : rail::Outcome::discard("zero");
   });

@@ -4,7 +4,7 @@
 
 void add_one(rail::Queue<int>& q) {
 #ifdef RAIL_CONTROL_CODABLE
-  const rail::AddResult r = q.add("job", 1);
+  const rail::AddReceipt r = q.add("job", 1);
   (void)r;
 #else
   q.add("job", 1);

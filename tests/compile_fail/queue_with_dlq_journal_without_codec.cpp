@@ -23,6 +23,6 @@ int main() {
   rail::Engine engine;
   rail::QueueOptions options;
   options.dlq.journal.path = "orders.dlq";
-  auto q = engine.queue_with_dlq_journal<PayloadWithoutCodec>("orders", options);
+  auto q = engine.declare_journaled_queue<PayloadWithoutCodec>("orders", options);
   (void)q;
 }

@@ -21,14 +21,14 @@ const char* malloc_library() {
 int main() {
   rail::ManualClock clock;
   rail::Engine engine({.clock = &clock, .mode = rail::Mode::inlined});
-  auto q = engine.queue<std::string>("q", {});
+  auto q = engine.declare_queue<std::string>("q", {});
   std::string seen;
   q.process({}, [&](rail::Job<std::string>& j) {
     if (j.attempt() == 1) return rail::Outcome::retry("once");  // rail allocates an error log
     seen = j.data();
     return rail::Outcome::done();
   });
-  (void)q.add("job", std::string(64, 'x'), {.attempts = 2});
+  (void)q.add("job", std::string(64, 'x'), {.max_attempts = 2});
   engine.run_until_idle();
   if (seen != std::string(64, 'x')) {
     std::fprintf(stderr, "consumer: the job did not run\n");

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "rail/add_result.hpp"
+#include "rail/add_receipt.hpp"
 
 namespace rail::test {
 

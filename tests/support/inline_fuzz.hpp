@@ -23,7 +23,7 @@ using FuzzJobs = std::vector<std::pair<int, JobId>>;
 /// fuzz_job(rng, o): `o` with attempts enough never to dead-letter, and at random a delay (a
 /// quarter of the adds) and a dedup id of four, merged or debounced, with a ttl (a quarter).
 inline JobOptions fuzz_job(FuzzRng& rng, JobOptions o = {}) {
-  o.attempts = 1000;
+  o.max_attempts = 1000;
   if (rng() % 4 == 0) o.delay = std::chrono::milliseconds(rng() % 500);
   if (rng() % 4 == 0) {
     o.dedup.id = "k" + std::to_string(rng() % 4);

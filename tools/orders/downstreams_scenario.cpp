@@ -55,14 +55,15 @@ bool DownstreamsReport::ok() const noexcept {
 DownstreamsReport run_downstreams(Engine& engine, std::ostream* log) {
   DownstreamsReport report;
   const TimePoint t0 = engine.clock().now();  // the window starts empty when declared
-  engine.downstream("payments", {.concurrency = kPaymentsInFlight,
-                                 .rate = RateLimit{.max = kRate, .per = std::chrono::seconds(1)}});
-  engine.downstream("email", {.concurrency = kEmailInFlight});
+  engine.declare_downstream("payments",
+                            {.concurrency = kPaymentsInFlight,
+                             .rate = RateLimit{.max = kRate, .per = std::chrono::seconds(1)}});
+  engine.declare_downstream("email", {.concurrency = kEmailInFlight});
   QueueOptions pay_options, mail_options;
   pay_options.downstream = "payments";
   mail_options.downstream = "email";
-  auto pay = engine.queue<int>("charge-card", pay_options);
-  auto mail = engine.queue<int>("send-email", mail_options);
+  auto pay = engine.declare_queue<int>("charge-card", pay_options);
+  auto mail = engine.declare_queue<int>("send-email", mail_options);
   auto mail_counts = [&mail] { return mail.counts(); };
 
   Outage outage;
@@ -104,8 +105,8 @@ DownstreamsReport run_downstreams(Engine& engine, std::ostream* log) {
          << " sends, its API hangs until the charges are done\n";
 
   // Payments must finish on their own while email hangs (the last charge lifts the outage).
-  (void)pay.drain(std::chrono::minutes(2));
-  (void)mail.drain(std::chrono::minutes(2));
+  (void)pay.wait_idle(std::chrono::minutes(2));
+  (void)mail.wait_idle(std::chrono::minutes(2));
   if (log)
     *log << "payments done at " << std::chrono::duration<double>(report.payments_done_at).count()
          << " s; email then: " << report.mail_active_while_stalled

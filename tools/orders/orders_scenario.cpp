@@ -13,7 +13,7 @@ using namespace std::chrono_literals;
 
 JobOptions retry_policy(Scenario s) {
   JobOptions o;
-  o.attempts = 3;  // SQS: maxReceiveCount 3
+  o.max_attempts = 3;  // SQS: maxReceiveCount 3
   // SQS has no backoff: an undeleted message reappears when its visibility timeout (2 s) ends.
   o.backoff = s == Scenario::bullmq ? Backoff::exponential(500ms) : Backoff::fixed(2000ms);
   return o;
@@ -42,8 +42,8 @@ OrdersQueue declare(Engine& engine, Scenario scenario, const std::string& dlq_jo
     q.stall_policy = StallPolicy::count_as_attempt;  // maxReceiveCount: every receive counts
   }
   // With a journal, the declaration that checks at compile time that Order has a codec.
-  if (!dlq_journal.empty()) return engine.queue_with_dlq_journal<Order, Receipt>("orders", q);
-  return engine.queue<Order, Receipt>("orders", q);
+  if (!dlq_journal.empty()) return engine.declare_journaled_queue<Order, Receipt>("orders", q);
+  return engine.declare_queue<Order, Receipt>("orders", q);
 }
 
 void start_worker(OrdersQueue& queue, Scenario scenario, ManualClock* manual) {
@@ -62,7 +62,7 @@ void start_worker(OrdersQueue& queue, Scenario scenario, ManualClock* manual) {
                     }
                     return Receipt{o.order_id, o.amount};
                   }
-                  if (o.fail_times > 0 && static_cast<int>(job.attempts_made()) < o.fail_times) {
+                  if (o.fail_times > 0 && static_cast<int>(job.failed_attempts()) < o.fail_times) {
                     // A thrown exception is a retryable failure carrying what(), like a rejected
                     // promise.
                     throw std::runtime_error("Simulated payment gateway timeout (attempt " +
@@ -118,7 +118,7 @@ void inspect_dlq(OrdersQueue& queue, std::ostream& out) {
     out << "🔎 DLQ INSPECTOR received permanently-failed job (original id " << e.id << ")\n"
         << "  DLQ entry: {\"orderId\":\"" << e.data.order_id << "\",\"amount\":" << amount
         << ",\"failTimes\":" << e.data.fail_times << "} reason=" << to_string(e.reason)
-        << " attempts=" << e.attempts_made << "/" << e.max_attempts << "\n";
+        << " attempts=" << e.failed_attempts << "/" << e.max_attempts << "\n";
     for (const auto& err : e.errors)
       out << "    attempt " << err.attempt << ": " << err.message << "\n";
   }

@@ -20,6 +20,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
+/// ShutdownBegan: thrown by a producer's add loop when the engine answers shutting_down, to end
+/// production from wherever the add was.
+struct ShutdownBegan {};
+
 struct Payload {
   std::uint64_t plan = 0;  // seeds the fate of every delivery
 };
@@ -202,7 +206,7 @@ Report run(const Config& cfg) {
   qo.capacity = cfg.capacity;
   qo.visibility_timeout = cfg.visibility;
   qo.stall_policy = cfg.stall_policy;
-  qo.defaults.attempts = 3;
+  qo.defaults.max_attempts = 3;
   qo.defaults.backoff = Backoff::fixed(1ms).with_jitter(Jitter::full);
   qo.dlq.max_entries = max_id;
   // The downstream: its concurrency flips between `budget` and 1, its rate between two quotas
@@ -210,13 +214,14 @@ Report run(const Config& cfg) {
   const std::uint32_t budget = std::max<std::uint32_t>(1, cfg.workers / 2);
   std::atomic<std::uint32_t> inside{0}, most_inside{0};
   if (cfg.downstream) {
-    engine.downstream(
-        "soak-api", {.concurrency = cfg.rate_only_downstream ? 0 : budget,
+    engine.declare_downstream(
+        "soak-api", {.concurrency = cfg.rate_only_downstream ? std::nullopt
+                                                             : std::optional<std::uint32_t>(budget),
                      .rate = cfg.rate_only_downstream ? RateLimit{.max = 10'000, .per = 1s}
                                                       : RateLimit::token_bucket(200'000, 1s, 256)});
     qo.downstream = "soak-api";
   }
-  auto q = engine.queue<Payload>("soak", qo);
+  auto q = engine.declare_queue<Payload>("soak", qo);
   WorkerOptions wo =
       cfg.shared_pool ? WorkerOptions::shared() : WorkerOptions{.concurrency = cfg.workers};
   if (cfg.async > 0 || cfg.coroutines)
@@ -321,13 +326,13 @@ Report run(const Config& cfg) {
       enter_downstream();
       const Fate f = fate(cfg, j.data().plan, j.deliveries());
       if (is_async(j.data(), j.deliveries())) {
-        Completion c = j.defer();  // throws Error(capacity) only past max_pending: a failure
-        {
+        // Throws Error(capacity) only past max_pending: a failure.
+        Outcome pending = j.defer([&](Completion c) {
           const std::lock_guard lock(calls_mu);
           calls.push_back({std::move(c), f});
-        }
+        });
         deferred.fetch_add(1);
-        return Outcome::pending();
+        return pending;
       }
       return run_here(f, j);
     });
@@ -339,7 +344,7 @@ Report run(const Config& cfg) {
     QueueOptions so;
     so.capacity = 1024;
     so.downstream = "soak-api";
-    side_q.emplace(engine.queue<int>("soak-side", so));
+    side_q.emplace(engine.declare_queue<int>("soak-side", so));
     side_q->process(cfg.shared_pool ? WorkerOptions{.concurrency = 2} : WorkerOptions::shared(),
                     [&](Job<int>&) {
                       enter_downstream();
@@ -465,8 +470,8 @@ Report run(const Config& cfg) {
       }
     });
   }
-  // A shutdown in the middle of the run: producers see Error(shutting_down) and stop; what never
-  // ran is handed back by take_leftovers below.
+  // A shutdown in the middle of the run: producers see AddStatus::shutting_down and stop; what
+  // never ran is handed back by take_leftovers below.
   std::thread stopper;
   if (cfg.shutdown_at > 0) {
     stopper = std::thread([&] {
@@ -495,14 +500,15 @@ Report run(const Config& cfg) {
       // `after` is a later clock reading than the one before it): every one is checked.
       std::deque<Later> later;
       std::vector<JobId> to_cancel;
-      auto accept = [&](const AddResult& r) {
+      auto accept = [&](const AddReceipt& r) {
         if (r.id > max_id) return v.add("job id " + std::to_string(r.id) + " out of range");
         track[r.id].accepted.store(1);
         accepted_count.fetch_add(1);
       };
       auto add = [&](const JobOptions& o) {
         for (;;) {
-          AddResult r = q.add("soak", Payload{rng()}, o);
+          AddReceipt r = q.add("soak", Payload{rng()}, o);
+          if (r.status == AddStatus::shutting_down) throw ShutdownBegan{};  // ends production
           if (r.status != AddStatus::full && r.status != AddStatus::dedup_full) return r;
           std::this_thread::yield();  // back-pressure: the queue (or its window) is full
         }
@@ -512,7 +518,7 @@ Report run(const Config& cfg) {
         const Later& l = ids.front();
         JobOptions lo = qo.defaults;
         lo.dedup = {.id = l.key, .ttl = window};
-        AddResult r2 = add(lo);
+        AddReceipt r2 = add(lo);
         const bool into_redriven = r2.status == AddStatus::duplicate && r2.id == l.first &&
                                    track[l.first].redrive_tried.load() != 0;
         if (into_redriven) {
@@ -538,7 +544,7 @@ Report run(const Config& cfg) {
             if (u(rng) < cfg.debounce) o.dedup.mode = DedupMode::debounce;
           }
           TimePoint before = clock.now();
-          AddResult r = add(o);
+          AddReceipt r = add(o);
           if (r.status != AddStatus::added) {
             v.add("a fresh add returned " + std::string(to_string(r.status)));
             continue;
@@ -546,7 +552,7 @@ Report run(const Config& cfg) {
           accept(r);
           if (dup) {
             TimePoint after_first = clock.now();
-            AddResult again = add(o);
+            AddReceipt again = add(o);
             TimePoint after_second = clock.now();
             // A debounce restarts the window at the second add.
             if (again.status == AddStatus::debounced) after_first = after_second;
@@ -594,10 +600,11 @@ Report run(const Config& cfg) {
           else
             std::this_thread::sleep_for(100us);
         }
+      } catch (const ShutdownBegan&) {
+        // A mid-run shutdown ends production; one without a planned shutdown is a violation.
+        if (cfg.shutdown_at <= 0) v.add("a producer's add answered shutting_down");
       } catch (const Error& e) {
-        // A mid-run shutdown ends production; anything else is a violation.
-        if (e.code() != ErrorCode::shutting_down || cfg.shutdown_at <= 0)
-          v.add(std::string("a producer got ") + e.what());
+        v.add(std::string("a producer got ") + e.what());
       }
     });
   }
@@ -682,7 +689,7 @@ Report run(const Config& cfg) {
   };
   std::unordered_map<JobId, Filed> dlq_entries;
   for (const auto& e : q.dlq().list())
-    dlq_entries.emplace(e.id, Filed{e.attempts_made, e.deliveries, e.stalls});
+    dlq_entries.emplace(e.id, Filed{e.failed_attempts, e.deliveries, e.stalls});
   // Under StallPolicy::own_budget a lapse is not a failed attempt (no attempt_failed event)
   // unless it is the one past the budget, which dead-letters the job with reason lease_expired
   // and is both; so a life's deliveries are its failures, its stalls (less that last one) and

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <utility>
 
-#include "rail/add_result.hpp"
+#include "rail/add_receipt.hpp"
 #include "rail/dead_letter_queue.hpp"
 #include "rail/detail/job_flow.hpp"
 #include "rail/event.hpp"
@@ -45,18 +45,17 @@ class DeadLetterBridge {
 
   /// overflow(job_name, data, o, forced): the queue is full: what its policy says (or the DLQ
   /// when `forced`).
-  AddResult overflow(std::string_view job_name, T&& data, const JobOptions& o,
-                     bool forced = false) {
-    if (flow_.options().on_full != OverflowPolicy::dead_letter && !forced)
-      return {0, AddStatus::full};
+  AddReceipt overflow(std::string_view job_name, T&& data, const JobOptions& o,
+                      bool forced = false) {
+    if (flow_.options().on_full != OnFull::dead_letter && !forced) return {0, AddStatus::full};
     const std::uint64_t id = flow_.core().next_ids(1);
     const TimePoint now{Duration{flow_.core().now_ns()}};
     DeadLetter<T> e{.id = id,
                     .name = std::string(job_name),
                     .data = std::move(data),
                     .reason = DeadLetterReason::overflow,
-                    .attempts_made = 0,
-                    .max_attempts = static_cast<std::uint32_t>(o.attempts),
+                    .failed_attempts = 0,
+                    .max_attempts = o.max_attempts,
                     .added_at = now,
                     .dead_at = now,
                     .errors = {},
@@ -88,7 +87,7 @@ class DeadLetterBridge {
       end->reason = e.reason;
       end->errors = e.errors;
       if (!e.errors.empty()) end->error = e.errors.back().message;
-      end->attempts = e.attempts_made;
+      end->attempt = e.failed_attempts;
       end->ended_at = e.dead_at;
     });
     return end;

@@ -34,7 +34,7 @@
 #include <string>
 #include <string_view>
 
-#include "rail/add_result.hpp"
+#include "rail/add_receipt.hpp"
 #include "rail/detail/deadline.hpp"
 #include "rail/detail/dedup_set.hpp"
 #include "rail/detail/flow_parts.hpp"
@@ -75,7 +75,7 @@ class DedupClaims {
   void reclaim(std::uint32_t idx, JobId id, const std::string& key, std::int64_t now);
   /// refusal(claim, o): the add's status when the window refused the id (full); throws
   /// Error(invalid_option) when the id is too long; nullopt for a duplicate of a live job.
-  static std::optional<AddResult> refusal(const DedupSet::Claim& claim, const JobOptions& o);
+  static std::optional<AddReceipt> refusal(const DedupSet::Claim& claim, const JobOptions& o);
 
   /// release_at_end(s, cancelled): the job in s (held by the caller) is ending: closes its keep
   /// gate and lets its id go, unless a ttl keeps merging adds of a job that ran (a cancelled job

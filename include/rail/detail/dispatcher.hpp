@@ -27,11 +27,11 @@
 // pause still runs. One it popped after the pause waits in its stash (paused_after_pop): no job
 // added after pause() returned starts before resume(). pause_and_wait() also waits until every
 // worker acknowledged the pause between jobs or is parked (asleep, or outside this queue's turn).
-// Drained: note_if_drained() runs where a worker (inline: run_inline) runs out of jobs, after a
+// Drained: note_if_idle() runs where a worker (inline: run_inline) runs out of jobs, after a
 // pool turn that ran a job (it may have ended on the queue's last), and after a cancel; only
-// while someone observes. It raises `drained` when the queue's gauges show nothing waiting,
-// delayed or active and work entered it since the last `drained` (the total of moves into
-// waiting or delayed grew: QueueStats::idle_mark). drained_mark_ keeps that total;
+// while someone observes. It raises `idle` when the queue's gauges show nothing waiting,
+// delayed or active and work entered it since the last `idle` (the total of moves into
+// waiting or delayed grew: QueueStats::idle_mark). idle_raised_mark_ keeps that total;
 // an RMW on it orders each checker's earlier counts before the next checker's reads, so of two
 // workers ending the last two jobs at once the later check sees both ends (Dekker, no fence).
 // Memory ordering: the ring push is a release and its pop an acquire (they carry the slot's
@@ -320,12 +320,12 @@ class Dispatcher {
   /// pause_and_wait(timeout): Queue::pause_and_wait.
   bool pause_and_wait(Duration timeout);
 
-  /// note_if_drained(on_worker): the queue may have become idle (see the header); on_worker:
+  /// note_if_idle(on_worker): the queue may have become idle (see the header); on_worker:
   /// called by one of its worker threads, which its observers must not wait for.
-  void note_if_drained(bool on_worker) noexcept {
+  void note_if_idle(bool on_worker) noexcept {
     if (!core_.observed()) [[likely]]
       return;  // relaxed hint: nothing to pay when nobody observes
-    raise_if_drained(on_worker);
+    raise_if_idle(on_worker);
   }
 
   /// pool_of_caller(): this queue's shared pool, when the caller is one of that pool's workers
@@ -395,7 +395,7 @@ class Dispatcher {
   bool steal(std::uint32_t w, const WorkerContext& wc, std::uint32_t& idx) noexcept;
   /// workers_acknowledged(epoch): PauseBarrier::acknowledged over this queue's workers.
   [[nodiscard]] bool workers_acknowledged(std::uint64_t epoch) const noexcept;
-  void raise_if_drained(bool on_worker) noexcept;
+  void raise_if_idle(bool on_worker) noexcept;
   void emit_queue_event(EventKind kind) const noexcept;
 
   /// wake_for_ready(even_if_held): after a push to the ready ring (or a stash), make sure a
@@ -452,8 +452,8 @@ class Dispatcher {
   std::atomic<std::uint64_t> held_back_{0};  // see held_back()
   PauseListener* pause_listener_ = nullptr;  // set before the queue is published
   PermitSource* permits_ = nullptr;          // set before any worker starts
-  // The idle_mark of the last `drained` (see the header); only touched when observed.
-  alignas(64) std::atomic<std::uint64_t> drained_mark_{0};
+  // The idle_mark of the last `idle` (see the header); only touched when observed.
+  alignas(64) std::atomic<std::uint64_t> idle_raised_mark_{0};
 };
 
 }  // namespace rail::detail

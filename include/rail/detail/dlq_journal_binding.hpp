@@ -56,7 +56,7 @@ class DlqJournalBinding {
                       type_name(typeid(T)) +
                       " has no rail::JournalCodec; expected a specialisation of "
                       "rail::JournalCodec for it (see rail/journal_codec.hpp; declaring the "
-                      "queue with Engine::queue_with_dlq_journal makes this a compile error)");
+                      "queue with Engine::declare_journaled_queue makes this a compile error)");
     }
   }
 
@@ -105,7 +105,7 @@ class DlqJournalBinding {
       s.name = e.name;
       JournalCodec<T>::encode(e.data, s.payload);
       s.reason = e.reason;
-      s.attempts_made = e.attempts_made;
+      s.failed_attempts = e.failed_attempts;
       s.max_attempts = e.max_attempts;
       s.added_at_ns = e.added_at.time_since_epoch().count();
       s.dead_at_ns = e.dead_at.time_since_epoch().count();
@@ -170,7 +170,7 @@ class DlqJournalBinding {
           .name = std::move(s.name),
           .data = std::move(*data),
           .reason = s.reason,
-          .attempts_made = s.attempts_made,
+          .failed_attempts = s.failed_attempts,
           .max_attempts = s.max_attempts,
           .added_at = TimePoint{Duration{journal::shifted(s.added_at_ns, shift)}},
           .dead_at = TimePoint{Duration{journal::shifted(s.dead_at_ns, shift)}},

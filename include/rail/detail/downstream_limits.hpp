@@ -162,7 +162,7 @@ class BasicDownstreamLimits {
   /// BasicDownstreamLimits(o, now_ns): the limits o (validated with rail::validate first: an
   /// out-of-bounds rate aborts), the bucket full at now_ns.
   BasicDownstreamLimits(const DownstreamOptions& o, std::int64_t now_ns)
-      : permits_(std::uint64_t{o.concurrency} << 32) {
+      : permits_(std::uint64_t{o.concurrency.value_or(0)} << 32) {
     configs_.push_back(make_config(o.rate, now_ns, nullptr));
     configs_.back()->issued.store(0, std::memory_order_relaxed);  // a full bucket
     // relaxed: the object is published to other threads by whoever constructed it.
@@ -373,14 +373,13 @@ class BasicDownstreamLimits {
     c->prev = prev;
     if (rate) {
       const bool window = rate->kind == RateLimit::Kind::window;
-      const std::uint64_t burst = rate->burst != 0 ? rate->burst : rate->max;
-      RAIL_INVARIANT(
-          rate->max >= 1 && rate->max <= RateLimit::kMaxTokens && rate->per.count() > 0 &&
-              rate->per != Duration::max() &&
-              rate->max <= static_cast<std::uint64_t>(rate->per.count()) &&
-              burst <= RateLimit::kMaxTokens &&
-              (!window || (rate->max <= RateLimit::kMaxWindowStarts && rate->burst == 0)),
-          "DownstreamLimits: a rate outside rail::validate(DownstreamOptions)'s bounds");
+      const std::uint64_t burst = rate->burst.value_or(rate->max);
+      RAIL_INVARIANT(rate->max >= 1 && rate->max <= RateLimit::kMaxTokens &&
+                         rate->per.count() > 0 && rate->per != Duration::max() &&
+                         rate->max <= static_cast<std::uint64_t>(rate->per.count()) &&
+                         burst <= RateLimit::kMaxTokens &&
+                         (!window || (rate->max <= RateLimit::kMaxWindowStarts && !rate->burst)),
+                     "DownstreamLimits: a rate outside rail::validate(DownstreamOptions)'s bounds");
       c->max = rate->max;
       c->per_ns = static_cast<std::uint64_t>(rate->per.count());
       c->burst = static_cast<std::int64_t>(burst);

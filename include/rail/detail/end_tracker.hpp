@@ -1,5 +1,5 @@
 // EndTracker: who hears of a job's end besides the observers: waiters on the job (JobHandle,
-// Queue::wait) and the queue's retained ends (Queue::result). Cold path, simple and locked: the
+// Queue::wait) and the queue's retained ends (Queue::end_of). Cold path, simple and locked: the
 // job flow calls record() only when wanted() (someone waits, or the queue retains ends), so a
 // queue that uses neither pays one relaxed load per ended job.
 //
@@ -111,8 +111,8 @@ class EndTracker {
   ~EndTracker();
   EndTracker(const EndTracker&) = delete;
   EndTracker& operator=(const EndTracker&) = delete;
-  /// configure(retention, has_result): the queue's retention (defaults per ResultRetention).
-  void configure(const ResultRetention& retention, bool has_result);
+  /// configure(retention, has_result): the queue's retention (defaults per EndRetention).
+  void configure(const EndRetention& retention, bool has_result);
 
   /// wanted(): someone waits or the queue retains ends: the flow builds a record for record().
   /// The flow reads it after a light fence that follows the job's history entry; watch() raises

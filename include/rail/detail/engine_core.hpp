@@ -44,7 +44,7 @@
 #include <utility>
 #include <vector>
 
-#include "rail/add_result.hpp"
+#include "rail/add_receipt.hpp"
 #include "rail/clock.hpp"
 #include "rail/detail/deadline.hpp"
 #include "rail/detail/downstream_gate.hpp"
@@ -202,7 +202,7 @@ class EngineCore {
 
   // --- downstreams (cold: declared and looked up under downstream_mu_) -------------------------
   /// declare_downstream(name, options): downstream `name` with these limits: new, or an existing
-  /// one whose limits change at once (Engine::downstream). Options validated by the caller.
+  /// one whose limits change at once (Engine::declare_downstream). Options validated by the caller.
   DownstreamGate& declare_downstream(std::string_view name, const DownstreamOptions& options);
   /// downstream(name, queue): the gate queue `queue` names; Error(invalid_option) if undeclared.
   DownstreamGate& downstream(std::string_view name, std::string_view queue);
@@ -245,7 +245,7 @@ class EngineCore {
   /// await_deliveries(deadline): waits until the events raised under the wheel before the call
   /// (a lapse, a firing) have reached the observers; false if `deadline` passed first. The owner
   /// delivers them only after it lets the wheel go, and meanwhile the counts may already show
-  /// the jobs ended: drain() calls this so that "drained" also means "observed".
+  /// the jobs ended: wait_idle() calls this so that "idle" also means "observed".
   [[nodiscard]] bool await_deliveries(std::chrono::steady_clock::time_point deadline) {
     return bus_.await_deliveries(deadline);
   }

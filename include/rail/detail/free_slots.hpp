@@ -180,7 +180,7 @@ class BasicFreeSlots {
     flush_all();
     // A flush (ours, or another thread's that emptied the batches first) may still be writing
     // ring cells: while enough indices look free, wait them out as the single pop does (else
-    // add_bulk can answer `full` right after drain():
+    // add_bulk can answer `full` right after wait_idle():
     // ThreadedEngine.ABulkAddAfterDrainFindsEverySlotTheWorkersFreed pins it).
     for (;;) {
       if (const std::size_t got = try_pop_bulk_once(out, n)) return got;

@@ -142,8 +142,8 @@ class JobEnds {
     }
     // leave() without its Settled: nothing was kept for after this job and nobody wants a
     // record. The result goes now, as end()'s does: before the slot ends and the attempt counts
-    // as ended (drain() may return then), not with deliver()'s Outcome afterwards (else a result
-    // holding a file outlives drain():
+    // as ended (wait_idle() may return then), not with deliver()'s Outcome afterwards (else a
+    // result holding a file outlives wait_idle():
     // ResultsThreaded.ACompletedJobsResultIsDestroyedBeforeDrainReturns).
     result.reset();
     s.end_kind = EndKind::completed;
@@ -187,7 +187,8 @@ class JobEnds {
     if (parts_.slot(idx).ctl.end()) final_end(idx);  // the stale handler returned meanwhile
   }
 
-  // --- results (Engine::queue<T, R>) and who hears of ends ----------------------------------
+  // --- results (Engine::declare_queue<T, R>) and who hears of ends
+  // ----------------------------------
   /// declare_result(type, format): the queue's result type and its printer (null: none), set
   /// once at declaration, before the queue is handed out; applies the retention defaults.
   void declare_result(std::type_index type, std::string (*format)(const void*));
@@ -240,7 +241,7 @@ class JobEnds {
   FlowParts& parts_;
   DedupClaims& claims_;
   PayloadHooks& payloads_;
-  // Results (Engine::queue<T, R>): R's identity and printer, and who hears of ends.
+  // Results (Engine::declare_queue<T, R>): R's identity and printer, and who hears of ends.
   std::type_index result_type_{typeid(void)};
   std::string (*format_result_)(const void*) = nullptr;  // null: R cannot be printed
   EndTracker tracker_;

@@ -63,7 +63,7 @@
 #include <typeindex>
 #include <vector>
 
-#include "rail/add_result.hpp"
+#include "rail/add_receipt.hpp"
 #include "rail/dead_letter_queue.hpp"
 #include "rail/detail/completions.hpp"
 #include "rail/detail/deadline.hpp"
@@ -140,7 +140,7 @@ class JobFlow : public QueueBase,
   void resume() noexcept { dispatch_.resume(); }
   bool pause_and_wait(Duration timeout) { return dispatch_.pause_and_wait(timeout); }
   [[nodiscard]] bool paused() const noexcept { return dispatch_.paused(); }
-  bool drain(Duration timeout);
+  bool wait_idle(Duration timeout);
   bool cancel(JobId id) { return control_.cancel(id); }
   [[nodiscard]] JobState state(JobId id) const { return queries_.state(id); }
   /// retime(id, due, held_only): a delayed job runs at `due` instead (promote: now). See
@@ -169,7 +169,7 @@ class JobFlow : public QueueBase,
         .name = std::string(job_name(s)),
         .data = std::move(data),
         .reason = s.end_reason,
-        .attempts_made = s.attempts(),
+        .failed_attempts = s.attempts(),
         .max_attempts = s.max_attempts,
         .added_at = TimePoint{Duration{s.added_ns}},
         .dead_at = TimePoint{Duration{core().now_ns()}},
@@ -188,8 +188,8 @@ class JobFlow : public QueueBase,
   template <class T, class Fill>
   RedriveStatus redrive_with(const DeadLetter<T>& e, bool reset_counters, Fill&& fill) {
     const RedriveOf of{
-        e.id,         e.name,     e.max_attempts, e.backoff,       e.visibility_timeout,
-        e.downstream, e.added_at, e.dedup_id,     e.attempts_made, e.deliveries,
+        e.id,         e.name,     e.max_attempts, e.backoff,         e.visibility_timeout,
+        e.downstream, e.added_at, e.dedup_id,     e.failed_attempts, e.deliveries,
         e.stalls,     e.errors};
     std::uint32_t idx;
     const RedriveStatus status = begin_redrive(of, reset_counters, idx);
@@ -202,7 +202,8 @@ class JobFlow : public QueueBase,
   void note_overflow(JobId id, std::string_view job_name, std::uint32_t max_attempts,
                      TimePoint now) noexcept;
 
-  // --- results and waiting (Engine::queue<T, R>, Queue::add_tracked / result / wait) --------
+  // --- results and waiting (Engine::declare_queue<T, R>, Queue::add_tracked / result / wait)
+  // --------
   void declare_result(std::type_index type, std::string (*format)(const void*)) {
     ends_.declare_result(type, format);
   }
@@ -213,9 +214,11 @@ class JobFlow : public QueueBase,
   [[nodiscard]] std::optional<EndRecord> end_of(JobId id) const { return queries_.end_of(id); }
 
   // --- repeatable jobs (Queue::schedule) ---------------------------------------------------------
-  /// validate_schedule(id, job_name, o): throws as admit() does, and as
-  /// validate_schedule_options.
+  /// validate_schedule(id, job_name, o): throws as admit() does, as validate_schedule_options,
+  /// and Error(shutting_down) once shutdown began (a declaration, as Engine::declare_queue).
   void validate_schedule(std::string_view id, std::string_view job_name, const ScheduleOptions& o) {
+    if (!core().accepting()) [[unlikely]]
+      throw_shutting_down();
     admit(job_name, o.job);
     validate_schedule_options(id, o, parts_.name);
   }
@@ -304,7 +307,7 @@ class JobFlow : public QueueBase,
   struct Added {
     enum class What : std::uint8_t { added, no_room, duplicate, refused };
     What what = What::added;
-    AddResult result{};
+    AddReceipt result{};
     DedupSet::Claim claim{};
     std::int64_t now = 0;
   };
@@ -316,10 +319,14 @@ class JobFlow : public QueueBase,
   Added add_with(std::string_view job_name, const JobOptions& o, bool may_block, JobId prior,
                  std::shared_ptr<EndWaiter>* watch, Fill&& fill) {
     using What = Added::What;
+    if (!core().accepting()) [[unlikely]]
+      return Added{What::refused, {0, AddStatus::shutting_down}, {}, 0};
     admit(job_name, o);
     const std::uint16_t name_id = core().names().intern(job_name);
     std::uint32_t idx;
     if (!(may_block ? acquire_slots(&idx, 1) : try_acquire(&idx, 1))) [[unlikely]] {
+      // Shutdown began while the add waited for room (OnFull::block).
+      if (!core().accepting()) return Added{What::refused, {0, AddStatus::shutting_down}, {}, 0};
       // A duplicate of a live job merges even when there is no room for a new one (the job
       // that held the id for a kept add is no such job: it ended).
       if (!o.dedup.id.empty()) {
@@ -363,10 +370,9 @@ class JobFlow : public QueueBase,
     return Added{What::added, {id, AddStatus::added}};
   }
 
-  /// admit(name, o): throws unless the engine accepts jobs and name and o are valid here.
+  /// admit(name, o): throws unless name and o are valid here (whether the engine still
+  /// accepts jobs is the caller's check: a status for an add, an Error for a declaration).
   void admit(std::string_view name, const JobOptions& o) {
-    if (!core().accepting()) [[unlikely]]
-      throw_shutting_down();
     // Blank: no visible character. The first one usually is, so this is a compare or two.
     if (name.empty() || name.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos)
         [[unlikely]]
@@ -378,7 +384,7 @@ class JobFlow : public QueueBase,
   }
   [[noreturn]] void throw_shutting_down() const;
 
-  /// acquire_slots(out, n): takes n free slots (all or none), waiting per OverflowPolicy::block.
+  /// acquire_slots(out, n): takes n free slots (all or none), waiting per OnFull::block.
   bool acquire_slots(std::uint32_t* out, std::size_t n) {
     if (try_acquire(out, n)) [[likely]]
       return true;
@@ -415,10 +421,10 @@ class JobFlow : public QueueBase,
     s.added_ns = now;
     s.started_ns.store(0, std::memory_order_relaxed);
     s.prev_delay_ns = 0;
-    s.attempts_made.store(0, std::memory_order_relaxed);
+    s.failed_attempts.store(0, std::memory_order_relaxed);
     s.deliveries.store(0, std::memory_order_relaxed);
     s.stalls.store(0, std::memory_order_relaxed);
-    s.max_attempts = static_cast<std::uint16_t>(o.attempts);
+    s.max_attempts = static_cast<std::uint16_t>(o.max_attempts);
     s.visibility_ns = o.visibility_timeout.value_or(parts_.options.visibility_timeout).count();
     s.end_kind = EndKind::none;
     s.end_reason = DeadLetterReason::none;
@@ -447,9 +453,9 @@ class JobFlow : public QueueBase,
   /// note_added(s, delay): the add's event.
   void note_added(const JobSlot& s, Duration delay) const noexcept;
   /// note_duplicate(owner, job_name, o, now, debounced): a duplicate add merged into `owner`.
-  AddResult note_duplicate(JobId owner, std::string_view job_name, const JobOptions& o,
-                           std::int64_t now, bool debounced,
-                           AddStatus status = AddStatus::duplicate);
+  AddReceipt note_duplicate(JobId owner, std::string_view job_name, const JobOptions& o,
+                            std::int64_t now, bool debounced,
+                            AddStatus status = AddStatus::duplicate);
 
   /// take_unstarted(take): after shutdown, under the wheel, hands every job that never started
   /// and that no handler pins to take(idx, delayed), which moves its payload out and destroys
@@ -468,7 +474,7 @@ class JobFlow : public QueueBase,
     const std::string& downstream;
     TimePoint added_at;
     const std::string& dedup_id;
-    std::uint32_t attempts_made, deliveries, stalls;
+    std::uint32_t failed_attempts, deliveries, stalls;
     const std::vector<AttemptError>& errors;
   };
   /// begin_redrive(of, reset_counters, idx): takes slot idx and fills it from `of` (queue_full,

@@ -79,11 +79,11 @@ struct alignas(64) JobSlot {
   std::int64_t prev_delay_ns = 0;           // for decorrelated jitter
   std::int64_t backoff_delay_ns = 0;
   std::int64_t backoff_cap_ns = 0;
-  std::int64_t visibility_ns = 0;               // lease length of each delivery
-  SlotExtra* extra = nullptr;                   // owned by the queue's slot array
-  std::atomic<std::uint16_t> attempts_made{0};  // failed attempts so far (lapses included)
-  std::uint16_t max_attempts = 1;               // JobOptions::attempts (SQS maxReceiveCount)
-  std::atomic<std::uint16_t> deliveries{0};     // handler starts (SQS ApproximateReceiveCount)
+  std::int64_t visibility_ns = 0;                 // lease length of each delivery
+  SlotExtra* extra = nullptr;                     // owned by the queue's slot array
+  std::atomic<std::uint16_t> failed_attempts{0};  // failed attempts so far (lapses included)
+  std::uint16_t max_attempts = 1;                 // JobOptions::max_attempts (SQS maxReceiveCount)
+  std::atomic<std::uint16_t> deliveries{0};       // handler starts (SQS ApproximateReceiveCount)
   std::uint16_t name = 0;         // NameTable index, or kOwnName: the name is in extra->own_name
   std::uint8_t backoff_bits = 0;  // BackoffKind << 4 | Jitter: see backoff() (a byte for `link`)
   std::uint8_t link = 0;  // the downstream the job calls: its queue's GateLink (gate_link.hpp)
@@ -120,7 +120,7 @@ struct alignas(64) JobSlot {
 
   // The holder's reads and writes of the fields state() also reads (relaxed: see the header).
   [[nodiscard]] std::uint16_t attempts() const noexcept {
-    return attempts_made.load(std::memory_order_relaxed);
+    return failed_attempts.load(std::memory_order_relaxed);
   }
   [[nodiscard]] std::uint16_t delivered() const noexcept {
     return deliveries.load(std::memory_order_relaxed);

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "rail/add_result.hpp"
+#include "rail/add_receipt.hpp"
 #include "rail/dead_letter_queue.hpp"
 #include "rail/detail/dead_letter_bridge.hpp"
 #include "rail/detail/job_flow.hpp"
@@ -65,19 +65,19 @@ class QueueImpl final : public JobFlow {
   [[nodiscard]] DeadLetterQueue<T>& dlq() noexcept { return bridge_.dlq(); }
 
   // --- adding ------------------------------------------------------------------------------------
-  AddResult add(std::string_view job_name, T&& data, const JobOptions& o) {
+  AddReceipt add(std::string_view job_name, T&& data, const JobOptions& o) {
     return add_one(job_name, std::move(data), o);
   }
 
   /// Tracked: an add and the waiter of the job it names (see Queue::add_tracked).
   struct Tracked {
-    AddResult added;
+    AddReceipt added;
     std::shared_ptr<EndWaiter> waiter;
     bool sure = false;  // registered before the job was published
   };
   Tracked add_tracked(std::string_view job_name, T&& data, const JobOptions& o) {
     std::shared_ptr<EndWaiter> waiter;
-    const AddResult r = add_one(job_name, std::move(data), o, AddFrom::producer, 0, &waiter);
+    const AddReceipt r = add_one(job_name, std::move(data), o, AddFrom::producer, 0, &waiter);
     if (waiter) return {r, std::move(waiter), true};
     // A duplicate (tracked as the job it merged into), a DLQ entry (overflow), or nothing.
     if (r.id != 0) return {r, end_tracker().watch(r.id, false), false};
@@ -97,9 +97,9 @@ class QueueImpl final : public JobFlow {
   /// add_one(..., from, prior, watch): add(), for the adder `from`; a kept add takes the dedup
   /// id over from its ended job `prior`, which held it for it. `watch`: a new job's waiter is
   /// registered there before the job is published (add_tracked), so its end cannot be missed.
-  AddResult add_one(std::string_view job_name, T&& data, const JobOptions& o,
-                    AddFrom from = AddFrom::producer, JobId prior = 0,
-                    std::shared_ptr<EndWaiter>* watch = nullptr) {
+  AddReceipt add_one(std::string_view job_name, T&& data, const JobOptions& o,
+                     AddFrom from = AddFrom::producer, JobId prior = 0,
+                     std::shared_ptr<EndWaiter>* watch = nullptr) {
     const bool may_block = from != AddFrom::kept && from != AddFrom::schedule;
     const Added a = add_with(job_name, o, may_block, prior, watch,
                              [&](void* cell) noexcept { ::new (cell) T(std::move(data)); });
@@ -129,7 +129,9 @@ class QueueImpl final : public JobFlow {
   }
 
   /// add_bulk: all payloads get one name and one set of options (no dedup: ids differ per job).
-  BulkAddResult add_bulk(std::string_view job_name, std::span<T> items, const JobOptions& o) {
+  BulkAddReceipt add_bulk(std::string_view job_name, std::span<T> items, const JobOptions& o) {
+    if (!core().accepting()) [[unlikely]]
+      return {AddStatus::shutting_down, 0, 0};
     admit(job_name, o);
     if (!o.dedup.id.empty())
       throw Error(ErrorCode::invalid_option,
@@ -137,9 +139,9 @@ class QueueImpl final : public JobFlow {
                       "'; one dedup id cannot cover several jobs — use add() per job for dedup");
     if (items.empty()) return {AddStatus::added, 0, 0};
     // No room: what the overflow policy says, for the whole batch.
-    const auto refuse = [&]() -> BulkAddResult {
-      if (options().on_full != OverflowPolicy::dead_letter) return {AddStatus::full, 0, 0};
-      BulkAddResult r{AddStatus::dead_lettered, 0, items.size()};
+    const auto refuse = [&]() -> BulkAddReceipt {
+      if (options().on_full != OnFull::dead_letter) return {AddStatus::full, 0, 0};
+      BulkAddReceipt r{AddStatus::dead_lettered, 0, items.size()};
       for (auto& item : items) {
         auto one = bridge_.overflow(job_name, std::move(item), o);
         if (r.first_id == 0) r.first_id = one.id;
@@ -158,7 +160,8 @@ class QueueImpl final : public JobFlow {
       big.resize(items.size());
       held = big.data();
     }
-    if (!acquire_slots(held, items.size())) return refuse();
+    if (!acquire_slots(held, items.size()))
+      return core().accepting() ? refuse() : BulkAddReceipt{AddStatus::shutting_down, 0, 0};
     name_jobs(held, items.size(), name_id, job_name);
     const std::int64_t now = core().now_ns();
     const std::uint64_t first = core().next_ids(items.size());
@@ -282,9 +285,9 @@ class QueueImpl final : public JobFlow {
   /// merge_duplicate(claim, ...): an add whose dedup id a live job holds: debounce or replace it,
   /// keep it for after the running job (keep_last_if_active), or merge; the window restarts
   /// when asked to (extend, debounce).
-  AddResult merge_duplicate(const DedupSet::Claim& claim, std::string_view job_name, T&& data,
-                            const JobOptions& o, std::int64_t now, AddFrom from,
-                            std::shared_ptr<EndWaiter>* watch = nullptr) {
+  AddReceipt merge_duplicate(const DedupSet::Claim& claim, std::string_view job_name, T&& data,
+                             const JobOptions& o, std::int64_t now, AddFrom from,
+                             std::shared_ptr<EndWaiter>* watch = nullptr) {
     // A kept add finds the id taken by another job only if that job was added after the kept
     // add's own job let the id go (a ttl that lapsed), that is, by a newer add: it merges into
     // that one. Kept again or replacing, it would run after newer data, or overwrite an add kept
@@ -292,7 +295,7 @@ class QueueImpl final : public JobFlow {
     if (from == AddFrom::kept) return note_duplicate(claim.owner, job_name, o, now, false);
     if (o.dedup.keep_last_if_active) {
       if (keep_last(claim, job_name, data, o))
-        return note_duplicate(claim.owner, job_name, o, now, false, AddStatus::deferred);
+        return note_duplicate(claim.owner, job_name, o, now, false, AddStatus::kept);
       // The kept job ended between the claim and the check (its id released, or held for its
       // ttl): one more try adds this as a new job, or merges it within the ttl, instead of
       // merging it into a job that will not run again.
@@ -374,9 +377,9 @@ class QueueImpl final : public JobFlow {
       // over in place, so that no newer add can make a job that this one would then follow.
       // An add that comes between taking the entry above and the claim finds the ended job
       // holding the id and no add kept for it: it merges, as it would into the waiting job.
-      const AddResult r = add_one(d->name, std::move(d->data), d->options, AddFrom::kept, id);
+      const AddReceipt r = add_one(d->name, std::move(d->data), d->options, AddFrom::kept, id);
       if (r.status == AddStatus::added || r.status == AddStatus::duplicate) return;
-      if (r.status == AddStatus::dead_lettered) {  // filed (OverflowPolicy::dead_letter)
+      if (r.status == AddStatus::dead_lettered) {  // filed (OnFull::dead_letter)
         // The id goes too (else it is held forever:
         // Peers.AKeptAddFiledByAFullDeadLetterQueueLetsTheIdGo pins it).
         (void)claims().window().release(key, id);

@@ -24,7 +24,7 @@
 #include <memory>
 #include <optional>
 
-#include "rail/add_result.hpp"
+#include "rail/add_receipt.hpp"
 #include "rail/detail/striped_counter.hpp"
 #include "rail/job_state.hpp"
 #include "rail/options.hpp"

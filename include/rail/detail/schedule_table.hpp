@@ -32,7 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "rail/add_result.hpp"
+#include "rail/add_receipt.hpp"
 #include "rail/detail/end_tracker.hpp"
 #include "rail/detail/engine_core.hpp"
 #include "rail/schedule.hpp"
@@ -43,7 +43,7 @@ class ScheduleTable {
  public:
   /// RunAdder(watch): adds one run's job without waiting for room, registering its waiter in
   /// *watch before the job is published; throws as Queue::add does.
-  using RunAdder = std::function<AddResult(std::shared_ptr<EndWaiter>* watch)>;
+  using RunAdder = std::function<AddReceipt(std::shared_ptr<EndWaiter>* watch)>;
   /// Definition: what a schedule runs and when; replaced whole by an upsert.
   struct Definition {
     Schedule when;

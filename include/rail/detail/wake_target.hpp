@@ -129,7 +129,7 @@ struct PoolDuty {
   std::int64_t keep_before = INT64_MIN;
 };
 
-/// PoolWait: a shared-pool worker that waits for jobs only its pool runs (drain(), a job
+/// PoolWait: a shared-pool worker that waits for jobs only its pool runs (wait_idle(), a job
 /// handle's wait(), from a handler or an observer on the pool) holds one of the pool's workers
 /// until the wait ends. The one rule that decides whether such a wait may block:
 /// - without a timeout, the waits are counted per pool, and the one that would leave no worker

@@ -1,4 +1,4 @@
-// AddResult: what Queue::add reports. A full queue or a duplicate is an expected outcome, not an
+// AddReceipt: what Queue::add reports. A full queue or a duplicate is an expected outcome, not an
 // exception: the status says which, and no job is ever dropped without one.
 #pragma once
 
@@ -18,23 +18,25 @@ enum class AddStatus : std::uint8_t {
   full,           // the queue held `capacity` unfinished jobs; nothing was created
   dead_lettered,  // the queue was full and its policy sent the new job `id` to the DLQ
   dedup_full,     // the dedup window held its maximum of live ids; nothing was created
-  deferred,       // DedupOptions::keep_last_if_active: job `id` is running, and this add is kept
+  kept,           // DedupOptions::keep_last_if_active: job `id` is running, and this add is kept
                   // (replacing one kept before) to be added as a new job once `id` ends
+  shutting_down,  // Engine::shutdown() began: the queue takes no more jobs; nothing was created
 };
 
 std::string_view to_string(AddStatus status) noexcept;
 
-/// [[nodiscard]]: an add that returns `full` or `dedup_full` created no job, and one that
-/// returns `dead_lettered` put it in the DLQ: ignoring the result would lose that silently.
+/// AddReceipt: an add's status and the id of the job it names. [[nodiscard]]: an add that
+/// returns `full`, `dedup_full` or `shutting_down` created no job, and one that returns
+/// `dead_lettered` put it in the DLQ: ignoring the receipt would lose that silently.
 struct [[nodiscard(
-    "an add may create no job (full, dedup_full) or dead-letter it: check status")]] AddResult {
+    "an add may create no job (full, dedup_full) or dead-letter it: check status")]] AddReceipt {
   JobId id = 0;
   AddStatus status = AddStatus::added;
   /// duplicate is true when the add was merged into an existing job (status duplicate or
   /// debounced): BullMQ's "first.id === second.id".
   [[nodiscard]] bool duplicate() const noexcept {
     return status == AddStatus::duplicate || status == AddStatus::debounced ||
-           status == AddStatus::deferred;
+           status == AddStatus::kept;
   }
   /// accepted is true when the job exists in the queue now (new or merged).
   [[nodiscard]] bool accepted() const noexcept {
@@ -42,10 +44,10 @@ struct [[nodiscard(
   }
 };
 
-/// BulkAddResult: add_bulk is all-or-nothing under OverflowPolicy::reject and ::block; the jobs it
+/// BulkAddReceipt: add_bulk is all-or-nothing under OnFull::reject and ::block; the jobs it
 /// creates get the consecutive ids first_id .. first_id + count - 1.
 struct [[nodiscard(
-    "a bulk add may create no job (full, dedup_full): check status")]] BulkAddResult {
+    "a bulk add may create no job (full, dedup_full): check status")]] BulkAddReceipt {
   AddStatus status = AddStatus::added;
   JobId first_id = 0;
   std::size_t count = 0;
