@@ -28,12 +28,12 @@ void Completions::open(LeaseTracker& leases, std::uint32_t max_pending,
 Completion Completions::defer(JobFields& job) {
   if (job.deferral_ == nullptr)
     throw Error(ErrorCode::invalid_option,
-                "Job::defer() on queue '" + parts_.name +
+                "Job::defer on queue '" + parts_.name +
                     "', whose WorkerOptions.max_pending is 0; expected process() with "
                     "max_pending >= 1 (the jobs that may await their Completion at once)");
   if (job.deferral_->taken)
     throw Error(ErrorCode::invalid_option,
-                "Job::defer() called twice for delivery " + std::to_string(job.deliveries_) +
+                "Job::defer called twice for delivery " + std::to_string(job.deliveries_) +
                     " of job " + std::to_string(job.id_) + " on queue '" + parts_.name +
                     "'; expected one Completion per delivery");
   std::uint32_t r = 0;

@@ -260,7 +260,7 @@ void Dispatcher::resume() noexcept {
 }
 
 bool Dispatcher::pause_and_wait(Duration timeout) {
-  // The rule drain() follows: a handler of this queue (its events included) or a callback of
+  // The rule wait_idle() follows: a handler of this queue (its events included) or a callback of
   // the timer (which a worker of this queue may be running between two jobs) would wait for
   // its own thread, which acknowledges the pause only from next_job.
   if (current_delivery() == &owner_ || core_.in_timer_context())
@@ -316,7 +316,7 @@ void Dispatcher::raise_if_idle(bool on_worker) noexcept {
         return;
       }
       // As a delivery of this queue: an observer on its worker must not wait for that worker
-      // (drain, pause_and_wait throw would_deadlock).
+      // (wait_idle, pause_and_wait throw would_deadlock).
       const ScopedValue<const QueueBase*> delivering(current_delivery(), &owner_);
       emit_queue_event(EventKind::idle);
       return;

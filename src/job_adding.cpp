@@ -64,7 +64,8 @@ void JobFlow::name_own(const std::uint32_t* idx, std::size_t n, std::string_view
 RedriveStatus JobFlow::begin_redrive(const RedriveOf& of, bool reset_counters, std::uint32_t& idx) {
   if (!core().accepting()) return RedriveStatus::shutting_down;
   if (!of.downstream.empty()) links_.link_to(of.downstream);  // may throw: nothing taken
-  if (!acquire_slots(&idx, 1)) return RedriveStatus::queue_full;
+  if (!acquire_slots(&idx, 1))  // a blocked wait ends when shutdown begins
+    return core().accepting() ? RedriveStatus::queue_full : RedriveStatus::shutting_down;
   const std::int64_t now = core().now_ns();
   JobOptions o;
   o.max_attempts = std::max<std::uint32_t>(of.max_attempts, 1);

@@ -257,7 +257,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   if (permit) return_permit(gate->gate(), out, parts_.core.now_ns(), own_gate ? gate : nullptr);
   finish(idx, token, std::move(out), wc, job.started_at_, job.deliveries_);
   // After finish() returned the slot to the free list (final_end): once counts() shows the
-  // attempt ended (drain() returns), the slot is free for the next add.
+  // attempt ended (wait_idle() returns), the slot is free for the next add.
   parts_.count(&wc, kAttemptEnded);
   return true;
 }
@@ -337,8 +337,8 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
     return true;
   }
   if (out.kind() == Outcome::Kind::pushback) {
-    // The downstream said "too many" (HTTP 429): deliver paused it for retry_after before the
-    // permit went back, and this job waits as long, with no attempt used (BullMQ's rate limit
+    // The downstream said "too many" (HTTP 429): deliver paused it for the pushback's pause before
+    // the permit went back, and this job waits as long, with no attempt used (BullMQ's rate limit
     // from a worker, asynq's RetryAfter).
     const std::int64_t due = saturating_add(now, out.delay());
     if (parts_.core.observed())

@@ -160,7 +160,7 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
     case EventKind::idle:
       // Once per transition to idle: with a trickle of jobs that is once per job, so verbose.
       if (!o.verbose) return {};
-      line += "DRAINED queue " + std::string(e.queue) + ": nothing waiting, delayed or running";
+      line += "IDLE queue " + std::string(e.queue) + ": nothing waiting, delayed or running";
       break;
   }
   return line;

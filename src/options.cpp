@@ -180,6 +180,9 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
   if (o.max_stalls > 0xFFFF)
     bad(where, "max_stalls", std::to_string(o.max_stalls),
         "0 .. 65535 stalls a job survives before it is dead-lettered");
+  if (o.dlq.alert_depth == 0u) bad(where, "dlq.alert_depth", "0", "1 or more (unset: no alert)");
+  if (o.dedup_capacity == 0u)
+    bad(where, "dedup_capacity", "0", "1 or more live dedup ids (unset: max(capacity, 4096))");
   if (o.dlq.max_entries == 0)
     bad(where, "dlq.max_entries", "0", "1 or more (a DLQ that holds nothing loses jobs)");
   if (o.dlq.retention && o.dlq.retention->count() <= 0)

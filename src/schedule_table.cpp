@@ -271,12 +271,9 @@ void ScheduleTable::add_runs(const std::shared_ptr<Entry>& e, std::uint64_t n) {
     try {
       r = def->add(&waiter);
     } catch (const std::exception& x) {
-      shutting_down = !core_.accepting();  // a throw that shutdown caused
-      if (!shutting_down) threw = failure_text(e->id, x.what());
+      threw = failure_text(e->id, x.what());
     } catch (...) {
-      shutting_down = !core_.accepting();
-      if (!shutting_down)
-        threw = failure_text(e->id, "an exception not derived from std::exception");
+      threw = failure_text(e->id, "an exception not derived from std::exception");
     }
     if (r.status == AddStatus::shutting_down) shutting_down = true;
     std::unique_lock lock(mu_);

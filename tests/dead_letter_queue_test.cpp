@@ -156,6 +156,16 @@ TEST_F(Dlq, RemoveRearmsTheAlert) {
   EXPECT_EQ(alerts, (std::vector<std::size_t>{2, 2}));
 }
 
+TEST_F(Dlq, NoAlertDepthMeansNoAlertAtAnyDepth) {
+  QueueOptions qo;
+  qo.dlq.on_alert = [this](std::size_t d) { alerts.push_back(d); };  // set, but no depth
+  auto q = failing(qo);
+  run_jobs(q, 0, 5);
+  ASSERT_EQ(q.dlq().size(), 5u);
+  EXPECT_TRUE(alerts.empty()) << "alerted at depth " << alerts.front();
+  EXPECT_EQ(count(EventKind::dlq_alert), 0u);
+}
+
 TEST_F(Dlq, AlertFiresAtThresholdWithAnEventAndRearms) {
   auto q = alerting_at(2);
   run_jobs(q, 0, 3);

@@ -109,6 +109,18 @@ const BadInput kBadInputs[] = {
      ErrorCode::invalid_option,
      "concurrency is 0; expected 1 or more handler calls at once (leave it unset for the whole "
      "pool)"},
+    {"ZeroAlertDepth",
+     [](Engine& e, Queue<int>&) {
+       QueueOptions qo;
+       qo.dlq.alert_depth = 0;
+       (void)e.declare_queue<int>("a", qo);
+     },
+     ErrorCode::invalid_option, "dlq.alert_depth is 0; expected 1 or more (unset: no alert)"},
+    {"ZeroDedupCapacity",
+     [](Engine& e, Queue<int>&) {
+       (void)e.declare_queue<int>("d", QueueOptions{.dedup_capacity = 0});
+     },
+     ErrorCode::invalid_option, "dedup_capacity is 0; expected 1 or more live dedup ids"},
     {"ZeroDownstreamConcurrency",
      [](Engine& e, Queue<int>&) { (void)e.declare_downstream("api", {.concurrency = 0}); },
      ErrorCode::invalid_option, "DownstreamOptions('api').concurrency is 0"},

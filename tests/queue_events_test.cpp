@@ -131,7 +131,7 @@ TEST(LogObserverLines, PausedAndResumedPrintAndIdlePrintsWhenVerbose) {
   e.kind = EventKind::idle;
   EXPECT_EQ(format_event(e, clock, {.emoji = false}), "");
   EXPECT_EQ(format_event(e, clock, {.emoji = false, .verbose = true}),
-            "[00:00:00.000] DRAINED queue orders: nothing waiting, delayed or running");
+            "[00:00:00.000] IDLE queue orders: nothing waiting, delayed or running");
   EXPECT_EQ(to_string(EventKind::idle), "idle");
 }
 

@@ -29,7 +29,8 @@ std::string_view to_string(AddStatus status) noexcept;
 /// returns `full`, `dedup_full` or `shutting_down` created no job, and one that returns
 /// `dead_lettered` put it in the DLQ: ignoring the receipt would lose that silently.
 struct [[nodiscard(
-    "an add may create no job (full, dedup_full) or dead-letter it: check status")]] AddReceipt {
+    "an add may create no job (full, dedup_full, shutting_down) or dead-letter it: check "
+    "status")]] AddReceipt {
   JobId id = 0;
   AddStatus status = AddStatus::added;
   /// duplicate is true when the add was merged into an existing job (status duplicate or
@@ -47,7 +48,7 @@ struct [[nodiscard(
 /// BulkAddReceipt: add_bulk is all-or-nothing under OnFull::reject and ::block; the jobs it
 /// creates get the consecutive ids first_id .. first_id + count - 1.
 struct [[nodiscard(
-    "a bulk add may create no job (full, dedup_full): check status")]] BulkAddReceipt {
+    "a bulk add may create no job (full, shutting_down): check status")]] BulkAddReceipt {
   AddStatus status = AddStatus::added;
   JobId first_id = 0;
   std::size_t count = 0;

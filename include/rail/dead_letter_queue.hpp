@@ -296,7 +296,7 @@ class DeadLetterQueue {
       if (journaled) ticket = std::max(ticket, journal_.append_entry(record, entry.id));
       entries_.push_back(std::move(entry));
       depth = entries_.size();
-      if (options_.alert_depth != 0 && depth >= options_.alert_depth && !alerted_) {
+      if (options_.alert_depth && depth >= *options_.alert_depth && !alerted_) {
         alerted_ = true;
         alert = true;
       }
@@ -419,7 +419,8 @@ class DeadLetterQueue {
     report(evicted);
   }
   void rearm_alert_locked() {
-    if (alerted_ && entries_.size() < options_.alert_depth) alerted_ = false;
+    if (alerted_ && options_.alert_depth && entries_.size() < *options_.alert_depth)
+      alerted_ = false;
   }
 
   // Defined by DeadLetterBridge (they need the engine): the clock, eviction and alert events.

@@ -32,7 +32,7 @@ enum class Throttle : std::uint8_t {
   no_permit,     // every permit of its downstream was in use (concurrency)
   rate_limited,  // no token before its downstream's rate refills
   paused,        // its downstream was paused by a pushback (or Downstream::pause_for)
-  pushed_back,   // its own handler pushed back (Outcome::pushback): it waits retry_after
+  pushed_back,   // its own handler pushed back (Outcome::pushback): it waits the pause
 };
 
 enum class EventKind : std::uint8_t {

@@ -59,7 +59,7 @@ class JobFacts {
   [[nodiscard]] std::uint32_t deliveries() const noexcept { return deliveries_; }
   /// stalls() counts the earlier deliveries whose lease lapsed (BullMQ's stalledCounter).
   [[nodiscard]] std::uint32_t stalls() const noexcept { return stalls_; }
-  /// max_attempts() is JobOptions::attempts (SQS maxReceiveCount).
+  /// max_attempts() is JobOptions::max_attempts (SQS maxReceiveCount).
   [[nodiscard]] std::uint32_t max_attempts() const noexcept { return max_attempts_; }
   /// added_at() / started_at(): when the job was added and when this delivery began.
   [[nodiscard]] TimePoint added_at() const noexcept { return added_at_; }
@@ -137,7 +137,7 @@ class Job : private detail::JobFields {
   /// BullMQ extendLock): a heartbeat for handlers that outlive the visibility timeout. Returns
   /// false if the lease had already lapsed (the job was delivered again; stop working on it).
   /// Duration::max() (or any d reaching past the clock's range) makes the lease never lapse.
-  /// After defer(), the Completion renews the lease (Completion::extend_lease); this returns
+  /// After defer(start), the Completion renews the lease (Completion::extend_lease); this returns
   /// false.
   bool extend_lease(Duration d) noexcept {
     if (deferral_ != nullptr && deferral_->taken) return false;  // the Completion's lease now
@@ -157,7 +157,9 @@ class Job : private detail::JobFields {
   /// defer(start): the handler's work goes on after it returns (an async call to a network
   /// service). defer hands this delivery to a Completion (its lease, which keeps running, its
   /// downstream permit and its outcome), calls start(std::move(completion)) to pass it to
-  /// whatever finishes the work, and returns the Outcome the handler returns:
+  /// whatever finishes the work, and returns the Outcome the handler returns. start takes the
+  /// Completion by value (or moves it out of a reference before it returns: one left behind is
+  /// dropped when defer returns, which fails the attempt):
   ///
   ///   return job.defer([&](rail::Completion c) {
   ///     http.post_async(job.data(), [c = std::move(c)](Response r) mutable {

@@ -106,7 +106,7 @@ enum class StallPolicy : std::uint8_t {
   /// (maxStalledCount). A stalled job is delivered again at once without using an attempt; the
   /// stall past the budget dead-letters it (reason lease_expired).
   own_budget,
-  /// SQS: every delivery counts against JobOptions::attempts (maxReceiveCount), so a lapse is a
+  /// SQS: every delivery counts against JobOptions::max_attempts (maxReceiveCount), so a lapse is a
   /// failed attempt (it is logged as one and redelivered at once, or dead-letters the job with
   /// reason lease_expired on the last); max_stalls is not used.
   count_as_attempt,

@@ -60,7 +60,8 @@ class Queue {
   /// job.waitUntilFinished). A new job's handle is registered before the job can run, so its end
   /// is never missed, retained or not. A duplicate's handle reports the job it merged into; a
   /// kept add (AddStatus::kept), the running job it waits for; an add that created nothing
-  /// (full, dedup_full) has a handle already ended with status unknown and the reason.
+  /// (full, dedup_full, shutting_down) has a handle already ended with status unknown and the
+  /// reason.
   JobHandle<R> add_tracked(std::string_view job_name, T data, const JobOptions& options) {
     auto t = impl_->add_tracked(job_name, std::move(data), options);
     return JobHandle<R>(impl_, std::move(t.waiter), t.added.id, t.added, t.sure);
@@ -90,10 +91,10 @@ class Queue {
   /// `when` a job named `name` with a copy of `data` is added to this queue (schedule.hpp says
   /// how overlap and missed runs go). Upserted by id: declaring an existing id replaces its
   /// definition and never doubles it. Returns the schedule as it now stands. Throws as add()
-  /// does for a bad name or JobOptions, and Error(invalid_option) for a blank id or a delay or
-  /// dedup id in options.job. A run is added as add() would, except that it never waits for
-  /// room: a full queue refuses it (ScheduleInfo::refused; filed to the DLQ under
-  /// OnFull::dead_letter).
+  /// does for a bad name or JobOptions, Error(invalid_option) for a blank id or a delay or
+  /// dedup id in options.job, and Error(shutting_down) once shutdown began (a declaration). A run
+  /// is added as add() would, except that it never waits for room: a full queue refuses it
+  /// (ScheduleInfo::refused; filed to the DLQ under OnFull::dead_letter).
   ScheduleInfo schedule(
       std::string_view id, const Schedule& when, std::string_view job_name, T data,
       const ScheduleOptions& options = {}) requires std::is_copy_constructible_v<T> {
@@ -145,7 +146,7 @@ class Queue {
   /// thread, throws Error(resources) once the threads already started have exited without
   /// running a job: the queue then has no processor and process() may be called again.
   /// On a queue with a result type R, the handler returns rail::Result<R>: an R when the job
-  /// is done, or an Outcome (retry, retry_after, fail, discard).
+  /// is done, or an Outcome (retry, retry_in, fail, discard, pushback).
   ///
   /// A coroutine handler, `rail::Task(rail::AsyncJob<T>)`, co_awaits its async work without
   /// holding a worker thread (task.hpp); it needs WorkerOptions::max_pending >= 1 (the

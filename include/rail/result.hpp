@@ -39,7 +39,7 @@ class Result {
       : outcome_(Outcome::done()) {
     outcome_.result_ = std::make_shared<const R>(std::move(value));
   }
-  /// Result(outcome): retry, retry_after, fail or discard. Outcome::done() carries no result
+  /// Result(outcome): retry, retry_in, fail, discard or pushback. Outcome::done() carries no result
   /// on a queue that promises one: a bug in the handler, not a flaky downstream, so it throws
   /// UnrecoverableError: the job is dead-lettered at once (permanent_failure) with that message.
   Result(Outcome outcome)  // NOLINT(google-explicit-constructor)

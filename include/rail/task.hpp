@@ -8,7 +8,7 @@
 //                      co_return r.ok ? rail::Outcome::done() : rail::Outcome::retry(r.text);
 //                    });
 //
-// It is Job::defer() and a Completion (completion.hpp) written as a coroutine: the handler's
+// It is Job::defer(start) and a Completion (completion.hpp) written as a coroutine: the handler's
 // call hands the delivery to the AsyncJob (async_job.hpp) and returns to the worker at the first
 // co_await that suspends; whoever resumes the coroutine (the client's I/O thread) runs it on, and
 // its co_return completes the job, from that thread, once the coroutine's locals are destroyed
@@ -68,7 +68,7 @@ class Task {
 
     /// At the end the locals are gone; the Completion (and the handler's share) move out of the
     /// frame, the frame is freed, and only then is the outcome applied: once the job may have
-    /// ended (drain() returns, a handle's wait wakes), nothing of the coroutine runs.
+    /// ended (wait_idle() returns, a handle's wait wakes), nothing of the coroutine runs.
     struct Finish {
       bool await_ready() const noexcept { return false; }
       void await_suspend(std::coroutine_handle<promise_type> h) noexcept {

@@ -613,8 +613,14 @@ Report run(const Config& cfg) {
     side_producer = std::thread([&] {
       try {
         for (std::uint64_t k = 0; k < side_jobs; ++k)
-          while (side_q->add("side", static_cast<int>(k)).status == AddStatus::full)
+          for (;;) {
+            const AddStatus s = side_q->add("side", static_cast<int>(k)).status;
+            if (s == AddStatus::shutting_down) throw ShutdownBegan{};
+            if (s != AddStatus::full) break;
             std::this_thread::sleep_for(1ms);  // its jobs wait at the gate: room comes back
+          }
+      } catch (const ShutdownBegan&) {
+        if (cfg.shutdown_at <= 0) v.add("the side queue's add answered shutting_down");
       } catch (const Error& e) {
         v.add(std::string("the side queue's producer got ") + e.what());
       }

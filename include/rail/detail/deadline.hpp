@@ -2,10 +2,10 @@
 //
 // Guarantee: no deadline computation overflows. A sum past the clock's range is "never"
 // (kNever, INT64_MAX ns), and so is any duration of Duration::max(): rail itself uses
-// Duration::max() to mean "never" (visibility, drain), so users pass it everywhere.
+// Duration::max() to mean "never" (visibility, wait_idle), so users pass it everywhere.
 // Every engine deadline (delay, retry_after, backoff, dedup ttl, lease grant and renewal, the
 // lease sweep's re-arm, DLQ retention) goes through saturating_add; every real-time wait
-// (block_timeout, shutdown grace, drain timeout) through steady_deadline.
+// (block_timeout, shutdown grace, wait_idle timeout) through steady_deadline.
 //
 // What "never" means downstream: a delayed slot whose due time is kNever is parked, not linked
 // into the timing wheel (queue_impl.hpp, schedule_or_park), so the wheel never has to carry it
@@ -78,8 +78,8 @@ inline constexpr std::int64_t kMaxTimerSleepNs = std::int64_t{3600} * 1'000'000'
 
 /// poll_until(deadline, ready, first, cap): calls ready() until it returns true (then true), or
 /// until the steady clock reaches `deadline` (then false), sleeping between calls for `first`,
-/// doubled each time up to `cap`. The one wait of rail's cold paths (a drain, a producer
-/// blocked on a full queue, drain's wait for deliveries): nobody on the hot path pays to wake
+/// doubled each time up to `cap`. The one wait of rail's cold paths (wait_idle, a producer
+/// blocked on a full queue, shutdown's wait for deliveries): nobody on the hot path pays to wake
 /// them. ready() is always called at least once, so a deadline already passed still looks;
 /// it may throw to end the wait with an error.
 template <class Ready>

@@ -27,7 +27,7 @@
 // pause still runs. One it popped after the pause waits in its stash (paused_after_pop): no job
 // added after pause() returned starts before resume(). pause_and_wait() also waits until every
 // worker acknowledged the pause between jobs or is parked (asleep, or outside this queue's turn).
-// Drained: note_if_idle() runs where a worker (inline: run_inline) runs out of jobs, after a
+// Idle: note_if_idle() runs where a worker (inline: run_inline) runs out of jobs, after a
 // pool turn that ran a job (it may have ended on the queue's last), and after a cancel; only
 // while someone observes. It raises `idle` when the queue's gauges show nothing waiting,
 // delayed or active and work entered it since the last `idle` (the total of moves into

@@ -105,7 +105,7 @@ std::size_t run_inline(EngineCore& core);
 
 /// current_delivery(): the queue whose job this thread is delivering (from the start of a
 /// delivery to its end, handler and events included), or null. Calls that wait for jobs to end
-/// (drain, shutdown) use it not to wait for the caller itself.
+/// (wait_idle, shutdown) use it not to wait for the caller itself.
 inline const QueueBase*& current_delivery() noexcept {
   thread_local const QueueBase* queue = nullptr;
   return queue;
@@ -215,7 +215,7 @@ class EngineCore {
   [[nodiscard]] bool owns_wheel() const noexcept { return wheel_owner() == this; }
 
   /// in_timer_context(): this thread fires timers (the timer thread, or a worker polling them)
-  /// or delivers what they raised. A call that waits for jobs to move (drain) would wait for
+  /// or delivers what they raised. A call that waits for jobs to move (wait_idle) would wait for
   /// this very thread.
   [[nodiscard]] bool in_timer_context() const noexcept {
     return owns_wheel() || EventBus::delivering() || timer_thread_mark();

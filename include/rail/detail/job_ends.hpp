@@ -187,8 +187,7 @@ class JobEnds {
     if (parts_.slot(idx).ctl.end()) final_end(idx);  // the stale handler returned meanwhile
   }
 
-  // --- results (Engine::declare_queue<T, R>) and who hears of ends
-  // ----------------------------------
+  // --- results (Engine::declare_queue<T, R>) and who hears of ends ---------------------------
   /// declare_result(type, format): the queue's result type and its printer (null: none), set
   /// once at declaration, before the queue is handed out; applies the retention defaults.
   void declare_result(std::type_index type, std::string (*format)(const void*));

@@ -38,7 +38,7 @@
 // The cold calls are units of their own, which JobFlow forwards to: cancel and retime
 // (control_: job_control.hpp), Job::progress (progress_: progress_board.hpp), state, ends and
 // listings (queries_: job_queries.hpp), shutdown's leftovers (leftovers_: leftovers.hpp); idle
-// and drain are in queue_waits.cpp.
+// and wait_idle are in queue_waits.cpp.
 //
 // Memory ordering: a slot's plain fields and payload are written by their holder before the
 // index is pushed to a ring (release) and read by the next holder after popping it (acquire).
@@ -202,8 +202,7 @@ class JobFlow : public QueueBase,
   void note_overflow(JobId id, std::string_view job_name, std::uint32_t max_attempts,
                      TimePoint now) noexcept;
 
-  // --- results and waiting (Engine::declare_queue<T, R>, Queue::add_tracked / result / wait)
-  // --------
+  // --- results and waiting (declare_queue<T, R>, Queue::add_tracked / end_of / wait) -----
   void declare_result(std::type_index type, std::string (*format)(const void*)) {
     ends_.declare_result(type, format);
   }
@@ -343,7 +342,13 @@ class JobFlow : public QueueBase,
       id = core().next_ids(1);
       init_slot(idx, id, name_id, now, o);
     } else {
-      const DedupSet::Claim claim = claims_.claim(idx, o, now, prior);
+      DedupSet::Claim claim{};
+      try {
+        claim = claims_.claim(idx, o, now, prior);  // may build the window: bad_alloc
+      } catch (...) {
+        give_back(idx);
+        throw;
+      }
       if (claim.result != DedupSet::Claim::Result::inserted) {
         give_back(idx);
         if (auto refused = DedupClaims::refusal(claim, o)) return Added{What::refused, *refused};

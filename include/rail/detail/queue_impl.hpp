@@ -385,7 +385,7 @@ class QueueImpl final : public JobFlow {
         (void)claims().window().release(key, id);
         return;
       }
-    } catch (const std::exception&) {  // shutting down: it must not vanish either
+    } catch (const std::exception&) {  // no memory, a throwing payload: it must not vanish
     }
     // No room (or no engine to run it): the kept add goes to the DLQ rather than nowhere, and
     // the id held for it is let go.
