@@ -123,3 +123,20 @@ rail_add_test(downstream_review2 CONCURRENCY)
 rail_add_test(completion_stress CONCURRENCY)
 rail_add_test(task CONCURRENCY)
 rail_add_test(tsc_time CONCURRENCY)
+# The README's C++ blocks, extracted into one program at build time (tests/readme/extract.cpp)
+# and run: an example that no longer compiles or no longer does what it says fails the suite.
+add_executable(readme_extract readme/extract.cpp)
+rail_set_target_options(readme_extract)
+add_custom_command(
+  OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/readme_examples.cpp
+  COMMAND readme_extract ${PROJECT_SOURCE_DIR}/README.md
+          ${CMAKE_CURRENT_BINARY_DIR}/readme_examples.cpp
+  DEPENDS readme_extract ${PROJECT_SOURCE_DIR}/README.md
+  COMMENT "Extracting the README's examples")
+add_executable(readme_examples ${CMAKE_CURRENT_BINARY_DIR}/readme_examples.cpp)
+target_link_libraries(readme_examples PRIVATE rail::rail)
+target_include_directories(readme_examples PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+rail_set_target_options(readme_examples)
+add_test(NAME readme.examples_compile_and_run COMMAND readme_examples)
+set_tests_properties(readme.examples_compile_and_run PROPERTIES LABELS unit TIMEOUT 120)
+set_property(GLOBAL APPEND PROPERTY RAIL_TEST_TARGETS readme_examples)
