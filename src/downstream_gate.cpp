@@ -38,7 +38,7 @@ DownstreamGate::Decision DownstreamGate::admit(JobId id, std::int64_t now, Block
     // token its waker expected it to wait for: else nobody leads and the blocked jobs wait for
     // ever, DownstreamGate.ARateOnlyGateNeverStrandsItsBlockedJobs pins it). Not otherwise: it
     // would be refused and go to the back of the blocked ring, behind jobs that came after it
-    // (Review.TheLeaderIsNotOvertakenByTheJobsItWakes pins it); whoever frees the next permit or
+    // (DownstreamWakeups.TheLeaderIsNotOvertakenByTheJobsItWakes pins it); whoever frees the next permit or
     // leads to the next token wakes the next job then.
     wake_if_useful(now, woken);
     return {Verdict::admitted, 0, a.kind};
@@ -59,7 +59,7 @@ DownstreamGate::Decision DownstreamGate::refuse(JobId id, BlockedQueue* q,
   // A refusal due never (paused for good) leads too: it parks on the wheel, and the others wait
   // behind it. Were it blocked instead, each refused job would find no leader and wake itself:
   // refused, blocked, woken, refused, forever, and run_until_idle never returns
-  // (Review.ADownstreamPausedForGoodParksItsJobsInsteadOfSpinning pins it).
+  // (DownstreamWakeups.ADownstreamPausedForGoodParksItsJobsInsteadOfSpinning pins it).
   if (a.kind != Admission::Kind::no_permit) {
     // relaxed: leader_ carries no data; blocked()'s fence orders it against the count. The
     // queue is stored after: changed() may pair a new leader with an old queue, whose promote
@@ -92,7 +92,7 @@ void DownstreamGate::swept(std::int64_t removed, std::int64_t now) noexcept {
   // was a release's (a permit is free now) or a leader's stepping down (no leader now). With no
   // permit free, the next release wakes one: waking now would only send a job round the ring,
   // where the next cancel could meet it in transit (on a concurrency-only gate, at every sweep:
-  // ReviewThreaded.CancelledBlockedJobsGiveTheirSlotsBack pins it).
+  // DownstreamWakeupThreaded.CancelledBlockedJobsGiveTheirSlotsBack pins it).
   // With one free: wake if the job could start now, or would lead (refused for time).
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (blocked_.load(std::memory_order_relaxed) > 0 && limits_.permit_free() &&
@@ -103,7 +103,7 @@ void DownstreamGate::swept(std::int64_t removed, std::int64_t now) noexcept {
 void DownstreamGate::release(std::int64_t now, const BlockedQueue* next_taker) noexcept {
   // With no limit at the release, no job waits for a permit: jobs wait only for time, and their
   // leader's stepping down wakes them (else each return wakes one, refused again:
-  // Review.TheLeaderIsNotOvertakenByTheJobsItWakes pins it).
+  // DownstreamWakeups.TheLeaderIsNotOvertakenByTheJobsItWakes pins it).
   // With one, the freed permit is of use only with a token there; without, a leader brings the
   // token and wakes then, and with no leader the woken job will lead.
   // Hungry queues (PermitSource) wait for this permit alone, whatever the token: the job they

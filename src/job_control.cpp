@@ -106,7 +106,7 @@ void JobControl::drop_cancelled(std::uint32_t idx) {
   ends_.reclaim_cancelled(idx);
   // Woken from the blocked ring, it took a wake it cannot use: hand it on (else a cancelled job
   // behind a cancelled leader strands the rest:
-  // Review.CancellingTheLeaderAndTheJobBehindItLeavesNoJobStranded pins it).
+  // DownstreamWakeups.CancellingTheLeaderAndTheJobBehindItLeavesNoJobStranded pins it).
   if (gate) [[unlikely]]
     gate->gate().pass_wake();
 }
@@ -154,7 +154,7 @@ void JobControl::sweep_blocked() noexcept {
   // Cold (a cancel). The blocked ring is popped only by wakes, which a stalled downstream may
   // not make for a long time: a cancelled job there would keep its slot (and count as blocked)
   // as long, and a queue full of cancelled jobs would answer `full`
-  // (ReviewThreaded.CancelledBlockedJobsGiveTheirSlotsBack pins it). Each index present now is
+  // (DownstreamWakeupThreaded.CancelledBlockedJobsGiveTheirSlotsBack pins it). Each index present now is
   // taken once: a cancelled job's slot is reclaimed, as a popper reclaims it; one taken by
   // take_leftovers after shutdown is dropped, as a popper drops it; the rest go back, in order.
   links_.for_each([this](GateLink& link) {
@@ -194,7 +194,7 @@ bool JobControl::retime(JobId id, std::int64_t due, bool held_only) {
         if (s.marked(JobSlot::kHeld) != held_only) break;
         // A gate's leader is held, so only its gate retimes it, to now: it fires here and steps
         // down in timer_fired. A user's retime never moves a leader
-        // (Review.ALeaderIsWaitingSoChangeDelayAndPromoteLeaveItToItsGate pins it).
+        // (DownstreamWakeups.ALeaderIsWaitingSoChangeDelayAndPromoteLeaveItToItsGate pins it).
         if (timers_.retime(i, c, std::max(due, now), now, wheel, client_)) return true;
         // The CAS failed: a stale handler unpinned (the job is still delayed: try again), or
         // the job moved on (the loop ends).

@@ -244,7 +244,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
     // slot is read from here on: the completion may have ended the job already. The handler's
     // own pin (defer took it) goes; if the job ended meanwhile, the last pin frees its slot
     // (else the completion frees it under a handler still reading its payload:
-    // CompletionReview.CompletingInsideTheHandlerKeepsThePayloadUntilTheHandlerReturns pins it).
+    // CompletionRaces.CompletingInsideTheHandlerKeepsThePayloadUntilTheHandlerReturns pins it).
     if (slot(idx).ctl.unpin()) ends_.final_end(idx);
     return true;
   }
@@ -523,7 +523,7 @@ void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
   // its push: the job this wakes is behind it in the ready ring, so that the leader, first in
   // line, takes the token it waited for (else the woken job takes it, and the leader, refused,
   // leads again, each time, for as long as others wait:
-  // Review.TheLeaderIsNotOvertakenByTheJobsItWakes pins it).
+  // DownstreamWakeups.TheLeaderIsNotOvertakenByTheJobsItWakes pins it).
   if (gate) gate->gate().forget_leader(id);
 }
 

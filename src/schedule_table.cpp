@@ -41,7 +41,7 @@ ScheduleTable::~ScheduleTable() {
   // does not touch nodes (timing_wheel.hpp, SHUTDOWN), so the nodes are left linked, as the job
   // slots' are. Unlinking them here would write into their neighbours, which may be timer nodes
   // of a queue the engine destroyed just before: a write into freed memory
-  // (ScheduleReview.EngineDestructionDoesNotTouchTimersOfQueuesDestroyedBefore pins it).
+  // (ScheduleRaces.EngineDestructionDoesNotTouchTimersOfQueuesDestroyedBefore pins it).
 }
 
 void ScheduleTable::first_due(Entry& e, std::int64_t now, WallTime wall) const {
@@ -128,7 +128,7 @@ ScheduleInfo ScheduleTable::upsert(std::string_view id, Definition def) {
       } else if (o.run_now) {
         // A run of the schedule is live: the run asked for now is a missed due time, as one
         // that fires meanwhile would be (else it is dropped uncounted, and run_once or
-        // catch_up never runs it: Inline.RunNowThatMeetsALiveRunIsAMissedDueTime pins it).
+        // catch_up never runs it: ScheduleRacesInline.RunNowThatMeetsALiveRunIsAMissedDueTime pins it).
         owe(e->tally, o, 1);
       }
     }
@@ -237,7 +237,7 @@ void ScheduleTable::fire(std::uint32_t tag, std::int64_t now, Wheel& wheel) noex
     } else {
       // The due time that fired runs, and with it up to max_catch_up of the missed ones, as
       // many as would be owed without overlap: the due time itself does not count against
-      // max_catch_up (Inline.CatchUpWithOverlapRunsTheDueTimeAndUpToMaxCatchUpMissedOnes pins it).
+      // max_catch_up (ScheduleRacesInline.CatchUpWithOverlapRunsTheDueTimeAndUpToMaxCatchUpMissedOnes pins it).
       // Bounded by what the 32-bit live count can still hold (max_catch_up may be 2^32 - 1).
       start = std::min<std::uint64_t>(1 + std::min<std::uint64_t>(n - 1, o.max_catch_up),
                                       std::numeric_limits<std::uint32_t>::max() - e.tally.live);
@@ -281,7 +281,7 @@ void ScheduleTable::add_runs(const std::shared_ptr<Entry>& e, std::uint64_t n) {
       --e->tally.live;
       // A run dropped because shutdown began is not a refusal, as it is not when shutdown began
       // before the check above (else the count depends on which side of it shutdown falls:
-      // Inline.ARunDroppedBecauseShutdownBeganIsNotCountedAsRefused pins it).
+      // ScheduleRacesInline.ARunDroppedBecauseShutdownBeganIsNotCountedAsRefused pins it).
       if (shutting_down) continue;
       if (threw) {
         const bool first = e->tally.failed++ == 0;

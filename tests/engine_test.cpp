@@ -15,15 +15,15 @@ namespace {
 
 using namespace std::chrono_literals;
 
-using Fixture = test::InlineEngine;
+using EngineInline = test::InlineEngine;
 
-TEST_F(Fixture, JobIdsStartAtOneAndIncrease) {
+TEST_F(EngineInline, JobIdsStartAtOneAndIncrease) {
   auto q = engine.declare_queue<int>("q", {});
   EXPECT_EQ(q.add("a", 1).id, 1u);
   EXPECT_EQ(q.add("a", 2).id, 2u);
 }
 
-TEST_F(Fixture, HandlerRunsOnlyInRunUntilIdle) {
+TEST_F(EngineInline, HandlerRunsOnlyInRunUntilIdle) {
   auto q = engine.declare_queue<int>("q", {});
   int sum = 0;
   q.process({}, [&](Job<int>& j) { sum += j.data(); });
@@ -34,7 +34,7 @@ TEST_F(Fixture, HandlerRunsOnlyInRunUntilIdle) {
   EXPECT_EQ(q.counts().completed, 1u);
 }
 
-TEST_F(Fixture, DefaultAttemptsIsOneSoAFailureDeadLettersAtOnce) {
+TEST_F(EngineInline, DefaultAttemptsIsOneSoAFailureDeadLettersAtOnce) {
   auto q = engine.declare_queue<int>("q", {});
   q.process({}, [](Job<int>&) { return Outcome::retry("nope"); });
   auto r = q.add("a", 1);
@@ -47,7 +47,7 @@ TEST_F(Fixture, DefaultAttemptsIsOneSoAFailureDeadLettersAtOnce) {
   EXPECT_EQ(e->last_error(), "nope");
 }
 
-TEST_F(Fixture, ExponentialBackoffDelaysAreExact) {
+TEST_F(EngineInline, ExponentialBackoffDelaysAreExact) {
   auto q = engine.declare_queue<int>("q", {});
   q.process({}, [](Job<int>&) { return Outcome::retry("boom"); });
   JobOptions o{.max_attempts = 4, .backoff = Backoff::exponential(500ms)};
@@ -75,7 +75,7 @@ TEST_F(Fixture, ExponentialBackoffDelaysAreExact) {
   EXPECT_EQ(e->errors[2].at.time_since_epoch(), 1500ms);
 }
 
-TEST_F(Fixture, TimerNeverFiresEarly) {
+TEST_F(EngineInline, TimerNeverFiresEarly) {
   auto q = engine.declare_queue<int>("q", {});
   int runs = 0;
   q.process({}, [&](Job<int>&) { ++runs; });
@@ -90,7 +90,7 @@ TEST_F(Fixture, TimerNeverFiresEarly) {
   EXPECT_EQ(runs, 1);
 }
 
-TEST_F(Fixture, ThrownExceptionIsARetryableFailureCarryingWhat) {
+TEST_F(EngineInline, ThrownExceptionIsARetryableFailureCarryingWhat) {
   auto q = engine.declare_queue<int>("q", {});
   q.process({}, [](Job<int>& j) -> Outcome {
     if (j.attempt() == 1) throw std::runtime_error("gateway timeout");
@@ -104,7 +104,7 @@ TEST_F(Fixture, ThrownExceptionIsARetryableFailureCarryingWhat) {
   EXPECT_EQ(of(EventKind::completed, r.id)[0].attempt, 2u);
 }
 
-TEST_F(Fixture, PermanentFailureSkipsRemainingAttempts) {
+TEST_F(EngineInline, PermanentFailureSkipsRemainingAttempts) {
   auto q = engine.declare_queue<int>("q", {});
   q.process({}, [](Job<int>&) { return Outcome::fail("card declined"); });
   auto r = q.add("a", 1, JobOptions{.max_attempts = 5, .backoff = Backoff::fixed(1s)});
@@ -116,7 +116,7 @@ TEST_F(Fixture, PermanentFailureSkipsRemainingAttempts) {
   EXPECT_FALSE(engine.next_timer_in().has_value());
 }
 
-TEST_F(Fixture, RetryAfterOverridesBackoff) {
+TEST_F(EngineInline, RetryAfterOverridesBackoff) {
   auto q = engine.declare_queue<int>("q", {});
   q.process({}, [](Job<int>& j) {
     return j.attempt() == 1 ? Outcome::retry_in(7s, "429") : Outcome::done();
@@ -128,7 +128,7 @@ TEST_F(Fixture, RetryAfterOverridesBackoff) {
   EXPECT_EQ(since_start(starts[1]), 7s);
 }
 
-TEST_F(Fixture, CustomBackoffNegativeStopsRetrying) {
+TEST_F(EngineInline, CustomBackoffNegativeStopsRetrying) {
   QueueOptions qo;
   qo.custom_backoff = [](const RetryContext& c) {
     return c.error == "fatal" ? Duration{-1} : Duration{c.failed_attempts * 100ms};
@@ -147,7 +147,7 @@ TEST_F(Fixture, CustomBackoffNegativeStopsRetrying) {
   EXPECT_EQ(e->reason, DeadLetterReason::backoff_stopped);
 }
 
-TEST_F(Fixture, DuplicateWithinTtlIsMergedAndOneAfterIsNot) {
+TEST_F(EngineInline, DuplicateWithinTtlIsMergedAndOneAfterIsNot) {
   auto q = engine.declare_queue<int>("q", {});
   int runs = 0;
   q.process({}, [&](Job<int>&) { ++runs; });
@@ -172,7 +172,7 @@ TEST_F(Fixture, DuplicateWithinTtlIsMergedAndOneAfterIsNot) {
   EXPECT_EQ(of(EventKind::deduplicated)[0].job_id, first.id);
 }
 
-TEST_F(Fixture, DedupWithoutTtlHeldUntilJobEnds) {
+TEST_F(EngineInline, DedupWithoutTtlHeldUntilJobEnds) {
   auto q = engine.declare_queue<int>("q", {});
   q.process({}, [](Job<int>&) {});
   JobOptions o;
@@ -187,7 +187,7 @@ TEST_F(Fixture, DedupWithoutTtlHeldUntilJobEnds) {
   EXPECT_NE(again.id, first.id);
 }
 
-TEST_F(Fixture, DebounceReplacesPayloadAndRestartsDelay) {
+TEST_F(EngineInline, DebounceReplacesPayloadAndRestartsDelay) {
   auto q = engine.declare_queue<int>("q", {});
   std::vector<int> seen;
   q.process({}, [&](Job<int>& j) { seen.push_back(j.data()); });
@@ -216,7 +216,7 @@ TEST_F(Fixture, DebounceReplacesPayloadAndRestartsDelay) {
   EXPECT_EQ(q.counts().deduplicated, 1u);
 }
 
-TEST_F(Fixture, FullQueueRejectsWithStatusAndCreatesNothing) {
+TEST_F(EngineInline, FullQueueRejectsWithStatusAndCreatesNothing) {
   auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 2});
   EXPECT_EQ(q.add("a", 1).status, AddStatus::added);
   EXPECT_EQ(q.add("a", 2).status, AddStatus::added);
@@ -226,7 +226,7 @@ TEST_F(Fixture, FullQueueRejectsWithStatusAndCreatesNothing) {
   EXPECT_EQ(q.counts().added, 2u);
 }
 
-TEST_F(Fixture, FullQueueCanSendTheNewJobToTheDlq) {
+TEST_F(EngineInline, FullQueueCanSendTheNewJobToTheDlq) {
   auto q =
       engine.declare_queue<int>("q", QueueOptions{.capacity = 1, .on_full = OnFull::dead_letter});
   (void)q.add("a", 1);
@@ -238,7 +238,7 @@ TEST_F(Fixture, FullQueueCanSendTheNewJobToTheDlq) {
   EXPECT_EQ(e->data, 2);
 }
 
-TEST_F(Fixture, AddBulkIsAllOrNothingWithConsecutiveIds) {
+TEST_F(EngineInline, AddBulkIsAllOrNothingWithConsecutiveIds) {
   auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 4});
   EXPECT_EQ(q.add("a", 0).id, 1u);
   std::vector<int> three{1, 2, 3};
@@ -265,7 +265,7 @@ TEST_F(Fixture, AddBulkIsAllOrNothingWithConsecutiveIds) {
   EXPECT_EQ(q.add("a", 9).id, 5u);  // an empty bulk add uses no id
 }
 
-TEST_F(Fixture, AddBulkOfMoreJobsThanTheCapacityIsAnsweredAsAFullQueueIs) {
+TEST_F(EngineInline, AddBulkOfMoreJobsThanTheCapacityIsAnsweredAsAFullQueueIs) {
   // One answer for "no room": more items than the capacity can never fit, so the batch gets the
   // overflow policy's answer at once (no throw, and no wait under the block policy).
   std::vector<int> five{1, 2, 3, 4, 5};
@@ -286,7 +286,7 @@ TEST_F(Fixture, AddBulkOfMoreJobsThanTheCapacityIsAnsweredAsAFullQueueIs) {
   EXPECT_EQ(dl.dlq().size(), 5u);
 }
 
-TEST_F(Fixture, AddBulkThatDoesNotFitDeadLettersEveryItemUnderTheDeadLetterPolicy) {
+TEST_F(EngineInline, AddBulkThatDoesNotFitDeadLettersEveryItemUnderTheDeadLetterPolicy) {
   auto q =
       engine.declare_queue<int>("q", QueueOptions{.capacity = 3, .on_full = OnFull::dead_letter});
   (void)q.add("a", 0);
@@ -318,7 +318,7 @@ TEST_F(Fixture, AddBulkThatDoesNotFitDeadLettersEveryItemUnderTheDeadLetterPolic
   EXPECT_EQ(c.waiting, 2u);
 }
 
-TEST_F(Fixture, JobIdsAreUniqueAcrossQueuesInAddOrder) {
+TEST_F(EngineInline, JobIdsAreUniqueAcrossQueuesInAddOrder) {
   auto a = engine.declare_queue<int>("a", {});
   auto b = engine.declare_queue<std::string>("b", {});
   EXPECT_EQ(a.add("x", 1).id, 1u);
@@ -329,7 +329,7 @@ TEST_F(Fixture, JobIdsAreUniqueAcrossQueuesInAddOrder) {
   EXPECT_EQ(a.add("x", 4).id, 7u);
 }
 
-TEST_F(Fixture, EngineStateFindsAJobInWhicheverQueueHoldsIt) {
+TEST_F(EngineInline, EngineStateFindsAJobInWhicheverQueueHoldsIt) {
   auto a = engine.declare_queue<int>("a", {});
   auto b = engine.declare_queue<std::string>("b", {});
   std::vector<JobState> inside;
@@ -359,7 +359,7 @@ TEST_F(Fixture, EngineStateFindsAJobInWhicheverQueueHoldsIt) {
   EXPECT_EQ(engine.state(12345).status, JobStatus::unknown);
 }
 
-TEST_F(Fixture, EngineCancelCancelsAJobInWhicheverQueueHoldsIt) {
+TEST_F(EngineInline, EngineCancelCancelsAJobInWhicheverQueueHoldsIt) {
   auto a = engine.declare_queue<int>("a", {});
   auto b = engine.declare_queue<int>("b", {});
   int runs = 0;
@@ -384,7 +384,7 @@ TEST_F(Fixture, EngineCancelCancelsAJobInWhicheverQueueHoldsIt) {
   EXPECT_EQ(ids_of(EventKind::cancelled), (std::vector<JobId>{in_b.id, in_a.id}));
 }
 
-TEST_F(Fixture, DedupWindowAtItsLimitRefusesNewIdsWithDedupFull) {
+TEST_F(EngineInline, DedupWindowAtItsLimitRefusesNewIdsWithDedupFull) {
   // One live id per shard: among 65 ids two share one of the 64 shards, so some add is refused.
   auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 80, .dedup_capacity = 1});
   JobOptions o;
@@ -420,7 +420,7 @@ TEST_F(Fixture, DedupWindowAtItsLimitRefusesNewIdsWithDedupFull) {
   EXPECT_EQ(q.add("a", 0, o).status, AddStatus::added);
 }
 
-TEST_F(Fixture, WaitIdleOnAnInlineEngineIsWrongMode) {
+TEST_F(EngineInline, WaitIdleOnAnInlineEngineIsWrongMode) {
   auto q = engine.declare_queue<int>("q", {});
   try {
     (void)q.wait_idle(1s);
@@ -430,7 +430,7 @@ TEST_F(Fixture, WaitIdleOnAnInlineEngineIsWrongMode) {
   }
 }
 
-TEST_F(Fixture, UnknownQueueAndTypeMismatchAreClearErrors) {
+TEST_F(EngineInline, UnknownQueueAndTypeMismatchAreClearErrors) {
   (void)engine.declare_queue<int>("q", {});
   try {
     (void)engine.queue<int>("nope");
@@ -443,7 +443,7 @@ TEST_F(Fixture, UnknownQueueAndTypeMismatchAreClearErrors) {
   EXPECT_THROW((void)engine.declare_queue<int>("q", {}), Error);
 }
 
-TEST_F(Fixture, RunUntilIdleOnThreadedEngineIsWrongMode) {
+TEST_F(EngineInline, RunUntilIdleOnThreadedEngineIsWrongMode) {
   Engine threaded;
   try {
     threaded.run_until_idle();
@@ -453,7 +453,7 @@ TEST_F(Fixture, RunUntilIdleOnThreadedEngineIsWrongMode) {
   }
 }
 
-TEST_F(Fixture, ShutdownRejectsAddsAndReportsUnstartedJobs) {
+TEST_F(EngineInline, ShutdownRejectsAddsAndReportsUnstartedJobs) {
   auto q = engine.declare_queue<int>("q", {});
   auto a = q.add("a", 1);
   auto b = q.add("a", 2, JobOptions{.delay = 1s});
@@ -475,7 +475,7 @@ TEST_F(Fixture, ShutdownRejectsAddsAndReportsUnstartedJobs) {
   EXPECT_EQ(q.counts().added, 2u);
 }
 
-TEST_F(Fixture, SecondShutdownReportsTheSameLeftovers) {
+TEST_F(EngineInline, SecondShutdownReportsTheSameLeftovers) {
   auto q = engine.declare_queue<int>("q", {});
   (void)q.add("a", 1);
   (void)q.add("b", 2, JobOptions{.delay = 1s});
@@ -493,7 +493,7 @@ TEST_F(Fixture, SecondShutdownReportsTheSameLeftovers) {
   EXPECT_TRUE(second.still_running.empty());
 }
 
-TEST_F(Fixture, EventsTraceEveryStageByJobId) {
+TEST_F(EngineInline, EventsTraceEveryStageByJobId) {
   auto q = engine.declare_queue<int>("q", {});
   q.process({},
             [](Job<int>& j) { return j.attempt() < 2 ? Outcome::retry("x") : Outcome::done(); });
@@ -507,7 +507,7 @@ TEST_F(Fixture, EventsTraceEveryStageByJobId) {
                                            EventKind::started, EventKind::completed}));
 }
 
-TEST_F(Fixture, ThrowingObserverIsCountedAndReportedOnceWhileJobsComplete) {
+TEST_F(EngineInline, ThrowingObserverIsCountedAndReportedOnceWhileJobsComplete) {
   auto q = engine.declare_queue<int>("q", {});
   q.process({}, [](Job<int>&) {});
   engine.on_event([](const Event& e) {
@@ -538,7 +538,7 @@ struct Fixed {
   std::string note;
 };
 
-TEST_F(Fixture, PayloadWithAConstMemberRunsDebouncesDeadLettersAndRedrives) {
+TEST_F(EngineInline, PayloadWithAConstMemberRunsDebouncesDeadLettersAndRedrives) {
   auto q = engine.declare_queue<Fixed>("q", {});
   std::vector<std::pair<int, std::string>> seen;
   bool fail = true;

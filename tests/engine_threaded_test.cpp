@@ -340,7 +340,7 @@ TEST_F(HeldHandler, WaitIdleReturnsFalseWhenItsTimeoutPassesFirst) {
 TEST(ThreadedEngine, WaitIdleWaitsForObserversToSeeAnEndRaisedOnTheTimerThread) {
   // A lapse ends a job on the timer thread, whose events reach observers only after it lets the
   // wheel go, and the stale handler may return before that. wait_idle() must not answer "idle"
-  // while that end is still on its way to the observers (split_race E saw a job with no end
+  // while that end is still on its way to the observers (cold_path_races E saw a job with no end
   // event after drain: the timer thread was preempted between the two).
   ManualClock clock;
   std::atomic<bool> in_stalled{false}, observer_go{false};

@@ -22,7 +22,7 @@ namespace rail {
 namespace {
 
 using namespace std::chrono_literals;
-using Peers = test::InlineEngine;
+using PeerSemantics = test::InlineEngine;
 
 JobOptions with_dedup(std::string id, std::optional<Duration> ttl,
                       DedupMode mode = DedupMode::merge, Duration delay = Duration{0}) {
@@ -34,7 +34,7 @@ JobOptions with_dedup(std::string id, std::optional<Duration> ttl,
 
 // --- dedup ids follow the job ---------------------------------------------------------------
 
-TEST_F(Peers, CancellingAJobReleasesItsDedupIdEvenWhenTheWindowHasATtl) {
+TEST_F(PeerSemantics, CancellingAJobReleasesItsDedupIdEvenWhenTheWindowHasATtl) {
   auto q = engine.declare_queue<int>("emails", QueueOptions{});
   const JobId first = q.add("send", 1, with_dedup("order-4-email", 1h, DedupMode::merge, 1min)).id;
   ASSERT_TRUE(q.cancel(first));
@@ -47,7 +47,7 @@ TEST_F(Peers, CancellingAJobReleasesItsDedupIdEvenWhenTheWindowHasATtl) {
   EXPECT_EQ(ran, 2) << "the new add's work runs";
 }
 
-TEST_F(Peers, AJobThatRanKeepsMergingItsIdUntilTheTtlEnds) {
+TEST_F(PeerSemantics, AJobThatRanKeepsMergingItsIdUntilTheTtlEnds) {
   auto q = engine.declare_queue<int>("emails", QueueOptions{});
   q.process({}, [](Job<int>&) {});
   const JobId first = q.add("send", 1, with_dedup("order-4-email", 10min)).id;
@@ -59,7 +59,7 @@ TEST_F(Peers, AJobThatRanKeepsMergingItsIdUntilTheTtlEnds) {
   EXPECT_NE(later.id, first);
 }
 
-TEST_F(Peers, ADuplicateAddToAFullQueueIsADuplicateNotFull) {
+TEST_F(PeerSemantics, ADuplicateAddToAFullQueueIsADuplicateNotFull) {
   auto q = engine.declare_queue<int>("charges", QueueOptions{.capacity = 1});
   const JobId kept = q.add("charge", 1, with_dedup("order-1", std::nullopt)).id;
   const AddReceipt dup = q.add("charge", 2, with_dedup("order-1", std::nullopt));
@@ -69,7 +69,7 @@ TEST_F(Peers, ADuplicateAddToAFullQueueIsADuplicateNotFull) {
   EXPECT_EQ(q.add("charge", 3).status, AddStatus::full) << "a new job still finds no room";
 }
 
-TEST_F(Peers, ADuplicateAddToAFullQueueUnderTheDeadLetterPolicyFilesNoEntry) {
+TEST_F(PeerSemantics, ADuplicateAddToAFullQueueUnderTheDeadLetterPolicyFilesNoEntry) {
   auto q = engine.declare_queue<int>("charges",
                                      QueueOptions{.capacity = 1, .on_full = OnFull::dead_letter});
   const JobId kept = q.add("charge", 1, with_dedup("order-1", 5min)).id;
@@ -80,7 +80,7 @@ TEST_F(Peers, ADuplicateAddToAFullQueueUnderTheDeadLetterPolicyFilesNoEntry) {
   EXPECT_EQ(q.add("charge", 3).status, AddStatus::dead_lettered) << "a new job overflows";
 }
 
-TEST_F(Peers, ADebounceOnAFullQueueStillReplacesTheDelayedJob) {
+TEST_F(PeerSemantics, ADebounceOnAFullQueueStillReplacesTheDelayedJob) {
   auto q = engine.declare_queue<int>("digests", QueueOptions{.capacity = 1});
   const JobId kept = q.add("digest", 1, with_dedup("user-7", 5min, DedupMode::debounce, 1min)).id;
   clock.advance(30s);
@@ -95,7 +95,7 @@ TEST_F(Peers, ADebounceOnAFullQueueStillReplacesTheDelayedJob) {
 
 // --- job names ------------------------------------------------------------------------------
 
-TEST_F(Peers, AnEmptyOrBlankJobNameIsAnErrorThatNamesTheProblem) {
+TEST_F(PeerSemantics, AnEmptyOrBlankJobNameIsAnErrorThatNamesTheProblem) {
   auto q = engine.declare_queue<int>("orders", QueueOptions{});
   for (const char* name : {"", " ", "\t\n"}) {
     try {
@@ -115,7 +115,7 @@ TEST_F(Peers, AnEmptyOrBlankJobNameIsAnErrorThatNamesTheProblem) {
 
 // --- pause ----------------------------------------------------------------------------------
 
-TEST_F(Peers, APausedQueueStartsNothingEvenWithinTheRunThatPausedIt) {
+TEST_F(PeerSemantics, APausedQueueStartsNothingEvenWithinTheRunThatPausedIt) {
   // A handler pauses its own queue; the retry it returns and the job behind it are ready at once,
   // yet run_until_idle() starts neither until resume() (BullMQ: a paused queue starts no job).
   auto q = engine.declare_queue<int>("q", QueueOptions{});
@@ -250,7 +250,7 @@ void expect_lapsed(const std::optional<DeadLetter<T>>& e, std::uint32_t attempts
   EXPECT_EQ(e->errors.size(), errors);
 }
 
-TEST_F(Peers, AStallCostsNoAttemptAndTheOnePastTheBudgetDeadLettersAsAnAttemptMade) {
+TEST_F(PeerSemantics, AStallCostsNoAttemptAndTheOnePastTheBudgetDeadLettersAsAnAttemptMade) {
   // BullMQ: a stalled job goes back to waiting (attemptsMade unchanged) up to maxStalledCount
   // times (default 1); the next stall fails it, and that failure is an attempt made.
   auto q = engine.declare_queue<std::string>("orders", QueueOptions{.visibility_timeout = 2s});
@@ -273,7 +273,7 @@ TEST_F(Peers, AStallCostsNoAttemptAndTheOnePastTheBudgetDeadLettersAsAnAttemptMa
       << e->errors[0].message;
 }
 
-TEST_F(Peers, AStalledJobThatSucceedsNextTimeUsedNoAttempt) {
+TEST_F(PeerSemantics, AStalledJobThatSucceedsNextTimeUsedNoAttempt) {
   auto q = engine.declare_queue<int>("orders", QueueOptions{.visibility_timeout = 2s});
   std::vector<std::uint32_t> seen;  // failed_attempts, stalls, deliveries of the second delivery
   q.process({}, [&](Job<int>& j) {
@@ -287,7 +287,7 @@ TEST_F(Peers, AStalledJobThatSucceedsNextTimeUsedNoAttempt) {
   EXPECT_EQ(q.state(id).status, JobStatus::completed);
 }
 
-TEST_F(Peers, TheStallBudgetIsConfigurable) {
+TEST_F(PeerSemantics, TheStallBudgetIsConfigurable) {
   auto q =
       engine.declare_queue<int>("orders", QueueOptions{.visibility_timeout = 2s, .max_stalls = 3});
   q.process({}, [&](Job<int>&) { return overrun(clock); });
@@ -296,7 +296,7 @@ TEST_F(Peers, TheStallBudgetIsConfigurable) {
   expect_lapsed(q.dlq().get(id), 1, 4, 4, 1);
 }
 
-TEST_F(Peers, AJobRedrivenAfterItRanOutOfStallsCompletesAsItsSecondAttempt) {
+TEST_F(PeerSemantics, AJobRedrivenAfterItRanOutOfStallsCompletesAsItsSecondAttempt) {
   // BullMQ: attemptsMade is 1 when the stall fails the job, and 2 when it completes after
   // job.retry() (the counters kept).
   auto q =
@@ -320,7 +320,7 @@ TEST_F(Peers, AJobRedrivenAfterItRanOutOfStallsCompletesAsItsSecondAttempt) {
   EXPECT_EQ(first(EventKind::completed).attempt, 2u);
 }
 
-TEST_F(Peers, UnderTheSqsPolicyEveryDeliveryCountsAgainstAttempts) {
+TEST_F(PeerSemantics, UnderTheSqsPolicyEveryDeliveryCountsAgainstAttempts) {
   // SQS maxReceiveCount: a message not deleted within its visibility timeout is received again,
   // and the receive that reaches the count moves it to the DLQ.
   auto q = engine.declare_queue<int>(
@@ -333,7 +333,7 @@ TEST_F(Peers, UnderTheSqsPolicyEveryDeliveryCountsAgainstAttempts) {
   expect_lapsed(q.dlq().get(id), 2, 2, 2, 2);
 }
 
-TEST_F(Peers, MaxStallsOutOfRangeIsAnErrorThatNamesIt) {
+TEST_F(PeerSemantics, MaxStallsOutOfRangeIsAnErrorThatNamesIt) {
   try {
     (void)engine.declare_queue<int>("orders", QueueOptions{.max_stalls = 70'000});
     FAIL() << "max_stalls 70000 was accepted";
@@ -345,7 +345,7 @@ TEST_F(Peers, MaxStallsOutOfRangeIsAnErrorThatNamesIt) {
 
 // --- redrive keeps the job -------------------------------------------------------------------
 
-TEST_F(Peers, ARedrivenJobKeepsItsOwnBackoffVisibilityAndDedupId) {
+TEST_F(PeerSemantics, ARedrivenJobKeepsItsOwnBackoffVisibilityAndDedupId) {
   auto q = engine.declare_queue<std::string>("orders", QueueOptions{});
   bool failing = true;
   q.process({}, [&](Job<std::string>&) {
@@ -379,7 +379,7 @@ TEST_F(Peers, ARedrivenJobKeepsItsOwnBackoffVisibilityAndDedupId) {
       << "cancelling the redriven job released its id";
 }
 
-TEST_F(Peers, ARedrivenJobThatKeptItsTtlClaimCanStillBeDebounced) {
+TEST_F(PeerSemantics, ARedrivenJobThatKeptItsTtlClaimCanStillBeDebounced) {
   // Review: the kept claim still pointed at the first life's slot, so a debounce of the
   // redriven job merged as a plain duplicate.
   auto q = engine.declare_queue<int>("digests", QueueOptions{});
@@ -402,7 +402,7 @@ TEST_F(Peers, ARedrivenJobThatKeptItsTtlClaimCanStillBeDebounced) {
   EXPECT_EQ(again.id, id);
 }
 
-TEST_F(Peers, ARedriveResetsTheCountersUnlessAskedToKeepThem) {
+TEST_F(PeerSemantics, ARedriveResetsTheCountersUnlessAskedToKeepThem) {
   auto q = engine.declare_queue<int>("orders", QueueOptions{});
   std::vector<std::uint32_t> attempt_numbers;
   q.process({}, [&](Job<int>& j) {
@@ -434,7 +434,7 @@ TEST_F(Peers, ARedriveResetsTheCountersUnlessAskedToKeepThem) {
 
 // --- a handler drops its job, or fails it for good from deep code ---------------------------
 
-TEST_F(Peers, ADiscardedJobEndsWithoutARetryOrADlqEntry) {
+TEST_F(PeerSemantics, ADiscardedJobEndsWithoutARetryOrADlqEntry) {
   auto q = engine.declare_queue<std::string>("refunds", QueueOptions{});
   std::string reason;
   engine.on_event([&](const Event& e) {
@@ -456,7 +456,7 @@ TEST_F(Peers, ADiscardedJobEndsWithoutARetryOrADlqEntry) {
   EXPECT_EQ(c.active + c.waiting + c.delayed, 0u);
 }
 
-TEST_F(Peers, ADiscardedJobsDedupIdIsReleasedAsACompletedJobsIs) {
+TEST_F(PeerSemantics, ADiscardedJobsDedupIdIsReleasedAsACompletedJobsIs) {
   auto q = engine.declare_queue<int>("refunds", QueueOptions{});
   q.process({}, [](Job<int>&) { return Outcome::discard("stale"); });
   (void)q.add("charge", 1, with_dedup("order-9", std::nullopt));
@@ -468,7 +468,7 @@ void charge_card_deep_inside_a_client_library() {
   throw UnrecoverableError("card reported stolen");
 }
 
-struct PeersFailForGood : Peers {
+struct PeerSemanticsFailForGood : PeerSemantics {
   /// expect_failed_for_good(handler, error): a job of 5 attempts whose handler throws as
   /// `handler` does starts once and is dead-lettered as a permanent failure reading `error`.
   template <class Handler>
@@ -488,11 +488,12 @@ struct PeersFailForGood : Peers {
   }
 };
 
-TEST_F(PeersFailForGood, AnUnrecoverableErrorThrownDeepInAHandlerFailsTheJobForGood) {
+TEST_F(PeerSemanticsFailForGood, AnUnrecoverableErrorThrownDeepInAHandlerFailsTheJobForGood) {
   expect_failed_for_good(charge_card_deep_inside_a_client_library, "card reported stolen");
 }
 
-TEST_F(PeersFailForGood, AnUnrecoverableErrorWrappedWithThrowWithNestedStillFailsTheJobForGood) {
+TEST_F(PeerSemanticsFailForGood,
+       AnUnrecoverableErrorWrappedWithThrowWithNestedStillFailsTheJobForGood) {
   // asynq: an error that wraps SkipRetry (errors.Is) is archived at once.
   expect_failed_for_good(
       [] {
@@ -509,7 +510,7 @@ TEST_F(PeersFailForGood, AnUnrecoverableErrorWrappedWithThrowWithNestedStillFail
       "checkout: charging order 42: card reported stolen");
 }
 
-TEST_F(Peers, ANestedRetryableErrorIsRetriedAndItsErrorReadsTheWholeChain) {
+TEST_F(PeerSemantics, ANestedRetryableErrorIsRetriedAndItsErrorReadsTheWholeChain) {
   auto q = engine.declare_queue<int>("charges", QueueOptions{});
   q.process({}, [](Job<int>& j) -> Outcome {
     if (j.attempt() == 2) return Outcome::done();
@@ -544,7 +545,7 @@ TEST_F(Peers, ANestedRetryableErrorIsRetriedAndItsErrorReadsTheWholeChain) {
   EXPECT_EQ(errors, std::vector<std::string>{"refund 7: bad currency"});
 }
 
-TEST_F(Peers, RetainedEndsAndTheDlqAgeOutAtTheSameBoundary) {
+TEST_F(PeerSemantics, RetainedEndsAndTheDlqAgeOutAtTheSameBoundary) {
   // BullMQ removeOnComplete {age: 7}: a finished job is kept while younger than 7 s. One job
   // completes and one dead-letters each second, for 11 s: 7 of each are kept.
   QueueOptions qo;
@@ -570,7 +571,7 @@ TEST_F(Peers, RetainedEndsAndTheDlqAgeOutAtTheSameBoundary) {
   EXPECT_FALSE(q.end_of(completed[3]).has_value()) << "7 s old at 10 s";
 }
 
-TEST_F(Peers, AnyOtherExceptionIsStillARetryableFailure) {
+TEST_F(PeerSemantics, AnyOtherExceptionIsStillARetryableFailure) {
   auto q = engine.declare_queue<int>("charges", QueueOptions{});
   q.process({}, [](Job<int>& j) {
     if (j.attempt() == 1) throw std::runtime_error("gateway timeout");
@@ -583,7 +584,7 @@ TEST_F(Peers, AnyOtherExceptionIsStillARetryableFailure) {
 
 // --- more dedup modes ------------------------------------------------------------------------
 
-TEST_F(Peers, ExtendRestartsTheWindowOnEachDuplicate) {
+TEST_F(PeerSemantics, ExtendRestartsTheWindowOnEachDuplicate) {
   // BullMQ deduplication {ttl, extend: true}: a steady stream of duplicates keeps merging.
   auto q = engine.declare_queue<int>("syncs", QueueOptions{});
   q.process({}, [](Job<int>&) {});
@@ -601,7 +602,7 @@ TEST_F(Peers, ExtendRestartsTheWindowOnEachDuplicate) {
   EXPECT_EQ(q.add("sync", 4, o).status, AddStatus::added) << "10 min after the last duplicate";
 }
 
-TEST_F(Peers, WithoutExtendTheWindowRunsFromTheFirstAdd) {
+TEST_F(PeerSemantics, WithoutExtendTheWindowRunsFromTheFirstAdd) {
   auto q = engine.declare_queue<int>("syncs", QueueOptions{});
   q.process({}, [](Job<int>&) {});
   const JobOptions o = with_dedup("user-7", 10min);
@@ -613,7 +614,7 @@ TEST_F(Peers, WithoutExtendTheWindowRunsFromTheFirstAdd) {
   EXPECT_EQ(q.add("sync", 3, o).status, AddStatus::added);
 }
 
-TEST_F(Peers, ReplaceSwapsTheDelayedPayloadAndKeepsItsDueTime) {
+TEST_F(PeerSemantics, ReplaceSwapsTheDelayedPayloadAndKeepsItsDueTime) {
   auto q = engine.declare_queue<int>("digests", QueueOptions{});
   std::vector<int> ran;
   q.process({}, [&](Job<int>& j) { ran.push_back(j.data()); });
@@ -629,7 +630,7 @@ TEST_F(Peers, ReplaceSwapsTheDelayedPayloadAndKeepsItsDueTime) {
   EXPECT_EQ(ran, std::vector<int>{2}) << "the newest payload ran once, at the first due time";
 }
 
-TEST_F(Peers, AWindowFromTheDueTimeCoversADelayedJobsDelayAsAsynqsUniqueDoes) {
+TEST_F(PeerSemantics, AWindowFromTheDueTimeCoversADelayedJobsDelayAsAsynqsUniqueDoes) {
   // asynq: Unique(1s) with ProcessIn(10s) holds the key until 11 s; rail's default (and
   // BullMQ's) window runs from the add: it has lapsed by 5 s.
   auto q = engine.declare_queue<int>("syncs", QueueOptions{});
@@ -668,17 +669,17 @@ void expect_refused_without_ttl(Engine& engine, void (*set)(DedupOptions&), cons
   }
 }
 
-TEST_F(Peers, TtlFromDueWithoutATtlIsAnErrorThatNamesIt) {
+TEST_F(PeerSemantics, TtlFromDueWithoutATtlIsAnErrorThatNamesIt) {
   expect_refused_without_ttl(
       engine, [](DedupOptions& d) { d.ttl_from_due = true; }, "ttl_from_due");
 }
 
-TEST_F(Peers, ExtendWithoutATtlIsAnErrorThatNamesIt) {
+TEST_F(PeerSemantics, ExtendWithoutATtlIsAnErrorThatNamesIt) {
   expect_refused_without_ttl(
       engine, [](DedupOptions& d) { d.extend = true; }, "extend");
 }
 
-TEST_F(Peers, KeepLastIfActiveRunsTheNewestDuplicateOnceMoreAfterTheRunningJob) {
+TEST_F(PeerSemantics, KeepLastIfActiveRunsTheNewestDuplicateOnceMoreAfterTheRunningJob) {
   // BullMQ keepLastIfActive: duplicates while the job runs are not lost; the last one runs next.
   auto q = engine.declare_queue<int>("syncs", QueueOptions{});
   JobOptions o = with_dedup("user-7", std::nullopt);
@@ -705,7 +706,7 @@ TEST_F(Peers, KeepLastIfActiveRunsTheNewestDuplicateOnceMoreAfterTheRunningJob) 
   EXPECT_EQ(q.counts().completed, 2u);
 }
 
-TEST_F(Peers, KeepLastIfActiveHoldsTheIdWhileTheJobRunsPastItsTtl) {
+TEST_F(PeerSemantics, KeepLastIfActiveHoldsTheIdWhileTheJobRunsPastItsTtl) {
   // BullMQ: keepLastIfActive "prevents parallel execution even when ttl expires while the job
   // is active". A ttl of 200 ms; the job runs 400 ms.
   auto q = engine.declare_queue<int>("syncs", QueueOptions{});
@@ -743,7 +744,7 @@ TEST_F(Peers, KeepLastIfActiveHoldsTheIdWhileTheJobRunsPastItsTtl) {
       << "a run that outlived its ttl lets the id go when it ends";
 }
 
-TEST_F(Peers, AKeptAddTakesOverAnIdTheEndedJobHeldForItsTtl) {
+TEST_F(PeerSemantics, AKeptAddTakesOverAnIdTheEndedJobHeldForItsTtl) {
   auto q = engine.declare_queue<int>("syncs", QueueOptions{});
   JobOptions o = with_dedup("user-7", 1h);
   o.dedup.keep_last_if_active = true;
@@ -761,7 +762,7 @@ TEST_F(Peers, AKeptAddTakesOverAnIdTheEndedJobHeldForItsTtl) {
       << "the kept add's job holds the id for its own ttl now";
 }
 
-TEST_F(Peers, AKeptAddThatFindsNoRoomGoesToTheDlqNotNowhere) {
+TEST_F(PeerSemantics, AKeptAddThatFindsNoRoomGoesToTheDlqNotNowhere) {
   auto q = engine.declare_queue<int>("syncs", QueueOptions{.capacity = 1});
   JobOptions o = with_dedup("user-7", std::nullopt);
   o.dedup.keep_last_if_active = true;
@@ -783,7 +784,7 @@ TEST_F(Peers, AKeptAddThatFindsNoRoomGoesToTheDlqNotNowhere) {
 // overflow() files the kept add and returns dead_lettered, which run_deferred takes for success:
 // the id the ended job held for it is never let go, and without a ttl every later add of that id
 // is a `duplicate` of a dead job, forever.
-TEST_F(Peers, AKeptAddFiledByAFullDeadLetterQueueLetsTheIdGo) {
+TEST_F(PeerSemantics, AKeptAddFiledByAFullDeadLetterQueueLetsTheIdGo) {
   auto q = engine.declare_queue<int>("syncs",
                                      QueueOptions{.capacity = 1, .on_full = OnFull::dead_letter});
   JobOptions o = with_dedup("user-7", std::nullopt);
@@ -880,7 +881,7 @@ TEST(PeerKeepLast, TheNewestAddIsNeverLostWhileWorkersRunTheKeptJob) {
 }
 
 // review6: a job waiting out a retry's backoff is kept-for and then left over at shutdown.
-TEST_F(Peers, AKeptAddIsNotLostWhenItsJobIsLeftOverAtShutdown) {
+TEST_F(PeerSemantics, AKeptAddIsNotLostWhenItsJobIsLeftOverAtShutdown) {
   auto q = engine.declare_queue<int>("syncs", QueueOptions{});
   JobOptions o = with_dedup("user-7", std::nullopt);
   o.dedup.keep_last_if_active = true;
@@ -936,7 +937,7 @@ TEST(PeerRetime, PromoteOfAJobOnItsWayToTheTimerDoesNotAbort) {
 
 // --- delayed-job control and listing ---------------------------------------------------------
 
-TEST_F(Peers, PromoteRunsADelayedJobNow) {
+TEST_F(PeerSemantics, PromoteRunsADelayedJobNow) {
   auto q = engine.declare_queue<int>("reports", QueueOptions{});
   std::vector<int> ran;
   q.process({}, [&](Job<int>& j) { ran.push_back(j.data()); });
@@ -950,7 +951,7 @@ TEST_F(Peers, PromoteRunsADelayedJobNow) {
   EXPECT_FALSE(q.promote(9999)) << "unknown";
 }
 
-TEST_F(Peers, PromoteCutsARetrysBackoffShort) {
+TEST_F(PeerSemantics, PromoteCutsARetrysBackoffShort) {
   auto q = engine.declare_queue<int>("charges", QueueOptions{});
   int runs = 0;
   q.process({}, [&](Job<int>&) { return ++runs == 1 ? Outcome::retry("declined") : Outcome{}; });
@@ -963,7 +964,7 @@ TEST_F(Peers, PromoteCutsARetrysBackoffShort) {
   EXPECT_EQ(q.state(id).status, JobStatus::completed);
 }
 
-TEST_F(Peers, ChangeDelayMovesTheDueTimeEarlierOrLater) {
+TEST_F(PeerSemantics, ChangeDelayMovesTheDueTimeEarlierOrLater) {
   auto q = engine.declare_queue<int>("reports", QueueOptions{});
   std::vector<TimePoint> started;
   q.process({}, [&](Job<int>& j) { started.push_back(j.started_at()); });
@@ -978,7 +979,7 @@ TEST_F(Peers, ChangeDelayMovesTheDueTimeEarlierOrLater) {
   EXPECT_EQ(started, (std::vector<TimePoint>{TimePoint{30s}, TimePoint{2h + 10s}}));
 }
 
-TEST_F(Peers, ChangeDelayToMaxParksTheJobUntilPromoted) {
+TEST_F(PeerSemantics, ChangeDelayToMaxParksTheJobUntilPromoted) {
   auto q = engine.declare_queue<int>("reports", QueueOptions{});
   int runs = 0;
   q.process({}, [&](Job<int>&) { ++runs; });
@@ -993,13 +994,13 @@ TEST_F(Peers, ChangeDelayToMaxParksTheJobUntilPromoted) {
   EXPECT_EQ(runs, 1);
 }
 
-TEST_F(Peers, ANegativeChangeDelayIsAnErrorThatNamesIt) {
+TEST_F(PeerSemantics, ANegativeChangeDelayIsAnErrorThatNamesIt) {
   auto q = engine.declare_queue<int>("reports", QueueOptions{});
   const JobId id = q.add("report", 1, JobOptions{.delay = 1min}).id;
   EXPECT_THROW((void)q.change_delay(id, -1s), Error);
 }
 
-TEST_F(Peers, JobsListsAQueuesJobsByStateOldestFirstWithALimit) {
+TEST_F(PeerSemantics, JobsListsAQueuesJobsByStateOldestFirstWithALimit) {
   auto q = engine.declare_queue<int>("reports", QueueOptions{});
   std::vector<JobId> waiting, delayed;
   for (int i = 0; i < 5; ++i)
@@ -1022,7 +1023,7 @@ TEST_F(Peers, JobsListsAQueuesJobsByStateOldestFirstWithALimit) {
   EXPECT_TRUE(q.jobs(JobStatus::completed).empty()) << "ended jobs are not listed";
 }
 
-TEST_F(Peers, JobsWithALimitListsTheOldestEvenWhenSlotsAreReusedOutOfOrder) {
+TEST_F(PeerSemantics, JobsWithALimitListsTheOldestEvenWhenSlotsAreReusedOutOfOrder) {
   // Cancels free slots that newer jobs then take, so the slots' order is not the ids' order:
   // the listing must still be the `limit` smallest ids, ascending. Delayed jobs: a cancelled
   // one gives its slot back at once.
@@ -1053,7 +1054,7 @@ TEST_F(Peers, JobsWithALimitListsTheOldestEvenWhenSlotsAreReusedOutOfOrder) {
 
 // --- the DLQ entry exists when the job is dead-lettered --------------------------------------
 
-TEST_F(Peers, AnObserverOfDeadLetteredFindsTheEntryInTheDlq) {
+TEST_F(PeerSemantics, AnObserverOfDeadLetteredFindsTheEntryInTheDlq) {
   auto q = engine.declare_queue<std::string>("orders", QueueOptions{});
   std::vector<std::string> found;
   engine.on_event([&](const Event& e) {
@@ -1178,7 +1179,7 @@ TEST(PeerDeadLetters, AMoveOnlyPayloadsEntryWaitsForItsStaleHandler) {
 
 // --- review5: found by review of 069d3c3 and 84e50e7 ------------------------------------------
 
-TEST_F(Peers, AKeptCounterRedriveOfAJobThatUsedEveryAttemptDeadLettersOnItsNextFailure) {
+TEST_F(PeerSemantics, AKeptCounterRedriveOfAJobThatUsedEveryAttemptDeadLettersOnItsNextFailure) {
   // RedriveOptions{.reset_counters = false}: "a job that had exhausted its attempts gets one more
   // delivery, and its next failure dead-letters it". With attempts = 65535 (kMaxAttempts) the
   // 16-bit failed_attempts wraps from 65535 to 0 on that failure, so the job is retried 65535 more
@@ -1202,7 +1203,7 @@ TEST_F(Peers, AKeptCounterRedriveOfAJobThatUsedEveryAttemptDeadLettersOnItsNextF
   EXPECT_GE(e->failed_attempts, 65535u);
 }
 
-TEST_F(Peers, TheLargestStallBudgetStillEnds) {
+TEST_F(PeerSemantics, TheLargestStallBudgetStillEnds) {
   // max_stalls accepts 0 .. 65535 ("stalls a job survives before it is dead-lettered"). The stall
   // count saturates at 0xFFFF, so with max_stalls = 65535 `stalls > max_stalls` never holds and
   // the job is redelivered forever. The handler gives up after 70000 deliveries.

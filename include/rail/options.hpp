@@ -182,7 +182,7 @@ struct WorkerOptions {
   /// 16-bit pin count of a job's slot (slot_table.hpp): a Completion whose lease lapsed still
   /// pins it, so one job may be pinned by every pending record, every worker and a canceller
   /// (else 65,536 stale Completions of one job overflow its pins:
-  /// CompletionReview.MaxPendingStaysWithinWhatAJobsPinsCanCount pins it).
+  /// CompletionRaces.MaxPendingStaysWithinWhatAJobsPinsCanCount pins it).
   static constexpr std::uint32_t kMaxPending = 0xFFFF - kMaxConcurrency - 1;
   /// Jobs whose handler deferred its outcome (Job::defer, completion.hpp) that may await
   /// their Completion at once, 0 .. kMaxPending: the queue keeps a lease record for each.

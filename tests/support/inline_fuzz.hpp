@@ -1,4 +1,4 @@
-// The steps the inline downstream fuzzes share (downstream_review_test, downstream_review2_test):
+// The steps the inline downstream fuzzes share (downstream_wakeup_races_test, job_downstream_races_test):
 // each takes its randomness from the run's generator, so a seed replays the run.
 #pragma once
 

@@ -72,7 +72,7 @@ class BlockedQueue {
   /// `blocked` (the gate's count) is decremented between the pop and the requeue, so that a job
   /// that runs and ends at once is never still counted once its queue drained (else stats()
   /// can show 1 waiting after wait_idle() returned:
-  /// ReviewThreaded.SharedDownstreamUnderFlipsCancelsPushbacksAndLapses pins it).
+  /// DownstreamWakeupThreaded.SharedDownstreamUnderFlipsCancelsPushbacksAndLapses pins it).
   virtual bool wake_blocked(std::atomic<std::int64_t>& blocked, bool even_paused) noexcept = 0;
   /// promote_leader(id): the gate's limits changed: job `id`, delayed as the gate's leader,
   /// runs now (Queue::promote).

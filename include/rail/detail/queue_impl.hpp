@@ -228,7 +228,7 @@ class QueueImpl final : public JobFlow {
     // Adds kept for after a running job (keep_last_if_active): their job was taken above or
     // never starts again, or still runs past the grace and would file them to the DLQ when it
     // ends; handed back here instead, all of them, not lost
-    // (Peers.AKeptAddIsNotLostWhenItsJobIsLeftOverAtShutdown pins it).
+    // (PeerSemantics.AKeptAddIsNotLostWhenItsJobIsLeftOverAtShutdown pins it).
     kept_.take_all([&](typename KeptAdds<T>::Kept&& d) {
       out.push_back(Leftover<T>{0, std::move(d.name), std::move(d.data), 0, false});
     });
@@ -342,7 +342,7 @@ class QueueImpl final : public JobFlow {
     s.ctl.end_update();
     // A debounced job no longer waits for its downstream's token: if it led the jobs waiting
     // for it, another leads (else the rest wait out the debounce:
-    // Review.ALeaderDebouncedLaterStepsDown pins it).
+    // DownstreamWakeups.ALeaderDebouncedLaterStepsDown pins it).
     if (later) links().stepped_aside(claim.owner);
     return true;
   }
@@ -381,7 +381,7 @@ class QueueImpl final : public JobFlow {
       if (r.status == AddStatus::added || r.status == AddStatus::duplicate) return;
       if (r.status == AddStatus::dead_lettered) {  // filed (OnFull::dead_letter)
         // The id goes too (else it is held forever:
-        // Peers.AKeptAddFiledByAFullDeadLetterQueueLetsTheIdGo pins it).
+        // PeerSemantics.AKeptAddFiledByAFullDeadLetterQueueLetsTheIdGo pins it).
         (void)claims().window().release(key, id);
         return;
       }

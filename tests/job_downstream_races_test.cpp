@@ -1,4 +1,4 @@
-// Review of a downstream per job (JobOptions::downstream, issue 14): several queues whose jobs
+// A downstream per job (JobOptions::downstream) under races: several queues whose jobs
 // name several downstreams, the queue's own among them, under the gate's wake protocol (blocked
 // rings per link, the leader on the wheel), cancels, debounces, pauses, run-time limit changes,
 // pushbacks, async completions, shutdown. Every job must end exactly once, no gate may

@@ -1,6 +1,7 @@
-// Review of the shared worker pool (beb42a1): reproducers of what the review found, each kept as
-// a regression test. Threaded tests wait with eventually() (bounded) or a bounded poll, never with
-// a sleep that decides the outcome, and run under a Watchdog.
+// The shared worker pool's races: a queue running dry on a turn's last job, a pool started
+// while shutdown waits, each pinned as a regression test. Threaded tests wait with eventually()
+// (bounded) or a bounded poll, never with a sleep that decides the outcome, and run under a
+// Watchdog.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -44,7 +45,7 @@ std::string numbered(const char* prefix, int i) {
 // turn's 16th, the turn ended with its last next_job successful, so it never saw the queue run
 // dry, and the next turn found nothing visible and returned before looking: `idle` was never
 // raised (a dedicated worker raises it as soon as next_job fails).
-TEST(WorkerPoolReview, IdleIsRaisedWhenTheQueueRunsDryOnTheLastJobOfATurn) {
+TEST(WorkerPoolRaces, IdleIsRaisedWhenTheQueueRunsDryOnTheLastJobOfATurn) {
   const test::Watchdog watchdog(60s, "DrainedIsRaisedWhenTheQueueRunsDryOnTheLastJobOfATurn");
   std::atomic<int> drained{0};
   Engine engine({.workers = 1});  // one worker: its turns take the jobs 16 at a time
@@ -70,7 +71,7 @@ TEST(WorkerPoolReview, IdleIsRaisedWhenTheQueueRunsDryOnTheLastJobOfATurn) {
 // spinner's sweep slow enough for both pushes to land within one; b comes after a in member
 // order, so the round (almost always) serves a first. A race: at beb42a1 about half the runs
 // stalled a round (2 s in a's handler); none did in 30 runs with the fix.
-TEST(WorkerPoolReview, JobsPushedToTwoQueuesDuringTheSpinnersDutyWakeASleeper) {
+TEST(WorkerPoolRaces, JobsPushedToTwoQueuesDuringTheSpinnersDutyWakeASleeper) {
   const test::Watchdog watchdog(120s, "JobsPushedToTwoQueuesDuringTheSpinnersDutyWakeASleeper");
 #ifdef RAIL_SANITIZED
   constexpr int kRounds = 300;
@@ -112,7 +113,7 @@ TEST(WorkerPoolReview, JobsPushedToTwoQueuesDuringTheSpinnersDutyWakeASleeper) {
 // started the pool meanwhile (its process() ran while shutdown waited for a handler: here that
 // handler itself) got a pool that nobody stopped, and shutdown's join waited for its threads
 // forever; the engine's destructor did the same between its stop and its join.
-TEST(WorkerPoolReview, APoolStartedWhileShutdownWaitsIsStoppedWithTheEngine) {
+TEST(WorkerPoolRaces, APoolStartedWhileShutdownWaitsIsStoppedWithTheEngine) {
   const test::Watchdog watchdog(30s, "APoolStartedWhileShutdownWaitsIsStoppedWithTheEngine");
   Engine engine({.workers = 2});
   auto probe =

@@ -198,7 +198,7 @@ void destroy_beside(const char* schedule_queue, const char* delayed_queue, Mode 
 #endif
 }
 
-TEST(ScheduleReview, EngineDestructionDoesNotTouchTimersOfQueuesDestroyedBefore) {
+TEST(ScheduleRaces, EngineDestructionDoesNotTouchTimersOfQueuesDestroyedBefore) {
   for (const Mode mode : {Mode::inlined, Mode::threaded}) {
     // The queues die in the map's order, which the test does not choose: both ways round.
     destroy_beside("a", "b", mode);
@@ -206,7 +206,7 @@ TEST(ScheduleReview, EngineDestructionDoesNotTouchTimersOfQueuesDestroyedBefore)
   }
 }
 
-TEST(ScheduleReview, EngineDestructionWithLiveRunsOfARemovedAndAKeptSchedule) {
+TEST(ScheduleRaces, EngineDestructionWithLiveRunsOfARemovedAndAKeptSchedule) {
   for (int round = 0; round < repeats(20); ++round) {
     test::Watchdog dog(120s, "destruction with live runs");
     ManualClock clock;
@@ -243,12 +243,12 @@ TEST(ScheduleReview, EngineDestructionWithLiveRunsOfARemovedAndAKeptSchedule) {
 
 // --- accounting
 
-struct Inline : ::testing::Test {
+struct ScheduleRacesInline : ::testing::Test {
   ManualClock clock;
   Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
 };
 
-TEST_F(Inline, CatchUpWithOverlapRunsTheDueTimeAndUpToMaxCatchUpMissedOnes) {
+TEST_F(ScheduleRacesInline, CatchUpWithOverlapRunsTheDueTimeAndUpToMaxCatchUpMissedOnes) {
   // Ten due times at once, nothing live: the latest one runs, and of the nine missed ones at most
   // max_catch_up are owed — run one after another without overlap, at once with it. Either way
   // 1 + 3 runs and 6 skipped (review: with overlap the due time itself counted against
@@ -271,7 +271,7 @@ TEST_F(Inline, CatchUpWithOverlapRunsTheDueTimeAndUpToMaxCatchUpMissedOnes) {
   }
 }
 
-TEST_F(Inline, CatchUpWithOverlapOnASmallQueueAccountsForEveryDueTime) {
+TEST_F(ScheduleRacesInline, CatchUpWithOverlapOnASmallQueueAccountsForEveryDueTime) {
   auto q = engine.declare_queue<int>("small", QueueOptions{.capacity = 2});
   int ran = 0;
   q.process({}, [&](Job<int>&) { ++ran; });
@@ -290,7 +290,7 @@ TEST_F(Inline, CatchUpWithOverlapOnASmallQueueAccountsForEveryDueTime) {
   EXPECT_EQ(q.schedule_info("s")->live, 0u);
 }
 
-TEST_F(Inline, RunNowThatMeetsALiveRunIsAMissedDueTime) {
+TEST_F(ScheduleRacesInline, RunNowThatMeetsALiveRunIsAMissedDueTime) {
   // run_now asks for a run at declaration; while a run of the schedule is live (no overlap) it is
   // a missed due time like any other: MissedRuns decides (review: it was dropped uncounted, so
   // run_once never ran it and skip never counted it).
@@ -333,7 +333,7 @@ struct Hooked {
   Hooked& operator=(Hooked&&) noexcept = default;
 };
 
-TEST_F(Inline, ARunDroppedBecauseShutdownBeganIsNotCountedAsRefused) {
+TEST_F(ScheduleRacesInline, ARunDroppedBecauseShutdownBeganIsNotCountedAsRefused) {
   // A run is dropped at shutdown whether shutdown began before the table's check of accepting()
   // or between that check and the add (here: the payload's copy, made in that window, starts it).
   // refused counts what a full queue did not take; either way the count must be the same
@@ -352,7 +352,7 @@ TEST_F(Inline, ARunDroppedBecauseShutdownBeganIsNotCountedAsRefused) {
 
 // --- threads
 
-TEST(ScheduleReview, EveryDueTimeIsAccountedForWhileUpsertsRaceTheTimerAndRunEnds) {
+TEST(ScheduleRaces, EveryDueTimeIsAccountedForWhileUpsertsRaceTheTimerAndRunEnds) {
   // One schedule, its `when` fixed (the grid stays), re-declared from several threads with other
   // missed/overlap/max_catch_up while the clock ticks and workers end runs (some retry). Once
   // quiet: runs + skipped + refused = the due times that passed, and the queue added exactly the
@@ -424,7 +424,7 @@ TEST(ScheduleReview, EveryDueTimeIsAccountedForWhileUpsertsRaceTheTimerAndRunEnd
   }
 }
 
-TEST(ScheduleReview, ChurnOfManySchedulesNeverFiresARemovedOneOrDoublesOne) {
+TEST(ScheduleRaces, ChurnOfManySchedulesNeverFiresARemovedOneOrDoublesOne) {
   // Threads declare and remove many ids (indices are reused) while the clock ticks and workers
   // run. Each declaration carries a fresh generation in its payload; once a generation is
   // removed (or replaced by a new `when`) only the runs already being added may still come.
@@ -503,7 +503,7 @@ TEST(ScheduleReview, ChurnOfManySchedulesNeverFiresARemovedOneOrDoublesOne) {
   }
 }
 
-TEST(ScheduleReview, ManySchedulesFireTogetherAndEachIsRemovedExactlyOnce) {
+TEST(ScheduleRaces, ManySchedulesFireTogetherAndEachIsRemovedExactlyOnce) {
   // Two thousand schedules on a few intervals fire in the same passes; then two threads remove
   // every id at once: each id is removed by exactly one of them, and nothing is left behind.
   for (int round = 0; round < repeats(3); ++round) {
@@ -544,7 +544,7 @@ TEST(ScheduleReview, ManySchedulesFireTogetherAndEachIsRemovedExactlyOnce) {
   }
 }
 
-TEST(ScheduleReview, InlineEngineDeclaresFromOtherThreadsWhileItsOwnerRunsAndAdvances) {
+TEST(ScheduleRaces, InlineEngineDeclaresFromOtherThreadsWhileItsOwnerRunsAndAdvances) {
   // Inline mode: one thread advances the clock (which fires timers) and runs jobs; others
   // declare and remove schedules at the same time.
   for (int round = 0; round < repeats(4); ++round) {
@@ -591,7 +591,7 @@ TEST(ScheduleReview, InlineEngineDeclaresFromOtherThreadsWhileItsOwnerRunsAndAdv
   }
 }
 
-TEST(ScheduleReview, ARunThatLapsesToTheDlqOnTheTimerThreadStartsTheOwedRun) {
+TEST(ScheduleRaces, ARunThatLapsesToTheDlqOnTheTimerThreadStartsTheOwedRun) {
   // The run's lease lapses on the timer thread (attempts 1, count_as_attempt): it is filed to the
   // DLQ and ends there, while that thread owns the wheel. Its end starts the owed run (after the
   // wheel is released), and a user callback on the same end re-enters the table from the owning
@@ -650,7 +650,7 @@ TEST(ScheduleReview, ARunThatLapsesToTheDlqOnTheTimerThreadStartsTheOwedRun) {
   }
 }
 
-TEST(ScheduleReview, ShutdownWhileDueTimesFireAndRunsEnd) {
+TEST(ScheduleRaces, ShutdownWhileDueTimesFireAndRunsEnd) {
   for (int round = 0; round < repeats(8); ++round) {
     test::Watchdog dog(120s, named("shutdown round ", round));
     ManualClock clock;

@@ -1,7 +1,7 @@
-// Review of the downstream gate (issue 14, part 1): reproducers of lost wake-ups and of a busy
-// loop in the job-state paths that a downstream adds (blocked ring, the leader on the wheel),
-// plus stress runs that check every job runs exactly once and the counts return to zero.
-// Timed cases run under the manual clock in inline mode; threaded ones use bounded waits.
+// The downstream gate's wake-ups: no lost wake-up and no busy loop in the job-state paths that a
+// downstream adds (blocked ring, the leader on the wheel), plus stress runs that check every job
+// runs exactly once and the counts return to zero. Timed cases run under the manual clock in inline
+// mode; threaded ones use bounded waits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,7 +24,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Review : test::InlineEngine {
+struct DownstreamWakeups : test::InlineEngine {
   /// one_per_second(ran): queue "q" calling downstream "api" (one start per second, burst 1),
   /// whose handler appends each job's payload to `ran`.
   Queue<int> one_per_second(std::vector<int>& ran) {
@@ -38,7 +38,7 @@ struct Review : test::InlineEngine {
 // The leader and the first job behind it are both cancelled. The leader's cancel steps it down
 // and wakes one blocked job: the cancelled one, whose delivery only reclaims its slot. Nobody is
 // left to lead, and the last job waits forever though tokens refill.
-TEST_F(Review, CancellingTheLeaderAndTheJobBehindItLeavesNoJobStranded) {
+TEST_F(DownstreamWakeups, CancellingTheLeaderAndTheJobBehindItLeavesNoJobStranded) {
   std::vector<int> ran;
   auto q = one_per_second(ran);
   (void)q.add("call", 1);
@@ -64,7 +64,7 @@ TEST_F(Review, CancellingTheLeaderAndTheJobBehindItLeavesNoJobStranded) {
 // blocked; b's jobs are blocked behind a's leader. When the leader's token comes it steps down
 // and wakes one blocked job: a's, into a's paused ready ring. b's jobs then wait, with tokens
 // there and no leader, for as long as a stays paused.
-TEST_F(Review, APausedQueueDoesNotHoldUpAnotherQueuesJobsAtTheGate) {
+TEST_F(DownstreamWakeups, APausedQueueDoesNotHoldUpAnotherQueuesJobsAtTheGate) {
   engine.declare_downstream("api", {.rate = RateLimit::token_bucket(1, 1s, 1)});
   auto a = engine.declare_queue<int>("a", test::calling("api"));
   auto b = engine.declare_queue<int>("b", test::calling("api"));
@@ -98,7 +98,7 @@ TEST_F(Review, APausedQueueDoesNotHoldUpAnotherQueuesJobsAtTheGate) {
 // so each refused job wakes itself as "no leader": refused, blocked, woken, refused... and
 // run_until_idle never returns (threaded: the workers spin). The observer stops the loop after
 // 1000 refusals by cancelling the job, so that the test ends either way.
-TEST_F(Review, ADownstreamPausedForGoodParksItsJobsInsteadOfSpinning) {
+TEST_F(DownstreamWakeups, ADownstreamPausedForGoodParksItsJobsInsteadOfSpinning) {
   auto api = engine.declare_downstream("api", {});
   auto q = engine.declare_queue<int>("q", test::calling("api"));
   q.process({}, [](Job<int>&) {});
@@ -117,7 +117,7 @@ TEST_F(Review, ADownstreamPausedForGoodParksItsJobsInsteadOfSpinning) {
 // The leader waits for its downstream, not for a delay: a user's change_delay or promote does
 // not apply to it (BullMQ: "not in the delayed state"), so it cannot be parked on the wheel with
 // jobs blocked behind it; its gate alone moves it.
-TEST_F(Review, ALeaderIsWaitingSoChangeDelayAndPromoteLeaveItToItsGate) {
+TEST_F(DownstreamWakeups, ALeaderIsWaitingSoChangeDelayAndPromoteLeaveItToItsGate) {
   std::vector<int> ran;
   auto q = one_per_second(ran);
   (void)q.add("call", 1);
@@ -137,7 +137,7 @@ TEST_F(Review, ALeaderIsWaitingSoChangeDelayAndPromoteLeaveItToItsGate) {
 
 // The same through a debounce: a duplicate add restarts the leader's delay (one hour), and the
 // job blocked behind it waits the hour with the bucket full.
-TEST_F(Review, ALeaderDebouncedLaterStepsDown) {
+TEST_F(DownstreamWakeups, ALeaderDebouncedLaterStepsDown) {
   std::vector<int> ran;
   auto q = one_per_second(ran);
   JobOptions debounced;
@@ -169,7 +169,7 @@ TEST_F(Review, ALeaderDebouncedLaterStepsDown) {
 // So the leader ran only once nobody else waited, and the oldest blocked jobs went round the ring
 // behind newer ones: with one new job per token they ran last. One token at a time, the jobs
 // start in the order they were added.
-TEST_F(Review, TheLeaderIsNotOvertakenByTheJobsItWakes) {
+TEST_F(DownstreamWakeups, TheLeaderIsNotOvertakenByTheJobsItWakes) {
   engine.declare_downstream("api", {.rate = RateLimit::token_bucket(10, 1s, 1)});
   auto q = engine.declare_queue<int>("q", test::calling("api"));
   std::vector<int> order;
@@ -191,7 +191,7 @@ TEST_F(Review, TheLeaderIsNotOvertakenByTheJobsItWakes) {
 // A lease lapses while the handler holds the only permit: the job is redelivered at once, but
 // its redelivery waits (blocked, no thread) until the stale handler returns its permit, and
 // starts then, at that moment of the manual clock; never two inside.
-TEST_F(Review, ALapsedDeliveryAndItsRedeliveryNeverHoldTwoPermitsOfOne) {
+TEST_F(DownstreamWakeups, ALapsedDeliveryAndItsRedeliveryNeverHoldTwoPermitsOfOne) {
   engine.declare_downstream("api", {.concurrency = 1});
   QueueOptions o = test::calling("api");
   o.visibility_timeout = 1s;
@@ -224,7 +224,7 @@ TEST_F(Review, ALapsedDeliveryAndItsRedeliveryNeverHoldTwoPermitsOfOne) {
 
 // A job dead-lettered on a gated queue and redriven runs under the gate again: it waits for the
 // token like any other job, without using an attempt.
-TEST_F(Review, ARedrivenJobWaitsAtTheGateLikeAnyOther) {
+TEST_F(DownstreamWakeups, ARedrivenJobWaitsAtTheGateLikeAnyOther) {
   engine.declare_downstream("api", {.rate = RateLimit::token_bucket(1, 1s, 1)});
   auto q = engine.declare_queue<int>("q", test::calling("api"));
   bool fail = true;
@@ -356,14 +356,14 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
   }
 }
 
-TEST(ReviewFuzz, InlineWithAFixedRate) {
+TEST(DownstreamWakeupFuzz, InlineWithAFixedRate) {
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     fuzz_inline(seed, true);
     if (HasFailure()) return;
   }
 }
 
-TEST(ReviewFuzz, InlineWithRateChanges) {
+TEST(DownstreamWakeupFuzz, InlineWithRateChanges) {
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     fuzz_inline(seed, false);
     if (HasFailure()) return;
@@ -386,7 +386,7 @@ bool until(Pred pred, Duration limit = 60s) {
 // A budget of 1: job 0 holds the permit; jobs 1 and 2 wait in the blocked ring, in that order.
 // Job 1 is cancelled. Job 0's release wakes the first blocked job, job 1, whose delivery only
 // reclaims its slot: the wake ended there, and job 2 waited forever with the permit free.
-TEST(ReviewThreaded, AWakeThatReachesACancelledJobIsHandedOn) {
+TEST(DownstreamWakeupThreaded, AWakeThatReachesACancelledJobIsHandedOn) {
   Engine engine;
   auto api = engine.declare_downstream("api", {.concurrency = 1});
   auto q = engine.declare_queue<int>("q", test::calling("api"));
@@ -420,7 +420,7 @@ TEST(ReviewThreaded, AWakeThatReachesACancelledJobIsHandedOn) {
 // and then (a stale handler and the redelivery both hold permits). Every job must end exactly
 // once (completed jobs ran their handler to `done` exactly once, except c's, whose stale
 // handlers may also have returned), the gauges must return to 0 and the permits be all back.
-TEST(ReviewThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
+TEST(DownstreamWakeupThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
   const int rounds = 3;
   for (int round = 0; round < rounds; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
@@ -566,7 +566,7 @@ TEST(ReviewThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLapses) {
 
 // Shutdown with jobs blocked at the gate and one holding the permit: every job is either run or
 // handed back by take_leftovers, exactly once, and the permit comes back.
-TEST(ReviewThreaded, ShutdownHandsBackTheJobsWaitingAtTheGate) {
+TEST(DownstreamWakeupThreaded, ShutdownHandsBackTheJobsWaitingAtTheGate) {
   for (int round = 0; round < 5; ++round) {
     Engine engine;
     auto api = engine.declare_downstream(
@@ -604,7 +604,7 @@ TEST(ReviewThreaded, ShutdownHandsBackTheJobsWaitingAtTheGate) {
   }
 }
 
-TEST(ReviewThreaded, CancelledBlockedJobsGiveTheirSlotsBack) {
+TEST(DownstreamWakeupThreaded, CancelledBlockedJobsGiveTheirSlotsBack) {
   // A job cancelled while it waits in the blocked ring gives its slot back at the cancel, not
   // when a wake happens to pop its index: with the downstream stalled, the queue would stay full
   // of cancelled jobs (the review's open finding).
@@ -638,7 +638,7 @@ TEST(ReviewThreaded, CancelledBlockedJobsGiveTheirSlotsBack) {
   EXPECT_EQ(q.counts().cancelled, 7u);
 }
 
-TEST(ReviewThreaded, CancelsSweepingTheBlockedRingLoseNoWake) {
+TEST(DownstreamWakeupThreaded, CancelsSweepingTheBlockedRingLoseNoWake) {
   // Cancels sweep the blocked ring while permits are released: the live jobs the sweeps put
   // back must all run (a wake that found the ring empty mid-sweep is made up for).
   for (int round = 0; round < 20; ++round) {

@@ -1,6 +1,6 @@
-// Review of async completion (21c96ec): attacks on the slot protocol through Job::defer and
-// Completion. Each test pins one race or sequence; the stress tests repeat random mixes under
-// the sanitizers.
+// Async completion against the slot protocol: races and sequences through Job::defer and
+// Completion (lapses, cancels, redrive, debounce, completing inside the handler). Each test pins
+// one race or sequence; the stress tests repeat random mixes under the sanitizers.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -52,7 +52,7 @@ struct Probe {
 
 // A handler whose Completion is completed before it returns (a cached answer calls back at
 // once) still runs on its job's payload: the completion must not destroy it under the handler.
-TEST(CompletionReview, CompletingInsideTheHandlerKeepsThePayloadUntilTheHandlerReturns) {
+TEST(CompletionRaces, CompletingInsideTheHandlerKeepsThePayloadUntilTheHandlerReturns) {
   ManualClock clock;
   Engine engine(EngineOptions{.clock = &clock, .mode = Mode::inlined});
   auto q = engine.declare_queue<Probe>("calls", {});
@@ -78,7 +78,7 @@ TEST(CompletionReview, CompletingInsideTheHandlerKeepsThePayloadUntilTheHandlerR
 
 // The same from another thread, on worker threads: the completer ends the job while its
 // handler still runs; the slot must not be freed (and reused) before the handler returns.
-TEST(CompletionReview, ACompletionFromAnotherThreadWhileItsHandlerRunsLeavesThePayloadAlone) {
+TEST(CompletionRaces, ACompletionFromAnotherThreadWhileItsHandlerRunsLeavesThePayloadAlone) {
   const test::Watchdog watchdog(
       60s, "ACompletionFromAnotherThreadWhileItsHandlerRunsLeavesThePayloadAlone");
   Engine engine;
@@ -113,7 +113,7 @@ TEST(CompletionReview, ACompletionFromAnotherThreadWhileItsHandlerRunsLeavesTheP
 // bound (1 << 20), 65,536 lapses of one job overflowed its pins (the invariant aborted; a
 // reproduction needs 65,536 sweeps of every pending record, minutes): max_pending is bounded
 // below 65,536 less the workers and a canceller instead.
-TEST(CompletionReview, MaxPendingStaysWithinWhatAJobsPinsCanCount) {
+TEST(CompletionRaces, MaxPendingStaysWithinWhatAJobsPinsCanCount) {
   static_assert(std::uint64_t{WorkerOptions::kMaxPending} + WorkerOptions::kMaxConcurrency + 1 <=
                 0xFFFF);
   ManualClock clock;
@@ -271,21 +271,21 @@ std::uint32_t base_seed() {
                         : std::random_device{}();
 }
 
-TEST(CompletionReviewStress, DedicatedWorkersWithDownstream) {
+TEST(CompletionRaceStress, DedicatedWorkersWithDownstream) {
   const test::Watchdog watchdog(120s, "DedicatedWorkersWithDownstream");
   const std::uint32_t seed = base_seed();
   for (std::uint32_t round = 0; round < 3; ++round)
     run_mix(seed + round, false, true);
 }
 
-TEST(CompletionReviewStress, SharedPoolWithoutDownstream) {
+TEST(CompletionRaceStress, SharedPoolWithoutDownstream) {
   const test::Watchdog watchdog(120s, "SharedPoolWithoutDownstream");
   const std::uint32_t seed = base_seed();
   for (std::uint32_t round = 0; round < 3; ++round)
     run_mix(seed + round, true, false);
 }
 
-TEST(CompletionReviewStress, SharedPoolWithDownstream) {
+TEST(CompletionRaceStress, SharedPoolWithDownstream) {
   const test::Watchdog watchdog(120s, "SharedPoolWithDownstream");
   const std::uint32_t seed = base_seed();
   for (std::uint32_t round = 0; round < 3; ++round)
@@ -336,7 +336,7 @@ class Completers {
 
 // Completions answered and dropped on other threads while the engine is destroyed: the hub's
 // close waits out the completers inside; later ones touch nothing (TSan/ASan are the judges).
-TEST(CompletionReviewStress, CompletionsRaceTheEnginesDestruction) {
+TEST(CompletionRaceStress, CompletionsRaceTheEnginesDestruction) {
   const test::Watchdog watchdog(120s, "CompletionsRaceTheEnginesDestruction");
   const std::uint32_t seed = base_seed();
   for (std::uint32_t round = 0; round < 12; ++round) {
@@ -373,7 +373,7 @@ TEST(CompletionReviewStress, CompletionsRaceTheEnginesDestruction) {
 
 // Completions answered while shutdown() waits and take_leftovers() takes: every job ends once
 // or comes back once, never both.
-TEST(CompletionReviewStress, CompletionsRaceShutdownAndTakeLeftovers) {
+TEST(CompletionRaceStress, CompletionsRaceShutdownAndTakeLeftovers) {
   const test::Watchdog watchdog(120s, "CompletionsRaceShutdownAndTakeLeftovers");
   const std::uint32_t seed = base_seed();
   for (std::uint32_t round = 0; round < 8; ++round) {
@@ -427,7 +427,7 @@ TEST(CompletionReviewStress, CompletionsRaceShutdownAndTakeLeftovers) {
 
 // An inline engine on a manual clock: the test thread runs jobs and moves time (lapses, retries)
 // while another thread completes: every job ends exactly once.
-TEST(CompletionReviewStress, InlineEngineRacesACompleterThread) {
+TEST(CompletionRaceStress, InlineEngineRacesACompleterThread) {
   const test::Watchdog watchdog(120s, "InlineEngineRacesACompleterThread");
   const std::uint32_t seed = base_seed();
   for (std::uint32_t round = 0; round < 6; ++round) {

@@ -1,4 +1,4 @@
-// split_race: races the cold paths of the split job flow (JobFlow / TimerPort / QueueImpl<T>)
+// cold_path_races: races the cold paths of the split job flow (JobFlow / TimerPort / QueueImpl<T>)
 // against each other through the public API, many short engines in a row, oversubscribed.
 //   A  cancel by id   vs lease lapse / redelivery / retry backoff
 //   B  debounce       vs the timer firing the kept job (plus cancel of the owners)
@@ -8,7 +8,7 @@
 // cancelled) must be 0 at quiescence (1 only for a job taken by take_leftovers, exactly once).
 // Handlers check their payload is intact (a moved-from or destroyed string fails). After each
 // run of A/B/D the queue must again hold exactly `capacity` jobs (no slot lost or freed twice).
-// Usage: split_race <scenario A|B|C|D|all> <iterations> [workers]
+// Usage: cold_path_races <scenario A|B|C|D|all> <iterations> [workers]
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
