@@ -1,3 +1,5 @@
+// The asymmetric fence (asymmetric_fence.hpp): registering the process for expedited private
+// membarriers once, and the heavy side (a membarrier, or a full fence where none is offered).
 #include "rail/detail/asymmetric_fence.hpp"
 
 #if defined(__linux__)

@@ -1,3 +1,5 @@
+// Dispatcher (dispatcher.hpp): a queue's workers, how they find ready jobs, sleep and wake, and
+// the shared pool's turns; the permit-first path is in dispatcher_permits.cpp.
 #include "rail/detail/dispatcher.hpp"
 
 #include <algorithm>

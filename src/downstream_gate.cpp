@@ -38,8 +38,8 @@ DownstreamGate::Decision DownstreamGate::admit(JobId id, std::int64_t now, Block
     // token its waker expected it to wait for: else nobody leads and the blocked jobs wait for
     // ever, DownstreamGate.ARateOnlyGateNeverStrandsItsBlockedJobs pins it). Not otherwise: it
     // would be refused and go to the back of the blocked ring, behind jobs that came after it
-    // (DownstreamWakeups.TheLeaderIsNotOvertakenByTheJobsItWakes pins it); whoever frees the next permit or
-    // leads to the next token wakes the next job then.
+    // (DownstreamWakeups.TheLeaderIsNotOvertakenByTheJobsItWakes pins it); whoever frees the next
+    // permit or leads to the next token wakes the next job then.
     wake_if_useful(now, woken);
     return {Verdict::admitted, 0, a.kind};
   }

@@ -1,3 +1,5 @@
+// EndTracker (end_tracker.hpp): waiters on jobs' ends, the retained ends (QueueOptions::keep_ended)
+// and the ended-job history that Queue::end_of and track() read.
 #include "rail/detail/end_tracker.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// Engine (engine.hpp): construction and validation of EngineOptions, downstream declarations,
+// lookups, shutdown and the destructor's teardown.
 #include "rail/engine.hpp"
 
 #include <chrono>

@@ -1,3 +1,4 @@
+// rail::Error (error.hpp): the error codes' names and the message "code: what was wrong".
 #include "rail/error.hpp"
 
 namespace rail {

@@ -154,8 +154,8 @@ void JobControl::sweep_blocked() noexcept {
   // Cold (a cancel). The blocked ring is popped only by wakes, which a stalled downstream may
   // not make for a long time: a cancelled job there would keep its slot (and count as blocked)
   // as long, and a queue full of cancelled jobs would answer `full`
-  // (DownstreamWakeupThreaded.CancelledBlockedJobsGiveTheirSlotsBack pins it). Each index present now is
-  // taken once: a cancelled job's slot is reclaimed, as a popper reclaims it; one taken by
+  // (DownstreamWakeupThreaded.CancelledBlockedJobsGiveTheirSlotsBack pins it). Each index present
+  // now is taken once: a cancelled job's slot is reclaimed, as a popper reclaims it; one taken by
   // take_leftovers after shutdown is dropped, as a popper drops it; the rest go back, in order.
   links_.for_each([this](GateLink& link) {
     MpmcRing<std::uint32_t>& ring = link.blocked();

@@ -1,3 +1,4 @@
+// make_log_observer (log_observer.hpp): one line per event in the seed document's log style.
 #include "rail/log_observer.hpp"
 
 #include <chrono>

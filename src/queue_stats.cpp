@@ -1,3 +1,4 @@
+// QueueStats (queue_stats.hpp): a queue's striped counters and the counts() snapshot.
 #include "rail/detail/queue_stats.hpp"
 
 #include <algorithm>

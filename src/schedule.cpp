@@ -1,3 +1,4 @@
+// Schedule (schedule.hpp): every(interval) and cron(expression) due-time rules, validated.
 #include "rail/schedule.hpp"
 
 #include <string>

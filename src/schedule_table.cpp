@@ -1,3 +1,5 @@
+// ScheduleTable (schedule_table.hpp): a queue's repeatable jobs: upsert, the timer per schedule,
+// runs added at each due time, missed runs, and the accounting ScheduleInfo reports.
 #include "rail/detail/schedule_table.hpp"
 
 #include <algorithm>
@@ -128,7 +130,8 @@ ScheduleInfo ScheduleTable::upsert(std::string_view id, Definition def) {
       } else if (o.run_now) {
         // A run of the schedule is live: the run asked for now is a missed due time, as one
         // that fires meanwhile would be (else it is dropped uncounted, and run_once or
-        // catch_up never runs it: ScheduleRacesInline.RunNowThatMeetsALiveRunIsAMissedDueTime pins it).
+        // catch_up never runs it: ScheduleRacesInline.RunNowThatMeetsALiveRunIsAMissedDueTime pins
+        // it).
         owe(e->tally, o, 1);
       }
     }
@@ -237,7 +240,8 @@ void ScheduleTable::fire(std::uint32_t tag, std::int64_t now, Wheel& wheel) noex
     } else {
       // The due time that fired runs, and with it up to max_catch_up of the missed ones, as
       // many as would be owed without overlap: the due time itself does not count against
-      // max_catch_up (ScheduleRacesInline.CatchUpWithOverlapRunsTheDueTimeAndUpToMaxCatchUpMissedOnes pins it).
+      // max_catch_up
+      // (ScheduleRacesInline.CatchUpWithOverlapRunsTheDueTimeAndUpToMaxCatchUpMissedOnes pins it).
       // Bounded by what the 32-bit live count can still hold (max_catch_up may be 2^32 - 1).
       start = std::min<std::uint64_t>(1 + std::min<std::uint64_t>(n - 1, o.max_catch_up),
                                       std::numeric_limits<std::uint32_t>::max() - e.tally.live);

@@ -1,3 +1,4 @@
+// ThreadGroup (thread_group.hpp): starting a group of threads all or none, and joining them.
 #include "rail/detail/thread_group.hpp"
 
 #include <system_error>

@@ -1,3 +1,5 @@
+// TscClock (clock.hpp): steady_clock's time read from the invariant TSC, calibrated by
+// detail/tsc_time.hpp; steady_clock itself where no invariant counter exists.
 #include <chrono>
 #include <cstdint>
 

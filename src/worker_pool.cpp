@@ -1,3 +1,4 @@
+// WorkerPool (worker_pool.hpp): the engine's shared pool, its threads and the queues that join it.
 #include "rail/detail/worker_pool.hpp"
 
 #include <string>
