@@ -7,6 +7,7 @@
 #include <exception>
 #include <thread>
 
+#include "rail/detail/add_gate.hpp"
 #include "rail/detail/deadline.hpp"
 
 namespace rail {
@@ -259,6 +260,10 @@ ShutdownReport Engine::shutdown(Duration grace) {
                     " ns; expected 0 (report at once) or more (Duration::max(): wait for every "
                     "handler)");
   core_->stop_accepting();
+  // An add that passed its accepting() check publishes its job before the report is collected
+  // (else it answers `added` for a job the report and its waiters never hear of). Adds take
+  // microseconds; the bound only stops an observer of an add that blocks from holding shutdown.
+  (void)detail::wait_for_adders(core_.get(), std::max(grace, Duration{std::chrono::seconds(1)}));
   bool first;
   {
     std::lock_guard lock(mu_);

@@ -250,10 +250,11 @@ class Engine {
   /// cancel(id) cancels job `id` in whichever queue holds it (see Queue::cancel); cold.
   bool cancel(JobId id);
 
-  /// shutdown(grace) stops accepting adds (they answer AddStatus::shutting_down), stops workers
-  /// from starting new jobs, waits up to `grace` (real time) for running handlers, and reports what
-  /// was left. Idempotent: a second call reports again without waiting. A negative grace is
-  /// Error(invalid_option).
+  /// shutdown(grace) stops accepting adds (they answer AddStatus::shutting_down), waits for the
+  /// adds already past that check on other threads (up to max(grace, 1 s): only an observer of
+  /// an add that blocks takes longer; detail/add_gate.hpp), stops workers from starting new jobs,
+  /// waits up to `grace` (real time) for running handlers, and reports what was left. Idempotent: a
+  /// second call reports again without waiting. A negative grace is Error(invalid_option).
   /// Observers may still be called after it returns, until the engine is destroyed: the timer
   /// keeps time, so a delayed job still comes due (retry_due; it then waits, as no worker starts
   /// it, unless take_leftovers() took it), a handler that outlived `grace` may still lapse

@@ -65,6 +65,7 @@
 
 #include "rail/add_receipt.hpp"
 #include "rail/dead_letter_queue.hpp"
+#include "rail/detail/add_gate.hpp"
 #include "rail/detail/completions.hpp"
 #include "rail/detail/deadline.hpp"
 #include "rail/detail/dedup_claims.hpp"
@@ -192,6 +193,7 @@ class JobFlow : public QueueBase,
         e.downstream, e.added_at, e.dedup_id,     e.failed_attempts, e.deliveries,
         e.stalls,     e.errors};
     std::uint32_t idx;
+    const AddScope scope(&core());  // shutdown waits for this redrive once past accepting()
     const RedriveStatus status = begin_redrive(of, reset_counters, idx);
     if (status != RedriveStatus::redriven) return status;
     fill(cell(idx));

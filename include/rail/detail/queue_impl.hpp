@@ -76,6 +76,9 @@ class QueueImpl final : public JobFlow {
     bool sure = false;  // registered before the job was published
   };
   Tracked add_tracked(std::string_view job_name, T&& data, const JobOptions& o) {
+    // Also across a duplicate's watch below: the job it merged into is in shutdown's report
+    // only if its waiter is registered before the report abandons the job's waiters.
+    const AddScope scope(&core());
     std::shared_ptr<EndWaiter> waiter;
     const AddReceipt r = add_one(job_name, std::move(data), o, AddFrom::producer, 0, &waiter);
     if (waiter) return {r, std::move(waiter), true};
@@ -101,6 +104,7 @@ class QueueImpl final : public JobFlow {
                      AddFrom from = AddFrom::producer, JobId prior = 0,
                      std::shared_ptr<EndWaiter>* watch = nullptr) {
     const bool may_block = from != AddFrom::kept && from != AddFrom::schedule;
+    const AddScope scope(&core());  // shutdown waits for this add once it is past accepting()
     const Added a = add_with(job_name, o, may_block, prior, watch,
                              [&](void* cell) noexcept { ::new (cell) T(std::move(data)); });
     switch (a.what) {
@@ -130,6 +134,7 @@ class QueueImpl final : public JobFlow {
 
   /// add_bulk: all payloads get one name and one set of options (no dedup: ids differ per job).
   BulkAddReceipt add_bulk(std::string_view job_name, std::span<T> items, const JobOptions& o) {
+    const AddScope scope(&core());  // shutdown waits for this add once it is past accepting()
     if (!core().accepting()) [[unlikely]]
       return {AddStatus::shutting_down, 0, 0};
     admit(job_name, o);
