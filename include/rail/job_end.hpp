@@ -24,8 +24,11 @@ struct JobEnd {
   DeadLetterReason reason = DeadLetterReason::none;  // dead_lettered
   std::string error;  // dead_lettered: the last failure; discarded: the reason; unknown: why
   std::vector<AttemptError> errors;  // dead_lettered: every attempt's failure, oldest first
-  std::uint32_t attempt = 0;         // the last attempt's number (Job::attempt() counted it)
-  TimePoint ended_at{};              // engine clock; unset for unknown
+  /// attempt: the number of the attempt that ended the job (completed, discarded; as
+  /// Job::attempt() counted it), the failed attempts (dead_lettered), or the failed attempts
+  /// before the cancel (cancelled: an attempt the cancel fenced mid-run is not counted).
+  std::uint32_t attempt = 0;
+  TimePoint ended_at{};  // engine clock; unset for unknown
 
   [[nodiscard]] bool completed() const noexcept { return status == JobStatus::completed; }
 };
