@@ -1,5 +1,5 @@
-// JobFlow's hot path: construction and storage, the add sequence's out-of-line steps, the
-// workers' start, delivery, a handler's outcome (finish, fail_attempt), lease lapses and timer
+// JobFlow's hot path: construction and storage, the add sequence's out-of-line steps,
+// delivery, a handler's outcome (finish, fail_attempt), lease lapses and timer
 // firings. See include/rail/detail/job_flow.hpp for the job's path and the ordering conventions.
 #include "rail/detail/job_flow.hpp"
 
@@ -12,7 +12,6 @@
 #include "rail/detail/blank.hpp"
 #include "rail/detail/handler_failure.hpp"
 #include "rail/detail/scoped_value.hpp"
-#include "rail/detail/worker_pool.hpp"
 #include "rail/error.hpp"
 
 namespace rail::detail {
@@ -70,64 +69,6 @@ const std::string& JobFlow::log_failure(JobSlot& s, std::uint32_t attempt, std::
   if (log.capacity() < s.max_attempts) log.reserve(s.max_attempts);
   log.push_back(AttemptRecord{attempt, now, std::move(reason)});
   return log.back().message;
-}
-
-// --- workers -------------------------------------------------------------------------------------
-
-void JobFlow::start_processing(const WorkerOptions& w) {
-  const std::uint64_t seed = parts_.core.seed() ^ (std::uint64_t{index_} << 32);
-  if (w.pool == Pool::shared && parts_.core.mode() == Mode::threaded) {
-    WorkerPool& pool = parts_.core.shared_pool();  // may throw Error(resources): nothing done yet
-    make_leases(pool.size(), w.max_pending);
-    try {
-      dispatch_.join_pool(*this, pool.size(), pool.wake(), *leases_, seed,
-                          w.concurrency.value_or(0));  // join_pool's 0: the whole pool
-    } catch (...) {
-      drop_leases();  // join_pool undid its part: the queue is as before
-      throw;
-    }
-    pool.add(dispatch_);
-  } else {
-    start_dedicated(w, seed);
-  }
-  // seq_cst, before the request below: see admit_unusual. (Also the release that publishes
-  // leases_ to sweep_inline and run_ready.)
-  processing_.store(true, std::memory_order_seq_cst);
-  // Threaded: the sweep is a self-re-arming wheel timer. Inline: time moves only through
-  // ManualClock::advance, whose process_timers() calls sweep_inline() directly, so no timer is
-  // left on the wheel for next_timer_in() to chase forever.
-  if (parts_.leases_enabled() && parts_.core.mode() == Mode::threaded) timers_.request_sweep();
-}
-
-void JobFlow::start_dedicated(const WorkerOptions& w, std::uint64_t seed) {
-  const std::uint32_t workers =
-      parts_.core.mode() == Mode::threaded ? w.concurrency.value_or(1) : 1;
-  make_leases(workers, w.max_pending);
-  try {
-    dispatch_.start(*this, workers, *leases_, seed, parts_.name);
-  } catch (...) {
-    // start() joined the threads it had started before any ran a job: undo the rest, so that
-    // the queue is as before.
-    drop_leases();
-    throw;
-  }
-}
-
-void JobFlow::make_leases(std::size_t workers, std::uint32_t max_pending) {
-  // The workers' records first, then one per pending delivery: one sweep scans both.
-  auto leases = std::make_unique<LeaseTracker>(workers + max_pending);
-  completions_.open(*leases, max_pending, static_cast<std::uint32_t>(workers));
-  leases_ = std::move(leases);
-}
-
-void JobFlow::drop_leases() noexcept {
-  completions_.drop();
-  leases_.reset();
-}
-
-std::size_t JobFlow::run_ready(std::size_t max) {
-  if (!processing()) return 0;
-  return dispatch_.run_inline(*this, *leases_, parts_.core.seed() ^ index_, max);
 }
 
 bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
@@ -357,7 +298,7 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
     return true;
   }
   const FailKind kind = out.kind() == Outcome::Kind::fail       ? FailKind::permanent
-                        : out.kind() == Outcome::Kind::retry_in ? FailKind::retry_after
+                        : out.kind() == Outcome::Kind::retry_in ? FailKind::retry_in
                                                                 : FailKind::retry;
   fail_attempt(idx, out.take_reason(), kind, out.delay(), wc.rng, now, &wc);
   return true;
@@ -383,7 +324,7 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
   } else if (attempts >= s.max_attempts) {
     dead = kind == FailKind::lapse ? DeadLetterReason::lease_expired
                                    : DeadLetterReason::attempts_exhausted;
-  } else if (kind == FailKind::retry_after) {
+  } else if (kind == FailKind::retry_in) {
     delay = explicit_delay;
   } else if (kind == FailKind::retry) {
     RetryContext ctx{s.id.load(std::memory_order_relaxed), attempts, error,

@@ -270,7 +270,6 @@ void ScheduleTable::add_runs(const std::shared_ptr<Entry>& e, std::uint64_t n) {
     }
     std::shared_ptr<EndWaiter> waiter;
     AddReceipt r{0, AddStatus::full};
-    bool shutting_down = false;
     std::optional<std::string> threw;  // the add threw: its error (the payload's copy, memory)
     try {
       r = def->add(&waiter);
@@ -279,7 +278,7 @@ void ScheduleTable::add_runs(const std::shared_ptr<Entry>& e, std::uint64_t n) {
     } catch (...) {
       threw = failure_text(e->id, "an exception not derived from std::exception");
     }
-    if (r.status == AddStatus::shutting_down) shutting_down = true;
+    const bool shutting_down = r.status == AddStatus::shutting_down;
     std::unique_lock lock(mu_);
     if (r.status != AddStatus::added || !waiter) {
       --e->tally.live;

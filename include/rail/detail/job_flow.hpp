@@ -497,7 +497,7 @@ class JobFlow : public QueueBase,
   /// FailKind: why an attempt failed, as far as what happens next is concerned.
   enum class FailKind : std::uint8_t {
     retry,        // backoff decides the delay
-    retry_after,  // the handler gave the delay
+    retry_in,     // the handler gave the delay
     permanent,    // dead-letter now
     lapse,        // the lease lapsed: redeliver at once (SQS), lease_expired when exhausted
     stalled_out,  // a lapse past the stall budget (BullMQ): an attempt made, lease_expired now
