@@ -9,6 +9,7 @@
 
 #include "rail/detail/add_gate.hpp"
 #include "rail/detail/deadline.hpp"
+#include "rail/detail/queue_impl.hpp"
 
 namespace rail {
 
@@ -164,6 +165,60 @@ void Engine::stop_timer_thread() {
   timer_stop_.store(true, std::memory_order_release);  // timer_loop's acquire load sees it
   core_->signal_timer();
   if (timer_thread_.joinable()) timer_thread_.join();
+}
+
+detail::QueueFront* Engine::declare(std::string_view name, QueueOptions options,
+                                    const detail::PayloadOps& ops, const std::type_info& result,
+                                    std::string (*format)(const void*)) {
+  detail::validate_queue_options(options, name);
+  detail::check_queue_footprint(name, options.capacity, ops.size);
+  std::lock_guard lock(mu_);
+  if (!accepting_declarations_)
+    throw Error(ErrorCode::shutting_down,
+                "queue '" + std::string(name) + "' declared after shutdown began");
+  if (queues_.count(std::string(name)))
+    throw Error(ErrorCode::queue_exists,
+                "queue '" + std::string(name) +
+                    "' is already declared; declare it once, then look it up with queue<T>(name)");
+  const std::size_t capacity = options.capacity;
+  // The entry first: once built, the queue is registered with the engine's timers, so storing
+  // it must not be able to fail (and leave the engine a pointer to a destroyed queue).
+  auto entry = queues_.emplace(std::string(name), nullptr).first;
+  detail::QueueImpl* queue = nullptr;
+  try {
+    auto impl =
+        std::make_unique<detail::QueueImpl>(*core_, std::string(name), std::move(options), ops);
+    if (result != typeid(void)) impl->declare_result(result, format);
+    queue = impl.get();
+    entry->second = std::move(impl);
+  } catch (const std::bad_alloc&) {
+    queues_.erase(entry);
+    detail::throw_queue_allocation_failed(name, capacity, ops.size);
+  } catch (...) {
+    queues_.erase(entry);
+    throw;
+  }
+  return queue;
+}
+
+detail::QueueFront* Engine::find(std::string_view name, const std::type_info& payload,
+                                 const std::type_info& result) {
+  std::lock_guard lock(mu_);
+  auto it = queues_.find(std::string(name));
+  if (it == queues_.end())
+    throw Error(ErrorCode::unknown_queue,
+                "no queue named '" + std::string(name) +
+                    "'; declare it first with declare_queue<T>(name, options)");
+  if (it->second->payload_type() != std::type_index(payload))
+    throw Error(ErrorCode::type_mismatch,
+                "queue '" + std::string(name) + "' holds payloads of another type than requested");
+  auto* impl = static_cast<detail::QueueImpl*>(it->second.get());
+  if (impl->result_type() != std::type_index(result))
+    throw Error(ErrorCode::type_mismatch,
+                "queue '" + std::string(name) +
+                    "' was declared with another result type than requested (queue<T, R>: R "
+                    "is the type its handler returns, void for none)");
+  return impl;
 }
 
 Downstream Engine::declare_downstream(std::string_view name, const DownstreamOptions& options) {

@@ -1,4 +1,4 @@
-// cold_path_races: races the cold paths of the split job flow (JobFlow / TimerPort / QueueImpl<T>)
+// cold_path_races: races the cold paths of the split job flow (JobFlow / TimerPort / QueueImpl)
 // against each other through the public API, many short engines in a row, oversubscribed.
 //   A  cancel by id   vs lease lapse / redelivery / retry backoff
 //   B  debounce       vs the timer firing the kept job (plus cancel of the owners)
@@ -462,7 +462,7 @@ void scenario_d(int it, std::uint32_t workers) {
         add_retrying(q, "d", rng, jo, hi);
       }
     });
-    auto& dlq = q.dlq();
+    auto dlq = q.dlq();
     ts.emplace_back([&] {  // redrive
       std::mt19937 rng(it * 3);
       while (producing.load()) {

@@ -369,7 +369,7 @@ TEST_F(JournalTest, RemovePurgeAndEvictionAreRecordedAsTombstones) {
   {
     Generation g(o);
     for (int i = 0; i < 5; ++i)
-      ids.push_back(g.fail("p" + std::to_string(i)));
+      ids.push_back(g.fail(std::string("p").append(std::to_string(i))));
     // The bound evicted ids[0], ids[1]; remove ids[3].
     ASSERT_TRUE(g.q.dlq().remove(ids[3]));
   }

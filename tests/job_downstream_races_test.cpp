@@ -235,8 +235,10 @@ void paused_queue_takes_two_wakes(bool per_job) {
   auto b = engine.declare_queue<int>("b", per_job ? QueueOptions{} : test::calling("api"));
   const JobOptions o = per_job ? calling_job("api") : JobOptions{};
   std::vector<std::string> ran;
-  a.process({}, [&](Job<int>& j) { ran.push_back("a" + std::to_string(j.data())); });
-  b.process({}, [&](Job<int>& j) { ran.push_back("b" + std::to_string(j.data())); });
+  a.process({},
+            [&](Job<int>& j) { ran.push_back(std::string("a").append(std::to_string(j.data()))); });
+  b.process({},
+            [&](Job<int>& j) { ran.push_back(std::string("b").append(std::to_string(j.data()))); });
   (void)a.add("call", 1, o);
   (void)a.add("call", 2, o);
   engine.run_until_idle();  // both tokens taken

@@ -113,44 +113,13 @@ class Engine {
   /// operator<<), their handles (Queue::add_tracked) and Queue::end_of(id).
   template <class T, class R = void>
   Queue<T, R> declare_queue(std::string_view name, QueueOptions options) {
-    detail::validate_queue_options(options, name);
-    detail::check_queue_footprint(name, options.capacity, sizeof(T));
-    std::lock_guard lock(mu_);
-    if (!accepting_declarations_)
-      throw Error(ErrorCode::shutting_down,
-                  "queue '" + std::string(name) + "' declared after shutdown began");
-    if (queues_.count(std::string(name)))
-      throw Error(
-          ErrorCode::queue_exists,
-          "queue '" + std::string(name) +
-              "' is already declared; declare it once, then look it up with queue<T>(name)");
-    const std::size_t capacity = options.capacity;
-    // The entry first: once built, the queue is registered with the engine's timers, so storing
-    // it must not be able to fail (and leave the engine a pointer to a destroyed queue).
-    auto entry = queues_.emplace(std::string(name), nullptr).first;
-    try {
-      auto impl =
-          std::make_unique<detail::QueueImpl<T>>(*core_, std::string(name), std::move(options));
-      if constexpr (!std::is_void_v<R>)
-        impl->declare_result(typeid(R), detail::result_printer<R>());
-      entry->second = std::move(impl);
-    } catch (const std::bad_alloc&) {
-      queues_.erase(entry);
-      detail::throw_queue_allocation_failed(name, capacity, sizeof(T));
-    } catch (...) {
-      queues_.erase(entry);
-      throw;
-    }
-    return Queue<T, R>(static_cast<detail::QueueImpl<T>*>(entry->second.get()));
+    static_assert(std::is_nothrow_move_constructible_v<T>,
+                  "a queue's payload type must be nothrow move constructible: jobs move between "
+                  "the queue, the DLQ and redrive on paths that must not fail halfway");
+    return Queue<T, R>(declare(name, std::move(options), detail::payload_ops<T>(), typeid(R),
+                               detail::result_printer<R>()));
   }
 
-  /// declare_downstream(name, options) declares the downstream service `name` (a payment gateway, a
-  /// mail API) with its limits: at most options.concurrency jobs inside it at once and
-  /// options.rate starts per period, across every queue whose QueueOptions::downstream names it
-  /// (declare it before those queues). Called again for a declared name, it changes the limits
-  /// at once (a gateway announced a new quota). Error(invalid_option) naming the field for bad
-  /// options (rail::validate) or a name that is blank, over 255 bytes or holds a control
-  /// character; Error(shutting_down) once shutdown() began.
   Downstream declare_downstream(std::string_view name, const DownstreamOptions& options);
   /// downstream(name): a declared downstream; Error(unknown_downstream) if there is none.
   Downstream downstream(std::string_view name);
@@ -179,22 +148,7 @@ class Engine {
   /// none; Error(type_mismatch) if it was declared with another payload type or result type.
   template <class T, class R = void>
   Queue<T, R> queue(std::string_view name) {
-    std::lock_guard lock(mu_);
-    auto it = queues_.find(std::string(name));
-    if (it == queues_.end())
-      throw Error(ErrorCode::unknown_queue,
-                  "no queue named '" + std::string(name) +
-                      "'; declare it first with declare_queue<T>(name, options)");
-    if (it->second->payload_type() != std::type_index(typeid(T)))
-      throw Error(ErrorCode::type_mismatch, "queue '" + std::string(name) +
-                                                "' holds payloads of another type than requested");
-    auto* impl = static_cast<detail::QueueImpl<T>*>(it->second.get());
-    if (impl->result_type() != std::type_index(typeid(R)))
-      throw Error(ErrorCode::type_mismatch,
-                  "queue '" + std::string(name) +
-                      "' was declared with another result type than requested (queue<T, R>: R "
-                      "is the type its handler returns, void for none)");
-    return Queue<T, R>(impl);
+    return Queue<T, R>(find(name, typeid(T), typeid(R)));
   }
 
   /// on_event(observer) adds an observer of every job stage on every queue, called after the
@@ -264,6 +218,14 @@ class Engine {
 
  private:
   friend class Subscription;  // shares life_
+  /// declare(name, options, ops, result, format): declare_queue for the payload type of `ops`
+  /// and the result type `result` (printed by `format`; null for void).
+  detail::QueueFront* declare(std::string_view name, QueueOptions options,
+                              const detail::PayloadOps& ops, const std::type_info& result,
+                              std::string (*format)(const void*));
+  /// find(name, payload, result): queue<T, R>(name)'s lookup and type checks.
+  detail::QueueFront* find(std::string_view name, const std::type_info& payload,
+                           const std::type_info& result);
   ShutdownReport collect_leftovers();
   void stop_timer_thread();
   /// join_workers_abandoning(): the destructor joins the workers while telling the waiters of

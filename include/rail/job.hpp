@@ -18,9 +18,10 @@
 
 namespace rail {
 
+template <class T, class R>
+class Queue;
+
 namespace detail {
-template <class T>
-class QueueImpl;
 class TimerPort;
 class JobFlow;
 class Completions;
@@ -180,7 +181,8 @@ class Job : private detail::JobFields {
   }
 
  private:
-  friend class detail::QueueImpl<T>;
+  template <class, class>
+  friend class Queue;        // builds the handler's view
   friend class AsyncJob<T>;  // copies the facts
   Job(const detail::JobFields& fields, const T* data) noexcept
       : detail::JobFields(fields), data_(data) {}

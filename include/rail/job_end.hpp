@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "rail/clock.hpp"
-#include "rail/dead_letter_queue.hpp"
+#include "rail/dead_letter.hpp"
 #include "rail/event.hpp"
 #include "rail/job_state.hpp"
 

@@ -19,7 +19,8 @@
 #include "rail/add_receipt.hpp"
 #include "rail/async_job.hpp"
 #include "rail/dead_letter_queue.hpp"
-#include "rail/detail/queue_impl.hpp"
+#include "rail/detail/payload_ops.hpp"
+#include "rail/detail/queue_front.hpp"
 #include "rail/job.hpp"
 #include "rail/job_end.hpp"
 #include "rail/job_handle.hpp"
@@ -48,11 +49,11 @@ class Queue {
   /// options (misuse); what a correct program meets at run time is a status: a full queue is
   /// AddStatus::full (or dead_lettered), an add after Engine::shutdown() began shutting_down.
   AddReceipt add(std::string_view job_name, T data, const JobOptions& options) {
-    return impl_->add(job_name, std::move(data), options);
+    return impl_->add(job_name, &data, options);
   }
   /// add(name, data) uses QueueOptions::defaults.
   AddReceipt add(std::string_view job_name, T data) {
-    return impl_->add(job_name, std::move(data), impl_->options().defaults);
+    return impl_->add(job_name, &data, impl_->options().defaults);
   }
 
   /// add_tracked(name, data[, options]) adds as add() does and hands back a handle to wait on
@@ -63,7 +64,7 @@ class Queue {
   /// (full, dedup_full, shutting_down) has a handle already ended with status unknown and the
   /// reason.
   JobHandle<R> add_tracked(std::string_view job_name, T data, const JobOptions& options) {
-    auto t = impl_->add_tracked(job_name, std::move(data), options);
+    auto t = impl_->add_tracked(job_name, &data, options);
     return JobHandle<R>(impl_, std::move(t.waiter), t.added.id, t.added, t.sure);
   }
   JobHandle<R> add_tracked(std::string_view job_name, T data) {
@@ -74,13 +75,12 @@ class Queue {
   /// ended and is retained (QueueOptions::keep_ended) or still in the queue's history (status only
   /// then), or waits for it. A job unknown to the queue ends at once with status unknown.
   JobHandle<R> track(JobId id) {
-    return JobHandle<R>(impl_, impl_->end_tracker().watch(id, false), id,
-                        AddReceipt{id, AddStatus::added}, false);
+    return JobHandle<R>(impl_, impl_->watch(id), id, AddReceipt{id, AddStatus::added}, false);
   }
   /// end_of(id): job `id`'s end if it ended and is retained (QueueOptions::keep_ended), without
   /// waiting (BullMQ's job.returnvalue); nullopt while it runs or once it is no longer retained.
   [[nodiscard]] std::optional<JobEnd<R>> end_of(JobId id) const {
-    auto e = impl_->end_tracker().retained(id);
+    auto e = impl_->retained(id);
     if (!e) return std::nullopt;
     return JobHandle<R>::typed(*e);
   }
@@ -98,7 +98,7 @@ class Queue {
   ScheduleInfo schedule(
       std::string_view id, const Schedule& when, std::string_view job_name, T data,
       const ScheduleOptions& options = {}) requires std::is_copy_constructible_v<T> {
-    return impl_->schedule(id, when, job_name, std::move(data), options);
+    return impl_->schedule(id, when, job_name, &data, options);
   }
   /// every(id, interval, name, data, options): schedule(id, Schedule::every(interval), ...).
   ScheduleInfo every(std::string_view id, Duration interval, std::string_view job_name, T data,
@@ -112,17 +112,13 @@ class Queue {
   }
   /// unschedule(id) removes schedule `id`: no due time of it comes any more, owed runs are
   /// dropped, runs already added go on. False if there is none.
-  bool unschedule(std::string_view id) { return impl_->schedules().remove(id); }
+  bool unschedule(std::string_view id) { return impl_->unschedule(id); }
   /// schedule_info(id): schedule `id` as it stands, or nullopt.
   [[nodiscard]] std::optional<ScheduleInfo> schedule_info(std::string_view id) const {
-    const auto* t = impl_->schedules_if_any();
-    return t ? t->info(id) : std::nullopt;
+    return impl_->schedule_info(id);
   }
   /// schedules(): every schedule of this queue, by id.
-  [[nodiscard]] std::vector<ScheduleInfo> schedules() const {
-    const auto* t = impl_->schedules_if_any();
-    return t ? t->list() : std::vector<ScheduleInfo>{};
-  }
+  [[nodiscard]] std::vector<ScheduleInfo> schedules() const { return impl_->schedules(); }
 
   /// add_bulk(name, items, options) creates one job per item (payloads are moved from) with
   /// consecutive ids, all or nothing under OnFull::reject/block. One pass over the rings
@@ -132,10 +128,10 @@ class Queue {
   /// OnFull::block, since no room could ever come: `full` at once.
   BulkAddReceipt add_bulk(std::string_view job_name, std::span<T> items,
                           const JobOptions& options) {
-    return impl_->add_bulk(job_name, items, options);
+    return impl_->add_bulk(job_name, items.data(), items.size(), options);
   }
   BulkAddReceipt add_bulk(std::string_view job_name, std::span<T> items) {
-    return impl_->add_bulk(job_name, items, impl_->options().defaults);
+    return add_bulk(job_name, items, impl_->options().defaults);
   }
 
   /// process(options, handler) starts the queue's worker pool: `options.concurrency` threads in a
@@ -173,7 +169,7 @@ class Queue {
       // Shared with every AsyncJob: a coroutine reaches its captures through the closure, which
       // must outlive it even when the queue (or the engine) goes first.
       auto shared = std::make_shared<std::remove_cvref_t<F>>(std::forward<F>(handler));
-      impl_->set_handler(
+      bind(
           [shared](Job<T>& job) {
             (*shared)(AsyncJob<T>(job, shared));  // runs to its first suspension
             return detail::pending_outcome();     // its end completes the job
@@ -190,11 +186,11 @@ class Queue {
       static_assert(std::is_convertible_v<Ret, Result<R>>,
                     "a handler of a queue with result type R returns rail::Result<R>: an R when "
                     "the job is done, or an Outcome other than done");
-      impl_->set_handler([h = std::forward<F>(handler)](
-                             Job<T>& job) mutable -> Outcome { return Result<R>(h(job)).take(); },
-                         options);
+      bind([h = std::forward<F>(handler)](
+               Job<T>& job) mutable -> Outcome { return Result<R>(h(job)).take(); },
+           options);
     } else if constexpr (std::is_void_v<Ret>) {
-      impl_->set_handler(
+      bind(
           [h = std::forward<F>(handler)](Job<T>& job) mutable {
             h(job);
             return Outcome::done();
@@ -202,7 +198,7 @@ class Queue {
           options);
     } else {
       static_assert(std::is_convertible_v<Ret, Outcome>, "a handler returns rail::Outcome or void");
-      impl_->set_handler(std::forward<F>(handler), options);
+      bind(std::forward<F>(handler), options);
     }
   }
 
@@ -256,16 +252,11 @@ class Queue {
   /// ended or unknown). Throws
   /// Error(would_deadlock) from a callback that runs while timers fire. Cold path: scans the
   /// queue's slots.
-  bool promote(JobId id) { return impl_->retime(id, 0); }
+  bool promote(JobId id) { return impl_->promote(id); }
   /// change_delay(id, d) makes a delayed job due at now + d instead (BullMQ changeDelay); d = 0
   /// promotes it, Duration::max() parks it until promoted or cancelled. Returns and throws as
   /// promote().
-  bool change_delay(JobId id, Duration d) {
-    if (d.count() < 0)
-      throw Error(ErrorCode::invalid_option,
-                  "change_delay: the delay is negative; expected a duration >= 0");
-    return impl_->retime(id, detail::saturating_add(impl_->core().now_ns(), d));
-  }
+  bool change_delay(JobId id, Duration d) { return impl_->change_delay(id, d); }
 
   /// jobs(status, limit) lists up to `limit` of this queue's live jobs in `status` (waiting,
   /// delayed or active; other statuses list nothing: ended jobs are in the history of state()
@@ -278,10 +269,17 @@ class Queue {
 
   /// take_leftovers() (after Engine::shutdown) moves out the jobs that never started, payload
   /// included, so the caller can persist them.
-  [[nodiscard]] std::vector<Leftover<T>> take_leftovers() { return impl_->take_leftovers(); }
+  [[nodiscard]] std::vector<Leftover<T>> take_leftovers() {
+    std::vector<Leftover<T>> out;
+    impl_->take_leftovers([&](LeftoverJob&& job, bool was_delayed, void* data) {
+      out.push_back(Leftover<T>{job.id, std::move(job.name), std::move(*static_cast<T*>(data)),
+                                job.failed_attempts, was_delayed});
+    });
+    return out;
+  }
 
   /// dlq() is this queue's dead-letter queue.
-  [[nodiscard]] DeadLetterQueue<T>& dlq() const noexcept { return impl_->dlq(); }
+  [[nodiscard]] DeadLetterQueue<T> dlq() const noexcept { return DeadLetterQueue<T>(impl_->dlq()); }
 
   /// counts() is the queue's jobs by state, read counter by counter without stopping the
   /// workers: exact once the queue is quiet (after wait_idle()); while jobs move, one may be
@@ -294,8 +292,26 @@ class Queue {
 
  private:
   friend class Engine;
-  explicit Queue(detail::QueueImpl<T>* impl) noexcept : impl_(impl) {}
-  detail::QueueImpl<T>* impl_;
+  explicit Queue(detail::QueueFront* impl) noexcept : impl_(impl) {}
+
+  /// bind(f, options): f is called as `Outcome f(Job<T>&)` (process() adapts the rest); binds it
+  /// as the queue's handler and starts the workers.
+  template <class F>
+  void bind(F&& f, const WorkerOptions& options) {
+    using Fn = std::decay_t<F>;
+    static_assert(std::is_convertible_v<std::invoke_result_t<Fn&, Job<T>&>, Outcome>);
+    detail::QueueFront::HandlerBox box(new Fn(std::forward<F>(f)),
+                                       [](void* p) { delete static_cast<Fn*>(p); });
+    impl_->set_handler(&run_with<Fn>, std::move(box), options);
+  }
+  /// run_with<Fn>: the queue's RunHandler for a handler of type Fn: one indirect call per job.
+  template <class Fn>
+  static Outcome run_with(void* handler, const void* payload, const detail::JobFields& fields) {
+    Job<T> job(fields, static_cast<const T*>(payload));
+    return (*static_cast<Fn*>(handler))(job);
+  }
+
+  detail::QueueFront* impl_;
 };
 
 }  // namespace rail

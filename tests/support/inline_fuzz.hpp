@@ -26,7 +26,7 @@ inline JobOptions fuzz_job(FuzzRng& rng, JobOptions o = {}) {
   o.max_attempts = 1000;
   if (rng() % 4 == 0) o.delay = std::chrono::milliseconds(rng() % 500);
   if (rng() % 4 == 0) {
-    o.dedup.id = "k" + std::to_string(rng() % 4);
+    o.dedup.id = std::string("k").append(std::to_string(rng() % 4));
     o.dedup.ttl = std::chrono::milliseconds(1 + rng() % 1000);
     o.dedup.mode = rng() % 2 ? DedupMode::debounce : DedupMode::merge;
   }

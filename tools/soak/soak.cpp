@@ -538,7 +538,11 @@ Report run(const Config& cfg) {
           if (u(rng) < cfg.delayed) o.delay = std::chrono::milliseconds(1 + rng() % 5);
           bool dup = u(rng) < cfg.duplicate;
           if (dup) {
-            o.dedup = {.id = "p" + std::to_string(p) + "-" + std::to_string(n), .ttl = window};
+            o.dedup = {.id = std::string("p")
+                                 .append(std::to_string(p))
+                                 .append("-")
+                                 .append(std::to_string(n)),
+                       .ttl = window};
             // Debounce lands on the kept job whatever its state: delayed (replaced), waiting or
             // running (merged: a running job's payload is never replaced).
             if (u(rng) < cfg.debounce) o.dedup.mode = DedupMode::debounce;

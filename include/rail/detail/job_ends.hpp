@@ -36,7 +36,7 @@
 
 namespace rail::detail {
 
-/// PayloadHooks: what the typed layer (QueueImpl<T>) does with a job's payload once it ended.
+/// PayloadHooks: what the payload layer (QueueImpl) does with a job's payload once it ended.
 class PayloadHooks {
  public:
   /// retire(idx, dead_letter, event): the job in slot idx has ended and nobody pins the slot:

@@ -1,9 +1,9 @@
 // JobFlow: where a queue's jobs go from add to their end, whatever their payload type: the slots
 // and free list, the add sequence, publishing, delivery to the handler, the handler's outcome
 // (finish: done, retry with backoff, dead-letter), lease lapses and timer firings, compiled once
-// in src/. QueueImpl<T> derives from it and adds only what touches a T (payload cells, typed add,
-// redrive and leftovers, a Job<T> for the handler, DLQ entries), through bind_handler (one
-// indirect call straight into the handler) and PayloadHooks (job_ends.hpp).
+// in src/. QueueImpl derives from it and adds only what touches a payload (payload cells, add,
+// redrive and leftovers, DLQ entries) through the payload type's table, with bind_handler (one
+// indirect call straight into the typed handler) and PayloadHooks (job_ends.hpp).
 //
 // Guarantee: every accepted job reaches exactly one end — completed, dead-lettered, cancelled or
 // discarded — or is reported by shutdown; none is lost, none ends twice, and exactly one outcome
@@ -64,7 +64,7 @@
 #include <vector>
 
 #include "rail/add_receipt.hpp"
-#include "rail/dead_letter_queue.hpp"
+#include "rail/dead_letter.hpp"
 #include "rail/detail/add_gate.hpp"
 #include "rail/detail/completions.hpp"
 #include "rail/detail/deadline.hpp"
@@ -161,14 +161,12 @@ class JobFlow : public QueueBase,
   void emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth);
 
   // --- for the DLQ bridge (dead_letter_bridge.hpp) -------------------------------------------
-  /// dead_letter_of(idx, data): the DLQ entry of the job ending in slot idx, carrying `data`.
-  template <class T>
-  [[nodiscard]] DeadLetter<T> dead_letter_of(std::uint32_t idx, T&& data) const {
+  /// dead_letter_info(idx): the DLQ entry of the job ending in slot idx, but its payload.
+  [[nodiscard]] DeadLetterInfo dead_letter_info(std::uint32_t idx) const {
     const JobSlot& s = slot(idx);
-    return DeadLetter<T>{
+    return DeadLetterInfo{
         .id = s.id.load(std::memory_order_relaxed),
         .name = std::string(job_name(s)),
-        .data = std::move(data),
         .reason = s.end_reason,
         .failed_attempts = s.attempts(),
         .max_attempts = s.max_attempts,
@@ -186,8 +184,8 @@ class JobFlow : public QueueBase,
   /// options and (unless reset) counters: takes a slot, fills it from e, then fill(cell) places
   /// the payload (must not throw) and the job is published. Everything that may throw comes
   /// before fill, so a throw leaves the payload with the entry.
-  template <class T, class Fill>
-  RedriveStatus redrive_with(const DeadLetter<T>& e, bool reset_counters, Fill&& fill) {
+  template <class Fill>
+  RedriveStatus redrive_with(const DeadLetterInfo& e, bool reset_counters, Fill&& fill) {
     const RedriveOf of{
         e.id,         e.name,     e.max_attempts, e.backoff,         e.visibility_timeout,
         e.downstream, e.added_at, e.dedup_id,     e.failed_attempts, e.deliveries,
@@ -252,12 +250,11 @@ class JobFlow : public QueueBase,
   // --- the payload type's hooks (besides PayloadHooks) -----------------------------------------
   /// run_handler(idx, job): runs the handler on slot idx's payload; may throw (a failed attempt).
   /// One indirect call per job: run_handler_ is instantiated for the payload and handler types
-  /// (QueueImpl<T>::set_handler), where a virtual hook and a std::function would make two.
+  /// (Queue<T, R>::process), where a virtual hook and a std::function would make two.
   Outcome run_handler(std::uint32_t idx, const JobFields& job) {
-    return run_handler_(handler_ctx_, *this, idx, job);
+    return run_handler_(handler_ctx_, cell(idx), job);
   }
-  using RunHandler = Outcome (*)(void* handler, JobFlow& flow, std::uint32_t idx,
-                                 const JobFields& job);
+  using RunHandler = Outcome (*)(void* handler, const void* payload, const JobFields& job);
   /// bind_handler(run, handler): before the workers start (their start publishes it), or to
   /// unbind (null) once a failed start stopped them.
   void bind_handler(RunHandler run, void* handler) noexcept {

@@ -1,4 +1,4 @@
-// KeptAdds<T>: the adds a queue keeps for after a running job that holds their dedup id
+// KeptAdds: the adds a queue keeps for after a running job that holds their dedup id
 // (DedupOptions::keep_last_if_active): at most one per job, the newest replacing an older one,
 // added when the job ends (PayloadHooks::run_deferred) or handed back at shutdown.
 //
@@ -7,6 +7,7 @@
 // is the job's keep gate's decision (DedupClaims::keep_while_active), made under this lock so
 // that the record and the gate move together.
 // Threading: every call takes the lock; cold (one entry per running job with a kept add).
+// Payloads are held in PayloadBoxes of the queue's payload type (payload_ops.hpp).
 #pragma once
 
 #include <mutex>
@@ -16,42 +17,44 @@
 #include <unordered_map>
 #include <utility>
 
-#include "rail/detail/payload.hpp"
+#include "rail/detail/payload_ops.hpp"
 #include "rail/options.hpp"
 #include "rail/shutdown_report.hpp"
 
 namespace rail::detail {
 
-template <class T>
 class KeptAdds {
  public:
+  explicit KeptAdds(const PayloadOps& ops) noexcept : ops_(ops) {}
+
   /// Kept: an add kept until the running job it duplicates ends.
   struct Kept {
-    T data;
+    PayloadBox data;
     std::string name;
     JobOptions options;
   };
 
-  /// keep(owner, name, data, o, gate): keeps the add for after job `owner`. Kept before and not
-  /// taken yet, whatever the job's state now (a lapse may have put it back to waiting): the
-  /// newest wins, in place. Else, under the lock, gate(keep, undo) decides (keep() records the
-  /// add, undo() gives `data` back to the caller): false when nothing was kept.
+  /// keep(owner, name, data, o, gate): keeps the add of the payload at `data` for after job
+  /// `owner`. Kept before and not taken yet, whatever the job's state now (a lapse may have put
+  /// it back to waiting): the newest wins, in place. Else, under the lock, gate(keep, undo)
+  /// decides (keep() records the add, undo() gives the payload back to `data`): false when
+  /// nothing was kept.
   template <class Gate>
-  bool keep(JobId owner, std::string_view name, T& data, const JobOptions& o, Gate&& gate) {
+  bool keep(JobId owner, std::string_view name, void* data, const JobOptions& o, Gate&& gate) {
     const std::lock_guard lock(mu_);
     if (auto it = adds_.find(owner); it != adds_.end()) {
-      replace_payload(it->second.data, std::move(data));
+      ops_.replace(it->second.data.get(), data);
       it->second.name.assign(name);
       it->second.options = o;
       return true;
     }
     return gate(
         [&] {
-          adds_.emplace(owner, Kept{std::move(data), std::string(name), o});
+          adds_.emplace(owner, Kept{PayloadBox(ops_, data), std::string(name), o});
         },
         [&] {
           auto kept = adds_.find(owner);
-          replace_payload(data, std::move(kept->second.data));  // the caller owns it
+          ops_.replace(data, kept->second.data.get());  // the caller owns it
           adds_.erase(kept);
         });
   }
@@ -83,6 +86,7 @@ class KeptAdds {
   }
 
  private:
+  const PayloadOps& ops_;
   mutable std::mutex mu_;
   std::unordered_map<JobId, Kept> adds_;
 };
