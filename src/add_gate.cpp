@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "rail/detail/deadline.hpp"
+#include "rail/detail/poll_until.hpp"
 
 namespace rail::detail {
 namespace {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <new>
 #include <optional>
 #include <utility>
 
@@ -71,6 +72,8 @@ std::vector<EntryPtr> DlqJournalBinding::open(const std::string& queue, std::int
           ops_.decode_entry(std::move(info), {reinterpret_cast<const std::byte*>(s.payload.data()),
                                               s.payload.size()}),
           EntryDeleter{&ops_});
+    } catch (const std::bad_alloc&) {
+      throw;  // no memory for the entry: not the codec's fault, and nothing to skip
     } catch (const std::exception& ex) {
       std::string what = "entry of job " + std::to_string(s.id) + " at offset " +
                          std::to_string(s.offset) + ": its payload does not decode with codec '" +

@@ -2,18 +2,49 @@
 // lookups, shutdown and the destructor's teardown.
 #include "rail/engine.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
 #include <thread>
 
 #include "rail/detail/add_gate.hpp"
 #include "rail/detail/deadline.hpp"
+#include "rail/detail/engine_core.hpp"
+#include "rail/detail/footprint.hpp"
 #include "rail/detail/queue_impl.hpp"
 
 namespace rail {
 
-Engine::Engine(EngineOptions options) {
+namespace detail {
+
+/// EngineLife: whether an engine is still there, for what may outlive it (Subscription). A
+/// caller into the engine holds `mu` shared; the engine's destructor takes it exclusively, after
+/// its last event, to clear `engine`.
+struct EngineLife {
+  std::shared_mutex mu;
+  Engine* engine = nullptr;  // under mu
+};
+
+/// EngineState: the engine's queues by name and its timer thread.
+struct EngineState {
+  std::mutex mu;
+  std::map<std::string, std::unique_ptr<QueueBase>, std::less<>> queues;  // under mu
+  bool accepting_declarations = true;                                     // under mu
+  std::atomic<bool> timer_stop{false};
+  std::thread timer_thread;
+  std::uint64_t clock_subscription = 0;
+  std::function<void(const ShutdownReport&)> on_destroy;  // EngineOptions::on_destroy
+};
+
+}  // namespace detail
+
+Engine::Engine(EngineOptions options)
+    : state_(std::make_unique<detail::EngineState>()),
+      life_(std::make_shared<detail::EngineLife>()) {
   // A tick only sizes the wheel's buckets (a timer fires at its deadline whatever the tick), but
   // outside this range the wheel works against its owner: under 10 us its levels span little
   // (4.3 s in all at 1 ns), so the timer thread wakes at a cascade every few milliseconds for a
@@ -31,14 +62,14 @@ Engine::Engine(EngineOptions options) {
                                                std::to_string(WorkerOptions::kMaxConcurrency) +
                                                ") shared pool threads, or unset for one per core");
   core_ = std::make_unique<detail::EngineCore>(options);
-  on_destroy_ = std::move(options.on_destroy);
+  state_->on_destroy = std::move(options.on_destroy);
   life_->engine = this;  // not shared yet: no Subscription exists
   Clock& clock = core_->clock();
   if (clock.is_manual()) {
     // Inline: the advancing thread fires what became due (jobs move to ready; handlers run in
     // run_until_idle). Threaded: the timer thread is woken to do the same.
     auto* manual = static_cast<ManualClock*>(&clock);
-    clock_subscription_ = manual->subscribe([this](TimePoint) {
+    state_->clock_subscription = manual->subscribe([this](TimePoint) {
       if (core_->mode() == Mode::inlined) {
         core_->process_timers();
       } else {
@@ -47,43 +78,43 @@ Engine::Engine(EngineOptions options) {
     });
   }
   if (core_->mode() == Mode::threaded) {
-    timer_thread_ = std::thread([this] { core_->timer_loop(timer_stop_); });
+    state_->timer_thread = std::thread([this] { core_->timer_loop(state_->timer_stop); });
   }
 }
 
 Engine::~Engine() {
-  if (clock_subscription_ != 0)
-    static_cast<ManualClock&>(core_->clock()).unsubscribe(clock_subscription_);
+  if (state_->clock_subscription != 0)
+    static_cast<ManualClock&>(core_->clock()).unsubscribe(state_->clock_subscription);
   core_->stop_accepting();
   bool shut_down;
   {
-    std::lock_guard lock(mu_);
-    shut_down = !accepting_declarations_;
-    accepting_declarations_ = false;
+    std::lock_guard lock(state_->mu);
+    shut_down = !state_->accepting_declarations;
+    state_->accepting_declarations = false;
   }
-  for (auto& [name, q] : queues_)
+  for (auto& [name, q] : state_->queues)
     q->stop_workers();
   core_->stop_shared_pool();
   join_workers_abandoning();
   // Before the timer thread stops: a completer inside may still hand a retry to the wheel.
-  for (auto& [name, q] : queues_)
+  for (auto& [name, q] : state_->queues)
     q->close_completions();
   stop_timer_thread();
   account_for_dropped(shut_down);
-  for (auto& [name, q] : queues_)
+  for (auto& [name, q] : state_->queues)
     q->close_waiters();
   {
     // No observer is called from here on: a Subscription reset from now on finds no engine.
     std::unique_lock lock(life_->mu);
     life_->engine = nullptr;
   }
-  queues_.clear();  // destroys the payloads of whatever was left
+  state_->queues.clear();  // destroys the payloads of whatever was left
 }
 
 void Engine::account_for_dropped(bool shut_down) noexcept {
   ShutdownReport dropped;
   try {
-    for (auto& [name, q] : queues_)
+    for (auto& [name, q] : state_->queues)
       q->collect_leftovers(dropped);
   } catch (...) {  // no memory for the report: say so, as the jobs go anyway
     std::fputs("rail: Engine destroyed with jobs that never started; no memory to list them\n",
@@ -94,9 +125,9 @@ void Engine::account_for_dropped(bool shut_down) noexcept {
   // Completion that never reported (Job::defer); it is dropped too. No events: an observer often
   // captures what C++ destroys before the engine (members declared after it), so the destructor
   // calls no observer; on_destroy is the caller's explicit choice.
-  if (on_destroy_) {
+  if (state_->on_destroy) {
     try {
-      on_destroy_(dropped);
+      state_->on_destroy(dropped);
     } catch (const std::exception& ex) {
       std::fprintf(stderr, "rail: EngineOptions::on_destroy threw (%s); it must not throw\n",
                    ex.what());
@@ -126,7 +157,7 @@ void Engine::account_for_dropped(bool shut_down) noexcept {
 void Engine::join_workers_abandoning() noexcept {
   auto abandon_all = [this] {
     try {
-      for (auto& [name, q] : queues_)
+      for (auto& [name, q] : state_->queues)
         q->abandon_unstarted(true);
     } catch (...) {  // no memory for a waiter's message: the next pass tries again
     }
@@ -138,7 +169,7 @@ void Engine::join_workers_abandoning() noexcept {
   // every millisecond until every worker is joined. Workers re-check the stop after activating
   // a job, so once none is active none will run a handler.
   bool running = false;
-  for (auto& [name, q] : queues_)
+  for (auto& [name, q] : state_->queues)
     running = running || q->counts().active > 0;
   std::atomic<bool> joined{false};
   std::thread sweeper;
@@ -154,7 +185,7 @@ void Engine::join_workers_abandoning() noexcept {
     } catch (...) {  // no thread: the one pass above is all (a waiting handler may then hang)
     }
   }
-  for (auto& [name, q] : queues_)
+  for (auto& [name, q] : state_->queues)
     q->join_workers();
   core_->join_shared_pool();
   joined.store(true, std::memory_order_release);
@@ -162,9 +193,28 @@ void Engine::join_workers_abandoning() noexcept {
 }
 
 void Engine::stop_timer_thread() {
-  timer_stop_.store(true, std::memory_order_release);  // timer_loop's acquire load sees it
+  state_->timer_stop.store(true, std::memory_order_release);  // timer_loop's acquire load sees it
   core_->signal_timer();
-  if (timer_thread_.joinable()) timer_thread_.join();
+  if (state_->timer_thread.joinable()) state_->timer_thread.join();
+}
+
+ObserverId Engine::on_event(Observer observer) {
+  return core_->events().add(std::move(observer));
+}
+bool Engine::remove_observer(ObserverId id) noexcept {
+  return core_->events().remove(id);
+}
+std::size_t Engine::observer_count() const {
+  return core_->events().size();
+}
+std::uint64_t Engine::observer_errors() const noexcept {
+  return core_->events().errors();
+}
+Clock& Engine::clock() const noexcept {
+  return core_->clock();
+}
+Mode Engine::mode() const noexcept {
+  return core_->mode();
 }
 
 detail::QueueFront* Engine::declare(std::string_view name, QueueOptions options,
@@ -172,18 +222,18 @@ detail::QueueFront* Engine::declare(std::string_view name, QueueOptions options,
                                     std::string (*format)(const void*)) {
   detail::validate_queue_options(options, name);
   detail::check_queue_footprint(name, options.capacity, ops.size);
-  std::lock_guard lock(mu_);
-  if (!accepting_declarations_)
+  std::lock_guard lock(state_->mu);
+  if (!state_->accepting_declarations)
     throw Error(ErrorCode::shutting_down,
                 "queue '" + std::string(name) + "' declared after shutdown began");
-  if (queues_.count(std::string(name)))
+  if (state_->queues.count(std::string(name)))
     throw Error(ErrorCode::queue_exists,
                 "queue '" + std::string(name) +
                     "' is already declared; declare it once, then look it up with queue<T>(name)");
   const std::size_t capacity = options.capacity;
   // The entry first: once built, the queue is registered with the engine's timers, so storing
   // it must not be able to fail (and leave the engine a pointer to a destroyed queue).
-  auto entry = queues_.emplace(std::string(name), nullptr).first;
+  auto entry = state_->queues.emplace(std::string(name), nullptr).first;
   detail::QueueImpl* queue = nullptr;
   try {
     auto impl =
@@ -192,10 +242,10 @@ detail::QueueFront* Engine::declare(std::string_view name, QueueOptions options,
     queue = impl.get();
     entry->second = std::move(impl);
   } catch (const std::bad_alloc&) {
-    queues_.erase(entry);
+    state_->queues.erase(entry);
     detail::throw_queue_allocation_failed(name, capacity, ops.size);
   } catch (...) {
-    queues_.erase(entry);
+    state_->queues.erase(entry);
     throw;
   }
   return queue;
@@ -203,9 +253,9 @@ detail::QueueFront* Engine::declare(std::string_view name, QueueOptions options,
 
 detail::QueueFront* Engine::find(std::string_view name, const std::type_info& payload,
                                  const std::type_info& result) {
-  std::lock_guard lock(mu_);
-  auto it = queues_.find(std::string(name));
-  if (it == queues_.end())
+  std::lock_guard lock(state_->mu);
+  auto it = state_->queues.find(std::string(name));
+  if (it == state_->queues.end())
     throw Error(ErrorCode::unknown_queue,
                 "no queue named '" + std::string(name) +
                     "'; declare it first with declare_queue<T>(name, options)");
@@ -274,7 +324,7 @@ std::optional<Duration> Engine::next_timer_in() {
   return Duration{d > 0 ? d : 0};
 }
 
-// state() and cancel() walk the core's registry, not queues_: no engine lock is held while a
+// state() and cancel() walk the core's registry, not state_->queues: no engine lock is held while a
 // queue emits (an observer of `cancelled` may call state() or cancel() again), and queues are
 // never removed before the engine dies.
 JobState Engine::state(JobId id) {
@@ -321,13 +371,13 @@ ShutdownReport Engine::shutdown(Duration grace) {
   (void)detail::wait_for_adders(core_.get(), std::max(grace, Duration{std::chrono::seconds(1)}));
   bool first;
   {
-    std::lock_guard lock(mu_);
-    first = accepting_declarations_;
-    accepting_declarations_ = false;
+    std::lock_guard lock(state_->mu);
+    first = state_->accepting_declarations;
+    state_->accepting_declarations = false;
   }
   // A second call reports again without waiting: the first one already gave handlers their grace.
   if (!first) grace = Duration{0};
-  for (auto& [name, q] : queues_)
+  for (auto& [name, q] : state_->queues)
     q->stop_workers();
   core_->stop_shared_pool();
   const auto deadline = detail::steady_deadline(grace);  // grace = max: wait for every handler
@@ -335,7 +385,7 @@ ShutdownReport Engine::shutdown(Duration grace) {
   // own job: it is reported as still running.
   const detail::QueueBase* own = detail::current_delivery();
   auto running = [&] {
-    for (auto& [name, q] : queues_)
+    for (auto& [name, q] : state_->queues)
       if (q->counts().active > (q.get() == own ? 1u : 0u)) return true;
     return false;
   };
@@ -343,12 +393,12 @@ ShutdownReport Engine::shutdown(Duration grace) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   core_->settle_timers();  // the counts a firing still owes are in before we report
   ShutdownReport report;
-  for (auto& [name, q] : queues_) {
+  for (auto& [name, q] : state_->queues) {
     q->collect_leftovers(report);
     q->abandon_unstarted(false);  // a handle's wait() on a job left unstarted must not hang
   }
   if (report.still_running.empty()) {
-    for (auto& [name, q] : queues_)
+    for (auto& [name, q] : state_->queues)
       q->join_workers();
     core_->join_shared_pool();
   }

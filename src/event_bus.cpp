@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "rail/detail/deadline.hpp"
+#include "rail/detail/poll_until.hpp"
 
 namespace rail::detail {
 

@@ -67,6 +67,9 @@ std::vector<ScheduleInfo> QueueFront::schedules() const {
   return t ? t->list() : std::vector<ScheduleInfo>{};
 }
 
+void QueueFront::check_processor(const WorkerOptions& w) const {
+  impl(*this).check_processor(w);
+}
 void QueueFront::set_handler(RunHandler run, HandlerBox handler, const WorkerOptions& w) {
   impl(*this).set_handler(run, std::move(handler), w);
 }

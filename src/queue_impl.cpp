@@ -133,12 +133,21 @@ BulkAddReceipt QueueImpl::add_bulk(std::string_view job_name, void* items, std::
   return {AddStatus::added, first, n};
 }
 
-void QueueImpl::set_handler(RunHandler run, HandlerBox handler, const WorkerOptions& w) {
+void QueueImpl::check_processor(const WorkerOptions& w) const {
   std::lock_guard lock(handler_mu_);
+  check_processor_locked(w);
+}
+
+void QueueImpl::check_processor_locked(const WorkerOptions& w) const {
   if (handler_)
     throw Error(ErrorCode::invalid_option,
                 "queue '" + name() + "' already has a processor; call process() once per queue");
   validate_worker_options(w, name());
+}
+
+void QueueImpl::set_handler(RunHandler run, HandlerBox handler, const WorkerOptions& w) {
+  std::lock_guard lock(handler_mu_);
+  check_processor_locked(w);  // again: another process() may have bound one since the check
   handler_ = std::move(handler);
   bind_handler(run, handler_.get());
   try {

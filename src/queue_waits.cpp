@@ -7,6 +7,7 @@
 
 #include "rail/detail/deadline.hpp"
 #include "rail/detail/job_flow.hpp"
+#include "rail/detail/poll_until.hpp"
 #include "rail/detail/worker_pool.hpp"
 #include "rail/error.hpp"
 

@@ -15,6 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "rail/detail/engine_core.hpp"
+#include "rail/detail/lease_tracker.hpp"
+#include "rail/detail/timing_wheel.hpp"
 #include "rail/rail.hpp"
 #include "support/eventually.hpp"
 #include "support/inline_engine.hpp"

@@ -3,7 +3,7 @@
 // table's facts per kind of type and that every path a payload takes (add, bulk add, retry, the
 // DLQ, redrive, remove, debounce, a kept add, a schedule's run, leftovers, the engine's end)
 // constructs and destroys each payload exactly once, with the value it was given, in storage
-// aligned as its type asks.
+// aligned as its type asks; and that a handler process() refuses stays the caller's.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -189,6 +189,18 @@ TEST_F(PayloadKinds, ADeadLetterIsReadThroughItsInfoWithoutItsPayloadType) {
   EXPECT_EQ(info.id, id);
   EXPECT_EQ(info.last_error(), "bad");
   EXPECT_EQ(e->data, std::string(100, 'x'));
+}
+
+TEST_F(PayloadKinds, ARefusedProcessLeavesTheHandlerWithTheCaller) {
+  auto q = engine.declare_queue<int>("bound", {});
+  q.process({}, [](Job<int>&) { return Outcome::done(); });
+  auto owned = std::make_shared<int>(7);
+  auto handler = [owned](Job<int>&) { return Outcome::done(); };
+  EXPECT_THROW(q.process({}, std::move(handler)), Error) << "one processor per queue";
+  EXPECT_EQ(owned.use_count(), 2) << "the refused handler was not taken";
+  auto other = engine.declare_queue<int>("other", {});
+  EXPECT_THROW(other.process({.concurrency = 0}, std::move(handler)), Error);
+  EXPECT_EQ(owned.use_count(), 2) << "bad options: not taken either";
 }
 
 }  // namespace

@@ -17,22 +17,14 @@
 // the engine). JobHandles and Subscriptions may outlive the engine.
 #pragma once
 
-#include <atomic>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <new>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "rail/clock.hpp"
-#include "rail/detail/engine_core.hpp"
-#include "rail/detail/footprint.hpp"
 #include "rail/downstream.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
@@ -46,13 +38,15 @@ namespace rail {
 class Engine;
 
 namespace detail {
-/// EngineLife: whether an engine is still there, for what may outlive it (Subscription). A
-/// caller into the engine holds `mu` shared; the engine's destructor takes it exclusively, after
-/// its last event, to clear `engine`.
-struct EngineLife {
-  std::shared_mutex mu;
-  Engine* engine = nullptr;  // under mu
-};
+class EngineCore;
+class QueueBase;
+class QueueFront;
+struct PayloadOps;
+
+/// EngineLife: whether an engine is still there, for what may outlive it (Subscription;
+/// src/engine.cpp). EngineState: the engine's queues and timer thread (src/engine.cpp).
+struct EngineLife;
+struct EngineState;
 }  // namespace detail
 
 /// Subscription: owns one observer of an engine (Engine::subscribe) and removes it when
@@ -120,6 +114,13 @@ class Engine {
                                detail::result_printer<R>()));
   }
 
+  /// declare_downstream(name, options) declares the downstream service `name` (a payment gateway, a
+  /// mail API) with its limits: at most options.concurrency jobs inside it at once and
+  /// options.rate starts per period, across every queue whose QueueOptions::downstream names it
+  /// (declare it before those queues). Called again for a declared name, it changes the limits
+  /// at once (a gateway announced a new quota). Error(invalid_option) naming the field for bad
+  /// options (rail::validate) or a name that is blank, over 255 bytes or holds a control
+  /// character; Error(shutting_down) once shutdown() began.
   Downstream declare_downstream(std::string_view name, const DownstreamOptions& options);
   /// downstream(name): a declared downstream; Error(unknown_downstream) if there is none.
   Downstream downstream(std::string_view name);
@@ -160,7 +161,7 @@ class Engine {
   /// observers go on), counted in observer_errors(), and the first one is reported on stderr.
   /// Throws std::bad_alloc (nothing added) if memory runs out. Cold: takes a lock that emit()
   /// never takes; emit() reads the observers lock-free.
-  ObserverId on_event(Observer observer) { return core_->events().add(std::move(observer)); }
+  ObserverId on_event(Observer observer);
 
   /// remove_observer(id) removes an observer; false if `id` names none (already removed, or
   /// none). Once it returns the observer is never called again. Called outside any observer it
@@ -172,21 +173,21 @@ class Engine {
   /// event's delivery on this thread skips the removed observer from then on, a call already
   /// running on another thread may still finish, and the callable is destroyed later (by an
   /// on_event or remove_observer whose wait covers it, or the engine's destructor). Never throws.
-  bool remove_observer(ObserverId id) noexcept { return core_->events().remove(id); }
+  bool remove_observer(ObserverId id) noexcept;
 
   /// subscribe(observer) is on_event with an owner: the returned Subscription removes the
   /// observer (remove_observer, with its waiting rule) when it is destroyed or reset.
   [[nodiscard]] Subscription subscribe(Observer observer);
 
   /// observer_count() is the number of observers added and not removed (cold).
-  [[nodiscard]] std::size_t observer_count() const { return core_->events().size(); }
+  [[nodiscard]] std::size_t observer_count() const;
 
   /// observer_errors() is how many observer calls have thrown on this engine so far.
-  [[nodiscard]] std::uint64_t observer_errors() const noexcept { return core_->events().errors(); }
+  [[nodiscard]] std::uint64_t observer_errors() const noexcept;
 
   /// clock() is the engine's clock.
-  [[nodiscard]] Clock& clock() const noexcept { return core_->clock(); }
-  [[nodiscard]] Mode mode() const noexcept { return core_->mode(); }
+  [[nodiscard]] Clock& clock() const noexcept;
+  [[nodiscard]] Mode mode() const noexcept;
 
   /// run_until_idle() (inline mode only): fires the timers that are due at the clock's current
   /// time and runs ready jobs on this thread until none is ready; returns how many attempts ran.
@@ -235,14 +236,8 @@ class Engine {
   void account_for_dropped(bool shut_down) noexcept;
 
   std::unique_ptr<detail::EngineCore> core_;
-  std::mutex mu_;
-  std::map<std::string, std::unique_ptr<detail::QueueBase>, std::less<>> queues_;
-  bool accepting_declarations_ = true;
-  std::atomic<bool> timer_stop_{false};
-  std::thread timer_thread_;
-  std::uint64_t clock_subscription_ = 0;
-  std::function<void(const ShutdownReport&)> on_destroy_;  // EngineOptions::on_destroy
-  const std::shared_ptr<detail::EngineLife> life_ = std::make_shared<detail::EngineLife>();
+  std::unique_ptr<detail::EngineState> state_;  // the queues, the timer thread (src/engine.cpp)
+  const std::shared_ptr<detail::EngineLife> life_;
 };
 
 }  // namespace rail

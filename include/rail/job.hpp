@@ -11,9 +11,6 @@
 
 #include "rail/clock.hpp"
 #include "rail/completion.hpp"
-#include "rail/detail/deadline.hpp"
-#include "rail/detail/job_slot.hpp"
-#include "rail/detail/lease_tracker.hpp"
 #include "rail/event.hpp"
 
 namespace rail {
@@ -22,6 +19,10 @@ template <class T, class R>
 class Queue;
 
 namespace detail {
+template <template <class> class Atom>
+class SlotControl;
+template <template <class> class Atom>
+struct BasicLeaseRecord;
 class TimerPort;
 class JobFlow;
 class Completions;
@@ -85,9 +86,9 @@ class JobFacts {
 
 /// JobFields: everything a Job<T> shows but its payload: the facts and the delivery's controls.
 struct JobFields : JobFacts {
-  const SlotControl<>* ctl_ = nullptr;
+  const SlotControl<std::atomic>* ctl_ = nullptr;
   std::uint32_t token_ = 0;
-  LeaseRecord* record_ = nullptr;
+  BasicLeaseRecord<std::atomic>* record_ = nullptr;
   std::uint64_t lease_ = 0;
   const Clock* clock_ = nullptr;
   TimerPort* timers_ = nullptr;  // threaded mode: where a shortened lease asks for an earlier sweep
@@ -95,6 +96,11 @@ struct JobFields : JobFacts {
   std::uint32_t idx_ = 0;        // the job's slot
   Deferral* deferral_ = nullptr;  // null: the queue allows no pending jobs (max_pending 0)
 };
+
+/// fenced(job): Job::cancelled() (job_view.cpp): the delivery no longer counts.
+bool fenced(const JobFields& job) noexcept;
+/// extend_lease(job, d): Job::extend_lease (job_view.cpp).
+bool extend_lease(JobFields& job, Duration d) noexcept;
 }  // namespace detail
 
 template <class T>
@@ -122,7 +128,7 @@ class Job : private detail::JobFields {
   /// cancelled() is true once the handler's work no longer counts: cancel() was called for this
   /// job, or this delivery's lease lapsed (the job went to another worker or to the DLQ).
   /// Long handlers should poll it and return early.
-  [[nodiscard]] bool cancelled() const noexcept { return ctl_->fenced(token_); }
+  [[nodiscard]] bool cancelled() const noexcept { return detail::fenced(*this); }
 
   /// progress(value) reports how far the handler got, e.g. a percentage (BullMQ's
   /// updateProgress): state(id).progress shows the latest value while the job lives (retries
@@ -140,20 +146,7 @@ class Job : private detail::JobFields {
   /// Duration::max() (or any d reaching past the clock's range) makes the lease never lapse.
   /// After defer(start), the Completion renews the lease (Completion::extend_lease); this returns
   /// false.
-  bool extend_lease(Duration d) noexcept {
-    if (deferral_ != nullptr && deferral_->taken) return false;  // the Completion's lease now
-    if (record_ == nullptr) return !cancelled();                 // leases disabled (visibility max)
-    const std::int64_t deadline =
-        detail::saturating_add(clock_->now().time_since_epoch().count(), d);
-    // relaxed: the record is this worker's own; only its deadline's order against the sweep
-    // matters, and renew() publishes that.
-    const std::int64_t before = record_->deadline_ns.load(std::memory_order_relaxed);
-    if (!detail::LeaseTracker::renew(*record_, lease_, deadline)) return false;
-    // Shorter than before (SQS ChangeMessageVisibility to 0): the sweep may be armed at the old
-    // deadline, so ask for one by the new one.
-    if (deadline < before && timers_ != nullptr) detail::sweep_no_later_than(*timers_, deadline);
-    return !cancelled();
-  }
+  bool extend_lease(Duration d) noexcept { return detail::extend_lease(*this, d); }
 
   /// defer(start): the handler's work goes on after it returns (an async call to a network
   /// service). defer hands this delivery to a Completion (its lease, which keeps running, its

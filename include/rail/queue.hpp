@@ -149,6 +149,8 @@ class Queue {
   /// coroutines in flight at once), else Error(invalid_option).
   template <class F>
   void process(const WorkerOptions& options, F&& handler) {
+    impl_->check_processor(
+        options);  // before the handler is taken: a refused one stays the caller's
     // A handler that takes Job<T>& (a generic one too) is synchronous, as it always was; only
     // one that does not is asked about AsyncJob<T> (a generic body may not compile with one).
     if constexpr (std::is_invocable_v<F&, Job<T>&>) {
@@ -272,7 +274,8 @@ class Queue {
   [[nodiscard]] std::vector<Leftover<T>> take_leftovers() {
     std::vector<Leftover<T>> out;
     impl_->take_leftovers([&](LeftoverJob&& job, bool was_delayed, void* data) {
-      out.push_back(Leftover<T>{job.id, std::move(job.name), std::move(*static_cast<T*>(data)),
+      out.push_back(Leftover<T>{job.id, std::move(job.name),
+                                std::move(*std::launder(static_cast<T*>(data))),
                                 job.failed_attempts, was_delayed});
     });
     return out;
@@ -307,7 +310,7 @@ class Queue {
   /// run_with<Fn>: the queue's RunHandler for a handler of type Fn: one indirect call per job.
   template <class Fn>
   static Outcome run_with(void* handler, const void* payload, const detail::JobFields& fields) {
-    Job<T> job(fields, static_cast<const T*>(payload));
+    Job<T> job(fields, std::launder(static_cast<const T*>(payload)));
     return (*static_cast<Fn*>(handler))(job);
   }
 

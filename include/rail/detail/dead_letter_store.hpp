@@ -42,15 +42,13 @@ using EntryPtr = std::unique_ptr<DeadLetterInfo, EntryDeleter>;
 
 class DeadLetterStore {
  public:
-  /// DeadLetterStore(bridge, options, ops): restores the journal's entries when one is set.
+  /// DeadLetterStore(bridge, options, ops): with a journal, opens it; its live entries become
+  /// this DLQ's, oldest first (past max_entries evicted as push() would), and the engine's id
+  /// counter moves past their ids.
   DeadLetterStore(DeadLetterBridge& bridge, DlqOptions options, const PayloadOps& ops);
   ~DeadLetterStore();
   DeadLetterStore(const DeadLetterStore&) = delete;
   DeadLetterStore& operator=(const DeadLetterStore&) = delete;
-
-  /// restore(): opens the journal, if any; its live entries become this DLQ's, oldest first.
-  /// Called once the queue is built (it moves the engine's id counter past restored ids).
-  void restore();
 
   // --- what DeadLetterQueue<T> calls (dead_letter_queue.hpp documents each) --------------------
   [[nodiscard]] std::size_t size();

@@ -14,11 +14,9 @@
 // `deadline <= now` is false for kNever at every now a clock can report short of INT64_MAX.
 #pragma once
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <limits>
-#include <thread>
 #include <type_traits>
 
 namespace rail::detail {
@@ -74,23 +72,6 @@ inline constexpr std::int64_t kMaxTimerSleepNs = std::int64_t{3600} * 1'000'000'
   std::int64_t wait = 0;
   if (__builtin_sub_overflow(deadline_ns, now_ns, &wait)) wait = kMaxTimerSleepNs;
   return wait < kMaxTimerSleepNs ? wait : kMaxTimerSleepNs;
-}
-
-/// poll_until(deadline, ready, first, cap): calls ready() until it returns true (then true), or
-/// until the steady clock reaches `deadline` (then false), sleeping between calls for `first`,
-/// doubled each time up to `cap`. The one wait of rail's cold paths (wait_idle, a producer
-/// blocked on a full queue, shutdown's wait for deliveries): nobody on the hot path pays to wake
-/// them. ready() is always called at least once, so a deadline already passed still looks;
-/// it may throw to end the wait with an error.
-template <class Ready>
-[[nodiscard]] bool poll_until(std::chrono::steady_clock::time_point deadline, Ready&& ready,
-                              std::chrono::microseconds first = std::chrono::microseconds(10),
-                              std::chrono::microseconds cap = std::chrono::microseconds(2000)) {
-  for (auto pause = first;; pause = std::min(pause * 2, cap)) {
-    if (ready()) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(pause);
-  }
 }
 
 }  // namespace rail::detail

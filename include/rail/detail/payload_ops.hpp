@@ -3,7 +3,8 @@
 // translation unit instantiates only this table and the typed facades (Queue<T, R>,
 // DeadLetterQueue<T>). What T must provide for each operation is in payload.hpp.
 //
-// Contract: every pointer names a T's storage of ops.size bytes aligned to ops.align. move_to
+// Contract: every pointer names a T's storage (reached through std::launder: a debounce may have
+// replaced the object in place) of ops.size bytes aligned to ops.align. move_to
 // constructs a T there from the (moved-from, still alive) source; `trivial` says a memcpy does
 // the same and that nothing needs destroying, so the hot path of plain payloads makes no
 // indirect call (destroy is null then). A null copy operation means T is not copyable; a null
@@ -88,32 +89,40 @@ const PayloadOps& payload_ops() noexcept {
       .align = alignof(T),
       .trivial = std::is_trivially_copyable_v<T>,
       .copyable = copyable,
-      .move_to = [](void* to,
-                    void* from) noexcept { ::new (to) T(std::move(*static_cast<T*>(from))); },
-      .destroy = std::is_trivially_copyable_v<T>
-                     ? nullptr
-                     : +[](void* at) noexcept { std::destroy_at(static_cast<T*>(at)); },
+      .move_to =
+          [](void* to, void* from) noexcept {
+            ::new (to) T(std::move(*std::launder(static_cast<T*>(from))));
+          },
+      .destroy =
+          std::is_trivially_copyable_v<T>
+              ? nullptr
+              : +[](void* at) noexcept { std::destroy_at(std::launder(static_cast<T*>(at))); },
       .replace =
           [](void* at, void* from) noexcept {
-            replace_payload(*std::launder(static_cast<T*>(at)), std::move(*static_cast<T*>(from)));
+            replace_payload(*std::launder(static_cast<T*>(at)),
+                            std::move(*std::launder(static_cast<T*>(from))));
           },
       .copy_to =
           [] {
             void (*f)(void*, const void*) = nullptr;
             if constexpr (copyable)
-              f = [](void* to, const void* from) { ::new (to) T(*static_cast<const T*>(from)); };
+              f = [](void* to, const void* from) {
+                ::new (to) T(*std::launder(static_cast<const T*>(from)));
+              };
             return f;
           }(),
       .new_entry =
           [](DeadLetterInfo&& info, void* payload) {
-            return make_entry<T>(std::move(info), std::move(*static_cast<T*>(payload)));
+            return make_entry<T>(std::move(info),
+                                 std::move(*std::launder(static_cast<T*>(payload))));
           },
       .copy_entry =
           [] {
             DeadLetterInfo* (*f)(DeadLetterInfo&&, const void*) = nullptr;
             if constexpr (copyable)
               f = [](DeadLetterInfo&& info, const void* payload) {
-                return make_entry<T>(std::move(info), T(*static_cast<const T*>(payload)));
+                return make_entry<T>(std::move(info),
+                                     T(*std::launder(static_cast<const T*>(payload))));
               };
             return f;
           }(),
@@ -130,7 +139,7 @@ const PayloadOps& payload_ops() noexcept {
             void (*f)(const void*, std::string&) = nullptr;
             if constexpr (codec)
               f = [](const void* payload, std::string& out) {
-                JournalCodec<T>::encode(*static_cast<const T*>(payload), out);
+                JournalCodec<T>::encode(*std::launder(static_cast<const T*>(payload)), out);
               };
             return f;
           }(),

@@ -69,6 +69,9 @@ class QueueFront {
   /// RunHandler: runs the handler `handler` on `payload` (Job<T> built from `job`).
   using RunHandler = Outcome (*)(void* handler, const void* payload, const JobFields& job);
   using HandlerBox = std::unique_ptr<void, void (*)(void*)>;
+  /// check_processor(w): throws what set_handler would for `w` or for a queue that already has
+  /// a processor, before Queue::process takes the user's handler (set_handler checks again).
+  void check_processor(const WorkerOptions& w) const;
   /// set_handler(run, handler, w): binds the handler and starts the workers (Queue::process).
   void set_handler(RunHandler run, HandlerBox handler, const WorkerOptions& w);
 

@@ -67,11 +67,13 @@ class QueueImpl final : public JobFlow, public QueueFront {
                           const JobOptions& o);
   ScheduleInfo schedule(std::string_view id, const Schedule& when, std::string_view job_name,
                         void* data, const ScheduleOptions& o);
+  void check_processor(const WorkerOptions& w) const;
   void set_handler(RunHandler run, HandlerBox handler, const WorkerOptions& w);
   void take_leftovers(FunctionRef<void(LeftoverJob&&, bool, void*)> take);
 
  private:
   [[nodiscard]] void* payload(std::uint32_t idx) const noexcept { return cell(idx); }
+  void check_processor_locked(const WorkerOptions& w) const;  // under handler_mu_
 
   // PayloadHooks, DlqLookup and the deferred adds (job_flow.hpp, job_ends.hpp)
   void retire(std::uint32_t idx, bool dead_letter, const Event* event) override;
@@ -95,7 +97,7 @@ class QueueImpl final : public JobFlow, public QueueFront {
 
   const PayloadOps& ops_;
   DeadLetterBridge bridge_;  // the DLQ, and the paths between it and the slots
-  std::mutex handler_mu_;
+  mutable std::mutex handler_mu_;
   HandlerBox handler_{nullptr, nullptr};  // the handler the flow runs (set_handler)
   KeptAdds kept_;                         // adds kept for after a running job (keep_last_if_active)
 };

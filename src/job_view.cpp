@@ -1,0 +1,27 @@
+// Job<T>'s delivery controls that do not depend on T (Job::cancelled, Job::extend_lease),
+// compiled once; the contract is in include/rail/job.hpp.
+#include "rail/detail/job_slot.hpp"
+#include "rail/detail/lease_tracker.hpp"
+#include "rail/job.hpp"
+
+namespace rail::detail {
+
+bool fenced(const JobFields& job) noexcept {
+  return job.ctl_->fenced(job.token_);
+}
+
+bool extend_lease(JobFields& job, Duration d) noexcept {
+  if (job.deferral_ != nullptr && job.deferral_->taken) return false;  // the Completion's lease
+  if (job.record_ == nullptr) return !fenced(job);  // leases disabled (visibility max)
+  const std::int64_t deadline = saturating_add(job.clock_->now().time_since_epoch().count(), d);
+  // relaxed: the record is this worker's own; only its deadline's order against the sweep
+  // matters, and renew() publishes that.
+  const std::int64_t before = job.record_->deadline_ns.load(std::memory_order_relaxed);
+  if (!LeaseTracker::renew(*job.record_, job.lease_, deadline)) return false;
+  // Shorter than before (SQS ChangeMessageVisibility to 0): the sweep may be armed at the old
+  // deadline, so ask for one by the new one.
+  if (deadline < before && job.timers_ != nullptr) sweep_no_later_than(*job.timers_, deadline);
+  return !fenced(job);
+}
+
+}  // namespace rail::detail
