@@ -90,12 +90,32 @@ class PendingJobs {
       (void)free_.try_push(r);  // the ring has room for every record
   }
 
-  /// take(r): a free record number, false when max_pending deliveries are pending already.
-  [[nodiscard]] bool take(std::uint32_t& r) noexcept { return free_.try_pop(r); }
-  /// give_back(r): its completion was applied.
+  /// take(r): a free record number, false when max_pending deliveries are pending already. The
+  /// ring can look empty while a give_back's push is in flight (its position claimed, its value
+  /// not yet published: mpmc_ring.hpp), so a failed pop is final only when every record is
+  /// taken; otherwise the record is on its way and the take yields until it lands (the pusher
+  /// runs a few instructions, unless preempted). Without this, a queue whose deferrals reach
+  /// max_pending exactly (process_batch's max x workers) answered `capacity` spuriously.
+  [[nodiscard]] bool take(std::uint32_t& r) noexcept {
+    for (;;) {
+      if (free_.try_pop(r)) {
+        // relaxed: a count, ordering nothing (the ring orders the record's data); RMWs on one
+        // word are totally ordered, so the count is exact once the takes and gives settle.
+        taken_.fetch_add(1, std::memory_order_relaxed);
+        return true;
+      }
+      if (taken_.load(std::memory_order_relaxed) >= static_cast<std::int64_t>(size_)) return false;
+      std::this_thread::yield();
+    }
+  }
+  /// give_back(r): its completion was applied. Uncounted before the push, so a take that meets
+  /// the push in flight waits for it instead of failing. The ring has room for every record, but
+  /// a push can still find its cell held by a pop of the previous lap that claimed it and has
+  /// not released it yet (mpmc_ring.hpp): it retries until that pop is done, never drops r.
   void give_back(std::uint32_t r) noexcept {
-    const bool room = free_.try_push(r);  // room for every record: r was taken from it
-    (void)room;
+    taken_.fetch_sub(1, std::memory_order_relaxed);  // relaxed: as in take()
+    while (!free_.try_push(r))
+      std::this_thread::yield();
   }
   [[nodiscard]] PendingJob& job(std::uint32_t r) noexcept { return jobs_[r]; }
   [[nodiscard]] const PendingJob& job(std::uint32_t r) const noexcept { return jobs_[r]; }
@@ -109,6 +129,9 @@ class PendingJobs {
   std::shared_ptr<CompletionHub> hub_;
   std::unique_ptr<PendingJob[]> jobs_;
   MpmcRing<std::uint32_t> free_;
+  // Records taken and not given back. A record's give follows its take's count (the Completion
+  // exists only once take() returned), so the count never falls below the records out.
+  std::atomic<std::int64_t> taken_{0};
   std::uint32_t size_;
   std::uint32_t first_record_;
 };
