@@ -8,6 +8,7 @@
 #include <climits>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "rail/detail/cpu_relax.hpp"
@@ -171,8 +172,11 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w, PoolDuty& duty) noexcept {
   }
   if (ran > 0)  // a spin right after this turn keeps the duty if its last handler was fast
     duty.keep_before = saturating_add(wc.last_wall_ns, Duration{wc.fast_handler_ns});
-  if (!more) wc.fast = false;                 // as after idling in worker_loop
-  if (ran > 0) pool_runner_->flush_freed(w);  // the worker moves on: as before it idles
+  if (!more) wc.fast = false;  // as after idling in worker_loop
+  if (ran > 0) {               // the worker moves on: as before it idles
+    pool_runner_->worker_idle(w);
+    pool_runner_->flush_freed(w);
+  }
   // This worker may have run the queue dry: also when the turn ended on kTurn with the last job
   // (next_job never failed; the next turn finds nothing visible and returns before looking).
   // Only while observed (note_if_idle), and once per turn, not per job.
@@ -227,6 +231,7 @@ std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std:
     if (gen % 2 == 0 && sweep_gen_.load(std::memory_order_relaxed) == gen) break;
     std::this_thread::yield();
   }
+  runner.worker_idle(0);  // a batch the caller holds runs before run_until_idle returns
   if (ran < max) note_if_idle(false);  // ran out of jobs (or paused): idle now?
   return ran;
 }
@@ -346,15 +351,17 @@ void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& 
     std::uint32_t w;
     WorkerContext& wc;
     ~Exit() {
+      runner.worker_idle(w);  // a batch it holds runs before the worker goes
       runner.flush_freed(w);
       wc.pause.exit();
     }
   } exit{runner, w, wc};
   while (!stop_.load(std::memory_order_acquire)) {
-    if (next_job(w, wc, idx)) {
+    if (next_job(w, wc, idx) || linger(runner, w, wc, idx)) {
       run(runner, idx, wc);
       continue;
     }
+    runner.worker_idle(w);  // a batch it holds runs now: no job is left to fill it
     wc.fast = false;        // after idling, the next handler's speed is unknown: one job at a time
     runner.flush_freed(w);  // before it waits: what it freed must not wait with it
     note_if_idle(true);     // this worker ran out of jobs: the queue may be idle now
@@ -371,6 +378,23 @@ void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& 
     sleep();
     wc.pause.unpark();  // once per wake-up, not per job
   }
+}
+
+/// linger(runner, w, wc, idx): worker w holds a batch that is not full and found no job: it looks
+/// for one until the batch's linger ends (doubling sleeps from 10 us, at most 1 ms), the queue is
+/// paused or the dispatcher stops; true with idx set when one came.
+bool Dispatcher::linger(JobRunner& runner, std::uint32_t w, WorkerContext& wc,
+                        std::uint32_t& idx) noexcept {
+  const std::int64_t until = runner.linger_until(w);
+  if (until == INT64_MIN) return false;
+  std::int64_t pause_ns = 10'000;
+  for (std::int64_t now = steady_ns(); now < until; now = steady_ns()) {
+    if (stop_.load(std::memory_order_acquire) || pause_.paused()) return false;
+    if (next_job(w, wc, idx)) return true;
+    std::this_thread::sleep_for(std::chrono::nanoseconds(std::min(pause_ns, until - now)));
+    pause_ns = std::min<std::int64_t>(pause_ns * 2, 1'000'000);
+  }
+  return false;
 }
 
 /// sleep(): a worker that found no work and could not take the duty waits, watching while the

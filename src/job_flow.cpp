@@ -157,6 +157,9 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   job.flow_ = this;
   job.idx_ = idx;
   job.clock_ = &parts_.core.clock();
+  // The worker's index among the queue's: its lease record's, the workers' records coming first
+  // (make_leases).
+  job.worker_ = static_cast<std::uint32_t>(&wc.record - &leases_->record(0));
   // Everything that reads the slot's plain fields happens before the lease is granted: from
   // the grant on, a lapse may take the slot (and write its attempt count) at any moment.
   if (parts_.core.observed()) parts_.emit(EventKind::started, s, now);

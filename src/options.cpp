@@ -162,6 +162,17 @@ void validate_worker_options(const WorkerOptions& o, std::string_view queue) {
             ") jobs awaiting their Completion");
 }
 
+void validate_batch_options(const BatchOptions& b, std::string_view queue) {
+  const std::string where = "BatchOptions('" + std::string(queue) + "')";
+  if (b.max == 0 || b.max > BatchOptions::kMaxJobs)
+    bad(where, "max", std::to_string(b.max),
+        "1 .. BatchOptions::kMaxJobs (" + std::to_string(BatchOptions::kMaxJobs) +
+            ") jobs per handler call");
+  if (b.linger.count() < 0)
+    bad(where, "linger", std::to_string(b.linger.count()) + " ns",
+        "a duration >= 0 (0: run what is ready; Duration::max(): until the batch is full)");
+}
+
 void reject_job_name(std::string_view name, std::string_view queue) {
   bad("add('" + std::string(queue) + "')", "job name",
       name.empty() ? std::string("empty") : "blank ('" + std::string(name) + "')",

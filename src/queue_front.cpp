@@ -113,6 +113,10 @@ QueueCounts QueueFront::counts() const noexcept {
 void QueueFront::take_leftovers(FunctionRef<void(LeftoverJob&&, bool, void*)> take) {
   impl(*this).take_leftovers(take);
 }
+void QueueFront::set_batch_handler(BatchRun run, HandlerBox handler, const WorkerOptions& w,
+                                   const BatchOptions& b) {
+  impl(*this).set_batch_handler(run, std::move(handler), w, b);
+}
 DeadLetterStore& QueueFront::dlq() noexcept {
   return impl(*this).bridge().store();
 }

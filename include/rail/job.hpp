@@ -95,6 +95,7 @@ struct JobFields : JobFacts {
   JobFlow* flow_ = nullptr;      // where progress reports go
   std::uint32_t idx_ = 0;        // the job's slot
   Deferral* deferral_ = nullptr;  // null: the queue allows no pending jobs (max_pending 0)
+  std::uint32_t worker_ = 0;      // the delivering worker, 0 .. the queue's workers (batches)
 };
 
 /// fenced(job): Job::cancelled() (job_view.cpp): the delivery no longer counts.

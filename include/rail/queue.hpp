@@ -18,6 +18,7 @@
 
 #include "rail/add_receipt.hpp"
 #include "rail/async_job.hpp"
+#include "rail/batch.hpp"
 #include "rail/dead_letter_queue.hpp"
 #include "rail/detail/payload_ops.hpp"
 #include "rail/detail/queue_front.hpp"
@@ -180,7 +181,39 @@ class Queue {
     }
   }
 
+  /// process_batch(options, batch, handler) starts the queue's workers as process() does, with
+  /// a handler that takes many jobs at once: `void(rail::Batch<T>&)`. Each worker hands the
+  /// handler up to batch.max jobs, those ready when it looks plus, on the queue's own pool, those
+  /// that come within batch.linger of the first (batch.hpp says how a batch forms and ends).
+  /// Every job keeps its own lease, downstream permit, outcome (done unless the handler calls
+  /// Batch::set), retries and DLQ entry. WorkerOptions::max_pending is raised to batch.max x the
+  /// workers; Error(invalid_option) when that passes WorkerOptions::kMaxPending, for bad
+  /// BatchOptions, and as process() for a second processor. A queue with a result type is
+  /// processed one job at a time (process()): a batch handler returns no results.
+  template <class F>
+  void process_batch(const WorkerOptions& options, const BatchOptions& batch, F&& handler) {
+    static_assert(std::is_void_v<R>,
+                  "process_batch: a batch handler returns no results; declare the queue without "
+                  "a result type, or process it one job at a time with process()");
+    static_assert(std::is_invocable_v<std::decay_t<F>&, Batch<T>&>,
+                  "a batch handler takes rail::Batch<T>& (process_batch)");
+    impl_->check_processor(
+        options);  // before the handler is taken: a refused one stays the caller's
+    using Fn = std::decay_t<F>;
+    detail::QueueFront::HandlerBox box(new Fn(std::forward<F>(handler)),
+                                       [](void* p) { delete static_cast<Fn*>(p); });
+    impl_->set_batch_handler(&run_batch<Fn>, std::move(box), options, batch);
+  }
+
  private:
+  /// run_batch<Fn>: the queue's BatchRun for a batch handler of type Fn.
+  template <class Fn>
+  static void run_batch(void* handler, detail::BatchEntry* entries, std::size_t n,
+                        Outcome* outcomes, std::uint8_t* set) {
+    Batch<T> batch(entries, n, outcomes, set);
+    (*static_cast<Fn*>(handler))(batch);
+  }
+
   template <class F>
   void process_sync(const WorkerOptions& options, F&& handler) {
     using Ret = std::invoke_result_t<F&, Job<T>&>;
@@ -309,7 +342,7 @@ class Queue {
   }
   /// run_with<Fn>: the queue's RunHandler for a handler of type Fn: one indirect call per job.
   template <class Fn>
-  static Outcome run_with(void* handler, const void* payload, const detail::JobFields& fields) {
+  static Outcome run_with(void* handler, const void* payload, detail::JobFields& fields) {
     Job<T> job(fields, std::launder(static_cast<const T*>(payload)));
     return (*static_cast<Fn*>(handler))(job);
   }

@@ -4,6 +4,7 @@
 #include "rail/add_receipt.hpp"
 #include "rail/async_job.hpp"
 #include "rail/backoff.hpp"
+#include "rail/batch.hpp"
 #include "rail/clock.hpp"
 #include "rail/completion.hpp"
 #include "rail/cron.hpp"

@@ -113,6 +113,14 @@ class JobRunner {
   /// flush_freed(w): worker w idles or ends its turn: the slots it freed in a batch go back
   /// where producers look first (FreeSlots batches).
   virtual void flush_freed(std::uint32_t /*w*/) noexcept {}
+  /// worker_idle(w): worker w found no job, ends its turn or exits: a batch it holds runs now
+  /// (Queue::process_batch). Called on w's thread.
+  virtual void worker_idle(std::uint32_t /*w*/) noexcept {}
+  /// linger_until(w): the steady_ns() until which worker w, out of jobs, looks for more to fill
+  /// the batch it holds (BatchOptions::linger); INT64_MIN when it holds none or may not wait.
+  [[nodiscard]] virtual std::int64_t linger_until(std::uint32_t /*w*/) const noexcept {
+    return INT64_MIN;
+  }
 
  protected:
   ~JobRunner() = default;
@@ -384,6 +392,7 @@ class Dispatcher {
   bool pop_inline(WorkerContext& wc, std::uint32_t& idx) noexcept;
   bool hold_back(WorkerContext* wc, const std::uint32_t* idx, std::size_t n) noexcept;
   bool spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
+  bool linger(JobRunner& runner, std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   void run(JobRunner& runner, std::uint32_t idx, WorkerContext& wc);
   void give_up_duty(WorkerContext& wc) noexcept;
   void sleep() noexcept;

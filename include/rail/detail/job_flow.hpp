@@ -251,10 +251,10 @@ class JobFlow : public QueueBase,
   /// run_handler(idx, job): runs the handler on slot idx's payload; may throw (a failed attempt).
   /// One indirect call per job: run_handler_ is instantiated for the payload and handler types
   /// (Queue<T, R>::process), where a virtual hook and a std::function would make two.
-  Outcome run_handler(std::uint32_t idx, const JobFields& job) {
+  Outcome run_handler(std::uint32_t idx, JobFields& job) {
     return run_handler_(handler_ctx_, cell(idx), job);
   }
-  using RunHandler = Outcome (*)(void* handler, const void* payload, const JobFields& job);
+  using RunHandler = Outcome (*)(void* handler, const void* payload, JobFields& job);
   /// bind_handler(run, handler): before the workers start (their start publishes it), or to
   /// unbind (null) once a failed start stopped them.
   void bind_handler(RunHandler run, void* handler) noexcept {

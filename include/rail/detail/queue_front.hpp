@@ -27,9 +27,14 @@
 #include "rail/schedule.hpp"
 #include "rail/shutdown_report.hpp"
 
+namespace rail {
+struct BatchOptions;
+}
+
 namespace rail::detail {
 
 struct PayloadOps;
+struct BatchEntry;
 struct JobFields;
 class DeadLetterStore;
 class EngineCore;
@@ -67,13 +72,20 @@ class QueueFront {
 
   // --- workers -----------------------------------------------------------------------------------
   /// RunHandler: runs the handler `handler` on `payload` (Job<T> built from `job`).
-  using RunHandler = Outcome (*)(void* handler, const void* payload, const JobFields& job);
+  using RunHandler = Outcome (*)(void* handler, const void* payload, JobFields& job);
+  /// BatchRun: runs the batch handler `handler` on n jobs; it records job i's outcome in
+  /// outcomes[i] and sets set[i] when it gives one (process_batch).
+  using BatchRun = void (*)(void* handler, BatchEntry* entries, std::size_t n, Outcome* outcomes,
+                            std::uint8_t* set);
   using HandlerBox = std::unique_ptr<void, void (*)(void*)>;
   /// check_processor(w): throws what set_handler would for `w` or for a queue that already has
   /// a processor, before Queue::process takes the user's handler (set_handler checks again).
   void check_processor(const WorkerOptions& w) const;
   /// set_handler(run, handler, w): binds the handler and starts the workers (Queue::process).
   void set_handler(RunHandler run, HandlerBox handler, const WorkerOptions& w);
+  /// set_batch_handler(run, handler, w, b): binds a batch handler (Queue::process_batch).
+  void set_batch_handler(BatchRun run, HandlerBox handler, const WorkerOptions& w,
+                         const BatchOptions& b);
 
   // --- lifecycle and admin (see Queue) -----------------------------------------------------------
   void pause() noexcept;

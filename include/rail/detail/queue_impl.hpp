@@ -10,11 +10,12 @@
 //   retire           a job's end: move the payload into its DLQ entry (filed by the bridge,
 //                    dead_letter_bridge.hpp, which also owns overflow and redrive) or destroy it
 //   take_leftovers   the payloads of jobs that never started, handed back after shutdown
-// Compiled once in src/ (queue_impl.cpp, queue_merges.cpp, queue_front.cpp); Queue<T, R> reaches
-// it through QueueFront. A trivially copyable payload is moved by memcpy and never destroyed,
-// so its hot path makes no indirect call; any other pays one per add and one per end.
-// Memory ordering: a payload is written by its slot's holder before the flow publishes the slot
-// (a ring push or a ctl release) and read by the next holder after it acquired it; see
+//   batches          process_batch: each worker's jobs, handed to Completions, run together
+// Compiled once in src/ (queue_impl.cpp, queue_merges.cpp, queue_batches.cpp, queue_front.cpp);
+// Queue<T, R> reaches it through QueueFront. A trivially copyable payload is moved by memcpy and
+// never destroyed, so its hot path makes no indirect call; any other pays one per add and one per
+// end. Memory ordering: a payload is written by its slot's holder before the flow publishes the
+// slot (a ring push or a ctl release) and read by the next holder after it acquired it; see
 // job_flow.hpp. The debounce writes it inside begin_update/end_update (slot_table.hpp).
 #pragma once
 
@@ -23,7 +24,9 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "rail/batch.hpp"
 #include "rail/detail/dead_letter_bridge.hpp"
 #include "rail/detail/job_flow.hpp"
 #include "rail/detail/kept_adds.hpp"
@@ -70,6 +73,9 @@ class QueueImpl final : public JobFlow, public QueueFront {
   void check_processor(const WorkerOptions& w) const;
   void set_handler(RunHandler run, HandlerBox handler, const WorkerOptions& w);
   void take_leftovers(FunctionRef<void(LeftoverJob&&, bool, void*)> take);
+  /// set_batch_handler(run, handler, w, b): Queue::process_batch (queue_batches.cpp).
+  void set_batch_handler(BatchRun run, HandlerBox handler, const WorkerOptions& w,
+                         const BatchOptions& b);
 
  private:
   [[nodiscard]] void* payload(std::uint32_t idx) const noexcept { return cell(idx); }
@@ -86,6 +92,21 @@ class QueueImpl final : public JobFlow, public QueueFront {
   /// moved (or copied) from `payload`.
   EntryPtr entry_of(std::uint32_t idx, void* payload, bool copy) const;
 
+  // Batches (queue_batches.cpp): each worker's jobs handed to Completions until its batch runs.
+  /// WorkerBatch: one worker's batch, used by that worker's thread only; room for `max` jobs.
+  struct WorkerBatch {
+    std::vector<BatchEntry> entries;
+    std::vector<Outcome> outcomes;
+    std::vector<std::uint8_t> set;
+    std::int64_t first_ns = 0;  // steady_ns() when its first job joined
+  };
+  /// collect: the RunHandler of a batch queue: the job joins its worker's batch, which runs
+  /// when full.
+  static Outcome collect(void* self, const void* payload, JobFields& job);
+  void run_batch(WorkerBatch& b) noexcept;
+  void worker_idle(std::uint32_t w) noexcept override;
+  [[nodiscard]] std::int64_t linger_until(std::uint32_t w) const noexcept override;
+
   // The merges of a duplicate add (queue_merges.cpp).
   AddReceipt merge_duplicate(const DedupSet::Claim& claim, std::string_view job_name, void* data,
                              const JobOptions& o, std::int64_t now, AddFrom from,
@@ -100,6 +121,11 @@ class QueueImpl final : public JobFlow, public QueueFront {
   mutable std::mutex handler_mu_;
   HandlerBox handler_{nullptr, nullptr};  // the handler the flow runs (set_handler)
   KeptAdds kept_;                         // adds kept for after a running job (keep_last_if_active)
+  // A batch queue's (process_batch), set before its workers start, which publishes them.
+  BatchRun batch_run_ = nullptr;
+  std::uint32_t batch_max_ = 0;
+  std::int64_t batch_linger_ns_ = INT64_MIN;  // INT64_MIN: its workers do not linger
+  std::vector<WorkerBatch> batches_;          // one per worker index
 };
 
 }  // namespace rail::detail

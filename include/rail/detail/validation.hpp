@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string_view>
 
+#include "rail/batch.hpp"
 #include "rail/options.hpp"
 #include "rail/schedule.hpp"
 
@@ -20,6 +21,8 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue);
 inline constexpr std::size_t kMaxNameBytes = 255;
 void validate_name(std::string_view kind, std::string_view name);
 void validate_worker_options(const WorkerOptions& o, std::string_view queue);
+/// validate_batch_options(b, queue): max in 1 .. BatchOptions::kMaxJobs, linger not negative.
+void validate_batch_options(const BatchOptions& b, std::string_view queue);
 /// validate_schedule_options(id, o, queue): Error(invalid_option) for a blank id or options a
 /// schedule decides itself (delay, dedup) or cannot use.
 void validate_schedule_options(std::string_view id, const ScheduleOptions& o,

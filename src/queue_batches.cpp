@@ -1,0 +1,123 @@
+// QueueImpl's batches (Queue::process_batch): each job a worker delivers is handed to a
+// Completion and joins the worker's batch; the batch handler runs once the batch is full, or
+// when the worker runs out of jobs (after its linger), ends its turn or exits, and each job's
+// outcome goes through its own Completion. The semantics are in include/rail/batch.hpp.
+//
+// Contract: a worker's batch is touched only by that worker's thread (worker index w: the
+// dispatcher's own workers, a shared-pool worker in its turn, or the run_until_idle caller,
+// w = 0), so it needs no lock. Each job in a batch is a pending delivery (completions.hpp): its
+// lease, permit and pin move into a pending record, so a batch never holds more than `max`
+// records per worker, and max_pending is raised to max x the workers that may hold one at
+// once. Nothing here allocates per job: each batch's vectors hold `max` from the start.
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "rail/detail/handler_failure.hpp"
+#include "rail/detail/queue_impl.hpp"
+#include "rail/detail/scoped_value.hpp"
+#include "rail/detail/validation.hpp"
+#include "rail/detail/worker_pool.hpp"
+#include "rail/error.hpp"
+
+namespace rail::detail {
+
+void QueueImpl::set_batch_handler(BatchRun run, HandlerBox handler, const WorkerOptions& w,
+                                  const BatchOptions& b) {
+  validate_batch_options(b, name());
+  std::lock_guard lock(handler_mu_);
+  check_processor_locked(w);
+  // The worker indices (the queue's lease records come first: make_leases) and how many of them
+  // may hold a batch at once (a shared-pool worker holds one only within its turn).
+  const bool threaded = core().mode() == Mode::threaded;
+  const bool shared = threaded && w.pool == Pool::shared;
+  std::uint32_t workers = 1;
+  std::uint32_t holding = 1;
+  if (shared) {
+    workers = core().shared_pool().size();  // may start the pool; nothing else is done yet
+    holding = std::min(workers, w.concurrency.value_or(workers));
+  } else if (threaded) {
+    workers = holding = w.concurrency.value_or(1);
+  }
+  const std::uint64_t pending = std::uint64_t{b.max} * holding;
+  if (pending > WorkerOptions::kMaxPending)
+    throw Error(ErrorCode::invalid_option,
+                "process_batch on queue '" + name() + "': BatchOptions.max (" +
+                    std::to_string(b.max) + ") x " + std::to_string(holding) +
+                    " workers = " + std::to_string(pending) +
+                    " pending deliveries; expected at most WorkerOptions::kMaxPending (" +
+                    std::to_string(WorkerOptions::kMaxPending) + "): lower max or the concurrency");
+  std::vector<WorkerBatch> batches(workers);
+  for (WorkerBatch& wb : batches) {
+    wb.entries.reserve(b.max);
+    wb.outcomes.resize(b.max);
+    wb.set.resize(b.max);
+  }
+  WorkerOptions started = w;
+  started.max_pending = std::max<std::uint32_t>(w.max_pending, static_cast<std::uint32_t>(pending));
+  batches_ = std::move(batches);
+  batch_run_ = run;
+  batch_max_ = b.max;
+  // Lingering keeps a worker from the queue's other jobs only on the queue's own pool; a shared
+  // pool's worker runs what it holds when its turn ends.
+  batch_linger_ns_ = threaded && !shared && b.linger.count() > 0 ? b.linger.count() : INT64_MIN;
+  handler_ = std::move(handler);
+  bind_handler(&collect, this);
+  try {
+    start_processing(started);
+  } catch (...) {
+    bind_handler(nullptr, nullptr);  // the flow undid its part: process() may be called again
+    handler_.reset();
+    batch_run_ = nullptr;
+    batches_.clear();
+    throw;
+  }
+}
+
+Outcome QueueImpl::collect(void* self, const void* payload, JobFields& job) {
+  auto& q = *static_cast<QueueImpl*>(self);
+  WorkerBatch& b = q.batches_[job.worker_];
+  Completion c = q.defer(job);  // its lease, permit and outcome now go with c
+  if (b.entries.empty()) b.first_ns = steady_ns();
+  b.entries.push_back(BatchEntry{static_cast<const JobFacts&>(job), payload, std::move(c)});
+  if (b.entries.size() >= q.batch_max_) q.run_batch(b);
+  return pending_outcome();
+}
+
+void QueueImpl::run_batch(WorkerBatch& b) noexcept {
+  const std::size_t n = b.entries.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    b.outcomes[i] = Outcome::done();
+    b.set[i] = 0;
+  }
+  try {
+    batch_run_(handler_.get(), b.entries.data(), n, b.outcomes.data(), b.set.data());
+  } catch (...) {
+    // As a single handler's throw: every job the handler gave no outcome fails with it.
+    const Outcome failed = handler_failure(std::current_exception());
+    for (std::size_t i = 0; i < n; ++i)
+      if (b.set[i] == 0) b.outcomes[i] = failed;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    try {
+      (void)b.entries[i].completion.complete(std::move(b.outcomes[i]));
+    } catch (...) {  // complete() reports through events; the entry's end is the Completion's
+    }
+  }
+  b.entries.clear();  // completed Completions: inert
+}
+
+void QueueImpl::worker_idle(std::uint32_t w) noexcept {
+  if (batch_run_ == nullptr || w >= batches_.size() || batches_[w].entries.empty()) return;
+  // As a handler: calls from it that would wait for this worker are refused (would_deadlock).
+  const ScopedValue<const QueueBase*> delivering(current_delivery(), this);
+  run_batch(batches_[w]);
+}
+
+std::int64_t QueueImpl::linger_until(std::uint32_t w) const noexcept {
+  if (batch_linger_ns_ == INT64_MIN || w >= batches_.size() || batches_[w].entries.empty())
+    return INT64_MIN;
+  return saturating_add(batches_[w].first_ns, Duration{batch_linger_ns_});
+}
+
+}  // namespace rail::detail

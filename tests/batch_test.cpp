@@ -1,0 +1,254 @@
+// Batch handlers (Queue::process_batch): how a batch forms (up to max, from what is ready, with a
+// linger on the queue's own pool), each job's own outcome, retries, DLQ entry, cancel and lease,
+// a throwing handler, and shutdown with a batch held. Inline under the manual clock first, then
+// on threads (several producers, the queue's own pool and the shared pool).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rail/rail.hpp"
+#include "support/inline_engine.hpp"
+#include "support/watchdog.hpp"
+
+namespace rail {
+namespace {
+
+using namespace std::chrono_literals;
+using Batches = test::InlineEngine;
+
+TEST_F(Batches, ABatchTakesUpToMaxOfTheReadyJobsInAddOrder) {
+  auto q = engine.declare_queue<int>("q", {});
+  std::vector<std::vector<int>> seen;
+  q.process_batch({}, {.max = 4}, [&](Batch<int>& batch) {
+    seen.emplace_back();
+    for (const BatchJob<int> job : batch)
+      seen.back().push_back(job.data());
+  });
+  for (int i = 0; i < 10; ++i)
+    (void)q.add("j", i);
+  engine.run_until_idle();
+  EXPECT_EQ(seen, (std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9}}));
+  EXPECT_EQ(q.counts().completed, 10u);
+  EXPECT_EQ(q.counts().active, 0u);
+  EXPECT_EQ(count(EventKind::completed), 10u);
+}
+
+TEST_F(Batches, EachJobGetsItsOwnOutcomeRetryAndDeadLetter) {
+  auto q = engine.declare_queue<int>("q", {});
+  std::vector<int> runs;
+  q.process_batch({}, {.max = 8}, [&](Batch<int>& batch) {
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const BatchJob<int> job = batch[i];
+      runs.push_back(job.data());
+      if (job.data() == 1 && job.attempt() == 1) batch.set(i, Outcome::retry("once more"));
+      if (job.data() == 2) batch.set(i, Outcome::fail("bad input"));
+    }
+  });
+  JobId ids[3];
+  for (int i = 0; i < 3; ++i)
+    ids[i] = q.add("j", i, JobOptions{.max_attempts = 3}).id;
+  engine.run_until_idle();
+  EXPECT_EQ(q.state(ids[0]).status, JobStatus::completed);
+  EXPECT_EQ(q.state(ids[1]).status, JobStatus::completed) << "retried, then done";
+  EXPECT_EQ(q.state(ids[2]).status, JobStatus::dead_lettered);
+  ASSERT_TRUE(q.dlq().get(ids[2]));
+  EXPECT_EQ(q.dlq().get(ids[2])->last_error(), "bad input");
+  EXPECT_EQ(runs, (std::vector<int>{0, 1, 2, 1}));
+}
+
+TEST_F(Batches, AThrowFailsTheJobsWithoutAnOutcomeAndKeepsTheOthers) {
+  auto q = engine.declare_queue<int>("q", {});
+  bool thrown = false;
+  q.process_batch({}, {.max = 3}, [&](Batch<int>& batch) {
+    if (thrown) return;
+    batch.set(0, Outcome::discard("not needed"));
+    thrown = true;
+    throw std::runtime_error("gateway down");
+  });
+  JobId ids[3];
+  for (int i = 0; i < 3; ++i)
+    ids[i] = q.add("j", i, JobOptions{.max_attempts = 1}).id;
+  engine.run_until_idle();
+  EXPECT_EQ(q.state(ids[0]).status, JobStatus::discarded);
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_EQ(q.state(ids[i]).status, JobStatus::dead_lettered);
+    ASSERT_TRUE(q.dlq().get(ids[i]));
+    EXPECT_EQ(q.dlq().get(ids[i])->last_error(), "gateway down");
+  }
+  auto q2 = engine.declare_queue<int>("q2", {});
+  bool refused = false;
+  q2.process_batch({}, {.max = 2}, [&](Batch<int>& b) {
+    try {
+      b.set(b.size(), Outcome::done());
+    } catch (const Error& e) {
+      refused = e.code() == ErrorCode::invalid_option;
+    }
+  });
+  (void)q2.add("j", 1);
+  engine.run_until_idle();
+  EXPECT_TRUE(refused) << "an index past the batch is refused";
+}
+
+TEST_F(Batches, ACancelledJobInABatchEndsCancelledAndTheOthersComplete) {
+  auto q = engine.declare_queue<int>("q", {});
+  q.process_batch({}, {.max = 2}, [&](Batch<int>& batch) {
+    EXPECT_TRUE(q.cancel(batch[0].id()));
+    EXPECT_TRUE(batch[0].cancelled());
+    EXPECT_FALSE(batch[1].cancelled());
+  });
+  const JobId a = q.add("j", 1).id;
+  const JobId b = q.add("j", 2).id;
+  engine.run_until_idle();
+  EXPECT_EQ(q.state(a).status, JobStatus::cancelled);
+  EXPECT_EQ(q.state(b).status, JobStatus::completed);
+}
+
+TEST_F(Batches, EachJobOfABatchHoldsItsOwnLease) {
+  auto q = engine.declare_queue<int>("q", {.visibility_timeout = 10s});
+  int calls = 0;
+  q.process_batch({}, {.max = 2}, [&](Batch<int>& batch) {
+    if (++calls > 1) return;
+    EXPECT_TRUE(batch[0].extend_lease(1h));
+    clock.advance(20s);  // the second job's lease lapses; the first's was extended
+    EXPECT_FALSE(batch[0].cancelled());
+    EXPECT_TRUE(batch[1].cancelled());
+  });
+  const JobId a = q.add("j", 1).id;
+  const JobId b = q.add("j", 2).id;
+  engine.run_until_idle();
+  EXPECT_EQ(q.state(a).status, JobStatus::completed);
+  EXPECT_EQ(q.state(b).status, JobStatus::completed) << "redelivered after its lapse";
+  EXPECT_EQ(count(EventKind::stalled), 1u);
+  EXPECT_EQ(calls, 2);
+}
+
+TEST_F(Batches, BadOptionsAndASecondProcessorAreRefused) {
+  auto q = engine.declare_queue<int>("q", {});
+  const auto noop = [](Batch<int>&) {};
+  EXPECT_THROW(q.process_batch({}, {.max = 0}, noop), Error);
+  EXPECT_THROW(q.process_batch({}, {.max = BatchOptions::kMaxJobs + 1}, noop), Error);
+  EXPECT_THROW(q.process_batch({}, {.max = 4, .linger = -1ms}, noop), Error);
+  q.process_batch({}, {.max = 4}, noop);
+  EXPECT_THROW(q.process_batch({}, {.max = 4}, noop), Error) << "one processor per queue";
+  EXPECT_THROW(q.process({}, [](Job<int>&) {}), Error);
+}
+
+TEST(BatchesThreaded, MaxTimesWorkersBeyondThePendingBoundIsRefused) {
+  Engine engine;
+  auto q = engine.declare_queue<int>("q", {});
+  try {
+    q.process_batch({.concurrency = 64}, {.max = BatchOptions::kMaxJobs}, [](Batch<int>&) {});
+    FAIL() << "expected Error(invalid_option)";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("kMaxPending"), std::string::npos) << e.what();
+  }
+}
+
+TEST(BatchesThreaded, AWorkerLingersForAFullBatchUntilItsLingerEnds) {
+  const test::Watchdog watchdog(120s, "AWorkerLingersForAFullBatchUntilItsLingerEnds");
+  Engine engine;
+  auto q = engine.declare_queue<int>("q", {});
+  std::mutex mu;
+  std::vector<std::size_t> sizes;
+  q.process_batch({}, {.max = 4, .linger = 1h}, [&](Batch<int>& batch) {
+    std::lock_guard lock(mu);
+    sizes.push_back(batch.size());
+  });
+  (void)q.add("j", 1);
+  (void)q.add("j", 2);
+  std::this_thread::sleep_for(20ms);  // the worker holds both and lingers (an hour)
+  {
+    std::lock_guard lock(mu);
+    EXPECT_TRUE(sizes.empty()) << "a partial batch waits out its linger";
+  }
+  (void)q.add("j", 3);
+  (void)q.add("j", 4);
+  EXPECT_TRUE(q.wait_idle(60s));
+  std::lock_guard lock(mu);
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{4}));
+}
+
+TEST(BatchesThreaded, ShutdownRunsAHeldBatch) {
+  const test::Watchdog watchdog(120s, "ShutdownRunsAHeldBatch");
+  Engine engine;
+  auto q = engine.declare_queue<int>("q", {});
+  std::atomic<int> ran{0};
+  q.process_batch({}, {.max = 8, .linger = 1h},
+                  [&](Batch<int>& batch) { ran += static_cast<int>(batch.size()); });
+  JobId ids[3];
+  for (int i = 0; i < 3; ++i)
+    ids[i] = q.add("j", i).id;
+  while (q.counts().waiting != 0)
+    std::this_thread::sleep_for(1ms);  // all three held by the lingering worker
+  const ShutdownReport report = engine.shutdown(10s);
+  EXPECT_TRUE(report.clean());
+  EXPECT_EQ(ran.load(), 3);
+  for (const JobId id : ids)
+    EXPECT_EQ(q.state(id).status, JobStatus::completed);
+}
+
+/// run_many(pool, workers): 4 producers add 2,000 jobs each to a batch queue with retries; every
+/// job ends exactly once and no batch exceeds max.
+void run_many(Pool pool) {
+  Engine engine(EngineOptions{.workers = 3});
+  auto q = engine.declare_queue<int>("q", {.capacity = 4096});
+  constexpr int kProducers = 4, kPerProducer = 2000, kMax = 16;
+  std::vector<std::atomic<int>> done(kProducers * kPerProducer);
+  std::vector<JobId> ids(kProducers * kPerProducer);
+  std::atomic<bool> too_big{false};
+  q.process_batch({.concurrency = 3, .pool = pool}, {.max = kMax, .linger = 200us},
+                  [&](Batch<int>& batch) {
+                    if (batch.size() > kMax) too_big = true;
+                    for (std::size_t i = 0; i < batch.size(); ++i) {
+                      const BatchJob<int> job = batch[i];
+                      if (job.data() % 7 == 0 && job.attempt() == 1) {
+                        batch.set(i, Outcome::retry("again"));
+                        continue;
+                      }
+                      done[static_cast<std::size_t>(job.data())].fetch_add(1);
+                    }
+                  });
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p)
+    producers.emplace_back([&, p] {
+      for (int i = 0; i < kPerProducer; ++i) {
+        const int v = p * kPerProducer + i;
+        while (
+            q.add("j", v, JobOptions{.max_attempts = 3, .backoff = Backoff::fixed(0ms)}).status !=
+            AddStatus::added)
+          std::this_thread::yield();
+      }
+    });
+  for (auto& t : producers)
+    t.join();
+  ASSERT_TRUE(q.wait_idle(10s)) << "c=" << q.counts().completed << " a=" << q.counts().active
+                                << " w=" << q.counts().waiting << " d=" << q.counts().delayed
+                                << " added=" << q.counts().added
+                                << " f=" << q.counts().failed_attempts;
+  EXPECT_FALSE(too_big.load());
+  for (std::size_t v = 0; v < done.size(); ++v)
+    ASSERT_EQ(done[v].load(), 1) << "job " << v << " (id " << ids[v] << ")";
+  EXPECT_EQ(q.counts().completed, done.size());
+  EXPECT_EQ(q.dlq().size(), 0u);
+}
+
+TEST(BatchesThreaded, ManyProducersOnTheQueuesOwnPoolEndEachJobOnce) {
+  const test::Watchdog watchdog(180s, "ManyProducersOnTheQueuesOwnPoolEndEachJobOnce");
+  run_many(Pool::dedicated);
+}
+
+TEST(BatchesThreaded, ManyProducersOnTheSharedPoolEndEachJobOnce) {
+  const test::Watchdog watchdog(180s, "ManyProducersOnTheSharedPoolEndEachJobOnce");
+  run_many(Pool::shared);
+}
+
+}  // namespace
+}  // namespace rail
