@@ -4,6 +4,8 @@
 // Variants (each a ratio against plain `add` in the same run):
 //   add            one add() per job
 //   add_bulk:B     add_bulk() of B jobs per call
+//   add_bulk:64+batch:64
+//                  add_bulk() of 64, consumed by process_batch (at most 64 jobs per handler call)
 //   add+fail10%    every tenth job fails its first attempt (Outcome::retry, no backoff delay so
 //                  the retry goes straight back to the ready ring) and completes on the second
 //   add+dedup      every job carries a unique dedup id (no ttl: held until the job ends)
@@ -41,7 +43,7 @@ struct NoOp {
   std::uint64_t seq = 0;
 };
 
-enum class Feature { none, failures, dedup, events, permit, rate };
+enum class Feature { none, failures, dedup, events, permit, rate, batch64 };
 
 struct RailCase {
   int producers;
@@ -178,6 +180,11 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
         latch.hit();
         return rail::Outcome::done();
       });
+    } else if (c.feature == Feature::batch64) {
+      q.process_batch(wo, {.max = 64}, [&latch](rail::Batch<NoOp>& b) {
+        for (std::size_t i = 0; i < b.size(); ++i)
+          latch.hit();
+      });
     } else {
       q.process(wo, [&latch](rail::Job<NoOp>&) { latch.hit(); });
     }
@@ -275,6 +282,8 @@ void register_rail(int producers, int workers, bool matrix) {
 
 void register_rail_extras() {
   add(case_name("rail", "add_bulk:256", 1, 2), {1, 2, 256, Feature::none});
+  add(case_name("rail", "add_bulk:64+batch:64", 1, 2), {1, 2, 64, Feature::batch64});
+  add(case_name("rail", "add_bulk:64+batch:64", 2, 2), {2, 2, 64, Feature::batch64});
   add(case_name("rail", "add+fail10%", 1, 2), {1, 2, 0, Feature::failures});
   add(case_name("rail", "add+dedup", 1, 2), {1, 2, 0, Feature::dedup});
   add(case_name("rail", "add+events", 1, 2), {1, 2, 0, Feature::events});
