@@ -79,6 +79,7 @@ void Dispatcher::start(JobRunner& runner, std::uint32_t workers, LeaseTracker& l
   // thread does: a failure halfway then undoes only what this call built.
   try {
     make_contexts(workers, leases, seed);
+    runner_ = &runner;  // before the threads, whose start publishes it
     threads_.spawn(workers,
                    [this, &runner](std::uint32_t w) { worker_loop(runner, w, *contexts_[w]); });
   } catch (const std::system_error& e) {
@@ -133,6 +134,7 @@ void Dispatcher::join_pool(JobRunner& runner, std::uint32_t pool_size, WakeTarge
     contexts_[w]->pause.parked.store(true, std::memory_order_relaxed);
   }
   pool_runner_ = &runner;
+  runner_ = &runner;
   share_ = share;
   worker_count_.store(pool_size, std::memory_order_relaxed);  // a sizing hint, as in start()
   contexts_ready_.store(true, std::memory_order_release);     // as in start()
@@ -216,7 +218,7 @@ std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std:
     if (pop_inline(*inline_context_, idx)) {
       if (paused_after_pop()) [[unlikely]] {
         if (std::exchange(inline_context_->holds_permit, false)) permits_->give_back();
-        hold_back(nullptr, &idx, 1);
+        hold_back(nullptr, 0, &idx, 1);
         break;
       }
       if (runner.deliver(idx, *inline_context_)) ++ran;
@@ -357,7 +359,14 @@ void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& 
     }
   } exit{runner, w, wc};
   while (!stop_.load(std::memory_order_acquire)) {
-    if (next_job(w, wc, idx) || linger(runner, w, wc, idx)) {
+    if (next_job(w, wc, idx)) {
+      run(runner, idx, wc);
+      continue;
+    }
+    // A batch to wait for or to run is no fast handler: producers must not skip their wake-ups
+    // for this worker meanwhile.
+    if (wc.holds_duty && runner.holds_batch(w)) give_up_duty(wc);
+    if (linger(runner, w, wc, idx)) {
       run(runner, idx, wc);
       continue;
     }
@@ -461,8 +470,8 @@ bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t&
     cpu_relax();
     if (keep) {
       got = next_job(w, wc, idx);
-    } else if (!pause_.seen(
-                   wc.pause)) {  // as next_job: nothing starts while paused, nobody is woken
+    } else if (!pause_.seen(wc.pause, may_acknowledge(w))) {
+      // As next_job: nothing starts while paused, nobody is woken.
       core_.poll_timers(wc.last_start_ns);  // as next_job would
       seen = work_visible();
     }
@@ -509,7 +518,7 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   // After stop nothing new starts: shutdown may already have reported a ready job as not started
   // and handed its payload back (take_leftovers).
   if (stop_.load(std::memory_order_acquire)) return false;
-  if (pause_.seen(wc.pause)) return false;
+  if (pause_.seen(wc.pause, may_acknowledge(w))) return false;
   if (permits_ != nullptr && permits_->limited()) [[unlikely]] {
     // A permit only for a job in sight: a spinner would otherwise take and give back one per
     // look, each give-back a release that wakes the gate's waiters.
@@ -527,7 +536,7 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
           return false;
         idx = slot_of(idx);
         if (paused_after_pop()) [[unlikely]]
-          return hold_back(&wc, &idx, 1);
+          return hold_back(&wc, w, &idx, 1);
         return true;
     }
   }
@@ -541,11 +550,11 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   if (n == 0) {
     if (!steal(w, wc, idx)) return false;
     if (paused_after_pop()) [[unlikely]]
-      return hold_back(&wc, &idx, 1);
+      return hold_back(&wc, w, &idx, 1);
     return true;
   }
   if (paused_after_pop()) [[unlikely]]
-    return hold_back(&wc, batch.data(), n);
+    return hold_back(&wc, w, batch.data(), n);
   // The slots were written on the producer's core: start every miss of the batch now, so they
   // overlap instead of stalling one delivery each. The first line only: fetching the second too
   // (for the stashed jobs of a full batch) trades as one line for the delivery fields would
@@ -584,12 +593,13 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   return true;
 }
 
-/// hold_back(wc, idx, n): a worker (wc) or the inline runner (null) popped n ready jobs and then
+/// hold_back(wc, w, idx, n): worker w (wc) or the inline runner (null) popped n ready jobs and then
 /// saw the queue paused: none starts. A worker keeps them in its stash, in order (it is empty:
 /// its own take() failed before it popped, and only its owner fills a stash; n <= kCapacity) and
 /// acknowledges the pause; the inline runner puts them back into the ring (behind what was pushed
 /// meanwhile: the only place inline mode reorders). Returns false, next_job's "no job".
-bool Dispatcher::hold_back(WorkerContext* wc, const std::uint32_t* idx, std::size_t n) noexcept {
+bool Dispatcher::hold_back(WorkerContext* wc, std::uint32_t w, const std::uint32_t* idx,
+                           std::size_t n) noexcept {
   if (wc) {
     wc->stash->fill(idx, static_cast<std::uint32_t>(n));
   } else {
@@ -597,7 +607,7 @@ bool Dispatcher::hold_back(WorkerContext* wc, const std::uint32_t* idx, std::siz
   }
   // release, after the fill or push: see held_back().
   held_back_.fetch_add(1, std::memory_order_release);
-  if (wc) pause_.acknowledge(wc->pause);
+  if (wc && may_acknowledge(w)) pause_.acknowledge(wc->pause);
   return false;
 }
 

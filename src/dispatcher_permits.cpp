@@ -24,7 +24,7 @@ bool Dispatcher::next_permitted_job(std::uint32_t w, WorkerContext& wc,
     const bool paused = paused_after_pop();
     if (other || paused) permits_->give_back();
     if (paused) [[unlikely]]
-      return hold_back(&wc, &idx, 1);
+      return hold_back(&wc, w, &idx, 1);
     if (other) return true;
   }
   wc.holds_permit = true;

@@ -13,6 +13,7 @@
 #include <exception>
 #include <utility>
 
+#include "rail/detail/assert.hpp"
 #include "rail/detail/handler_failure.hpp"
 #include "rail/detail/queue_impl.hpp"
 #include "rail/detail/scoped_value.hpp"
@@ -76,15 +77,35 @@ void QueueImpl::set_batch_handler(BatchRun run, HandlerBox handler, const Worker
 
 Outcome QueueImpl::collect(void* self, const void* payload, JobFields& job) {
   auto& q = *static_cast<QueueImpl*>(self);
+  RAIL_INVARIANT(job.worker_ < q.batches_.size(), "a delivering worker is one of the queue's");
   WorkerBatch& b = q.batches_[job.worker_];
+  // Only a nested run_until_idle from the batch handler itself delivers here while its batch
+  // runs: the job's attempt fails with why, instead of the handler's batch changing under it.
+  if (b.running) [[unlikely]]
+    throw Error(ErrorCode::would_deadlock,
+                "queue '" + q.name() +
+                    "': a batch handler ran this queue's jobs (Engine::run_until_idle inside it); "
+                    "run_until_idle does not nest: return from the handler instead");
+  // The linger: from the batch's first job, cut short by half the shortest lease it holds (a
+  // held job's lease keeps running) and ended by any downstream permit it holds (the permits
+  // would keep the next jobs out of the batch it waits to fill). Read before defer() moves the
+  // lease and the permit to the Completion.
+  const bool leased = job.record_ != nullptr;
+  const bool permit = job.deferral_ != nullptr && job.deferral_->permit;
+  const std::int64_t lease_ns = q.slot(job.idx_).visibility_ns;
   Completion c = q.defer(job);  // its lease, permit and outcome now go with c
-  if (b.entries.empty()) b.first_ns = steady_ns();
+  const std::int64_t now = steady_ns();
+  if (b.entries.empty()) b.linger_end = saturating_add(now, Duration{q.batch_linger_ns_});
+  if (leased && lease_ns != Duration::max().count())
+    b.linger_end = std::min(b.linger_end, saturating_add(now, Duration{lease_ns / 2}));
+  if (permit) b.linger_end = INT64_MIN;
   b.entries.push_back(BatchEntry{static_cast<const JobFacts&>(job), payload, std::move(c)});
   if (b.entries.size() >= q.batch_max_) q.run_batch(b);
   return pending_outcome();
 }
 
 void QueueImpl::run_batch(WorkerBatch& b) noexcept {
+  const ScopedValue<bool> running(b.running, true);
   const std::size_t n = b.entries.size();
   for (std::size_t i = 0; i < n; ++i) {
     b.outcomes[i] = Outcome::done();
@@ -108,7 +129,11 @@ void QueueImpl::run_batch(WorkerBatch& b) noexcept {
 }
 
 void QueueImpl::worker_idle(std::uint32_t w) noexcept {
-  if (batch_run_ == nullptr || w >= batches_.size() || batches_[w].entries.empty()) return;
+  // Running already: a run_until_idle nested in its own handler ends here; the batch is the
+  // outer call's to finish.
+  if (batch_run_ == nullptr || w >= batches_.size() || batches_[w].entries.empty() ||
+      batches_[w].running)
+    return;
   // As a handler: calls from it that would wait for this worker are refused (would_deadlock).
   const ScopedValue<const QueueBase*> delivering(current_delivery(), this);
   run_batch(batches_[w]);
@@ -117,7 +142,7 @@ void QueueImpl::worker_idle(std::uint32_t w) noexcept {
 std::int64_t QueueImpl::linger_until(std::uint32_t w) const noexcept {
   if (batch_linger_ns_ == INT64_MIN || w >= batches_.size() || batches_[w].entries.empty())
     return INT64_MIN;
-  return saturating_add(batches_[w].first_ns, Duration{batch_linger_ns_});
+  return batches_[w].linger_end;
 }
 
 }  // namespace rail::detail

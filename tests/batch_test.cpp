@@ -140,6 +140,30 @@ TEST_F(Batches, BadOptionsAndASecondProcessorAreRefused) {
   EXPECT_THROW(q.process({}, [](Job<int>&) {}), Error);
 }
 
+TEST_F(Batches, ARunUntilIdleInsideABatchHandlerDoesNotNestIntoItsBatch) {
+  auto q = engine.declare_queue<int>("q", {});
+  bool nested = false;
+  std::vector<std::size_t> sizes;
+  q.process_batch({}, {.max = 4}, [&](Batch<int>& batch) {
+    sizes.push_back(batch.size());
+    if (nested) return;
+    nested = true;
+    (void)q.add("late", 9, JobOptions{.max_attempts = 2, .backoff = Backoff::fixed(0ms)});
+    (void)engine.run_until_idle();
+    EXPECT_EQ(batch.size(), 2u) << "the batch does not change under its handler";
+  });
+  (void)q.add("j", 1);
+  (void)q.add("j", 2);
+  engine.run_until_idle();
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{2}));
+  EXPECT_EQ(q.counts().completed, 2u);
+  const auto entries = q.dlq().list();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].data, 9);
+  EXPECT_NE(std::string(entries[0].last_error()).find("does not nest"), std::string::npos)
+      << entries[0].last_error();
+}
+
 TEST(BatchesThreaded, MaxTimesWorkersBeyondThePendingBoundIsRefused) {
   Engine engine;
   auto q = engine.declare_queue<int>("q", {});
@@ -174,6 +198,58 @@ TEST(BatchesThreaded, AWorkerLingersForAFullBatchUntilItsLingerEnds) {
   EXPECT_TRUE(q.wait_idle(60s));
   std::lock_guard lock(mu);
   EXPECT_EQ(sizes, (std::vector<std::size_t>{4}));
+}
+
+TEST(BatchesThreaded, PauseAndWaitReturnsOnlyAfterAHeldBatchRan) {
+  const test::Watchdog watchdog(120s, "PauseAndWaitReturnsOnlyAfterAHeldBatchRan");
+  Engine engine;
+  auto q = engine.declare_queue<int>("q", {});
+  std::atomic<int> ran{0};
+  std::atomic<bool> running{false};
+  q.process_batch({}, {.max = 8, .linger = 1h}, [&](Batch<int>& batch) {
+    running = true;
+    std::this_thread::sleep_for(50ms);  // a slow batch: pause_and_wait must wait for it
+    ran += static_cast<int>(batch.size());
+    running = false;
+  });
+  (void)q.add("j", 1);
+  (void)q.add("j", 2);
+  while (q.counts().waiting != 0)
+    std::this_thread::sleep_for(1ms);  // both held by the lingering worker
+  ASSERT_TRUE(q.pause_and_wait(60s));
+  EXPECT_FALSE(running.load()) << "returned while the batch handler ran";
+  EXPECT_EQ(ran.load(), 2) << "a pause runs the held batch";
+}
+
+TEST(BatchesThreaded, ALingerEndsAtHalfTheShortestLeaseItHolds) {
+  const test::Watchdog watchdog(120s, "ALingerEndsAtHalfTheShortestLeaseItHolds");
+  Engine engine;
+  auto q = engine.declare_queue<int>("q", {.visibility_timeout = 4s});
+  std::atomic<int> live{0};
+  q.process_batch({}, {.max = 8, .linger = 1h}, [&](Batch<int>& batch) {
+    for (const BatchJob<int> job : batch)
+      if (!job.cancelled()) ++live;
+  });
+  (void)q.add("j", 1);
+  (void)q.add("j", 2);
+  EXPECT_TRUE(q.wait_idle(60s)) << "the batch ran about 2 s in, not an hour";
+  EXPECT_EQ(live.load(), 2) << "before either lease lapsed";
+  EXPECT_EQ(q.counts().stalled, 0u);
+  EXPECT_EQ(q.counts().completed, 2u);
+}
+
+TEST(BatchesThreaded, AJobHoldingADownstreamPermitEndsTheLinger) {
+  const test::Watchdog watchdog(120s, "AJobHoldingADownstreamPermitEndsTheLinger");
+  Engine engine;
+  engine.declare_downstream("api", {.concurrency = 2});
+  auto q = engine.declare_queue<int>("q", {.downstream = "api"});
+  std::atomic<int> ran{0};
+  q.process_batch({}, {.max = 8, .linger = 1h},
+                  [&](Batch<int>& batch) { ran += static_cast<int>(batch.size()); });
+  for (int i = 0; i < 6; ++i)
+    (void)q.add("j", i);
+  EXPECT_TRUE(q.wait_idle(60s)) << "held permits would keep the rest out for the linger's hour";
+  EXPECT_EQ(ran.load(), 6);
 }
 
 TEST(BatchesThreaded, ShutdownRunsAHeldBatch) {

@@ -9,9 +9,11 @@
 // UnrecoverableError dead-letters them).
 // How a batch forms: a worker takes the jobs that are ready, one delivery at a time, until it
 // holds BatchOptions::max or finds none ready; then it waits up to BatchOptions::linger, counted
-// from the batch's first job, for more (a worker of the queue's own pool; a shared-pool worker
-// runs what it holds when its turn on the queue ends), and calls the handler with what it
-// holds. Shutdown, pause and an idle queue run a partial batch at once.
+// from the batch's first job, for more, and calls the handler with what it holds. Only a worker
+// of the queue's own pool lingers (a shared-pool worker runs what it holds when its turn on the
+// queue ends), and never past half the shortest lease of the jobs it holds, nor while one of
+// them holds a downstream permit (the permits would keep the next jobs out). Shutdown and pause
+// run a partial batch at once (pause_and_wait returns only after it ran).
 // A view: valid during the handler call only; copy out what you need to keep.
 #pragma once
 

@@ -116,6 +116,9 @@ class JobRunner {
   /// worker_idle(w): worker w found no job, ends its turn or exits: a batch it holds runs now
   /// (Queue::process_batch). Called on w's thread.
   virtual void worker_idle(std::uint32_t /*w*/) noexcept {}
+  /// holds_batch(w): worker w holds jobs of a batch it has not run yet (called on w's thread): it
+  /// must not acknowledge a pause before it ran them (worker_idle).
+  [[nodiscard]] virtual bool holds_batch(std::uint32_t /*w*/) const noexcept { return false; }
   /// linger_until(w): the steady_ns() until which worker w, out of jobs, looks for more to fill
   /// the batch it holds (BatchOptions::linger); INT64_MIN when it holds none or may not wait.
   [[nodiscard]] virtual std::int64_t linger_until(std::uint32_t /*w*/) const noexcept {
@@ -390,7 +393,12 @@ class Dispatcher {
   }
   bool next_permitted_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   bool pop_inline(WorkerContext& wc, std::uint32_t& idx) noexcept;
-  bool hold_back(WorkerContext* wc, const std::uint32_t* idx, std::size_t n) noexcept;
+  bool hold_back(WorkerContext* wc, std::uint32_t w, const std::uint32_t* idx,
+                 std::size_t n) noexcept;
+  /// may_acknowledge(w): worker w may acknowledge a pause: it holds no batch it has yet to run.
+  [[nodiscard]] bool may_acknowledge(std::uint32_t w) const noexcept {
+    return runner_ == nullptr || !runner_->holds_batch(w);
+  }
   bool spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   bool linger(JobRunner& runner, std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   void run(JobRunner& runner, std::uint32_t idx, WorkerContext& wc);
@@ -450,7 +458,8 @@ class Dispatcher {
   std::optional<WorkerContext> inline_context_;  // inline mode: the run_until_idle caller
   ThreadGroup threads_;                          // dedicated workers
   JobRunner* pool_runner_ = nullptr;             // pooled: set before the pool sees us
-  std::uint32_t share_ = 0;                      // pooled: most pool workers at once (0: any)
+  JobRunner* runner_ = nullptr;  // the queue's, threaded (start, join_pool): see may_acknowledge
+  std::uint32_t share_ = 0;      // pooled: most pool workers at once (0: any)
   // pooled: workers in a turn of this queue (counted only under a share); its own line.
   alignas(64) std::atomic<std::uint32_t> serving_{0};
   // contexts_ is complete (release; set once): pause_and_wait may read it.

@@ -25,6 +25,7 @@
 #include <memory>
 #include <thread>
 
+#include "rail/detail/assert.hpp"
 #include "rail/detail/mpmc_ring.hpp"
 #include "rail/event.hpp"
 
@@ -113,7 +114,9 @@ class PendingJobs {
   /// a push can still find its cell held by a pop of the previous lap that claimed it and has
   /// not released it yet (mpmc_ring.hpp): it retries until that pop is done, never drops r.
   void give_back(std::uint32_t r) noexcept {
-    taken_.fetch_sub(1, std::memory_order_relaxed);  // relaxed: as in take()
+    // relaxed: as in take(). A give follows its take's count, so the count was at least 1.
+    const std::int64_t out = taken_.fetch_sub(1, std::memory_order_relaxed);
+    RAIL_INVARIANT(out > 0, "a pending record given back that was not taken (or given back twice)");
     while (!free_.try_push(r))
       std::this_thread::yield();
   }

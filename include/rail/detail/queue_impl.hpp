@@ -98,13 +98,17 @@ class QueueImpl final : public JobFlow, public QueueFront {
     std::vector<BatchEntry> entries;
     std::vector<Outcome> outcomes;
     std::vector<std::uint8_t> set;
-    std::int64_t first_ns = 0;  // steady_ns() when its first job joined
+    std::int64_t linger_end = 0;  // steady_ns() past which it waits no more (linger_until)
+    bool running = false;         // its handler runs (run_batch): nothing may join it
   };
   /// collect: the RunHandler of a batch queue: the job joins its worker's batch, which runs
   /// when full.
   static Outcome collect(void* self, const void* payload, JobFields& job);
   void run_batch(WorkerBatch& b) noexcept;
   void worker_idle(std::uint32_t w) noexcept override;
+  [[nodiscard]] bool holds_batch(std::uint32_t w) const noexcept override {
+    return w < batches_.size() && !batches_[w].entries.empty();
+  }
   [[nodiscard]] std::int64_t linger_until(std::uint32_t w) const noexcept override;
 
   // The merges of a duplicate add (queue_merges.cpp).
