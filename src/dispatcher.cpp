@@ -250,65 +250,6 @@ void Dispatcher::join() noexcept {
   threads_.join();
 }
 
-void Dispatcher::pause() noexcept {
-  if (pause_.pause()) {  // the one call that changed the state raises the event
-    if (pause_listener_) pause_listener_->pause_changed();
-    emit_queue_event(EventKind::paused);
-  }
-}
-
-void Dispatcher::resume() noexcept {
-  const bool was_paused = pause_.resume();
-  // One signal per worker: each may be between its paused check and its wait().
-  wake_.load(std::memory_order_acquire)
-      ->ec.notify_all(static_cast<std::int32_t>(std::max<std::uint32_t>(workers(), 1)));
-  if (was_paused) {
-    if (pause_listener_) pause_listener_->pause_changed();
-    emit_queue_event(EventKind::resumed);
-  }
-}
-
-bool Dispatcher::pause_and_wait(Duration timeout) {
-  // The rule wait_idle() follows: a handler of this queue (its events included) or a callback of
-  // the timer (which a worker of this queue may be running between two jobs) would wait for
-  // its own thread, which acknowledges the pause only from next_job.
-  if (current_delivery() == &owner_ || core_.in_timer_context())
-    throw Error(ErrorCode::would_deadlock,
-                "pause_and_wait() on queue '" + std::string(queue_) +
-                    "' was called from one of its own handlers (or an observer of its events on "
-                    "its worker) or from a callback of the timer (an observer of "
-                    "retry_due/stalled, a DLQ alert), which would wait for itself; call pause() "
-                    "there, or pause_and_wait from outside handlers and callbacks");
-  pause();
-  const auto deadline = steady_deadline(timeout);  // Duration::max(): no timeout
-  auto wait = std::chrono::microseconds(10);
-  auto sleep = [&] {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(wait);
-    wait = std::min(wait * 2, std::chrono::microseconds(2000));
-    return true;
-  };
-  if (core_.mode() != Mode::threaded) {
-    // Inline: handlers run only inside run_until_idle, which checks the pause before each job;
-    // from outside it (any other thread) wait for the one in progress there, if any.
-    while (stats_.counts(true).active != 0)
-      if (!sleep()) return false;
-    return true;
-  }
-  // Sleeping workers are not woken: they are parked, which counts as acknowledged.
-  const std::uint64_t epoch = pause_.begin_wait();
-  while (!workers_acknowledged(epoch))
-    if (!sleep()) return false;
-  return true;
-}
-
-bool Dispatcher::workers_acknowledged(std::uint64_t epoch) const noexcept {
-  // acquire: set (release) once contexts_ is complete; it never changes after. Not yet: no
-  // worker runs a job yet, and each will see the pause before its first one.
-  if (!contexts_ready_.load(std::memory_order_acquire)) return true;
-  return PauseBarrier::acknowledged(epoch, contexts_);
-}
-
 void Dispatcher::raise_if_idle(bool on_worker) noexcept {
   // acq_rel RMW: orders this thread's counts before the next checker's reads, and the previous
   // checker's counts before ours (see the header: the last two ends are never both missed).

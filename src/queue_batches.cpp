@@ -62,17 +62,7 @@ void QueueImpl::set_batch_handler(BatchRun run, HandlerBox handler, const Worker
   // Lingering keeps a worker from the queue's other jobs only on the queue's own pool; a shared
   // pool's worker runs what it holds when its turn ends.
   batch_linger_ns_ = threaded && !shared && b.linger.count() > 0 ? b.linger.count() : INT64_MIN;
-  handler_ = std::move(handler);
-  bind_handler(&collect, this);
-  try {
-    start_processing(started);
-  } catch (...) {
-    bind_handler(nullptr, nullptr);  // the flow undid its part: process() may be called again
-    handler_.reset();
-    batch_run_ = nullptr;
-    batches_.clear();
-    throw;
-  }
+  start_bound(&collect, std::move(handler), started);
 }
 
 Outcome QueueImpl::collect(void* self, const void* payload, JobFields& job) {

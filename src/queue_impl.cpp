@@ -148,13 +148,20 @@ void QueueImpl::check_processor_locked(const WorkerOptions& w) const {
 void QueueImpl::set_handler(RunHandler run, HandlerBox handler, const WorkerOptions& w) {
   std::lock_guard lock(handler_mu_);
   check_processor_locked(w);  // again: another process() may have bound one since the check
+  start_bound(run, std::move(handler), w);
+}
+
+void QueueImpl::start_bound(RunHandler run, HandlerBox handler, const WorkerOptions& w) {
   handler_ = std::move(handler);
-  bind_handler(run, handler_.get());
+  // A batch queue's RunHandler (collect) is the queue's own; any other is the handler's.
+  bind_handler(run, run == &collect ? static_cast<void*>(this) : handler_.get());
   try {
     start_processing(w);
   } catch (...) {
     bind_handler(nullptr, nullptr);  // the flow undid its part: process() may be called again
     handler_.reset();
+    batch_run_ = nullptr;
+    batches_.clear();
     throw;
   }
 }

@@ -164,6 +164,13 @@ TEST_F(Batches, ARunUntilIdleInsideABatchHandlerDoesNotNestIntoItsBatch) {
       << entries[0].last_error();
 }
 
+/// wait_until_held(q): every job added to q so far has left `waiting`: a lingering worker holds
+/// it in its batch (the tests that call this linger for an hour, so nothing has run yet).
+void wait_until_held(Queue<int>& q) {
+  while (q.counts().waiting != 0)
+    std::this_thread::sleep_for(1ms);
+}
+
 TEST(BatchesThreaded, MaxTimesWorkersBeyondThePendingBoundIsRefused) {
   Engine engine;
   auto q = engine.declare_queue<int>("q", {});
@@ -188,7 +195,7 @@ TEST(BatchesThreaded, AWorkerLingersForAFullBatchUntilItsLingerEnds) {
   });
   (void)q.add("j", 1);
   (void)q.add("j", 2);
-  std::this_thread::sleep_for(20ms);  // the worker holds both and lingers (an hour)
+  wait_until_held(q);  // the worker holds both and lingers (an hour)
   {
     std::lock_guard lock(mu);
     EXPECT_TRUE(sizes.empty()) << "a partial batch waits out its linger";
@@ -214,8 +221,7 @@ TEST(BatchesThreaded, PauseAndWaitReturnsOnlyAfterAHeldBatchRan) {
   });
   (void)q.add("j", 1);
   (void)q.add("j", 2);
-  while (q.counts().waiting != 0)
-    std::this_thread::sleep_for(1ms);  // both held by the lingering worker
+  wait_until_held(q);
   ASSERT_TRUE(q.pause_and_wait(60s));
   EXPECT_FALSE(running.load()) << "returned while the batch handler ran";
   EXPECT_EQ(ran.load(), 2) << "a pause runs the held batch";
@@ -262,8 +268,7 @@ TEST(BatchesThreaded, ShutdownRunsAHeldBatch) {
   JobId ids[3];
   for (int i = 0; i < 3; ++i)
     ids[i] = q.add("j", i).id;
-  while (q.counts().waiting != 0)
-    std::this_thread::sleep_for(1ms);  // all three held by the lingering worker
+  wait_until_held(q);
   const ShutdownReport report = engine.shutdown(10s);
   EXPECT_TRUE(report.clean());
   EXPECT_EQ(ran.load(), 3);

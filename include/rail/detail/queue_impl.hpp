@@ -80,6 +80,9 @@ class QueueImpl final : public JobFlow, public QueueFront {
  private:
   [[nodiscard]] void* payload(std::uint32_t idx) const noexcept { return cell(idx); }
   void check_processor_locked(const WorkerOptions& w) const;  // under handler_mu_
+  /// start_bound(run, handler, w): under handler_mu_, binds the handler and starts the workers;
+  /// a failed start leaves the queue as before (process() may be called again).
+  void start_bound(RunHandler run, HandlerBox handler, const WorkerOptions& w);
 
   // PayloadHooks, DlqLookup and the deferred adds (job_flow.hpp, job_ends.hpp)
   void retire(std::uint32_t idx, bool dead_letter, const Event* event) override;
