@@ -411,7 +411,7 @@ bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t&
     cpu_relax();
     if (keep) {
       got = next_job(w, wc, idx);
-    } else if (!pause_.seen(wc.pause, may_acknowledge(w))) {
+    } else if (!pause_.seen(wc.pause, [&] { return may_acknowledge(w); })) {
       // As next_job: nothing starts while paused, nobody is woken.
       core_.poll_timers(wc.last_start_ns);  // as next_job would
       seen = work_visible();
@@ -459,7 +459,7 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   // After stop nothing new starts: shutdown may already have reported a ready job as not started
   // and handed its payload back (take_leftovers).
   if (stop_.load(std::memory_order_acquire)) return false;
-  if (pause_.seen(wc.pause, may_acknowledge(w))) return false;
+  if (pause_.seen(wc.pause, [&] { return may_acknowledge(w); })) return false;
   if (permits_ != nullptr && permits_->limited()) [[unlikely]] {
     // A permit only for a job in sight: a spinner would otherwise take and give back one per
     // look, each give-back a release that wakes the gate's waiters.

@@ -52,14 +52,16 @@ class PauseBarrier {
   [[nodiscard]] bool paused() const noexcept { return paused_.load(std::memory_order_acquire); }
   [[nodiscard]] bool paused_now() const noexcept { return paused_.load(std::memory_order_relaxed); }
 
-  /// seen(marks, ack): the queue is paused, as a worker sees it between jobs; it then
+  /// seen(marks, may_ack): the queue is paused, as a worker sees it between jobs; it then
   /// acknowledges the pause (acknowledge), as a pause_and_wait may be waiting for it, unless
-  /// `ack` is false (it still holds jobs it will run first: a batch, Queue::process_batch).
-  [[nodiscard]] bool seen(PauseMarks& marks, bool ack = true) noexcept {
+  /// may_ack() says it still holds jobs it will run first (a batch, Queue::process_batch).
+  /// may_ack is asked only when paused: the unpaused path stays one load.
+  template <class MayAck>
+  [[nodiscard]] bool seen(PauseMarks& marks, MayAck&& may_ack) noexcept {
     // seq_cst: see the contract (a plain load on x86, ldar on ARMv8 as acquire is).
     if (!paused_.load(std::memory_order_seq_cst)) [[likely]]
       return false;
-    if (ack) acknowledge(marks);
+    if (may_ack()) acknowledge(marks);
     return true;
   }
   /// acknowledge(marks): a worker, between jobs, saw the queue paused (or holds jobs back).
