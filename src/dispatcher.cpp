@@ -176,7 +176,7 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w, PoolDuty& duty) noexcept {
     duty.keep_before = saturating_add(wc.last_wall_ns, Duration{wc.fast_handler_ns});
   if (!more) wc.fast = false;  // as after idling in worker_loop
   if (ran > 0) {               // the worker moves on: as before it idles
-    pool_runner_->worker_idle(w);
+    pool_runner_->worker_idle(w, wc);
     pool_runner_->flush_freed(w);
   }
   // This worker may have run the queue dry: also when the turn ended on kTurn with the last job
@@ -233,7 +233,8 @@ std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std:
     if (gen % 2 == 0 && sweep_gen_.load(std::memory_order_relaxed) == gen) break;
     std::this_thread::yield();
   }
-  runner.worker_idle(0);  // a batch the caller holds runs before run_until_idle returns
+  runner.worker_idle(
+      0, *inline_context_);  // a batch the caller holds runs before run_until_idle returns
   if (ran < max) note_if_idle(false);  // ran out of jobs (or paused): idle now?
   return ran;
 }
@@ -294,7 +295,7 @@ void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& 
     std::uint32_t w;
     WorkerContext& wc;
     ~Exit() {
-      runner.worker_idle(w);  // a batch it holds runs before the worker goes
+      runner.worker_idle(w, wc);  // a batch it holds runs before the worker goes
       runner.flush_freed(w);
       wc.pause.exit();
     }
@@ -311,7 +312,7 @@ void Dispatcher::worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& 
       run(runner, idx, wc);
       continue;
     }
-    runner.worker_idle(w);  // a batch it holds runs now: no job is left to fill it
+    runner.worker_idle(w, wc);  // a batch it holds runs now: no job is left to fill it
     wc.fast = false;        // after idling, the next handler's speed is unknown: one job at a time
     runner.flush_freed(w);  // before it waits: what it freed must not wait with it
     note_if_idle(true);     // this worker ran out of jobs: the queue may be idle now

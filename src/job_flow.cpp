@@ -71,6 +71,23 @@ const std::string& JobFlow::log_failure(JobSlot& s, std::uint32_t attempt, std::
   return log.back().message;
 }
 
+// close_now: close_delivery's body, inlined into deliver (one call less per job).
+[[gnu::always_inline]] inline void JobFlow::close_now(OpenDelivery& d, Outcome&& out,
+                                                      WorkerContext& wc) {
+  if (out.kind() == Outcome::Kind::pending) [[unlikely]]
+    out = Outcome::retry(
+        "the handler returned the Outcome of a Job::defer that did not defer this delivery: "
+        "nothing would complete the job");
+  if (d.leased) LeaseTracker::release(*d.job.record_);
+  // A permit of the queue's own downstream: this worker takes the next job at once (next_job).
+  if (d.permit)
+    return_permit(d.gate->gate(), out, parts_.core.now_ns(), d.own_gate ? d.gate : nullptr);
+  finish(d.job.idx_, d.job.token_, std::move(out), wc, d.job.started_at_, d.job.deliveries_);
+  // After finish() returned the slot to the free list (final_end): once counts() shows the
+  // attempt ended (wait_idle() returns), the slot is free for the next add.
+  parts_.count(&wc, kAttemptEnded);
+}
+
 bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   JobSlot& s = slot(idx);
   const ScopedValue<const QueueBase*> delivering(current_delivery(), this);
@@ -141,7 +158,12 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   wc.fast = wall - wc.last_wall_ns < wc.fast_handler_ns;
   wc.last_wall_ns = wall;
   wc.last_start_ns = now;
-  JobFields job = blank<JobFields>();
+  OpenDelivery open{.job = blank<JobFields>(),
+                    .gate = gate,
+                    .permit = permit,
+                    .own_gate = own_gate,
+                    .leased = false};
+  JobFields& job = open.job;
   job.id_ = s.id.load(std::memory_order_relaxed);
   job.name_ = job_name(s);
   job.queue_ = parts_.name;
@@ -164,15 +186,24 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   // the grant on, a lapse may take the slot (and write its attempt count) at any moment.
   if (parts_.core.observed()) parts_.emit(EventKind::started, s, now);
   const bool leased = parts_.leases_enabled() && s.visibility_ns != Duration::max().count();
+  // A batch queue holds the delivery open in its worker's batch, leased in a record of its own.
+  const std::uint32_t held_at = held_max_ != 0 && !skip ? next_held(job.worker_) : kNotHeld;
+  const bool held = held_at != kNotHeld;
   Deferral deferral{.taken = false, .permit = permit};
-  if (completions_.enabled()) [[unlikely]]
+  if (completions_.enabled() && !held) [[unlikely]]
     job.deferral_ = &deferral;
   if (leased) {
-    job.record_ = &wc.record;
+    LeaseRecord& record = held ? held_record(job.worker_, held_at) : wc.record;
+    job.record_ = &record;
     job.lease_ = make_lease(idx, token);
     if (parts_.core.mode() == Mode::threaded) job.timers_ = &timers_;
     // After the plain fields above: the sweep reads them after acquiring this lease word.
-    LeaseTracker::grant(wc.record, job.lease_, saturating_add(now, Duration{s.visibility_ns}));
+    LeaseTracker::grant(record, job.lease_, saturating_add(now, Duration{s.visibility_ns}));
+  }
+  open.leased = leased;
+  if (held) {
+    hold(std::move(open), cell(idx), wc);
+    return true;
   }
 
   Outcome out;  // done: a job flagged cancelled after stop ends cancelled without running
@@ -192,18 +223,12 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
     if (slot(idx).ctl.unpin()) ends_.final_end(idx);
     return true;
   }
-  if (out.kind() == Outcome::Kind::pending) [[unlikely]]
-    out = Outcome::retry(
-        "the handler returned the Outcome of a Job::defer that did not defer this delivery: "
-        "nothing would complete the job");
-  if (leased) LeaseTracker::release(wc.record);
-  // A permit of the queue's own downstream: this worker takes the next job at once (next_job).
-  if (permit) return_permit(gate->gate(), out, parts_.core.now_ns(), own_gate ? gate : nullptr);
-  finish(idx, token, std::move(out), wc, job.started_at_, job.deliveries_);
-  // After finish() returned the slot to the free list (final_end): once counts() shows the
-  // attempt ended (wait_idle() returns), the slot is free for the next add.
-  parts_.count(&wc, kAttemptEnded);
+  close_now(open, std::move(out), wc);
   return true;
+}
+
+void JobFlow::close_delivery(OpenDelivery& d, Outcome&& out, WorkerContext& wc) {
+  close_now(d, std::move(out), wc);
 }
 
 bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, WorkerContext& wc,

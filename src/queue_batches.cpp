@@ -1,14 +1,15 @@
-// QueueImpl's batches (Queue::process_batch): each job a worker delivers is handed to a
-// Completion and joins the worker's batch; the batch handler runs once the batch is full, or
-// when the worker runs out of jobs (after its linger), ends its turn or exits, and each job's
-// outcome goes through its own Completion. The semantics are in include/rail/batch.hpp.
+// QueueImpl's batches (Queue::process_batch): each worker holds the deliveries it opens (each
+// activated, leased in a record of its own, with its permit) in its batch; the batch handler
+// runs once the batch is full, or when the worker runs out of jobs (after its linger), ends its
+// turn or exits, and then each job's outcome closes its delivery as a handler's return would
+// (close_delivery). The semantics are in include/rail/batch.hpp.
 //
 // Contract: a worker's batch is touched only by that worker's thread (worker index w: the
 // dispatcher's own workers, a shared-pool worker in its turn, or the run_until_idle caller,
-// w = 0), so it needs no lock. Each job in a batch is a pending delivery (completions.hpp): its
-// lease, permit and pin move into a pending record, so a batch never holds more than `max`
-// records per worker, and max_pending is raised to max x the workers that may hold one at
-// once. Nothing here allocates per job: each batch's vectors hold `max` from the start.
+// w = 0), so it needs no lock. A held delivery is an open delivery like a running handler's:
+// its slot is pinned and active, a lapsed lease or a cancel fences its outcome (the sweep scans
+// the held records with the workers'), and it is closed exactly once, by run_batch. Nothing here
+// allocates per job: each batch's vectors hold `max` from the start.
 #include <algorithm>
 #include <exception>
 #include <utility>
@@ -40,13 +41,13 @@ void QueueImpl::set_batch_handler(BatchRun run, HandlerBox handler, const Worker
   } else if (threaded) {
     workers = holding = w.concurrency.value_or(1);
   }
-  const std::uint64_t pending = std::uint64_t{b.max} * holding;
-  if (pending > WorkerOptions::kMaxPending)
+  const std::uint64_t held = std::uint64_t{b.max} * holding;
+  if (held > WorkerOptions::kMaxPending)
     throw Error(ErrorCode::invalid_option,
                 "process_batch on queue '" + name() + "': BatchOptions.max (" +
                     std::to_string(b.max) + ") x " + std::to_string(holding) +
-                    " workers = " + std::to_string(pending) +
-                    " pending deliveries; expected at most WorkerOptions::kMaxPending (" +
+                    " workers = " + std::to_string(held) +
+                    " open deliveries; expected at most WorkerOptions::kMaxPending (" +
                     std::to_string(WorkerOptions::kMaxPending) + "): lower max or the concurrency");
   std::vector<WorkerBatch> batches(workers);
   for (WorkerBatch& wb : batches) {
@@ -54,47 +55,47 @@ void QueueImpl::set_batch_handler(BatchRun run, HandlerBox handler, const Worker
     wb.outcomes.resize(b.max);
     wb.set.resize(b.max);
   }
-  WorkerOptions started = w;
-  started.max_pending = std::max<std::uint32_t>(w.max_pending, static_cast<std::uint32_t>(pending));
   batches_ = std::move(batches);
   batch_run_ = run;
   batch_max_ = b.max;
   // Lingering keeps a worker from the queue's other jobs only on the queue's own pool; a shared
   // pool's worker runs what it holds when its turn ends.
   batch_linger_ns_ = threaded && !shared && b.linger.count() > 0 ? b.linger.count() : INT64_MIN;
-  start_bound(&collect, std::move(handler), started);
+  hold_deliveries(b.max);
+  start_bound(&refuse_nested, std::move(handler), w);
 }
 
-Outcome QueueImpl::collect(void* self, const void* payload, JobFields& job) {
-  auto& q = *static_cast<QueueImpl*>(self);
-  RAIL_INVARIANT(job.worker_ < q.batches_.size(), "a delivering worker is one of the queue's");
-  WorkerBatch& b = q.batches_[job.worker_];
-  // Only a nested run_until_idle from the batch handler itself delivers here while its batch
-  // runs: the job's attempt fails with why, instead of the handler's batch changing under it.
-  if (b.running) [[unlikely]]
-    throw Error(ErrorCode::would_deadlock,
-                "queue '" + q.name() +
-                    "': a batch handler ran this queue's jobs (Engine::run_until_idle inside it); "
-                    "run_until_idle does not nest: return from the handler instead");
+Outcome QueueImpl::refuse_nested(void* self, const void*, JobFields&) {
+  // Only a nested run_until_idle from the batch handler itself delivers while its batch runs:
+  // the job's attempt fails with why, instead of the handler's batch changing under it.
+  throw Error(ErrorCode::would_deadlock,
+              "queue '" + static_cast<QueueImpl*>(self)->name() +
+                  "': a batch handler ran this queue's jobs (Engine::run_until_idle inside it); "
+                  "run_until_idle does not nest: return from the handler instead");
+}
+
+void QueueImpl::hold(OpenDelivery&& d, const void* payload, WorkerContext& wc) {
+  RAIL_INVARIANT(d.job.worker_ < batches_.size(), "a delivering worker is one of the queue's");
+  WorkerBatch& b = batches_[d.job.worker_];
   // The linger: from the batch's first job, cut short by half the shortest lease it holds (a
   // held job's lease keeps running) and ended by any downstream permit it holds (the permits
-  // would keep the next jobs out of the batch it waits to fill). Read before defer() moves the
-  // lease and the permit to the Completion.
-  const bool leased = job.record_ != nullptr;
-  const bool permit = job.deferral_ != nullptr && job.deferral_->permit;
-  const std::int64_t lease_ns = q.slot(job.idx_).visibility_ns;
-  Completion c = q.defer(job);  // its lease, permit and outcome now go with c
-  const std::int64_t now = steady_ns();
-  if (b.entries.empty()) b.linger_end = saturating_add(now, Duration{q.batch_linger_ns_});
-  if (leased && lease_ns != Duration::max().count())
-    b.linger_end = std::min(b.linger_end, saturating_add(now, Duration{lease_ns / 2}));
-  if (permit) b.linger_end = INT64_MIN;
-  b.entries.push_back(BatchEntry{static_cast<const JobFacts&>(job), payload, std::move(c)});
-  if (b.entries.size() >= q.batch_max_) q.run_batch(b);
-  return pending_outcome();
+  // would keep the next jobs out of the batch it waits to fill). The clock is read only where
+  // the worker may linger.
+  if (batch_linger_ns_ != INT64_MIN) {
+    const std::int64_t now = steady_ns();
+    const std::int64_t lease_ns = slot(d.job.idx_).visibility_ns;
+    if (b.entries.empty()) b.linger_end = saturating_add(now, Duration{batch_linger_ns_});
+    if (d.leased && lease_ns != Duration::max().count())
+      b.linger_end = std::min(b.linger_end, saturating_add(now, Duration{lease_ns / 2}));
+    if (d.permit) b.linger_end = INT64_MIN;
+  }
+  b.entries.push_back(BatchEntry{std::move(d), payload});
+  if (b.entries.size() >= batch_max_) run_batch(b, wc);
 }
 
-void QueueImpl::run_batch(WorkerBatch& b) noexcept {
+void QueueImpl::run_batch(WorkerBatch& b, WorkerContext& wc) {
+  // Running until every delivery is closed: an end's observer or waiter (called by finish) may
+  // run_until_idle, and a delivery it makes must not join this batch (refuse_nested).
   const ScopedValue<bool> running(b.running, true);
   const std::size_t n = b.entries.size();
   for (std::size_t i = 0; i < n; ++i) {
@@ -109,16 +110,21 @@ void QueueImpl::run_batch(WorkerBatch& b) noexcept {
     for (std::size_t i = 0; i < n; ++i)
       if (b.set[i] == 0) b.outcomes[i] = failed;
   }
+  // In the order the worker took them, as a handler's returns would come. Each is closed even if
+  // an earlier close threw (finish: no memory for a DLQ entry); the first throw goes on after.
+  std::exception_ptr thrown;
   for (std::size_t i = 0; i < n; ++i) {
     try {
-      (void)b.entries[i].completion.complete(std::move(b.outcomes[i]));
-    } catch (...) {  // complete() reports through events; the entry's end is the Completion's
+      close_delivery(b.entries[i].open, std::move(b.outcomes[i]), wc);
+    } catch (...) {
+      if (!thrown) thrown = std::current_exception();
     }
   }
-  b.entries.clear();  // completed Completions: inert
+  b.entries.clear();
+  if (thrown) std::rethrow_exception(thrown);
 }
 
-void QueueImpl::worker_idle(std::uint32_t w) noexcept {
+void QueueImpl::worker_idle(std::uint32_t w, WorkerContext& wc) {
   // Running already: a run_until_idle nested in its own handler ends here; the batch is the
   // outer call's to finish.
   if (batch_run_ == nullptr || w >= batches_.size() || batches_[w].entries.empty() ||
@@ -126,7 +132,7 @@ void QueueImpl::worker_idle(std::uint32_t w) noexcept {
     return;
   // As a handler: calls from it that would wait for this worker are refused (would_deadlock).
   const ScopedValue<const QueueBase*> delivering(current_delivery(), this);
-  run_batch(batches_[w]);
+  run_batch(batches_[w], wc);
 }
 
 std::int64_t QueueImpl::linger_until(std::uint32_t w) const noexcept {

@@ -153,13 +153,14 @@ void QueueImpl::set_handler(RunHandler run, HandlerBox handler, const WorkerOpti
 
 void QueueImpl::start_bound(RunHandler run, HandlerBox handler, const WorkerOptions& w) {
   handler_ = std::move(handler);
-  // A batch queue's RunHandler (collect) is the queue's own; any other is the handler's.
-  bind_handler(run, run == &collect ? static_cast<void*>(this) : handler_.get());
+  // A batch queue's RunHandler (refuse_nested) is the queue's own; any other is the handler's.
+  bind_handler(run, run == &refuse_nested ? static_cast<void*>(this) : handler_.get());
   try {
     start_processing(w);
   } catch (...) {
     bind_handler(nullptr, nullptr);  // the flow undid its part: process() may be called again
     handler_.reset();
+    hold_deliveries(0);
     batch_run_ = nullptr;
     batches_.clear();
     throw;

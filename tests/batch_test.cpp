@@ -164,6 +164,53 @@ TEST_F(Batches, ARunUntilIdleInsideABatchHandlerDoesNotNestIntoItsBatch) {
       << entries[0].last_error();
 }
 
+TEST_F(Batches, ARunUntilIdleInsideAFullBatchsHandlerDoesNotNestIntoIt) {
+  // Full: the batch runs from the delivery that filled it, with every held lease record in use.
+  auto q = engine.declare_queue<int>("q", {.visibility_timeout = 10s});
+  bool nested = false;
+  q.process_batch({}, {.max = 2}, [&](Batch<int>& batch) {
+    if (nested) return;
+    nested = true;
+    (void)q.add("late", 9);
+    (void)engine.run_until_idle();
+    EXPECT_EQ(batch.size(), 2u);
+    EXPECT_FALSE(batch[0].cancelled());
+    EXPECT_FALSE(batch[1].cancelled());
+  });
+  (void)q.add("j", 1);
+  (void)q.add("j", 2);
+  engine.run_until_idle();
+  EXPECT_EQ(q.counts().completed, 2u);
+  ASSERT_EQ(q.dlq().size(), 1u);
+  EXPECT_EQ(q.dlq().list()[0].data, 9);
+}
+
+TEST_F(Batches, AnEndsObserverThatRunsUntilIdleDoesNotJoinTheBatchBeingClosed) {
+  // The batch's outcomes close its deliveries one by one; an observer of the first end runs
+  // the engine while the rest are still held, full (max 2) and not (max 4).
+  for (const std::uint32_t max : {2u, 4u}) {
+    auto q = engine.declare_queue<int>("q" + std::to_string(max), {.visibility_timeout = 10s});
+    bool nested = false;
+    const ObserverId id = engine.on_event([&](const Event& e) {
+      if (e.kind != EventKind::completed || e.queue != q.name() || nested) return;
+      nested = true;
+      (void)q.add("late", 9);
+      (void)engine.run_until_idle();
+    });
+    std::vector<std::size_t> sizes;
+    q.process_batch({}, {.max = max}, [&](Batch<int>& batch) { sizes.push_back(batch.size()); });
+    (void)q.add("j", 1);
+    (void)q.add("j", 2);
+    engine.run_until_idle();
+    EXPECT_EQ(sizes, (std::vector<std::size_t>{2})) << "max " << max;
+    const QueueCounts c = q.counts();
+    EXPECT_EQ(c.completed, 2u) << "max " << max;
+    EXPECT_EQ(c.dead_lettered, 1u) << "the nested delivery is refused: max " << max;
+    EXPECT_EQ(c.active + c.waiting, 0u) << "max " << max;
+    engine.remove_observer(id);
+  }
+}
+
 /// wait_until_held(q): every job added to q so far has left `waiting`: a lingering worker holds
 /// it in its batch (the tests that call this linger for an hour, so nothing has run yet).
 void wait_until_held(Queue<int>& q) {

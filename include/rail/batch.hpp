@@ -24,7 +24,6 @@
 #include <string>
 
 #include "rail/clock.hpp"
-#include "rail/completion.hpp"
 #include "rail/error.hpp"
 #include "rail/job.hpp"
 #include "rail/outcome.hpp"
@@ -35,9 +34,9 @@ namespace rail {
 struct BatchOptions {
   /// The largest batch process_batch accepts.
   static constexpr std::uint32_t kMaxJobs = 4096;
-  /// The most jobs one handler call gets, 1 .. kMaxJobs. A queue's pending deliveries are
-  /// max x its workers (WorkerOptions::max_pending is raised to that), at most
-  /// WorkerOptions::kMaxPending.
+  /// The most jobs one handler call gets, 1 .. kMaxJobs. A worker keeps up to max deliveries
+  /// open, each with its own lease record: max x the workers that may hold a batch at once is
+  /// at most WorkerOptions::kMaxPending.
   std::uint32_t max = 16;
   /// How long a worker holding fewer than `max` jobs waits for more, from the batch's first job
   /// (real time); 0: it runs what is ready now. Duration::max(): until the batch is full, or
@@ -49,12 +48,22 @@ template <class T, class R>
 class Queue;
 
 namespace detail {
-/// BatchEntry: one job of a batch as the engine holds it: its facts, its payload in its slot
-/// (pinned by its pending delivery) and the Completion that delivers its outcome.
+class GateLink;
+/// OpenDelivery: a delivery between its start and its outcome: the job's view and what its end
+/// gives back (its lease record, a downstream permit). JobFlow::deliver opens and closes one per
+/// job; a batch queue's worker keeps them open until its batch handler returned.
+struct OpenDelivery {
+  JobFields job;
+  GateLink* gate = nullptr;  // the job's downstream, if it names one
+  bool permit = false;       // it holds a permit of `gate`
+  bool own_gate = false;     // `gate` is the queue's own downstream (QueueOptions::downstream)
+  bool leased = false;       // job.record_ holds its lease
+};
+/// BatchEntry: one job of a batch as the engine holds it: its open delivery (which pins the
+/// slot) and its payload in that slot.
 struct BatchEntry {
-  JobFacts facts;
+  OpenDelivery open;
   const void* payload = nullptr;
-  Completion completion;
 };
 }  // namespace detail
 
@@ -66,19 +75,19 @@ class BatchJob : public detail::JobFacts {
   /// data() is the payload (read-only, as Job<T>::data()).
   [[nodiscard]] const T& data() const noexcept { return *data_; }
   /// cancelled(): this job's delivery no longer counts (cancel(), a lapsed lease).
-  [[nodiscard]] bool cancelled() const noexcept { return completion_->cancelled(); }
+  [[nodiscard]] bool cancelled() const noexcept { return detail::fenced(*fields_); }
   /// extend_lease(d): renews this job's lease to end d from now (Job::extend_lease).
-  bool extend_lease(Duration d) noexcept { return completion_->extend_lease(d); }
+  bool extend_lease(Duration d) noexcept { return detail::extend_lease(*fields_, d); }
 
  private:
   template <class>
   friend class Batch;
   explicit BatchJob(detail::BatchEntry& e) noexcept
-      : detail::JobFacts(e.facts),
+      : detail::JobFacts(e.open.job),
         data_(std::launder(static_cast<const T*>(e.payload))),
-        completion_(&e.completion) {}
+        fields_(&e.open.job) {}
   const T* data_;
-  Completion* completion_;
+  detail::JobFields* fields_;
 };
 
 template <class T>

@@ -186,9 +186,9 @@ class Queue {
   /// handler up to batch.max jobs, those ready when it looks plus, on the queue's own pool, those
   /// that come within batch.linger of the first (batch.hpp says how a batch forms and ends).
   /// Every job keeps its own lease, downstream permit, outcome (done unless the handler calls
-  /// Batch::set), retries and DLQ entry. WorkerOptions::max_pending is raised to batch.max x the
-  /// workers; Error(invalid_option) when that passes WorkerOptions::kMaxPending, for bad
-  /// BatchOptions, and as process() for a second processor. A queue with a result type is
+  /// Batch::set), retries and DLQ entry. Error(invalid_option) when batch.max x the workers
+  /// passes WorkerOptions::kMaxPending, for bad BatchOptions, and as process() for a second
+  /// processor. A queue with a result type is
   /// processed one job at a time (process()): a batch handler returns no results.
   template <class F>
   void process_batch(const WorkerOptions& options, const BatchOptions& batch, F&& handler) {

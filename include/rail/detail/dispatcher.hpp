@@ -113,9 +113,10 @@ class JobRunner {
   /// flush_freed(w): worker w idles or ends its turn: the slots it freed in a batch go back
   /// where producers look first (FreeSlots batches).
   virtual void flush_freed(std::uint32_t /*w*/) noexcept {}
-  /// worker_idle(w): worker w found no job, ends its turn or exits: a batch it holds runs now
-  /// (Queue::process_batch). Called on w's thread.
-  virtual void worker_idle(std::uint32_t /*w*/) noexcept {}
+  /// worker_idle(w, wc): worker w (context wc) found no job, ends its turn or exits: a batch it
+  /// holds runs now (Queue::process_batch). Called on w's thread. Throws only what closing a
+  /// delivery throws (as deliver's end: on a worker thread, that ends the process).
+  virtual void worker_idle(std::uint32_t /*w*/, WorkerContext& /*wc*/) {}
   /// holds_batch(w): worker w holds jobs of a batch it has not run yet (called on w's thread): it
   /// must not acknowledge a pause before it ran them (worker_idle).
   [[nodiscard]] virtual bool holds_batch(std::uint32_t /*w*/) const noexcept { return false; }

@@ -64,8 +64,10 @@
 #include <vector>
 
 #include "rail/add_receipt.hpp"
+#include "rail/batch.hpp"
 #include "rail/dead_letter.hpp"
 #include "rail/detail/add_gate.hpp"
+#include "rail/detail/assert.hpp"
 #include "rail/detail/completions.hpp"
 #include "rail/detail/deadline.hpp"
 #include "rail/detail/dedup_claims.hpp"
@@ -236,6 +238,9 @@ class JobFlow : public QueueBase,
   bool finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, WorkerContext& wc,
               TimePoint started, std::uint32_t delivery,
               std::uint32_t pending_record = kNoPendingRecord);
+  /// close_delivery(d, out, wc): the handler of open delivery d gave `out`: its lease and
+  /// permit go back, then finish() (deliver, and each job of a batch once its handler returned).
+  void close_delivery(OpenDelivery& d, Outcome&& out, WorkerContext& wc);
 
  protected:
   /// JobFlow(...): allocates capacity slots and payload cells of payload_size/payload_align.
@@ -255,6 +260,18 @@ class JobFlow : public QueueBase,
     return run_handler_(handler_ctx_, cell(idx), job);
   }
   using RunHandler = Outcome (*)(void* handler, const void* payload, JobFields& job);
+  /// hold(d, payload, wc): a batch queue's hook (hold_deliveries): deliver opened d for a job
+  /// that runs, and hands it over instead of running a handler; d must be closed
+  /// (close_delivery) on worker d.job.worker_'s thread. Its lease, if any, is in
+  /// held_record(w, next_held(w)), which deliver asked for before it granted the lease.
+  virtual void hold(OpenDelivery&& d, const void* payload, WorkerContext& wc) = 0;
+  /// next_held(w): how many deliveries worker w holds open (below held_max_), or kNotHeld when
+  /// it may hold no more now: deliver then runs the bound handler instead.
+  static constexpr std::uint32_t kNotHeld = ~std::uint32_t{0};
+  [[nodiscard]] virtual std::uint32_t next_held(std::uint32_t w) const noexcept = 0;
+  /// hold_deliveries(max): before the workers start: deliveries go to hold(), each worker
+  /// holding up to `max` of them, each with a lease record of its own (make_leases).
+  void hold_deliveries(std::uint32_t max) noexcept { held_max_ = max; }
   /// bind_handler(run, handler): before the workers start (their start publishes it), or to
   /// unbind (null) once a failed start stopped them.
   void bind_handler(RunHandler run, void* handler) noexcept {
@@ -503,12 +520,15 @@ class JobFlow : public QueueBase,
   // --- workers (job_flow.cpp) -------------------------------------------------------------------
   /// start_dedicated(w, seed): start_processing on the queue's own threads (or inline).
   void start_dedicated(const WorkerOptions& w, std::uint64_t seed);
-  /// make_leases(workers, max_pending) / drop_leases(): the lease records of the workers and of
-  /// the pending deliveries (Completions), before the workers start; undone if they fail to.
+  /// make_leases(workers, max_pending) / drop_leases(): the lease records of the workers, of
+  /// the pending deliveries (Completions) and of the held ones (hold_deliveries: held_max_ per
+  /// worker), before the workers start; undone if they fail to.
   void make_leases(std::size_t workers, std::uint32_t max_pending);
   void drop_leases() noexcept;
   // JobRunner / TimerClient / PauseListener
   bool deliver(std::uint32_t idx, WorkerContext& wc) final;
+  /// close_now(d, out, wc): close_delivery's body (job_flow.cpp only: inlined into deliver).
+  inline void close_now(OpenDelivery& d, Outcome&& out, WorkerContext& wc);
   void flush_freed(std::uint32_t w) noexcept final { free_.flush(w); }
   void timer_fired(std::uint32_t idx, std::int64_t now) noexcept final;
   void timer_reclaim(std::uint32_t idx) noexcept final { ends_.reclaim_cancelled(idx); }
@@ -581,6 +601,14 @@ class JobFlow : public QueueBase,
   Leftovers leftovers_;
   RunHandler run_handler_ = nullptr;  // bind_handler
   void* handler_ctx_ = nullptr;
+  std::uint32_t held_max_ = 0;    // hold_deliveries; 0: deliveries run their handler at once
+  std::uint32_t held_first_ = 0;  // the first held delivery's lease record (make_leases)
+
+  /// held_record(w, i): the lease record of worker w's held delivery i.
+  [[nodiscard]] LeaseRecord& held_record(std::uint32_t w, std::uint32_t i) const noexcept {
+    RAIL_INVARIANT(i < held_max_, "a worker holds at most held_max_ deliveries open");
+    return leases_->record(held_first_ + std::size_t{w} * held_max_ + i);
+  }
 };
 
 }  // namespace rail::detail

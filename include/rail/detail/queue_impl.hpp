@@ -10,7 +10,7 @@
 //   retire           a job's end: move the payload into its DLQ entry (filed by the bridge,
 //                    dead_letter_bridge.hpp, which also owns overflow and redrive) or destroy it
 //   take_leftovers   the payloads of jobs that never started, handed back after shutdown
-//   batches          process_batch: each worker's jobs, handed to Completions, run together
+//   batches          process_batch: each worker holds its deliveries open, then runs them together
 // Compiled once in src/ (queue_impl.cpp, queue_merges.cpp, queue_batches.cpp, queue_front.cpp);
 // Queue<T, R> reaches it through QueueFront. A trivially copyable payload is moved by memcpy and
 // never destroyed, so its hot path makes no indirect call; any other pays one per add and one per
@@ -95,20 +95,27 @@ class QueueImpl final : public JobFlow, public QueueFront {
   /// moved (or copied) from `payload`.
   EntryPtr entry_of(std::uint32_t idx, void* payload, bool copy) const;
 
-  // Batches (queue_batches.cpp): each worker's jobs handed to Completions until its batch runs.
+  // Batches (queue_batches.cpp): each worker holds the deliveries it opened until its batch runs.
   /// WorkerBatch: one worker's batch, used by that worker's thread only; room for `max` jobs.
-  struct WorkerBatch {
+  /// A line of its own: each worker writes its batch's fields for every job it holds.
+  struct alignas(64) WorkerBatch {
     std::vector<BatchEntry> entries;
     std::vector<Outcome> outcomes;
     std::vector<std::uint8_t> set;
     std::int64_t linger_end = 0;  // steady_ns() past which it waits no more (linger_until)
     bool running = false;         // its handler runs (run_batch): nothing may join it
   };
-  /// collect: the RunHandler of a batch queue: the job joins its worker's batch, which runs
-  /// when full.
-  static Outcome collect(void* self, const void* payload, JobFields& job);
-  void run_batch(WorkerBatch& b) noexcept;
-  void worker_idle(std::uint32_t w) noexcept override;
+  /// hold: a delivery the flow opened joins its worker's batch, which runs when full.
+  void hold(OpenDelivery&& d, const void* payload, WorkerContext& wc) override;
+  [[nodiscard]] std::uint32_t next_held(std::uint32_t w) const noexcept override {
+    // Running: only a run_until_idle nested in its handler delivers now (refuse_nested).
+    return batches_[w].running ? kNotHeld : static_cast<std::uint32_t>(batches_[w].entries.size());
+  }
+  /// refuse_nested: a batch queue's RunHandler, for the deliveries no batch may hold.
+  static Outcome refuse_nested(void* self, const void* payload, JobFields& job);
+  /// run_batch(b, wc): the batch handler on b's jobs, then each job's outcome (close_delivery).
+  void run_batch(WorkerBatch& b, WorkerContext& wc);
+  void worker_idle(std::uint32_t w, WorkerContext& wc) override;
   [[nodiscard]] bool holds_batch(std::uint32_t w) const noexcept override {
     return w < batches_.size() && !batches_[w].entries.empty();
   }
