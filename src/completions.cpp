@@ -48,7 +48,7 @@ Completion Completions::defer(JobFields& job) {
   p.token = job.token_;
   p.delivery = job.deliveries_;
   p.permit = job.deferral_->permit;
-  p.link = parts_.slot(job.idx_).link;  // the slot is this handler's (pinned, active)
+  p.link = parts_.slot(job.idx_).downstream_link();  // the slot is this handler's (pinned, active)
   p.started_ns = job.started_at_.time_since_epoch().count();
   p.lease = 0;
   if (job.record_ != nullptr) {

@@ -336,6 +336,17 @@ JobState Engine::state(JobId id) {
   return JobState{};
 }
 
+Explanation Engine::explain(JobId id) {
+  const std::size_t n = core_->queue_count();
+  for (std::size_t i = 0; i < n; ++i) {
+    Explanation e = core_->queue_at(i)->explain_job(id);
+    if (e.state.status != JobStatus::unknown) return e;
+  }
+  Explanation none;
+  none.text = "unknown: no queue holds job " + std::to_string(id) + " or remembers it";
+  return none;
+}
+
 bool Engine::cancel(JobId id) {
   const std::size_t n = core_->queue_count();
   for (std::size_t i = 0; i < n; ++i)

@@ -70,7 +70,7 @@ void JobControl::end_cancelled(std::uint32_t idx, SlotState from) {
   parts_.stats.add(waiting ? kFromReady : kFromDelayed);
   const JobId id = s.id.load(std::memory_order_relaxed);
   // A leader of its downstream's waiting jobs leaves the wheel: another job must lead.
-  if (GateLink* gate = links_.link(s.link); gate && from == SlotState::delayed)
+  if (GateLink* gate = links_.link(s.downstream_link()); gate && from == SlotState::delayed)
     gate->gate().forget_leader(id);
   bool held = false;
   if (from == SlotState::delayed) {
@@ -102,7 +102,8 @@ void JobControl::end_cancelled(std::uint32_t idx, SlotState from) {
 }
 
 void JobControl::drop_cancelled(std::uint32_t idx) {
-  GateLink* const gate = links_.link(parts_.slot(idx).link);  // read while the index is still ours
+  GateLink* const gate =
+      links_.link(parts_.slot(idx).downstream_link());  // read while the index is still ours
   ends_.reclaim_cancelled(idx);
   // Woken from the blocked ring, it took a wake it cannot use: hand it on (else a cancelled job
   // behind a cancelled leader strands the rest:

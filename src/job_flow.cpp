@@ -116,7 +116,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   // a worker that got here after shutdown's report read the job as waiting sees the stop.
   const bool stopping = dispatch_.stopping(std::memory_order_seq_cst);
   // A job that names another downstream, or that will not run, has no use for the permit.
-  if (carried && (s.link != 0 || stopping)) [[unlikely]] {
+  if (carried && (s.downstream_link() != 0 || stopping)) [[unlikely]] {
     links_.link(0)->give_back();
     carried = false;
   }
@@ -129,8 +129,8 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   // unstarted (throttle), a job flagged cancelled meanwhile ends without running (as at stop).
   bool permit = false;
   bool skip = stopping;
-  GateLink* const gate = links_.link(s.link);
-  const bool own_gate = s.link == 0;  // read before the lease: see below
+  GateLink* const gate = links_.link(s.downstream_link());
+  const bool own_gate = s.downstream_link() == 0;  // read before the lease: see below
   if (gate && !stopping) [[unlikely]] {
     const bool woken = s.take_mark(JobSlot::kWoken);  // ours: the index's holder
     // A refusal gives a carried permit back (admit).
@@ -312,8 +312,9 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
     const std::int64_t due = saturating_add(now, out.delay());
     if (parts_.core.observed())
       note_throttled(s, now, due, Throttle::pushed_back,
-                     (links_.link(s.link)
-                          ? "downstream '" + links_.link(s.link)->gate().name() + "' pushed back: "
+                     (links_.link(s.downstream_link())
+                          ? "downstream '" + links_.link(s.downstream_link())->gate().name() +
+                                "' pushed back: "
                           : std::string("pushed back: ")) +
                          out.reason());
     s.due_ns.store(due, std::memory_order_relaxed);  // published by the inbox push
@@ -481,7 +482,7 @@ void JobFlow::note_throttled(const JobSlot& s, std::int64_t now, std::int64_t un
 void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
   // Read before the push: from then on a worker may take the slot (and end its job).
   const JobId id = slot(idx).id.load(std::memory_order_relaxed);
-  GateLink* const gate = links_.link(slot(idx).link);
+  GateLink* const gate = links_.link(slot(idx).downstream_link());
   // A job held for its downstream was counted waiting all along.
   const bool held = slot(idx).take_mark(JobSlot::kHeld);
   if (parts_.core.observed()) parts_.emit(EventKind::retry_due, slot(idx), now);

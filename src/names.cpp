@@ -1,6 +1,7 @@
 // The snake_case names of rail's enums, as logs and messages print them.
 #include "rail/add_receipt.hpp"
 #include "rail/event.hpp"
+#include "rail/explanation.hpp"
 
 namespace rail {
 
@@ -114,6 +115,30 @@ std::string_view to_string(JobStatus status) noexcept {
       return "discarded";
     case JobStatus::unknown:
       return "unknown";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Holdup h) noexcept {
+  switch (h) {
+    case Holdup::none:
+      return "none";
+    case Holdup::delayed:
+      return "delayed";
+    case Holdup::no_processor:
+      return "no_processor";
+    case Holdup::paused:
+      return "paused";
+    case Holdup::downstream_paused:
+      return "downstream_paused";
+    case Holdup::downstream_full:
+      return "downstream_full";
+    case Holdup::downstream_rate:
+      return "downstream_rate";
+    case Holdup::workers_busy:
+      return "workers_busy";
+    case Holdup::queued:
+      return "queued";
   }
   return "unknown";
 }

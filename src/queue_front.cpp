@@ -95,6 +95,9 @@ bool QueueFront::cancel(JobId id) {
 JobState QueueFront::state(JobId id) const {
   return flow(*this).state(id);
 }
+Explanation QueueFront::explain(JobId id) const {
+  return flow(*this).explain(id);
+}
 bool QueueFront::promote(JobId id) {
   return flow(*this).retime(id, 0);
 }

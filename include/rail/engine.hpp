@@ -202,6 +202,9 @@ class Engine {
 
   /// state(id) asks every queue where job `id` is (see Queue::state); cold.
   [[nodiscard]] JobState state(JobId id);
+  /// explain(id) says why job `id` has not started, in whichever queue holds it (see
+  /// Queue::explain); Holdup::none with status unknown when no queue knows it. Cold.
+  [[nodiscard]] Explanation explain(JobId id);
   /// cancel(id) cancels job `id` in whichever queue holds it (see Queue::cancel); cold.
   bool cancel(JobId id);
 

@@ -22,6 +22,7 @@
 #include "rail/dead_letter_queue.hpp"
 #include "rail/detail/payload_ops.hpp"
 #include "rail/detail/queue_front.hpp"
+#include "rail/explanation.hpp"
 #include "rail/job.hpp"
 #include "rail/job_end.hpp"
 #include "rail/job_handle.hpp"
@@ -280,6 +281,12 @@ class Queue {
   /// deliveries, completed, dead-lettered, cancelled, or unknown). Cold path: scans the slots,
   /// then a history of ended jobs as large as the queue's capacity (rounded up, >= 1024).
   [[nodiscard]] JobState state(JobId id) const { return impl_->state(id); }
+
+  /// explain(id) says why job `id` has not started: the first of delayed, no processor, the
+  /// queue paused, its downstream paused, full or out of tokens, every worker busy, or its place
+  /// among the waiting jobs (Holdup, explanation.hpp), with the figures and a sentence. A job
+  /// that is running or ended answers Holdup::none with its state. Cold path: scans the slots.
+  [[nodiscard]] Explanation explain(JobId id) const { return impl_->explain(id); }
 
   /// promote(id) runs a delayed job now (BullMQ promote): it becomes waiting at once. A job
   /// waiting out a retry's backoff is delayed too, and is promoted the same way. Returns false

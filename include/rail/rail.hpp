@@ -13,6 +13,7 @@
 #include "rail/engine.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
+#include "rail/explanation.hpp"
 #include "rail/job.hpp"
 #include "rail/job_end.hpp"
 #include "rail/job_handle.hpp"

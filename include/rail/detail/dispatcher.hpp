@@ -351,6 +351,12 @@ class Dispatcher {
   [[nodiscard]] std::uint32_t workers() const noexcept {
     return worker_count_.load(std::memory_order_relaxed);  // a sizing hint for wake-ups
   }
+  /// worker_limit(): how many of this queue's jobs may run at once: its own workers, or its
+  /// share of the shared pool (0 before start).
+  [[nodiscard]] std::uint32_t worker_limit() const noexcept {
+    const std::uint32_t n = workers();
+    return share_ != 0 && share_ < n ? share_ : n;
+  }
 
  private:
   /// paused_after_pop(): a worker (or the inline runner) that popped work after it checked
@@ -372,7 +378,7 @@ class Dispatcher {
   /// the slot by whoever pushes the index (it holds the job then); slot indices stay below 2^29.
   static constexpr std::uint32_t kNamesOther = std::uint32_t{1} << 31;
   [[nodiscard]] std::uint32_t entry_of(std::uint32_t idx) const noexcept {
-    return permits_ != nullptr && slots_[idx].link != 0 ? idx | kNamesOther : idx;
+    return permits_ != nullptr && slots_[idx].downstream_link() != 0 ? idx | kNamesOther : idx;
   }
   [[nodiscard]] static std::uint32_t slot_of(std::uint32_t entry) noexcept {
     return entry & ~kNamesOther;

@@ -71,7 +71,7 @@ class DownstreamLinks {
   [[nodiscard]] std::uint8_t link_of(const std::string& downstream) const noexcept;
   /// own_downstream(s): the downstream the job named if it is not the queue's (else empty).
   [[nodiscard]] std::string own_downstream(const JobSlot& s) const {
-    return s.link == 0 ? std::string() : link(s.link)->gate().name();
+    return s.downstream_link() == 0 ? std::string() : link(s.downstream_link())->gate().name();
   }
   /// stepped_aside(id): job `id`, delayed, is now due later than its downstream's token or
   /// pause (a debounce, a change_delay): if it led the gate's waiting jobs, another leads.

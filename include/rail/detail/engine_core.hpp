@@ -54,6 +54,7 @@
 #include "rail/detail/timing_wheel.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
+#include "rail/explanation.hpp"
 #include "rail/job_state.hpp"
 #include "rail/options.hpp"
 #include "rail/shutdown_report.hpp"
@@ -85,6 +86,8 @@ class QueueBase {
   /// cancel_job(id) / job_state(id): Queue::cancel / Queue::state, type-erased for Engine.
   virtual bool cancel_job(std::uint64_t id) = 0;
   [[nodiscard]] virtual JobState job_state(std::uint64_t id) const = 0;
+  /// explain_job(id): Queue::explain, type-erased for Engine::explain.
+  [[nodiscard]] virtual Explanation explain_job(std::uint64_t id) const = 0;
   /// sweep_inline(now): inline mode only: check leases (threaded engines use a wheel timer).
   virtual void sweep_inline(std::int64_t now_ns) = 0;
   /// collect_leftovers(report): append every unfinished job (cold: scans all slots).

@@ -86,6 +86,7 @@
 #include "rail/detail/timer_port.hpp"
 #include "rail/detail/validation.hpp"
 #include "rail/event.hpp"
+#include "rail/explanation.hpp"
 #include "rail/job.hpp"
 #include "rail/job_state.hpp"
 #include "rail/options.hpp"
@@ -129,6 +130,7 @@ class JobFlow : public QueueBase,
   void close_completions() noexcept final { completions_.close(); }
   bool cancel_job(std::uint64_t id) final { return cancel(id); }
   JobState job_state(std::uint64_t id) const final { return state(id); }
+  Explanation explain_job(std::uint64_t id) const final { return explain(id); }
   void sweep_inline(std::int64_t now) final;
 
   [[nodiscard]] const QueueOptions& options() const noexcept { return parts_.options; }
@@ -146,6 +148,8 @@ class JobFlow : public QueueBase,
   bool wait_idle(Duration timeout);
   bool cancel(JobId id) { return control_.cancel(id); }
   [[nodiscard]] JobState state(JobId id) const { return queries_.state(id); }
+  /// explain(id): Queue::explain (job_explain.cpp).
+  [[nodiscard]] Explanation explain(JobId id) const;
   /// retime(id, due, held_only): a delayed job runs at `due` instead (promote: now). See
   /// Queue::promote. held_only: the gate's call, for its leader held on the wheel.
   bool retime(JobId id, std::int64_t due, bool held_only = false) {
@@ -451,7 +455,8 @@ class JobFlow : public QueueBase,
     s.end_reason = DeadLetterReason::none;
     s.dedup = DedupHold::none;
     s.marks.store(0, std::memory_order_relaxed);
-    s.link = o.downstream.empty() ? 0 : links_.link_of(o.downstream);  // admit made it
+    s.link.store(o.downstream.empty() ? 0 : links_.link_of(o.downstream),  // admit made it
+                 std::memory_order_relaxed);  // published with the job, as the fields above
     s.set_backoff(o.backoff);
     if (s.extra) s.extra->errors.clear();
   }

@@ -86,7 +86,10 @@ struct alignas(64) JobSlot {
   std::atomic<std::uint16_t> deliveries{0};       // handler starts (SQS ApproximateReceiveCount)
   std::uint16_t name = 0;         // NameTable index, or kOwnName: the name is in extra->own_name
   std::uint8_t backoff_bits = 0;  // BackoffKind << 4 | Jitter: see backoff() (a byte for `link`)
-  std::uint8_t link = 0;  // the downstream the job calls: its queue's GateLink (gate_link.hpp)
+  // The downstream the job calls: its queue's GateLink (gate_link.hpp). Written by the holder at
+  // the add; atomic only because explain() reads it while the slot may be reused (relaxed: it
+  // validates with ctl and the id, as state() does).
+  std::atomic<std::uint8_t> link{0};
   DedupHold dedup = DedupHold::none;  // the dedup id the job holds (its key in extra)
   EndKind end_kind = EndKind::none;
   DeadLetterReason end_reason = DeadLetterReason::none;
@@ -103,6 +106,10 @@ struct alignas(64) JobSlot {
   std::atomic<std::uint8_t> marks{0};
   std::atomic<std::uint16_t> stalls{0};  // lapsed leases (BullMQ stalledCounter)
 
+  /// downstream_link(): `link`, read by the holder or a validating reader.
+  [[nodiscard]] std::uint8_t downstream_link() const noexcept {
+    return link.load(std::memory_order_relaxed);
+  }
   [[nodiscard]] bool marked(std::uint8_t m) const noexcept {
     return (marks.load(std::memory_order_relaxed) & m) != 0;
   }

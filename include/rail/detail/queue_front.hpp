@@ -20,6 +20,7 @@
 #include "rail/clock.hpp"
 #include "rail/detail/function_ref.hpp"
 #include "rail/event.hpp"
+#include "rail/explanation.hpp"
 #include "rail/job_end.hpp"
 #include "rail/job_state.hpp"
 #include "rail/options.hpp"
@@ -95,6 +96,7 @@ class QueueFront {
   bool wait_idle(Duration timeout);
   bool cancel(JobId id);
   [[nodiscard]] JobState state(JobId id) const;
+  [[nodiscard]] Explanation explain(JobId id) const;
   bool promote(JobId id);
   bool change_delay(JobId id, Duration d);
   [[nodiscard]] std::vector<JobInfo> jobs(JobStatus status, std::size_t limit) const;

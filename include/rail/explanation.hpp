@@ -1,0 +1,47 @@
+// Explanation: why a job has not started (Queue::explain, Engine::explain): the first thing that
+// holds it back, the figures that show it, and one sentence that says so. BullMQ, SQS and
+// RabbitMQ show a job's state; none says what it waits for.
+//
+// Contract: a snapshot, as Queue::state: each figure was true at some moment during the call;
+// nothing is changed, nothing blocks. Cold: it scans the queue's slots (O(capacity)).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "rail/clock.hpp"
+#include "rail/job_state.hpp"
+
+namespace rail {
+
+/// Holdup: what holds a job back from starting, checked in this order (the first that applies
+/// is the answer; the ones after it may hold it too once it is gone).
+enum class Holdup : std::uint8_t {
+  none,               // not waiting to start: running, ended or unknown (`state` says which)
+  delayed,            // due at `until`: its delay, a retry's backoff or a debounce
+  no_processor,       // its queue has no handler (Queue::process was not called)
+  paused,             // its queue is paused (Queue::pause)
+  downstream_paused,  // `downstream` admits nothing before `until` (a pushback, pause_for)
+  downstream_full,    // every permit of `downstream` is in use: `busy` of `limit`
+  downstream_rate,    // `downstream`'s rate limit has no token left now
+  workers_busy,       // each of the queue's `limit` workers runs one of its jobs (`busy`)
+  queued,             // ready: it starts once the `ahead` waiting jobs added before it have
+};
+
+/// to_string(h): the snake_case name, as logs use it.
+std::string_view to_string(Holdup h) noexcept;
+
+struct Explanation {
+  JobState state;                // the job's state, as Queue::state answers
+  Holdup holdup = Holdup::none;  // what holds it back
+  TimePoint until{};             // delayed, downstream_paused: when that ends (engine clock)
+  std::string downstream;        // downstream_*: which downstream
+  std::uint32_t busy = 0;        // downstream_full: permits in use; workers_busy: jobs running
+  std::uint32_t limit = 0;       // downstream_full: its concurrency; workers_busy: its workers
+  std::uint64_t ahead = 0;       // waiting: the queue's waiting jobs with smaller ids (added
+                                 // before it: ids rise in add order per producing thread)
+  std::string text;              // one sentence, e.g. "waiting: queue 'emails' is paused"
+};
+
+}  // namespace rail
