@@ -35,8 +35,9 @@ struct BatchOptions {
   /// The largest batch process_batch accepts.
   static constexpr std::uint32_t kMaxJobs = 4096;
   /// The most jobs one handler call gets, 1 .. kMaxJobs. A worker keeps up to max deliveries
-  /// open, each with its own lease record: max x the workers that may hold a batch at once is
-  /// at most WorkerOptions::kMaxPending.
+  /// open, each with its own lease record (64 bytes, max of them for each worker that may run
+  /// the queue: every worker of a shared pool), which the lease sweep scans: max x the workers
+  /// that may hold a batch at once is at most WorkerOptions::kMaxPending.
   std::uint32_t max = 16;
   /// How long a worker holding fewer than `max` jobs waits for more, from the batch's first job
   /// (real time); 0: it runs what is ready now. Duration::max(): until the batch is full, or
