@@ -88,7 +88,13 @@ Explanation JobFlow::explain(JobId id) const {
     }
     if (d.tokens && *d.tokens == 0) {
       e.holdup = Holdup::downstream_rate;
-      e.text = "waiting: " + which + "'s rate limit has no token left now";
+      const std::optional<std::int64_t> due = gate->gate().limits().token_due(now);
+      if (due && *due != kNever) {
+        e.until = TimePoint{Duration{*due}};
+        e.text = "waiting: " + which + "'s rate limit has no token for " + in_ms(*due - now);
+      } else {
+        e.text = "waiting: " + which + "'s rate limit has no token left now";
+      }
       return e;
     }
     e.downstream.clear();  // it admits the job now: not what holds it back

@@ -107,7 +107,8 @@ TEST_F(Explain, ADownstreamOutOfTokensHoldsTheJob) {
   const JobId id = q.add("j", 2).id;
   const Explanation e = q.explain(id);
   EXPECT_EQ(e.holdup, Holdup::downstream_rate) << e.text;
-  EXPECT_TRUE(says(e, "no token left")) << e.text;
+  EXPECT_EQ(e.until.time_since_epoch(), 1min) << "the next token";
+  EXPECT_TRUE(says(e, "'api''s rate limit has no token for 60000 ms")) << e.text;
 }
 
 TEST_F(Explain, BusyWorkersHoldAJobBehindTheOthers) {

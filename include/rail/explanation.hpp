@@ -24,7 +24,7 @@ enum class Holdup : std::uint8_t {
   paused,             // its queue is paused (Queue::pause)
   downstream_paused,  // `downstream` admits nothing before `until` (a pushback, pause_for)
   downstream_full,    // every permit of `downstream` is in use: `busy` of `limit`
-  downstream_rate,    // `downstream`'s rate limit has no token left now
+  downstream_rate,    // `downstream`'s rate limit has no token before `until`
   workers_busy,       // each of the queue's `limit` workers runs one of its jobs (`busy`)
   queued,             // ready: it starts once the `ahead` waiting jobs added before it have
 };
@@ -35,7 +35,7 @@ std::string_view to_string(Holdup h) noexcept;
 struct Explanation {
   JobState state;                // the job's state, as Queue::state answers
   Holdup holdup = Holdup::none;  // what holds it back
-  TimePoint until{};             // delayed, downstream_paused: when that ends (engine clock)
+  TimePoint until{};             // delayed, downstream_paused, downstream_rate: when that ends
   std::string downstream;        // downstream_*: which downstream
   std::uint32_t busy = 0;        // downstream_full: permits in use; workers_busy: jobs running
   std::uint32_t limit = 0;       // downstream_full: its concurrency; workers_busy: its workers

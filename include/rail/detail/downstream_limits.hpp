@@ -311,6 +311,13 @@ class BasicDownstreamLimits {
 
   // --- introspection ---------------------------------------------------------------------------
 
+  /// token_due(now_ns): when the next token comes, if a take at now_ns would be refused for
+  /// want of one (kNever: never); nullopt when one is there or there is no rate. Takes nothing
+  /// (it may finish a rate change in progress, as any take does).
+  [[nodiscard]] std::optional<std::int64_t> token_due(std::int64_t now_ns) noexcept {
+    return token_step<false>(now_ns);
+  }
+
   /// snapshot(now_ns): permits held, the limit, the tokens available at now_ns, the pause.
   [[nodiscard]] DownstreamSnapshot snapshot(std::int64_t now_ns) const noexcept {
     DownstreamSnapshot s;
