@@ -25,7 +25,9 @@ enum class Holdup : std::uint8_t {
   downstream_paused,  // `downstream` admits nothing before `until` (a pushback, pause_for)
   downstream_full,    // every permit of `downstream` is in use: `busy` of `limit`
   downstream_rate,    // `downstream`'s rate limit has no token before `until`
-  workers_busy,       // each of the queue's `limit` workers runs one of its jobs (`busy`)
+  workers_busy,       // each of the queue's `limit` workers runs one of its jobs (`busy`); on
+                      // the shared pool `limit` is the queue's share, and workers busy with
+                      // other queues' jobs are not counted (the job then reads `queued`)
   queued,             // ready: it starts once the `ahead` waiting jobs added before it have
 };
 
