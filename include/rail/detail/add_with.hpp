@@ -1,0 +1,71 @@
+// JobFlow::add_with's body: the add sequence that every single add inlines (admit, take a slot,
+// claim the dedup id, fill, count, publish). Its contract is at its declaration in job_flow.hpp,
+// which includes this file at its end; nothing else includes it.
+#pragma once
+
+#include "rail/detail/job_flow.hpp"
+
+namespace rail::detail {
+
+template <class Fill>
+JobFlow::Added JobFlow::add_with(std::string_view job_name, const JobOptions& o, bool may_block,
+                                 JobId prior, std::shared_ptr<EndWaiter>* watch, Fill&& fill) {
+  using What = Added::What;
+  if (!core().accepting()) [[unlikely]]
+    return Added{What::refused, {0, AddStatus::shutting_down}, {}, 0};
+  admit(job_name, o);
+  const std::uint16_t name_id = core().names().intern(job_name);
+  std::uint32_t idx;
+  if (!(may_block ? acquire_slots(&idx, 1) : try_acquire(&idx, 1))) [[unlikely]] {
+    // Shutdown began while the add waited for room (OnFull::block).
+    if (!core().accepting()) return Added{What::refused, {0, AddStatus::shutting_down}, {}, 0};
+    // A duplicate of a live job merges even when there is no room for a new one (the job
+    // that held the id for a kept add is no such job: it ended).
+    if (!o.dedup.id.empty()) {
+      const std::int64_t now = core().now_ns();
+      if (auto claim = claims_.live_claim(o, now); claim && claim->owner != prior)
+        return Added{What::duplicate, {}, *claim, now};
+    }
+    return Added{What::no_room, {}, {}, 0};
+  }
+  name_jobs(&idx, 1, name_id, job_name);
+  const std::int64_t now = core().now_ns();
+  std::uint64_t id;
+  if (o.dedup.id.empty()) [[likely]] {
+    id = core().next_ids(1);
+    init_slot(idx, id, name_id, now, o);
+  } else {
+    DedupSet::Claim claim{};
+    try {
+      claim = claims_.claim(idx, o, now, prior);  // may build the window: bad_alloc
+    } catch (...) {
+      give_back(idx);
+      throw;
+    }
+    if (claim.result != DedupSet::Claim::Result::inserted) {
+      give_back(idx);
+      if (auto refused = DedupClaims::refusal(claim, o)) return Added{What::refused, *refused};
+      return Added{What::duplicate, {}, claim, now};
+    }
+    id = claim.owner;
+    init_slot(idx, id, name_id, now, o);
+    claims_.hold(idx, o);
+  }
+  if (watch) [[unlikely]] {
+    try {
+      *watch = ends_.tracker().watch(id, true);
+    } catch (...) {  // no memory to track it: nothing was added
+      if (!o.dedup.id.empty()) (void)claims_.window().release(o.dedup.id, id);
+      give_back(idx);
+      throw;
+    }
+  }
+  fill(cell(idx));
+  parts_.stats.add(kAdded);
+  if (core().observed()) note_added(slot(idx), o.delay);
+  publish_new(idx, now, o.delay);
+  warm_next_slot(1);
+  return Added{What::added, {id, AddStatus::added}};
+}
+
+}  // namespace rail::detail
