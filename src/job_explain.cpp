@@ -106,6 +106,7 @@ Explanation JobFlow::explain(JobId id) const {
     if (ctl::state(s.ctl.load()) != SlotState::waiting) continue;
     if (s.id.load(std::memory_order_relaxed) < id) ++e.ahead;
   }
+  // After processing() read true (acquire): the workers' start wrote the count and the share.
   const std::uint64_t running = counts().active;
   const std::uint32_t workers = dispatch_.worker_limit();
   if (workers != 0 && running >= workers) {

@@ -83,6 +83,8 @@ void QueueImpl::hold(OpenDelivery&& d, const void* payload, WorkerContext& wc) {
   // the worker may linger.
   if (batch_linger_ns_ != INT64_MIN) {
     const std::int64_t now = steady_ns();
+    // Read after the grant: only the add writes it, and the delivery's pin keeps the slot from
+    // being reused meanwhile.
     const std::int64_t lease_ns = slot(d.job.idx_).visibility_ns;
     if (b.entries.empty()) b.linger_end = saturating_add(now, Duration{batch_linger_ns_});
     if (d.leased && lease_ns != Duration::max().count())
