@@ -114,7 +114,32 @@ void JobFlow::restore_counters(std::uint32_t idx, std::uint32_t attempts, std::u
   s.stalls.store(clamp(stalls), std::memory_order_relaxed);
 }
 
+void JobFlow::enter_groups(const std::uint32_t* idx, std::size_t n, std::string_view group) {
+  std::size_t entered = 0;
+  try {
+    for (; entered < n; ++entered) {
+      groups_.enter(idx[entered], group);
+      slot(idx[entered]).mark(JobSlot::kGrouped, true);
+    }
+  } catch (...) {
+    for (std::size_t i = 0; i < n; ++i)
+      give_back(idx[i]);  // the ones that entered leave
+    throw;
+  }
+}
+
+void JobFlow::join_group(std::uint32_t idx, bool publish) noexcept {
+  // Waiting from here, in the line or ready: counted before a cancel can take it out (counts()).
+  parts_.stats.add(kToReady);
+  if (groups_.join(idx, publish)) dispatch_.requeue(idx);
+}
+
 void JobFlow::publish_ready(const std::uint32_t* idx, std::size_t n) noexcept {
+  if (n > 0 && slot(idx[0]).marked(JobSlot::kGrouped)) {  // one add_bulk: one group for all
+    for (std::size_t i = 0; i < n; ++i)
+      join_group(idx[i], true);
+    return;
+  }
   for (std::size_t i = 0; i < n; ++i)
     slot(idx[i]).ctl.publish(SlotState::waiting);
   dispatch_.push_ready_bulk(idx, n);

@@ -62,6 +62,9 @@ void JobControl::end_cancelled(std::uint32_t idx, SlotState from) {
   // an add that finds no room sweeps the ready ring (reclaim_waiting) or, in a blocked
   // ring (which only wakes pop), when the sweep below does.
   JobSlot& s = parts_.slot(idx);
+  // Parked in its group's line, its index is the line's: out of it, the index is ours. Before
+  // the end is recorded, which hands the group's turn on (a parked job holds none).
+  bool held = from == SlotState::waiting && s.marked(JobSlot::kGrouped) && groups_.unpark(idx);
   JobEnds::Settled settled = ends_.record(s, EndKind::cancelled, parts_.core.now_ns(), nullptr);
   // Out of its gauge once the end is recorded and observed (as a worker's ends are): a drain()
   // that sees the queue idle then also finds the `cancelled` event delivered.
@@ -72,7 +75,6 @@ void JobControl::end_cancelled(std::uint32_t idx, SlotState from) {
   // A leader of its downstream's waiting jobs leaves the wheel: another job must lead.
   if (GateLink* gate = links_.link(s.downstream_link()); gate && from == SlotState::delayed)
     gate->gate().forget_leader(id);
-  bool held = false;
   if (from == SlotState::delayed) {
     // As the wheel's owner: link what is in transit, then take the node off the wheel; its
     // index is then ours. Re-entered from a timer callback while this thread owns the wheel, a

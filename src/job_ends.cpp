@@ -5,8 +5,9 @@
 
 namespace rail::detail {
 
-JobEnds::JobEnds(FlowParts& parts, DedupClaims& claims, PayloadHooks& payloads)
-    : parts_(parts), claims_(claims), payloads_(payloads) {
+JobEnds::JobEnds(FlowParts& parts, DedupClaims& claims, FifoGroups& groups, Dispatcher& dispatch,
+                 PayloadHooks& payloads)
+    : parts_(parts), claims_(claims), groups_(groups), dispatch_(dispatch), payloads_(payloads) {
   tracker_.configure(parts_.options.keep_ended, false);
 }
 

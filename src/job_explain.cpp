@@ -42,6 +42,8 @@ Explanation JobFlow::explain(JobId id) const {
   // then the word and the id again); a slot that moved meanwhile holds another job by now, and
   // this one started or ended.
   std::uint8_t link = 0;
+  bool grouped = false;
+  std::uint32_t at = 0;
   bool found = false;
   for (std::uint32_t i = 0; i < parts_.capacity && !found; ++i) {
     const JobSlot& s = parts_.slot(i);
@@ -49,8 +51,10 @@ Explanation JobFlow::explain(JobId id) const {
     const std::uint64_t c = s.ctl.load();
     if (ctl::state(c) != SlotState::waiting && ctl::state(c) != SlotState::delayed) continue;
     link = s.downstream_link();
-    std::atomic_thread_fence(std::memory_order_acquire);  // the field before the re-reads
+    grouped = s.marked(JobSlot::kGrouped);
+    std::atomic_thread_fence(std::memory_order_acquire);  // the fields before the re-reads
     found = s.id.load(std::memory_order_relaxed) == id && s.ctl.load() == c;
+    at = i;
   }
   if (!found) {
     e.state = state(id);
@@ -66,6 +70,28 @@ Explanation JobFlow::explain(JobId id) const {
     e.holdup = Holdup::paused;
     e.text = "waiting: " + queue + " is paused";
     return e;
+  }
+  if (grouped) {
+    // Its place is read under its group's lock, so it is a snapshot of the line as it was; a
+    // slot reused since by a job of another group is in no line now (or not where this job was).
+    const FifoGroups::Place p = groups_.place(at);
+    if (p.holder != FifoGroups::kNone && slot(at).id.load(std::memory_order_relaxed) == id) {
+      e.holdup = Holdup::group_turn;
+      e.group = p.group;
+      e.behind = slot(p.holder).id.load(std::memory_order_relaxed);
+      e.ahead = p.ahead;
+      e.text = std::string("waiting: behind job ")
+                   .append(std::to_string(e.behind))
+                   .append(", which holds the turn of group '")
+                   .append(e.group)
+                   .append("'");
+      if (e.ahead > 0)
+        e.text.append("; ")
+            .append(std::to_string(e.ahead))
+            .append(e.ahead == 1 ? " more job of the group waits before it"
+                                 : " more jobs of the group wait before it");
+      return e;
+    }
   }
   if (const GateLink* gate = links_.link(link)) {
     const DownstreamGate& g = gate->gate();

@@ -39,14 +39,15 @@ JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::
                 parts_.slots.get(), payload_.get(), stride_, parts_.name, *this),
       links_(parts_, *this, dispatch_),
       claims_(parts_),
-      ends_(parts_, claims_, *this),
+      groups_(parts_.slots.get(), parts_.capacity),
+      ends_(parts_, claims_, groups_, dispatch_, *this),
       timers_(parts_.core, parts_.name, parts_.slots.get(), parts_.capacity,
               parts_.options.visibility_timeout),
       completions_(parts_, *this, links_, timers_),
       progress_(parts_),
       queries_(parts_, ends_.tracker(), progress_, *this),
-      control_(parts_, dispatch_, links_, ends_, timers_, *this),
-      leftovers_(parts_, free_, ends_.tracker(), timers_, *this) {
+      control_(parts_, dispatch_, links_, groups_, ends_, timers_, *this),
+      leftovers_(parts_, free_, groups_, ends_.tracker(), timers_, *this) {
   // Every queue: a link made later (JobOptions::downstream) needs to hear of pauses too.
   dispatch_.listen_to_pauses(this);
 }
@@ -486,7 +487,11 @@ void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
   // A job held for its downstream was counted waiting all along.
   const bool held = slot(idx).take_mark(JobSlot::kHeld);
   if (parts_.core.observed()) parts_.emit(EventKind::retry_due, slot(idx), now);
-  dispatch_.push_ready(idx);                           // into `waiting` (counted there) ...
+  if (slot(idx).marked(JobSlot::kGrouped)) [[unlikely]] {
+    join_group(idx, false);  // into `waiting` (counted there), in its group's line ...
+  } else {
+    dispatch_.push_ready(idx);  // into `waiting` (counted there) ...
+  }
   parts_.stats.add(held ? kFromReady : kFromDelayed);  // ... before out of its gauge: counts()
   // The gate's leader is ready again: it steps down now, not when a worker delivers it, so that
   // a paused queue or busy workers cannot hold up another queue's jobs waiting at the gate. After

@@ -56,6 +56,9 @@ bool Leftovers::take(const std::function<void(std::uint32_t, bool)>& take) {
           const bool held = delayed && s.marked(JobSlot::kHeld);
           parts_.stats.add(delayed && !held ? kFromDelayed : kFromReady);  // out of its gauge
           take(i, delayed && !held);
+          // Out of its group's line, if it was in one (the turn a holder hands on goes to a job
+          // this pass takes too: every waiting job is taken).
+          if (s.take_mark(JobSlot::kGrouped)) (void)groups_.leave(i);
           s.ctl.mark_free();
           // A delayed job's index was on the wheel: back to the free list. A waiting one's stays
           // in the ready ring, which nothing pops after stop (next_job, run_ready).

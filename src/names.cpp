@@ -129,6 +129,8 @@ std::string_view to_string(Holdup h) noexcept {
       return "no_processor";
     case Holdup::paused:
       return "paused";
+    case Holdup::group_turn:
+      return "group_turn";
     case Holdup::downstream_paused:
       return "downstream_paused";
     case Holdup::downstream_full:

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "rail/backoff.hpp"
+#include "rail/detail/fifo_groups.hpp"
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/validation.hpp"
 #include "rail/downstream.hpp"
@@ -124,6 +125,9 @@ void validate_job_options(const JobOptions& o, std::string_view where) {
     bad(where, "delay", ns(o.delay), "a duration >= 0");
   if (o.backoff.kind != BackoffKind::none || o.backoff.jitter != Jitter::none) [[unlikely]]
     validate(o.backoff, where);
+  if (o.group.size() > detail::FifoGroups::kMaxKeyBytes) [[unlikely]]
+    bad(where, "group", std::to_string(o.group.size()) + " bytes",
+        "at most " + std::to_string(detail::FifoGroups::kMaxKeyBytes) + " bytes");
   if (!o.dedup.id.empty()) {
     if (o.dedup.ttl && o.dedup.ttl->count() <= 0)
       bad(where, "dedup.ttl", ns(*o.dedup.ttl), "a positive window, or no ttl");

@@ -117,8 +117,10 @@ BulkAddReceipt QueueImpl::add_bulk(std::string_view job_name, void* items, std::
   const std::int64_t now = core().now_ns();
   const std::uint64_t first = core().next_ids(n);
   const bool observed = core().observed();
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < n; ++i)
     init_slot(held[i], first + i, name_id, now, o);
+  if (!o.group.empty()) enter_groups(held, n, o.group);  // gives every slot back if it throws
+  for (std::size_t i = 0; i < n; ++i) {
     ops_.move(cell(held[i]), item(i));
     if (observed) note_added(slot(held[i]), o.delay);
   }

@@ -106,6 +106,8 @@ void print_ratios() {
       {"feature cost: 10% failures + retries vs plain add", case_name("rail", "add+fail10%", 1, 2),
        add, 0},
       {"feature cost: dedup ids vs plain add", case_name("rail", "add+dedup", 1, 2), add, 0},
+      {"feature cost: FIFO groups (1,024) vs plain add", case_name("rail", "add+group", 1, 2), add,
+       0},
       {"feature cost: event observer vs plain add", case_name("rail", "add+events", 1, 2), add, 0},
       {"feature cost: downstream permit vs plain add", case_name("rail", "add+permit", 1, 2), add,
        0},

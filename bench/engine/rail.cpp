@@ -9,6 +9,8 @@
 //   add+fail10%    every tenth job fails its first attempt (Outcome::retry, no backoff delay so
 //                  the retry goes straight back to the ready ring) and completes on the second
 //   add+dedup      every job carries a unique dedup id (no ttl: held until the job ends)
+//   add+group      every job is in one of 1,024 FIFO groups (JobOptions::group), round robin,
+//                  so 2 workers always find a group free: the cost of the groups' bookkeeping
 //   add+events     an observer sees every event and counts it (EventTally: a counter per thread,
 //                  so the figure is rail's cost of raising events, not the observer's own)
 //   add+permit     the queue calls a downstream whose concurrency equals the workers: every
@@ -43,7 +45,7 @@ struct NoOp {
   std::uint64_t seq = 0;
 };
 
-enum class Feature { none, failures, dedup, events, permit, rate, batch64 };
+enum class Feature { none, failures, dedup, events, permit, rate, batch64, groups };
 
 struct RailCase {
   int producers;
@@ -193,12 +195,19 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
   if (c.feature == Feature::dedup) ids = std::make_unique<DedupIds>(cfg.jobs);
   std::uint64_t iteration = 0;
 
+  // Preformatted group names (they fit the small-string buffer: no allocation per add).
+  std::vector<std::string> groups;
+  if (c.feature == Feature::groups)
+    for (int g = 0; g < 1024; ++g)
+      groups.push_back("g" + std::to_string(g));
+
   auto produce_range = [&](std::uint64_t begin, std::uint64_t end) {
     rail::JobOptions o{.max_attempts = 3};
     if (c.batch == 0) {
       o.dedup.id.reserve(DedupIds::kWidth);
       for (std::uint64_t i = begin; i < end; ++i) {
         if (ids) o.dedup.id.assign(ids->id(iteration & 1, i));
+        if (!groups.empty()) o.group.assign(groups[i % groups.size()]);
         add_one(queues[i % queues.size()], o, i, latch, stats);
       }
       return;
@@ -286,6 +295,7 @@ void register_rail_extras() {
   add(case_name("rail", "add_bulk:64+batch:64", 2, 2), {2, 2, 64, Feature::batch64});
   add(case_name("rail", "add+fail10%", 1, 2), {1, 2, 0, Feature::failures});
   add(case_name("rail", "add+dedup", 1, 2), {1, 2, 0, Feature::dedup});
+  add(case_name("rail", "add+group", 1, 2), {1, 2, 0, Feature::groups});
   add(case_name("rail", "add+events", 1, 2), {1, 2, 0, Feature::events});
   add(case_name("rail", "add+permit", 1, 2), {1, 2, 0, Feature::permit});
   add(case_name("rail", "add+rate", 1, 2), {1, 2, 0, Feature::rate});

@@ -51,8 +51,12 @@ void print_summary() {
   if (double b = get("rail/bytes_per_waiting_job"); b >= 0)
     std::fprintf(stderr, "  target: engine overhead <= 128 bytes per waiting job: %.1f  %s\n", b,
                  b <= 128 ? "MET" : "MISSED");
+  if (double b = get("rail/bytes_per_idle_group"); b >= 0)
+    std::fprintf(stderr, "  target: a FIFO group with no job left costs no memory: %.3f B  %s\n", b,
+                 b < 1 ? "MET" : "MISSED");
   double worst = -1;
-  for (const char* v : {"add", "add_bulk:64", "add+fail10%", "add+dedup", "add+events"}) {
+  for (const char* v :
+       {"add", "add_bulk:64", "add+fail10%", "add+dedup", "add+events", "add+group"}) {
     double a = get(("rail/allocs_per_job/" + std::string(v)).c_str());
     if (a > worst) worst = a;
   }

@@ -6,7 +6,10 @@
 // with C jobs (fill_bytes_per_job: what adding them allocates on top). `+dedup` gives every job a
 // unique dedup id (the window is built on the first such add).
 //
-// Allocations per job: a queue of capacity 65,536 drained by 2 workers. Before the workers start,
+// Bytes per FIFO group: see rail_bytes_per_group.
+//
+// Allocations per job: a queue of capacity 65,536 drained by 2 workers (`add+group`: each job in
+// one of 1,024 FIFO groups). Before the workers start,
 // every slot is filled once with a job that fails its first attempt (and carries a dedup id in the
 // dedup variant), so each slot's lazily created error log and dedup key exist — the state a
 // long-running queue reaches; then 2 x capacity warm-up jobs; then the measured --jobs=N.
@@ -24,13 +27,73 @@
 namespace bench {
 namespace {
 
-enum class Variant { plain, bulk, failures, dedup, events };
+enum class Variant { plain, bulk, failures, dedup, events, groups };
 
 /// set_dedup_id(o, seq): a unique id without allocating (it fits the small-string buffer).
 void set_dedup_id(rail::JobOptions& o, std::uint64_t seq) {
   char buf[24] = {'j'};
   auto r = std::to_chars(buf + 1, buf + sizeof(buf), seq);
   o.dedup.id.assign(buf, static_cast<std::size_t>(r.ptr - buf));
+}
+
+/// set_group(o, prefix, n): group `prefix` + n without allocating (it fits the small-string
+/// buffer).
+void set_group(rail::JobOptions& o, char prefix, std::uint64_t n) {
+  char buf[24] = {prefix};
+  auto r = std::to_chars(buf + 1, buf + sizeof(buf), n);
+  o.group.assign(buf, static_cast<std::size_t>(r.ptr - buf));
+}
+
+/// Bytes per FIFO group: an inline engine's queue of capacity C takes one grouped job first (the
+/// per-queue tables, built on the first grouped add: group_fixed_bytes), then C jobs at a time,
+/// each in a group of its own, run to the end: 2^20 groups that once had work. The bytes left
+/// after, per group, is bytes_per_idle_group (the goal: none); the bytes while C groups hold a
+/// job each, per group, is bytes_per_group_with_work.
+void rail_bytes_per_group(benchmark::State& state, const std::string& name) {
+  constexpr std::uint32_t kCapacity = 65'536;
+  constexpr std::uint64_t kGroups = std::uint64_t{1} << 20;
+  for (auto _ : state) {
+    rail::Engine engine(rail::EngineOptions{.mode = rail::Mode::inlined});
+    auto q =
+        engine.declare_queue<std::uint64_t>("groups", rail::QueueOptions{.capacity = kCapacity});
+    q.process({}, [](rail::Job<std::uint64_t>&) {});
+    const AllocSnapshot declared = snapshot();
+    rail::JobOptions o;
+    set_group(o, 'w', 0);
+    if (q.add("warm", std::uint64_t{0}, o).status != rail::AddStatus::added) std::abort();
+    engine.run_until_idle();
+    const AllocSnapshot before = snapshot();
+    const auto t0 = std::chrono::steady_clock::now();
+    AllocSnapshot busy{};
+    for (std::uint64_t g = 0; g < kGroups;) {
+      for (std::uint32_t i = 0; i < kCapacity; ++i, ++g) {
+        set_group(o, 'c', g);
+        if (q.add("job", std::uint64_t{g}, o).status != rail::AddStatus::added) {
+          state.SkipWithError("rail add did not return added");
+          return;
+        }
+      }
+      if (g == kCapacity) busy = snapshot();
+      engine.run_until_idle();
+    }
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const AllocSnapshot after = snapshot();
+    if (q.counts().groups != 0 || q.counts().completed != kGroups + 1) {
+      state.SkipWithError("not every grouped job completed");
+      return;
+    }
+    state.counters["group_fixed_bytes"] =
+        static_cast<double>(before.live_bytes - declared.live_bytes);
+    state.counters["bytes_per_group_with_work"] =
+        static_cast<double>(busy.live_bytes - before.live_bytes) / kCapacity;
+    const double idle =
+        static_cast<double>(after.live_bytes - before.live_bytes) / static_cast<double>(kGroups);
+    state.counters["bytes_per_idle_group"] = idle;
+    record_memory_result(name, idle);
+    record_memory_result("rail/bytes_per_group_with_work",
+                         static_cast<double>(busy.live_bytes - before.live_bytes) / kCapacity);
+  }
 }
 
 void rail_bytes_per_waiting_job(benchmark::State& state, const std::string& name, bool dedup) {
@@ -105,6 +168,7 @@ void rail_allocs_per_job(benchmark::State& state, const std::string& name, Varia
   // Warm every slot: one job per slot, all failing once, before any worker runs.
   for (std::size_t i = 0; i < kCapacity; ++i, ++seq) {
     if (v == Variant::dedup) set_dedup_id(o, seq);
+    if (v == Variant::groups) set_group(o, 'g', seq % 1024);
     rail::AddStatus s = q.add("work", Work{seq, true}, o).status;
     if (s == rail::AddStatus::dedup_full) {  // a full shard of the window: warm the slot anyway
       o.dedup.id.clear();
@@ -140,6 +204,7 @@ void rail_allocs_per_job(benchmark::State& state, const std::string& name, Varia
     } else {
       for (std::uint64_t i = 0; i < n; ++i, ++seq) {
         if (v == Variant::dedup) set_dedup_id(o, seq);
+        if (v == Variant::groups) set_group(o, 'g', seq % 1024);
         rail::AddStatus s;
         while ((s = q.add("work", Work{seq, false}, o).status) != rail::AddStatus::added) {
           if (s != rail::AddStatus::full && s != rail::AddStatus::dedup_full) std::abort();
@@ -211,11 +276,15 @@ void register_rail_memory() {
     add_memory_benchmark(
         name, [name, dedup](benchmark::State& s) { rail_bytes_per_waiting_job(s, name, dedup); });
   }
+  add_memory_benchmark("rail/bytes_per_idle_group", [](benchmark::State& s) {
+    rail_bytes_per_group(s, "rail/bytes_per_idle_group");
+  });
   const std::pair<Variant, const char*> variants[] = {{Variant::plain, "add"},
                                                       {Variant::bulk, "add_bulk:64"},
                                                       {Variant::failures, "add+fail10%"},
                                                       {Variant::dedup, "add+dedup"},
-                                                      {Variant::events, "add+events"}};
+                                                      {Variant::events, "add+events"},
+                                                      {Variant::groups, "add+group"}};
   for (auto [v, label] : variants) {
     std::string name = std::string("rail/allocs_per_job/") + label;
     add_memory_benchmark(name,

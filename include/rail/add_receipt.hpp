@@ -71,6 +71,7 @@ struct QueueCounts {
   std::uint64_t deduplicated = 0;
   std::uint64_t stalled = 0;        // lease lapses
   std::uint64_t late_outcomes = 0;  // outcomes of lapsed deliveries, ignored
+  std::uint64_t groups = 0;         // FIFO groups with jobs now (JobOptions::group)
   bool paused = false;
 };
 

@@ -22,6 +22,8 @@ enum class Holdup : std::uint8_t {
   delayed,            // due at `until`: its delay, a retry's backoff or a debounce
   no_processor,       // its queue has no handler (Queue::process was not called)
   paused,             // its queue is paused (Queue::pause)
+  group_turn,         // its FIFO group's turn is held by job `behind`; `ahead` more jobs of the
+                      // group wait before it (JobOptions::group)
   downstream_paused,  // `downstream` admits nothing before `until` (a pushback, pause_for)
   downstream_full,    // every permit of `downstream` is in use: `busy` of `limit`
   downstream_rate,    // `downstream`'s rate limit has no token before `until`
@@ -41,8 +43,11 @@ struct Explanation {
   std::string downstream;        // downstream_*: which downstream
   std::uint32_t busy = 0;        // downstream_full: permits in use; workers_busy: jobs running
   std::uint32_t limit = 0;       // downstream_full: its concurrency; workers_busy: its workers
-  std::uint64_t ahead = 0;       // waiting: the queue's waiting jobs with smaller ids (added
-                                 // before it: ids rise in add order per producing thread)
+  std::uint64_t ahead = 0;       // group_turn: its group's jobs waiting before it; else the
+                                 // queue's waiting jobs with smaller ids (added before it: ids
+                                 // rise in add order per producing thread)
+  std::string group;             // group_turn: its group (JobOptions::group)
+  std::uint64_t behind = 0;      // group_turn: the id of the job holding the group's turn
   std::string text;              // one sentence, e.g. "waiting: queue 'emails' is paused"
 };
 

@@ -77,6 +77,12 @@ struct JobOptions {
   /// the queue's (QueueOptions::downstream); empty: the queue's. Its permits and tokens admit
   /// the job's deliveries. A queue's jobs may name up to 15 downstreams besides the queue's own.
   std::string downstream{};
+  /// The job's FIFO group (SQS FIFO's MessageGroupId); empty: none. The jobs of one group start
+  /// one at a time, in the order they became due (add order, for jobs added without a delay):
+  /// each holds the group's turn from then until it ends, through its retries; the next starts
+  /// once it completed, was dead-lettered, discarded or cancelled. Different groups run in
+  /// parallel. At most 256 bytes. A redriven job is in no group (its group has moved on).
+  std::string group{};
 };
 
 /// OnFull: what add() does when the queue holds `capacity` unfinished jobs.

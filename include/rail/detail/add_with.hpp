@@ -51,12 +51,15 @@ JobFlow::Added JobFlow::add_with(std::string_view job_name, const JobOptions& o,
     init_slot(idx, id, name_id, now, o);
     claims_.hold(idx, o);
   }
-  if (watch) [[unlikely]] {
+  if (!o.group.empty() || watch) [[unlikely]] {
+    bool entered = o.group.empty();
     try {
-      *watch = ends_.tracker().watch(id, true);
-    } catch (...) {  // no memory to track it: nothing was added
+      if (!entered) enter_groups(&idx, 1, o.group);  // gives the slot back if it throws
+      entered = true;
+      if (watch) *watch = ends_.tracker().watch(id, true);
+    } catch (...) {  // no memory for its group's record or to track it: nothing was added
       if (!o.dedup.id.empty()) (void)claims_.window().release(o.dedup.id, id);
-      give_back(idx);
+      if (entered) give_back(idx);  // else enter_groups did
       throw;
     }
   }

@@ -92,12 +92,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 #include <utility>
 
-#include "rail/detail/cpu_relax.hpp"
 #include "rail/detail/hash_bytes.hpp"
+#include "rail/detail/spin_lock.hpp"
 #include "rail/error.hpp"
 
 namespace rail::detail {
@@ -204,43 +203,12 @@ class DedupSet {
   static constexpr std::size_t kMaxShardCapacity = std::size_t{1} << 30;
   static constexpr std::size_t kMaxKeyBytes = std::size_t{1} << 16;
   static constexpr std::size_t kMinTableSize = 8;
-  // Pause this many times before yielding. A critical section is about 100 ns. After some
-  // microseconds of spinning the holder has most likely been preempted, and on an oversubscribed
-  // machine, spinning on would burn the quantum the holder needs to finish.
-  static constexpr std::uint32_t kSpinsBeforeYield = 64;
-
   using HashFn = std::uint64_t (*)(std::string_view) noexcept;
 
-  // Test-and-test-and-set spin lock. The Atom seam (STYLE rule 5) lets a test substitute a
-  // deterministic atomic and run this exact kernel. The table code that uses it is plain sequential
-  // code under the lock, so the lock is the only concurrent kernel here.
+  // The shards' lock (spin_lock.hpp). The table code that uses it is plain sequential code
+  // under the lock, so the lock is the only concurrent kernel here.
   template <template <class> class Atom = std::atomic>
-  class SpinLock {
-   public:
-    void lock() noexcept {
-      for (std::uint32_t spins = 0;;) {
-        // acquire: pairs with unlock()'s release, so the previous holder's writes to this shard
-        // (entries, key bytes, free stack, min_expiry) happen-before our reads of them.
-        if (!locked_.exchange(true, std::memory_order_acquire)) return;
-        // relaxed: this load only decides when to retry the exchange and publishes nothing. The
-        // exchange above re-establishes order. Spinning on a load keeps the line Shared among
-        // waiters, instead of passing it around in Modified state on every attempt.
-        while (locked_.load(std::memory_order_relaxed)) {
-          if (spins < kSpinsBeforeYield) {
-            ++spins;
-            cpu_relax();
-          } else {
-            std::this_thread::yield();
-          }
-        }
-      }
-    }
-    // release: publishes every write made under the lock to the next acquirer.
-    void unlock() noexcept { locked_.store(false, std::memory_order_release); }
-
-   private:
-    Atom<bool> locked_{false};
-  };
+  using SpinLock = detail::SpinLock<Atom>;
 
   static constexpr std::uint32_t kPinnedBit = std::uint32_t{1} << 31;  // in key_len
   struct Entry {
@@ -278,16 +246,7 @@ class DedupSet {
   static_assert(std::is_trivially_destructible_v<Entry>,
                 "the region is freed without running Entry destructors");
 
-  class Guard {
-   public:
-    explicit Guard(SpinLock<>& lock) noexcept : lock_(lock) { lock_.lock(); }
-    ~Guard() { lock_.unlock(); }
-    Guard(const Guard&) = delete;
-    Guard& operator=(const Guard&) = delete;
-
-   private:
-    SpinLock<>& lock_;
-  };
+  using Guard = SpinGuard;
 
   struct AlignedDelete {
     void operator()(std::byte* p) const noexcept {

@@ -26,6 +26,7 @@
 
 #include "rail/detail/dispatcher.hpp"
 #include "rail/detail/downstream_links.hpp"
+#include "rail/detail/fifo_groups.hpp"
 #include "rail/detail/flow_parts.hpp"
 #include "rail/detail/job_ends.hpp"
 #include "rail/detail/timer_port.hpp"
@@ -34,11 +35,12 @@ namespace rail::detail {
 
 class JobControl {
  public:
-  JobControl(FlowParts& parts, Dispatcher& dispatch, DownstreamLinks& links, JobEnds& ends,
-             TimerPort& timers, TimerClient& client) noexcept
+  JobControl(FlowParts& parts, Dispatcher& dispatch, DownstreamLinks& links, FifoGroups& groups,
+             JobEnds& ends, TimerPort& timers, TimerClient& client) noexcept
       : parts_(parts),
         dispatch_(dispatch),
         links_(links),
+        groups_(groups),
         ends_(ends),
         timers_(timers),
         client_(client) {}
@@ -80,6 +82,7 @@ class JobControl {
   FlowParts& parts_;
   Dispatcher& dispatch_;
   DownstreamLinks& links_;
+  FifoGroups& groups_;
   JobEnds& ends_;
   TimerPort& timers_;
   TimerClient& client_;

@@ -1,7 +1,7 @@
 // JobEnds: the one owner of a job's end — completed, dead-lettered, cancelled or discarded: it
-// counts the end, lets the job's dedup id go, enters it in the history, raises its event, tells
-// its waiters and retained ends (EndTracker), and frees its slot, or leaves that to the last
-// stale handler that still pins it.
+// counts the end, hands its FIFO group's turn on, lets the job's dedup id go, enters it in the
+// history, raises its event, tells its waiters and retained ends (EndTracker), and frees its
+// slot, or leaves that to the last stale handler that still pins it.
 //
 // Guarantee: each job that reaches end() ends exactly once, and its payload goes exactly once:
 // into its DLQ entry (dead-lettered) or destroyed, through the typed layer's PayloadHooks, once no
@@ -31,6 +31,7 @@
 #include "rail/detail/asymmetric_fence.hpp"
 #include "rail/detail/dedup_claims.hpp"
 #include "rail/detail/end_tracker.hpp"
+#include "rail/detail/fifo_groups.hpp"
 #include "rail/detail/flow_parts.hpp"
 #include "rail/event.hpp"
 
@@ -113,7 +114,8 @@ class Holding {
 
 class JobEnds {
  public:
-  JobEnds(FlowParts& parts, DedupClaims& claims, PayloadHooks& payloads);
+  JobEnds(FlowParts& parts, DedupClaims& claims, FifoGroups& groups, Dispatcher& dispatch,
+          PayloadHooks& payloads);
   JobEnds(const JobEnds&) = delete;
   JobEnds& operator=(const JobEnds&) = delete;
 
@@ -202,7 +204,10 @@ class JobEnds {
                  std::string_view why = {}, std::shared_ptr<const void> result = {});
   /// note(s, kind, wc): counts the job's end and enters it in the history; true when its
   /// waiters or retained ends want a record of it (asked after the entry: see EndTracker).
-  bool note(const JobSlot& s, EndKind kind, WorkerContext* wc) noexcept {
+  bool note(JobSlot& s, EndKind kind, WorkerContext* wc) noexcept {
+    // A grouped job ends once, here, whatever its end: its group's turn goes on.
+    if (s.marked(JobSlot::kGrouped)) [[unlikely]]
+      pass_turn(s);
     const JobId id = s.id.load(std::memory_order_relaxed);
     switch (kind) {
       case EndKind::completed:
@@ -230,6 +235,13 @@ class JobEnds {
     light_fence();
     return tracker_.wanted();
   }
+  /// pass_turn(s): the grouped job in s ends: it leaves its group, and the job that takes the
+  /// group's turn, if any, is made ready (it was counted waiting while parked).
+  void pass_turn(JobSlot& s) noexcept {
+    const std::uint32_t next = groups_.leave(parts_.index_of(s));
+    s.mark(JobSlot::kGrouped, false);
+    if (next != FifoGroups::kNone) dispatch_.requeue(next);
+  }
   /// leave(idx, kind, settled): the job's end is settled: it leaves slot idx (freed now, or by
   /// the last stale handler to return), then ended().
   void leave(std::uint32_t idx, EndKind kind, Settled&& settled);
@@ -239,6 +251,8 @@ class JobEnds {
 
   FlowParts& parts_;
   DedupClaims& claims_;
+  FifoGroups& groups_;
+  Dispatcher& dispatch_;
   PayloadHooks& payloads_;
   // Results (Engine::declare_queue<T, R>): R's identity and printer, and who hears of ends.
   std::type_index result_type_{typeid(void)};

@@ -14,6 +14,7 @@
 //                 word is SlotControl's (slot_table.hpp), the only code that changes a job's state
 //   free_         free slot indices, recycled first (free_slots.hpp)
 //   claims_       dedup ids and keep gates (dedup_claims.hpp)
+//   groups_       FIFO groups: a line per group with jobs, one turn each (fifo_groups.hpp)
 //   dispatch_     the ready ring, stashes, wake-ups and worker threads (dispatcher.hpp)
 //   links_        the downstreams the jobs call and their blocked rings (downstream_links.hpp)
 //   timers_       the wheel: delays, retries, the lease sweep, schedules (timer_port.hpp)
@@ -73,6 +74,7 @@
 #include "rail/detail/dedup_claims.hpp"
 #include "rail/detail/dispatcher.hpp"
 #include "rail/detail/downstream_links.hpp"
+#include "rail/detail/fifo_groups.hpp"
 #include "rail/detail/flow_parts.hpp"
 #include "rail/detail/free_slots.hpp"
 #include "rail/detail/job_control.hpp"
@@ -106,7 +108,11 @@ class JobFlow : public QueueBase,
 
   // --- QueueBase ---------------------------------------------------------------------------------
   const std::string& name() const noexcept final { return parts_.name; }
-  QueueCounts counts() const noexcept final { return parts_.stats.counts(dispatch_.paused()); }
+  QueueCounts counts() const noexcept final {
+    QueueCounts c = parts_.stats.counts(dispatch_.paused());
+    c.groups = groups_.groups();
+    return c;
+  }
   /// waiting_in_line(): waiting jobs in the ready ring, not held at a downstream (a figure:
   /// DownstreamStats::waiting of the queue's own downstream, while its permits are in use).
   [[nodiscard]] std::uint64_t waiting_in_line() const noexcept {
@@ -367,8 +373,16 @@ class JobFlow : public QueueBase,
       free_.push(idx);
     }
   }
-  /// give_back(idx): a slot acquired but never filled (a duplicate add) returns unused.
-  void give_back(std::uint32_t idx) noexcept { free_.push(idx); }
+  /// give_back(idx): a slot acquired but never published (a duplicate add, a failed one)
+  /// returns unused; a job that entered its group leaves it.
+  void give_back(std::uint32_t idx) noexcept {
+    if (slot(idx).take_mark(JobSlot::kGrouped)) [[unlikely]]
+      (void)groups_.leave(idx);  // it never joined: no turn to hand on
+    free_.push(idx);
+  }
+  /// enter_groups(idx, n, group): after init_slot, n jobs enter FIFO group `group`; on failure
+  /// (bad_alloc) the slots go back to the free list, as name_jobs's do.
+  void enter_groups(const std::uint32_t* idx, std::size_t n, std::string_view group);
   /// leave_filed(idx): see JobEnds::leave_filed (PayloadHooks::file_copy calls it).
   void leave_filed(std::uint32_t idx) { ends_.leave_filed(idx); }
   /// warm_next_slot(added): an add of `added` jobs is done: warm the slot the next add will
@@ -411,11 +425,17 @@ class JobFlow : public QueueBase,
       parts_.stats.add(kToDelayed);  // before a cancel can take it out: see counts()
       s.ctl.publish(SlotState::delayed);
       timers_.submit(idx);
+    } else if (s.marked(JobSlot::kGrouped)) [[unlikely]] {
+      join_group(idx, true);
     } else {
       s.ctl.publish(SlotState::waiting);
       dispatch_.push_ready(idx);
     }
   }
+  /// join_group(idx, publish): the grouped job in slot idx is due: it joins its group's line
+  /// (FifoGroups::join, which publishes it when `publish`), counted waiting from then on, and is
+  /// made ready if it holds the turn.
+  void join_group(std::uint32_t idx, bool publish) noexcept;
   /// publish_ready(idx, n): n filled slots become waiting at once (add_bulk).
   void publish_ready(const std::uint32_t* idx, std::size_t n) noexcept;
 
@@ -538,6 +558,7 @@ class JobFlow : public QueueBase,
   Dispatcher dispatch_;
   DownstreamLinks links_;
   DedupClaims claims_;
+  FifoGroups groups_;  // JobOptions::group's lines (fifo_groups.hpp)
   JobEnds ends_;
   TimerPort timers_;  // after ends_: a schedule's live runs hold waiters that leave its tracker
   Completions completions_;

@@ -102,7 +102,10 @@ struct alignas(64) JobSlot {
   //           a pause's end, or a job the downstream pushed back): in state `delayed` there, but
   //           counted and reported waiting (BullMQ keeps rate-limited jobs in wait); whoever
   //           takes the job off the wheel (or debounces it: then it is delayed) clears it
-  static constexpr std::uint8_t kWoken = 1, kHeld = 2;
+  //   kGrouped the job belongs to a FIFO group (JobOptions::group): its place there is
+  //           FifoGroups' (fifo_groups.hpp); set once it entered the group, cleared when it
+  //           leaves it (its end, an undone add, take_leftovers), so a free slot never has it
+  static constexpr std::uint8_t kWoken = 1, kHeld = 2, kGrouped = 4;
   std::atomic<std::uint8_t> marks{0};
   std::atomic<std::uint16_t> stalls{0};  // lapsed leases (BullMQ stalledCounter)
 

@@ -15,6 +15,7 @@
 #include <functional>
 
 #include "rail/detail/end_tracker.hpp"
+#include "rail/detail/fifo_groups.hpp"
 #include "rail/detail/flow_parts.hpp"
 #include "rail/detail/free_slots.hpp"
 #include "rail/detail/timer_port.hpp"
@@ -24,9 +25,14 @@ namespace rail::detail {
 
 class Leftovers {
  public:
-  Leftovers(FlowParts& parts, FreeSlots& free, EndTracker& ends, TimerPort& timers,
-            TimerClient& client) noexcept
-      : parts_(parts), free_(free), ends_(ends), timers_(timers), client_(client) {}
+  Leftovers(FlowParts& parts, FreeSlots& free, FifoGroups& groups, EndTracker& ends,
+            TimerPort& timers, TimerClient& client) noexcept
+      : parts_(parts),
+        free_(free),
+        groups_(groups),
+        ends_(ends),
+        timers_(timers),
+        client_(client) {}
   Leftovers(const Leftovers&) = delete;
   Leftovers& operator=(const Leftovers&) = delete;
 
@@ -42,6 +48,7 @@ class Leftovers {
  private:
   FlowParts& parts_;
   FreeSlots& free_;
+  FifoGroups& groups_;
   EndTracker& ends_;
   TimerPort& timers_;
   TimerClient& client_;

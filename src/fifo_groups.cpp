@@ -1,0 +1,212 @@
+// FifoGroups: a queue's FIFO groups. Contract, invariants and ordering: fifo_groups.hpp.
+#include "rail/detail/fifo_groups.hpp"
+
+#include <utility>
+
+#include "rail/detail/assert.hpp"
+#include "rail/detail/hash_bytes.hpp"
+
+namespace rail::detail {
+
+void FifoGroups::enter(std::uint32_t idx, std::string_view key) {
+  Tables& t = tables_.get_or_make([&] { return std::make_unique<Tables>(capacity_); });
+  Member& m = t.members[idx];
+  RAIL_INVARIANT(m.role == Role::none, "enter: a fresh job is in no line");
+  m.key.assign(key);  // may throw: nothing entered
+  m.hash = hash_bytes(key);
+  Shard& sh = shard_of(m.hash);
+  const SpinGuard guard(sh.lock);
+  // insert may throw (a table that grows): nothing entered then.
+  if (insert(sh, m.key, m.hash).jobs++ == 0) t.live.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool FifoGroups::join(std::uint32_t idx, bool publish) noexcept {
+  Member& m = member(idx);
+  Shard& sh = shard_of(m.hash);
+  const SpinGuard guard(sh.lock);
+  JobSlot& s = slots_[idx];
+  if (publish) s.ctl.publish(SlotState::waiting);
+  if (m.role == Role::holder) return true;  // a retry of the turn's holder
+  RAIL_INVARIANT(m.role == Role::none, "join: a job joins its line once");
+  // Cancelled between its timer and here (or right after the add's publication): it joins
+  // nothing, and whoever pops its index drops it.
+  if (s.ctl.held() != SlotControl<>::Held::waiting) return true;
+  Group& g = find(sh, m);
+  if (g.holder == kNone) {
+    g.holder = idx;
+    m.role = Role::holder;
+    return true;
+  }
+  link_tail(g, idx);
+  return false;
+}
+
+std::uint32_t FifoGroups::leave(std::uint32_t idx) noexcept {
+  Member& m = member(idx);
+  Shard& sh = shard_of(m.hash);
+  const SpinGuard guard(sh.lock);
+  Group& g = find(sh, m);
+  std::uint32_t next = kNone;
+  if (m.role == Role::parked) {
+    unlink(g, idx);
+  } else if (m.role == Role::holder) {
+    RAIL_INVARIANT(g.holder == idx, "leave: the holder's group names it");
+    g.holder = kNone;
+    // The first parked job still waiting takes the turn; the ones before it left `waiting` and
+    // stay linked until their takers unpark them.
+    for (std::uint32_t i = g.head; i != kNone; i = member(i).next) {
+      if (slots_[i].ctl.held() != SlotControl<>::Held::waiting) continue;
+      unlink(g, i);
+      member(i).role = Role::holder;
+      g.holder = next = i;
+      break;
+    }
+  }
+  m.role = Role::none;
+  RAIL_INVARIANT(g.jobs > 0, "leave: once per enter");
+  if (--g.jobs == 0) {
+    erase(sh, g);
+    tables_.get()->live.fetch_sub(1, std::memory_order_relaxed);
+  }
+  return next;
+}
+
+bool FifoGroups::unpark(std::uint32_t idx) noexcept {
+  Member& m = member(idx);
+  Shard& sh = shard_of(m.hash);
+  const SpinGuard guard(sh.lock);
+  if (m.role != Role::parked) return false;
+  unlink(find(sh, m), idx);
+  m.role = Role::none;
+  return true;
+}
+
+FifoGroups::Place FifoGroups::place(std::uint32_t idx) const {
+  Place p;
+  const Tables* t = tables_.get();
+  if (!t) return p;
+  for (const Shard& sh : t->shards) {
+    const SpinGuard guard(sh.lock);
+    for (const Group& g : sh.table) {
+      if (g.jobs == 0 || g.head == kNone) continue;
+      std::uint64_t ahead = 0;
+      for (std::uint32_t i = g.head; i != kNone; i = t->members[i].next) {
+        if (i == idx) {
+          p.group = g.key;  // may throw bad_alloc: the guard unlocks
+          p.holder = g.holder;
+          p.ahead = ahead;
+          return p;
+        }
+        if (slots_[i].ctl.held() == SlotControl<>::Held::waiting) ++ahead;
+      }
+    }
+  }
+  return p;
+}
+
+std::size_t FifoGroups::table_bytes() const noexcept {
+  const Tables* t = tables_.get();
+  if (!t) return 0;
+  std::size_t n = 0;
+  for (const Shard& sh : t->shards) {
+    const SpinGuard guard(sh.lock);
+    n += sh.table.capacity() * sizeof(Group);
+    for (const Group& g : sh.table)
+      if (g.key.capacity() > std::string().capacity()) n += g.key.capacity() + 1;
+  }
+  return n;
+}
+
+// --- the table: open addressing, linear probing, backward-shift deletion --------------------
+
+FifoGroups::Group& FifoGroups::find(Shard& sh, const Member& m) noexcept {
+  const std::size_t mask = sh.table.size() - 1;
+  for (std::size_t i = m.hash & mask;; i = (i + 1) & mask) {
+    Group& g = sh.table[i];
+    RAIL_INVARIANT(g.jobs != 0, "find: an entered job's group has a record");
+    if (g.hash == m.hash && g.key == m.key) return g;
+  }
+}
+
+FifoGroups::Group& FifoGroups::insert(Shard& sh, std::string_view key, std::uint64_t hash) {
+  if (!sh.table.empty()) {
+    const std::size_t mask = sh.table.size() - 1;
+    for (std::size_t i = hash & mask; sh.table[i].jobs != 0; i = (i + 1) & mask)
+      if (sh.table[i].hash == hash && sh.table[i].key == key) return sh.table[i];
+  }
+  if ((sh.count + 1) * 2 > sh.table.size())
+    rehash(sh, sh.table.empty() ? kMinTable : sh.table.size() * 2);
+  const std::size_t mask = sh.table.size() - 1;
+  std::size_t i = hash & mask;
+  while (sh.table[i].jobs != 0)
+    i = (i + 1) & mask;
+  Group& g = sh.table[i];
+  g.key.assign(key);  // may throw: the cell stays empty (jobs == 0)
+  g.hash = hash;
+  g.holder = g.head = g.tail = kNone;
+  ++sh.count;
+  return g;  // jobs == 0: the caller counts its job
+}
+
+void FifoGroups::erase(Shard& sh, Group& g) noexcept {
+  RAIL_INVARIANT(g.holder == kNone && g.head == kNone, "erase: a group with no job left");
+  const std::size_t mask = sh.table.size() - 1;
+  std::size_t hole = static_cast<std::size_t>(&g - sh.table.data());
+  // Backward shift (Knuth, TAOCP vol. 3, 6.4 Algorithm R): an entry after the hole moves into it
+  // unless its home lies cyclically in (hole, j], so every entry stays reachable from its home.
+  for (std::size_t j = (hole + 1) & mask; sh.table[j].jobs != 0; j = (j + 1) & mask) {
+    const std::size_t home = sh.table[j].hash & mask;
+    const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+    if (stays) continue;
+    sh.table[hole] = std::move(sh.table[j]);
+    sh.table[j].jobs = 0;
+    hole = j;
+  }
+  sh.table[hole].jobs = 0;
+  --sh.count;
+  // A quarter full: half the size (still at most half full after). Not below the minimum.
+  if (sh.table.size() > kMinTable && sh.count * 4 <= sh.table.size()) {
+    try {
+      rehash(sh, sh.table.size() / 2);
+    } catch (...) {  // no memory for the smaller table: keep the larger one
+    }
+  }
+}
+
+void FifoGroups::rehash(Shard& sh, std::size_t size) {
+  std::vector<Group> table(size);  // may throw: sh unchanged
+  const std::size_t mask = size - 1;
+  for (Group& g : sh.table) {
+    if (g.jobs == 0) continue;
+    std::size_t i = g.hash & mask;
+    while (table[i].jobs != 0)
+      i = (i + 1) & mask;
+    table[i] = std::move(g);
+  }
+  sh.table.swap(table);
+}
+
+// --- lines ----------------------------------------------------------------------------------
+
+void FifoGroups::link_tail(Group& g, std::uint32_t idx) noexcept {
+  Member& m = member(idx);
+  m.prev = g.tail;
+  m.next = kNone;
+  if (g.tail == kNone) {
+    g.head = idx;
+  } else {
+    member(g.tail).next = idx;
+  }
+  g.tail = idx;
+  m.role = Role::parked;
+}
+
+void FifoGroups::unlink(Group& g, std::uint32_t idx) noexcept {
+  Member& m = member(idx);
+  RAIL_INVARIANT(m.role == Role::parked, "unlink: a parked job");
+  (m.prev == kNone ? g.head : member(m.prev).next) = m.next;
+  (m.next == kNone ? g.tail : member(m.next).prev) = m.prev;
+  m.next = m.prev = kNone;
+}
+
+}  // namespace rail::detail
