@@ -152,6 +152,7 @@ void FifoGroups::erase(Shard& sh, Group& g) noexcept {
   RAIL_INVARIANT(g.holder == kNone && g.head == kNone, "erase: a group with no job left");
   const std::size_t mask = sh.table.size() - 1;
   std::size_t hole = static_cast<std::size_t>(&g - sh.table.data());
+  std::string().swap(g.key);  // a long name's buffer goes with its group
   // Backward shift (Knuth, TAOCP vol. 3, 6.4 Algorithm R): an entry after the hole moves into it
   // unless its home lies cyclically in (hole, j], so every entry stays reachable from its home.
   for (std::size_t j = (hole + 1) & mask; sh.table[j].jobs != 0; j = (j + 1) & mask) {
@@ -164,8 +165,9 @@ void FifoGroups::erase(Shard& sh, Group& g) noexcept {
   }
   sh.table[hole].jobs = 0;
   --sh.count;
-  // A quarter full: half the size (still at most half full after). Not below the minimum.
-  if (sh.table.size() > kMinTable && sh.count * 4 <= sh.table.size()) {
+  // An eighth full: half the size, a quarter full after, so a shard whose groups come and go
+  // around one count does not rehash on every add and end. Not below the minimum.
+  if (sh.table.size() > kMinTable && sh.count * 8 <= sh.table.size()) {
     try {
       rehash(sh, sh.table.size() / 2);
     } catch (...) {  // no memory for the smaller table: keep the larger one

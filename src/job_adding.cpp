@@ -115,12 +115,9 @@ void JobFlow::restore_counters(std::uint32_t idx, std::uint32_t attempts, std::u
 }
 
 void JobFlow::enter_groups(const std::uint32_t* idx, std::size_t n, std::string_view group) {
-  std::size_t entered = 0;
   try {
-    for (; entered < n; ++entered) {
-      groups_.enter(idx[entered], group);
-      slot(idx[entered]).mark(JobSlot::kGrouped, true);
-    }
+    for (std::size_t i = 0; i < n; ++i)
+      enter_group(idx[i], group);
   } catch (...) {
     for (std::size_t i = 0; i < n; ++i)
       give_back(idx[i]);  // the ones that entered leave

@@ -28,6 +28,17 @@ void JobEnds::end(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std:
   leave(idx, kind, record(s, kind, now, wc, why, std::move(result)));
 }
 
+void JobEnds::hand_turn(std::uint32_t idx) noexcept {
+  if (parts_.core.observed() && parts_.core.owns_wheel()) {
+    try {
+      parts_.core.after_wheel([this, idx] { dispatch_.requeue(idx); });
+      return;
+    } catch (...) {  // no memory to keep the call: ready now, ahead of the deferred events
+    }
+  }
+  dispatch_.requeue(idx);
+}
+
 void JobEnds::leave(std::uint32_t idx, EndKind kind, Settled&& settled) {
   JobSlot& s = parts_.slot(idx);
   s.end_kind = kind;
@@ -83,6 +94,7 @@ JobEnds::Settled JobEnds::settle(JobSlot& s, EndKind kind, WorkerContext* wc, st
   // The id follows the job: released when it ends (see DedupClaims::release_at_end). An add
   // kept for after the job takes the id over instead (run_deferred).
   Settled settled;
+  settled.turn = leave_group(s);
   settled.kept = claims_.release_at_end(s, kind == EndKind::cancelled);
   if (note(s, kind, wc)) [[unlikely]]
     settled.end = record_of(s, kind, now, why, std::move(result));

@@ -8,10 +8,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "rail/rail.hpp"
@@ -126,6 +129,45 @@ void run_rounds(bool shared) {
   ASSERT_TRUE(q.wait_idle(60s));
   EXPECT_EQ(q.counts().groups, 0u);
   (void)engine.shutdown(10s);
+}
+
+TEST(FifoGroupsThreaded, TheNextJobOfAGroupStartsAfterThePreviousOnesEndWasReported) {
+  const test::Watchdog watchdog(120s, "TheNextJobOfAGroupStartsAfterThePreviousOnesEnd");
+  Engine engine;
+  std::mutex mu;
+  std::vector<std::pair<EventKind, JobId>> seen;  // in the order the observer saw them
+  engine.on_event([&](const Event& e) {
+    if (e.kind != EventKind::started && e.kind != EventKind::completed &&
+        e.kind != EventKind::dead_lettered)
+      return;
+    const std::lock_guard lock(mu);
+    seen.emplace_back(e.kind, e.job_id);
+  });
+  auto q = engine.declare_queue<Item>("q", {});
+  q.process({.concurrency = 4}, [](Job<Item>& j) -> Outcome {
+    if (j.data().seq % 2 == 0) return Outcome::fail("broken");
+    return Outcome::done();
+  });
+  constexpr int kLines = 64, kJobs = 40;
+  std::vector<std::vector<JobId>> ids(kLines);
+  JobOptions o;
+  for (int seq = 0; seq < kJobs; ++seq)
+    for (int g = 0; g < kLines; ++g) {
+      o.group = std::string("g").append(std::to_string(g));
+      const AddReceipt a = q.add("j", Item{g, seq}, o);
+      ASSERT_EQ(a.status, AddStatus::added);
+      ids[g].push_back(a.id);
+    }
+  ASSERT_TRUE(q.wait_idle(60s));
+  (void)engine.shutdown(10s);
+  std::map<JobId, std::size_t> started, ended;
+  for (std::size_t i = 0; i < seen.size(); ++i)
+    (seen[i].first == EventKind::started ? started : ended)[seen[i].second] = i;
+  std::size_t early = 0;
+  for (const auto& line : ids)
+    for (std::size_t k = 1; k < line.size(); ++k)
+      if (started.at(line[k]) < ended.at(line[k - 1])) ++early;
+  EXPECT_EQ(early, 0u);
 }
 
 TEST(FifoGroupsThreaded, OneJobOfAGroupAtATimeInAddOrderOnDedicatedWorkers) {

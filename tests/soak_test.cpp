@@ -3,7 +3,8 @@
 // with every fault kind (failures, throws, permanent failures, hangs past the lease), duplicate
 // adds (merged and debounced), delayed jobs and cancels of them, cancels, pauses and resumes,
 // redrives, and a shutdown in the middle of a run, on the real and on a manual clock, on a queue's
-// own threads and on the engine's shared pool, with callback (Completion) and coroutine handlers.
+// own threads and on the engine's shared pool, with callback (Completion) and coroutine handlers,
+// and with every job in a FIFO group.
 #include "soak/soak.hpp"
 
 #include <gtest/gtest.h>
@@ -53,6 +54,9 @@ void expect_clean(const Config& c) {
   if (c.async > 0) {
     EXPECT_GT(r.deferred, 0u) << out.str();  // async handlers' completions
   }
+  if (c.groups > 0) {
+    EXPECT_GT(r.grouped_started, r.accepted / 2) << out.str();
+  }
   std::cout << out.str();
 }
 
@@ -60,6 +64,14 @@ TEST(Soak, InvariantsHoldOnTheRealClock) {
   Config c;
   c.jobs = kJobs;
   c.seed = 11;
+  expect_clean(c);
+}
+
+TEST(Soak, InvariantsHoldWithFifoGroups) {
+  Config c;
+  c.jobs = kJobs;
+  c.groups = 64;
+  c.seed = 13;
   expect_clean(c);
 }
 

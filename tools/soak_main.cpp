@@ -47,6 +47,9 @@ int main(int argc, char** argv) {
   app.add_option("--async", c.async,
                  "per-delivery rate of async handlers (Job::defer, completed by another thread)")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--groups", c.groups,
+                 "FIFO groups the producers' jobs go to (0: none); checks per-group order")
+      ->check(CLI::Range(0u, 1u << 20));
   app.add_flag("--coroutines", c.coroutines,
                "the handler is a coroutine (rail::Task): the --async share co_awaits its call");
   app.add_flag("--rate-only-downstream", c.rate_only_downstream,

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "rail/rail.hpp"
+#include "soak/group_ledger.hpp"
 
 namespace rail::soak {
 namespace {
@@ -115,6 +116,10 @@ Report run(const Config& cfg) {
   // Job ids are the engine's: the side queue's take some of them.
   const std::uint64_t max_id = cfg.jobs * 2 + side_jobs + 1024;
   auto track = std::make_unique<Track[]>(max_id + 1);
+  // FIFO groups: each producer has groups_each of its own (Config::groups).
+  const std::uint32_t groups_each =
+      cfg.groups == 0 ? 0 : std::max<std::uint32_t>(1, cfg.groups / cfg.producers);
+  GroupLedger groups(max_id, groups_each * cfg.producers);
   Violations v;
   PauseWatch pause_watch;
   pause_watch.run = g_runs.fetch_add(1) + 1;
@@ -141,6 +146,7 @@ Report run(const Config& cfg) {
         break;
       case EventKind::started: {
         bump(t.started);
+        groups.on_start(e.job_id);
         const std::uint16_t bit = delivery_bit(e.deliveries);
         if (bit == 0)
           v.add("job " + std::to_string(e.job_id) + ": a start numbered " +
@@ -169,17 +175,21 @@ Report run(const Config& cfg) {
         bump(t.late);
         break;
       case EventKind::completed:
+        groups.on_end(e.job_id);
         bump(t.completed);
         t.completed_delivery.store(static_cast<std::uint16_t>(e.deliveries));
         break;
       case EventKind::dead_lettered:
+        groups.on_end(e.job_id);
         bump(t.dead);
         if (e.reason == DeadLetterReason::lease_expired) bump(t.stalled_out);
         break;
       case EventKind::cancelled:
+        groups.on_end(e.job_id);
         bump(t.cancelled);
         break;
       case EventKind::discarded:
+        groups.on_end(e.job_id);
         bump(t.discarded);
         break;
       case EventKind::redriven:
@@ -537,6 +547,11 @@ Report run(const Config& cfg) {
           JobOptions o = qo.defaults;  // attempts 3, jittered backoff
           if (u(rng) < cfg.delayed) o.delay = std::chrono::milliseconds(1 + rng() % 5);
           bool dup = u(rng) < cfg.duplicate;
+          // This producer's groups, round robin (one producer per group: its ids rise in its
+          // add order, so a group's add order is its id order).
+          const std::uint32_t group =
+              groups.on() ? p * groups_each + static_cast<std::uint32_t>(n % groups_each) : 0;
+          if (groups.on()) o.group = GroupLedger::group_name(group);
           if (dup) {
             o.dedup = {.id = std::string("p")
                                  .append(std::to_string(p))
@@ -554,6 +569,7 @@ Report run(const Config& cfg) {
             continue;
           }
           accept(r);
+          if (groups.on()) groups.note_added(r.id, group, !dup && o.delay.count() == 0);
           if (dup) {
             TimePoint after_first = clock.now();
             AddReceipt again = add(o);
@@ -786,6 +802,7 @@ Report run(const Config& cfg) {
   if (most_inside.load() > budget && cfg.downstream && !cfg.rate_only_downstream)
     v.add(std::to_string(most_inside.load()) + " handlers inside the downstream at once; its " +
           "concurrency was never above " + std::to_string(budget));
+  rep.grouped_started = groups.check([&](std::string what) { v.add(std::move(what)); });
   rep.most_inside = most_inside.load();
   rep.deferred = deferred.load();
   rep.throttled = throttled.load();
@@ -845,6 +862,12 @@ void print(const Report& r, const Config& c, std::ostream& out) {
     std::snprintf(line, sizeof line, "  async: %llu deliveries completed %s\n",
                   static_cast<unsigned long long>(r.deferred),
                   c.coroutines ? "by a resumed coroutine (rail::Task)" : "by a Completion");
+    out << line;
+  }
+  if (c.groups > 0) {
+    std::snprintf(line, sizeof line, "  FIFO groups: %llu grouped jobs started, in %u groups\n",
+                  static_cast<unsigned long long>(r.grouped_started),
+                  std::max<std::uint32_t>(1, c.groups / c.producers) * c.producers);
     out << line;
   }
   if (c.downstream) {

@@ -36,7 +36,10 @@
 //      had already taken, and no other until resume();
 //   6. with a downstream, never more handlers inside it at once than its largest concurrency
 //      limit, however the limits flip; a pushed-back delivery uses no attempt (it counts with
-//      the failed and stalled ones in 4, and the DLQ entry's attempts exclude it).
+//      the failed and stalled ones in 4, and the DLQ entry's attempts exclude it);
+//   7. with FIFO groups, each group's jobs added without a delay or dedup id start in add
+//      order, and no job of a group starts before the one that started before it has ended
+//      (group_ledger.hpp).
 // The report also counts what the run exercised (delayed jobs, re-adds, pauses that held back
 // waiting work, debounces, redrives, jobs handed back), so a caller can tell a clean run from one
 // that injected nothing, and states the checker's totals as Jepsen's queue checker does: ok,
@@ -100,6 +103,9 @@ struct Config {
   // on the simulated call (co_await) and the completer resumes it, after which it co_returns
   // the fate or throws.
   bool coroutines = false;
+  // FIFO groups (JobOptions::group): > 0 puts each producer's adds in groups of its own, round
+  // robin over groups / producers of them (at least one each); invariant 7 checks them.
+  std::uint32_t groups = 0;
 };
 
 struct Report {
@@ -109,7 +115,8 @@ struct Report {
   std::uint64_t pauses = 0, pauses_with_work = 0, starts_while_paused = 0;
   std::uint64_t pushbacks = 0, throttled = 0, limit_changes = 0, most_inside = 0;
   std::uint64_t debounced = 0, redriven = 0, handed_back = 0, delayed_cancelled = 0;
-  std::uint64_t deferred = 0;  // deliveries a Completion completed (or dropped)
+  std::uint64_t deferred = 0;         // deliveries a Completion completed (or dropped)
+  std::uint64_t grouped_started = 0;  // jobs in a FIFO group that started (Config::groups)
   // The checker's totals: jobs accounted for exactly (ok), with a life that never ended and was
   // not handed back (lost), with more ends than lives (duplicated), and completions that came
   // from a delivery whose lease had lapsed (late outcomes applied).

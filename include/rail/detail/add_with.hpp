@@ -52,14 +52,13 @@ JobFlow::Added JobFlow::add_with(std::string_view job_name, const JobOptions& o,
     claims_.hold(idx, o);
   }
   if (!o.group.empty() || watch) [[unlikely]] {
-    bool entered = o.group.empty();
     try {
-      if (!entered) enter_groups(&idx, 1, o.group);  // gives the slot back if it throws
-      entered = true;
+      if (!o.group.empty()) enter_group(idx, o.group);
       if (watch) *watch = ends_.tracker().watch(id, true);
     } catch (...) {  // no memory for its group's record or to track it: nothing was added
+      // The id first: once the slot is free, an add of the same id may take it.
       if (!o.dedup.id.empty()) (void)claims_.window().release(o.dedup.id, id);
-      if (entered) give_back(idx);  // else enter_groups did
+      give_back(idx);  // out of its group, if it entered one
       throw;
     }
   }

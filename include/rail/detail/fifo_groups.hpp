@@ -24,8 +24,8 @@
 // `waiting` (join makes a joiner the holder when nobody holds the turn; leave hands the turn to
 // the first waiting job); a parked job taken out of `waiting` stays linked until its taker
 // unparks it, and the hand-off passes over it. Memory follows the groups that have jobs now, not
-// every group ever seen: records go when their last job leaves and a shard's table shrinks when a
-// quarter full.
+// every group ever seen: records go when their last job leaves and a shard's table shrinks when an
+// eighth full.
 //
 // Algorithm: 64 shards by the key's hash, each an open-addressing table of group records with
 // linear probing and backward-shift deletion (as DedupSet: no tombstones), load at most 1/2, under
@@ -131,7 +131,7 @@ class FifoGroups {
   static Group& find(Shard& sh, const Member& m) noexcept;
   /// insert(sh, key, hash): the record for key, made if missing (may grow the table: bad_alloc).
   static Group& insert(Shard& sh, std::string_view key, std::uint64_t hash);
-  /// erase(sh, g): removes g's record by backward shift, then shrinks a quarter-full table.
+  /// erase(sh, g): removes g's record by backward shift, then shrinks an eighth-full table.
   static void erase(Shard& sh, Group& g) noexcept;
   static void rehash(Shard& sh, std::size_t size);
   void link_tail(Group& g, std::uint32_t idx) noexcept;

@@ -123,6 +123,9 @@ class JobEnds {
   struct Settled {
     bool kept = false;             // an add was kept for after it: run_deferred
     std::optional<EndRecord> end;  // its waiters and retained ends want it (EndTracker)
+    // The job its FIFO group's turn went to (FifoGroups::leave): made ready by ended(), once
+    // this end was reported, so the next job of a group starts after its waiters heard.
+    std::uint32_t turn = FifoGroups::kNone;
   };
 
   /// end(idx, kind, reason, now, wc, why, result): the job in slot idx ends as `kind` (reason:
@@ -136,8 +139,10 @@ class JobEnds {
   void complete(std::uint32_t idx, WorkerContext& wc, std::shared_ptr<const void>&& result) {
     JobSlot& s = parts_.slot(idx);
     s.end_reason = DeadLetterReason::none;
+    const std::uint32_t turn = leave_group(s);
     if (note(s, EndKind::completed, &wc)) [[unlikely]] {
       Settled settled;
+      settled.turn = turn;
       settled.end = record_of(s, EndKind::completed, parts_.core.now_ns(), {}, std::move(result));
       leave(idx, EndKind::completed, std::move(settled));
       return;
@@ -150,6 +155,8 @@ class JobEnds {
     result.reset();
     s.end_kind = EndKind::completed;
     if (s.ctl.end()) final_end(idx);
+    if (turn != FifoGroups::kNone) [[unlikely]]
+      hand_turn(turn);
   }
 
   /// record(s, kind, now, wc, why, result): counts the job's end, lets its dedup id go, notes
@@ -168,6 +175,8 @@ class JobEnds {
       } catch (...) {  // no memory to retain it: its waiter learns it by id from the history
       }
     }
+    if (settled.turn != FifoGroups::kNone) [[unlikely]]
+      hand_turn(settled.turn);
   }
   /// final_end(idx, event): the job in slot idx has ended and its last pin went: its payload
   /// goes (retire).
@@ -204,10 +213,7 @@ class JobEnds {
                  std::string_view why = {}, std::shared_ptr<const void> result = {});
   /// note(s, kind, wc): counts the job's end and enters it in the history; true when its
   /// waiters or retained ends want a record of it (asked after the entry: see EndTracker).
-  bool note(JobSlot& s, EndKind kind, WorkerContext* wc) noexcept {
-    // A grouped job ends once, here, whatever its end: its group's turn goes on.
-    if (s.marked(JobSlot::kGrouped)) [[unlikely]]
-      pass_turn(s);
+  bool note(const JobSlot& s, EndKind kind, WorkerContext* wc) noexcept {
     const JobId id = s.id.load(std::memory_order_relaxed);
     switch (kind) {
       case EndKind::completed:
@@ -235,13 +241,20 @@ class JobEnds {
     light_fence();
     return tracker_.wanted();
   }
-  /// pass_turn(s): the grouped job in s ends: it leaves its group, and the job that takes the
-  /// group's turn, if any, is made ready (it was counted waiting while parked).
-  void pass_turn(JobSlot& s) noexcept {
-    const std::uint32_t next = groups_.leave(parts_.index_of(s));
+  /// leave_group(s): the job in s ends (complete() and settle(), once per end, whatever its
+  /// kind): a grouped job leaves its group; the job its turn went to, or kNone. That job was
+  /// counted waiting while parked, and is made ready once this end is reported (Settled::turn).
+  std::uint32_t leave_group(JobSlot& s) noexcept {
+    if (!s.marked(JobSlot::kGrouped)) [[likely]]
+      return FifoGroups::kNone;
     s.mark(JobSlot::kGrouped, false);
-    if (next != FifoGroups::kNone) dispatch_.requeue(next);
+    return groups_.leave(parts_.index_of(s));
   }
+  /// hand_turn(idx): the job in slot idx took its group's turn from a job whose end has been
+  /// reported: it is made ready. Events raised while this thread owns the wheel (an end decided
+  /// by a lapse) wait until it lets the wheel go; so does this, to stay behind them (if the call
+  /// cannot be kept for lack of memory, the job is made ready at once: nothing is lost).
+  void hand_turn(std::uint32_t idx) noexcept;
   /// leave(idx, kind, settled): the job's end is settled: it leaves slot idx (freed now, or by
   /// the last stale handler to return), then ended().
   void leave(std::uint32_t idx, EndKind kind, Settled&& settled);

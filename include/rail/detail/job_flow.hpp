@@ -380,8 +380,14 @@ class JobFlow : public QueueBase,
       (void)groups_.leave(idx);  // it never joined: no turn to hand on
     free_.push(idx);
   }
-  /// enter_groups(idx, n, group): after init_slot, n jobs enter FIFO group `group`; on failure
-  /// (bad_alloc) the slots go back to the free list, as name_jobs's do.
+  /// enter_group(idx, group): after init_slot, the job in slot idx enters FIFO group `group`
+  /// (kGrouped marks it once it did). Throws bad_alloc: nothing entered.
+  void enter_group(std::uint32_t idx, std::string_view group) {
+    groups_.enter(idx, group);
+    slot(idx).mark(JobSlot::kGrouped, true);
+  }
+  /// enter_groups(idx, n, group): enter_group for n jobs of one add_bulk; on failure (bad_alloc)
+  /// the slots go back to the free list, as name_jobs's do.
   void enter_groups(const std::uint32_t* idx, std::size_t n, std::string_view group);
   /// leave_filed(idx): see JobEnds::leave_filed (PayloadHooks::file_copy calls it).
   void leave_filed(std::uint32_t idx) { ends_.leave_filed(idx); }

@@ -93,9 +93,11 @@ struct alignas(64) JobSlot {
   DedupHold dedup = DedupHold::none;  // the dedup id the job holds (its key in extra)
   EndKind end_kind = EndKind::none;
   DeadLetterReason end_reason = DeadLetterReason::none;
-  // The holder's marks; only the thread that holds the index writes them (a load and a store),
-  // and its hand-off of the index publishes them. relaxed: other readers (state(), listings)
-  // validate with ctl, as they do id.
+  // Marks, each set or cleared by one read-modify-write: the thread that holds the index
+  // writes them, but a canceller also clears kGrouped while a gate's wake or the wheel's owner
+  // holds the index and sets or clears another mark (a plain load and store could then bring a
+  // cleared mark back). The hand-off of the index publishes them. relaxed: other readers
+  // (state(), listings) validate with ctl, as they do id.
   //   kWoken  moved to ready by its gate's wake (GateLink::wake_blocked, while it holds the
   //           index): its deliverer takes it and tells the gate (DownstreamGate::admit's `woken`)
   //   kHeld   waiting on the timing wheel for its downstream (the gate's leader until a token or
@@ -116,16 +118,18 @@ struct alignas(64) JobSlot {
   [[nodiscard]] bool marked(std::uint8_t m) const noexcept {
     return (marks.load(std::memory_order_relaxed) & m) != 0;
   }
-  /// mark(m, on): the holder sets or clears m (its only writer: no read-modify-write needed).
+  /// mark(m, on): sets or clears m, leaving the other marks as they are.
   void mark(std::uint8_t m, bool on) noexcept {
-    const std::uint8_t v = marks.load(std::memory_order_relaxed);
-    marks.store(static_cast<std::uint8_t>(on ? v | m : v & ~m), std::memory_order_relaxed);
+    if (on) {
+      marks.fetch_or(m, std::memory_order_relaxed);
+    } else {
+      marks.fetch_and(static_cast<std::uint8_t>(~m), std::memory_order_relaxed);
+    }
   }
   /// take_mark(m): clears m; whether it was set.
   bool take_mark(std::uint8_t m) noexcept {
-    const bool was = marked(m);
-    if (was) mark(m, false);
-    return was;
+    if (!marked(m)) return false;  // the common case costs a load
+    return (marks.fetch_and(static_cast<std::uint8_t>(~m), std::memory_order_relaxed) & m) != 0;
   }
 
   // The holder's reads and writes of the fields state() also reads (relaxed: see the header).
