@@ -32,8 +32,9 @@ std::int64_t set_fast_handler_threshold(std::int64_t ns) noexcept {
 }
 
 Dispatcher::Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity,
-                       bool permits_first, const JobSlot* slots, const void* payload,
-                       std::size_t payload_stride, std::string_view queue, const QueueBase& owner)
+                       bool permits_first, std::uint32_t levels, std::int64_t max_wait_ns,
+                       JobSlot* slots, const void* payload, std::size_t payload_stride,
+                       std::string_view queue, const QueueBase& owner)
     : core_(core),
       stats_(stats),
       queue_(queue),
@@ -41,14 +42,15 @@ Dispatcher::Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity
       slots_(slots),
       payload_(static_cast<const char*>(payload)),
       payload_stride_(payload_stride) {
-  // Lanes for a threaded queue on several CPUs, unless it takes permits first (see the header).
-  const std::size_t lanes = core.mode() == Mode::threaded && !permits_first
+  // Lanes for a threaded queue on several CPUs, unless it takes permits first or has priority
+  // levels (see the header).
+  const std::size_t lanes = core.mode() == Mode::threaded && !permits_first && levels == 1
                                 ? ReadyLanes::lanes_for(std::thread::hardware_concurrency())
                                 : 1;
   if (lanes > 1) {
     lanes_ = std::make_unique<ReadyLanes>(capacity, lanes);
   } else {
-    ring_.emplace(capacity);
+    ring_.emplace(core, capacity, levels, slots, ~kNamesOther, max_wait_ns);
   }
 }
 
@@ -194,6 +196,8 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w, PoolDuty& duty) noexcept {
 
 void Dispatcher::push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexcept {
   stats_.add(kToReady, n);
+  for (std::size_t i = 0; ring_ && ring_->levels() > 1 && i < n; ++i)
+    ring_->stamp(idx[i]);
   push_entries(idx, n);
   const std::size_t wake = std::max<std::size_t>(1, std::min<std::size_t>(n, workers()));
   // seq_cst fence, then acquire: as in wake_for_ready (join_pool's hand-off needs our pushes
@@ -516,7 +520,9 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   std::size_t wake = 0;
   if (workers() > 1) {
     const bool more = ready_any();
-    if ((more && n == batch.size()) || !wc.holds_duty)
+    // A worker that pops one job at a time never fills a batch: work left behind outruns it
+    // whenever there is more.
+    if ((more && (n == batch.size() || one_at_a_time())) || !wc.holds_duty)
       wake = std::min<std::size_t>((n - 1) + (more ? 1 : 0), workers() - 1);
   }
   if (wake > 0) {
@@ -545,7 +551,7 @@ bool Dispatcher::hold_back(WorkerContext* wc, std::uint32_t w, const std::uint32
   if (wc) {
     wc->stash->fill(idx, static_cast<std::uint32_t>(n));
   } else {
-    push_entries(idx, n);
+    put_back_entries(idx, n);
   }
   // release, after the fill or push: see held_back().
   held_back_.fetch_add(1, std::memory_order_release);

@@ -42,11 +42,22 @@ void Dispatcher::push_entries(const std::uint32_t* idx, std::size_t n) noexcept 
     for (std::size_t i = 0; i < n; ++i)
       if (entry_of(idx[i]) != idx[i]) {  // a marked one: each goes in with its mark
         for (std::size_t k = 0; k < n; ++k)
-          ring_->push_held(entry_of(idx[k]));
+          ring_->push_back(entry_of(idx[k]));
         return;
       }
   }
-  ring_->push_held_bulk(idx, n);
+  for (std::size_t i = 0; ring_->levels() > 1 && i < n; ++i)
+    ring_->push_back(idx[i]);
+  if (ring_->levels() == 1) ring_->push_new_bulk(idx, n);
+}
+
+void Dispatcher::put_back_entries(const std::uint32_t* idx, std::size_t n) noexcept {
+  if (lanes_) {
+    lanes_->push_chain(idx, n);
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    ring_->push_back(entry_of(idx[i]));
 }
 
 std::size_t Dispatcher::pop_ready(std::uint32_t* out, std::size_t max, std::uint32_t w) noexcept {

@@ -221,7 +221,7 @@ detail::QueueFront* Engine::declare(std::string_view name, QueueOptions options,
                                     const detail::PayloadOps& ops, const std::type_info& result,
                                     std::string (*format)(const void*)) {
   detail::validate_queue_options(options, name);
-  detail::check_queue_footprint(name, options.capacity, ops.size);
+  detail::check_queue_footprint(name, options.capacity, ops.size, options.priorities);
   std::lock_guard lock(state_->mu);
   if (!state_->accepting_declarations)
     throw Error(ErrorCode::shutting_down,
@@ -231,6 +231,7 @@ detail::QueueFront* Engine::declare(std::string_view name, QueueOptions options,
                 "queue '" + std::string(name) +
                     "' is already declared; declare it once, then look it up with queue<T>(name)");
   const std::size_t capacity = options.capacity;
+  const std::uint32_t priorities = options.priorities;
   // The entry first: once built, the queue is registered with the engine's timers, so storing
   // it must not be able to fail (and leave the engine a pointer to a destroyed queue).
   auto entry = state_->queues.emplace(std::string(name), nullptr).first;
@@ -243,7 +244,7 @@ detail::QueueFront* Engine::declare(std::string_view name, QueueOptions options,
     entry->second = std::move(impl);
   } catch (const std::bad_alloc&) {
     state_->queues.erase(entry);
-    detail::throw_queue_allocation_failed(name, capacity, ops.size);
+    detail::throw_queue_allocation_failed(name, capacity, ops.size, priorities);
   } catch (...) {
     state_->queues.erase(entry);
     throw;

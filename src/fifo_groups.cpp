@@ -1,6 +1,7 @@
 // FifoGroups: a queue's FIFO groups. Contract, invariants and ordering: fifo_groups.hpp.
 #include "rail/detail/fifo_groups.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "rail/detail/assert.hpp"
@@ -26,13 +27,14 @@ bool FifoGroups::join(std::uint32_t idx, bool publish) noexcept {
   const SpinGuard guard(sh.lock);
   JobSlot& s = slots_[idx];
   if (publish) s.ctl.publish(SlotState::waiting);
-  if (m.role == Role::holder) return true;  // a retry of the turn's holder
+  if (m.role == Role::holder) return true;  // a retry of a turn's holder
   RAIL_INVARIANT(m.role == Role::none, "join: a job joins its line once");
   // Cancelled between its timer and here (or right after the add's publication): it joins
   // nothing, and whoever pops its index drops it.
   if (s.ctl.held() != SlotControl<>::Held::waiting) return true;
   Group& g = find(sh, m);
-  if (g.holder == kNone) {
+  if (g.taken < g.turns) {
+    ++g.taken;
     g.holder = idx;
     m.role = Role::holder;
     return true;
@@ -50,25 +52,65 @@ std::uint32_t FifoGroups::leave(std::uint32_t idx) noexcept {
   if (m.role == Role::parked) {
     unlink(g, idx);
   } else if (m.role == Role::holder) {
-    RAIL_INVARIANT(g.holder == idx, "leave: the holder's group names it");
-    g.holder = kNone;
-    // The first parked job still waiting takes the turn; the ones before it left `waiting` and
-    // stay linked until their takers unpark them.
-    for (std::uint32_t i = g.head; i != kNone; i = member(i).next) {
-      if (slots_[i].ctl.held() != SlotControl<>::Held::waiting) continue;
-      unlink(g, i);
-      member(i).role = Role::holder;
-      g.holder = next = i;
-      break;
-    }
+    RAIL_INVARIANT(g.taken > 0, "leave: a holder's line counts its turn");
+    --g.taken;
+    if (g.holder == idx) g.holder = kNone;
+    next = hand_on(g);
   }
   m.role = Role::none;
-  RAIL_INVARIANT(g.jobs > 0, "leave: once per enter");
+  drop_job(sh, g);
+  return next;
+}
+
+FifoGroups::Closing FifoGroups::close(std::uint32_t idx) {
+  Member& m = member(idx);
+  Closing c{m.hash, idx, m.key};  // may throw: nothing changed
+  Shard& sh = shard_of(m.hash);
+  const SpinGuard guard(sh.lock);
+  Group& g = find(sh, m);
+  if (m.role == Role::holder) {
+    // Its turn (and its job's count, which keeps the record) stays until release(); so does
+    // its name as the line's holder, for explain.
+    m.role = Role::none;
+    return c;
+  }
+  if (m.role == Role::parked) unlink(g, idx);
+  m.role = Role::none;
+  drop_job(sh, g);
+  c.key.clear();
+  return c;
+}
+
+std::uint32_t FifoGroups::release(const Closing& c) noexcept {
+  Shard& sh = shard_of(c.hash);
+  const SpinGuard guard(sh.lock);
+  Group& g = find(sh, c.key, c.hash);
+  RAIL_INVARIANT(g.taken > 0, "release: a closed turn is still taken");
+  --g.taken;
+  if (g.holder == c.idx) g.holder = kNone;
+  const std::uint32_t next = hand_on(g);
+  drop_job(sh, g);
+  return next;
+}
+
+std::uint32_t FifoGroups::hand_on(Group& g) noexcept {
+  for (std::uint32_t i = g.head; i != kNone; i = member(i).next) {
+    if (slots_[i].ctl.held() != SlotControl<>::Held::waiting) continue;
+    unlink(g, i);
+    member(i).role = Role::holder;
+    ++g.taken;
+    g.holder = i;
+    return i;
+  }
+  return kNone;
+}
+
+void FifoGroups::drop_job(Shard& sh, Group& g) noexcept {
+  RAIL_INVARIANT(g.jobs > 0, "a line's job leaves once per enter");
   if (--g.jobs == 0) {
     erase(sh, g);
     tables_.get()->live.fetch_sub(1, std::memory_order_relaxed);
   }
-  return next;
 }
 
 bool FifoGroups::unpark(std::uint32_t idx) noexcept {
@@ -94,6 +136,8 @@ FifoGroups::Place FifoGroups::place(std::uint32_t idx) const {
         if (i == idx) {
           p.group = g.key;  // may throw bad_alloc: the guard unlocks
           p.holder = g.holder;
+          p.taken = g.taken;
+          p.turns = g.turns;
           p.ahead = ahead;
           return p;
         }
@@ -119,12 +163,12 @@ std::size_t FifoGroups::table_bytes() const noexcept {
 
 // --- the table: open addressing, linear probing, backward-shift deletion --------------------
 
-FifoGroups::Group& FifoGroups::find(Shard& sh, const Member& m) noexcept {
+FifoGroups::Group& FifoGroups::find(Shard& sh, std::string_view key, std::uint64_t hash) noexcept {
   const std::size_t mask = sh.table.size() - 1;
-  for (std::size_t i = m.hash & mask;; i = (i + 1) & mask) {
+  for (std::size_t i = hash & mask;; i = (i + 1) & mask) {
     Group& g = sh.table[i];
-    RAIL_INVARIANT(g.jobs != 0, "find: an entered job's group has a record");
-    if (g.hash == m.hash && g.key == m.key) return g;
+    RAIL_INVARIANT(g.jobs != 0, "find: a line with an entered job has a record");
+    if (g.hash == hash && g.key == key) return g;
   }
 }
 
@@ -144,12 +188,14 @@ FifoGroups::Group& FifoGroups::insert(Shard& sh, std::string_view key, std::uint
   g.key.assign(key);  // may throw: the cell stays empty (jobs == 0)
   g.hash = hash;
   g.holder = g.head = g.tail = kNone;
+  g.taken = 0;
+  g.turns = turns_of_ ? std::max<std::uint32_t>(1, turns_of_(ctx_, key)) : 1;
   ++sh.count;
   return g;  // jobs == 0: the caller counts its job
 }
 
 void FifoGroups::erase(Shard& sh, Group& g) noexcept {
-  RAIL_INVARIANT(g.holder == kNone && g.head == kNone, "erase: a group with no job left");
+  RAIL_INVARIANT(g.taken == 0 && g.head == kNone, "erase: a line with no job left");
   const std::size_t mask = sh.table.size() - 1;
   std::size_t hole = static_cast<std::size_t>(&g - sh.table.data());
   std::string().swap(g.key);  // a long name's buffer goes with its group

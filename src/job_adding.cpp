@@ -18,6 +18,16 @@ void JobFlow::throw_shutting_down() const {
 }
 
 void JobFlow::admit_unusual(const JobOptions& o) {
+  if (o.priority >= parts_.options.priorities)
+    throw Error(ErrorCode::invalid_option,
+                std::string("JobOptions.priority is ")
+                    .append(std::to_string(o.priority))
+                    .append("; queue '")
+                    .append(parts_.name)
+                    .append("' has QueueOptions.priorities = ")
+                    .append(std::to_string(parts_.options.priorities))
+                    .append(", so expected 0 to ")
+                    .append(std::to_string(parts_.options.priorities - 1)));
   if (!o.downstream.empty()) links_.link_to(o.downstream);
   if (o.backoff.kind == BackoffKind::custom && !parts_.options.custom_backoff)
     throw Error(ErrorCode::invalid_option,
@@ -114,10 +124,10 @@ void JobFlow::restore_counters(std::uint32_t idx, std::uint32_t attempts, std::u
   s.stalls.store(clamp(stalls), std::memory_order_relaxed);
 }
 
-void JobFlow::enter_groups(const std::uint32_t* idx, std::size_t n, std::string_view group) {
+void JobFlow::enter_lines(const std::uint32_t* idx, std::size_t n, const JobOptions& o) {
   try {
     for (std::size_t i = 0; i < n; ++i)
-      enter_group(idx[i], group);
+      lines_.enter(idx[i], o);
   } catch (...) {
     for (std::size_t i = 0; i < n; ++i)
       give_back(idx[i]);  // the ones that entered leave
@@ -125,16 +135,17 @@ void JobFlow::enter_groups(const std::uint32_t* idx, std::size_t n, std::string_
   }
 }
 
-void JobFlow::join_group(std::uint32_t idx, bool publish) noexcept {
-  // Waiting from here, in the line or ready: counted before a cancel can take it out (counts()).
+void JobFlow::join_lines(std::uint32_t idx, bool publish) noexcept {
+  // Waiting from here, in a line or ready: counted before a cancel can take it out (counts()).
   parts_.stats.add(kToReady);
-  if (groups_.join(idx, publish)) dispatch_.requeue(idx);
+  dispatch_.stamp_ready(idx);  // its wait starts now, in a line or ready
+  if (lines_.join(idx, publish)) dispatch_.requeue(idx);
 }
 
 void JobFlow::publish_ready(const std::uint32_t* idx, std::size_t n) noexcept {
-  if (n > 0 && slot(idx[0]).marked(JobSlot::kGrouped)) {  // one add_bulk: one group for all
+  if (n > 0 && Lines::lined(slot(idx[0]))) {  // one add_bulk: the same lines for all
     for (std::size_t i = 0; i < n; ++i)
-      join_group(idx[i], true);
+      join_lines(idx[i], true);
     return;
   }
   for (std::size_t i = 0; i < n; ++i)

@@ -64,7 +64,7 @@ void JobControl::end_cancelled(std::uint32_t idx, SlotState from) {
   JobSlot& s = parts_.slot(idx);
   // Parked in its group's line, its index is the line's: out of it, the index is ours. Before
   // the end is recorded, which hands the group's turn on (a parked job holds none).
-  bool held = from == SlotState::waiting && s.marked(JobSlot::kGrouped) && groups_.unpark(idx);
+  bool held = from == SlotState::waiting && lines_.unpark(idx);
   JobEnds::Settled settled = ends_.record(s, EndKind::cancelled, parts_.core.now_ns(), nullptr);
   // Out of its gauge once the end is recorded and observed (as a worker's ends are): a drain()
   // that sees the queue idle then also finds the `cancelled` event delivered.

@@ -5,9 +5,9 @@
 
 namespace rail::detail {
 
-JobEnds::JobEnds(FlowParts& parts, DedupClaims& claims, FifoGroups& groups, Dispatcher& dispatch,
+JobEnds::JobEnds(FlowParts& parts, DedupClaims& claims, Lines& lines, Dispatcher& dispatch,
                  PayloadHooks& payloads)
-    : parts_(parts), claims_(claims), groups_(groups), dispatch_(dispatch), payloads_(payloads) {
+    : parts_(parts), claims_(claims), lines_(lines), dispatch_(dispatch), payloads_(payloads) {
   tracker_.configure(parts_.options.keep_ended, false);
 }
 
@@ -28,15 +28,20 @@ void JobEnds::end(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std:
   leave(idx, kind, record(s, kind, now, wc, why, std::move(result)));
 }
 
-void JobEnds::hand_turn(std::uint32_t idx) noexcept {
+void JobEnds::hand_turns(Lines::Closing c) noexcept {
+  const auto go_on = [this](const Lines::Closing& closing) noexcept {
+    const Turns t = lines_.release(closing);
+    if (t.group != FifoGroups::kNone && lines_.admit_tenant(t.group)) dispatch_.requeue(t.group);
+    if (t.tenant != FifoGroups::kNone) dispatch_.requeue(t.tenant);
+  };
   if (parts_.core.observed() && parts_.core.owns_wheel()) {
     try {
-      parts_.core.after_wheel([this, idx] { dispatch_.requeue(idx); });
+      parts_.core.after_wheel([go_on, c] { go_on(c); });  // copies c: on failure it is intact
       return;
-    } catch (...) {  // no memory to keep the call: ready now, ahead of the deferred events
+    } catch (...) {  // no memory to keep the call: on now, ahead of the deferred events
     }
   }
-  dispatch_.requeue(idx);
+  go_on(c);
 }
 
 void JobEnds::leave(std::uint32_t idx, EndKind kind, Settled&& settled) {
@@ -94,7 +99,7 @@ JobEnds::Settled JobEnds::settle(JobSlot& s, EndKind kind, WorkerContext* wc, st
   // The id follows the job: released when it ends (see DedupClaims::release_at_end). An add
   // kept for after the job takes the id over instead (run_deferred).
   Settled settled;
-  settled.turn = leave_group(s);
+  if (Lines::lined(s)) settled.closing = lines_.close(parts_.index_of(s));
   settled.kept = claims_.release_at_end(s, kind == EndKind::cancelled);
   if (note(s, kind, wc)) [[unlikely]]
     settled.end = record_of(s, kind, now, why, std::move(result));

@@ -15,6 +15,12 @@ std::string in_ms(std::int64_t ns) {
   return std::to_string(ns <= 0 ? 0 : (ns + 999'999) / 1'000'000) + " ms";
 }
 
+/// more_before(text, ahead, one, many): appends "; N more <one|many> before it" when N > 0.
+void more_before(std::string& text, std::uint64_t ahead, const char* one, const char* many) {
+  if (ahead == 0) return;
+  text.append("; ").append(std::to_string(ahead)).append(ahead == 1 ? one : many);
+}
+
 std::string jobs_before(std::uint64_t ahead) {
   return ahead == 1 ? std::string("1 waiting job added before it")
                     : std::to_string(ahead) + " waiting jobs added before it";
@@ -42,7 +48,8 @@ Explanation JobFlow::explain(JobId id) const {
   // then the word and the id again); a slot that moved meanwhile holds another job by now, and
   // this one started or ended.
   std::uint8_t link = 0;
-  bool grouped = false;
+  std::uint32_t priority = 0;
+  bool grouped = false, tenant = false;
   std::uint32_t at = 0;
   bool found = false;
   for (std::uint32_t i = 0; i < parts_.capacity && !found; ++i) {
@@ -51,7 +58,10 @@ Explanation JobFlow::explain(JobId id) const {
     const std::uint64_t c = s.ctl.load();
     if (ctl::state(c) != SlotState::waiting && ctl::state(c) != SlotState::delayed) continue;
     link = s.downstream_link();
+    priority = s.priority();
+    e.priority = priority;
     grouped = s.marked(JobSlot::kGrouped);
+    tenant = s.marked(JobSlot::kTenant);
     std::atomic_thread_fence(std::memory_order_acquire);  // the fields before the re-reads
     found = s.id.load(std::memory_order_relaxed) == id && s.ctl.load() == c;
     at = i;
@@ -74,7 +84,7 @@ Explanation JobFlow::explain(JobId id) const {
   if (grouped) {
     // Its place is read under its group's lock, so it is a snapshot of the line as it was; a
     // slot reused since by a job of another group is in no line now (or not where this job was).
-    const FifoGroups::Place p = groups_.place(at);
+    const FifoGroups::Place p = lines_.groups().place(at);
     if (p.holder != FifoGroups::kNone && slot(at).id.load(std::memory_order_relaxed) == id) {
       e.holdup = Holdup::group_turn;
       e.group = p.group;
@@ -85,11 +95,29 @@ Explanation JobFlow::explain(JobId id) const {
                    .append(", which holds the turn of group '")
                    .append(e.group)
                    .append("'");
-      if (e.ahead > 0)
-        e.text.append("; ")
-            .append(std::to_string(e.ahead))
-            .append(e.ahead == 1 ? " more job of the group waits before it"
-                                 : " more jobs of the group wait before it");
+      more_before(e.text, e.ahead, " more job of the group waits before it",
+                  " more jobs of the group wait before it");
+      return e;
+    }
+  }
+  if (tenant) {
+    // As the group's place: a snapshot of the tenant's line under its lock.
+    const FifoGroups::Place p = lines_.tenants().place(at);
+    if (!p.group.empty() && slot(at).id.load(std::memory_order_relaxed) == id) {
+      e.holdup = Holdup::tenant_share;
+      e.tenant = p.group;
+      e.busy = p.taken;
+      e.limit = p.turns;
+      e.ahead = p.ahead;
+      e.text = std::string("waiting: tenant '")
+                   .append(e.tenant)
+                   .append("' has ")
+                   .append(std::to_string(e.busy))
+                   .append(" of its ")
+                   .append(std::to_string(e.limit))
+                   .append(" jobs ready or running");
+      more_before(e.text, e.ahead, " more of its jobs waits before it",
+                  " more of its jobs wait before it");
       return e;
     }
   }
@@ -125,12 +153,31 @@ Explanation JobFlow::explain(JobId id) const {
     }
     e.downstream.clear();  // it admits the job now: not what holds it back
   }
-  // Its place: the waiting jobs with smaller ids. Ids rise in add order on each producing
-  // thread (EngineCore::next_ids), so across producers this is the place roughly.
+  // Its place: the waiting jobs of higher priority, and of its own those with smaller ids. Ids
+  // rise in add order on each producing thread (EngineCore::next_ids), so across producers this
+  // is the place roughly; so is a level's order under aging, which may move an older job up.
+  std::uint64_t higher = 0;
   for (std::uint32_t i = 0; i < parts_.capacity; ++i) {
     const JobSlot& s = parts_.slot(i);
     if (ctl::state(s.ctl.load()) != SlotState::waiting) continue;
-    if (s.id.load(std::memory_order_relaxed) < id) ++e.ahead;
+    const std::uint32_t p = s.priority();
+    if (p > priority) {
+      ++higher;
+    } else if (p == priority && s.id.load(std::memory_order_relaxed) < id) {
+      ++e.ahead;
+    }
+  }
+  e.ahead += higher;
+  if (higher > 0) {
+    e.holdup = Holdup::higher_priority;
+    e.text = std::string("waiting: ")
+                 .append(std::to_string(higher))
+                 .append(higher == 1 ? " job of higher priority starts"
+                                     : " jobs of higher priority start")
+                 .append(" first (its priority: ")
+                 .append(std::to_string(priority))
+                 .append(")");
+    return e;
   }
   // After processing() read true (acquire): the workers' start wrote the count and the share.
   const std::uint64_t running = counts().active;

@@ -36,18 +36,22 @@ JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::
                FreeCells{stride_ * parts_.capacity, payload_align}),
       free_(parts_.capacity, sizeof(JobSlot) + stride_),
       dispatch_(parts_.core, parts_.stats, parts_.capacity, !parts_.options.downstream.empty(),
+                parts_.options.priorities,
+                is_never(parts_.options.priority_max_wait.count())
+                    ? 0
+                    : parts_.options.priority_max_wait.count(),
                 parts_.slots.get(), payload_.get(), stride_, parts_.name, *this),
       links_(parts_, *this, dispatch_),
       claims_(parts_),
-      groups_(parts_.slots.get(), parts_.capacity),
-      ends_(parts_, claims_, groups_, dispatch_, *this),
+      lines_(parts_.slots.get(), parts_.capacity, parts_.options),
+      ends_(parts_, claims_, lines_, dispatch_, *this),
       timers_(parts_.core, parts_.name, parts_.slots.get(), parts_.capacity,
               parts_.options.visibility_timeout),
       completions_(parts_, *this, links_, timers_),
       progress_(parts_),
       queries_(parts_, ends_.tracker(), progress_, *this),
-      control_(parts_, dispatch_, links_, groups_, ends_, timers_, *this),
-      leftovers_(parts_, free_, groups_, ends_.tracker(), timers_, *this) {
+      control_(parts_, dispatch_, links_, lines_, ends_, timers_, *this),
+      leftovers_(parts_, free_, lines_, ends_.tracker(), timers_, *this) {
   // Every queue: a link made later (JobOptions::downstream) needs to hear of pauses too.
   dispatch_.listen_to_pauses(this);
 }
@@ -487,8 +491,11 @@ void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
   // A job held for its downstream was counted waiting all along.
   const bool held = slot(idx).take_mark(JobSlot::kHeld);
   if (parts_.core.observed()) parts_.emit(EventKind::retry_due, slot(idx), now);
-  if (slot(idx).marked(JobSlot::kGrouped)) [[unlikely]] {
-    join_group(idx, false);  // into `waiting` (counted there), in its group's line ...
+  if (Lines::lined(slot(idx))) [[unlikely]] {
+    join_lines(idx, false);  // into `waiting` (counted there), in its lines ...
+  } else if (held) {
+    parts_.stats.add(kToReady);  // into `waiting` (counted there) ...
+    dispatch_.requeue(idx);      // ... with its wait going on: it was waiting all along
   } else {
     dispatch_.push_ready(idx);  // into `waiting` (counted there) ...
   }

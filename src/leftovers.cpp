@@ -58,7 +58,7 @@ bool Leftovers::take(const std::function<void(std::uint32_t, bool)>& take) {
           take(i, delayed && !held);
           // Out of its group's line, if it was in one (the turn a holder hands on goes to a job
           // this pass takes too: every waiting job is taken).
-          if (s.take_mark(JobSlot::kGrouped)) (void)groups_.leave(i);
+          if (Lines::lined(s)) (void)lines_.leave(i);
           s.ctl.mark_free();
           // A delayed job's index was on the wheel: back to the free list. A waiting one's stays
           // in the ready ring, which nothing pops after stop (next_job, run_ready).

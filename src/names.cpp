@@ -131,12 +131,16 @@ std::string_view to_string(Holdup h) noexcept {
       return "paused";
     case Holdup::group_turn:
       return "group_turn";
+    case Holdup::tenant_share:
+      return "tenant_share";
     case Holdup::downstream_paused:
       return "downstream_paused";
     case Holdup::downstream_full:
       return "downstream_full";
     case Holdup::downstream_rate:
       return "downstream_rate";
+    case Holdup::higher_priority:
+      return "higher_priority";
     case Holdup::workers_busy:
       return "workers_busy";
     case Holdup::queued:

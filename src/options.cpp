@@ -6,6 +6,7 @@
 #include "rail/backoff.hpp"
 #include "rail/detail/fifo_groups.hpp"
 #include "rail/detail/job_slot.hpp"
+#include "rail/detail/ready_levels.hpp"
 #include "rail/detail/validation.hpp"
 #include "rail/downstream.hpp"
 #include "rail/error.hpp"
@@ -128,6 +129,9 @@ void validate_job_options(const JobOptions& o, std::string_view where) {
   if (o.group.size() > detail::FifoGroups::kMaxKeyBytes) [[unlikely]]
     bad(where, "group", std::to_string(o.group.size()) + " bytes",
         "at most " + std::to_string(detail::FifoGroups::kMaxKeyBytes) + " bytes");
+  if (o.tenant.size() > detail::FifoGroups::kMaxKeyBytes) [[unlikely]]
+    bad(where, "tenant", std::to_string(o.tenant.size()) + " bytes",
+        "at most " + std::to_string(detail::FifoGroups::kMaxKeyBytes) + " bytes");
   if (!o.dedup.id.empty()) {
     if (o.dedup.ttl && o.dedup.ttl->count() <= 0)
       bad(where, "dedup.ttl", ns(*o.dedup.ttl), "a positive window, or no ttl");
@@ -195,6 +199,31 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
   if (o.max_stalls > 0xFFFF)
     bad(where, "max_stalls", std::to_string(o.max_stalls),
         "0 .. 65535 stalls a job survives before it is dead-lettered");
+  if (o.priorities == 0 || o.priorities > detail::ReadyLevels::kMaxLevels)
+    bad(where, "priorities", std::to_string(o.priorities),
+        "1 .. " + std::to_string(detail::ReadyLevels::kMaxLevels) + " levels (1: none)");
+  if (o.priority_max_wait.count() <= 0)
+    bad(where, "priority_max_wait", ns(o.priority_max_wait),
+        "a positive wait per level (Duration::max() for no aging)");
+  if (o.tenant_window == 0 || o.tenant_window > (1u << 20))
+    bad(where, "tenant_window", std::to_string(o.tenant_window),
+        "1 .. 2^20 jobs per unit of a tenant's weight");
+  for (std::size_t i = 0; i < o.tenants.size(); ++i) {
+    const TenantShare& t = o.tenants[i];
+    const std::string at = "tenants[" + std::to_string(i) + "]";
+    if (t.tenant.empty() || t.tenant.size() > detail::FifoGroups::kMaxKeyBytes)
+      bad(where, at + ".tenant", "'" + t.tenant + "'", "a name of 1 to 256 bytes");
+    if (t.weight == 0 || t.weight > (1u << 16))
+      bad(where, at + ".weight", std::to_string(t.weight), "1 .. 65536");
+    if (t.max_active == 0u)
+      bad(where, at + ".max_active", "0", "1 or more jobs ready or running (unset: no cap)");
+    for (std::size_t k = 0; k < i; ++k)
+      if (o.tenants[k].tenant == t.tenant)
+        bad(where, at + ".tenant", "'" + t.tenant + "'", "each tenant listed once");
+  }
+  if (o.defaults.priority >= o.priorities)
+    bad(where, "defaults.priority", std::to_string(o.defaults.priority),
+        "0 .. priorities - 1 (" + std::to_string(o.priorities - 1) + ")");
   if (o.dlq.alert_depth == 0u) bad(where, "dlq.alert_depth", "0", "1 or more (unset: no alert)");
   if (o.dedup_capacity == 0u)
     bad(where, "dedup_capacity", "0", "1 or more live dedup ids (unset: max(capacity, 4096))");

@@ -113,6 +113,9 @@ std::vector<JobInfo> QueueFront::jobs(JobStatus status, std::size_t limit) const
 QueueCounts QueueFront::counts() const noexcept {
   return flow(*this).counts();
 }
+std::vector<Duration> QueueFront::oldest_waits() const {
+  return flow(*this).oldest_waits();
+}
 void QueueFront::take_leftovers(FunctionRef<void(LeftoverJob&&, bool, void*)> take) {
   impl(*this).take_leftovers(take);
 }

@@ -119,7 +119,7 @@ BulkAddReceipt QueueImpl::add_bulk(std::string_view job_name, void* items, std::
   const bool observed = core().observed();
   for (std::size_t i = 0; i < n; ++i)
     init_slot(held[i], first + i, name_id, now, o);
-  if (!o.group.empty()) enter_groups(held, n, o.group);  // gives every slot back if it throws
+  if (Lines::wanted(o)) enter_lines(held, n, o);  // gives every slot back if it throws
   for (std::size_t i = 0; i < n; ++i) {
     ops_.move(cell(held[i]), item(i));
     if (observed) note_added(slot(held[i]), o.delay);

@@ -179,9 +179,12 @@ TEST(ExplainNames, EachHoldupHasItsSnakeCaseName) {
   EXPECT_EQ(to_string(Holdup::delayed), "delayed");
   EXPECT_EQ(to_string(Holdup::no_processor), "no_processor");
   EXPECT_EQ(to_string(Holdup::paused), "paused");
+  EXPECT_EQ(to_string(Holdup::group_turn), "group_turn");
+  EXPECT_EQ(to_string(Holdup::tenant_share), "tenant_share");
   EXPECT_EQ(to_string(Holdup::downstream_paused), "downstream_paused");
   EXPECT_EQ(to_string(Holdup::downstream_full), "downstream_full");
   EXPECT_EQ(to_string(Holdup::downstream_rate), "downstream_rate");
+  EXPECT_EQ(to_string(Holdup::higher_priority), "higher_priority");
   EXPECT_EQ(to_string(Holdup::workers_busy), "workers_busy");
   EXPECT_EQ(to_string(Holdup::queued), "queued");
 }

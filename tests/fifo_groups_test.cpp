@@ -63,6 +63,33 @@ TEST_F(FifoGroups, JobsOfOneGroupStartInAddOrderAndOneAtATimeAcrossRetries) {
   EXPECT_EQ(q.counts().groups, 0u);
 }
 
+TEST_F(FifoGroups, AJobAddedWhileTheEndOfTheTurnsHolderIsReportedWaitsItsTurn) {
+  // An observer of the holder's end adds to its group: the holder keeps its turn until its end
+  // is reported, so the new job waits behind it (no job of a group starts before the end event
+  // of the one before), and explain says so.
+  auto q = engine.declare_queue<int>("q", {});
+  std::vector<int> starts;
+  q.process({}, [&](Job<int>& j) -> Outcome {
+    starts.push_back(j.data());
+    return j.data() == 1 ? Outcome::fail("broken") : Outcome::done();
+  });
+  std::vector<Explanation> seen;
+  const Subscription sub = engine.subscribe([&](const Event& e) {
+    if (e.kind != EventKind::dead_lettered && e.kind != EventKind::completed) return;
+    if (seen.size() == 2) return;
+    const JobId added = q.add("j", 10 + static_cast<int>(seen.size()), in("g")).id;
+    seen.push_back(q.explain(added));
+    EXPECT_EQ(seen.back().behind, e.job_id);
+  });
+  const JobId dead = q.add("j", 1, in("g")).id;  // dead-lettered: its observer adds 10
+  engine.run_until_idle();                       // 10 completes: its observer adds 11
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].holdup, Holdup::group_turn);
+  EXPECT_EQ(seen[0].behind, dead);
+  EXPECT_EQ(seen[1].holdup, Holdup::group_turn);
+  EXPECT_EQ(starts, (std::vector<int>{1, 10, 11}));
+}
+
 TEST_F(FifoGroups, EveryKindOfEndHandsTheTurnOn) {
   auto q = engine.declare_queue<int>("q", {});
   std::vector<int> starts;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "rail/rail.hpp"
+#include "support/recent_canceller.hpp"
 #include "support/watchdog.hpp"
 
 namespace rail {
@@ -79,8 +80,9 @@ void run_rounds(bool shared) {
   for (int round = 0; round < kRounds; ++round) {
     for (int g = 0; g < kGroups; ++g)
       checks[g].last.store(-1);
-    std::atomic<JobId> newest{0};
-    std::atomic<int> adding{kProducers};
+    // While jobs are added, and a while after: most targets wait in their group's line.
+    test::RecentCanceller canceller([&](JobId id) { return q.cancel(id); }, kProducers, 64,
+                                    static_cast<unsigned>(round), 200);
     std::vector<std::thread> producers;
     for (int p = 0; p < kProducers; ++p)
       producers.emplace_back([&, p] {
@@ -92,19 +94,10 @@ void run_rounds(bool shared) {
             o.group = std::string("customer-").append(std::to_string(g));
             const AddReceipt a = q.add("j", Item{g, seq}, o);
             ASSERT_EQ(a.status, AddStatus::added);
-            newest.store(a.id, std::memory_order_relaxed);
+            canceller.note(a.id);
           }
-        adding.fetch_sub(1);
+        canceller.producer_done();
       });
-    std::thread canceller([&] {
-      std::mt19937 rng(static_cast<unsigned>(round));
-      // While jobs are added, and a while after: most targets wait in their group's line.
-      for (int after = 0; adding.load() > 0 || after < 200; after += adding.load() == 0) {
-        const JobId n = newest.load(std::memory_order_relaxed);
-        if (n > 64) (void)q.cancel(n - rng() % 64);
-        std::this_thread::yield();
-      }
-    });
     for (auto& t : producers)
       t.join();
     canceller.join();

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "orders/downstreams_scenario.hpp"
+#include "orders/fairness_scenario.hpp"
 
 namespace rail::orders {
 namespace {
@@ -165,4 +166,18 @@ TEST(DownstreamsScenario, RateLimitedPaymentsFinishWhileAStalledEmailApiWaitsWit
   // 60 charges, at most 20 in any second: the 41st starts 2 s after the 1st at the earliest.
   ASSERT_EQ(r.charge_starts.size(), 60u);
   EXPECT_GE(r.charge_starts.back(), std::chrono::seconds(2)) << log.str();
+}
+
+// Issue 38's demo: customer-42's steps run in order through a retry, a small shop's order is
+// not held back by a bulk importer's flood (its share of 16 jobs), and an express order starts
+// next whatever waits.
+TEST(FairnessScenario, PerCustomerOrderAPriorityLaneAndATenantThatCannotCrowdOutTheOthers) {
+  rail::Engine engine;
+  std::ostringstream log;
+  const auto r = rail::orders::run_fairness(engine, &log);
+  EXPECT_TRUE(r.ok()) << log.str();
+  EXPECT_EQ(r.customer42, (std::vector<std::string>{"charge", "charge", "ship", "email"}));
+  EXPECT_LE(r.small_shop_started_at, r.importer_share + 5) << log.str();
+  EXPECT_LE(r.express_started_at, 5u) << log.str();
+  EXPECT_EQ(r.completed, r.added);
 }

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "orders/downstreams_scenario.hpp"
+#include "orders/fairness_scenario.hpp"
 #include "orders/orders_scenario.hpp"
 
 int main(int argc, char** argv) {
@@ -11,9 +12,10 @@ int main(int argc, char** argv) {
   std::string scenario_name = "bullmq";
   app.add_option("--scenario", scenario_name,
                  "bullmq (exponential 500 ms), rabbitmq (fixed 2000 ms) or sqs (visibility timeout "
-                 "2 s, an overrunning handler, maxReceiveCount 3) or downstreams (a rate-limited "
-                 "payments gateway and a hung email API, issue 14)")
-      ->check(CLI::IsMember({"bullmq", "rabbitmq", "sqs", "downstreams"}));
+                 "2 s, an overrunning handler, maxReceiveCount 3), downstreams (a rate-limited "
+                 "payments gateway and a hung email API) or fairness (per-customer order, a "
+                 "priority lane, a tenant that cannot crowd out the others)")
+      ->check(CLI::IsMember({"bullmq", "rabbitmq", "sqs", "downstreams", "fairness"}));
   std::string dlq_journal;
   app.add_option("--dlq-journal", dlq_journal,
                  "keep the DLQ in this journal file (restored on the next run; read it with "
@@ -21,6 +23,18 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (scenario_name == "fairness") {
+      rail::Engine engine;
+      std::cout << "rail orders demo - scenario fairness\n";
+      const auto r = rail::orders::run_fairness(engine, &std::cout);
+      std::cout << "--- SUMMARY: customer-42's steps in order: "
+                << (r.customer42.size() == 4 ? "yes" : "no") << "; small-shop started at "
+                << r.small_shop_started_at << " (the importer's share is " << r.importer_share
+                << "); express started " << r.express_started_at << " start(s) after its add; "
+                << r.completed << " of " << r.added << " completed ---\n";
+      engine.shutdown();
+      return r.ok() ? 0 : 1;
+    }
     if (scenario_name == "downstreams") {
       rail::Engine engine;
       std::cout << "rail orders demo - scenario downstreams\n";

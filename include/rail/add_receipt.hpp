@@ -72,6 +72,7 @@ struct QueueCounts {
   std::uint64_t stalled = 0;        // lease lapses
   std::uint64_t late_outcomes = 0;  // outcomes of lapsed deliveries, ignored
   std::uint64_t groups = 0;         // FIFO groups with jobs now (JobOptions::group)
+  std::uint64_t tenants = 0;        // tenants with jobs now (JobOptions::tenant)
   bool paused = false;
 };
 

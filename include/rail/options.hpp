@@ -83,6 +83,23 @@ struct JobOptions {
   /// once it completed, was dead-lettered, discarded or cancelled. Different groups run in
   /// parallel. At most 256 bytes. A redriven job is in no group (its group has moved on).
   std::string group{};
+  /// The job's priority on a queue with priority levels (QueueOptions::priorities): 0 to
+  /// priorities - 1, higher first; equal priorities in the order they became ready. 0 on a queue
+  /// without levels. A redriven job has priority 0.
+  std::uint8_t priority = 0;
+  /// The job's tenant (the customer it is for); empty: none. Each tenant has a share of turns
+  /// (QueueOptions::tenants, tenant_window): a job starts only while its tenant holds fewer of
+  /// its jobs ready or running than that, else it waits in the tenant's line, in order. So one
+  /// tenant's flood cannot crowd out the others. At most 256 bytes. A redriven job has none.
+  std::string tenant{};
+};
+
+/// TenantShare: a tenant's weight and cap (QueueOptions::tenants).
+struct TenantShare {
+  std::string tenant;  // JobOptions::tenant
+  std::uint32_t weight =
+      1;  // its share: weight x QueueOptions::tenant_window jobs ready or running
+  std::optional<std::uint32_t> max_active{};  // and at most this many (unset: no cap)
 };
 
 /// OnFull: what add() does when the queue holds `capacity` unfinished jobs.
@@ -163,6 +180,24 @@ struct QueueOptions {
   /// its concurrency and rate limits decide when each job may start, shared with every other queue
   /// that names it. Empty: none.
   std::string downstream{};
+  /// Priority levels (BullMQ's job priority): the queue's ready jobs wait at their
+  /// JobOptions::priority, 0 to priorities - 1, and the next to start is the oldest of the
+  /// highest level that holds one (O(1): a ring per level and a bitmap of the non-empty ones).
+  /// 1 to 8; 1: no levels, the fastest path (per-producer lanes). With several levels the
+  /// queue's ready jobs are in rings instead of lanes, and a worker takes them one at a time.
+  std::uint32_t priorities = 1;
+  /// Aging (with priorities > 1): a ready job ranks one level higher for each priority_max_wait
+  /// it has waited, so a steady stream of urgent work cannot starve the rest: a job of level l
+  /// starts within (priorities - 1 - l) x priority_max_wait plus the time the jobs ranked above
+  /// it take to start. Duration::max(): no aging.
+  Duration priority_max_wait = Duration::max();
+  /// Fair shares (JobOptions::tenant): each tenant may hold weight x tenant_window of its jobs
+  /// ready or running at once (weight 1 unless listed here; max_active caps it); the rest wait in
+  /// the tenant's line. Work-conserving while the queue's workers are at most tenant_window: a
+  /// lone tenant still keeps every worker busy. A new tenant's first job waits behind at most the
+  /// other tenants' shares; with every tenant backlogged, starts split as the weights.
+  std::vector<TenantShare> tenants{};
+  std::uint32_t tenant_window = 64;  // 1 .. 2^20
 };
 
 /// WorkerOptions: the pool that drains a queue, sized to what the downstream service can take.

@@ -288,6 +288,11 @@ class Queue {
   /// that is running or ended answers Holdup::none with its state. Cold path: scans the slots.
   [[nodiscard]] Explanation explain(JobId id) const { return impl_->explain(id); }
 
+  /// oldest_waits() says, per priority level (QueueOptions::priorities; index = level), how long
+  /// the oldest ready job of that level has waited to start: 0 for a level with none. A snapshot
+  /// (one look per level, each a guess as state()'s); one entry of 0 on a queue without levels.
+  [[nodiscard]] std::vector<Duration> oldest_waits() const { return impl_->oldest_waits(); }
+
   /// promote(id) runs a delayed job now (BullMQ promote): it becomes waiting at once. A job
   /// waiting out a retry's backoff is delayed too, and is promoted the same way. Returns false
   /// if job `id` is not delayed in this queue (waiting, held back by its downstream, running,

@@ -69,8 +69,10 @@ std::uint64_t GroupLedger::check(const std::function<void(std::string)>& violati
               [](const Started& a, const Started& b) { return a.start < b.start; });
     for (std::size_t k = 1; k < jobs.size(); ++k)
       if (jobs[k - 1].end == 0 || jobs[k].start < jobs[k - 1].end)
-        violation(group_name(g) + ": job " + std::to_string(jobs[k].id) + " started while job " +
-                  std::to_string(jobs[k - 1].id) + " of its group had not ended");
+        violation(group_name(g) + ": job " + std::to_string(jobs[k].id) + " started (stamp " +
+                  std::to_string(jobs[k].start) + ") while job " + std::to_string(jobs[k - 1].id) +
+                  " of its group had not ended (started " + std::to_string(jobs[k - 1].start) +
+                  ", ended " + std::to_string(jobs[k - 1].end) + ")");
   }
   return started;
 }

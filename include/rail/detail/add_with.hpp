@@ -51,14 +51,14 @@ JobFlow::Added JobFlow::add_with(std::string_view job_name, const JobOptions& o,
     init_slot(idx, id, name_id, now, o);
     claims_.hold(idx, o);
   }
-  if (!o.group.empty() || watch) [[unlikely]] {
+  if (Lines::wanted(o) || watch) [[unlikely]] {
     try {
-      if (!o.group.empty()) enter_group(idx, o.group);
+      if (Lines::wanted(o)) lines_.enter(idx, o);
       if (watch) *watch = ends_.tracker().watch(id, true);
     } catch (...) {  // no memory for its group's record or to track it: nothing was added
       // The id first: once the slot is free, an add of the same id may take it.
       if (!o.dedup.id.empty()) (void)claims_.window().release(o.dedup.id, id);
-      give_back(idx);  // out of its group, if it entered one
+      give_back(idx);  // out of the lines it entered
       throw;
     }
   }

@@ -68,6 +68,7 @@
 #include "rail/detail/pause_barrier.hpp"
 #include "rail/detail/queue_stats.hpp"
 #include "rail/detail/ready_lanes.hpp"
+#include "rail/detail/ready_levels.hpp"
 #include "rail/detail/thread_group.hpp"
 #include "rail/detail/wake_target.hpp"
 #include "rail/detail/worker_stash.hpp"
@@ -180,14 +181,15 @@ class Dispatcher {
   /// How long the spinner polls for work before sleeping.
   static constexpr std::int64_t kSpinNs = 50'000;
 
-  /// Dispatcher(...): the ready jobs have room for every slot, in lanes or one ring (see the
+  /// Dispatcher(...): the ready jobs have room for every slot, in lanes or rings (see the
   /// header; permits_first: the queue's own downstream will hand out permits: take_permits_from
-  /// follows). slots/payload/payload_stride let next_job prefetch a batch's slots and payloads
-  /// without knowing the payload type. `queue` names the queue in its events and `owner` is it
-  /// (both outlive the dispatcher).
+  /// follows; levels and max_wait_ns: its priority levels and their aging, ready_levels.hpp).
+  /// slots/payload/payload_stride let next_job prefetch a batch's slots and payloads without
+  /// knowing the payload type. `queue` names the queue in its events and `owner` is it (both
+  /// outlive the dispatcher).
   Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity, bool permits_first,
-             const JobSlot* slots, const void* payload, std::size_t payload_stride,
-             std::string_view queue, const QueueBase& owner);
+             std::uint32_t levels, std::int64_t max_wait_ns, JobSlot* slots, const void* payload,
+             std::size_t payload_stride, std::string_view queue, const QueueBase& owner);
   ~Dispatcher();
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
@@ -223,18 +225,29 @@ class Dispatcher {
            (share_ == 0 || serving_.load(std::memory_order_relaxed) < share_) && work_visible();
   }
 
-  /// push_ready(idx): a job may start now (counted into `waiting`), and a worker will look.
+  /// push_ready(idx): a job may start now (counted into `waiting`, its wait starting now), and
+  /// a worker will look.
   void push_ready(std::uint32_t idx) noexcept {
     stats_.add(kToReady);
+    stamp_ready(idx);
     requeue(idx);
   }
   void push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexcept;
-  /// requeue(idx): push_ready without the count: for a job that never left `waiting` (its
-  /// downstream refused it, then woke it), counted there already.
+  /// requeue(idx): push_ready without the count and the stamp: for a job that never left
+  /// `waiting` (its downstream refused it, then woke it; a line handed it a turn), counted
+  /// there already, its wait going on.
   void requeue(std::uint32_t idx) noexcept {
     push_entries(&idx, 1);
     wake_for_ready();
   }
+  /// stamp_ready(idx): the job in slot idx became waiting now: where its wait starts, for the
+  /// priority levels' aging (ready_levels.hpp; nothing without levels).
+  void stamp_ready(std::uint32_t idx) noexcept {
+    if (ring_) ring_->stamp(idx);
+  }
+  /// one_at_a_time(): workers pop one ready job at a time (priority levels: each pop takes the
+  /// best-ranked job of its moment), so a pop never fills a batch.
+  [[nodiscard]] bool one_at_a_time() const noexcept { return ring_ && ring_->levels() > 1; }
 
   /// sweep_ready(keep): cold: takes each index that is ready now once (in the workers' stashes,
   /// the lanes or the ring) and puts it back unless keep(idx) is false, in which case keep
@@ -279,14 +292,14 @@ class Dispatcher {
     } else {
       // Counted before the stashes' jobs go in behind them, so those (popped first, so older)
       // stay in front of the ring's.
-      std::size_t in_ring = ring_->size_approx();
-      const auto put_back = [&](std::uint32_t i) {
-        push_entries(&i, 1);
-        kept = true;
-      };
-      empty_stashes(put_back);
-      for (; in_ring > 0 && ring_->try_pop(idx); --in_ring)
-        if (keep(slot_of(idx))) put_back(slot_of(idx));
+      ring_->sweep(
+          [&](auto&& put) {
+            empty_stashes([&](std::uint32_t i) {
+              put(entry_of(i));
+              kept = true;
+            });
+          },
+          [&](std::uint32_t e) { return keep(slot_of(e)) && (kept = true); });
     }
     // release: the pushes back happen before an inline runner's acquire load that reads it.
     sweep_gen_.fetch_add(1, std::memory_order_release);
@@ -351,6 +364,10 @@ class Dispatcher {
   [[nodiscard]] std::uint32_t workers() const noexcept {
     return worker_count_.load(std::memory_order_relaxed);  // a sizing hint for wake-ups
   }
+  /// oldest_wait(level, now): ReadyLevels::oldest_wait (0 with lanes: no levels).
+  [[nodiscard]] std::int64_t oldest_wait(std::uint32_t level, std::int64_t now) const noexcept {
+    return ring_ ? ring_->oldest_wait(level, now) : 0;
+  }
   /// worker_limit(): how many of this queue's jobs may run at once: its own workers, or its
   /// share of the shared pool (0 before start).
   [[nodiscard]] std::uint32_t worker_limit() const noexcept {
@@ -384,19 +401,22 @@ class Dispatcher {
     return entry & ~kNamesOther;
   }
   /// push_entries(idx, n): pushes n ready indices, in order: into this thread's lane as one
-  /// chain, or into the ring, each marked (entry_of) if need be.
+  /// chain, or into the rings, each marked (entry_of) if need be.
   void push_entries(const std::uint32_t* idx, std::size_t n) noexcept;
+  /// put_back_entries(idx, n): push_entries for jobs popped and put back (a pause's hold-back
+  /// inline): into the rings without a new start of their wait (ready_levels.hpp).
+  void put_back_entries(const std::uint32_t* idx, std::size_t n) noexcept;
   /// pop_ready(out, max, w): up to max ready indices (marks stripped) for worker w.
   std::size_t pop_ready(std::uint32_t* out, std::size_t max, std::uint32_t w) noexcept;
   /// ready_any(): a hint: a ready index is in the lanes or the ring.
   [[nodiscard]] bool ready_any() const noexcept {
     return lanes_ ? lanes_->any() : ring_->size_approx() > 0;
   }
-  /// other_at_head(): a hint: the oldest ready job names another downstream (kNamesOther). The
-  /// ring's: a queue with a PermitSource has no lanes.
+  /// other_at_head(): a hint: the ready job next in line names another downstream
+  /// (kNamesOther). The rings': a queue with a PermitSource has no lanes.
   [[nodiscard]] bool other_at_head() const noexcept {
     std::uint32_t e = 0;
-    return ring_->peek(ring_->pops(), e) && (e & kNamesOther) != 0;
+    return ring_->peek_next(e) && (e & kNamesOther) != 0;
   }
   bool next_permitted_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   bool pop_inline(WorkerContext& wc, std::uint32_t& idx) noexcept;
@@ -452,9 +472,9 @@ class Dispatcher {
   const JobSlot* slots_;
   const char* payload_;
   std::size_t payload_stride_;
-  // The ready jobs: lanes, or (lanes_ null) the ring; see the header.
+  // The ready jobs: lanes, or (lanes_ null) the rings, one per priority level; see the header.
   std::unique_ptr<ReadyLanes> lanes_;
-  std::optional<MpmcRing<std::uint32_t>> ring_;
+  std::optional<ReadyLevels> ring_;
   // Sweeps of the ready ring begun plus ended (sweep_ready); cold.
   std::atomic<std::uint64_t> sweep_gen_{0};
   // The dedicated workers' wake target; wake_ points at it, or at the shared pool's.

@@ -42,6 +42,9 @@ inline void return_permit(DownstreamGate& gate, const Outcome& out, std::int64_t
   gate.release(now, next_taker);
 }
 
+static_assert(GateLink::kMaxLinks <= (1u << JobSlot::kPriorityShift),
+              "a job's link number is the low bits of its JobSlot::link byte");
+
 class DownstreamLinks {
  public:
   /// DownstreamLinks(parts, flow, dispatch): makes link 0 when the queue names a downstream

@@ -1,31 +1,35 @@
-// FifoGroups: a queue's FIFO groups (JobOptions::group, SQS FIFO's MessageGroupId). The jobs of
-// one group start one at a time, in the order they joined its line; different groups run in
-// parallel. A job joins when it becomes due (at its add, or when its delay ends) and holds its
-// group's turn from then until it ends: across retries, lapses and downstream waits.
+// FifoGroups: lines of jobs by key, each with a number of turns: a queue's FIFO groups
+// (JobOptions::group, SQS FIFO's MessageGroupId: one turn per group) and its tenants'
+// shares (JobOptions::tenant: weight x QueueOptions::tenant_window turns, or the tenant's cap).
+// The jobs of one line take its turns in the order they joined it; different lines are
+// independent. A job joins when it becomes due (at its add, or when its delay ends) and holds
+// its turn from then until it ends: across retries, lapses and downstream waits.
 //
 // Contract:
 // * enter(idx, key): the holder of slot idx, before publishing its job, names the job's group. The
 //   group's record is made here, so this is the one call that allocates (and may throw).
-// * join(idx, publish): the job in slot idx is due. It takes the turn if nobody holds it (true:
-//   the caller makes it ready) or parks at the tail of the line (false: the line holds its index
+// * join(idx, publish): the job in slot idx is due. It takes a turn if one is free (true: the
+//   caller makes it ready) or parks at the tail of the line (false: the line holds its index
 //   from then on). publish: the add's own publication of the slot (waiting), made under the lock
 //   so the job is in the line before a cancel can find it waiting. A job that is no longer waiting
 //   (a cancel came between its timer and the join) joins nothing: true, and its popper drops it.
-// * leave(idx): the job in slot idx ended (or its add was undone, or take_leftovers took it),
-//   exactly once per enter. A turn holder hands the turn to the first job of the line still
+// * leave(idx), or close(idx) then release(): the job in slot idx ended (or its add was undone,
+//   or take_leftovers took it), exactly once per enter (close keeps its turn taken until its end
+//   is reported). A turn holder hands its turn to the first job of the line still
 //   waiting, whose index is returned (the caller makes it ready; kNone: none); a parked job is
-//   unlinked. A group with no job left is forgotten.
+//   unlinked. A line with no job left is forgotten.
 // * unpark(idx): a cancel took the parked job in slot idx out of `waiting`: unlinks it; true if it
 //   was parked (the caller then holds its index, as a popper would).
-// * place(idx): the group, turn holder and jobs ahead of a parked job (explain; cold).
+// * place(idx): the line, a turn holder, the turns taken and free, and the jobs ahead of a
+//   parked job (explain; cold).
 //
-// Invariants, under the shard's lock: a group has a record while it has a job entered and not
-// left (`jobs`); a parked job has a holder ahead of it unless every parked job has left
-// `waiting` (join makes a joiner the holder when nobody holds the turn; leave hands the turn to
-// the first waiting job); a parked job taken out of `waiting` stays linked until its taker
-// unparks it, and the hand-off passes over it. Memory follows the groups that have jobs now, not
-// every group ever seen: records go when their last job leaves and a shard's table shrinks when an
-// eighth full.
+// Invariants, under the shard's lock: a line has a record while it has a job entered and not
+// left, or closed and not released (`jobs`); while a parked job is waiting, every turn is taken
+// (join takes a free turn rather than park; leave hands a freed turn to the first waiting job); a
+// parked job taken out of `waiting` stays linked until its taker unparks it, and the hand-off
+// passes over it. A line's turns are fixed when its record is made (turns_of), so only a job's end
+// frees one. Memory follows the groups that have jobs now, not every group ever seen: records go
+// when their last job leaves and a shard's table shrinks when an eighth full.
 //
 // Algorithm: 64 shards by the key's hash, each an open-addressing table of group records with
 // linear probing and backward-shift deletion (as DedupSet: no tombstones), load at most 1/2, under
@@ -62,7 +66,12 @@ class FifoGroups {
   static constexpr std::uint32_t kNone = 0xFFFF'FFFF;
   static constexpr std::size_t kMaxKeyBytes = 256;  // validate_job_options enforces it
 
-  FifoGroups(JobSlot* slots, std::size_t capacity) noexcept : slots_(slots), capacity_(capacity) {}
+  /// TurnsOf: the turns of a new line with key `key` (at least 1); null: 1 for every line.
+  using TurnsOf = std::uint32_t (*)(const void* ctx, std::string_view key);
+
+  FifoGroups(JobSlot* slots, std::size_t capacity, TurnsOf turns_of = nullptr,
+             const void* ctx = nullptr) noexcept
+      : slots_(slots), capacity_(capacity), turns_of_(turns_of), ctx_(ctx) {}
   FifoGroups(const FifoGroups&) = delete;
   FifoGroups& operator=(const FifoGroups&) = delete;
 
@@ -72,12 +81,29 @@ class FifoGroups {
   bool join(std::uint32_t idx, bool publish) noexcept;
   /// leave(idx): see the header; the index of the job that takes the turn, or kNone.
   std::uint32_t leave(std::uint32_t idx) noexcept;
+
+  /// Closing: a turn whose job has ended but whose end is not reported yet (close()).
+  struct Closing {
+    std::uint64_t hash = 0;
+    std::uint32_t idx = kNone;  // the ended job's slot
+    std::string key;            // its line's; empty: nothing to release
+    [[nodiscard]] bool pending() const noexcept { return !key.empty(); }
+  };
+  /// close(idx): leave() in two steps, for an end that is reported after its job left its slot:
+  /// the job leaves its line now, but a turn it holds stays taken (its line's record with it)
+  /// until release(), so no job takes it before the end is reported. Throws bad_alloc (copying
+  /// the key) before it changes anything.
+  [[nodiscard]] Closing close(std::uint32_t idx);
+  /// release(c): the turn close() kept goes on: the index of the job that takes it, or kNone.
+  std::uint32_t release(const Closing& c) noexcept;
   /// unpark(idx): see the header.
   bool unpark(std::uint32_t idx) noexcept;
 
   struct Place {
-    std::string group;             // its key
-    std::uint32_t holder = kNone;  // the slot of the job holding the turn (kNone: none now)
+    std::string group;             // its line's key
+    std::uint32_t holder = kNone;  // the slot of a job holding a turn (kNone: none now)
+    std::uint32_t taken = 0;       // turns taken
+    std::uint32_t turns = 1;       // turns of the line
     std::uint64_t ahead = 0;       // parked jobs still waiting ahead of it
   };
   /// place(idx): where the job in slot idx is parked, or nullopt-like (holder kNone, empty group)
@@ -102,11 +128,13 @@ class FifoGroups {
     std::uint32_t next = kNone, prev = kNone;  // its line, while parked
     Role role = Role::none;
   };
-  struct Group {  // a group with jobs; empty table cell: jobs == 0
+  struct Group {  // a line with jobs; empty table cell: jobs == 0
     std::string key;
     std::uint64_t hash = 0;
     std::uint32_t jobs = 0;                    // entered and not left
-    std::uint32_t holder = kNone;              // the turn's holder
+    std::uint32_t turns = 1;                   // its turns (turns_of, when the record was made)
+    std::uint32_t taken = 0;                   // turns held
+    std::uint32_t holder = kNone;              // the latest job to take a turn (explain)
     std::uint32_t head = kNone, tail = kNone;  // the parked jobs, oldest first
   };
   struct alignas(64) Shard {
@@ -128,9 +156,15 @@ class FifoGroups {
     return tables_.get()->members[idx];
   }
   /// find(sh, m): m's group's record in sh (under its lock; it has one while m is entered).
-  static Group& find(Shard& sh, const Member& m) noexcept;
+  static Group& find(Shard& sh, const Member& m) noexcept { return find(sh, m.key, m.hash); }
+  static Group& find(Shard& sh, std::string_view key, std::uint64_t hash) noexcept;
+  /// hand_on(g): a turn of g is free: the first parked job still waiting takes it (its index, or
+  /// kNone); the ones before it left `waiting` and stay linked until their takers unpark them.
+  std::uint32_t hand_on(Group& g) noexcept;
+  /// drop_job(sh, g): one job of g is gone for good; a record with none left is erased.
+  void drop_job(Shard& sh, Group& g) noexcept;
   /// insert(sh, key, hash): the record for key, made if missing (may grow the table: bad_alloc).
-  static Group& insert(Shard& sh, std::string_view key, std::uint64_t hash);
+  Group& insert(Shard& sh, std::string_view key, std::uint64_t hash);
   /// erase(sh, g): removes g's record by backward shift, then shrinks an eighth-full table.
   static void erase(Shard& sh, Group& g) noexcept;
   static void rehash(Shard& sh, std::size_t size);
@@ -139,6 +173,8 @@ class FifoGroups {
 
   JobSlot* const slots_;
   const std::size_t capacity_;
+  const TurnsOf turns_of_;
+  const void* const ctx_;
   LazyOwned<Tables> tables_;
 };
 

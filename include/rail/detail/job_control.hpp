@@ -26,21 +26,21 @@
 
 #include "rail/detail/dispatcher.hpp"
 #include "rail/detail/downstream_links.hpp"
-#include "rail/detail/fifo_groups.hpp"
 #include "rail/detail/flow_parts.hpp"
 #include "rail/detail/job_ends.hpp"
+#include "rail/detail/lines.hpp"
 #include "rail/detail/timer_port.hpp"
 
 namespace rail::detail {
 
 class JobControl {
  public:
-  JobControl(FlowParts& parts, Dispatcher& dispatch, DownstreamLinks& links, FifoGroups& groups,
+  JobControl(FlowParts& parts, Dispatcher& dispatch, DownstreamLinks& links, Lines& lines,
              JobEnds& ends, TimerPort& timers, TimerClient& client) noexcept
       : parts_(parts),
         dispatch_(dispatch),
         links_(links),
-        groups_(groups),
+        lines_(lines),
         ends_(ends),
         timers_(timers),
         client_(client) {}
@@ -82,7 +82,7 @@ class JobControl {
   FlowParts& parts_;
   Dispatcher& dispatch_;
   DownstreamLinks& links_;
-  FifoGroups& groups_;
+  Lines& lines_;
   JobEnds& ends_;
   TimerPort& timers_;
   TimerClient& client_;

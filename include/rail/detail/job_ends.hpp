@@ -1,5 +1,6 @@
 // JobEnds: the one owner of a job's end — completed, dead-lettered, cancelled or discarded: it
-// counts the end, hands its FIFO group's turn on, lets the job's dedup id go, enters it in the
+// counts the end, hands its lines' turns on (its FIFO group's, its tenant's), lets the job's
+// dedup id go, enters it in the
 // history, raises its event, tells its waiters and retained ends (EndTracker), and frees its
 // slot, or leaves that to the last stale handler that still pins it.
 //
@@ -31,8 +32,8 @@
 #include "rail/detail/asymmetric_fence.hpp"
 #include "rail/detail/dedup_claims.hpp"
 #include "rail/detail/end_tracker.hpp"
-#include "rail/detail/fifo_groups.hpp"
 #include "rail/detail/flow_parts.hpp"
+#include "rail/detail/lines.hpp"
 #include "rail/event.hpp"
 
 namespace rail::detail {
@@ -114,7 +115,7 @@ class Holding {
 
 class JobEnds {
  public:
-  JobEnds(FlowParts& parts, DedupClaims& claims, FifoGroups& groups, Dispatcher& dispatch,
+  JobEnds(FlowParts& parts, DedupClaims& claims, Lines& lines, Dispatcher& dispatch,
           PayloadHooks& payloads);
   JobEnds(const JobEnds&) = delete;
   JobEnds& operator=(const JobEnds&) = delete;
@@ -123,9 +124,9 @@ class JobEnds {
   struct Settled {
     bool kept = false;             // an add was kept for after it: run_deferred
     std::optional<EndRecord> end;  // its waiters and retained ends want it (EndTracker)
-    // The job its FIFO group's turn went to (FifoGroups::leave): made ready by ended(), once
-    // this end was reported, so the next job of a group starts after its waiters heard.
-    std::uint32_t turn = FifoGroups::kNone;
+    // The turns it held in its lines, kept until ended() releases them once this end was
+    // reported: the next job of a line starts after its event and its waiters.
+    Lines::Closing closing{};
   };
 
   /// end(idx, kind, reason, now, wc, why, result): the job in slot idx ends as `kind` (reason:
@@ -139,10 +140,9 @@ class JobEnds {
   void complete(std::uint32_t idx, WorkerContext& wc, std::shared_ptr<const void>&& result) {
     JobSlot& s = parts_.slot(idx);
     s.end_reason = DeadLetterReason::none;
-    const std::uint32_t turn = leave_group(s);
     if (note(s, EndKind::completed, &wc)) [[unlikely]] {
       Settled settled;
-      settled.turn = turn;
+      if (Lines::lined(s)) settled.closing = lines_.close(idx);
       settled.end = record_of(s, EndKind::completed, parts_.core.now_ns(), {}, std::move(result));
       leave(idx, EndKind::completed, std::move(settled));
       return;
@@ -154,9 +154,14 @@ class JobEnds {
     // ResultsThreaded.ACompletedJobsResultIsDestroyedBeforeDrainReturns).
     result.reset();
     s.end_kind = EndKind::completed;
+    // Nobody observes or waits: nothing to report first, the turns go on now.
+    const Turns turns = Lines::lined(s) ? lines_.leave(idx) : Turns{};
     if (s.ctl.end()) final_end(idx);
-    if (turn != FifoGroups::kNone) [[unlikely]]
-      hand_turn(turn);
+    if (turns.any()) [[unlikely]] {
+      Lines::Closing now;
+      now.now = turns;
+      hand_turns(std::move(now));
+    }
   }
 
   /// record(s, kind, now, wc, why, result): counts the job's end, lets its dedup id go, notes
@@ -175,8 +180,8 @@ class JobEnds {
       } catch (...) {  // no memory to retain it: its waiter learns it by id from the history
       }
     }
-    if (settled.turn != FifoGroups::kNone) [[unlikely]]
-      hand_turn(settled.turn);
+    if (settled.closing.any()) [[unlikely]]
+      hand_turns(std::move(settled.closing));
   }
   /// final_end(idx, event): the job in slot idx has ended and its last pin went: its payload
   /// goes (retire).
@@ -241,20 +246,13 @@ class JobEnds {
     light_fence();
     return tracker_.wanted();
   }
-  /// leave_group(s): the job in s ends (complete() and settle(), once per end, whatever its
-  /// kind): a grouped job leaves its group; the job its turn went to, or kNone. That job was
-  /// counted waiting while parked, and is made ready once this end is reported (Settled::turn).
-  std::uint32_t leave_group(JobSlot& s) noexcept {
-    if (!s.marked(JobSlot::kGrouped)) [[likely]]
-      return FifoGroups::kNone;
-    s.mark(JobSlot::kGrouped, false);
-    return groups_.leave(parts_.index_of(s));
-  }
-  /// hand_turn(idx): the job in slot idx took its group's turn from a job whose end has been
-  /// reported: it is made ready. Events raised while this thread owns the wheel (an end decided
-  /// by a lapse) wait until it lets the wheel go; so does this, to stay behind them (if the call
-  /// cannot be kept for lack of memory, the job is made ready at once: nothing is lost).
-  void hand_turn(std::uint32_t idx) noexcept;
+  /// hand_turns(c): a job's end was reported: the turns it kept (Lines::close) are released,
+  /// and the jobs that take them go on: a group's next job to its tenant's line
+  /// (Lines::admit_tenant), a tenant's to ready (both were counted waiting while parked). Events
+  /// raised while this thread owns the wheel (an end decided by a lapse) wait until it lets the
+  /// wheel go; so does this, to stay behind them (if the call cannot be kept for lack of memory,
+  /// it runs at once: nothing is lost).
+  void hand_turns(Lines::Closing c) noexcept;
   /// leave(idx, kind, settled): the job's end is settled: it leaves slot idx (freed now, or by
   /// the last stale handler to return), then ended().
   void leave(std::uint32_t idx, EndKind kind, Settled&& settled);
@@ -264,7 +262,7 @@ class JobEnds {
 
   FlowParts& parts_;
   DedupClaims& claims_;
-  FifoGroups& groups_;
+  Lines& lines_;
   Dispatcher& dispatch_;
   PayloadHooks& payloads_;
   // Results (Engine::declare_queue<T, R>): R's identity and printer, and who hears of ends.

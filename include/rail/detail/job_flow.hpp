@@ -14,7 +14,7 @@
 //                 word is SlotControl's (slot_table.hpp), the only code that changes a job's state
 //   free_         free slot indices, recycled first (free_slots.hpp)
 //   claims_       dedup ids and keep gates (dedup_claims.hpp)
-//   groups_       FIFO groups: a line per group with jobs, one turn each (fifo_groups.hpp)
+//   lines_        FIFO groups' and tenants' lines, and their turns (lines.hpp)
 //   dispatch_     the ready ring, stashes, wake-ups and worker threads (dispatcher.hpp)
 //   links_        the downstreams the jobs call and their blocked rings (downstream_links.hpp)
 //   timers_       the wheel: delays, retries, the lease sweep, schedules (timer_port.hpp)
@@ -74,7 +74,6 @@
 #include "rail/detail/dedup_claims.hpp"
 #include "rail/detail/dispatcher.hpp"
 #include "rail/detail/downstream_links.hpp"
-#include "rail/detail/fifo_groups.hpp"
 #include "rail/detail/flow_parts.hpp"
 #include "rail/detail/free_slots.hpp"
 #include "rail/detail/job_control.hpp"
@@ -83,6 +82,7 @@
 #include "rail/detail/lazy_owned.hpp"
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/leftovers.hpp"
+#include "rail/detail/lines.hpp"
 #include "rail/detail/prefetch.hpp"
 #include "rail/detail/progress_board.hpp"
 #include "rail/detail/timer_port.hpp"
@@ -110,7 +110,8 @@ class JobFlow : public QueueBase,
   const std::string& name() const noexcept final { return parts_.name; }
   QueueCounts counts() const noexcept final {
     QueueCounts c = parts_.stats.counts(dispatch_.paused());
-    c.groups = groups_.groups();
+    c.groups = lines_.groups().groups();
+    c.tenants = lines_.tenants().groups();
     return c;
   }
   /// waiting_in_line(): waiting jobs in the ready ring, not held at a downstream (a figure:
@@ -156,6 +157,14 @@ class JobFlow : public QueueBase,
   [[nodiscard]] JobState state(JobId id) const { return queries_.state(id); }
   /// explain(id): Queue::explain (job_explain.cpp).
   [[nodiscard]] Explanation explain(JobId id) const;
+  /// oldest_waits(): Queue::oldest_waits.
+  [[nodiscard]] std::vector<Duration> oldest_waits() const {
+    const std::int64_t now = parts_.core.now_ns();
+    std::vector<Duration> waits(parts_.options.priorities);
+    for (std::uint32_t l = 0; l < parts_.options.priorities; ++l)
+      waits[l] = Duration{dispatch_.oldest_wait(l, now)};
+    return waits;
+  }
   /// retime(id, due, held_only): a delayed job runs at `due` instead (promote: now). See
   /// Queue::promote. held_only: the gate's call, for its leader held on the wheel.
   bool retime(JobId id, std::int64_t due, bool held_only = false) {
@@ -352,8 +361,8 @@ class JobFlow : public QueueBase,
         [[unlikely]]
       reject_job_name(name, parts_.name);
     validate_job_options(o, "JobOptions");
-    if (o.backoff.kind == BackoffKind::custom || o.visibility_timeout || !o.downstream.empty())
-        [[unlikely]]
+    if (o.backoff.kind == BackoffKind::custom || o.visibility_timeout || !o.downstream.empty() ||
+        o.priority != 0) [[unlikely]]
       admit_unusual(o);
   }
   [[noreturn]] void throw_shutting_down() const;
@@ -376,19 +385,14 @@ class JobFlow : public QueueBase,
   /// give_back(idx): a slot acquired but never published (a duplicate add, a failed one)
   /// returns unused; a job that entered its group leaves it.
   void give_back(std::uint32_t idx) noexcept {
-    if (slot(idx).take_mark(JobSlot::kGrouped)) [[unlikely]]
-      (void)groups_.leave(idx);  // it never joined: no turn to hand on
+    if (Lines::lined(slot(idx))) [[unlikely]]
+      (void)lines_.leave(idx);  // it never joined: no turn to hand on
     free_.push(idx);
   }
-  /// enter_group(idx, group): after init_slot, the job in slot idx enters FIFO group `group`
-  /// (kGrouped marks it once it did). Throws bad_alloc: nothing entered.
-  void enter_group(std::uint32_t idx, std::string_view group) {
-    groups_.enter(idx, group);
-    slot(idx).mark(JobSlot::kGrouped, true);
-  }
-  /// enter_groups(idx, n, group): enter_group for n jobs of one add_bulk; on failure (bad_alloc)
-  /// the slots go back to the free list, as name_jobs's do.
-  void enter_groups(const std::uint32_t* idx, std::size_t n, std::string_view group);
+  /// enter_lines(idx, n, o): after init_slot, n jobs of one add enter the lines o names (its
+  /// group, its tenant); on failure (bad_alloc) the slots go back to the free list, as
+  /// name_jobs's do.
+  void enter_lines(const std::uint32_t* idx, std::size_t n, const JobOptions& o);
   /// leave_filed(idx): see JobEnds::leave_filed (PayloadHooks::file_copy calls it).
   void leave_filed(std::uint32_t idx) { ends_.leave_filed(idx); }
   /// warm_next_slot(added): an add of `added` jobs is done: warm the slot the next add will
@@ -418,8 +422,10 @@ class JobFlow : public QueueBase,
     s.end_reason = DeadLetterReason::none;
     s.dedup = DedupHold::none;
     s.marks.store(0, std::memory_order_relaxed);
-    s.link.store(o.downstream.empty() ? 0 : links_.link_of(o.downstream),  // admit made it
-                 std::memory_order_relaxed);  // published with the job, as the fields above
+    s.link.store(static_cast<std::uint8_t>(  // published with the job, as the fields above
+                     o.priority << JobSlot::kPriorityShift |
+                     (o.downstream.empty() ? 0 : links_.link_of(o.downstream))),  // admit made it
+                 std::memory_order_relaxed);
     s.set_backoff(o.backoff);
     if (s.extra) s.extra->errors.clear();
   }
@@ -431,17 +437,17 @@ class JobFlow : public QueueBase,
       parts_.stats.add(kToDelayed);  // before a cancel can take it out: see counts()
       s.ctl.publish(SlotState::delayed);
       timers_.submit(idx);
-    } else if (s.marked(JobSlot::kGrouped)) [[unlikely]] {
-      join_group(idx, true);
+    } else if (Lines::lined(s)) [[unlikely]] {
+      join_lines(idx, true);
     } else {
       s.ctl.publish(SlotState::waiting);
       dispatch_.push_ready(idx);
     }
   }
-  /// join_group(idx, publish): the grouped job in slot idx is due: it joins its group's line
-  /// (FifoGroups::join, which publishes it when `publish`), counted waiting from then on, and is
-  /// made ready if it holds the turn.
-  void join_group(std::uint32_t idx, bool publish) noexcept;
+  /// join_lines(idx, publish): the job in slot idx, in a group or a tenant's line, is due: it
+  /// joins its lines (Lines::join, which publishes it when `publish`), counted waiting from then
+  /// on, and is made ready once it holds its turns.
+  void join_lines(std::uint32_t idx, bool publish) noexcept;
   /// publish_ready(idx, n): n filled slots become waiting at once (add_bulk).
   void publish_ready(const std::uint32_t* idx, std::size_t n) noexcept;
 
@@ -564,7 +570,7 @@ class JobFlow : public QueueBase,
   Dispatcher dispatch_;
   DownstreamLinks links_;
   DedupClaims claims_;
-  FifoGroups groups_;  // JobOptions::group's lines (fifo_groups.hpp)
+  Lines lines_;  // FIFO groups' and tenants' lines (lines.hpp)
   JobEnds ends_;
   TimerPort timers_;  // after ends_: a schedule's live runs hold waiters that leave its tracker
   Completions completions_;

@@ -86,9 +86,11 @@ struct alignas(64) JobSlot {
   std::atomic<std::uint16_t> deliveries{0};       // handler starts (SQS ApproximateReceiveCount)
   std::uint16_t name = 0;         // NameTable index, or kOwnName: the name is in extra->own_name
   std::uint8_t backoff_bits = 0;  // BackoffKind << 4 | Jitter: see backoff() (a byte for `link`)
-  // The downstream the job calls: its queue's GateLink (gate_link.hpp). Written by the holder at
-  // the add; atomic only because explain() reads it while the slot may be reused (relaxed: it
-  // validates with ctl and the id, as state() does).
+  // The downstream the job calls (its queue's GateLink, gate_link.hpp: the low 4 bits) and its
+  // priority level (JobOptions::priority: the high 4 bits). Written by the holder at the add;
+  // atomic only because explain() reads it while the slot may be reused (relaxed: it validates
+  // with ctl and the id, as state() does).
+  static constexpr unsigned kPriorityShift = 4;  // 16 links (GateLink::kMaxLinks), 16 levels
   std::atomic<std::uint8_t> link{0};
   DedupHold dedup = DedupHold::none;  // the dedup id the job holds (its key in extra)
   EndKind end_kind = EndKind::none;
@@ -107,13 +109,19 @@ struct alignas(64) JobSlot {
   //   kGrouped the job belongs to a FIFO group (JobOptions::group): its place there is
   //           FifoGroups' (fifo_groups.hpp); set once it entered the group, cleared when it
   //           leaves it (its end, an undone add, take_leftovers), so a free slot never has it
-  static constexpr std::uint8_t kWoken = 1, kHeld = 2, kGrouped = 4;
+  //   kTenant the job has a tenant (JobOptions::tenant): its place in the tenant's line is
+  //           Lines' (lines.hpp), set and cleared as kGrouped
+  static constexpr std::uint8_t kWoken = 1, kHeld = 2, kGrouped = 4, kTenant = 8;
   std::atomic<std::uint8_t> marks{0};
   std::atomic<std::uint16_t> stalls{0};  // lapsed leases (BullMQ stalledCounter)
 
   /// downstream_link(): `link`, read by the holder or a validating reader.
   [[nodiscard]] std::uint8_t downstream_link() const noexcept {
-    return link.load(std::memory_order_relaxed);
+    return link.load(std::memory_order_relaxed) & ((1u << kPriorityShift) - 1);
+  }
+  /// priority(): the job's priority level (JobOptions::priority), as downstream_link() reads.
+  [[nodiscard]] std::uint32_t priority() const noexcept {
+    return link.load(std::memory_order_relaxed) >> kPriorityShift;
   }
   [[nodiscard]] bool marked(std::uint8_t m) const noexcept {
     return (marks.load(std::memory_order_relaxed) & m) != 0;

@@ -15,9 +15,9 @@
 #include <functional>
 
 #include "rail/detail/end_tracker.hpp"
-#include "rail/detail/fifo_groups.hpp"
 #include "rail/detail/flow_parts.hpp"
 #include "rail/detail/free_slots.hpp"
+#include "rail/detail/lines.hpp"
 #include "rail/detail/timer_port.hpp"
 #include "rail/shutdown_report.hpp"
 
@@ -25,14 +25,9 @@ namespace rail::detail {
 
 class Leftovers {
  public:
-  Leftovers(FlowParts& parts, FreeSlots& free, FifoGroups& groups, EndTracker& ends,
-            TimerPort& timers, TimerClient& client) noexcept
-      : parts_(parts),
-        free_(free),
-        groups_(groups),
-        ends_(ends),
-        timers_(timers),
-        client_(client) {}
+  Leftovers(FlowParts& parts, FreeSlots& free, Lines& lines, EndTracker& ends, TimerPort& timers,
+            TimerClient& client) noexcept
+      : parts_(parts), free_(free), lines_(lines), ends_(ends), timers_(timers), client_(client) {}
   Leftovers(const Leftovers&) = delete;
   Leftovers& operator=(const Leftovers&) = delete;
 
@@ -48,7 +43,7 @@ class Leftovers {
  private:
   FlowParts& parts_;
   FreeSlots& free_;
-  FifoGroups& groups_;
+  Lines& lines_;
   EndTracker& ends_;
   TimerPort& timers_;
   TimerClient& client_;

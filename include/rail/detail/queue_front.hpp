@@ -101,6 +101,7 @@ class QueueFront {
   bool change_delay(JobId id, Duration d);
   [[nodiscard]] std::vector<JobInfo> jobs(JobStatus status, std::size_t limit) const;
   [[nodiscard]] QueueCounts counts() const noexcept;
+  [[nodiscard]] std::vector<Duration> oldest_waits() const;
   /// take_leftovers(take): after shutdown, take(job, was_delayed, payload) for every job that
   /// never started (Queue::take_leftovers); the payload is destroyed once take returns.
   void take_leftovers(FunctionRef<void(LeftoverJob&&, bool, void*)> take);
