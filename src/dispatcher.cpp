@@ -31,10 +31,10 @@ std::int64_t set_fast_handler_threshold(std::int64_t ns) noexcept {
   return g_fast_handler_ns.exchange(ns, std::memory_order_relaxed);
 }
 
-Dispatcher::Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity,
-                       bool permits_first, std::uint32_t levels, std::int64_t max_wait_ns,
-                       JobSlot* slots, const void* payload, std::size_t payload_stride,
-                       std::string_view queue, const QueueBase& owner)
+Dispatcher::Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity, bool rings_only,
+                       std::uint32_t levels, std::int64_t max_wait_ns, JobSlot* slots,
+                       const void* payload, std::size_t payload_stride, std::string_view queue,
+                       const QueueBase& owner)
     : core_(core),
       stats_(stats),
       queue_(queue),
@@ -42,9 +42,9 @@ Dispatcher::Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity
       slots_(slots),
       payload_(static_cast<const char*>(payload)),
       payload_stride_(payload_stride) {
-  // Lanes for a threaded queue on several CPUs, unless it takes permits first or has priority
-  // levels (see the header).
-  const std::size_t lanes = core.mode() == Mode::threaded && !permits_first && levels == 1
+  // Lanes for a threaded queue on several CPUs, unless it takes permits first, has fair shares
+  // or priority levels (see the header).
+  const std::size_t lanes = core.mode() == Mode::threaded && !rings_only && levels == 1
                                 ? ReadyLanes::lanes_for(std::thread::hardware_concurrency())
                                 : 1;
   if (lanes > 1) {

@@ -55,7 +55,15 @@ void EventBus::deliver_batch(std::unique_lock<std::mutex>& lock) {
   thread_buffer().in_use = true;
   for (Deferred& d : batch) {
     if (d.call) {
-      d.call();
+      // As an observer's: a callback that throws (a DLQ alert's) must not cost the calls
+      // behind it in the batch (a line's turn handed on: JobEnds::hand_turns).
+      try {
+        d.call();
+      } catch (const std::exception& ex) {
+        callback_threw(ex.what());
+      } catch (...) {
+        callback_threw("an exception not derived from std::exception");
+      }
       continue;
     }
     d.event.error = d.error;
@@ -96,6 +104,14 @@ void EventBus::observer_threw(const Event& e, const char* what) const noexcept {
                static_cast<int>(kind.size()), kind.data(),
                static_cast<unsigned long long>(e.job_id), static_cast<int>(e.queue.size()),
                e.queue.data(), what);
+}
+
+void EventBus::callback_threw(const char* what) const noexcept {
+  if (errors_.fetch_add(1, std::memory_order_relaxed) != 0) return;  // as observer_threw
+  std::fprintf(stderr,
+               "rail: a callback run once timers were fired (a DLQ alert) threw: %s; rail ignores "
+               "it and counts it in Engine::observer_errors() (reported once per engine)\n",
+               what);
 }
 
 }  // namespace rail::detail

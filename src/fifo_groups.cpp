@@ -15,10 +15,12 @@ void FifoGroups::enter(std::uint32_t idx, std::string_view key) {
   RAIL_INVARIANT(m.role == Role::none, "enter: a fresh job is in no line");
   m.key.assign(key);  // may throw: nothing entered
   m.hash = hash_bytes(key);
+  // Before the lock: turns_of_ may scan the queue's options.
+  const std::uint32_t turns = turns_of_ ? std::max<std::uint32_t>(1, turns_of_(ctx_, key)) : 1;
   Shard& sh = shard_of(m.hash);
   const SpinGuard guard(sh.lock);
   // insert may throw (a table that grows): nothing entered then.
-  if (insert(sh, m.key, m.hash).jobs++ == 0) t.live.fetch_add(1, std::memory_order_relaxed);
+  if (insert(sh, m.key, m.hash, turns).jobs++ == 0) t.live.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool FifoGroups::join(std::uint32_t idx, bool publish) noexcept {
@@ -60,6 +62,18 @@ std::uint32_t FifoGroups::leave(std::uint32_t idx) noexcept {
   m.role = Role::none;
   drop_job(sh, g);
   return next;
+}
+
+std::uint32_t FifoGroups::step_aside(std::uint32_t idx) noexcept {
+  Member& m = member(idx);
+  Shard& sh = shard_of(m.hash);
+  const SpinGuard guard(sh.lock);
+  if (m.role != Role::holder) return kNone;
+  Group& g = find(sh, m);
+  --g.taken;
+  if (g.holder == idx) g.holder = kNone;
+  m.role = Role::none;  // entered still (its record stays): join() takes a turn again
+  return hand_on(g);
 }
 
 FifoGroups::Closing FifoGroups::close(std::uint32_t idx) {
@@ -172,7 +186,8 @@ FifoGroups::Group& FifoGroups::find(Shard& sh, std::string_view key, std::uint64
   }
 }
 
-FifoGroups::Group& FifoGroups::insert(Shard& sh, std::string_view key, std::uint64_t hash) {
+FifoGroups::Group& FifoGroups::insert(Shard& sh, std::string_view key, std::uint64_t hash,
+                                      std::uint32_t turns) {
   if (!sh.table.empty()) {
     const std::size_t mask = sh.table.size() - 1;
     for (std::size_t i = hash & mask; sh.table[i].jobs != 0; i = (i + 1) & mask)
@@ -189,7 +204,7 @@ FifoGroups::Group& FifoGroups::insert(Shard& sh, std::string_view key, std::uint
   g.hash = hash;
   g.holder = g.head = g.tail = kNone;
   g.taken = 0;
-  g.turns = turns_of_ ? std::max<std::uint32_t>(1, turns_of_(ctx_, key)) : 1;
+  g.turns = turns;
   ++sh.count;
   return g;  // jobs == 0: the caller counts its job
 }

@@ -28,6 +28,14 @@ void JobFlow::admit_unusual(const JobOptions& o) {
                     .append(std::to_string(parts_.options.priorities))
                     .append(", so expected 0 to ")
                     .append(std::to_string(parts_.options.priorities - 1)));
+  if (!o.tenant.empty() && parts_.options.tenant_window == 0)
+    throw Error(ErrorCode::invalid_option,
+                std::string("JobOptions.tenant is '")
+                    .append(o.tenant)
+                    .append("' but queue '")
+                    .append(parts_.name)
+                    .append("' has no fair shares (QueueOptions::tenant_window is 0); expected a "
+                            "window, e.g. 64, to share the queue between tenants"));
   if (!o.downstream.empty()) links_.link_to(o.downstream);
   if (o.backoff.kind == BackoffKind::custom && !parts_.options.custom_backoff)
     throw Error(ErrorCode::invalid_option,

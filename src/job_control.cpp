@@ -62,8 +62,9 @@ void JobControl::end_cancelled(std::uint32_t idx, SlotState from) {
   // an add that finds no room sweeps the ready ring (reclaim_waiting) or, in a blocked
   // ring (which only wakes pop), when the sweep below does.
   JobSlot& s = parts_.slot(idx);
-  // Parked in its group's line, its index is the line's: out of it, the index is ours. Before
-  // the end is recorded, which hands the group's turn on (a parked job holds none).
+  // Parked in a line (its group's, or holding its group's turn, its tenant's), its index is the
+  // line's: out of it, the index is ours. Before the end is recorded, which closes the turns it
+  // holds.
   bool held = from == SlotState::waiting && lines_.unpark(idx);
   JobEnds::Settled settled = ends_.record(s, EndKind::cancelled, parts_.core.now_ns(), nullptr);
   // Out of its gauge once the end is recorded and observed (as a worker's ends are): a drain()

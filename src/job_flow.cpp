@@ -35,7 +35,10 @@ JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::
       payload_(static_cast<char*>(alloc_aligned(stride_ * parts_.capacity, payload_align)),
                FreeCells{stride_ * parts_.capacity, payload_align}),
       free_(parts_.capacity, sizeof(JobSlot) + stride_),
-      dispatch_(parts_.core, parts_.stats, parts_.capacity, !parts_.options.downstream.empty(),
+      // Rings, not lanes, for a queue that takes permits first or has fair shares (a tenant's
+      // hand-offs would otherwise refill one worker's home lane ahead of other producers' jobs).
+      dispatch_(parts_.core, parts_.stats, parts_.capacity,
+                !parts_.options.downstream.empty() || parts_.options.tenant_window != 0,
                 parts_.options.priorities,
                 is_never(parts_.options.priority_max_wait.count())
                     ? 0
@@ -387,6 +390,12 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
   s.prev_delay_ns = delay.count();
   if (delay.count() > 0) {
     s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);
+    // Its tenant's turn goes to another of its jobs meanwhile (it takes one again when due);
+    // its group's it keeps, so the group's order holds across the retry.
+    if (s.marked(JobSlot::kTenant)) [[unlikely]] {
+      const std::uint32_t next = lines_.step_aside(idx);
+      if (next != FifoGroups::kNone) dispatch_.requeue(next);
+    }
     // Into `delayed` before the job can be cancelled there: see counts().
     parts_.stats.add(kToDelayed);
     s.ctl.leave_finishing(SlotState::delayed);

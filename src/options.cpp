@@ -205,9 +205,12 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
   if (o.priority_max_wait.count() <= 0)
     bad(where, "priority_max_wait", ns(o.priority_max_wait),
         "a positive wait per level (Duration::max() for no aging)");
-  if (o.tenant_window == 0 || o.tenant_window > (1u << 20))
+  if (o.tenant_window > (1u << 20))
     bad(where, "tenant_window", std::to_string(o.tenant_window),
-        "1 .. 2^20 jobs per unit of a tenant's weight");
+        "0 (no fair shares) or 1 .. 2^20 jobs per unit of a tenant's weight");
+  if (o.tenant_window == 0 && !o.tenants.empty())
+    bad(where, "tenant_window", "0 with tenants listed",
+        "a window (e.g. 64 jobs per unit of weight) to turn fair shares on");
   for (std::size_t i = 0; i < o.tenants.size(); ++i) {
     const TenantShare& t = o.tenants[i];
     const std::string at = "tenants[" + std::to_string(i) + "]";

@@ -77,6 +77,26 @@ TEST_F(FairShares, WeightsThreeToOneSplitTheStartsThreeToOne) {
   EXPECT_NEAR(ratio, 3.0, 0.03) << a << " : " << b;
 }
 
+TEST_F(FairShares, AJobWaitingOutARetrysBackoffLendsItsTurn) {
+  // Window 4, 100 jobs of one tenant, each backing off 200 ms after its first try: all 100 make
+  // their first try at once (the four in backoff lend their turns), not four every 200 ms.
+  auto q = engine.declare_queue<Work>("q", shares({}, 4));
+  q.process({}, [](Job<Work>& j) -> Outcome {
+    if (j.attempt() == 1) return Outcome::retry_in(200ms, "busy");
+    return Outcome::done();
+  });
+  JobOptions o = for_tenant("a");
+  o.max_attempts = 2;
+  for (int i = 0; i < 100; ++i)
+    ASSERT_EQ(q.add("j", Work{0, i}, o).status, AddStatus::added);
+  engine.run_until_idle();
+  EXPECT_EQ(q.counts().delayed, 100u);
+  EXPECT_EQ(q.counts().waiting, 0u);
+  replay();
+  EXPECT_EQ(q.counts().completed, 100u);
+  EXPECT_EQ(q.counts().tenants, 0u);
+}
+
 TEST_F(FairShares, ExplainSaysATenantIsOverItsShare) {
   auto q = engine.declare_queue<Work>("q", shares({{"a", 1, 2}}, 8));
   q.process({}, [](Job<Work>&) {});
@@ -133,12 +153,21 @@ TEST_F(FairShares, TenantsAndFifoGroupsCompose) {
 }
 
 TEST_F(FairShares, BadTenantOptionsAreRefusedWithWhatIsExpected) {
-  EXPECT_THROW((void)engine.declare_queue<int>("w0", shares({}, 0)), Error);
+  EXPECT_THROW((void)engine.declare_queue<int>("w0", shares({{"a", 1}}, 0)), Error);
+  EXPECT_THROW((void)engine.declare_queue<int>("wide", shares({}, (1u << 20) + 1)), Error);
   EXPECT_THROW((void)engine.declare_queue<int>("weight0", shares({{"a", 0}})), Error);
   EXPECT_THROW((void)engine.declare_queue<int>("cap0", shares({{"a", 1, 0}})), Error);
   EXPECT_THROW((void)engine.declare_queue<int>("twice", shares({{"a", 1}, {"a", 2}})), Error);
-  auto q = engine.declare_queue<int>("q", {});
+  auto q = engine.declare_queue<int>("q", shares({}));
   EXPECT_THROW((void)q.add("j", 1, for_tenant(std::string(257, 't'))), Error);
+  auto off = engine.declare_queue<int>("off", {});
+  try {
+    (void)off.add("j", 1, for_tenant("a"));
+    FAIL() << "expected Error(invalid_option)";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("has no fair shares"), std::string::npos) << e.what();
+  }
 }
 
 TEST(FairSharesThreaded, ALoneTenantKeepsEveryWorkerBusyAndACapBoundsItsRunningJobs) {
@@ -147,17 +176,26 @@ TEST(FairSharesThreaded, ALoneTenantKeepsEveryWorkerBusyAndACapBoundsItsRunningJ
   auto q = engine.declare_queue<Work>("q", qo);
   std::atomic<int> running[2] = {0, 0};
   std::atomic<int> most[2] = {0, 0};
+  // The lone tenant's first 4 jobs wait for each other (60 s at most): they all run at once
+  // only if its share lets 4 of its jobs be ready or running, whatever the machine's load.
+  std::atomic<int> met{0};
   q.process({.concurrency = 4}, [&](Job<Work>& j) {
     const int t = j.data().tenant;
     const int now = running[t].fetch_add(1) + 1;
     for (int m = most[t].load(); now > m && !most[t].compare_exchange_weak(m, now);) {
     }
-    std::this_thread::sleep_for(200us);
+    if (t == 0 && j.data().n < 4) {
+      met.fetch_add(1);
+      const auto give_up = std::chrono::steady_clock::now() + 60s;
+      while (met.load() < 4 && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(100us);
+    }
+    std::this_thread::sleep_for(50us);
     running[t].fetch_sub(1);
   });
   for (int i = 0; i < 400; ++i)
     ASSERT_EQ(q.add("j", Work{0, i}, for_tenant("lone")).status, AddStatus::added);
-  ASSERT_TRUE(q.wait_idle(60s));
+  ASSERT_TRUE(q.wait_idle(120s));
   EXPECT_EQ(most[0].load(), 4);  // work-conserving: the window (64) is above the workers (4)
   for (int i = 0; i < 200; ++i)
     ASSERT_EQ(q.add("j", Work{1, i}, for_tenant("capped")).status, AddStatus::added);
@@ -165,6 +203,35 @@ TEST(FairSharesThreaded, ALoneTenantKeepsEveryWorkerBusyAndACapBoundsItsRunningJ
   EXPECT_LE(most[1].load(), 2);
   EXPECT_EQ(q.counts().completed, 600u);
   (void)engine.shutdown(10s);
+}
+
+TEST(FairSharesThreaded, AFloodFromAnotherProducerThreadDelaysANewTenantByItsShareOnly) {
+  // The flood comes from a thread of its own, the new tenant's job from another: with lanes, a
+  // worker refilling its home lane with the flood's hand-offs would pass the other lane by.
+  // Workers take batches (up to 16 each), so the bound is the share plus a batch per worker.
+  for (int round = 0; round < 3; ++round) {
+    Engine engine;
+    auto q = engine.declare_queue<Work>("q", shares({}, 16, 20'000));
+    std::atomic<std::uint64_t> starts{0}, b_started_at{0};
+    std::atomic<bool> go{false};
+    q.process({.concurrency = 2}, [&](Job<Work>& j) {
+      while (!go.load())
+        std::this_thread::sleep_for(100us);
+      const std::uint64_t n = starts.fetch_add(1) + 1;
+      if (j.data().tenant == 1) b_started_at.store(n);
+    });
+    std::thread flood([&] {
+      for (int i = 0; i < 10'000; ++i)
+        ASSERT_EQ(q.add("j", Work{0, i}, for_tenant("a")).status, AddStatus::added);
+    });
+    flood.join();
+    ASSERT_EQ(q.add("j", Work{1, 0}, for_tenant("b")).status, AddStatus::added);
+    go.store(true);
+    ASSERT_TRUE(q.wait_idle(60s));
+    EXPECT_GT(b_started_at.load(), 0u);
+    EXPECT_LE(b_started_at.load(), 16u + 2 * 16 + 1) << "round " << round;
+    (void)engine.shutdown(10s);
+  }
 }
 
 TEST(FairSharesThreaded, EveryJobEndsOnceWithTenantsGroupsAndCancels) {

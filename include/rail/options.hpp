@@ -191,13 +191,17 @@ struct QueueOptions {
   /// starts within (priorities - 1 - l) x priority_max_wait plus the time the jobs ranked above
   /// it take to start. Duration::max(): no aging.
   Duration priority_max_wait = Duration::max();
-  /// Fair shares (JobOptions::tenant): each tenant may hold weight x tenant_window of its jobs
-  /// ready or running at once (weight 1 unless listed here; max_active caps it); the rest wait in
-  /// the tenant's line. Work-conserving while the queue's workers are at most tenant_window: a
-  /// lone tenant still keeps every worker busy. A new tenant's first job waits behind at most the
-  /// other tenants' shares; with every tenant backlogged, starts split as the weights.
+  /// Fair shares (JobOptions::tenant), on when tenant_window > 0: each tenant may hold weight x
+  /// tenant_window of its jobs ready or running at once (weight 1 unless listed here;
+  /// max_active caps it); the rest wait in the tenant's line. A job waiting out a retry's
+  /// backoff gives its turn to another of its tenant's jobs meanwhile. Work-conserving while the
+  /// queue's workers are at most tenant_window (a lone tenant still keeps every worker busy). A
+  /// new tenant's first job waits behind at most the other tenants' shares plus a batch per
+  /// worker; with every tenant backlogged, jobs in progress split as the weights. Such a queue
+  /// keeps its ready jobs in rings (as with priorities), not per-producer lanes. Shares bound
+  /// only jobs with a tenant; each tenant not listed has weight 1.
   std::vector<TenantShare> tenants{};
-  std::uint32_t tenant_window = 64;  // 1 .. 2^20
+  std::uint32_t tenant_window = 0;  // 0: no fair shares (JobOptions::tenant refused); 1 .. 2^20
 };
 
 /// WorkerOptions: the pool that drains a queue, sized to what the downstream service can take.

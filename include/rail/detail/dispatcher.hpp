@@ -182,12 +182,13 @@ class Dispatcher {
   static constexpr std::int64_t kSpinNs = 50'000;
 
   /// Dispatcher(...): the ready jobs have room for every slot, in lanes or rings (see the
-  /// header; permits_first: the queue's own downstream will hand out permits: take_permits_from
-  /// follows; levels and max_wait_ns: its priority levels and their aging, ready_levels.hpp).
+  /// header; rings_only: rings whatever the machine, for a queue whose own downstream will hand
+  /// out permits (take_permits_from follows) or with fair shares; levels and max_wait_ns: its
+  /// priority levels and their aging, ready_levels.hpp).
   /// slots/payload/payload_stride let next_job prefetch a batch's slots and payloads without
   /// knowing the payload type. `queue` names the queue in its events and `owner` is it (both
   /// outlive the dispatcher).
-  Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity, bool permits_first,
+  Dispatcher(EngineCore& core, QueueStats& stats, std::size_t capacity, bool rings_only,
              std::uint32_t levels, std::int64_t max_wait_ns, JobSlot* slots, const void* payload,
              std::size_t payload_stride, std::string_view queue, const QueueBase& owner);
   ~Dispatcher();

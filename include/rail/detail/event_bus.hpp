@@ -104,6 +104,7 @@ class EventBus {
 
   void deliver_batch(std::unique_lock<std::mutex>& lock);
   void observer_threw(const Event& e, const char* what) const noexcept;
+  void callback_threw(const char* what) const noexcept;
 
   std::mutex& owner_mu_;
   BasicObserverList<Observer> observers_;

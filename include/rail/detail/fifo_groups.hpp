@@ -82,6 +82,10 @@ class FifoGroups {
   /// leave(idx): see the header; the index of the job that takes the turn, or kNone.
   std::uint32_t leave(std::uint32_t idx) noexcept;
 
+  /// step_aside(idx): the turn's holder in slot idx gives its turn up for a while (a retry's
+  /// backoff) and stays entered; it joins again when due. The job that takes the turn, or kNone.
+  std::uint32_t step_aside(std::uint32_t idx) noexcept;
+
   /// Closing: a turn whose job has ended but whose end is not reported yet (close()).
   struct Closing {
     std::uint64_t hash = 0;
@@ -163,8 +167,9 @@ class FifoGroups {
   std::uint32_t hand_on(Group& g) noexcept;
   /// drop_job(sh, g): one job of g is gone for good; a record with none left is erased.
   void drop_job(Shard& sh, Group& g) noexcept;
-  /// insert(sh, key, hash): the record for key, made if missing (may grow the table: bad_alloc).
-  Group& insert(Shard& sh, std::string_view key, std::uint64_t hash);
+  /// insert(sh, key, hash, turns): the record for key, made with `turns` if missing (may grow
+  /// the table: bad_alloc).
+  static Group& insert(Shard& sh, std::string_view key, std::uint64_t hash, std::uint32_t turns);
   /// erase(sh, g): removes g's record by backward shift, then shrinks an eighth-full table.
   static void erase(Shard& sh, Group& g) noexcept;
   static void rehash(Shard& sh, std::size_t size);

@@ -362,7 +362,7 @@ class JobFlow : public QueueBase,
       reject_job_name(name, parts_.name);
     validate_job_options(o, "JobOptions");
     if (o.backoff.kind == BackoffKind::custom || o.visibility_timeout || !o.downstream.empty() ||
-        o.priority != 0) [[unlikely]]
+        o.priority != 0 || !o.tenant.empty()) [[unlikely]]
       admit_unusual(o);
   }
   [[noreturn]] void throw_shutting_down() const;

@@ -75,6 +75,10 @@ class Lines {
   /// release(c): the turns close() kept go on: the jobs that took them (with c.now's).
   Turns release(const Closing& c) noexcept;
   bool unpark(std::uint32_t idx) noexcept;
+  /// step_aside(idx): a job waiting out a retry's backoff gives its tenant's turn up (its
+  /// group's it keeps) and takes one again when due (join). The tenant's job that takes the
+  /// turn (ready), or kNone.
+  std::uint32_t step_aside(std::uint32_t idx) noexcept { return tenants_.step_aside(idx); }
 
   [[nodiscard]] const FifoGroups& groups() const noexcept { return groups_; }
   [[nodiscard]] const FifoGroups& tenants() const noexcept { return tenants_; }
