@@ -36,9 +36,7 @@ bool FifoGroups::join(std::uint32_t idx, bool publish) noexcept {
   if (s.ctl.held() != SlotControl<>::Held::waiting) return true;
   Group& g = find(sh, m);
   if (g.taken < g.turns) {
-    ++g.taken;
-    g.holder = idx;
-    m.role = Role::holder;
+    take_turn(g, idx);
     return true;
   }
   link_tail(g, idx);
@@ -54,10 +52,7 @@ std::uint32_t FifoGroups::leave(std::uint32_t idx) noexcept {
   if (m.role == Role::parked) {
     unlink(g, idx);
   } else if (m.role == Role::holder) {
-    RAIL_INVARIANT(g.taken > 0, "leave: a holder's line counts its turn");
-    --g.taken;
-    if (g.holder == idx) g.holder = kNone;
-    next = hand_on(g);
+    next = free_turn(g, idx);
   }
   m.role = Role::none;
   drop_job(sh, g);
@@ -69,11 +64,8 @@ std::uint32_t FifoGroups::step_aside(std::uint32_t idx) noexcept {
   Shard& sh = shard_of(m.hash);
   const SpinGuard guard(sh.lock);
   if (m.role != Role::holder) return kNone;
-  Group& g = find(sh, m);
-  --g.taken;
-  if (g.holder == idx) g.holder = kNone;
   m.role = Role::none;  // entered still (its record stays): join() takes a turn again
-  return hand_on(g);
+  return free_turn(find(sh, m), idx);
 }
 
 FifoGroups::Closing FifoGroups::close(std::uint32_t idx) {
@@ -99,10 +91,7 @@ std::uint32_t FifoGroups::release(const Closing& c) noexcept {
   Shard& sh = shard_of(c.hash);
   const SpinGuard guard(sh.lock);
   Group& g = find(sh, c.key, c.hash);
-  RAIL_INVARIANT(g.taken > 0, "release: a closed turn is still taken");
-  --g.taken;
-  if (g.holder == c.idx) g.holder = kNone;
-  const std::uint32_t next = hand_on(g);
+  const std::uint32_t next = free_turn(g, c.idx);
   drop_job(sh, g);
   return next;
 }
@@ -111,12 +100,23 @@ std::uint32_t FifoGroups::hand_on(Group& g) noexcept {
   for (std::uint32_t i = g.head; i != kNone; i = member(i).next) {
     if (slots_[i].ctl.held() != SlotControl<>::Held::waiting) continue;
     unlink(g, i);
-    member(i).role = Role::holder;
-    ++g.taken;
-    g.holder = i;
+    take_turn(g, i);
     return i;
   }
   return kNone;
+}
+
+void FifoGroups::take_turn(Group& g, std::uint32_t idx) noexcept {
+  ++g.taken;
+  g.holder = idx;
+  member(idx).role = Role::holder;
+}
+
+std::uint32_t FifoGroups::free_turn(Group& g, std::uint32_t idx) noexcept {
+  RAIL_INVARIANT(g.taken > 0, "a holder's line counts its turn");
+  --g.taken;
+  if (g.holder == idx) g.holder = kNone;
+  return hand_on(g);  // the caller sets its member's role: release()'s slot may be reused
 }
 
 void FifoGroups::drop_job(Shard& sh, Group& g) noexcept {

@@ -168,6 +168,11 @@ class FifoGroups {
   /// hand_on(g): a turn of g is free: the first parked job still waiting takes it (its index, or
   /// kNone); the ones before it left `waiting` and stay linked until their takers unpark them.
   std::uint32_t hand_on(Group& g) noexcept;
+  /// take_turn(g, idx) / free_turn(g, idx): the job in slot idx takes a turn of g / gives one
+  /// back, which hand_on passes to the first waiting parked job (its index, or kNone).
+  /// free_turn leaves the member's role to its caller (release's slot may hold a new job).
+  void take_turn(Group& g, std::uint32_t idx) noexcept;
+  std::uint32_t free_turn(Group& g, std::uint32_t idx) noexcept;
   /// drop_job(sh, g): one job of g is gone for good; a record with none left is erased.
   void drop_job(Shard& sh, Group& g) noexcept;
   /// insert(sh, key, hash, turns): the record for key, made with `turns` if missing (may grow
