@@ -137,6 +137,20 @@ void DownstreamGate::forget_leader(JobId id) noexcept {
   if (leader_.compare_exchange_strong(expected, 0, std::memory_order_relaxed)) wake_if_blocked();
 }
 
+DownstreamGate::StepDown DownstreamGate::step_down(JobId id, BlockedQueue* q,
+                                                   std::uint32_t idx) noexcept {
+  JobId expected = id;
+  // relaxed: see admit.
+  if (!leader_.compare_exchange_strong(expected, 0, std::memory_order_relaxed))
+    return StepDown::not_leader;
+  // seq_cst fence: the waker's side, as wake_if_blocked (its read of the count is here, or in
+  // wake_next after the leader's push).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (blocked_.load(std::memory_order_relaxed) > 0 && q->wake_above(idx, blocked_))
+    return StepDown::outranked;
+  return StepDown::in_line;
+}
+
 void DownstreamGate::changed() noexcept {
   // A new permit or rate: the first blocked job tries it, and hungry queues look again. Through
   // the fence (permit_back): the change is the waker's side of the hand-off with a job or a

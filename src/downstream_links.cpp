@@ -14,8 +14,7 @@ DownstreamLinks::DownstreamLinks(FlowParts& parts, JobFlow& flow, Dispatcher& di
     : parts_(parts), flow_(flow), dispatch_(dispatch) {
   if (!parts_.options.downstream.empty()) {
     owner_.push_back(std::make_unique<GateLink>(
-        flow_, dispatch_, parts_.core.downstream(parts_.options.downstream, parts_.name),
-        parts_.capacity, parts_.slots.get()));
+        parts_, flow_, dispatch_, parts_.core.downstream(parts_.options.downstream, parts_.name)));
     links_[0].store(owner_.back().get(), std::memory_order_relaxed);  // before attach()
   }
 }
@@ -57,8 +56,7 @@ void DownstreamLinks::link_to(const std::string& downstream) {
                                          std::to_string(GateLink::kMaxLinks - 1) +
                                          " downstreams named per job; JobOptions.downstream '" +
                                          downstream + "' would be one more");
-  auto made =
-      std::make_unique<GateLink>(flow_, dispatch_, *gate, parts_.capacity, parts_.slots.get());
+  auto made = std::make_unique<GateLink>(parts_, flow_, dispatch_, *gate);
   owner_.reserve(owner_.size() + 1);  // no throw after the gate knows the link
   gate->attach(made.get());
   links_[n].store(made.get(), std::memory_order_relaxed);
@@ -74,6 +72,15 @@ bool GateLink::wake_blocked(std::atomic<std::int64_t>& blocked, bool even_paused
   // The index is ours until the push, which publishes the mark (release) to its deliverer.
   slots_[idx].mark(JobSlot::kWoken, true);
   dispatch_.requeue(idx);
+  return true;
+}
+
+bool GateLink::wake_above(std::uint32_t leader, std::atomic<std::int64_t>& blocked) noexcept {
+  if (blocked_.levels() == 1 || dispatch_.paused()) return false;
+  std::uint32_t idx;
+  if (!blocked_.try_pop_above(idx, leader)) return false;
+  blocked.fetch_sub(1, std::memory_order_relaxed);  // relaxed: as in wake_blocked
+  dispatch_.requeue(idx);  // unmarked: the leader carries the chain (DownstreamGate::step_down)
   return true;
 }
 

@@ -96,14 +96,60 @@ std::uint32_t FifoGroups::release(const Closing& c) noexcept {
   return next;
 }
 
-std::uint32_t FifoGroups::hand_on(Group& g) noexcept {
-  for (std::uint32_t i = g.head; i != kNone; i = member(i).next) {
-    if (slots_[i].ctl.held() != SlotControl<>::Held::waiting) continue;
-    unlink(g, i);
-    take_turn(g, i);
-    return i;
-  }
+std::uint32_t FifoGroups::first_waiting(const Ends& e) const noexcept {
+  for (std::uint32_t i = e.head; i != kNone; i = member(i).next)
+    if (slots_[i].ctl.held() == SlotControl<>::Held::waiting) return i;
   return kNone;
+}
+
+std::uint32_t FifoGroups::hand_on(Group& g) noexcept {
+  std::uint32_t best = kNone;
+  if (ranking_.levels == 1) {
+    best = first_waiting(g.first);
+  } else {
+    // As ReadyLevels::pick: the highest level, or with aging the highest rank (a level more per
+    // max_wait waited; of equal ranks, the longer wait). The clock (a user's Clock, under this
+    // lock) is read only when two levels have a job to compare.
+    std::uint32_t first[kMaxLevels];
+    std::uint32_t found = 0;
+    for (std::uint32_t l = ranking_.levels; l-- > 0;) {
+      first[l] = first_waiting(g.ends(l));
+      if (first[l] == kNone) continue;
+      if (found++ == 0) best = first[l];
+      if (ranking_.max_wait_ns <= 0 || !ranking_.now_ns) break;  // no aging: the top one
+    }
+    if (found > 1) {
+      const std::int64_t now = ranking_.now_ns(ctx_);
+      std::int64_t best_rank = -1, best_waited = 0;
+      for (std::uint32_t l = ranking_.levels; l-- > 0;) {
+        const std::uint32_t i = first[l];
+        if (i == kNone) continue;
+        // relaxed: the stamp was written by the job's holder before it parked, under this lock.
+        const std::int64_t waited =
+            std::max<std::int64_t>(0, now - slots_[i].due_ns.load(std::memory_order_relaxed));
+        const std::int64_t rank = static_cast<std::int64_t>(l) + waited / ranking_.max_wait_ns;
+        if (rank > best_rank || (rank == best_rank && waited > best_waited)) {
+          best_rank = rank;
+          best_waited = waited;
+          best = i;
+        }
+      }
+    }
+  }
+  if (best == kNone) return kNone;
+  unlink(g, best);
+  take_turn(g, best);
+  return best;
+}
+
+std::uint32_t FifoGroups::level_of(std::uint32_t idx) const noexcept {
+  return ranking_.levels == 1 ? 0 : std::min(slots_[idx].priority(), ranking_.levels - 1);
+}
+
+bool FifoGroups::empty(const Group& g) const noexcept {
+  for (std::uint32_t l = 0; l < ranking_.levels; ++l)
+    if (g.ends(l).head != kNone) return false;
+  return true;
 }
 
 void FifoGroups::take_turn(Group& g, std::uint32_t idx) noexcept {
@@ -144,18 +190,21 @@ FifoGroups::Place FifoGroups::place(std::uint32_t idx) const {
   for (const Shard& sh : t->shards) {
     const SpinGuard guard(sh.lock);
     for (const Group& g : sh.table) {
-      if (g.jobs == 0 || g.head == kNone) continue;
+      if (g.jobs == 0 || empty(g)) continue;
+      // Ahead: the waiting jobs of higher levels (aging aside) and those before it in its own.
       std::uint64_t ahead = 0;
-      for (std::uint32_t i = g.head; i != kNone; i = t->members[i].next) {
-        if (i == idx) {
-          p.group = g.key;  // may throw bad_alloc: the guard unlocks
-          p.holder = g.holder;
-          p.taken = g.taken;
-          p.turns = g.turns;
-          p.ahead = ahead;
-          return p;
+      for (std::uint32_t l = ranking_.levels; l-- > 0;) {
+        for (std::uint32_t i = g.ends(l).head; i != kNone; i = t->members[i].next) {
+          if (i == idx) {
+            p.group = g.key;  // may throw bad_alloc: the guard unlocks
+            p.holder = g.holder;
+            p.taken = g.taken;
+            p.turns = g.turns;
+            p.ahead = ahead;
+            return p;
+          }
+          if (slots_[i].ctl.held() == SlotControl<>::Held::waiting) ++ahead;
         }
-        if (slots_[i].ctl.held() == SlotControl<>::Held::waiting) ++ahead;
       }
     }
   }
@@ -169,8 +218,10 @@ std::size_t FifoGroups::table_bytes() const noexcept {
   for (const Shard& sh : t->shards) {
     const SpinGuard guard(sh.lock);
     n += sh.table.capacity() * sizeof(Group);
-    for (const Group& g : sh.table)
+    for (const Group& g : sh.table) {
       if (g.key.capacity() > std::string().capacity()) n += g.key.capacity() + 1;
+      if (g.upper) n += (ranking_.levels - 1) * sizeof(Ends);
+    }
   }
   return n;
 }
@@ -200,9 +251,12 @@ FifoGroups::Group& FifoGroups::insert(Shard& sh, std::string_view key, std::uint
   while (sh.table[i].jobs != 0)
     i = (i + 1) & mask;
   Group& g = sh.table[i];
-  g.key.assign(key);  // may throw: the cell stays empty (jobs == 0)
+  // May throw: the cell stays empty (jobs == 0).
+  if (ranking_.levels > 1) g.upper = std::make_unique<Ends[]>(ranking_.levels - 1);
+  g.key.assign(key);
   g.hash = hash;
-  g.holder = g.head = g.tail = kNone;
+  g.holder = kNone;
+  g.first = Ends{};
   g.taken = 0;
   g.turns = turns;
   ++sh.count;
@@ -210,10 +264,11 @@ FifoGroups::Group& FifoGroups::insert(Shard& sh, std::string_view key, std::uint
 }
 
 void FifoGroups::erase(Shard& sh, Group& g) noexcept {
-  RAIL_INVARIANT(g.taken == 0 && g.head == kNone, "erase: a line with no job left");
+  RAIL_INVARIANT(g.taken == 0 && empty(g), "erase: a line with no job left");
   const std::size_t mask = sh.table.size() - 1;
   std::size_t hole = static_cast<std::size_t>(&g - sh.table.data());
   std::string().swap(g.key);  // a long name's buffer goes with its group
+  g.upper.reset();
   // Backward shift (Knuth, TAOCP vol. 3, 6.4 Algorithm R): an entry after the hole moves into it
   // unless its home lies cyclically in (hole, j], so every entry stays reachable from its home.
   for (std::size_t j = (hole + 1) & mask; sh.table[j].jobs != 0; j = (j + 1) & mask) {
@@ -253,22 +308,25 @@ void FifoGroups::rehash(Shard& sh, std::size_t size) {
 
 void FifoGroups::link_tail(Group& g, std::uint32_t idx) noexcept {
   Member& m = member(idx);
-  m.prev = g.tail;
+  Ends& e = g.ends(level_of(idx));
+  m.prev = e.tail;
   m.next = kNone;
-  if (g.tail == kNone) {
-    g.head = idx;
+  if (e.tail == kNone) {
+    e.head = idx;
   } else {
-    member(g.tail).next = idx;
+    member(e.tail).next = idx;
   }
-  g.tail = idx;
+  e.tail = idx;
   m.role = Role::parked;
 }
 
 void FifoGroups::unlink(Group& g, std::uint32_t idx) noexcept {
   Member& m = member(idx);
   RAIL_INVARIANT(m.role == Role::parked, "unlink: a parked job");
-  (m.prev == kNone ? g.head : member(m.prev).next) = m.next;
-  (m.next == kNone ? g.tail : member(m.next).prev) = m.prev;
+  // Its level is its priority, fixed while it is entered: the list link_tail put it in.
+  Ends& e = g.ends(level_of(idx));
+  (m.prev == kNone ? e.head : member(m.prev).next) = m.next;
+  (m.next == kNone ? e.tail : member(m.next).prev) = m.prev;
   m.next = m.prev = kNone;
 }
 

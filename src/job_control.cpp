@@ -162,18 +162,15 @@ void JobControl::sweep_blocked() noexcept {
   // now is taken once: a cancelled job's slot is reclaimed, as a popper reclaims it; one taken by
   // take_leftovers after shutdown is dropped, as a popper drops it; the rest go back, in order.
   links_.for_each([this](GateLink& link) {
-    MpmcRing<std::uint32_t>& ring = link.blocked();
     std::int64_t removed = 0;
-    std::uint32_t idx;
-    for (std::size_t n = ring.size_approx(); n > 0 && ring.try_pop(idx); --n) {
-      const auto held = parts_.slot(idx).ctl.held();
-      if (held == SlotControl<>::Held::waiting) {
-        ring.push_held(idx);
-        continue;
-      }
-      ++removed;
-      if (held == SlotControl<>::Held::cancelled) ends_.reclaim_cancelled(idx);
-    }
+    link.blocked().sweep([](auto&&) {},
+                         [&](std::uint32_t idx) {
+                           const auto held = parts_.slot(idx).ctl.held();
+                           if (held == SlotControl<>::Held::waiting) return true;
+                           ++removed;
+                           if (held == SlotControl<>::Held::cancelled) ends_.reclaim_cancelled(idx);
+                           return false;
+                         });
     link.gate().swept(removed, parts_.core.now_ns());
   });
 }

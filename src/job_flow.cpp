@@ -39,14 +39,11 @@ JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::
       // hand-offs would otherwise refill one worker's home lane ahead of other producers' jobs).
       dispatch_(parts_.core, parts_.stats, parts_.capacity,
                 !parts_.options.downstream.empty() || parts_.options.tenant_window != 0,
-                parts_.options.priorities,
-                is_never(parts_.options.priority_max_wait.count())
-                    ? 0
-                    : parts_.options.priority_max_wait.count(),
-                parts_.slots.get(), payload_.get(), stride_, parts_.name, *this),
+                parts_.options.priorities, parts_.aging_ns(), parts_.slots.get(), payload_.get(),
+                stride_, parts_.name, *this),
       links_(parts_, *this, dispatch_),
       claims_(parts_),
-      lines_(parts_.slots.get(), parts_.capacity, parts_.options),
+      lines_(parts_),
       ends_(parts_, claims_, lines_, dispatch_, *this),
       timers_(parts_.core, parts_.name, parts_.slots.get(), parts_.capacity,
               parts_.options.visibility_timeout),
@@ -459,7 +456,7 @@ bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t del
           std::memory_order_relaxed);
       return false;
     }
-    gate.blocked().push_held(idx);
+    gate.blocked().push_back(idx);
     gate.gate().blocked(decision.why);
     return true;
   }
@@ -499,6 +496,13 @@ void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
   GateLink* const gate = links_.link(slot(idx).downstream_link());
   // A job held for its downstream was counted waiting all along.
   const bool held = slot(idx).take_mark(JobSlot::kHeld);
+  // The gate's leader is ready again: it steps down now, not when a worker delivers it, so that
+  // a paused queue or busy workers cannot hold up another queue's jobs waiting at the gate. While
+  // the index is ours: a job of higher priority it wakes is served ahead of it, and it carries
+  // the chain (DownstreamGate::step_down).
+  using StepDown = DownstreamGate::StepDown;
+  const StepDown step = gate ? gate->gate().step_down(id, gate, idx) : StepDown::not_leader;
+  if (step == StepDown::outranked) slot(idx).mark(JobSlot::kWoken, true);
   if (parts_.core.observed()) parts_.emit(EventKind::retry_due, slot(idx), now);
   if (Lines::lined(slot(idx))) [[unlikely]] {
     join_lines(idx, false);  // into `waiting` (counted there), in its lines ...
@@ -509,13 +513,11 @@ void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
     dispatch_.push_ready(idx);  // into `waiting` (counted there) ...
   }
   parts_.stats.add(held ? kFromReady : kFromDelayed);  // ... before out of its gauge: counts()
-  // The gate's leader is ready again: it steps down now, not when a worker delivers it, so that
-  // a paused queue or busy workers cannot hold up another queue's jobs waiting at the gate. After
-  // its push: the job this wakes is behind it in the ready ring, so that the leader, first in
-  // line, takes the token it waited for (else the woken job takes it, and the leader, refused,
-  // leads again, each time, for as long as others wait:
+  // None outranks it: the job it wakes comes after its push, behind it in the ready levels, so
+  // that the leader, first in line, takes the token it waited for (else the woken job takes it,
+  // and the leader, refused, leads again, each time, for as long as others wait:
   // DownstreamWakeups.TheLeaderIsNotOvertakenByTheJobsItWakes pins it).
-  if (gate) gate->gate().forget_leader(id);
+  if (step == StepDown::in_line) gate->gate().wake_next();
 }
 
 void JobFlow::lapse(std::uint64_t lease, std::int64_t now) {

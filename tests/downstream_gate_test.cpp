@@ -38,6 +38,9 @@ struct FakeQueue final : BlockedQueue {
     ready.push_back(id);
     return true;
   }
+  bool wake_above(std::uint32_t, std::atomic<std::int64_t>&) noexcept override {
+    return false;  // one priority: the leader's wake goes to the oldest blocked job
+  }
   void promote_leader(JobId) noexcept override {}
   bool wake_hungry() noexcept override { return false; }  // its jobs take no permit before admit
   std::uint64_t waiting_for_permit() const noexcept override { return 0; }

@@ -273,9 +273,15 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
   auto gw = engine.declare_downstream(
       "gw",
       {.concurrency = test::limit_or_none(static_cast<std::uint32_t>(rng() % 3)), .rate = rate});
+  // a: one level; b: three levels, aging past 50 ms; c: four levels without aging.
   std::vector<Queue<int>> queues;
-  for (const char* name : {"a", "b", "c"})
-    queues.push_back(engine.declare_queue<int>(name, test::calling("gw")));
+  const std::uint32_t levels[] = {1, 3, 4};
+  for (const char* name : {"a", "b", "c"}) {
+    QueueOptions o = test::calling("gw");
+    o.priorities = levels[queues.size()];
+    if (o.priorities == 3) o.priority_max_wait = 50ms;
+    queues.push_back(engine.declare_queue<int>(name, o));
+  }
   test::FuzzJobs jobs;
   std::map<JobId, int> done;
   std::vector<std::int64_t> starts;
@@ -296,7 +302,9 @@ void fuzz_inline(std::uint64_t seed, bool fixed) {
       case 0:
       case 1:
       case 2: {
-        const auto added = q.add("call", 0, test::fuzz_job(rng));
+        JobOptions o;
+        o.priority = static_cast<std::uint8_t>(rng() % levels[qi]);
+        const auto added = q.add("call", 0, test::fuzz_job(rng, o));
         if (added.status == AddStatus::added) jobs.emplace_back(static_cast<int>(qi), added.id);
         break;
       }
@@ -431,8 +439,13 @@ TEST(DownstreamWakeupThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLaps
     QueueOptions leased = test::calling("gw");
     leased.visibility_timeout = 3ms;
     leased.max_stalls = 10'000;
+    // b ranks its jobs at the gate by priority (aging past 200 us): its blocked jobs wait in
+    // levels, and a leader steps down to one that outranks it.
+    QueueOptions ranked = test::calling("gw");
+    ranked.priorities = 4;
+    ranked.priority_max_wait = 200us;
     auto a = engine.declare_queue<int>("a", test::calling("gw"));
-    auto b = engine.declare_queue<int>("b", test::calling("gw"));
+    auto b = engine.declare_queue<int>("b", ranked);
     auto c = engine.declare_queue<int>("c", leased);
     constexpr int kPerProducer = 2500;
     constexpr int kJobs = 2 * kPerProducer;
@@ -476,6 +489,7 @@ TEST(DownstreamWakeupThreaded, SharedDownstreamUnderFlipsCancelsPushbacksAndLaps
           const int qi = static_cast<int>(rng() % 3);
           JobOptions o;
           if (rng() % 8 == 0) o.delay = std::chrono::microseconds(rng() % 2000);
+          if (qi == 1) o.priority = static_cast<std::uint8_t>(rng() % 4);
           const auto added = queues[qi]->add("call", data, o);
           ASSERT_EQ(added.status, AddStatus::added);
           where[data].store(qi);

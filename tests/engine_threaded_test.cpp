@@ -1014,15 +1014,17 @@ TEST(ThreadedEngine, InlineRunUntilIdleRunsAJobReadyBeforeItWhileAnotherThreadSw
     for (int i = 0; i < 7; ++i)
       ASSERT_TRUE(q.cancel(q.add("y", 2).id));
     std::atomic<int> go{0};
+    // The start line: each side yields while it waits, so that on an oversubscribed machine
+    // the spinning side does not hold the core the other needs to arrive.
     std::thread other([&] {
       go.fetch_add(1);
-      while (go.load() < 2) {
-      }
+      while (go.load() < 2)
+        std::this_thread::yield();
       (void)q.add("z", 3);  // no room: sweeps, then takes a reclaimed slot
     });
     go.fetch_add(1);
-    while (go.load() < 2) {
-    }
+    while (go.load() < 2)
+      std::this_thread::yield();
     for (int k = 0; k < round % 64; ++k)
       std::this_thread::yield();  // vary where the sweep falls
     (void)engine.run_until_idle();

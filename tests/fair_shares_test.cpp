@@ -77,6 +77,75 @@ TEST_F(FairShares, WeightsThreeToOneSplitTheStartsThreeToOne) {
   EXPECT_NEAR(ratio, 3.0, 0.03) << a << " : " << b;
 }
 
+TEST_F(FairShares, ATenantsUrgentJobIsNotStuckBehindItsOwnBacklog) {
+  // One turn per tenant (weight 1, window 1), two priority levels: a's backlog parks in its
+  // line; its urgent job takes the turn next, ahead of the backlog, which keeps its add order.
+  QueueOptions qo = shares({}, 1);
+  qo.priorities = 2;
+  auto q = engine.declare_queue<Work>("q", qo);
+  std::vector<int> starts;
+  q.process({}, [&](Job<Work>& j) { starts.push_back(j.data().n); });
+  JobOptions low = for_tenant("a"), urgent = for_tenant("a");
+  urgent.priority = 1;
+  for (int i = 0; i < 4; ++i)
+    ASSERT_EQ(q.add("j", Work{0, i}, low).status, AddStatus::added);
+  const JobId u = q.add("j", Work{0, 9}, urgent).id;
+  EXPECT_EQ(q.explain(u).holdup, Holdup::tenant_share);
+  EXPECT_EQ(q.explain(u).ahead, 0u) << "no job of a's line goes before it";
+  engine.run_until_idle();
+  EXPECT_EQ(starts, (std::vector<int>{0, 9, 1, 2, 3}));
+}
+
+TEST_F(FairShares, AGroupKeepsItsAddOrderInsideARankedTenantLine) {
+  // Tenant a, one turn, two levels. Group g's jobs 0 (low), 1 (urgent), 3 (low) keep their add
+  // order whatever their priorities; a's urgent job 2, in no group, goes before g's next.
+  QueueOptions qo = shares({}, 1);
+  qo.priorities = 2;
+  auto q = engine.declare_queue<Work>("q", qo);
+  std::vector<int> starts;
+  q.process({}, [&](Job<Work>& j) { starts.push_back(j.data().n); });
+  JobOptions g_low = for_tenant("a"), g_urgent = for_tenant("a"), urgent = for_tenant("a");
+  g_low.group = g_urgent.group = "g";
+  g_urgent.priority = urgent.priority = 1;
+  ASSERT_EQ(q.add("j", Work{0, 0}, g_low).status, AddStatus::added);
+  ASSERT_EQ(q.add("j", Work{0, 1}, g_urgent).status, AddStatus::added);
+  ASSERT_EQ(q.add("j", Work{0, 2}, urgent).status, AddStatus::added);
+  ASSERT_EQ(q.add("j", Work{0, 3}, g_low).status, AddStatus::added);
+  engine.run_until_idle();
+  EXPECT_EQ(starts, (std::vector<int>{0, 2, 1, 3}));
+}
+
+TEST_F(FairShares, WithAgingATenantsSteadyUrgentStreamCannotStarveItsOtherJobs) {
+  // One turn for a; each urgent job adds the next as it runs (1 ms each). Its low job, parked in
+  // a's line behind that stream, ranks a level higher once it waited 5 ms: it starts by then,
+  // not after the 200 urgent jobs.
+  QueueOptions qo = shares({}, 1);
+  qo.priorities = 2;
+  qo.priority_max_wait = 5ms;
+  auto q = engine.declare_queue<Work>("q", qo);
+  JobOptions low = for_tenant("a"), urgent = for_tenant("a");
+  urgent.priority = 1;
+  int urgent_left = 200;
+  std::int64_t low_started_ms = -1;
+  q.process({}, [&](Job<Work>& j) {
+    if (j.data().n == 0) {
+      low_started_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(clock.now().time_since_epoch())
+              .count();
+      return;
+    }
+    clock.advance(1ms);
+    if (--urgent_left > 0) (void)q.add("j", Work{0, 1}, urgent);
+  });
+  q.pause();
+  ASSERT_EQ(q.add("j", Work{0, 1}, urgent).status, AddStatus::added);
+  ASSERT_EQ(q.add("j", Work{0, 0}, low).status, AddStatus::added);
+  q.resume();
+  replay();
+  ASSERT_GE(low_started_ms, 0);
+  EXPECT_LE(low_started_ms, 7);  // 5 ms to rank as urgent, then the longer wait wins the tie
+}
+
 TEST_F(FairShares, AJobWaitingOutARetrysBackoffLendsItsTurn) {
   // Window 4, 100 jobs of one tenant, each backing off 200 ms after its first try: all 100 make
   // their first try at once (the four in backoff lend their turns), not four every 200 ms.

@@ -139,6 +139,60 @@ TEST_F(Priorities, WithAgingALowJobWaitingAtItsDownstreamKeepsItsWait) {
   EXPECT_LE(low_started_ms, 30);  // not after the 200 urgent jobs (2,000 ms)
 }
 
+/// behind_a_token_per_10ms(engine, n): a queue of n levels whose jobs call a downstream that
+/// gives a token per 10 ms (burst 1, no concurrency limit).
+Queue<int> behind_a_token_per_10ms(Engine& engine, std::uint32_t n) {
+  (void)engine.declare_downstream("api",
+                                  DownstreamOptions{.rate = RateLimit::token_bucket(1, 10ms, 1)});
+  QueueOptions qo = levels(n);
+  qo.downstream = "api";
+  return engine.declare_queue<int>("q", qo);
+}
+
+TEST_F(Priorities, AtARateLimitedDownstreamAHighJobIsTheNextToGetAToken) {
+  // A token per 10 ms. Low job 0 takes the first; 1 leads (the wheel, for the next token), 2 and
+  // 3 wait behind it. Then a high (9) and a middle (5) job come: each is refused, and each takes
+  // the next token before the low jobs, which keep their add order.
+  auto q = behind_a_token_per_10ms(engine, 3);
+  std::vector<int> starts;
+  q.process({}, [&](Job<int>& j) { starts.push_back(j.data()); });
+  for (int i = 0; i < 4; ++i)
+    ASSERT_EQ(q.add("low", i, at(0)).status, AddStatus::added);
+  engine.run_until_idle();
+  ASSERT_EQ(starts, std::vector<int>{0});
+  const JobId high = q.add("high", 9, at(2)).id;
+  ASSERT_EQ(q.add("middle", 5, at(1)).status, AddStatus::added);
+  engine.run_until_idle();
+  EXPECT_EQ(starts, std::vector<int>{0}) << "no token before 10 ms";
+  EXPECT_EQ(q.explain(high).holdup, Holdup::downstream_rate);
+  for (std::size_t n = 2; n <= 6; ++n) {
+    clock.advance(10ms);
+    engine.run_until_idle();
+    ASSERT_EQ(starts.size(), n) << "one start per token";
+  }
+  EXPECT_EQ(starts, (std::vector<int>{0, 9, 5, 1, 2, 3}));
+}
+
+TEST_F(Priorities, ALeaderAdmittedAfterTheHigherJobItWokeStrandsNoBlockedJob) {
+  // A token per 10 ms, no concurrency limit. 0 runs, 1 leads, 2 waits; then 9 (high) waits. At
+  // 10 ms the leader wakes 9, which takes the token and runs past the next one, so the leader is
+  // admitted at 20 ms with it: the leader carries the wake-up chain, so 2 still starts (else no
+  // job leads and nothing wakes 2: no timer is left to run).
+  auto q = behind_a_token_per_10ms(engine, 2);
+  std::vector<int> starts;
+  q.process({}, [&](Job<int>& j) {
+    starts.push_back(j.data());
+    if (j.data() == 9) clock.advance(10ms);
+  });
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(q.add("low", i, at(0)).status, AddStatus::added);
+  engine.run_until_idle();
+  ASSERT_EQ(q.add("high", 9, at(1)).status, AddStatus::added);
+  replay();
+  EXPECT_EQ(starts, (std::vector<int>{0, 9, 1, 2}));
+  EXPECT_EQ(q.counts().waiting, 0u);
+}
+
 TEST_F(Priorities, OldestWaitPerLevelIsReported) {
   auto q = engine.declare_queue<int>("q", levels(3));
   q.process({}, [](Job<int>&) {});

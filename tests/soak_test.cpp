@@ -4,7 +4,8 @@
 // adds (merged and debounced), delayed jobs and cancels of them, cancels, pauses and resumes,
 // redrives, and a shutdown in the middle of a run, on the real and on a manual clock, on a queue's
 // own threads and on the engine's shared pool, with callback (Completion) and coroutine handlers,
-// and with every job in a FIFO group.
+// with every job in a FIFO group, and with priorities and tenants (a capped one's cap checked
+// with leases off).
 #include "soak/soak.hpp"
 
 #include <gtest/gtest.h>
@@ -41,7 +42,9 @@ void expect_clean(const Config& c) {
   }
   // Every fault kind actually happened (a soak that injects nothing proves nothing).
   EXPECT_GT(r.dead_lettered, 0u) << out.str();
-  EXPECT_GT(r.stalls, 0u) << out.str();
+  if (c.leases) {
+    EXPECT_GT(r.stalls, 0u) << out.str();
+  }
   EXPECT_GT(r.cancelled, 0u) << out.str();
   EXPECT_GT(r.discarded, 0u) << out.str();
   EXPECT_GT(r.duplicates_merged, 0u) << out.str();
@@ -56,6 +59,9 @@ void expect_clean(const Config& c) {
   }
   if (c.groups > 0) {
     EXPECT_GT(r.grouped_started, r.accepted / 2) << out.str();
+  }
+  if (c.tenants > 0) {
+    EXPECT_GT(r.tenant_most_active, 0u) << out.str();  // the capped tenant's jobs ran
   }
   std::cout << out.str();
 }
@@ -72,6 +78,29 @@ TEST(Soak, InvariantsHoldWithFifoGroups) {
   c.jobs = kJobs;
   c.groups = 64;
   c.seed = 13;
+  expect_clean(c);
+}
+
+TEST(Soak, InvariantsHoldWithPrioritiesTenantsAndGroups) {
+  Config c;
+  c.jobs = kJobs;
+  c.priorities = 4;
+  c.priority_max_wait = std::chrono::milliseconds(20);
+  c.tenants = 4;
+  c.groups = 64;
+  c.seed = 17;
+  expect_clean(c);
+}
+
+TEST(Soak, ACappedTenantNeverRunsMoreThanItsCapWithLeasesOff) {
+  Config c;
+  c.jobs = kJobs;
+  c.priorities = 3;
+  c.tenants = 5;
+  c.tenant_cap = 2;
+  c.leases = false;
+  c.hang = 0;
+  c.seed = 19;
   expect_clean(c);
 }
 

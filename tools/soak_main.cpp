@@ -50,6 +50,21 @@ int main(int argc, char** argv) {
   app.add_option("--groups", c.groups,
                  "FIFO groups the producers' jobs go to (0: none); checks per-group order")
       ->check(CLI::Range(0u, 1u << 20));
+  app.add_option("--priorities", c.priorities,
+                 "priority levels (1: none); each job gets one from its plan")
+      ->check(CLI::Range(1u, 8u));
+  int aging_ms = 0;
+  app.add_option("--priority-max-wait-ms", aging_ms,
+                 "aging: a waiting job ranks a level higher per this many ms (0: no aging)")
+      ->check(CLI::Range(0, 3'600'000));
+  app.add_option("--tenants", c.tenants,
+                 "tenants the jobs go to (0: none); tenant-0 takes half, weight 3, capped")
+      ->check(CLI::Range(0u, 1u << 16));
+  app.add_option("--tenant-cap", c.tenant_cap, "tenant-0's most jobs at once")
+      ->check(CLI::Range(1u, 1u << 16));
+  bool no_leases = false;
+  app.add_flag("--no-leases", no_leases,
+               "no visibility timeout, and no hangs (checks the tenant's cap: invariant 8)");
   app.add_flag("--coroutines", c.coroutines,
                "the handler is a coroutine (rail::Task): the --async share co_awaits its call");
   app.add_flag("--rate-only-downstream", c.rate_only_downstream,
@@ -65,6 +80,11 @@ int main(int argc, char** argv) {
                "of using the stall budget (BullMQ, the default)");
   CLI11_PARSE(app, argc, argv);
   c.pauses = !no_pauses;
+  if (aging_ms > 0) c.priority_max_wait = std::chrono::milliseconds(aging_ms);
+  if (no_leases) {
+    c.leases = false;
+    c.hang = 0;
+  }
   c.downstream = !no_downstream;
   c.redrives = !no_redrives;
   if (sqs_stalls) c.stall_policy = rail::StallPolicy::count_as_attempt;

@@ -11,6 +11,11 @@
 //   add+dedup      every job carries a unique dedup id (no ttl: held until the job ends)
 //   add+group      every job is in one of 1,024 FIFO groups (JobOptions::group), round robin,
 //                  so 2 workers always find a group free: the cost of the groups' bookkeeping
+//   add+priority   the queue has 4 priority levels (QueueOptions::priorities) and the jobs take
+//                  them round robin: rings per level instead of lanes, one pop at a time
+//   add+tenant     every job is one of 16 tenants' (JobOptions::tenant), round robin, with
+//                  tenant_window 64: the backlog parks in the tenants' lines and each end hands
+//                  a turn on: the cost of the fair shares' bookkeeping
 //   add+events     an observer sees every event and counts it (EventTally: a counter per thread,
 //                  so the figure is rail's cost of raising events, not the observer's own)
 //   add+permit     the queue calls a downstream whose concurrency equals the workers: every
@@ -45,7 +50,18 @@ struct NoOp {
   std::uint64_t seq = 0;
 };
 
-enum class Feature { none, failures, dedup, events, permit, rate, batch64, groups };
+enum class Feature {
+  none,
+  failures,
+  dedup,
+  events,
+  permit,
+  rate,
+  batch64,
+  groups,
+  priority,
+  tenant
+};
 
 struct RailCase {
   int producers;
@@ -165,6 +181,8 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
     engine.declare_downstream("api", d);
     qo.downstream = "api";
   }
+  if (c.feature == Feature::priority) qo.priorities = 4;
+  if (c.feature == Feature::tenant) qo.tenant_window = 64;
   std::vector<rail::Queue<NoOp>> queues;
   for (int i = 0; i < c.queues; ++i)
     queues.push_back(engine.declare_queue<NoOp>("bench" + std::to_string(i), qo));
@@ -196,10 +214,13 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
   std::uint64_t iteration = 0;
 
   // Preformatted group names (they fit the small-string buffer: no allocation per add).
-  std::vector<std::string> groups;
+  std::vector<std::string> groups, tenants;
   if (c.feature == Feature::groups)
     for (int g = 0; g < 1024; ++g)
       groups.push_back("g" + std::to_string(g));
+  if (c.feature == Feature::tenant)
+    for (int t = 0; t < 16; ++t)
+      tenants.push_back("t" + std::to_string(t));
 
   auto produce_range = [&](std::uint64_t begin, std::uint64_t end) {
     rail::JobOptions o{.max_attempts = 3};
@@ -208,6 +229,8 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
       for (std::uint64_t i = begin; i < end; ++i) {
         if (ids) o.dedup.id.assign(ids->id(iteration & 1, i));
         if (!groups.empty()) o.group.assign(groups[i % groups.size()]);
+        if (!tenants.empty()) o.tenant.assign(tenants[i % tenants.size()]);
+        if (c.feature == Feature::priority) o.priority = static_cast<std::uint8_t>(i % 4);
         add_one(queues[i % queues.size()], o, i, latch, stats);
       }
       return;
@@ -296,6 +319,8 @@ void register_rail_extras() {
   add(case_name("rail", "add+fail10%", 1, 2), {1, 2, 0, Feature::failures});
   add(case_name("rail", "add+dedup", 1, 2), {1, 2, 0, Feature::dedup});
   add(case_name("rail", "add+group", 1, 2), {1, 2, 0, Feature::groups});
+  add(case_name("rail", "add+priority", 1, 2), {1, 2, 0, Feature::priority});
+  add(case_name("rail", "add+tenant", 1, 2), {1, 2, 0, Feature::tenant});
   add(case_name("rail", "add+events", 1, 2), {1, 2, 0, Feature::events});
   add(case_name("rail", "add+permit", 1, 2), {1, 2, 0, Feature::permit});
   add(case_name("rail", "add+rate", 1, 2), {1, 2, 0, Feature::rate});

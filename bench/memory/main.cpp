@@ -55,8 +55,8 @@ void print_summary() {
     std::fprintf(stderr, "  target: a FIFO group with no job left costs no memory: %.3f B  %s\n", b,
                  b < 1 ? "MET" : "MISSED");
   double worst = -1;
-  for (const char* v :
-       {"add", "add_bulk:64", "add+fail10%", "add+dedup", "add+events", "add+group"}) {
+  for (const char* v : {"add", "add_bulk:64", "add+fail10%", "add+dedup", "add+events", "add+group",
+                        "add+tenant"}) {
     double a = get(("rail/allocs_per_job/" + std::string(v)).c_str());
     if (a > worst) worst = a;
   }

@@ -9,7 +9,8 @@
 // Bytes per FIFO group: see rail_bytes_per_group.
 //
 // Allocations per job: a queue of capacity 65,536 drained by 2 workers (`add+group`: each job in
-// one of 1,024 FIFO groups). Before the workers start,
+// one of 1,024 FIFO groups; `add+tenant`: one of 16 tenants, tenant_window 64, on 4 priority
+// levels round robin, so the backlog parks in ranked tenant lines). Before the workers start,
 // every slot is filled once with a job that fails its first attempt (and carries a dedup id in the
 // dedup variant), so each slot's lazily created error log and dedup key exist — the state a
 // long-running queue reaches; then 2 x capacity warm-up jobs; then the measured --jobs=N.
@@ -27,7 +28,7 @@
 namespace bench {
 namespace {
 
-enum class Variant { plain, bulk, failures, dedup, events, groups };
+enum class Variant { plain, bulk, failures, dedup, events, groups, tenants };
 
 /// set_dedup_id(o, seq): a unique id without allocating (it fits the small-string buffer).
 void set_dedup_id(rail::JobOptions& o, std::uint64_t seq) {
@@ -36,12 +37,21 @@ void set_dedup_id(rail::JobOptions& o, std::uint64_t seq) {
   o.dedup.id.assign(buf, static_cast<std::size_t>(r.ptr - buf));
 }
 
-/// set_group(o, prefix, n): group `prefix` + n without allocating (it fits the small-string
-/// buffer).
-void set_group(rail::JobOptions& o, char prefix, std::uint64_t n) {
+/// set_key(key, prefix, n): a group or tenant named `prefix` + n, without allocating (it fits
+/// the small-string buffer).
+void set_key(std::string& key, char prefix, std::uint64_t n) {
   char buf[24] = {prefix};
   auto r = std::to_chars(buf + 1, buf + sizeof(buf), n);
-  o.group.assign(buf, static_cast<std::size_t>(r.ptr - buf));
+  key.assign(buf, static_cast<std::size_t>(r.ptr - buf));
+}
+
+/// set_lines(o, v, seq): job seq's FIFO group (groups) or tenant and priority (tenants).
+void set_lines(rail::JobOptions& o, Variant v, std::uint64_t seq) {
+  if (v == Variant::groups) set_key(o.group, 'g', seq % 1024);
+  if (v == Variant::tenants) {
+    set_key(o.tenant, 't', seq % 16);
+    o.priority = static_cast<std::uint8_t>(seq % 4);
+  }
 }
 
 /// Bytes per FIFO group: an inline engine's queue of capacity C takes one grouped job first (the
@@ -59,7 +69,7 @@ void rail_bytes_per_group(benchmark::State& state, const std::string& name) {
     q.process({}, [](rail::Job<std::uint64_t>&) {});
     const AllocSnapshot declared = snapshot();
     rail::JobOptions o;
-    set_group(o, 'w', 0);
+    set_key(o.group, 'w', 0);
     if (q.add("warm", std::uint64_t{0}, o).status != rail::AddStatus::added) std::abort();
     engine.run_until_idle();
     const AllocSnapshot before = snapshot();
@@ -67,7 +77,7 @@ void rail_bytes_per_group(benchmark::State& state, const std::string& name) {
     AllocSnapshot busy{};
     for (std::uint64_t g = 0; g < kGroups;) {
       for (std::uint32_t i = 0; i < kCapacity; ++i, ++g) {
-        set_group(o, 'c', g);
+        set_key(o.group, 'c', g);
         if (q.add("job", std::uint64_t{g}, o).status != rail::AddStatus::added) {
           state.SkipWithError("rail add did not return added");
           return;
@@ -161,14 +171,19 @@ void rail_allocs_per_job(benchmark::State& state, const std::string& name, Varia
   if (v == Variant::events)
     engine.on_event(
         [&events](const rail::Event&) { events.fetch_add(1, std::memory_order_relaxed); });
-  auto q = engine.declare_queue<Work>("alloc", rail::QueueOptions{.capacity = kCapacity});
+  rail::QueueOptions qo{.capacity = kCapacity};
+  if (v == Variant::tenants) {
+    qo.priorities = 4;
+    qo.tenant_window = 64;
+  }
+  auto q = engine.declare_queue<Work>("alloc", qo);
   rail::JobOptions o{.max_attempts = 3};
   o.dedup.id.reserve(32);
   std::uint64_t seq = 0;
   // Warm every slot: one job per slot, all failing once, before any worker runs.
   for (std::size_t i = 0; i < kCapacity; ++i, ++seq) {
     if (v == Variant::dedup) set_dedup_id(o, seq);
-    if (v == Variant::groups) set_group(o, 'g', seq % 1024);
+    set_lines(o, v, seq);
     rail::AddStatus s = q.add("work", Work{seq, true}, o).status;
     if (s == rail::AddStatus::dedup_full) {  // a full shard of the window: warm the slot anyway
       o.dedup.id.clear();
@@ -204,7 +219,7 @@ void rail_allocs_per_job(benchmark::State& state, const std::string& name, Varia
     } else {
       for (std::uint64_t i = 0; i < n; ++i, ++seq) {
         if (v == Variant::dedup) set_dedup_id(o, seq);
-        if (v == Variant::groups) set_group(o, 'g', seq % 1024);
+        set_lines(o, v, seq);
         rail::AddStatus s;
         while ((s = q.add("work", Work{seq, false}, o).status) != rail::AddStatus::added) {
           if (s != rail::AddStatus::full && s != rail::AddStatus::dedup_full) std::abort();
@@ -284,7 +299,8 @@ void register_rail_memory() {
                                                       {Variant::failures, "add+fail10%"},
                                                       {Variant::dedup, "add+dedup"},
                                                       {Variant::events, "add+events"},
-                                                      {Variant::groups, "add+group"}};
+                                                      {Variant::groups, "add+group"},
+                                                      {Variant::tenants, "add+tenant"}};
   for (auto [v, label] : variants) {
     std::string name = std::string("rail/allocs_per_job/") + label;
     add_memory_benchmark(name,

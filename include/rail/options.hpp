@@ -89,8 +89,9 @@ struct JobOptions {
   std::uint8_t priority = 0;
   /// The job's tenant (the customer it is for); empty: none. Each tenant has a share of turns
   /// (QueueOptions::tenants, tenant_window): a job starts only while its tenant holds fewer of
-  /// its jobs ready or running than that, else it waits in the tenant's line, in order. So one
-  /// tenant's flood cannot crowd out the others. At most 256 bytes. A redriven job has none.
+  /// its jobs ready or running than that, else it waits in the tenant's line, in order (by
+  /// priority first, aged as ready jobs are, when the queue has levels). So one tenant's flood
+  /// cannot crowd out the others. At most 256 bytes. A redriven job has none.
   std::string tenant{};
 };
 

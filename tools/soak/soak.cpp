@@ -14,7 +14,12 @@
 #include <unordered_map>
 
 #include "rail/rail.hpp"
+#include "soak/async_calls.hpp"
+#include "soak/fates.hpp"
 #include "soak/group_ledger.hpp"
+#include "soak/job_ledger.hpp"
+#include "soak/share_watch.hpp"
+#include "soak/violations.hpp"
 
 namespace rail::soak {
 namespace {
@@ -24,52 +29,6 @@ using namespace std::chrono_literals;
 /// ShutdownBegan: thrown by a producer's add loop when the engine answers shutting_down, to end
 /// production from wherever the add was.
 struct ShutdownBegan {};
-
-struct Payload {
-  std::uint64_t plan = 0;  // seeds the fate of every delivery
-};
-
-enum class Fate { ok, fail, throw_, permanent, discard, hang, pushback };
-
-/// unit(plan, delivery): a number in [0, 1) fixed by the job's plan and the delivery.
-double unit(std::uint64_t plan, std::uint32_t delivery) {
-  SplitMix64 r(plan ^ (std::uint64_t{delivery} * 0x9E3779B97F4A7C15ULL));
-  return static_cast<double>(r.next() >> 11) / 9007199254740992.0;
-}
-
-Fate fate(const Config& c, std::uint64_t plan, std::uint32_t delivery) {
-  double x = unit(plan, delivery);
-  if ((x -= c.hang) < 0) return Fate::hang;
-  if ((x -= c.permanent) < 0) return Fate::permanent;
-  if ((x -= c.discard) < 0) return Fate::discard;
-  if ((x -= c.throw_) < 0) return Fate::throw_;
-  if ((x -= c.fail) < 0) return Fate::fail;
-  if (c.downstream && (x -= c.pushback) < 0) return Fate::pushback;
-  return Fate::ok;
-}
-
-/// Everything the events said about one job id. Delivery numbers are tracked as bit sets of
-/// kMaxDelivery bits (the soak's jobs have 3 attempts and, under StallPolicy::own_budget, one
-/// stall to spare, so at most 4 deliveries); a number outside them is a violation of its own.
-constexpr std::uint32_t kMaxDelivery = 16;
-struct Track {
-  std::atomic<std::uint8_t> accepted{0}, cancel_accepted{0}, delayed{0};
-  std::atomic<std::uint16_t> started{0}, failed{0}, stalled{0}, late{0}, pushed{0};
-  std::atomic<std::uint16_t> completed{0}, dead{0}, cancelled{0}, discarded{0};
-  std::atomic<std::uint16_t> stalled_out{0};  // lives dead-lettered by a lapse (lease_expired)
-  std::atomic<std::uint16_t> completed_delivery{0};
-  std::atomic<std::uint16_t> started_mask{0}, stalled_mask{0};  // bit d-1: delivery d
-  std::atomic<std::uint16_t> redriven{0};  // lives beyond the first (a redrive restarts it)
-  std::atomic<std::uint8_t> taken{0};      // handed back by take_leftovers after a shutdown
-  // Set by the redriver before it redrives the job: a redriven job holds its dedup id again, so
-  // a re-add after the first life's window may rightly merge into it.
-  std::atomic<std::uint8_t> redrive_tried{0};
-};
-
-/// delivery_bit(d): delivery d's bit in a Track mask, or 0 if d is outside what a mask holds.
-std::uint16_t delivery_bit(std::uint32_t d) {
-  return d >= 1 && d <= kMaxDelivery ? static_cast<std::uint16_t>(1u << (d - 1)) : 0;
-}
 
 /// PauseWatch: checks that a paused queue starts nothing. The pauser makes `epoch` odd after
 /// pause() returns and even again before resume(). A worker may already have taken a job when
@@ -97,17 +56,6 @@ struct PauseWatch {
 };
 std::atomic<std::uint64_t> g_runs{0};
 
-struct Violations {
-  std::atomic<std::uint64_t> count{0};
-  std::mutex mu;
-  std::vector<std::string> first;
-  void add(std::string what) {
-    count.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard lock(mu);
-    if (first.size() < 10) first.push_back(std::move(what));
-  }
-};
-
 }  // namespace
 
 Report run(const Config& cfg) {
@@ -115,7 +63,12 @@ Report run(const Config& cfg) {
   const std::uint64_t side_jobs = side ? cfg.jobs / 10 : 0;
   // Job ids are the engine's: the side queue's take some of them.
   const std::uint64_t max_id = cfg.jobs * 2 + side_jobs + 1024;
-  auto track = std::make_unique<Track[]>(max_id + 1);
+  if (!cfg.leases && cfg.hang > 0)
+    throw std::invalid_argument("soak: Config::hang is " + std::to_string(cfg.hang) +
+                                " with leases off; a hang waits for its lease to lapse, so "
+                                "expected 0");
+  JobLedger ledger(max_id);
+  ShareWatch shares(cfg, max_id);
   // FIFO groups: each producer has groups_each of its own (Config::groups).
   const std::uint32_t groups_each =
       cfg.groups == 0 ? 0 : std::max<std::uint32_t>(1, cfg.groups / cfg.producers);
@@ -134,77 +87,25 @@ Report run(const Config& cfg) {
 
   engine.on_event([&](const Event& e) {
     if (e.job_id == 0 || e.queue == "soak-side") return;  // the side queue is checked apart
-    if (e.job_id > max_id) {
-      v.add("event for job " + std::to_string(e.job_id) + " beyond every id the soak could add");
-      return;
-    }
-    Track& t = track[e.job_id];
-    auto bump = [](std::atomic<std::uint16_t>& a) { a.fetch_add(1, std::memory_order_relaxed); };
+    ledger.on_event(e, v);
+    shares.on_event(e);
     switch (e.kind) {
-      case EventKind::added:
-        if (e.delay.count() > 0) t.delayed.store(1, std::memory_order_relaxed);
-        break;
-      case EventKind::started: {
-        bump(t.started);
+      case EventKind::started:
         groups.on_start(e.job_id);
-        const std::uint16_t bit = delivery_bit(e.deliveries);
-        if (bit == 0)
-          v.add("job " + std::to_string(e.job_id) + ": a start numbered " +
-                std::to_string(e.deliveries));
-        else if (t.started_mask.fetch_or(bit) & bit)
-          v.add("job " + std::to_string(e.job_id) + ": delivery " + std::to_string(e.deliveries) +
-                " started twice");
         if (!pause_watch.on_start())
           v.add("job " + std::to_string(e.job_id) + " started while its queue was paused, after " +
                 "the same worker had started another one in that pause");
         break;
-      }
-      case EventKind::attempt_failed:
-        bump(t.failed);
-        break;
-      case EventKind::stalled:
-        bump(t.stalled);
-        // A lapse on the wheel's owner raises its events once the wheel is released, while a
-        // lapse that dead-letters files the DLQ entry at once: a redrive can come between, and
-        // its `redriven` event first. A stall seen while a redriven life's predecessor has not
-        // reported its dead_lettered yet is that predecessor's, not one of this life's
-        // deliveries.
-        if (t.dead.load() >= t.redriven.load()) t.stalled_mask.fetch_or(delivery_bit(e.deliveries));
-        break;
-      case EventKind::late_outcome:
-        bump(t.late);
-        break;
       case EventKind::completed:
-        groups.on_end(e.job_id);
-        bump(t.completed);
-        t.completed_delivery.store(static_cast<std::uint16_t>(e.deliveries));
-        break;
       case EventKind::dead_lettered:
-        groups.on_end(e.job_id);
-        bump(t.dead);
-        if (e.reason == DeadLetterReason::lease_expired) bump(t.stalled_out);
-        break;
       case EventKind::cancelled:
-        groups.on_end(e.job_id);
-        bump(t.cancelled);
-        break;
       case EventKind::discarded:
         groups.on_end(e.job_id);
-        bump(t.discarded);
-        break;
-      case EventKind::redriven:
-        // Raised before the new life is published, so before any of its starts: the delivery
-        // numbering restarts here.
-        bump(t.redriven);
-        t.started_mask.store(0);
-        t.stalled_mask.store(0);
         break;
       case EventKind::debounced:
         debounced.fetch_add(1, std::memory_order_relaxed);
         break;
       case EventKind::throttled:
-        // A pushback ends a delivery (its handler returned); a refusal comes before one.
-        if (e.throttle == Throttle::pushed_back) bump(t.pushed);
         throttled.fetch_add(1, std::memory_order_relaxed);
         break;
       default:
@@ -214,11 +115,12 @@ Report run(const Config& cfg) {
 
   QueueOptions qo;
   qo.capacity = cfg.capacity;
-  qo.visibility_timeout = cfg.visibility;
+  qo.visibility_timeout = cfg.leases ? Duration{cfg.visibility} : Duration::max();
   qo.stall_policy = cfg.stall_policy;
   qo.defaults.max_attempts = 3;
   qo.defaults.backoff = Backoff::fixed(1ms).with_jitter(Jitter::full);
   qo.dlq.max_entries = max_id;
+  shares.declare(qo);
   // The downstream: its concurrency flips between `budget` and 1, its rate between two quotas
   // and none (the flipper thread below), so the most handlers ever inside is `budget`.
   const std::uint32_t budget = std::max<std::uint32_t>(1, cfg.workers / 2);
@@ -245,45 +147,24 @@ Report run(const Config& cfg) {
     while (now > m && !most_inside.compare_exchange_weak(m, now)) {
     }
   };
-  // Async deliveries (cfg.async of them): the handler defers, and a completer thread applies
-  // the same fate later (a hang: once the delivery is fenced; an exception: a dropped
-  // Completion). Under cfg.coroutines the handler is a coroutine (rail::Task) that parks on the
-  // simulated call instead, and the completer resumes it: the coroutine then applies the fate
-  // itself (an exception is thrown after resuming).
-  struct Call {
-    Completion done;  // Job::defer's, or empty for a parked coroutine
-    Fate fate;
-    std::coroutine_handle<> coroutine{};
-    const AsyncJob<Payload>* job = nullptr;  // the parked coroutine's (in its frame)
-    [[nodiscard]] bool cancelled() const { return job ? job->cancelled() : done.cancelled(); }
-  };
-  std::mutex calls_mu;
-  std::deque<Call> calls;
-  std::atomic<std::uint64_t> deferred{0};
-  auto is_async = [&](const Payload& p, std::uint32_t deliveries) {
-    return cfg.async > 0 && unit(p.plan ^ 0xA5A5'5A5A'C3C3'3C3Cull, deliveries) < cfg.async;
-  };
-  // The fate of an async call as the outcome its completion applies (a throw is the caller's).
-  auto async_outcome = [](Fate f) {
-    switch (f) {
-      case Fate::fail:
-        return Outcome::retry("flaky downstream, async");
-      case Fate::permanent:
-        return Outcome::fail("permanent failure, async");
-      case Fate::discard:
-        return Outcome::discard("not worth doing any more");
-      case Fate::pushback:
-        return Outcome::pushback(1ms, "429 from the soak's downstream, async");
-      default:  // ok, or a hang whose delivery was fenced: the engine must ignore it
-        return Outcome::done();
-    }
-  };
+  // Async deliveries (cfg.async of them): completed later by AsyncCalls' threads.
+  AsyncCalls calls(cfg, inside);
   // A delivery handled where it runs (every one but the async share), by either kind of handler.
-  auto run_here = [&](Fate f, auto& j) -> Outcome {
+  // A handler of the capped tenant's job counts as inside it (invariant 8) until it returns or
+  // parks: a redriven life has no tenant.
+  auto enter_tenant = [&](JobId id, const Payload& p) {
+    return shares.enter(p.plan, ledger.in_range(id) && ledger.track(id).redriven.load() == 0);
+  };
+  auto run_here = [&](Fate f, auto& j, bool tenant_counted) -> Outcome {
     struct Leave {
       std::atomic<std::uint32_t>& n;
-      ~Leave() { n.fetch_sub(1); }
-    } leave{inside};
+      ShareWatch& shares;
+      bool tenant_counted;
+      ~Leave() {
+        n.fetch_sub(1);
+        shares.leave(tenant_counted);
+      }
+    } leave{inside, shares, tenant_counted};
     switch (f) {
       case Fate::pushback:
         return Outcome::pushback(1ms, "429 from the soak's downstream");
@@ -307,44 +188,26 @@ Report run(const Config& cfg) {
     }
     return Outcome::done();
   };
-  struct ParkOnCall {
-    std::mutex& mu;
-    std::deque<Call>& calls;
-    Fate fate;
-    const AsyncJob<Payload>* job;
-    bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<> h) {
-      const std::lock_guard lock(mu);
-      calls.push_back({Completion{}, fate, h, job});
-    }
-    void await_resume() const noexcept {}
-  };
   if (cfg.coroutines) {
     q.process(wo, [&](AsyncJob<Payload> j) -> Task {
       enter_downstream();
       const Fate f = fate(cfg, j.data().plan, j.deliveries());
-      if (is_async(j.data(), j.deliveries())) {
-        deferred.fetch_add(1);
-        co_await ParkOnCall{calls_mu, calls, f, &j};  // the completer resumes it
+      if (calls.is_async(j.data(), j.deliveries())) {
+        co_await calls.park(f, &j);  // a completer resumes it
         if (f == Fate::throw_) throw std::runtime_error("handler threw after resuming");
         co_return async_outcome(f);
       }
-      co_return run_here(f, j);
+      co_return run_here(f, j, enter_tenant(j.id(), j.data()));
     });
   } else {
     q.process(wo, [&](Job<Payload>& j) -> Outcome {
       enter_downstream();
       const Fate f = fate(cfg, j.data().plan, j.deliveries());
-      if (is_async(j.data(), j.deliveries())) {
+      if (calls.is_async(j.data(), j.deliveries())) {
         // Throws Error(capacity) only past max_pending: a failure.
-        Outcome pending = j.defer([&](Completion c) {
-          const std::lock_guard lock(calls_mu);
-          calls.push_back({std::move(c), f});
-        });
-        deferred.fetch_add(1);
-        return pending;
+        return j.defer([&calls, f](Completion c) { calls.defer(std::move(c), f); });
       }
-      return run_here(f, j);
+      return run_here(f, j, enter_tenant(j.id(), j.data()));
     });
   }
 
@@ -364,40 +227,7 @@ Report run(const Config& cfg) {
   }
 
   std::atomic<bool> producing{true}, settled{false}, stopped{false};
-  std::vector<std::thread> completers;
-  for (unsigned t = 0; cfg.async > 0 && t < 2; ++t)
-    completers.emplace_back([&, t] {
-      std::mt19937 rng(static_cast<unsigned>(cfg.seed) * 31u + t);
-      while (!settled.load()) {
-        std::optional<Call> call;
-        {
-          const std::lock_guard lock(calls_mu);
-          if (!calls.empty()) {
-            call.emplace(std::move(calls.front()));
-            calls.pop_front();
-          }
-        }
-        if (!call) {
-          std::this_thread::sleep_for(50us);
-          continue;
-        }
-        // The call's latency: up to 200 us, less under the manual clock (whose driver moves
-        // 1 ms per 20 us), so that few lapse but for the hangs.
-        std::this_thread::sleep_for(
-            std::chrono::microseconds(rng() % (cfg.manual_clock ? 20 : 200)));
-        if (call->fate == Fate::hang)
-          while (!call->cancelled() && !settled.load())
-            std::this_thread::sleep_for(cfg.manual_clock ? 10us : 1ms);
-        inside.fetch_sub(1);
-        if (call->coroutine) {
-          call->coroutine.resume();  // it applies its fate; its frame may be gone after this
-        } else if (call->fate == Fate::throw_) {
-          call->done = Completion{};  // dropped: a failed attempt
-        } else {
-          call->done.complete(async_outcome(call->fate));
-        }
-      }
-    });
+  calls.start();
   std::atomic<std::uint64_t> dup_merged{0}, dup_new{0}, cancels_ok{0}, pauses{0};
   std::atomic<std::uint64_t> pauses_with_work{0}, accepted_count{0}, redrives{0};
   std::atomic<std::uint64_t> delayed_cancelled{0};
@@ -441,7 +271,7 @@ Report run(const Config& cfg) {
           if (budget == 0) break;
           if (e.id % 2 != 0 || !done.emplace(e.id, true).second) continue;
           --budget;
-          if (e.id <= max_id) track[e.id].redrive_tried.store(1);
+          if (ledger.in_range(e.id)) ledger.track(e.id).redrive_tried.store(1);
           if (q.dlq().redrive(e.id) == RedriveStatus::redriven) redrives.fetch_add(1);
         }
       }
@@ -512,13 +342,18 @@ Report run(const Config& cfg) {
       std::vector<JobId> to_cancel;
       auto accept = [&](const AddReceipt& r) {
         if (r.id > max_id) return v.add("job id " + std::to_string(r.id) + " out of range");
-        track[r.id].accepted.store(1);
+        ledger.track(r.id).accepted.store(1);
         accepted_count.fetch_add(1);
       };
-      auto add = [&](const JobOptions& o) {
+      // add(o): one add, repeated while the queue is full; its plan picks its faults, its
+      // priority and its tenant.
+      auto add = [&](JobOptions o) {
+        const std::uint64_t plan = rng();
+        shares.choose(o, plan);
         for (;;) {
-          AddReceipt r = q.add("soak", Payload{rng()}, o);
+          AddReceipt r = q.add("soak", Payload{plan}, o);
           if (r.status == AddStatus::shutting_down) throw ShutdownBegan{};  // ends production
+          if (r.status == AddStatus::added) shares.note_added(r.id, plan, o.delay.count() > 0);
           if (r.status != AddStatus::full && r.status != AddStatus::dedup_full) return r;
           std::this_thread::yield();  // back-pressure: the queue (or its window) is full
         }
@@ -530,7 +365,7 @@ Report run(const Config& cfg) {
         lo.dedup = {.id = l.key, .ttl = window};
         AddReceipt r2 = add(lo);
         const bool into_redriven = r2.status == AddStatus::duplicate && r2.id == l.first &&
-                                   track[l.first].redrive_tried.load() != 0;
+                                   ledger.track(l.first).redrive_tried.load() != 0;
         if (into_redriven) {
           dup_merged.fetch_add(1);
         } else if (r2.status != AddStatus::added || r2.id == l.first) {
@@ -594,7 +429,7 @@ Report run(const Config& cfg) {
           if (!dup && o.delay.count() > 0 && u(rng) < cfg.cancel_delayed) {
             // A delayed job cancelled at once: its slot must come back at once too.
             if (q.cancel(r.id)) {
-              track[r.id].cancel_accepted.store(1);
+              ledger.track(r.id).cancel_accepted.store(1);
               cancels_ok.fetch_add(1);
               delayed_cancelled.fetch_add(1);
             }
@@ -604,7 +439,7 @@ Report run(const Config& cfg) {
           if (to_cancel.size() > 8 || (n + 1 == per && !to_cancel.empty())) {
             for (JobId id : to_cancel)
               if (q.cancel(id)) {
-                track[id].cancel_accepted.store(1);
+                ledger.track(id).cancel_accepted.store(1);
                 cancels_ok.fetch_add(1);
               }
             to_cancel.clear();
@@ -661,7 +496,7 @@ Report run(const Config& cfg) {
   // shutdown came puts it back, so a second pass after the handlers ended takes the rest.
   auto take_back = [&] {
     for (auto& l : q.take_leftovers()) {
-      if (l.id > max_id || track[l.id].taken.fetch_add(1) != 0)
+      if (!ledger.in_range(l.id) || ledger.track(l.id).taken.fetch_add(1) != 0)
         v.add("take_leftovers handed back job " + std::to_string(l.id) + " twice");
       ++handed_back;
     }
@@ -697,114 +532,27 @@ Report run(const Config& cfg) {
   }
   settled.store(true);
   if (driver.joinable()) driver.join();
-  for (auto& t : completers)
-    t.join();
-  // Coroutines still parked (none once every job ended; some after a mid-run shutdown): freeing
-  // the frame drops its AsyncJob's Completion, as a lost callback would.
-  for (Call& c : calls)
-    if (c.coroutine) c.coroutine.destroy();
-  calls.clear();
+  calls.settle();  // coroutines still parked (after a mid-run shutdown) are destroyed
   ShutdownReport sr = engine.shutdown(10s);
   if (!sr.clean())
     v.add("shutdown found " + std::to_string(sr.not_started.size()) + " unstarted and " +
           std::to_string(sr.still_running.size()) + " running jobs after the drain");
 
   // One pass over the DLQ (a per-id get() would be quadratic in a long soak).
-  struct Filed {
-    std::uint32_t attempts, deliveries, stalls;
-  };
-  std::unordered_map<JobId, Filed> dlq_entries;
+  std::unordered_map<JobId, DlqFiled> dlq_entries;
   for (const auto& e : q.dlq().list())
-    dlq_entries.emplace(e.id, Filed{e.failed_attempts, e.deliveries, e.stalls});
-  // Under StallPolicy::own_budget a lapse is not a failed attempt (no attempt_failed event)
-  // unless it is the one past the budget, which dead-letters the job with reason lease_expired
-  // and is both; so a life's deliveries are its failures, its stalls (less that last one) and
-  // its completion. Under count_as_attempt every lapse is also a failure.
-  const bool own_budget = cfg.stall_policy == StallPolicy::own_budget;
+    dlq_entries.emplace(e.id, DlqFiled{e.failed_attempts, e.deliveries, e.stalls});
 
   Report rep;
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (std::uint64_t id = 1; id <= max_id; ++id) {
-    Track& t = track[id];
-    std::uint32_t ends = t.completed + t.dead + t.cancelled + t.discarded;
-    auto job = [id] { return "job " + std::to_string(id) + ": "; };  // only on a violation
-    if (!t.accepted) {
-      if (ends || t.started || t.taken) v.add(job() + "events for a job never accepted");
-      continue;
-    }
-    // The checker's account: each life ends once, or its last one is handed back.
-    const std::uint32_t lives = 1u + t.redriven, accounted = ends + t.taken;
-    if (accounted == lives) {
-      ++rep.ok_jobs;
-    } else {
-      ++(accounted < lives ? rep.lost : rep.duplicated);
-      v.add(job() + std::to_string(lives) + " lives, " + std::to_string(ends) + " ends and " +
-            std::to_string(t.taken) + " handed back");
-    }
-    ++rep.accepted;
-    rep.completed += t.completed;
-    rep.dead_lettered += t.dead;
-    rep.cancelled += t.cancelled;
-    rep.discarded += t.discarded;
-    rep.stalls += t.stalled;
-    rep.late_outcomes += t.late;
-    rep.deliveries += t.started;
-    rep.failed_attempts += t.failed;
-    rep.pushbacks += t.pushed;
-    if (t.delayed) ++rep.delayed;
-    if (accounted != lives) continue;
-    if (t.cancel_accepted && !t.cancelled)
-      v.add(job() + "cancel() accepted but it did not end cancelled");
-    if (t.cancelled && !t.cancel_accepted)
-      v.add(job() + "ended cancelled but no cancel() of it was accepted");
-    if (t.completed && (t.stalled_mask & delivery_bit(t.completed_delivery))) {
-      ++rep.late_applied;
-      v.add(job() + "completed by delivery " + std::to_string(t.completed_delivery) +
-            " whose lease had lapsed (life " + std::to_string(lives) + ")");
-    }
-    if (t.redriven || t.taken) continue;  // the checks below count one whole life
-    if (t.late != t.stalled)
-      v.add(job() + std::to_string(t.stalled) + " lapses but " + std::to_string(t.late) +
-            " late outcomes");
-    // Starts numbered exactly 1..n: no gap, no repeat (a repeat was reported when it happened).
-    const auto all_n =
-        static_cast<std::uint16_t>((1u << std::min<std::uint32_t>(t.started, 16)) - 1);
-    if (t.started > kMaxDelivery || t.started_mask != all_n)
-      v.add(job() + std::to_string(t.started) + " starts, numbered other than 1.." +
-            std::to_string(t.started));
-    const std::uint32_t ended_deliveries =
-        t.failed + (own_budget ? t.stalled.load() - t.stalled_out.load() : 0u) + t.pushed.load();
-    if ((t.completed || t.discarded) && ended_deliveries + 1 != t.started)
-      v.add(job() + (t.completed ? "completed" : "discarded") + " after " +
-            std::to_string(t.started) + " deliveries with " + std::to_string(t.failed) +
-            " failures, " + std::to_string(t.stalled) + " stalls and " + std::to_string(t.pushed) +
-            " pushbacks");
-    if (own_budget && t.stalled > static_cast<std::uint32_t>(QueueOptions{}.max_stalls) + 1)
-      v.add(job() + std::to_string(t.stalled) + " stalls, past the budget of " +
-            std::to_string(QueueOptions{}.max_stalls));
-    if (t.dead) {
-      if (ended_deliveries != t.started)
-        v.add(job() + "dead-lettered after " + std::to_string(t.started) + " deliveries with " +
-              std::to_string(t.failed) + " failures and " + std::to_string(t.stalled) + " stalls");
-      auto entry = dlq_entries.find(id);
-      if (entry == dlq_entries.end()) {
-        v.add(job() + "dead-lettered but not in the DLQ");
-      } else if (entry->second.attempts != t.failed || entry->second.deliveries != t.started ||
-                 entry->second.stalls != t.stalled) {
-        v.add(job() + "DLQ entry says " + std::to_string(entry->second.attempts) + " attempts, " +
-              std::to_string(entry->second.deliveries) + " deliveries and " +
-              std::to_string(entry->second.stalls) + " stalls; events say " +
-              std::to_string(t.failed) + ", " + std::to_string(t.started) + " and " +
-              std::to_string(t.stalled));
-      }
-    }
-  }
+  ledger.account(cfg, dlq_entries, rep, v);
+  shares.report(rep, v);
   if (most_inside.load() > budget && cfg.downstream && !cfg.rate_only_downstream)
     v.add(std::to_string(most_inside.load()) + " handlers inside the downstream at once; its " +
           "concurrency was never above " + std::to_string(budget));
   rep.grouped_started = groups.check([&](std::string what) { v.add(std::move(what)); });
   rep.most_inside = most_inside.load();
-  rep.deferred = deferred.load();
+  rep.deferred = calls.deferred();
   rep.throttled = throttled.load();
   rep.limit_changes = limit_changes.load();
   QueueCounts c = q.counts();
@@ -825,76 +573,6 @@ Report run(const Config& cfg) {
   rep.violations = v.count;
   rep.first_violations = v.first;
   return rep;
-}
-
-void print(const Report& r, const Config& c, std::ostream& out) {
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "soak: %llu jobs accepted in %.1f s (%s clock, %u producers, %u workers%s, seed "
-                "%llu)\n",
-                static_cast<unsigned long long>(r.accepted), r.seconds,
-                c.manual_clock ? "manual" : "real", c.producers, c.workers,
-                c.shared_pool ? " of the shared pool" : "",
-                static_cast<unsigned long long>(c.seed));
-  out << line;
-  std::snprintf(
-      line, sizeof line,
-      "  ended: %llu completed, %llu dead-lettered, %llu cancelled, %llu discarded\n"
-      "  deliveries %llu, failed attempts %llu, lease lapses %llu, late outcomes fenced "
-      "%llu\n"
-      "  duplicates merged %llu, re-adds after the window %llu, cancels accepted %llu, "
-      "delayed %llu\n"
-      "  pauses %llu (%llu holding back work, %llu starts already under way)\n",
-      static_cast<unsigned long long>(r.completed),
-      static_cast<unsigned long long>(r.dead_lettered),
-      static_cast<unsigned long long>(r.cancelled), static_cast<unsigned long long>(r.discarded),
-      static_cast<unsigned long long>(r.deliveries),
-      static_cast<unsigned long long>(r.failed_attempts), static_cast<unsigned long long>(r.stalls),
-      static_cast<unsigned long long>(r.late_outcomes),
-      static_cast<unsigned long long>(r.duplicates_merged),
-      static_cast<unsigned long long>(r.duplicates_new),
-      static_cast<unsigned long long>(r.cancels_accepted),
-      static_cast<unsigned long long>(r.delayed), static_cast<unsigned long long>(r.pauses),
-      static_cast<unsigned long long>(r.pauses_with_work),
-      static_cast<unsigned long long>(r.starts_while_paused));
-  out << line;
-  if (c.async > 0) {
-    std::snprintf(line, sizeof line, "  async: %llu deliveries completed %s\n",
-                  static_cast<unsigned long long>(r.deferred),
-                  c.coroutines ? "by a resumed coroutine (rail::Task)" : "by a Completion");
-    out << line;
-  }
-  if (c.groups > 0) {
-    std::snprintf(line, sizeof line, "  FIFO groups: %llu grouped jobs started, in %u groups\n",
-                  static_cast<unsigned long long>(r.grouped_started),
-                  std::max<std::uint32_t>(1, c.groups / c.producers) * c.producers);
-    out << line;
-  }
-  if (c.downstream) {
-    std::snprintf(
-        line, sizeof line,
-        "  downstream: %llu pushbacks, %llu throttled, %llu limit changes, at most %llu "
-        "handlers inside (concurrency %u)\n",
-        static_cast<unsigned long long>(r.pushbacks), static_cast<unsigned long long>(r.throttled),
-        static_cast<unsigned long long>(r.limit_changes),
-        static_cast<unsigned long long>(r.most_inside), std::max<std::uint32_t>(1, c.workers / 2));
-    out << line;
-  }
-  std::snprintf(
-      line, sizeof line,
-      "  debounced %llu, redriven %llu, delayed jobs cancelled at once %llu, handed "
-      "back after shutdown %llu\n"
-      "checker: ok %llu, lost %llu, duplicated %llu, late outcomes applied %llu\n",
-      static_cast<unsigned long long>(r.debounced), static_cast<unsigned long long>(r.redriven),
-      static_cast<unsigned long long>(r.delayed_cancelled),
-      static_cast<unsigned long long>(r.handed_back), static_cast<unsigned long long>(r.ok_jobs),
-      static_cast<unsigned long long>(r.lost), static_cast<unsigned long long>(r.duplicated),
-      static_cast<unsigned long long>(r.late_applied));
-  out << line;
-  for (const auto& s : r.first_violations)
-    out << "  VIOLATION " << s << "\n";
-  out << (r.ok() ? "invariants: all hold\n"
-                 : "invariants: " + std::to_string(r.violations) + " violations\n");
 }
 
 }  // namespace rail::soak

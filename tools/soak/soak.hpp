@@ -39,13 +39,18 @@
 //      the failed and stalled ones in 4, and the DLQ entry's attempts exclude it);
 //   7. with FIFO groups, each group's jobs added without a delay or dedup id start in add
 //      order, and no job of a group starts before the one that started before it has ended
-//      (group_ledger.hpp).
+//      (group_ledger.hpp);
+//   8. with tenants and leases off, the capped tenant never runs more handlers at once than
+//      its cap (share_watch.hpp). Priorities and tenants run under every other invariant too.
+// Where they are checked: 1-4 job_ledger.hpp, 5 PauseWatch, 6 the handler, 7 group_ledger.hpp,
+// 8 share_watch.hpp; this file's run() drives the threads and hands them the events.
 // The report also counts what the run exercised (delayed jobs, re-adds, pauses that held back
 // waiting work, debounces, redrives, jobs handed back), so a caller can tell a clean run from one
 // that injected nothing, and states the checker's totals as Jepsen's queue checker does: ok,
 // lost, duplicated (ended more often than its lives), and late outcomes applied.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <ostream>
@@ -76,6 +81,7 @@ struct Config {
   double cancel_delayed = 0.2;  // of the delayed adds: cancelled at once
   double shutdown_at = 0;       // > 0: shut down once this fraction of the jobs is accepted
   std::chrono::milliseconds visibility{50};
+  bool leases = true;  // false: no visibility timeout (and no hangs: Config::hang must be 0)
   StallPolicy stall_policy = StallPolicy::own_budget;  // what a lapsed lease costs
   std::size_t capacity = 8192;
   // Downstream (issue 14): the queue calls one, whose concurrency (workers / 2) and rate are
@@ -106,6 +112,15 @@ struct Config {
   // FIFO groups (JobOptions::group): > 0 puts each producer's adds in groups of its own, round
   // robin over groups / producers of them (at least one each); invariant 7 checks them.
   std::uint32_t groups = 0;
+  // Priorities (QueueOptions::priorities): > 1 gives each job a level from its plan, uniform
+  // over 0 .. priorities - 1, its wait aged past priority_max_wait (Duration::max(): never).
+  std::uint32_t priorities = 1;
+  Duration priority_max_wait = Duration::max();
+  // Fair shares (JobOptions::tenant): > 0 puts each job in one of `tenants` tenants from its
+  // plan, half of them in tenant-0, which weighs 3 and runs at most tenant_cap jobs at once;
+  // invariant 8 checks the cap when leases are off.
+  std::uint32_t tenants = 0;
+  std::uint32_t tenant_cap = 2;
 };
 
 struct Report {
@@ -115,8 +130,10 @@ struct Report {
   std::uint64_t pauses = 0, pauses_with_work = 0, starts_while_paused = 0;
   std::uint64_t pushbacks = 0, throttled = 0, limit_changes = 0, most_inside = 0;
   std::uint64_t debounced = 0, redriven = 0, handed_back = 0, delayed_cancelled = 0;
-  std::uint64_t deferred = 0;         // deliveries a Completion completed (or dropped)
-  std::uint64_t grouped_started = 0;  // jobs in a FIFO group that started (Config::groups)
+  std::uint64_t deferred = 0;             // deliveries a Completion completed (or dropped)
+  std::uint64_t grouped_started = 0;      // jobs in a FIFO group that started (Config::groups)
+  std::uint64_t tenant_most_active = 0;   // tenant-0's handlers at once, at most (Config::tenants)
+  std::array<double, 8> level_wait_ms{};  // mean wait per priority level (Config::priorities)
   // The checker's totals: jobs accounted for exactly (ok), with a life that never ended and was
   // not handed back (lost), with more ends than lives (duplicated), and completions that came
   // from a delivery whose lease had lapsed (late outcomes applied).

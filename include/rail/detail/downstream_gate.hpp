@@ -38,6 +38,12 @@
 //   waker:   release the permit (or step down as leader), fence, then if blocked_ > 0, wake one.
 // Either the blocker sees the free permit (or the absent leader), or the waker sees the count.
 // A wake may find a job that no longer needs it (woken, refused again: one extra delivery).
+// Priorities: a leader that steps down wakes first a blocked job of its queue that outranks it
+// (step_down), unmarked, and is itself marked as woken: the job woken is served ahead of it and
+// takes the token, and the leader carries the chain (it leads again, or, admitted once time has
+// passed, wakes the next job as a woken job does). Were the woken job marked instead, it would
+// wake the next one as if none led, the leader would lead, and that one would go to the back of
+// its level: equal priorities would lose their order.
 // A leader cancelled on the wheel steps down in its cancel (forget_leader) and wakes one; so
 // does a leader whose due time moves later (change_delay, a debounce). A wake that reaches a
 // cancelled job is handed on (pass_wake); a paused queue takes a wake only when no other queue
@@ -74,6 +80,12 @@ class BlockedQueue {
   /// can show 1 waiting after wait_idle() returned:
   /// DownstreamWakeupThreaded.SharedDownstreamUnderFlipsCancelsPushbacksAndLapses pins it).
   virtual bool wake_blocked(std::atomic<std::int64_t>& blocked, bool even_paused) noexcept = 0;
+  /// wake_above(leader, blocked): the gate's leader, slot `leader` of this queue, is ready again
+  /// and steps down (DownstreamGate::step_down): if a job of this queue blocked here outranks
+  /// it (a higher priority, by ReadyLevels' ranks), that one moves to the ready levels, without
+  /// the wake's mark, and `blocked` is decremented as wake_blocked does; false if none does, or
+  /// the queue is paused.
+  virtual bool wake_above(std::uint32_t leader, std::atomic<std::int64_t>& blocked) noexcept = 0;
   /// promote_leader(id): the gate's limits changed: job `id`, delayed as the gate's leader,
   /// runs now (Queue::promote).
   virtual void promote_leader(JobId id) noexcept = 0;
@@ -133,6 +145,25 @@ class DownstreamGate {
   void release(std::int64_t now, const BlockedQueue* next_taker = nullptr) noexcept;
   /// forget_leader(id): job `id` left the wheel without being delivered (cancelled, taken).
   void forget_leader(JobId id) noexcept;
+  /// StepDown: what step_down did.
+  enum class StepDown : std::uint8_t {
+    not_leader,  // the job no longer leads (a cancel or a change stepped it down): nothing
+    outranked,   // it woke a job of its queue that outranks it: the caller marks the leader
+                 // woken (JobSlot::kWoken) before it pushes it, so that it carries the chain
+    in_line,     // none outranks it: the caller pushes it, then calls wake_next()
+  };
+  /// step_down(id, q, idx): the leader, job `id` in slot idx of queue link q, came off the wheel
+  /// and is about to go back to q's ready levels to take the token it waited for (the caller
+  /// still holds idx). It steps down as forget_leader does, but the job it wakes is first one
+  /// of q's that outranks it (q->wake_above, read while idx is the caller's), woken without the
+  /// mark: that job is served ahead of the leader and takes the token, and the leader, marked,
+  /// carries the chain (admitted, it wakes the next job when none leads; refused, it leads).
+  [[nodiscard]] StepDown step_down(JobId id, BlockedQueue* q, std::uint32_t idx) noexcept;
+  /// wake_next(): after step_down's in_line and the leader's push: wakes one blocked job (behind
+  /// the leader, which takes the token first). step_down's fence orders it.
+  void wake_next() noexcept {
+    if (blocked_.load(std::memory_order_relaxed) > 0) (void)wake_one();  // relaxed: see above
+  }
   /// pass_wake(): a wake this caller received went to a job that cannot use it (cancelled, or in
   /// a queue that was paused meanwhile): hand it on, as a release would (the waker's side).
   void pass_wake() noexcept { wake_if_blocked(); }

@@ -2,8 +2,12 @@
 // (JobOptions::group, SQS FIFO's MessageGroupId: one turn per group) and its tenants'
 // shares (JobOptions::tenant: weight x QueueOptions::tenant_window turns, or the tenant's cap).
 // The jobs of one line take its turns in the order they joined it; different lines are
-// independent. A job joins when it becomes due (at its add, or when its delay ends) and holds
-// its turn from then until it ends: across retries, lapses and downstream waits.
+// independent. A ranked set of lines (Ranking: the tenants' of a queue with priority levels)
+// hands a turn to its highest-ranked parked job instead: its priority, aged by its wait as
+// ReadyLevels ranks ready jobs, then the order they joined; so a tenant's urgent job is not
+// stuck behind its own backlog, and a steady stream of urgent ones cannot starve the rest. A job
+// joins when it becomes due (at its add, or when its delay ends) and holds its turn from then until
+// it ends: across retries, lapses and downstream waits.
 //
 // Contract:
 // * enter(idx, key): the holder of slot idx, before publishing its job, names the job's group. The
@@ -35,7 +39,9 @@
 // linear probing and backward-shift deletion (as DedupSet: no tombstones), load at most 1/2, under
 // a SpinLock (spin_lock.hpp; why not lock-free: dedup_set.hpp). A line is a doubly linked list
 // through per-slot members, so joining, handing the turn on and unlinking are O(1) (a hand-off
-// also passes over the cancelled jobs not yet unlinked).
+// also passes over the cancelled jobs not yet unlinked). A ranked line keeps one such list per
+// level (levels above 0 in a block allocated with its record), and a hand-off looks at the first
+// waiting job of each: O(levels).
 //
 // Memory ordering: records, links and roles are read and written only under their shard's lock
 // (acquire/release). A member's key and hash are written by enter() and read by join() and
@@ -44,9 +50,13 @@
 // SlotControl's acquire.
 //
 // Threading: any thread; each call takes at most one shard lock (place: each in turn) and runs no
-// callback under it. Built lazily: a queue that never sees a group pays one pointer.
+// callback under it but a ranked line's clock (LineRanking::now_ns), read when a hand-off compares
+// two levels' jobs. A job's wait counts from when it became due (JobFlow::join_lines' stamp): a
+// job in both a group and a tenant comes to its tenant's line with the wait it spent in its
+// group's. Built lazily: a queue that never sees a group pays one pointer.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -61,17 +71,34 @@
 
 namespace rail::detail {
 
+/// LineRanking: how a ranked set of lines orders its parked jobs (levels 1: in join order). A
+/// job's level is its JobSlot::priority() (capped at levels - 1); max_wait_ns > 0: aging, its
+/// wait read from its slot's due_ns (stamped when it became due) and now_ns(ctx).
+struct LineRanking {
+  std::uint32_t levels = 1;
+  std::int64_t max_wait_ns = 0;
+  std::int64_t (*now_ns)(const void* ctx) = nullptr;
+};
+
 class FifoGroups {
  public:
   static constexpr std::uint32_t kNone = 0xFFFF'FFFF;
   static constexpr std::size_t kMaxKeyBytes = 256;  // validate_job_options enforces it
 
+  static constexpr std::uint32_t kMaxLevels = 8;  // ReadyLevels::kMaxLevels
+
   /// TurnsOf: the turns of a new line with key `key` (at least 1); null: 1 for every line.
   using TurnsOf = std::uint32_t (*)(const void* ctx, std::string_view key);
+  using Ranking = LineRanking;
 
   FifoGroups(JobSlot* slots, std::size_t capacity, TurnsOf turns_of = nullptr,
-             const void* ctx = nullptr) noexcept
-      : slots_(slots), capacity_(capacity), turns_of_(turns_of), ctx_(ctx) {}
+             const void* ctx = nullptr, Ranking ranking = {}) noexcept
+      : slots_(slots),
+        capacity_(capacity),
+        turns_of_(turns_of),
+        ctx_(ctx),
+        ranking_{std::min(std::max<std::uint32_t>(1, ranking.levels), kMaxLevels),
+                 ranking.max_wait_ns, ranking.now_ns} {}
   FifoGroups(const FifoGroups&) = delete;
   FifoGroups& operator=(const FifoGroups&) = delete;
 
@@ -123,7 +150,7 @@ class FifoGroups {
 
  private:
   static constexpr std::size_t kShards = 64;
-  // A shard's table never shrinks below 64 records (4 KB; 256 KB for all 64 shards once each
+  // A shard's table never shrinks below 64 records (4.5 KB; 288 KB for all 64 shards once each
   // saw a line): a queue whose lines come and go by the thousand then adds and ends jobs
   // without rehashing (allocating) as its backlog swings.
   static constexpr std::size_t kMinTable = 64;
@@ -135,14 +162,24 @@ class FifoGroups {
     std::uint32_t next = kNone, prev = kNone;  // its line, while parked
     Role role = Role::none;
   };
+  struct Ends {  // a list of parked jobs, oldest first
+    std::uint32_t head = kNone, tail = kNone;
+  };
   struct Group {  // a line with jobs; empty table cell: jobs == 0
     std::string key;
     std::uint64_t hash = 0;
-    std::uint32_t jobs = 0;                    // entered and not left
-    std::uint32_t turns = 1;                   // its turns (turns_of, when the record was made)
-    std::uint32_t taken = 0;                   // turns held
-    std::uint32_t holder = kNone;              // the latest job to take a turn (explain)
-    std::uint32_t head = kNone, tail = kNone;  // the parked jobs, oldest first
+    std::uint32_t jobs = 0;         // entered and not left
+    std::uint32_t turns = 1;        // its turns (turns_of, when the record was made)
+    std::uint32_t taken = 0;        // turns held
+    std::uint32_t holder = kNone;   // the latest job to take a turn (explain)
+    Ends first;                     // the parked jobs (of level 0, in a ranked line)
+    std::unique_ptr<Ends[]> upper;  // a ranked line's levels 1 .. levels - 1
+    [[nodiscard]] Ends& ends(std::uint32_t level) noexcept {
+      return level == 0 ? first : upper[level - 1];
+    }
+    [[nodiscard]] const Ends& ends(std::uint32_t level) const noexcept {
+      return level == 0 ? first : upper[level - 1];
+    }
   };
   struct alignas(64) Shard {
     mutable SpinLock<> lock;
@@ -165,9 +202,16 @@ class FifoGroups {
   /// find(sh, m): m's group's record in sh (under its lock; it has one while m is entered).
   static Group& find(Shard& sh, const Member& m) noexcept { return find(sh, m.key, m.hash); }
   static Group& find(Shard& sh, std::string_view key, std::uint64_t hash) noexcept;
-  /// hand_on(g): a turn of g is free: the first parked job still waiting takes it (its index, or
-  /// kNone); the ones before it left `waiting` and stay linked until their takers unpark them.
+  /// hand_on(g): a turn of g is free: the first parked job still waiting (of a ranked line: the
+  /// highest-ranked of each level's first) takes it (its index, or kNone); the ones passed over
+  /// left `waiting` and stay linked until their takers unpark them.
   std::uint32_t hand_on(Group& g) noexcept;
+  /// first_waiting(e): the first job of list e still waiting, or kNone.
+  [[nodiscard]] std::uint32_t first_waiting(const Ends& e) const noexcept;
+  /// level_of(idx): the list of its line the job in slot idx parks in.
+  [[nodiscard]] std::uint32_t level_of(std::uint32_t idx) const noexcept;
+  /// empty(g): no job of g is parked.
+  [[nodiscard]] bool empty(const Group& g) const noexcept;
   /// take_turn(g, idx) / free_turn(g, idx): the job in slot idx takes a turn of g / gives one
   /// back, which hand_on passes to the first waiting parked job (its index, or kNone).
   /// free_turn leaves the member's role to its caller (release's slot may hold a new job).
@@ -177,9 +221,9 @@ class FifoGroups {
   void drop_job(Shard& sh, Group& g) noexcept;
   /// insert(sh, key, hash, turns): the record for key, made with `turns` if missing (may grow
   /// the table: bad_alloc).
-  static Group& insert(Shard& sh, std::string_view key, std::uint64_t hash, std::uint32_t turns);
+  Group& insert(Shard& sh, std::string_view key, std::uint64_t hash, std::uint32_t turns);
   /// erase(sh, g): removes g's record by backward shift, then shrinks an eighth-full table.
-  static void erase(Shard& sh, Group& g) noexcept;
+  void erase(Shard& sh, Group& g) noexcept;
   static void rehash(Shard& sh, std::size_t size);
   void link_tail(Group& g, std::uint32_t idx) noexcept;
   void unlink(Group& g, std::uint32_t idx) noexcept;
@@ -188,6 +232,7 @@ class FifoGroups {
   const std::size_t capacity_;
   const TurnsOf turns_of_;
   const void* const ctx_;
+  const Ranking ranking_;
   LazyOwned<Tables> tables_;
 };
 

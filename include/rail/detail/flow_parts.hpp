@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "rail/detail/deadline.hpp"
 #include "rail/detail/dispatcher.hpp"
 #include "rail/detail/engine_core.hpp"
 #include "rail/detail/job_slot.hpp"
@@ -66,6 +67,10 @@ struct FlowParts {
   }
   [[nodiscard]] bool leases_enabled() const noexcept {
     return options.visibility_timeout != Duration::max();
+  }
+  /// aging_ns(): QueueOptions::priority_max_wait as ReadyLevels takes it (0: no aging).
+  [[nodiscard]] std::int64_t aging_ns() const noexcept {
+    return is_never(options.priority_max_wait.count()) ? 0 : options.priority_max_wait.count();
   }
 };
 

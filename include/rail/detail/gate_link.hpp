@@ -1,5 +1,9 @@
 // GateLink: one queue's door to one downstream its jobs call (downstream_gate.hpp): the gate,
-// and the ring of this queue's jobs it refused, room for every slot index (as the ready ring).
+// and the jobs of this queue it refused, room for every slot index (as the ready rings). They
+// wait in ReadyLevels, as ready jobs do: a wake takes the best-ranked one (its priority, aged by
+// its wait), so a high-priority job refused behind low ones is the next woken; and since the
+// leader steps down by going back to the ready levels and waking one, the job it wakes, if of a
+// higher priority, is popped ahead of it and takes the token the leader waited for.
 //
 // A queue has up to kMaxLinks of them: link 0 for the queue's own downstream
 // (QueueOptions::downstream; absent when it names none), the others made on the first add whose
@@ -28,8 +32,9 @@
 
 #include "rail/detail/dispatcher.hpp"
 #include "rail/detail/downstream_gate.hpp"
+#include "rail/detail/flow_parts.hpp"
 #include "rail/detail/job_slot.hpp"
-#include "rail/detail/mpmc_ring.hpp"
+#include "rail/detail/ready_levels.hpp"
 
 namespace rail::detail {
 
@@ -40,19 +45,26 @@ class GateLink final : public BlockedQueue, public PermitSource {
   /// A queue's links: link 0 (its own downstream) and up to 15 named per job.
   static constexpr std::size_t kMaxLinks = 16;
 
-  GateLink(JobFlow& flow, Dispatcher& dispatch, DownstreamGate& gate, std::size_t capacity,
-           JobSlot* slots)
-      : gate_(gate), blocked_(capacity), flow_(flow), dispatch_(dispatch), slots_(slots) {}
+  GateLink(FlowParts& parts, JobFlow& flow, Dispatcher& dispatch, DownstreamGate& gate)
+      : gate_(gate),
+        blocked_(parts.core, parts.capacity, parts.options.priorities, parts.slots.get(),
+                 ~std::uint32_t{0}, parts.aging_ns()),
+        flow_(flow),
+        dispatch_(dispatch),
+        slots_(parts.slots.get()) {}
   GateLink(const GateLink&) = delete;
   GateLink& operator=(const GateLink&) = delete;
   ~GateLink() = default;
 
   [[nodiscard]] DownstreamGate& gate() const noexcept { return gate_; }
-  [[nodiscard]] MpmcRing<std::uint32_t>& blocked() noexcept { return blocked_; }
+  /// blocked(): the jobs the gate refused, waiting for a wake (ReadyLevels::push_back: a
+  /// refused job's wait goes on from its stamp).
+  [[nodiscard]] ReadyLevels& blocked() noexcept { return blocked_; }
 
   // BlockedQueue (downstream_links.cpp): the queue moves one of this link's jobs to its ready
   // ring (unless it is paused and even_paused is false) / promotes the gate's leader.
   bool wake_blocked(std::atomic<std::int64_t>& blocked, bool even_paused) noexcept override;
+  bool wake_above(std::uint32_t leader, std::atomic<std::int64_t>& blocked) noexcept override;
   void promote_leader(JobId id) noexcept override;
   bool wake_hungry() noexcept override;
   [[nodiscard]] std::uint64_t waiting_for_permit() const noexcept override;
@@ -73,7 +85,7 @@ class GateLink final : public BlockedQueue, public PermitSource {
   bool hungry() noexcept;
 
   DownstreamGate& gate_;
-  MpmcRing<std::uint32_t> blocked_;
+  ReadyLevels blocked_;
   JobFlow& flow_;
   Dispatcher& dispatch_;
   JobSlot* slots_;  // the queue's: a woken job is marked (JobSlot::woken)

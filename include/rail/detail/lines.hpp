@@ -2,7 +2,8 @@
 // its FIFO group's (JobOptions::group: one turn per group) and then its tenant's
 // (JobOptions::tenant: a share of turns, QueueOptions::tenants and tenant_window). Each is a
 // FifoGroups (fifo_groups.hpp); a job in both takes its group's turn first, then a turn of its
-// tenant, and is ready once it holds every turn it needs.
+// tenant, and is ready once it holds every turn it needs. A group's line keeps add order
+// (the point of a group); a tenant's hands its turns out by priority, with the queue's aging.
 //
 // Contract: enter(idx, o) before the job is published (may throw: then the slot's marks say
 // what it entered, and leave() undoes exactly that); join(idx, publish) when it is due (true:
@@ -21,6 +22,7 @@
 #include <string_view>
 
 #include "rail/detail/fifo_groups.hpp"
+#include "rail/detail/flow_parts.hpp"
 #include "rail/detail/job_slot.hpp"
 #include "rail/options.hpp"
 
@@ -37,11 +39,15 @@ struct Turns {
 
 class Lines {
  public:
-  Lines(JobSlot* slots, std::size_t capacity, const QueueOptions& options) noexcept
-      : slots_(slots),
-        options_(options),
-        groups_(slots, capacity),
-        tenants_(slots, capacity, &Lines::tenant_turns, this) {}
+  /// Lines(parts): a tenant's line is ranked by priority, aged on the engine's clock
+  /// (FifoGroups::Ranking); a group's keeps add order.
+  explicit Lines(const FlowParts& parts) noexcept
+      : slots_(parts.slots.get()),
+        options_(parts.options),
+        core_(parts.core),
+        groups_(slots_, parts.capacity),
+        tenants_(slots_, parts.capacity, &Lines::tenant_turns, this,
+                 FifoGroups::Ranking{options_.priorities, parts.aging_ns(), &Lines::now_of}) {}
   Lines(const Lines&) = delete;
   Lines& operator=(const Lines&) = delete;
 
@@ -90,9 +96,13 @@ class Lines {
   static std::uint32_t tenant_turns(const void* self, std::string_view tenant) {
     return static_cast<const Lines*>(self)->tenant_turns_for(tenant);
   }
+  static std::int64_t now_of(const void* self) {
+    return static_cast<const Lines*>(self)->core_.now_ns();
+  }
 
   JobSlot* const slots_;
   const QueueOptions& options_;
+  const EngineCore& core_;
   FifoGroups groups_;
   FifoGroups tenants_;
 };

@@ -1,6 +1,7 @@
 // ReadyLevels: a queue's ready slot indices when rings hold them rather than lanes (an inline
-// engine, a one-CPU machine, a queue that takes permits first, a queue with priorities): one
-// MPMC ring per priority level, and the pick of the level the next job comes from.
+// engine, a one-CPU machine, a queue that takes permits first, a queue with priorities), and the
+// jobs a downstream refused (GateLink): one MPMC ring per priority level, and the pick of the
+// level the next job comes from.
 //
 // Guarantee: each entry pushed is popped exactly once, and entries of one level pop in push order
 // (MpmcRing's FIFO). Across levels (0 .. L-1, higher first) a pop takes from the highest level
@@ -23,7 +24,9 @@
 // Memory ordering: MpmcRing's: a push's release publishes the slot's fields (due_ns included) to
 // the popper's acquire. The bitmap and a peeked entry's due_ns are read relaxed: guesses that
 // order nothing.
-// Threading: any thread, as MpmcRing; sweep from one thread at a time (the caller serialises).
+// Threading: any thread, as MpmcRing. Sweeps too: each entry a sweep takes is put back or
+// disposed of once, but sweeps that overlap may put a level's entries back out of order (the
+// dispatcher serialises its own; a gate's blocked jobs accept it, as their cancel sweeps did).
 #pragma once
 
 #include <atomic>
@@ -35,6 +38,7 @@
 #include <optional>
 
 #include "rail/detail/engine_core.hpp"
+#include "rail/detail/fifo_groups.hpp"
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/mpmc_ring.hpp"
 
@@ -43,6 +47,7 @@ namespace rail::detail {
 class ReadyLevels {
  public:
   static constexpr std::uint32_t kMaxLevels = 8;
+  static_assert(kMaxLevels == FifoGroups::kMaxLevels, "a tenant's line ranks as the levels do");
   static_assert(kMaxLevels <= (1u << (8 - JobSlot::kPriorityShift)),
                 "a job's level is the high bits of its JobSlot::link byte");
 
@@ -125,6 +130,15 @@ class ReadyLevels {
       return first_.try_pop_if(out, take_it);
     return take(out, take_it);
   }
+  /// try_pop_above(out, entry): try_pop, only if the entry it would take ranks above `entry`'s
+  /// job now (a higher level, or aged past it); false with one level.
+  [[nodiscard]] bool try_pop_above(std::uint32_t& out, std::uint32_t entry) noexcept {
+    if (levels_ == 1) return false;
+    const std::int64_t now = max_wait_ns_ > 0 ? core_.now_ns() : 0;
+    const std::int64_t bar = rank(level_of(slots_[entry & mask_]), entry, now);
+    return take(out,
+                [&](std::uint32_t e) { return rank(level_of(slots_[e & mask_]), e, now) > bar; });
+  }
   /// peek_next(out): a guess of the entry the next try_pop would take.
   [[nodiscard]] bool peek_next(std::uint32_t& out) const noexcept {
     if (levels_ == 1) [[likely]]
@@ -148,8 +162,7 @@ class ReadyLevels {
   [[nodiscard]] std::int64_t oldest_wait(std::uint32_t level, std::int64_t now) const noexcept {
     std::uint32_t e = 0;
     if (levels_ == 1 || !ring(level).peek(ring(level).pops(), e)) return 0;
-    return std::max<std::int64_t>(0,
-                                  now - slots_[e & mask_].due_ns.load(std::memory_order_relaxed));
+    return waited(e, now);
   }
 
   /// sweep(front, keep): takes each entry present now once, level by level in pop order, and
@@ -191,6 +204,20 @@ class ReadyLevels {
       hint_.fetch_or(bit, std::memory_order_relaxed);
   }
 
+  /// waited(entry, now): how long entry's job has waited at `now` (a guess when read by anyone
+  /// but its holder: relaxed).
+  [[nodiscard]] std::int64_t waited(std::uint32_t entry, std::int64_t now) const noexcept {
+    return std::max<std::int64_t>(
+        0, now - slots_[entry & mask_].due_ns.load(std::memory_order_relaxed));
+  }
+  /// rank(level, entry, now): entry's rank at `now`: its level, one more per max_wait it waited
+  /// (its level alone without aging).
+  [[nodiscard]] std::int64_t rank(std::uint32_t level, std::uint32_t entry,
+                                  std::int64_t now) const noexcept {
+    const auto l = static_cast<std::int64_t>(level);
+    return max_wait_ns_ > 0 ? l + waited(entry, now) / max_wait_ns_ : l;
+  }
+
   /// pick(now): the level the next pop should take from, among the hinted ones (all levels with
   /// entries when none is hinted); nullopt: none holds any.
   [[nodiscard]] std::optional<std::uint32_t> pick(std::int64_t now) const noexcept {
@@ -218,12 +245,11 @@ class ReadyLevels {
       rest &= ~(std::uint32_t{1} << l);
       std::uint32_t e = 0;
       if (!ring(l).peek(ring(l).pops(), e)) continue;
-      const std::int64_t waited =
-          std::max<std::int64_t>(0, now - slots_[e & mask_].due_ns.load(std::memory_order_relaxed));
-      const std::int64_t rank = static_cast<std::int64_t>(l) + waited / max_wait_ns_;
-      if (rank > best_rank || (rank == best_rank && waited > best_waited)) {
-        best_rank = rank;
-        best_waited = waited;
+      const std::int64_t w = waited(e, now);
+      const std::int64_t r = rank(l, e, now);
+      if (r > best_rank || (r == best_rank && w > best_waited)) {
+        best_rank = r;
+        best_waited = w;
         best = l;
       }
     }
