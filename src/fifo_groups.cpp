@@ -251,8 +251,12 @@ FifoGroups::Group& FifoGroups::insert(Shard& sh, std::string_view key, std::uint
   while (sh.table[i].jobs != 0)
     i = (i + 1) & mask;
   Group& g = sh.table[i];
-  // May throw: the cell stays empty (jobs == 0).
-  if (ranking_.levels > 1) g.upper = std::make_unique<Ends[]>(ranking_.levels - 1);
+  // May throw: the cell stays empty (jobs == 0). A ranked line's block stays with its cell when
+  // the line goes (erase), so lines that come and go allocate none once their cells have one.
+  if (ranking_.levels > 1) {
+    if (!g.upper) g.upper = std::make_unique<Ends[]>(ranking_.levels - 1);
+    std::fill_n(g.upper.get(), ranking_.levels - 1, Ends{});
+  }
   g.key.assign(key);
   g.hash = hash;
   g.holder = kNone;
@@ -268,7 +272,9 @@ void FifoGroups::erase(Shard& sh, Group& g) noexcept {
   const std::size_t mask = sh.table.size() - 1;
   std::size_t hole = static_cast<std::size_t>(&g - sh.table.data());
   std::string().swap(g.key);  // a long name's buffer goes with its group
-  g.upper.reset();
+  // Its levels' block is kept for the next line in this shard: it goes to the cell the shift
+  // leaves empty (whose own block, if any, moved with its record).
+  std::unique_ptr<Ends[]> spare = std::move(g.upper);
   // Backward shift (Knuth, TAOCP vol. 3, 6.4 Algorithm R): an entry after the hole moves into it
   // unless its home lies cyclically in (hole, j], so every entry stays reachable from its home.
   for (std::size_t j = (hole + 1) & mask; sh.table[j].jobs != 0; j = (j + 1) & mask) {
@@ -280,6 +286,7 @@ void FifoGroups::erase(Shard& sh, Group& g) noexcept {
     hole = j;
   }
   sh.table[hole].jobs = 0;
+  sh.table[hole].upper = std::move(spare);
   --sh.count;
   // An eighth full: half the size, a quarter full after, so a shard whose groups come and go
   // around one count does not rehash on every add and end. Not below the minimum.
