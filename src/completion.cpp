@@ -62,6 +62,11 @@ bool Completion::cancelled() const noexcept {
   return !inside || inside.completions().cancelled(record_);
 }
 
+std::stop_token Completion::stop_token() const {
+  const Inside inside(hub_.get());
+  return inside ? inside.completions().stop_token(record_) : detail::StopCells::stopped();
+}
+
 bool Completion::extend_lease(Duration d) noexcept {
   const Inside inside(hub_.get());
   return inside && inside.completions().extend(record_, d);

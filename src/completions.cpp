@@ -50,6 +50,7 @@ Completion Completions::defer(JobFields& job) {
   p.permit = job.deferral_->permit;
   p.link = parts_.slot(job.idx_).downstream_link();  // the slot is this handler's (pinned, active)
   p.started_ns = job.started_at_.time_since_epoch().count();
+  p.renewable = job.renewable_;
   p.lease = 0;
   if (job.record_ != nullptr) {
     LeaseRecord& worker = *job.record_;
@@ -132,11 +133,21 @@ bool Completions::cancelled(std::uint32_t r) const noexcept {
   return parts_.slot(p.idx).ctl.fenced(p.token);
 }
 
+std::stop_token Completions::stop_token(std::uint32_t r) {
+  const PendingJob& p = pending_->job(r);
+  const SlotControl<>& ctl = parts_.slot(p.idx).ctl;
+  return parts_.stops.token(p.idx, p.token, [&ctl, t = p.token] { return ctl.fenced(t); });
+}
+
 bool Completions::extend(std::uint32_t r, Duration d) noexcept {
   const PendingJob& p = pending_->job(r);
-  if (p.lease == 0) return !cancelled(r);  // leases disabled, or lapsed at the hand-off
+  // Leases disabled, lapsed at the hand-off, or a timeout alone (not renewed).
+  if (p.lease == 0 || !p.renewable) return !cancelled(r);
   LeaseRecord& record = leases_->record(pending_->lease_record(r));
-  const std::int64_t deadline = saturating_add(parts_.core.now_ns(), d);
+  // Never past the attempt's timeout (Job::extend_lease). The slot is pinned by this delivery.
+  const std::int64_t deadline =
+      std::min(saturating_add(parts_.core.now_ns(), d),
+               saturating_add(p.started_ns, Duration{parts_.slot(p.idx).timeout_ns}));
   // relaxed: only the Completion's holder renews this record (see Job::extend_lease).
   const std::int64_t before = record.deadline_ns.load(std::memory_order_relaxed);
   if (!LeaseTracker::renew(record, p.lease, deadline)) return false;

@@ -15,7 +15,8 @@ FlowParts::FlowParts(EngineCore& engine, std::string queue, QueueOptions opts)
       options(std::move(opts)),
       stats(options.capacity),
       capacity(options.capacity),
-      slots(std::make_unique<JobSlot[]>(capacity)) {}
+      slots(std::make_unique<JobSlot[]>(capacity)),
+      stops(capacity) {}
 
 FlowParts::~FlowParts() {
   for (std::size_t i = 0; i < capacity; ++i) {
@@ -42,6 +43,21 @@ Event FlowParts::event(EventKind kind, const JobSlot& s, std::int64_t now) const
   e.max_attempts = s.max_attempts;
   e.deliveries = s.delivered();
   return e;
+}
+
+void FlowParts::ask_to_stop(std::uint32_t idx, std::uint32_t delivery) noexcept {
+  // Taken now (the next delivery must not inherit it), stopped on this thread, after the wheel
+  // is released if it holds it: stop_callbacks are user code.
+  std::stop_source source = stops.take(idx, delivery);
+  if (!source.stop_possible()) return;  // its handler took no token: it will find the fence
+  if (core.owns_wheel()) {
+    try {
+      core.after_wheel([source]() mutable { source.request_stop(); });
+      return;
+    } catch (...) {  // no memory to keep the call: now, under the wheel
+    }
+  }
+  source.request_stop();
 }
 
 }  // namespace rail::detail

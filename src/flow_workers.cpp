@@ -31,7 +31,10 @@ void JobFlow::start_processing(const WorkerOptions& w) {
   // Threaded: the sweep is a self-re-arming wheel timer. Inline: time moves only through
   // ManualClock::advance, whose process_timers() calls sweep_inline() directly, so no timer is
   // left on the wheel for next_timer_in() to chase forever.
-  if (parts_.leases_enabled() && parts_.core.mode() == Mode::threaded) timers_.request_sweep();
+  // seq_cst: job_timeouts, the other side of admit_unusual's hand-off.
+  if ((parts_.leases_enabled() || parts_.job_timeouts.load(std::memory_order_seq_cst)) &&
+      parts_.core.mode() == Mode::threaded)
+    timers_.request_sweep();
 }
 
 void JobFlow::start_dedicated(const WorkerOptions& w, std::uint64_t seed) {

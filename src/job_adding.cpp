@@ -48,6 +48,19 @@ void JobFlow::admit_unusual(const JobOptions& o) {
       processing_.load(std::memory_order_seq_cst) && parts_.leases_enabled() &&
       parts_.core.mode() == Mode::threaded)
     timers_.request_sweep();
+  // A job's own timeout: deadlines from now on (even on a queue with neither leases nor a
+  // timeout), swept as often as a lease that long. Before the job is published (which carries
+  // the flag to its deliverer).
+  if (o.timeout) {
+    // seq_cst, both: with start_processing's store of processing_ then load of job_timeouts (a
+    // Dekker hand-off, as lower_visibility's): either we see processing_ and request the sweep,
+    // or start_processing sees the flag and requests it.
+    const bool first = !parts_.job_timeouts.exchange(true, std::memory_order_seq_cst);
+    const bool lower = timers_.lower_visibility(o.timeout->count());
+    if ((first || lower) && processing_.load(std::memory_order_seq_cst) &&
+        parts_.core.mode() == Mode::threaded)
+      timers_.request_sweep();
+  }
 }
 
 bool JobFlow::acquire_slots_slow(std::uint32_t* out, std::size_t n) {

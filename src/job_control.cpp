@@ -33,6 +33,8 @@ std::optional<bool> JobControl::try_cancel(std::uint32_t idx, JobId id) {
     const auto r = s.ctl.cancel(c);
     switch (r.result) {
       case SlotControl<>::Cancel::flagged:
+        // Running: its handler is asked to stop (its delivery's token: the word's sequence).
+        parts_.ask_to_stop(idx, ctl::seq(r.word));
         return true;
       case SlotControl<>::Cancel::not_found:
         return std::nullopt;

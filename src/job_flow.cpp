@@ -45,8 +45,9 @@ JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::
       claims_(parts_),
       lines_(parts_),
       ends_(parts_, claims_, lines_, dispatch_, *this),
+      // The sweep comes at least once per lease or timeout, whichever is shorter.
       timers_(parts_.core, parts_.name, parts_.slots.get(), parts_.capacity,
-              parts_.options.visibility_timeout),
+              std::min(parts_.options.visibility_timeout, parts_.options.timeout)),
       completions_(parts_, *this, links_, timers_),
       progress_(parts_),
       queries_(parts_, ends_.tracker(), progress_, *this),
@@ -190,7 +191,14 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   // Everything that reads the slot's plain fields happens before the lease is granted: from
   // the grant on, a lapse may take the slot (and write its attempt count) at any moment.
   if (parts_.core.observed()) parts_.emit(EventKind::started, s, now);
-  const bool leased = parts_.leases_enabled() && s.visibility_ns != Duration::max().count();
+  // A deadline: its lease's end (on a queue with leases), or its attempt's timeout if sooner
+  // (lapse tells them apart by the deadline).
+  const bool lease = parts_.options.visibility_timeout != Duration::max() &&
+                     s.visibility_ns != Duration::max().count();
+  const std::int64_t timeout_at = saturating_add(now, Duration{s.timeout_ns});
+  const bool leased = parts_.leases_enabled() && (lease || s.timeout_ns != kNever);
+  job.timeout_at_ = timeout_at;
+  job.renewable_ = lease;
   // A batch queue holds the delivery open in its worker's batch, leased in a record of its own.
   const std::uint32_t held_at = held_max_ != 0 && !skip ? next_held(job.worker_) : kNotHeld;
   const bool held = held_at != kNotHeld;
@@ -203,7 +211,9 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
     job.lease_ = make_lease(idx, token);
     if (parts_.core.mode() == Mode::threaded) job.timers_ = &timers_;
     // After the plain fields above: the sweep reads them after acquiring this lease word.
-    LeaseTracker::grant(record, job.lease_, saturating_add(now, Duration{s.visibility_ns}));
+    LeaseTracker::grant(
+        record, job.lease_,
+        std::min(lease ? saturating_add(now, Duration{s.visibility_ns}) : kNever, timeout_at));
   }
   open.leased = leased;
   if (held) {
@@ -356,13 +366,17 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
   } else if (kind == FailKind::stalled_out) {
     dead = DeadLetterReason::lease_expired;
   } else if (attempts >= s.max_attempts) {
-    dead = kind == FailKind::lapse ? DeadLetterReason::lease_expired
-                                   : DeadLetterReason::attempts_exhausted;
+    dead = kind == FailKind::lapse     ? DeadLetterReason::lease_expired
+           : kind == FailKind::timeout ? DeadLetterReason::timeout
+                                       : DeadLetterReason::attempts_exhausted;
   } else if (kind == FailKind::retry_in) {
     delay = explicit_delay;
-  } else if (kind == FailKind::retry) {
-    RetryContext ctx{s.id.load(std::memory_order_relaxed), attempts, error,
-                     Duration{s.prev_delay_ns}};
+  } else if (kind == FailKind::retry || kind == FailKind::timeout) {
+    // The wait the previous failure led to (the record before this one's; none after a
+    // redrive that kept counters: the jitter starts again from the base).
+    const auto& log = s.extra->errors;
+    const Duration previous{log.size() >= 2 ? log[log.size() - 2].next_delay_ns : 0};
+    RetryContext ctx{s.id.load(std::memory_order_relaxed), attempts, error, previous};
     delay = next_delay(s.backoff(), ctx, &parts_.options.custom_backoff, rng);
     if (delay.count() < 0) dead = DeadLetterReason::backoff_stopped;
   }
@@ -384,7 +398,7 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
     ends_.end(idx, EndKind::dead_lettered, dead, now, wc);
     return;
   }
-  s.prev_delay_ns = delay.count();
+  s.extra->errors.back().next_delay_ns = delay.count();
   if (delay.count() > 0) {
     s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);
     // Its tenant's turn goes to another of its jobs meanwhile (it takes one again when due);
@@ -409,12 +423,14 @@ void JobFlow::sweep_inline(std::int64_t now) {
   // processing() (acquire), not leases_: another thread may be in start_processing() building
   // the tracker; its release store of processing_ publishes the finished one.
   if (parts_.core.mode() != Mode::inlined || !parts_.leases_enabled() || !processing()) return;
-  leases_->sweep(now, [&](std::uint64_t lease, std::int64_t) { lapse(lease, now); });
+  leases_->sweep(now,
+                 [&](std::uint64_t lease, std::int64_t deadline) { lapse(lease, deadline, now); });
 }
 
 std::int64_t JobFlow::timer_sweep(std::int64_t now) noexcept {
   if (!leases_) return kNever;
-  return leases_->sweep(now, [&](std::uint64_t lease, std::int64_t) { lapse(lease, now); });
+  return leases_->sweep(
+      now, [&](std::uint64_t lease, std::int64_t deadline) { lapse(lease, deadline, now); });
 }
 
 bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t delivered,
@@ -520,15 +536,22 @@ void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
   if (step == StepDown::in_line) gate->gate().wake_next();
 }
 
-void JobFlow::lapse(std::uint64_t lease, std::int64_t now) {
+void JobFlow::lapse(std::uint64_t lease, std::int64_t deadline, std::int64_t now) {
   const std::uint32_t idx = lease_slot(lease);
   JobSlot& s = slot(idx);
   const auto l = s.ctl.lapse(lease_token(lease));
   if (!l.won) return;  // the handler's outcome won
+  // Its handler runs on (`active` counts it until it returns, a zombie meanwhile): ask it to stop.
+  parts_.ask_to_stop(idx, lease_token(lease));
   if (s.dedup == DedupHold::ttl_unless_active) [[unlikely]]
     claims_.unpin(s);
   const Duration elapsed{now - s.started()};
-  parts_.stats.add(kStalled);  // `active` keeps counting the stale handler until it returns
+  // The deadline that passed was the timeout's (a sweep may come late: not the time it ran).
+  if (s.timeout_ns != kNever && deadline >= saturating_add(s.started(), Duration{s.timeout_ns})) {
+    time_out(idx, elapsed, ctl::flags(l.word), now);
+    return;
+  }
+  parts_.stats.add(kStalled);
   if (parts_.core.observed()) {
     Event e = parts_.event(EventKind::stalled, s, now);
     e.elapsed = elapsed;
@@ -566,6 +589,26 @@ void JobFlow::lapse(std::uint64_t lease, std::int64_t now) {
   dispatch_.push_ready(idx);
 }
 
+void JobFlow::time_out(std::uint32_t idx, Duration elapsed, std::uint64_t flags, std::int64_t now) {
+  JobSlot& s = slot(idx);
+  parts_.stats.add(kTimedOut);
+  if (parts_.core.observed()) {
+    Event e = parts_.event(EventKind::timed_out, s, now);
+    e.elapsed = elapsed;
+    parts_.core.emit(e);
+  }
+  if (flags & ctl::kCancelRequested) {
+    // cancel() already answered "flagged": the job ends cancelled, not retried.
+    ends_.end(idx, EndKind::cancelled, DeadLetterReason::none, now, nullptr);
+    return;
+  }
+  std::string reason = "timed out after " + std::to_string(elapsed.count() / 1'000'000) +
+                       " ms (timeout " + std::to_string(s.timeout_ns / 1'000'000) + " ms)";
+  // The backoff's jitter wants randomness: a stream of the job's own (no worker's is at hand).
+  SplitMix64 rng(s.id.load(std::memory_order_relaxed) ^ static_cast<std::uint64_t>(now));
+  fail_attempt(idx, std::move(reason), FailKind::timeout, Duration{0}, rng, now, nullptr);
+}
+
 void JobFlow::emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth) {
   if (!parts_.core.observed()) return;
   Event e;
@@ -589,6 +632,15 @@ void JobFlow::close_waiters() noexcept {
 
 bool report_progress(JobFlow& flow, std::uint32_t idx, std::uint32_t token, double value) noexcept {
   return flow.progress(idx, token, value);
+}
+
+std::stop_token delivery_stop_token(JobFlow& flow, std::uint32_t idx, std::uint32_t token) {
+  return flow.stop_token(idx, token);
+}
+
+std::stop_token JobFlow::stop_token(std::uint32_t idx, std::uint32_t token) {
+  const SlotControl<>& ctl = slot(idx).ctl;
+  return parts_.stops.token(idx, token, [&ctl, token] { return ctl.fenced(token); });
 }
 
 }  // namespace rail::detail

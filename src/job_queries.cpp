@@ -70,10 +70,12 @@ JobState JobQueries::live_state(const JobSlot& s, std::uint64_t c) const noexcep
   st.failed_attempts = s.attempts();
   st.stalls = s.stalled();
   st.progress = progress_.of(s);
+  st.zombies = ctl::zombies(c);
   return st;
 }
 
 JobState JobQueries::state(JobId id) const {
+  std::uint32_t zombies = 0;  // of an ended job whose slot its stale handlers still pin
   for (std::uint32_t i = 0; i < parts_.capacity; ++i) {
     const JobSlot& s = parts_.slot(i);
     if (s.id.load(std::memory_order_relaxed) != id) continue;
@@ -86,12 +88,18 @@ JobState JobQueries::state(JobId id) const {
       if (s.id.load(std::memory_order_relaxed) != id) break;
       if (s.ctl.load() != c) continue;
       if (st.status != JobStatus::unknown) return st;
+      if (ctl::state(c) == SlotState::ended) zombies += ctl::zombies(c);
       break;
     }
   }
-  if (auto ended = parts_.stats.recall(id)) return JobState{*ended};
-  if (dlq_.in_dlq(id)) return JobState{JobStatus::dead_lettered};
-  return JobState{};
+  JobState st;
+  if (auto ended = parts_.stats.recall(id)) {
+    st.status = *ended;
+  } else if (dlq_.in_dlq(id)) {
+    st.status = JobStatus::dead_lettered;
+  }
+  st.zombies = zombies;
+  return st;
 }
 
 std::optional<EndRecord> JobQueries::end_of(JobId id) const {

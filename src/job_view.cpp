@@ -1,5 +1,7 @@
 // Job<T>'s delivery controls that do not depend on T (Job::cancelled, Job::extend_lease),
 // compiled once; the contract is in include/rail/job.hpp.
+#include <algorithm>
+
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/job.hpp"
@@ -12,8 +14,11 @@ bool fenced(const JobFields& job) noexcept {
 
 bool extend_lease(JobFields& job, Duration d) noexcept {
   if (job.deferral_ != nullptr && job.deferral_->taken) return false;  // the Completion's lease
-  if (job.record_ == nullptr) return !fenced(job);  // leases disabled (visibility max)
-  const std::int64_t deadline = saturating_add(job.clock_->now().time_since_epoch().count(), d);
+  // No lease (visibility max): nothing to renew; a timeout alone is not renewed.
+  if (job.record_ == nullptr || !job.renewable_) return !fenced(job);
+  // Never past the attempt's timeout: a heartbeat renews the lease, not the run time allowed.
+  const std::int64_t deadline =
+      std::min(saturating_add(job.clock_->now().time_since_epoch().count(), d), job.timeout_at_);
   // relaxed: the record is this worker's own; only its deadline's order against the sweep
   // matters, and renew() publishes that.
   const std::int64_t before = job.record_->deadline_ns.load(std::memory_order_relaxed);

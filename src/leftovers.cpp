@@ -20,6 +20,7 @@ void Leftovers::collect(ShutdownReport& report) const {
     LeftoverJob j{parts_.name, s.id.load(std::memory_order_relaxed),
                   std::string(parts_.job_name(s)), s.attempts()};
     if (unstarted) report.not_started.push_back(j);
+    if (ctl::zombies(c) > 0) report.zombies.push_back(j);
     if (running) report.still_running.push_back(std::move(j));
   }
 }

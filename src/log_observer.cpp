@@ -130,7 +130,12 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
     case EventKind::late_outcome:
       line += icon("🚧") + "LATE outcome of job " + id + " delivery #" +
               std::to_string(e.deliveries) + " after " + human(e.elapsed) +
-              " ignored (its lease had lapsed)";
+              " ignored (its lease had lapsed or its attempt timed out)";
+      break;
+    case EventKind::timed_out:
+      line += icon("⌛") + "TIMED OUT job " + id + " (" + name + ") attempt " +
+              std::to_string(e.attempt) + " after " + human(e.elapsed) +
+              ": asked to stop, its outcome will be ignored";
       break;
     case EventKind::cancelled:
       line += icon("🛑") + "CANCELLED job " + id + " (" + name + ")";

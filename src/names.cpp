@@ -33,6 +33,8 @@ std::string_view to_string(EventKind kind) noexcept {
       return "stalled";
     case EventKind::late_outcome:
       return "late_outcome";
+    case EventKind::timed_out:
+      return "timed_out";
     case EventKind::cancelled:
       return "cancelled";
     case EventKind::discarded:
@@ -65,6 +67,8 @@ std::string_view to_string(DeadLetterReason reason) noexcept {
       return "overflow";
     case DeadLetterReason::lease_expired:
       return "lease_expired";
+    case DeadLetterReason::timeout:
+      return "timeout";
   }
   return "unknown_reason";
 }

@@ -122,6 +122,8 @@ void validate_job_options(const JobOptions& o, std::string_view where) {
   if (o.visibility_timeout && o.visibility_timeout->count() <= 0) [[unlikely]]
     bad(where, "visibility_timeout", ns(*o.visibility_timeout),
         "a positive lease length (Duration::max() for none)");
+  if (o.timeout && o.timeout->count() <= 0) [[unlikely]]
+    bad(where, "timeout", ns(*o.timeout), "a positive run time (Duration::max() for none)");
   if (o.delay.count() < 0) [[unlikely]]
     bad(where, "delay", ns(o.delay), "a duration >= 0");
   if (o.backoff.kind != BackoffKind::none || o.backoff.jitter != Jitter::none) [[unlikely]]
@@ -195,6 +197,8 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
   if (o.visibility_timeout.count() <= 0)
     bad(where, "visibility_timeout", ns(o.visibility_timeout),
         "a positive lease length (Duration::max() for none)");
+  if (o.timeout.count() <= 0)
+    bad(where, "timeout", ns(o.timeout), "a positive run time (Duration::max() for none)");
   if (o.block_timeout.count() < 0) bad(where, "block_timeout", ns(o.block_timeout), ">= 0");
   if (o.max_stalls > 0xFFFF)
     bad(where, "max_stalls", std::to_string(o.max_stalls),

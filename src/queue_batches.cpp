@@ -85,9 +85,12 @@ void QueueImpl::hold(OpenDelivery&& d, const void* payload, WorkerContext& wc) {
     const std::int64_t now = steady_ns();
     // Read after the grant: only the add writes it, and the delivery's pin keeps the slot from
     // being reused meanwhile.
-    const std::int64_t lease_ns = slot(d.job.idx_).visibility_ns;
+    // The delivery's deadline: its lease, or its attempt's timeout if sooner.
+    const JobSlot& s = slot(d.job.idx_);
+    const std::int64_t lease_ns =
+        std::min(d.job.renewable_ ? s.visibility_ns : kNever, s.timeout_ns);
     if (b.entries.empty()) b.linger_end = saturating_add(now, Duration{batch_linger_ns_});
-    if (d.leased && lease_ns != Duration::max().count())
+    if (d.leased && lease_ns != kNever)
       b.linger_end = std::min(b.linger_end, saturating_add(now, Duration{lease_ns / 2}));
     if (d.permit) b.linger_end = INT64_MIN;
   }

@@ -57,6 +57,10 @@ QueueCounts QueueStats::counts(bool paused) const noexcept {
   c.deduplicated = sum(kDeduplicated);
   c.stalled = sum(kStalled);
   c.late_outcomes = sum(kLateOutcomes);
+  c.timed_out = sum(kTimedOut);
+  // Every fenced delivery (a lapse or a timeout) leaves a handler running until it returns its
+  // late outcome.
+  c.zombies = gauge(c.stalled + c.timed_out, c.late_outcomes);
   c.waiting = gauge(g.to_ready, g.from_ready);
   c.delayed = gauge(g.to_delayed, g.from_delayed);
   c.active = gauge(g.started, g.attempt_ended);

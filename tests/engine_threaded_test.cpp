@@ -25,6 +25,7 @@
 #include "support/eventually.hpp"
 #include "support/release_on_exit.hpp"
 #include "support/sanitized.hpp"
+#include "support/start_line.hpp"
 #include "support/watchdog.hpp"
 
 namespace rail {
@@ -1013,18 +1014,12 @@ TEST(ThreadedEngine, InlineRunUntilIdleRunsAJobReadyBeforeItWhileAnotherThreadSw
     const JobId x = q.add("x", 1).id;
     for (int i = 0; i < 7; ++i)
       ASSERT_TRUE(q.cancel(q.add("y", 2).id));
-    std::atomic<int> go{0};
-    // The start line: each side yields while it waits, so that on an oversubscribed machine
-    // the spinning side does not hold the core the other needs to arrive.
+    test::StartLine start;
     std::thread other([&] {
-      go.fetch_add(1);
-      while (go.load() < 2)
-        std::this_thread::yield();
+      start.arrive();
       (void)q.add("z", 3);  // no room: sweeps, then takes a reclaimed slot
     });
-    go.fetch_add(1);
-    while (go.load() < 2)
-      std::this_thread::yield();
+    start.arrive();
     for (int k = 0; k < round % 64; ++k)
       std::this_thread::yield();  // vary where the sweep falls
     (void)engine.run_until_idle();

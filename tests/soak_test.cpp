@@ -4,8 +4,8 @@
 // adds (merged and debounced), delayed jobs and cancels of them, cancels, pauses and resumes,
 // redrives, and a shutdown in the middle of a run, on the real and on a manual clock, on a queue's
 // own threads and on the engine's shared pool, with callback (Completion) and coroutine handlers,
-// with every job in a FIFO group, and with priorities and tenants (a capped one's cap checked
-// with leases off).
+// with every job in a FIFO group, with priorities and tenants (a capped one's cap checked with
+// leases off), and with attempt timeouts.
 #include "soak/soak.hpp"
 
 #include <gtest/gtest.h>
@@ -42,8 +42,11 @@ void expect_clean(const Config& c) {
   }
   // Every fault kind actually happened (a soak that injects nothing proves nothing).
   EXPECT_GT(r.dead_lettered, 0u) << out.str();
-  if (c.leases) {
+  if (c.leases && c.timeout == Duration::max()) {
     EXPECT_GT(r.stalls, 0u) << out.str();
+  }
+  if (c.timeout != Duration::max()) {
+    EXPECT_GT(r.timed_out, 0u) << out.str();  // hangs ran into their timeout
   }
   EXPECT_GT(r.cancelled, 0u) << out.str();
   EXPECT_GT(r.discarded, 0u) << out.str();
@@ -101,6 +104,14 @@ TEST(Soak, ACappedTenantNeverRunsMoreThanItsCapWithLeasesOff) {
   c.leases = false;
   c.hang = 0;
   c.seed = 19;
+  expect_clean(c);
+}
+
+TEST(Soak, InvariantsHoldWithAttemptTimeoutsShorterThanTheLease) {
+  Config c;
+  c.jobs = kJobs;
+  c.timeout = std::chrono::milliseconds(20);  // hangs time out (the lease is 50 ms)
+  c.seed = 23;
   expect_clean(c);
 }
 

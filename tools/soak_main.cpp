@@ -62,6 +62,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 1u << 16));
   app.add_option("--tenant-cap", c.tenant_cap, "tenant-0's most jobs at once")
       ->check(CLI::Range(1u, 1u << 16));
+  int timeout_ms = 0;
+  app.add_option("--timeout-ms", timeout_ms,
+                 "QueueOptions::timeout: an attempt past it fails (0: none); below the lease, "
+                 "hangs time out rather than stall")
+      ->check(CLI::Range(0, 3'600'000));
   bool no_leases = false;
   app.add_flag("--no-leases", no_leases,
                "no visibility timeout, and no hangs (checks the tenant's cap: invariant 8)");
@@ -81,6 +86,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   c.pauses = !no_pauses;
   if (aging_ms > 0) c.priority_max_wait = std::chrono::milliseconds(aging_ms);
+  if (timeout_ms > 0) c.timeout = std::chrono::milliseconds(timeout_ms);
   if (no_leases) {
     c.leases = false;
     c.hang = 0;

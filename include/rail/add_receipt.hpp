@@ -70,9 +70,12 @@ struct QueueCounts {
   std::uint64_t discarded = 0;  // handlers returned Outcome::discard
   std::uint64_t deduplicated = 0;
   std::uint64_t stalled = 0;        // lease lapses
-  std::uint64_t late_outcomes = 0;  // outcomes of lapsed deliveries, ignored
-  std::uint64_t groups = 0;         // FIFO groups with jobs now (JobOptions::group)
-  std::uint64_t tenants = 0;        // tenants with jobs now (JobOptions::tenant)
+  std::uint64_t late_outcomes = 0;  // outcomes of lapsed or timed-out deliveries, ignored
+  std::uint64_t timed_out = 0;      // attempts past their timeout (QueueOptions::timeout)
+  std::uint64_t zombies = 0;  // handlers still running after their lease lapsed or their attempt
+                              // timed out: asked to stop, they keep their thread (and permit)
+  std::uint64_t groups = 0;   // FIFO groups with jobs now (JobOptions::group)
+  std::uint64_t tenants = 0;  // tenants with jobs now (JobOptions::tenant)
   bool paused = false;
 };
 

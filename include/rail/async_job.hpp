@@ -105,6 +105,8 @@ class AsyncJob : public detail::AsyncDelivery, public detail::JobFacts {
   /// cancelled(): this delivery no longer counts (cancel(), a lapsed lease, or the engine is
   /// gone): poll it after each co_await of a long call and co_return early.
   [[nodiscard]] bool cancelled() const noexcept { return completion_.cancelled(); }
+  /// stop_token(): this delivery's stop request (Job::stop_token, Completion::stop_token).
+  [[nodiscard]] std::stop_token stop_token() const { return completion_.stop_token(); }
   /// extend_lease(d): the heartbeat of a long call (Completion::extend_lease).
   bool extend_lease(Duration d) noexcept { return completion_.extend_lease(d); }
 

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stop_token>
 #include <typeindex>
 #include <typeinfo>
 
@@ -76,6 +77,9 @@ class Completion {
   /// cancelled(): the delivery no longer counts (cancel() or a lapsed lease), as
   /// Job::cancelled(); also true for an empty Completion or once the engine is gone.
   [[nodiscard]] bool cancelled() const noexcept;
+  /// stop_token(): the delivery's stop request, as Job::stop_token; stopped for an empty
+  /// Completion and once the engine is gone.
+  [[nodiscard]] std::stop_token stop_token() const;
   /// extend_lease(d): renews the lease to end d from now, as Job::extend_lease: the heartbeat
   /// of a long call. False if the lease had lapsed, the Completion is empty or the engine gone.
   bool extend_lease(Duration d) noexcept;

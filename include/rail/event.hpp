@@ -52,7 +52,11 @@ enum class EventKind : std::uint8_t {
   dlq_alert,       // the DLQ reached DlqOptions::alert_depth (`depth` holds it)
   stalled,         // delivery `deliveries`' lease lapsed after `elapsed` in the handler; the
                    // job is delivered again, or dead-lettered (QueueOptions::stall_policy)
-  late_outcome,    // a handler whose lease had lapsed returned; its outcome was ignored
+  late_outcome,    // a handler whose lease had lapsed (or attempt had timed out) returned;
+                   // its outcome was ignored
+  timed_out,       // attempt `attempt` ran past its timeout (QueueOptions::timeout) after
+                   // `elapsed`: its handler is asked to stop, and the attempt fails (its
+                   // attempt_failed follows); the handler is a zombie until it returns
   cancelled,       // cancel() removed the job (or its running handler's outcome was discarded)
   discarded,       // the handler dropped the job (Outcome::discard): ended, no retry, no DLQ;
                    // `error` holds the reason it gave
@@ -80,6 +84,7 @@ enum class DeadLetterReason : std::uint8_t {
   backoff_stopped,     // a custom backoff returned a negative delay
   overflow,            // the queue was full and its policy is OnFull::dead_letter
   lease_expired,       // the last allowed delivery's lease lapsed (SQS maxReceiveCount)
+  timeout,             // the last allowed attempt ran past its timeout (QueueOptions::timeout)
 };
 
 /// to_string(kind) / to_string(reason) are the snake_case names used in logs.

@@ -6,6 +6,7 @@
 #include <concepts>
 #include <cstdint>
 #include <functional>
+#include <stop_token>
 #include <string_view>
 #include <utility>
 
@@ -28,6 +29,8 @@ class JobFlow;
 class Completions;
 /// report_progress(flow, idx, token, value): Job::progress (ProgressBoard::report).
 bool report_progress(JobFlow& flow, std::uint32_t idx, std::uint32_t token, double value) noexcept;
+/// delivery_stop_token(flow, idx, token): Job::stop_token (StopCells::token).
+std::stop_token delivery_stop_token(JobFlow& flow, std::uint32_t idx, std::uint32_t token);
 /// sweep_no_later_than(port, deadline): a handler shortened its lease (timer_port.hpp).
 void sweep_no_later_than(TimerPort& port, std::int64_t deadline) noexcept;
 struct JobFields;
@@ -94,8 +97,10 @@ struct JobFields : JobFacts {
   TimerPort* timers_ = nullptr;  // threaded mode: where a shortened lease asks for an earlier sweep
   JobFlow* flow_ = nullptr;      // where progress reports go
   std::uint32_t idx_ = 0;        // the job's slot
-  Deferral* deferral_ = nullptr;  // null: the queue allows no pending jobs (max_pending 0)
-  std::uint32_t worker_ = 0;      // the delivering worker, 0 .. the queue's workers (batches)
+  Deferral* deferral_ = nullptr;         // null: the queue allows no pending jobs (max_pending 0)
+  std::int64_t timeout_at_ = INT64_MAX;  // the attempt's timeout: extend_lease renews no later
+  bool renewable_ = false;    // it holds a lease (not only a timeout): extend_lease renews it
+  std::uint32_t worker_ = 0;  // the delivering worker, 0 .. the queue's workers (batches)
 };
 
 /// fenced(job): Job::cancelled() (job_view.cpp): the delivery no longer counts.
@@ -130,6 +135,19 @@ class Job : private detail::JobFields {
   /// job, or this delivery's lease lapsed (the job went to another worker or to the DLQ).
   /// Long handlers should poll it and return early.
   [[nodiscard]] bool cancelled() const noexcept { return detail::fenced(*this); }
+
+  /// stop_token() is this delivery's stop request: stopped when its attempt times out
+  /// (QueueOptions::timeout), its lease lapses or cancel() is called for its job, when
+  /// cancelled() turns true. Pass it to what the handler waits on (a std::stop_callback, a
+  /// std::condition_variable_any wait, std::jthread), so that the handler returns early instead
+  /// of running on as a zombie. Its stop_callbacks run on the thread that stops it: the timer
+  /// thread for a timeout or a lapse (keep them short: every timer of the engine waits for
+  /// them), cancel()'s caller for a cancel. Valid for this delivery: a token kept after the
+  /// handler returns may see a later delivery's stop. The first call on a queue allocates its
+  /// cells, and a call after a stop one stop state; a handler that never calls it pays nothing.
+  [[nodiscard]] std::stop_token stop_token() const {
+    return detail::delivery_stop_token(*flow_, idx_, token_);
+  }
 
   /// progress(value) reports how far the handler got, e.g. a percentage (BullMQ's
   /// updateProgress): state(id).progress shows the latest value while the job lives (retries

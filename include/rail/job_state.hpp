@@ -30,6 +30,10 @@ struct JobState {
   std::uint32_t failed_attempts = 0;  // failed attempts so far (live jobs only)
   std::uint32_t stalls = 0;           // lapsed leases so far (live jobs only)
   std::optional<double> progress{};   // the handler's last Job::progress report (live jobs only)
+  /// Handlers of this job still running though their delivery no longer counts (its lease
+  /// lapsed or its attempt timed out: asked to stop, they hold their thread until they return),
+  /// also once the job has ended. A figure, as QueueCounts::zombies.
+  std::uint32_t zombies = 0;
 };
 
 /// JobInfo: one job of a queue's listing (Queue::jobs): its id and state.

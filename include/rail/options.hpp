@@ -73,6 +73,10 @@ struct JobOptions {
   DedupOptions dedup{};
   /// Lease length of each delivery of this job; unset: QueueOptions::visibility_timeout.
   std::optional<Duration> visibility_timeout{};
+  /// The longest one attempt of this job may run; unset: QueueOptions::timeout. See there. The
+  /// first add with one makes the queue sweep for deadlines, even without leases. A redriven
+  /// job runs under its queue's timeout.
+  std::optional<Duration> timeout{};
   /// The downstream service this job calls (Engine::declare_downstream declares it), when it is not
   /// the queue's (QueueOptions::downstream); empty: the queue's. Its permits and tokens admit
   /// the job's deliveries. A queue's jobs may name up to 15 downstreams besides the queue's own.
@@ -166,6 +170,13 @@ struct QueueOptions {
   /// or dead-lettered (reason lease_expired) as stall_policy says; its late outcome is ignored.
   /// Duration::max(): leases never lapse.
   Duration visibility_timeout = std::chrono::seconds(30);
+  /// The longest one attempt may run (BullMQ's and Celery's job timeout). An attempt still
+  /// running then fails with an error that says so and is retried or dead-lettered (reason
+  /// `timeout`) by its job's attempts and backoff; its handler is asked to stop
+  /// (Job::stop_token), and its late outcome is ignored, as a lapsed lease's. A handler that
+  /// keeps running after that is a zombie (QueueCounts::zombies) until it returns. Not renewed
+  /// by extend_lease. Duration::max(): attempts may run for ever (leases aside).
+  Duration timeout = Duration::max();
   /// What a stall costs: its own budget (BullMQ, default) or an attempt (SQS). See StallPolicy.
   StallPolicy stall_policy = StallPolicy::own_budget;
   /// StallPolicy::own_budget: how many stalls a job survives (redelivered each time, no attempt

@@ -35,6 +35,9 @@ struct Leftover {
 struct ShutdownReport {
   std::vector<LeftoverJob> not_started;
   std::vector<LeftoverJob> still_running;
+  /// Of still_running, the jobs with a zombie: a handler still running though its delivery no
+  /// longer counts (its lease lapsed or its attempt timed out), whatever became of the job.
+  std::vector<LeftoverJob> zombies;
   [[nodiscard]] bool clean() const noexcept { return not_started.empty() && still_running.empty(); }
 };
 

@@ -9,7 +9,9 @@
 #include <iostream>
 #include <optional>
 #include <rail/rail.hpp>
+#include <stop_token>
 #include <string>
+#include <thread>
 #include <utility>
 
 using namespace std::chrono_literals;

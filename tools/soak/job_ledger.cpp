@@ -43,8 +43,9 @@ void JobLedger::on_event(const Event& e, Violations& v) noexcept {
     case EventKind::attempt_failed:
       bump(t.failed);
       break;
+    case EventKind::timed_out:
     case EventKind::stalled:
-      bump(t.stalled);
+      bump(e.kind == EventKind::stalled ? t.stalled : t.timed_out);
       // A lapse on the wheel's owner raises its events once the wheel is released, while a
       // lapse that dead-letters files the DLQ entry at once: a redrive can come between, and
       // its `redriven` event first. A stall seen while a redriven life's predecessor has not
@@ -120,6 +121,7 @@ void JobLedger::account(const Config& cfg, const std::unordered_map<JobId, DlqFi
     rep.cancelled += t.cancelled;
     rep.discarded += t.discarded;
     rep.stalls += t.stalled;
+    rep.timed_out += t.timed_out;
     rep.late_outcomes += t.late;
     rep.deliveries += t.started;
     rep.failed_attempts += t.failed;
@@ -136,9 +138,9 @@ void JobLedger::account(const Config& cfg, const std::unordered_map<JobId, DlqFi
             " whose lease had lapsed (life " + std::to_string(lives) + ")");
     }
     if (t.redriven || t.taken) continue;  // the checks below count one whole life
-    if (t.late != t.stalled)
-      v.add(job() + std::to_string(t.stalled) + " lapses but " + std::to_string(t.late) +
-            " late outcomes");
+    if (t.late != t.stalled + t.timed_out)
+      v.add(job() + std::to_string(t.stalled) + " lapses and " + std::to_string(t.timed_out) +
+            " timeouts but " + std::to_string(t.late) + " late outcomes");
     // Starts numbered exactly 1..n: no gap, no repeat (a repeat was reported when it happened).
     const auto all_n =
         static_cast<std::uint16_t>((1u << std::min<std::uint32_t>(t.started, 16)) - 1);

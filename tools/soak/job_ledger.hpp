@@ -28,8 +28,10 @@ struct Track {
   std::atomic<std::uint16_t> started{0}, failed{0}, stalled{0}, late{0}, pushed{0};
   std::atomic<std::uint16_t> completed{0}, dead{0}, cancelled{0}, discarded{0};
   std::atomic<std::uint16_t> stalled_out{0};  // lives dead-lettered by a lapse (lease_expired)
+  std::atomic<std::uint16_t> timed_out{0};    // attempts past their timeout
   std::atomic<std::uint16_t> completed_delivery{0};
-  std::atomic<std::uint16_t> started_mask{0}, stalled_mask{0};  // bit d-1: delivery d
+  // bit d-1: delivery d started / was fenced (its lease lapsed or its attempt timed out)
+  std::atomic<std::uint16_t> started_mask{0}, stalled_mask{0};
   std::atomic<std::uint16_t> redriven{0};  // lives beyond the first (a redrive restarts it)
   // When the latest redrive happened (engine clock, ns): a delivery that started before it
   // belongs to an earlier life.

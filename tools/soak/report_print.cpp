@@ -67,6 +67,12 @@ void print(const Report& r, const Config& c, std::ostream& out) {
         c.leases ? " (not checked with leases on)" : "");
     out << line;
   }
+  if (c.timeout != Duration::max()) {
+    std::snprintf(line, sizeof line, "  timeouts: %llu attempts timed out (timeout %lld ms)\n",
+                  static_cast<unsigned long long>(r.timed_out),
+                  static_cast<long long>(c.timeout.count() / 1'000'000));
+    out << line;
+  }
   if (c.downstream) {
     std::snprintf(
         line, sizeof line,

@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 #include <stdexcept>
+#include <stop_token>
 #include <thread>
 #include <unordered_map>
 
@@ -63,10 +64,10 @@ Report run(const Config& cfg) {
   const std::uint64_t side_jobs = side ? cfg.jobs / 10 : 0;
   // Job ids are the engine's: the side queue's take some of them.
   const std::uint64_t max_id = cfg.jobs * 2 + side_jobs + 1024;
-  if (!cfg.leases && cfg.hang > 0)
+  if (!cfg.leases && cfg.timeout == Duration::max() && cfg.hang > 0)
     throw std::invalid_argument("soak: Config::hang is " + std::to_string(cfg.hang) +
-                                " with leases off; a hang waits for its lease to lapse, so "
-                                "expected 0");
+                                " with leases and timeouts off; a hang waits for its lease to "
+                                "lapse or its attempt to time out, so expected 0");
   JobLedger ledger(max_id);
   ShareWatch shares(cfg, max_id);
   // FIFO groups: each producer has groups_each of its own (Config::groups).
@@ -116,6 +117,7 @@ Report run(const Config& cfg) {
   QueueOptions qo;
   qo.capacity = cfg.capacity;
   qo.visibility_timeout = cfg.leases ? Duration{cfg.visibility} : Duration::max();
+  qo.timeout = cfg.timeout;
   qo.stall_policy = cfg.stall_policy;
   qo.defaults.max_attempts = 3;
   qo.defaults.backoff = Backoff::fixed(1ms).with_jitter(Jitter::full);
@@ -179,12 +181,28 @@ Report run(const Config& cfg) {
         return Outcome::fail("permanent failure");
       case Fate::discard:
         return Outcome::discard("not worth doing any more");
-      case Fate::hang:
-        // Outlive the lease: wait until this delivery is fenced, then claim success. The
-        // engine must ignore it (a late outcome).
-        while (!j.cancelled())
+      case Fate::hang: {
+        // Outlive the lease (or the timeout): wait until this delivery is fenced, then claim
+        // success. The engine must ignore it (a late outcome). Half the hangs wait on their
+        // stop token, which the fence must stop (a lost stop would hang them: given up on a
+        // second after the fence, and counted).
+        const bool by_token = (j.data().plan >> 20) & 1;
+        const std::stop_token stop = by_token ? j.stop_token() : std::stop_token{};
+        while (by_token ? !stop.stop_requested() : !j.cancelled()) {
           std::this_thread::sleep_for(cfg.manual_clock ? 10us : 1ms);
+          if (by_token && j.cancelled()) {
+            const auto grace = std::chrono::steady_clock::now() + 1s;
+            while (!stop.stop_requested() && std::chrono::steady_clock::now() < grace)
+              std::this_thread::sleep_for(100us);
+            if (!stop.stop_requested())
+              v.add("job " + std::to_string(j.id()) + ": delivery " +
+                    std::to_string(j.deliveries()) +
+                    " was fenced but its stop token never stopped");
+            break;
+          }
+        }
         return Outcome::done();
+      }
     }
     return Outcome::done();
   };

@@ -24,8 +24,9 @@
 //      is added again once its window has passed, and each such add creates a new job (or
 //      merges into the first one, which a redrive gave its id back to);
 //   3. no late outcome changed a job: a completion never comes from a delivery whose lease
-//      lapsed, a job ends `cancelled` if and only if a cancel() of it was accepted, and late
-//      outcomes == lapses;
+//      lapsed or whose attempt timed out, a job ends `cancelled` if and only if a cancel() of it
+//      was accepted, and late outcomes == lapses + timeouts; a fenced delivery's stop token
+//      (Job::stop_token, which the hanging handlers wait on) is stopped;
 //   4. deliveries and attempts agree with the events: a job's starts are numbered exactly 1..n
 //      (no gap, no repeat); a completed job's n-1 earlier deliveries each failed or stalled, a
 //      dead-lettered job's n all did (or 0 for overflow), counting a stall apart from the
@@ -82,6 +83,9 @@ struct Config {
   double shutdown_at = 0;       // > 0: shut down once this fraction of the jobs is accepted
   std::chrono::milliseconds visibility{50};
   bool leases = true;  // false: no visibility timeout (and no hangs: Config::hang must be 0)
+  // QueueOptions::timeout: an attempt running longer fails (a hang shorter than the lease then
+  // times out rather than stalls). Duration::max(): none.
+  Duration timeout = Duration::max();
   StallPolicy stall_policy = StallPolicy::own_budget;  // what a lapsed lease costs
   std::size_t capacity = 8192;
   // Downstream (issue 14): the queue calls one, whose concurrency (workers / 2) and rate are
@@ -126,6 +130,7 @@ struct Config {
 struct Report {
   std::uint64_t accepted = 0, completed = 0, dead_lettered = 0, cancelled = 0, discarded = 0;
   std::uint64_t duplicates_merged = 0, duplicates_new = 0, stalls = 0, late_outcomes = 0;
+  std::uint64_t timed_out = 0;  // attempts past their timeout (Config::timeout)
   std::uint64_t deliveries = 0, failed_attempts = 0, cancels_accepted = 0, delayed = 0;
   std::uint64_t pauses = 0, pauses_with_work = 0, starts_while_paused = 0;
   std::uint64_t pushbacks = 0, throttled = 0, limit_changes = 0, most_inside = 0;

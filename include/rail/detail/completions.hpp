@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stop_token>
 #include <typeindex>
 
 #include "rail/completion.hpp"
@@ -69,9 +70,11 @@ class Completions {
   /// complete(r, out, result_type): record r's Completion delivers `out` (of a Result<R> with
   /// R = result_type, or void), applied as the handler's outcome. True if it counted.
   bool complete(std::uint32_t r, Outcome&& out, std::type_index result_type);
-  /// cancelled(r) / extend(r, d): Completion::cancelled / extend_lease.
+  /// cancelled(r) / extend(r, d) / stop_token(r): Completion::cancelled / extend_lease /
+  /// stop_token.
   [[nodiscard]] bool cancelled(std::uint32_t r) const noexcept;
   bool extend(std::uint32_t r, Duration d) noexcept;
+  [[nodiscard]] std::stop_token stop_token(std::uint32_t r);
 
  private:
   FlowParts& parts_;

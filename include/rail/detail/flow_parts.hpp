@@ -22,6 +22,7 @@
 #include "rail/detail/engine_core.hpp"
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/queue_stats.hpp"
+#include "rail/detail/stop_cells.hpp"
 #include "rail/event.hpp"
 #include "rail/options.hpp"
 
@@ -39,6 +40,7 @@ struct FlowParts {
   QueueStats stats;
   const std::size_t capacity;
   const std::unique_ptr<JobSlot[]> slots;  // [capacity]
+  StopCells stops;                         // the running deliveries' stop tokens
 
   [[nodiscard]] JobSlot& slot(std::uint32_t idx) const noexcept { return slots[idx]; }
   [[nodiscard]] std::uint32_t index_of(const JobSlot& s) const noexcept {
@@ -65,9 +67,18 @@ struct FlowParts {
       stats.add(c, n);
     }
   }
+  /// leases_enabled(): deliveries may have a deadline: a lease, or an attempt's timeout (the
+  /// queue's, or a job's: job_timeouts, set by the first add that gives one, before its job is
+  /// published).
   [[nodiscard]] bool leases_enabled() const noexcept {
-    return options.visibility_timeout != Duration::max();
+    return options.visibility_timeout != Duration::max() || options.timeout != Duration::max() ||
+           job_timeouts.load(std::memory_order_relaxed);  // relaxed: published with the job
   }
+  std::atomic<bool> job_timeouts{false};
+  /// ask_to_stop(idx, delivery): delivery `delivery` of slot idx was fenced or its job flagged
+  /// cancelled: its handler's stop token is stopped (StopCells::request), after the wheel is
+  /// released when this thread holds it (a stop_callback is user code).
+  void ask_to_stop(std::uint32_t idx, std::uint32_t delivery) noexcept;
   /// aging_ns(): QueueOptions::priority_max_wait as ReadyLevels takes it (0: no aging).
   [[nodiscard]] std::int64_t aging_ns() const noexcept {
     return is_never(options.priority_max_wait.count()) ? 0 : options.priority_max_wait.count();

@@ -178,6 +178,8 @@ class JobFlow : public QueueBase,
   bool progress(std::uint32_t idx, std::uint32_t token, double value) noexcept {
     return progress_.report(idx, token, value);
   }
+  /// stop_token(idx, token): Job::stop_token of delivery `token` in slot idx (StopCells).
+  [[nodiscard]] std::stop_token stop_token(std::uint32_t idx, std::uint32_t token);
   /// emit_dlq(kind, id, job_name, depth): the DLQ's events (evicted, alert).
   void emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth);
 
@@ -361,8 +363,8 @@ class JobFlow : public QueueBase,
         [[unlikely]]
       reject_job_name(name, parts_.name);
     validate_job_options(o, "JobOptions");
-    if (o.backoff.kind == BackoffKind::custom || o.visibility_timeout || !o.downstream.empty() ||
-        o.priority != 0 || !o.tenant.empty()) [[unlikely]]
+    if (o.backoff.kind == BackoffKind::custom || o.visibility_timeout || o.timeout ||
+        !o.downstream.empty() || o.priority != 0 || !o.tenant.empty()) [[unlikely]]
       admit_unusual(o);
   }
   [[noreturn]] void throw_shutting_down() const;
@@ -412,7 +414,7 @@ class JobFlow : public QueueBase,
     s.name = name_id;
     s.added_ns = now;
     s.started_ns.store(0, std::memory_order_relaxed);
-    s.prev_delay_ns = 0;
+    s.timeout_ns = o.timeout.value_or(parts_.options.timeout).count();
     s.failed_attempts.store(0, std::memory_order_relaxed);
     s.deliveries.store(0, std::memory_order_relaxed);
     s.stalls.store(0, std::memory_order_relaxed);
@@ -495,6 +497,7 @@ class JobFlow : public QueueBase,
     permanent,    // dead-letter now
     lapse,        // the lease lapsed: redeliver at once (SQS), lease_expired when exhausted
     stalled_out,  // a lapse past the stall budget (BullMQ): an attempt made, lease_expired now
+    timeout,      // the attempt ran past its timeout: backoff decides, timeout when exhausted
   };
 
   // --- workers (job_flow.cpp) -------------------------------------------------------------------
@@ -525,7 +528,11 @@ class JobFlow : public QueueBase,
                       std::string why) const noexcept;
   void fail_attempt(std::uint32_t idx, std::string reason, FailKind kind, Duration explicit_delay,
                     SplitMix64& rng, std::int64_t now, WorkerContext* wc);
-  void lapse(std::uint64_t lease, std::int64_t now);
+  /// lapse(lease, deadline, now): the sweep found `lease` past its `deadline` at `now`.
+  void lapse(std::uint64_t lease, std::int64_t deadline, std::int64_t now);
+  /// time_out(idx, elapsed, flags, now): lapse's part for a delivery past its attempt's timeout
+  /// (ctl flags: the word lapse won): the attempt fails, retried or dead-lettered (timeout).
+  void time_out(std::uint32_t idx, Duration elapsed, std::uint64_t flags, std::int64_t now);
   /// log_failure(s, attempt, now, reason): appends to the job's error log; returns its text.
   const std::string& log_failure(JobSlot& s, std::uint32_t attempt, std::int64_t now,
                                  std::string reason);

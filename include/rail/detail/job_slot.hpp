@@ -43,6 +43,7 @@ struct AttemptRecord {
   std::uint32_t attempt;
   std::int64_t at_ns;
   std::string message;
+  std::int64_t next_delay_ns = 0;  // the wait it led to (decorrelated jitter's previous delay)
 };
 
 /// SlotExtra: the cold, variable-size part of a job (its error log, dedup id, and its name when
@@ -76,7 +77,7 @@ struct alignas(64) JobSlot {
   std::atomic<std::int64_t> due_ns{0};  // delayed: run no earlier than this (debounce moves it)
   std::int64_t added_ns = 0;
   std::atomic<std::int64_t> started_ns{0};  // start of the current/last delivery
-  std::int64_t prev_delay_ns = 0;           // for decorrelated jitter
+  std::int64_t timeout_ns = 0;              // the longest an attempt may run (max: no limit)
   std::int64_t backoff_delay_ns = 0;
   std::int64_t backoff_cap_ns = 0;
   std::int64_t visibility_ns = 0;                 // lease length of each delivery

@@ -75,6 +75,7 @@ struct PendingJob {
   std::uint8_t link = 0;       // the job's GateLink (gate_link.hpp)
   std::uint64_t lease = 0;     // its lease word (0: leases disabled)
   std::int64_t started_ns = 0;
+  bool renewable = false;  // a lease, not only a timeout: extend_lease renews it
 };
 
 class PendingJobs {

@@ -43,6 +43,7 @@ enum Counter : std::size_t {
   kDeduplicated,
   kStalled,
   kLateOutcomes,
+  kTimedOut,
   kToReady,
   kFromReady,
   kToDelayed,

@@ -83,6 +83,13 @@ constexpr std::uint32_t pins(std::uint64_t c) noexcept {
 constexpr std::uint32_t seq(std::uint64_t c) noexcept {
   return static_cast<std::uint32_t>(c >> kSeqShift);
 }
+/// zombies(c): the pins of handlers whose delivery no longer counts (a lapse or a timeout fenced
+/// it): every pin but an active slot's live delivery. A figure: a handler handing its delivery to
+/// a Completion (Job::defer) or a cancel recording its end pins the slot for a moment too.
+constexpr std::uint32_t zombies(std::uint64_t c) noexcept {
+  const std::uint32_t live = static_cast<SlotState>(c & 0xFF) == SlotState::active ? 1 : 0;
+  return pins(c) > live ? pins(c) - live : 0;
+}
 constexpr std::uint64_t make(std::uint64_t seq, std::uint32_t pins, std::uint64_t flags,
                              SlotState s) noexcept {
   return ((seq & kSeqMask) << kSeqShift) | (std::uint64_t{pins} << kPinsShift) |
