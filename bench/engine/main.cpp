@@ -112,6 +112,8 @@ void print_ratios() {
        0},
       {"feature cost: fair shares (16 tenants) vs plain add", case_name("rail", "add+tenant", 1, 2),
        add, 0},
+      {"feature cost: attempt timeout vs plain add", case_name("rail", "add+timeout", 1, 2), add,
+       0},
       {"feature cost: event observer vs plain add", case_name("rail", "add+events", 1, 2), add, 0},
       {"feature cost: downstream permit vs plain add", case_name("rail", "add+permit", 1, 2), add,
        0},

@@ -16,6 +16,8 @@
 //   add+tenant     every job is one of 16 tenants' (JobOptions::tenant), round robin, with
 //                  tenant_window 64: the backlog parks in the tenants' lines and each end hands
 //                  a turn on: the cost of the fair shares' bookkeeping
+//   add+timeout    the queue has an attempt timeout (QueueOptions::timeout, an hour: none
+//                  fires) and no leases: every delivery takes and gives back a deadline
 //   add+events     an observer sees every event and counts it (EventTally: a counter per thread,
 //                  so the figure is rail's cost of raising events, not the observer's own)
 //   add+permit     the queue calls a downstream whose concurrency equals the workers: every
@@ -60,7 +62,8 @@ enum class Feature {
   batch64,
   groups,
   priority,
-  tenant
+  tenant,
+  timeout
 };
 
 struct RailCase {
@@ -183,6 +186,10 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
   }
   if (c.feature == Feature::priority) qo.priorities = 4;
   if (c.feature == Feature::tenant) qo.tenant_window = 64;
+  if (c.feature == Feature::timeout) {
+    qo.visibility_timeout = rail::Duration::max();  // the timeout's deadline alone
+    qo.timeout = std::chrono::hours(1);
+  }
   std::vector<rail::Queue<NoOp>> queues;
   for (int i = 0; i < c.queues; ++i)
     queues.push_back(engine.declare_queue<NoOp>("bench" + std::to_string(i), qo));
@@ -321,6 +328,7 @@ void register_rail_extras() {
   add(case_name("rail", "add+group", 1, 2), {1, 2, 0, Feature::groups});
   add(case_name("rail", "add+priority", 1, 2), {1, 2, 0, Feature::priority});
   add(case_name("rail", "add+tenant", 1, 2), {1, 2, 0, Feature::tenant});
+  add(case_name("rail", "add+timeout", 1, 2), {1, 2, 0, Feature::timeout});
   add(case_name("rail", "add+events", 1, 2), {1, 2, 0, Feature::events});
   add(case_name("rail", "add+permit", 1, 2), {1, 2, 0, Feature::permit});
   add(case_name("rail", "add+rate", 1, 2), {1, 2, 0, Feature::rate});
