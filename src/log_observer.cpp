@@ -61,14 +61,28 @@ std::string format_time(TimePoint t, const Clock& clock, const LogOptions& optio
   return buf;
 }
 
+bool logs(EventKind kind, const LogOptions& o) noexcept {
+  switch (kind) {
+    case EventKind::added:
+    case EventKind::retry_due:
+    case EventKind::progress:
+    case EventKind::throttled:  // once per refusal: a saturated downstream refuses per start
+    case EventKind::idle:       // once per transition to idle: per job, for a trickle of jobs
+      return o.verbose;
+    default:
+      return true;
+  }
+}
+
 std::string format_event(const Event& e, const Clock& clock, const LogOptions& o) {
+  if (!logs(e.kind, o)) return {};
+  if (o.format == LogFormat::json) return format_event_json(e, clock, o);
   std::string id = std::to_string(e.job_id);
   std::string name(e.job_name);
   std::string line = format_time(e.at, clock, o) + " ";
   auto icon = [&](const char* emoji) { return o.emoji ? std::string(emoji) + " " : std::string(); };
   switch (e.kind) {
     case EventKind::added:
-      if (!o.verbose) return {};
       line += "ADDED job " + id + " (" + name + ") to " + std::string(e.queue);
       if (e.delay.count() > 0) line += ", delayed " + human(e.delay);
       break;
@@ -93,7 +107,6 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
         line += " - retry now";
       break;
     case EventKind::retry_due:
-      if (!o.verbose) return {};
       line +=
           "DUE job " + id + " (" + name + ") is ready for attempt #" + std::to_string(e.attempt);
       break;
@@ -141,15 +154,12 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
       line += icon("🛑") + "CANCELLED job " + id + " (" + name + ")";
       break;
     case EventKind::progress: {
-      if (!o.verbose) return {};
       char value[32];
       std::snprintf(value, sizeof value, "%g", e.progress);
       line += "PROGRESS job " + id + " (" + name + "): " + value;
       break;
     }
     case EventKind::throttled:
-      // Once per refusal: a saturated downstream refuses a job per start, so verbose.
-      if (!o.verbose) return {};
       line += "THROTTLED job " + id + " (" + name + "): " + std::string(e.error) +
               (e.delay.count() >= 0 ? "; waits " + human(e.delay) : "; waits for a permit");
       break;
@@ -164,8 +174,6 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
       line += icon("▶") + "RESUMED queue " + std::string(e.queue);
       break;
     case EventKind::idle:
-      // Once per transition to idle: with a trickle of jobs that is once per job, so verbose.
-      if (!o.verbose) return {};
       line += "IDLE queue " + std::string(e.queue) + ": nothing waiting, delayed or running";
       break;
   }

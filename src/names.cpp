@@ -53,6 +53,22 @@ std::string_view to_string(EventKind kind) noexcept {
   return "unknown_event";
 }
 
+std::string_view to_string(Throttle throttle) noexcept {
+  switch (throttle) {
+    case Throttle::none:
+      return "none";
+    case Throttle::no_permit:
+      return "no_permit";
+    case Throttle::rate_limited:
+      return "rate_limited";
+    case Throttle::paused:
+      return "paused";
+    case Throttle::pushed_back:
+      return "pushed_back";
+  }
+  return "unknown_throttle";
+}
+
 std::string_view to_string(DeadLetterReason reason) noexcept {
   switch (reason) {
     case DeadLetterReason::none:

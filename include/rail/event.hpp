@@ -90,6 +90,7 @@ enum class DeadLetterReason : std::uint8_t {
 /// to_string(kind) / to_string(reason) are the snake_case names used in logs.
 std::string_view to_string(EventKind kind) noexcept;
 std::string_view to_string(DeadLetterReason reason) noexcept;
+std::string_view to_string(Throttle throttle) noexcept;
 
 struct Event {
   EventKind kind = EventKind::added;

@@ -49,15 +49,19 @@ if(RAIL_BUILD_TESTS OR RAIL_BUILD_BENCHMARKS)
 endif()
 if(RAIL_BUILD_TOOLS OR RAIL_BUILD_BENCHMARKS)
   find_package(CLI11 CONFIG QUIET)
+endif()
+if(RAIL_BUILD_TOOLS OR RAIL_BUILD_BENCHMARKS OR RAIL_BUILD_TESTS)
   find_package(nlohmann_json CONFIG QUIET)
 endif()
 
 # Tests: GoogleTest; the ring tests compare against moodycamel and Boost.Lockfree; the
-# allocation test calls mimalloc's API.
+# allocation test calls mimalloc's API; the log test parses JSON with nlohmann-json.
 rail_need(RAIL_BUILD_TESTS GTest_FOUND libgtest-dev "GoogleTest")
 rail_need(RAIL_BUILD_TESTS RAIL_CONCURRENTQUEUE_DIR libconcurrentqueue-dev "moodycamel ConcurrentQueue")
 rail_need(RAIL_BUILD_TESTS RAIL_BOOST_LOCKFREE_DIR libboost-dev "Boost.Lockfree")
 rail_need(RAIL_BUILD_TESTS mimalloc_FOUND libmimalloc-dev "mimalloc")
+# The JSON log lines are parsed back by a real JSON parser.
+rail_need(RAIL_BUILD_TESTS nlohmann_json_FOUND nlohmann-json3-dev "nlohmann-json")
 # Benchmarks: Google Benchmark, the two rings they compare against, CLI11 and nlohmann-json
 # (the peers' driver), mimalloc (every contender allocates from it).
 rail_need(RAIL_BUILD_BENCHMARKS benchmark_FOUND libbenchmark-dev "Google Benchmark")
