@@ -272,7 +272,9 @@ bool DeadLetterStore::encode(const DeadLetterInfo& e, std::string& out) const {
 }
 
 void DeadLetterStore::rearm_alert_locked() {
-  if (alerted_ && options_.alert_depth && entries_.size() < *options_.alert_depth) alerted_ = false;
+  if (alerted_ && options_.alert_depth &&
+      entries_.size() <= options_.alert_rearm_depth.value_or(*options_.alert_depth - 1))
+    alerted_ = false;
 }
 
 void DeadLetterStore::report(const std::vector<Evicted>& evicted) {

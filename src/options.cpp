@@ -232,6 +232,11 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
     bad(where, "defaults.priority", std::to_string(o.defaults.priority),
         "0 .. priorities - 1 (" + std::to_string(o.priorities - 1) + ")");
   if (o.dlq.alert_depth == 0u) bad(where, "dlq.alert_depth", "0", "1 or more (unset: no alert)");
+  if (o.dlq.alert_rearm_depth &&
+      (!o.dlq.alert_depth || *o.dlq.alert_rearm_depth >= *o.dlq.alert_depth))
+    bad(where, "dlq.alert_rearm_depth", std::to_string(*o.dlq.alert_rearm_depth),
+        o.dlq.alert_depth ? "below dlq.alert_depth (" + std::to_string(*o.dlq.alert_depth) + ")"
+                          : std::string("unset, as dlq.alert_depth is (no alert)"));
   if (o.dedup_capacity == 0u)
     bad(where, "dedup_capacity", "0", "1 or more live dedup ids (unset: max(capacity, 4096))");
   if (o.dlq.max_entries == 0)

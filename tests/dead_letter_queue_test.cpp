@@ -156,6 +156,25 @@ TEST_F(Dlq, RemoveRearmsTheAlert) {
   EXPECT_EQ(alerts, (std::vector<std::size_t>{2, 2}));
 }
 
+TEST_F(Dlq, AFiredAlertRearmsOnlyAtItsLowerMark) {
+  // Alert at 3, re-armed at 1: a DLQ hovering between 2 and 3 alerts once.
+  QueueOptions qo;
+  qo.dlq.alert_depth = 3;
+  qo.dlq.alert_rearm_depth = 1;
+  qo.dlq.on_alert = [this](std::size_t d) { alerts.push_back(d); };
+  auto q = failing(qo);
+  run_jobs(q, 0, 3);
+  EXPECT_EQ(alerts, std::vector<std::size_t>{3});
+  ASSERT_TRUE(q.dlq().remove(q.dlq().list().front().id));  // 2: above the lower mark
+  run_jobs(q, 3, 1);                                       // 3 again
+  EXPECT_EQ(alerts, std::vector<std::size_t>{3}) << "not re-armed at 2";
+  ASSERT_TRUE(q.dlq().remove(q.dlq().list().front().id));
+  ASSERT_TRUE(q.dlq().remove(q.dlq().list().front().id));  // 1: re-armed
+  run_jobs(q, 4, 2);                                       // 3 again
+  EXPECT_EQ(alerts, (std::vector<std::size_t>{3, 3}));
+  EXPECT_EQ(count(EventKind::dlq_alert), 2u);
+}
+
 TEST_F(Dlq, NoAlertDepthMeansNoAlertAtAnyDepth) {
   QueueOptions qo;
   qo.dlq.on_alert = [this](std::size_t d) { alerts.push_back(d); };  // set, but no depth

@@ -116,6 +116,14 @@ const BadInput kBadInputs[] = {
        (void)e.declare_queue<int>("a", qo);
      },
      ErrorCode::invalid_option, "dlq.alert_depth is 0; expected 1 or more (unset: no alert)"},
+    {"RearmDepthNotBelowTheAlert",
+     [](Engine& e, Queue<int>&) {
+       QueueOptions qo;
+       qo.dlq.alert_depth = 5;
+       qo.dlq.alert_rearm_depth = 5;
+       (void)e.declare_queue<int>("a", qo);
+     },
+     ErrorCode::invalid_option, "dlq.alert_rearm_depth is 5; expected below dlq.alert_depth (5)"},
     {"ZeroDedupCapacity",
      [](Engine& e, Queue<int>&) {
        (void)e.declare_queue<int>("d", QueueOptions{.dedup_capacity = 0});

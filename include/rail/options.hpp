@@ -119,10 +119,14 @@ struct DlqOptions {
   std::uint32_t max_entries = 100'000;  // at the bound the oldest entry is evicted (evented)
   std::optional<Duration>
       retention{};  // entries this old are evicted (evented): kept while younger
-  std::optional<std::uint32_t> alert_depth{};  // unset: no alert; else on_alert at this depth
+  std::optional<std::uint32_t> alert_depth{};  // unset: no alert; else an alert at this depth
   /// on_alert(depth) is called on the thread that dead-letters the job that brings the depth to
-  /// alert_depth (>= 1); it re-arms once the depth falls below alert_depth again.
+  /// alert_depth (>= 1), with a dlq_alert event; it fires once, and re-arms once the depth has
+  /// fallen to alert_rearm_depth (hysteresis: a DLQ hovering around its threshold alerts once).
   std::function<void(std::size_t depth)> on_alert{};
+  /// The depth at or below which a fired alert re-arms; unset: alert_depth - 1. Below
+  /// alert_depth.
+  std::optional<std::uint32_t> alert_rearm_depth{};
   /// journal: an optional file the DLQ's entries survive a crash in (journal_options.hpp).
   JournalOptions journal{};
 };
