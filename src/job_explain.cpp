@@ -1,7 +1,8 @@
-// JobFlow::explain: why a job has not started (Queue::explain; the contract and the order of the
-// answers are in include/rail/explanation.hpp). Read-only and cold, like state(): the job's own
-// fields are read as state() reads them (the slot's id again after the fields: a slot reused
-// meanwhile is read as "not waiting"), the queue's and its downstream's figures are snapshots.
+// JobFlow::explain: why a job has not started, and the oldest wait per priority level
+// (Queue::explain; the contract and the order of the answers are in include/rail/explanation.hpp).
+// Read-only and cold, like state(): the job's own fields are read as state() reads them (the slot's
+// id again after the fields: a slot reused meanwhile is read as "not waiting"), the queue's and its
+// downstream's figures are snapshots.
 #include <algorithm>
 #include <string>
 
@@ -194,6 +195,14 @@ Explanation JobFlow::explain(JobId id) const {
   e.text =
       e.ahead == 0 ? "waiting: next to start" : "waiting: starts after the " + jobs_before(e.ahead);
   return e;
+}
+
+std::vector<Duration> JobFlow::oldest_waits() const {
+  const std::int64_t now = parts_.core.now_ns();
+  std::vector<Duration> waits(parts_.options.priorities);
+  for (std::uint32_t l = 0; l < parts_.options.priorities; ++l)
+    waits[l] = Duration{dispatch_.oldest_wait(l, now)};
+  return waits;
 }
 
 }  // namespace rail::detail

@@ -34,8 +34,9 @@
 //           done            -> ends_ (completed)
 //           retry (+delay)  -> delayed: timer port | no delay: ready
 //           out of attempts -> ends_ (dead-lettered: DLQ entry with the payload moved)
-// Timer:  the timer port fires delayed -> waiting and pushes ready; its lease sweep takes lapsed
-//         deliveries (active -> finishing) and redelivers or dead-letters them.
+// Timer:  the timer port fires delayed -> waiting and pushes ready; its deadline sweep takes
+//         lapsed or timed-out deliveries (active -> finishing) and redelivers, retries or
+//         dead-letters them (job_deadlines.cpp).
 // The cold calls are units of their own, which JobFlow forwards to: cancel and retime
 // (control_: job_control.hpp), Job::progress (progress_: progress_board.hpp), state, ends and
 // listings (queries_: job_queries.hpp), shutdown's leftovers (leftovers_: leftovers.hpp); idle
@@ -157,14 +158,8 @@ class JobFlow : public QueueBase,
   [[nodiscard]] JobState state(JobId id) const { return queries_.state(id); }
   /// explain(id): Queue::explain (job_explain.cpp).
   [[nodiscard]] Explanation explain(JobId id) const;
-  /// oldest_waits(): Queue::oldest_waits.
-  [[nodiscard]] std::vector<Duration> oldest_waits() const {
-    const std::int64_t now = parts_.core.now_ns();
-    std::vector<Duration> waits(parts_.options.priorities);
-    for (std::uint32_t l = 0; l < parts_.options.priorities; ++l)
-      waits[l] = Duration{dispatch_.oldest_wait(l, now)};
-    return waits;
-  }
+  /// oldest_waits(): Queue::oldest_waits (job_explain.cpp).
+  [[nodiscard]] std::vector<Duration> oldest_waits() const;
   /// retime(id, due, held_only): a delayed job runs at `due` instead (promote: now). See
   /// Queue::promote. held_only: the gate's call, for its leader held on the wheel.
   bool retime(JobId id, std::int64_t due, bool held_only = false) {
@@ -528,10 +523,10 @@ class JobFlow : public QueueBase,
                       std::string why) const noexcept;
   void fail_attempt(std::uint32_t idx, std::string reason, FailKind kind, Duration explicit_delay,
                     SplitMix64& rng, std::int64_t now, WorkerContext* wc);
-  /// lapse(lease, deadline, now): the sweep found `lease` past its `deadline` at `now`.
+  /// lapse(lease, deadline, now): the sweep found `lease` past its `deadline` at `now`;
+  /// time_out(...): that deadline was the attempt's timeout (flags: the word lapse won), so the
+  /// attempt fails, retried or dead-lettered (job_deadlines.cpp, both).
   void lapse(std::uint64_t lease, std::int64_t deadline, std::int64_t now);
-  /// time_out(idx, elapsed, flags, now): lapse's part for a delivery past its attempt's timeout
-  /// (ctl flags: the word lapse won): the attempt fails, retried or dead-lettered (timeout).
   void time_out(std::uint32_t idx, Duration elapsed, std::uint64_t flags, std::int64_t now);
   /// log_failure(s, attempt, now, reason): appends to the job's error log; returns its text.
   const std::string& log_failure(JobSlot& s, std::uint32_t attempt, std::int64_t now,

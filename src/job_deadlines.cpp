@@ -1,0 +1,108 @@
+// JobFlow's deadlines: the lease sweep, a lapse or a timeout that fences a running delivery
+// (the handler runs on as a zombie, asked to stop, its outcome ignored), and a delivery's stop
+// token. See include/rail/detail/job_flow.hpp for the job's path and stop_cells.hpp for tokens.
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "rail/detail/job_flow.hpp"
+
+namespace rail::detail {
+
+void JobFlow::sweep_inline(std::int64_t now) {
+  // processing() (acquire), not leases_: another thread may be in start_processing() building
+  // the tracker; its release store of processing_ publishes the finished one.
+  if (parts_.core.mode() != Mode::inlined || !parts_.leases_enabled() || !processing()) return;
+  leases_->sweep(now,
+                 [&](std::uint64_t lease, std::int64_t deadline) { lapse(lease, deadline, now); });
+}
+
+std::int64_t JobFlow::timer_sweep(std::int64_t now) noexcept {
+  if (!leases_) return kNever;
+  return leases_->sweep(
+      now, [&](std::uint64_t lease, std::int64_t deadline) { lapse(lease, deadline, now); });
+}
+
+void JobFlow::lapse(std::uint64_t lease, std::int64_t deadline, std::int64_t now) {
+  const std::uint32_t idx = lease_slot(lease);
+  JobSlot& s = slot(idx);
+  const auto l = s.ctl.lapse(lease_token(lease));
+  if (!l.won) return;  // the handler's outcome won
+  // Its handler runs on (`active` counts it until it returns, a zombie meanwhile): ask it to stop.
+  parts_.ask_to_stop(idx, lease_token(lease));
+  if (s.dedup == DedupHold::ttl_unless_active) [[unlikely]]
+    claims_.unpin(s);
+  const Duration elapsed{now - s.started()};
+  // The deadline that passed was the timeout's (a sweep may come late: not the time it ran).
+  if (s.timeout_ns != kNever && deadline >= saturating_add(s.started(), Duration{s.timeout_ns})) {
+    time_out(idx, elapsed, ctl::flags(l.word), now);
+    return;
+  }
+  parts_.stats.add(kStalled);
+  if (parts_.core.observed()) {
+    Event e = parts_.event(EventKind::stalled, s, now);
+    e.elapsed = elapsed;
+    parts_.core.emit(e);
+  }
+  if (ctl::flags(l.word) & ctl::kCancelRequested) {
+    // cancel() already answered "flagged": the job ends cancelled, not redelivered.
+    ends_.end(idx, EndKind::cancelled, DeadLetterReason::none, now, nullptr);
+    return;
+  }
+  std::string reason = "lease expired after " + std::to_string(elapsed.count() / 1'000'000) +
+                       " ms (visibility timeout " + std::to_string(s.visibility_ns / 1'000'000) +
+                       " ms)";
+  const std::uint32_t stalls = s.stalled() + 1u;  // compared unsaturated: max_stalls may be 0xFFFF
+  s.stalls.store(static_cast<std::uint16_t>(std::min<std::uint32_t>(stalls, 0xFFFF)),
+                 std::memory_order_relaxed);
+  if (parts_.options.stall_policy == StallPolicy::count_as_attempt) {
+    SplitMix64 unused(0);  // a lapse redelivers at once (SQS): no backoff, no randomness
+    fail_attempt(idx, std::move(reason), FailKind::lapse, Duration{0}, unused, now, nullptr);
+    return;
+  }
+  // BullMQ: a stall costs no attempt; the one past the budget fails the job, and that failure
+  // is an attempt made (its attempt_failed event, the DLQ entry and a redrive that keeps
+  // counters count it, as BullMQ's attemptsMade does). Its error is logged under that attempt,
+  // so the entry says why; the log has room for it (see SlotExtra; after a redrive that kept
+  // counters, restore_counters reserved room for every record the job can still add).
+  if (stalls > static_cast<std::uint32_t>(parts_.options.max_stalls)) {
+    reason += "; stalled " + std::to_string(stalls) + " times (max_stalls " +
+              std::to_string(parts_.options.max_stalls) + ")";
+    SplitMix64 unused(0);  // no retry: no backoff, no randomness
+    fail_attempt(idx, std::move(reason), FailKind::stalled_out, Duration{0}, unused, now, nullptr);
+    return;
+  }
+  s.ctl.leave_finishing(SlotState::waiting);
+  dispatch_.push_ready(idx);
+}
+
+void JobFlow::time_out(std::uint32_t idx, Duration elapsed, std::uint64_t flags, std::int64_t now) {
+  JobSlot& s = slot(idx);
+  parts_.stats.add(kTimedOut);
+  if (parts_.core.observed()) {
+    Event e = parts_.event(EventKind::timed_out, s, now);
+    e.elapsed = elapsed;
+    parts_.core.emit(e);
+  }
+  if (flags & ctl::kCancelRequested) {
+    // cancel() already answered "flagged": the job ends cancelled, not retried.
+    ends_.end(idx, EndKind::cancelled, DeadLetterReason::none, now, nullptr);
+    return;
+  }
+  std::string reason = "timed out after " + std::to_string(elapsed.count() / 1'000'000) +
+                       " ms (timeout " + std::to_string(s.timeout_ns / 1'000'000) + " ms)";
+  // The backoff's jitter wants randomness: a stream of the job's own (no worker's is at hand).
+  SplitMix64 rng(s.id.load(std::memory_order_relaxed) ^ static_cast<std::uint64_t>(now));
+  fail_attempt(idx, std::move(reason), FailKind::timeout, Duration{0}, rng, now, nullptr);
+}
+
+std::stop_token delivery_stop_token(JobFlow& flow, std::uint32_t idx, std::uint32_t token) {
+  return flow.stop_token(idx, token);
+}
+
+std::stop_token JobFlow::stop_token(std::uint32_t idx, std::uint32_t token) {
+  const SlotControl<>& ctl = slot(idx).ctl;
+  return parts_.stops.token(idx, token, [&ctl, token] { return ctl.fenced(token); });
+}
+
+}  // namespace rail::detail
