@@ -55,7 +55,7 @@ std::size_t EngineCore::process_timers_locked() {
   });
   if (mode_ == Mode::inlined)
     for (std::size_t i = 0; i < n; ++i)
-      queues_[i]->sweep_inline(now);
+      queues_[i]->sweep_inline(now, wheel_);
   // relaxed: a hint for poll_timers(); a stale value only makes a worker check early or leave
   // the firing to the timer thread.
   next_due_ns_.store(wheel_.next_event_ns().value_or(std::numeric_limits<std::int64_t>::max()),

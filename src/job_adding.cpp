@@ -37,6 +37,18 @@ void JobFlow::admit_unusual(const JobOptions& o) {
                     .append("' has no fair shares (QueueOptions::tenant_window is 0); expected a "
                             "window, e.g. 64, to share the queue between tenants"));
   if (!o.downstream.empty()) links_.link_to(o.downstream);
+  // A job that could not run before it expires is refused rather than dead-lettered unrun.
+  if (const Duration expire = o.expire_after.value_or(parts_.options.expire_after);
+      o.delay >= expire)
+    throw Error(ErrorCode::invalid_option,
+                std::string("JobOptions.delay (")
+                    .append(std::to_string(o.delay.count()))
+                    .append(" ns) is not shorter than its expire_after (")
+                    .append(std::to_string(expire.count()))
+                    .append(" ns) on queue '")
+                    .append(parts_.name)
+                    .append("': the job would expire before it could start; expected a delay "
+                            "below expire_after, or a longer expire_after"));
   if (o.backoff.kind == BackoffKind::custom && !parts_.options.custom_backoff)
     throw Error(ErrorCode::invalid_option,
                 "JobOptions.backoff is custom but queue '" + parts_.name +
@@ -124,7 +136,9 @@ void JobFlow::end_redrive(std::uint32_t idx) noexcept {
   const std::int64_t now = core().now_ns();
   parts_.stats.add(kAdded);
   if (core().observed()) parts_.emit(EventKind::redriven, slot(idx), now);
+  const std::int64_t expire = slot(idx).expires_at();  // ours until published
   publish_new(idx, now, Duration{0});
+  published(expire);
 }
 
 void JobFlow::restore_counters(std::uint32_t idx, std::uint32_t attempts, std::uint32_t deliveries,

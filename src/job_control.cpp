@@ -106,6 +106,38 @@ void JobControl::end_cancelled(std::uint32_t idx, SlotState from) {
   ends_.ended(id, std::move(settled));  // an add kept while the job ran before a lapse requeued it
 }
 
+JobControl::Expired JobControl::expire(std::uint32_t idx, std::uint64_t c, Wheel& wheel) {
+  JobSlot& s = parts_.slot(idx);
+  if (!s.ctl.expire(c)) return Expired::moved_on;
+  if (ctl::state(c) == SlotState::delayed) {
+    // Marked before the wheel is released (which publishes it to a later owner's drain): it
+    // leaves `delayed` when it ends, unless it was held for its downstream (counted waiting).
+    if (!s.marked(JobSlot::kHeld)) s.mark(JobSlot::kExpiredDelayed, true);
+    if (GateLink* gate = links_.link(s.downstream_link()))
+      gate->gate().forget_leader(s.id.load(std::memory_order_relaxed));  // another must lead
+    if (!timers_.unlink(s, wheel)) return Expired::in_transit;           // drain() reclaims it
+    ends_.reclaim_cancelled(idx);
+    return Expired::ended;
+  }
+  // Parked in a line (its group's, or waiting for its tenant's turn), its index is the line's:
+  // out of it, the index is ours.
+  if (lines_.unpark(idx)) {
+    ends_.reclaim_cancelled(idx);
+    return Expired::ended;
+  }
+  // release: a sweep of the ready ring after this (reclaim_waiting) sees it taken.
+  waiting_cancels_.fetch_add(1, std::memory_order_release);
+  return Expired::in_ring;
+}
+
+void JobControl::after_expiries(bool in_ring) noexcept {
+  if (in_ring) {
+    sweep_blocked();
+    (void)reclaim_waiting();
+  }
+  dispatch_.note_if_idle(false);
+}
+
 void JobControl::drop_cancelled(std::uint32_t idx) {
   GateLink* const gate =
       links_.link(parts_.slot(idx).downstream_link());  // read while the index is still ours

@@ -1,6 +1,7 @@
-// JobFlow's deadlines: the lease sweep, a lapse or a timeout that fences a running delivery
-// (the handler runs on as a zombie, asked to stop, its outcome ignored), and a delivery's stop
-// token. See include/rail/detail/job_flow.hpp for the job's path and stop_cells.hpp for tokens.
+// JobFlow's deadlines: the lease and expiry sweeps, a job that expired or is shed before it
+// started, a lapse or a timeout that fences a running delivery (the handler runs on as a zombie,
+// asked to stop, its outcome ignored), and a delivery's stop token. See
+// include/rail/detail/job_flow.hpp for the job's path and stop_cells.hpp for tokens.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -9,18 +10,59 @@
 
 namespace rail::detail {
 
-void JobFlow::sweep_inline(std::int64_t now) {
+void JobFlow::sweep_inline(std::int64_t now, Wheel& wheel) {
+  if (parts_.core.mode() != Mode::inlined) return;
+  (void)expiry_.sweep(
+      now, wheel, dispatch_.stopping(std::memory_order_acquire));  // the sweep's timer asks again
   // processing() (acquire), not leases_: another thread may be in start_processing() building
   // the tracker; its release store of processing_ publishes the finished one.
-  if (parts_.core.mode() != Mode::inlined || !parts_.leases_enabled() || !processing()) return;
+  if (!parts_.leases_enabled() || !processing()) return;
   leases_->sweep(now,
                  [&](std::uint64_t lease, std::int64_t deadline) { lapse(lease, deadline, now); });
 }
 
-std::int64_t JobFlow::timer_sweep(std::int64_t now) noexcept {
-  if (!leases_) return kNever;
-  return leases_->sweep(
-      now, [&](std::uint64_t lease, std::int64_t deadline) { lapse(lease, deadline, now); });
+std::int64_t JobFlow::timer_sweep(std::int64_t now, Wheel& wheel) noexcept {
+  const std::int64_t expiry =
+      expiry_.sweep(now, wheel, dispatch_.stopping(std::memory_order_acquire));
+  // Inline, leases are sweep_inline's.
+  if (!leases_ || parts_.core.mode() != Mode::threaded) return expiry;
+  return std::min(expiry, leases_->sweep(now, [&](std::uint64_t lease, std::int64_t deadline) {
+    lapse(lease, deadline, now);
+  }));
+}
+
+bool JobFlow::drop_unstarted(std::uint32_t idx, std::uint32_t token, std::int64_t expire,
+                             bool carried, std::int64_t now, WorkerContext& wc) {
+  JobSlot& s = slot(idx);
+  DeadLetterReason why = DeadLetterReason::expired;
+  if (now < expire) {
+    // How long it waited to start: since it was added, or due after its delay.
+    if (!shed_ || !shed_->report(now - s.due_ns.load(std::memory_order_relaxed), now)) return false;
+    why = DeadLetterReason::shed;
+  }
+  // It never started: its count and expiry as they were (state() and the DLQ entry read them).
+  s.started_ns.store(expire, std::memory_order_relaxed);
+  s.deliveries.store(0, std::memory_order_relaxed);
+  if (carried) links_.link(0)->give_back();
+  // Woken from its downstream's blocked ring, it took a wake it cannot use: hand it on, as a
+  // cancelled job's popper does (JobControl::drop_cancelled).
+  if (GateLink* gate = links_.link(s.downstream_link())) {
+    (void)s.take_mark(JobSlot::kWoken);
+    gate->gate().pass_wake();
+  }
+  const auto f = s.ctl.finish(token);
+  RAIL_INVARIANT(f.result == SlotControl<>::Finish::live,
+                 "drop_unstarted: no lease was granted, so nothing but this worker ends it");
+  // It leaves `waiting` (never `active`) once its end is recorded: as a worker's ends, so that a
+  // queue seen idle has its DLQ entry.
+  if (ctl::flags(f.word) & ctl::kCancelRequested) {
+    ends_.end(idx, EndKind::cancelled, DeadLetterReason::none, now, &wc);  // cancel answered so
+  } else {
+    parts_.count(&wc, why == DeadLetterReason::expired ? kExpired : kShed);
+    ends_.end(idx, EndKind::dead_lettered, why, now, &wc);
+  }
+  parts_.count(&wc, kFromReady);
+  return true;
 }
 
 void JobFlow::lapse(std::uint64_t lease, std::int64_t deadline, std::int64_t now) {

@@ -62,16 +62,8 @@ void JobEnds::dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* 
   JobSlot& s = parts_.slot(idx);
   Settled settled = settle(s, EndKind::dead_lettered, wc, now);
   const JobId id = s.id.load(std::memory_order_relaxed);
-  std::optional<Event> ev;
   std::string error, own_name;
-  if (parts_.core.observed()) {
-    ev = parts_.event(EventKind::dead_lettered, s, now);
-    ev->reason = s.end_reason;
-    ev->attempt = s.attempts();
-    if (s.extra && !s.extra->errors.empty()) ev->error = error = s.extra->errors.back().message;
-    if (s.name == NameTable::kOwnName) [[unlikely]]
-      ev->job_name = own_name = parts_.job_name(s);
-  }
+  const std::optional<Event> ev = dead_letter_event(s, now, error, own_name);
   const Event* pending = ev ? &*ev : nullptr;
   // A stale handler still reads the payload (its lease lapsed on the last allowed delivery):
   // the entry cannot take the payload until that handler returns, which may be never. File it
@@ -92,6 +84,30 @@ void JobEnds::dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* 
     parts_.core.emit(*pending);  // a move-only payload: the last handler to return files it
   }
   ended(id, std::move(settled));
+}
+
+std::optional<Event> JobEnds::dead_letter_event(const JobSlot& s, std::int64_t now,
+                                                std::string& error, std::string& own_name) const {
+  if (!parts_.core.observed()) return std::nullopt;
+  Event ev = parts_.event(EventKind::dead_lettered, s, now);
+  ev.reason = s.end_reason;
+  ev.attempt = s.attempts();
+  if (s.extra && !s.extra->errors.empty()) ev.error = error = s.extra->errors.back().message;
+  if (s.name == NameTable::kOwnName) [[unlikely]]
+    ev.job_name = own_name = parts_.job_name(s);
+  return ev;
+}
+
+void JobEnds::end_expired(std::uint32_t idx) {
+  // Ours, in `cancelled` with no pin (nothing runs an unstarted job): every end step happens
+  // here, as a worker's dead-letter does, so that its waiters and counts hear of it only once
+  // its entry is in the DLQ.
+  JobSlot& s = parts_.slot(idx);
+  const bool delayed = s.marked(JobSlot::kExpiredDelayed);
+  s.end_reason = DeadLetterReason::expired;
+  parts_.stats.add(kExpired);
+  dead_lettered(idx, parts_.core.now_ns(), nullptr);
+  parts_.stats.add(delayed ? kFromDelayed : kFromReady);  // out of its gauge once ended
 }
 
 JobEnds::Settled JobEnds::settle(JobSlot& s, EndKind kind, WorkerContext* wc, std::int64_t now,

@@ -53,7 +53,11 @@ JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::
       progress_(parts_),
       queries_(parts_, ends_.tracker(), progress_, *this),
       control_(parts_, dispatch_, links_, lines_, ends_, timers_, *this),
-      leftovers_(parts_, free_, lines_, ends_.tracker(), timers_, *this) {
+      expiry_(parts_, control_, timers_),
+      leftovers_(parts_, free_, lines_, ends_.tracker(), timers_, *this),
+      shed_(parts_.options.shed.target
+                ? std::make_unique<Codel>(*parts_.options.shed.target, parts_.options.shed.interval)
+                : nullptr) {
   // Every queue: a link made later (JobOptions::downstream) needs to hear of pauses too.
   dispatch_.listen_to_pauses(this);
 }
@@ -108,12 +112,15 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   // (TscClock: tens of ns), and a job would seem to start before it was added.
   const std::int64_t now = std::max(parts_.core.now_ns(), s.added_ns);
   const std::uint16_t delivered = s.delivered();
-  s.started_ns.store(now, std::memory_order_relaxed);
+  const std::int64_t expire = s.started();  // before the first delivery: JobSlot::expires_at
   // Saturating: a redrive that keeps counters carries them on, past what 16 bits can count.
   s.deliveries.store(static_cast<std::uint16_t>(delivered == 0xFFFF ? delivered : delivered + 1),
                      std::memory_order_relaxed);
+  // release: after the count, so the expiry sweep never takes this time for an expiry.
+  s.started_ns.store(now, std::memory_order_release);
   const auto a = s.ctl.activate();
   if (a.result != SlotControl<>::Activation::active) {
+    s.started_ns.store(expire, std::memory_order_relaxed);
     s.deliveries.store(delivered, std::memory_order_relaxed);
     if (carried) links_.link(0)->give_back();
     if (a.result == SlotControl<>::Activation::cancelled) control_.drop_cancelled(idx);
@@ -127,11 +134,22 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
     links_.link(0)->give_back();
     carried = false;
   }
-  if (stopping && s.ctl.deactivate(ctl::seq(a.word))) {
+  if (stopping) {
+    // Undone before the word moves (expires_at's order).
+    s.started_ns.store(expire, std::memory_order_relaxed);
     s.deliveries.store(delivered, std::memory_order_relaxed);
-    return false;  // back to waiting, for take_leftovers; its index stays with nobody
+    if (s.ctl.deactivate(ctl::seq(a.word)))
+      return false;  // back to waiting, for take_leftovers; its index stays with nobody
+    // Cancelled meanwhile: it ends unrun with this delivery counted, as below.
+    s.deliveries.store(static_cast<std::uint16_t>(delivered == 0xFFFF ? delivered : delivered + 1),
+                       std::memory_order_relaxed);
+    s.started_ns.store(now, std::memory_order_relaxed);
   }
   const std::uint32_t token = ctl::seq(a.word);
+  // Never started yet: past its expiry, or shed by an overloaded queue, it ends unrun.
+  if (delivered == 0 && (now >= expire || shed_) && !stopping) [[unlikely]] {
+    if (drop_unstarted(idx, token, expire, carried, now, wc)) return true;
+  }
   // The downstream's admission, before anything counts this delivery: a refused job waits
   // unstarted (throttle), a job flagged cancelled meanwhile ends without running (as at stop).
   bool permit = false;
@@ -145,7 +163,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
         gate->gate().admit(s.id.load(std::memory_order_relaxed), now, gate, woken, carried);
     if (d.verdict == DownstreamGate::Verdict::admitted) {
       permit = true;
-    } else if (throttle(idx, token, delivered, *gate, d, now, wc)) {
+    } else if (throttle(idx, token, delivered, expire, *gate, d, now, wc)) {
       return true;
     } else {
       skip = true;
@@ -421,10 +439,13 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
 // --- downstream refusals and timers ------------------------------------------------------------
 
 bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t delivered,
-                       GateLink& gate, const DownstreamGate::Decision& decision, std::int64_t now,
+                       std::int64_t expire, GateLink& gate,
+                       const DownstreamGate::Decision& decision, std::int64_t now,
                        WorkerContext& wc) {
   JobSlot& s = slot(idx);
-  s.deliveries.store(delivered, std::memory_order_relaxed);  // no delivery happened
+  // No delivery happened: undone before the word moves (expires_at's order).
+  s.started_ns.store(expire, std::memory_order_relaxed);
+  s.deliveries.store(delivered, std::memory_order_relaxed);
   if (parts_.core.observed()) {
     std::string why = "downstream '" + gate.gate().name() + "': ";
     Throttle cause = Throttle::none;
@@ -457,10 +478,12 @@ bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t del
       s.deliveries.store(
           static_cast<std::uint16_t>(delivered == 0xFFFF ? delivered : delivered + 1),
           std::memory_order_relaxed);
+      s.started_ns.store(now, std::memory_order_relaxed);
       return false;
     }
     gate.blocked().push_back(idx);
     gate.gate().blocked(decision.why);
+    if (delivered == 0) published(expire);  // unstarted again: the expiry sweep may take it
     return true;
   }
   // The leader: to the wheel until its token (or the pause's end), as a retry's backoff goes.
@@ -481,6 +504,7 @@ bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t del
   s.mark(JobSlot::kHeld, true);
   s.ctl.leave_finishing(SlotState::delayed);
   timers_.submit(idx);
+  if (delivered == 0) published(expire);
   return true;
 }
 

@@ -55,7 +55,8 @@ JobStatus JobQueries::status_of(const JobSlot& s, SlotState st) noexcept {
 
 JobState JobQueries::live_state(const JobSlot& s, std::uint64_t c) const noexcept {
   JobState st;
-  st.status = status_of(s, ctl::state(c));
+  // Taken by the expiry sweep, it waits for its index's holder to end it (dead-lettered).
+  st.status = SlotControl<>::expired(c) ? JobStatus::waiting : status_of(s, ctl::state(c));
   switch (st.status) {
     case JobStatus::delayed:
       st.since = TimePoint{Duration{s.due_ns.load(std::memory_order_relaxed)}};

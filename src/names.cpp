@@ -85,6 +85,10 @@ std::string_view to_string(DeadLetterReason reason) noexcept {
       return "lease_expired";
     case DeadLetterReason::timeout:
       return "timeout";
+    case DeadLetterReason::expired:
+      return "expired";
+    case DeadLetterReason::shed:
+      return "shed";
   }
   return "unknown_reason";
 }

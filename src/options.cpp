@@ -126,6 +126,8 @@ void validate_job_options(const JobOptions& o, std::string_view where) {
     bad(where, "timeout", ns(*o.timeout), "a positive run time (Duration::max() for none)");
   if (o.delay.count() < 0) [[unlikely]]
     bad(where, "delay", ns(o.delay), "a duration >= 0");
+  if (o.expire_after && o.expire_after->count() <= 0) [[unlikely]]
+    bad(where, "expire_after", ns(*o.expire_after), "a positive wait (Duration::max() for none)");
   if (o.backoff.kind != BackoffKind::none || o.backoff.jitter != Jitter::none) [[unlikely]]
     validate(o.backoff, where);
   if (o.group.size() > detail::FifoGroups::kMaxKeyBytes) [[unlikely]]
@@ -200,6 +202,12 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
   if (o.timeout.count() <= 0)
     bad(where, "timeout", ns(o.timeout), "a positive run time (Duration::max() for none)");
   if (o.block_timeout.count() < 0) bad(where, "block_timeout", ns(o.block_timeout), ">= 0");
+  if (o.expire_after.count() <= 0)
+    bad(where, "expire_after", ns(o.expire_after), "a positive wait (Duration::max() for none)");
+  if (o.shed.target && o.shed.target->count() <= 0)
+    bad(where, "shed.target", ns(*o.shed.target), "a positive wait (unset: no shedding)");
+  if (o.shed.interval.count() <= 0)
+    bad(where, "shed.interval", ns(o.shed.interval), "a positive interval, e.g. 100 ms");
   if (o.max_stalls > 0xFFFF)
     bad(where, "max_stalls", std::to_string(o.max_stalls),
         "0 .. 65535 stalls a job survives before it is dead-lettered");

@@ -131,6 +131,7 @@ BulkAddReceipt QueueImpl::add_bulk(std::string_view job_name, void* items, std::
   } else {
     publish_ready(held, n);
   }
+  published(expire_at(o, now));
   warm_next_slot(n);
   return {AddStatus::added, first, n};
 }

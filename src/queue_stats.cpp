@@ -58,6 +58,8 @@ QueueCounts QueueStats::counts(bool paused) const noexcept {
   c.stalled = sum(kStalled);
   c.late_outcomes = sum(kLateOutcomes);
   c.timed_out = sum(kTimedOut);
+  c.expired = sum(kExpired);
+  c.shed = sum(kShed);
   // Every fenced delivery (a lapse or a timeout) leaves a handler running until it returns its
   // late outcome.
   c.zombies = gauge(c.stalled + c.timed_out, c.late_outcomes);

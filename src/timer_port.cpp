@@ -67,10 +67,14 @@ void TimerPort::drain(Wheel& wheel, TimerClient& client) noexcept {
   if (sweep_requested_.exchange(false, std::memory_order_acq_rel)) {
     // (Re)arm the sweep no later than one shortest visibility timeout from now, or than a
     // shortened lease's deadline.
+    // Inline: only a deadline asked for (see sweep()).
+    const std::int64_t leases =
+        core_.mode() == Mode::threaded
+            ? saturating_add(wheel.now_ns(),
+                             Duration{min_visibility_ns_.load(std::memory_order_seq_cst)})
+            : kNever;
     const std::int64_t at =
-        std::min(saturating_add(wheel.now_ns(),
-                                Duration{min_visibility_ns_.load(std::memory_order_seq_cst)}),
-                 sweep_by_ns_.exchange(kNever, std::memory_order_relaxed));
+        std::min(leases, sweep_by_ns_.exchange(kNever, std::memory_order_relaxed));
     if (!is_never(at) && (!sweep_node_.linked() || sweep_node_.deadline > at)) {
       wheel.cancel(sweep_node_);
       wheel.schedule(sweep_node_, at);
@@ -176,9 +180,14 @@ void TimerPort::schedule_or_park(JobSlot& s, std::int64_t due, Wheel& wheel) noe
 }
 
 void TimerPort::sweep(std::int64_t now, Wheel& wheel, TimerClient& client) noexcept {
-  const std::int64_t next =
-      std::min(saturating_add(now, Duration{min_visibility_ns_.load(std::memory_order_relaxed)}),
-               client.timer_sweep(now));
+  // Inline, leases are checked on every timer pass instead (sweep_inline): the sweep's timer
+  // stands only for what the client asks for (expiries), so next_timer_in() sees them and
+  // nothing re-arms for ever.
+  const std::int64_t leases =
+      core_.mode() == Mode::threaded
+          ? saturating_add(now, Duration{min_visibility_ns_.load(std::memory_order_relaxed)})
+          : kNever;
+  const std::int64_t next = std::min(leases, client.timer_sweep(now, wheel));
   // A sweep due never is not armed: re-arming at a wrapped "now + max" made the timer thread
   // spin. request_sweep() (a shorter visibility timeout) arms it again.
   if (!is_never(next)) wheel.schedule(sweep_node_, next);

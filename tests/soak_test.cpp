@@ -48,6 +48,9 @@ void expect_clean(const Config& c) {
   if (c.timeout != Duration::max()) {
     EXPECT_GT(r.timed_out, 0u) << out.str();  // hangs ran into their timeout
   }
+  if (c.expire_after != Duration::max()) {
+    EXPECT_GT(r.expired, 0u) << out.str();  // a backlog behind pauses and hangs outlived it
+  }
   EXPECT_GT(r.cancelled, 0u) << out.str();
   EXPECT_GT(r.discarded, 0u) << out.str();
   EXPECT_GT(r.duplicates_merged, 0u) << out.str();
@@ -112,6 +115,14 @@ TEST(Soak, InvariantsHoldWithAttemptTimeoutsShorterThanTheLease) {
   c.jobs = kJobs;
   c.timeout = std::chrono::milliseconds(20);  // hangs time out (the lease is 50 ms)
   c.seed = 23;
+  expect_clean(c);
+}
+
+TEST(Soak, InvariantsHoldWhenJobsExpireUnstarted) {
+  Config c;
+  c.jobs = kJobs;
+  c.expire_after = std::chrono::milliseconds(8);  // above the longest delay (5 ms)
+  c.seed = 29;
   expect_clean(c);
 }
 

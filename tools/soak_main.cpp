@@ -67,6 +67,11 @@ int main(int argc, char** argv) {
                  "QueueOptions::timeout: an attempt past it fails (0: none); below the lease, "
                  "hangs time out rather than stall")
       ->check(CLI::Range(0, 3'600'000));
+  int expire_ms = 0;
+  app.add_option("--expire-ms", expire_ms,
+                 "QueueOptions::expire_after: a job not started this long after its add is "
+                 "dead-lettered unstarted (0: none); above the 5 ms of the longest delay")
+      ->check(CLI::Range(0, 3'600'000));
   bool no_leases = false;
   app.add_flag("--no-leases", no_leases,
                "no visibility timeout, and no hangs (checks the tenant's cap: invariant 8)");
@@ -87,6 +92,7 @@ int main(int argc, char** argv) {
   c.pauses = !no_pauses;
   if (aging_ms > 0) c.priority_max_wait = std::chrono::milliseconds(aging_ms);
   if (timeout_ms > 0) c.timeout = std::chrono::milliseconds(timeout_ms);
+  if (expire_ms > 0) c.expire_after = std::chrono::milliseconds(expire_ms);
   if (no_leases) {
     c.leases = false;
     c.hang = 0;

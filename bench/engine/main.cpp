@@ -114,6 +114,7 @@ void print_ratios() {
        add, 0},
       {"feature cost: attempt timeout vs plain add", case_name("rail", "add+timeout", 1, 2), add,
        0},
+      {"feature cost: expiry vs plain add", case_name("rail", "add+expire", 1, 2), add, 0},
       {"feature cost: event observer vs plain add", case_name("rail", "add+events", 1, 2), add, 0},
       {"feature cost: downstream permit vs plain add", case_name("rail", "add+permit", 1, 2), add,
        0},

@@ -18,6 +18,9 @@
 //                  a turn on: the cost of the fair shares' bookkeeping
 //   add+timeout    the queue has an attempt timeout (QueueOptions::timeout, an hour: none
 //                  fires) and no leases: every delivery takes and gives back a deadline
+//   add+expire     the queue's jobs expire an hour after their add (QueueOptions::expire_after:
+//                  none does): each add computes its expiry and reads the sweep's floor, each
+//                  delivery checks it
 //   add+events     an observer sees every event and counts it (EventTally: a counter per thread,
 //                  so the figure is rail's cost of raising events, not the observer's own)
 //   add+permit     the queue calls a downstream whose concurrency equals the workers: every
@@ -63,7 +66,8 @@ enum class Feature {
   groups,
   priority,
   tenant,
-  timeout
+  timeout,
+  expire
 };
 
 struct RailCase {
@@ -186,6 +190,7 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
   }
   if (c.feature == Feature::priority) qo.priorities = 4;
   if (c.feature == Feature::tenant) qo.tenant_window = 64;
+  if (c.feature == Feature::expire) qo.expire_after = std::chrono::hours(1);
   if (c.feature == Feature::timeout) {
     qo.visibility_timeout = rail::Duration::max();  // the timeout's deadline alone
     qo.timeout = std::chrono::hours(1);
@@ -329,6 +334,7 @@ void register_rail_extras() {
   add(case_name("rail", "add+priority", 1, 2), {1, 2, 0, Feature::priority});
   add(case_name("rail", "add+tenant", 1, 2), {1, 2, 0, Feature::tenant});
   add(case_name("rail", "add+timeout", 1, 2), {1, 2, 0, Feature::timeout});
+  add(case_name("rail", "add+expire", 1, 2), {1, 2, 0, Feature::expire});
   add(case_name("rail", "add+events", 1, 2), {1, 2, 0, Feature::events});
   add(case_name("rail", "add+permit", 1, 2), {1, 2, 0, Feature::permit});
   add(case_name("rail", "add+rate", 1, 2), {1, 2, 0, Feature::rate});

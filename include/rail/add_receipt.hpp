@@ -72,6 +72,8 @@ struct QueueCounts {
   std::uint64_t stalled = 0;        // lease lapses
   std::uint64_t late_outcomes = 0;  // outcomes of lapsed or timed-out deliveries, ignored
   std::uint64_t timed_out = 0;      // attempts past their timeout (QueueOptions::timeout)
+  std::uint64_t expired = 0;  // jobs dead-lettered unstarted past expire_after (in dead_lettered)
+  std::uint64_t shed = 0;     // jobs dead-lettered by load shedding (QueueOptions::shed; likewise)
   std::uint64_t zombies = 0;  // handlers still running after their lease lapsed or their attempt
                               // timed out: asked to stop, they keep their thread (and permit)
   std::uint64_t groups = 0;   // FIFO groups with jobs now (JobOptions::group)

@@ -85,6 +85,8 @@ enum class DeadLetterReason : std::uint8_t {
   overflow,            // the queue was full and its policy is OnFull::dead_letter
   lease_expired,       // the last allowed delivery's lease lapsed (SQS maxReceiveCount)
   timeout,             // the last allowed attempt ran past its timeout (QueueOptions::timeout)
+  expired,             // not started within its expire_after (QueueOptions::expire_after)
+  shed,                // waited too long while the queue was overloaded (QueueOptions::shed)
 };
 
 /// to_string(kind) / to_string(reason) are the snake_case names used in logs.

@@ -77,6 +77,9 @@ struct JobOptions {
   /// first add with one makes the queue sweep for deadlines, even without leases. A redriven
   /// job runs under its queue's timeout.
   std::optional<Duration> timeout{};
+  /// The longest this job may wait to start, counted from its add; unset:
+  /// QueueOptions::expire_after. See there. Longer than `delay`.
+  std::optional<Duration> expire_after{};
   /// The downstream service this job calls (Engine::declare_downstream declares it), when it is not
   /// the queue's (QueueOptions::downstream); empty: the queue's. Its permits and tokens admit
   /// the job's deliveries. A queue's jobs may name up to 15 downstreams besides the queue's own.
@@ -160,6 +163,18 @@ struct EndRetention {
   Duration max_age = Duration::max();
 };
 
+/// ShedOptions: CoDel-style load shedding (QueueOptions::shed). A worker taking a job measures
+/// how long it waited to start (since it was added, or due after its delay). When the shortest
+/// such wait within an interval stayed above `target`, the queue is overloaded until an interval
+/// whose shortest wait is at or below it; meanwhile each job taken that waited more than twice
+/// `target` is dead-lettered with reason `shed` instead of run (folly's Codel: slough off what
+/// waited too long, keep serving what is fresh). Only a job's first start is measured and shed:
+/// a retry or a redelivery runs.
+struct ShedOptions {
+  std::optional<Duration> target{};                    // unset: no shedding; else > 0
+  Duration interval = std::chrono::milliseconds(100);  // > 0 (folly's default)
+};
+
 /// QueueOptions: per-queue settings, fixed at declaration.
 struct QueueOptions {
   std::uint32_t capacity = 65'536;  // max unfinished jobs (waiting+delayed+active)
@@ -181,6 +196,15 @@ struct QueueOptions {
   /// keeps running after that is a zombie (QueueCounts::zombies) until it returns. Not renewed
   /// by extend_lease. Duration::max(): attempts may run for ever (leases aside).
   Duration timeout = Duration::max();
+  /// The longest a job may wait to start, counted from its add (RabbitMQ's message TTL with a
+  /// dead-letter exchange, folly's expiring add): a job not started by then is dead-lettered
+  /// with reason `expired`, on time also when no worker takes it (paused, busy, or no handler
+  /// yet), and never once it started (a retry or a lapse's redelivery does not expire). A job's
+  /// delay must be shorter. Duration::max(): jobs wait for ever.
+  Duration expire_after = Duration::max();
+  /// Load shedding (CoDel, as folly's Codel in front of a server): see ShedOptions. Off unless
+  /// shed.target is set.
+  ShedOptions shed{};
   /// What a stall costs: its own budget (BullMQ, default) or an attempt (SQS). See StallPolicy.
   StallPolicy stall_policy = StallPolicy::own_budget;
   /// StallPolicy::own_budget: how many stalls a job survives (redelivered each time, no attempt

@@ -67,6 +67,13 @@ void JobLedger::on_event(const Event& e, Violations& v) noexcept {
     case EventKind::dead_lettered:
       bump(t.dead);
       if (e.reason == DeadLetterReason::lease_expired) bump(t.stalled_out);
+      if (e.reason == DeadLetterReason::expired) {
+        bump(t.expired);
+        // Never once it started: no delivery of this life may have begun (a redrive clears
+        // the mask before the new life's first start).
+        if (t.started_mask.load() != 0)
+          v.add("job " + std::to_string(e.job_id) + ": expired after a delivery started");
+      }
       break;
     case EventKind::cancelled:
       bump(t.cancelled);
@@ -122,6 +129,7 @@ void JobLedger::account(const Config& cfg, const std::unordered_map<JobId, DlqFi
     rep.discarded += t.discarded;
     rep.stalls += t.stalled;
     rep.timed_out += t.timed_out;
+    rep.expired += t.expired;
     rep.late_outcomes += t.late;
     rep.deliveries += t.started;
     rep.failed_attempts += t.failed;

@@ -29,6 +29,7 @@ struct Track {
   std::atomic<std::uint16_t> completed{0}, dead{0}, cancelled{0}, discarded{0};
   std::atomic<std::uint16_t> stalled_out{0};  // lives dead-lettered by a lapse (lease_expired)
   std::atomic<std::uint16_t> timed_out{0};    // attempts past their timeout
+  std::atomic<std::uint16_t> expired{0};      // lives dead-lettered unstarted (expire_after)
   std::atomic<std::uint16_t> completed_delivery{0};
   // bit d-1: delivery d started / was fenced (its lease lapsed or its attempt timed out)
   std::atomic<std::uint16_t> started_mask{0}, stalled_mask{0};

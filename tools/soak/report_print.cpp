@@ -73,6 +73,13 @@ void print(const Report& r, const Config& c, std::ostream& out) {
                   static_cast<long long>(c.timeout.count() / 1'000'000));
     out << line;
   }
+  if (c.expire_after != Duration::max()) {
+    std::snprintf(line, sizeof line,
+                  "  expiry: %llu jobs expired unstarted (expire_after %lld ms)\n",
+                  static_cast<unsigned long long>(r.expired),
+                  static_cast<long long>(c.expire_after.count() / 1'000'000));
+    out << line;
+  }
   if (c.downstream) {
     std::snprintf(
         line, sizeof line,

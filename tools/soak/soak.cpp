@@ -118,6 +118,7 @@ Report run(const Config& cfg) {
   qo.capacity = cfg.capacity;
   qo.visibility_timeout = cfg.leases ? Duration{cfg.visibility} : Duration::max();
   qo.timeout = cfg.timeout;
+  qo.expire_after = cfg.expire_after;
   qo.stall_policy = cfg.stall_policy;
   qo.defaults.max_attempts = 3;
   qo.defaults.backoff = Backoff::fixed(1ms).with_jitter(Jitter::full);

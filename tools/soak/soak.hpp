@@ -33,6 +33,7 @@
 //      failures under StallPolicy::own_budget (and at most max_stalls + 1 of them) and as one
 //      of them under count_as_attempt; the DLQ entry's attempts, deliveries and stalls equal
 //      what the events said (checked for jobs with one life: a redrive restarts the numbering);
+//      a life dead-lettered as expired never started;
 //   5. a paused queue starts nothing: after pause() returns, a worker may start the one job it
 //      had already taken, and no other until resume();
 //   6. with a downstream, never more handlers inside it at once than its largest concurrency
@@ -86,6 +87,9 @@ struct Config {
   // QueueOptions::timeout: an attempt running longer fails (a hang shorter than the lease then
   // times out rather than stalls). Duration::max(): none.
   Duration timeout = Duration::max();
+  // QueueOptions::expire_after: a job not started within it after its add is dead-lettered
+  // (reason expired), and must never have started (invariant 4). Duration::max(): none.
+  Duration expire_after = Duration::max();
   StallPolicy stall_policy = StallPolicy::own_budget;  // what a lapsed lease costs
   std::size_t capacity = 8192;
   // Downstream (issue 14): the queue calls one, whose concurrency (workers / 2) and rate are
@@ -131,6 +135,7 @@ struct Report {
   std::uint64_t accepted = 0, completed = 0, dead_lettered = 0, cancelled = 0, discarded = 0;
   std::uint64_t duplicates_merged = 0, duplicates_new = 0, stalls = 0, late_outcomes = 0;
   std::uint64_t timed_out = 0;  // attempts past their timeout (Config::timeout)
+  std::uint64_t expired = 0;    // jobs dead-lettered unstarted (Config::expire_after)
   std::uint64_t deliveries = 0, failed_attempts = 0, cancels_accepted = 0, delayed = 0;
   std::uint64_t pauses = 0, pauses_with_work = 0, starts_while_paused = 0;
   std::uint64_t pushbacks = 0, throttled = 0, limit_changes = 0, most_inside = 0;

@@ -66,6 +66,7 @@ JobFlow::Added JobFlow::add_with(std::string_view job_name, const JobOptions& o,
   parts_.stats.add(kAdded);
   if (core().observed()) note_added(slot(idx), o.delay);
   publish_new(idx, now, o.delay);
+  published(expire_at(o, now));
   warm_next_slot(1);
   return Added{What::added, {id, AddStatus::added}};
 }

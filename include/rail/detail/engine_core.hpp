@@ -88,8 +88,9 @@ class QueueBase {
   [[nodiscard]] virtual JobState job_state(std::uint64_t id) const = 0;
   /// explain_job(id): Queue::explain, type-erased for Engine::explain.
   [[nodiscard]] virtual Explanation explain_job(std::uint64_t id) const = 0;
-  /// sweep_inline(now): inline mode only: check leases (threaded engines use a wheel timer).
-  virtual void sweep_inline(std::int64_t now_ns) = 0;
+  /// sweep_inline(now, wheel): inline mode only, as the wheel's owner: check leases and expired
+  /// jobs (threaded engines use a wheel timer).
+  virtual void sweep_inline(std::int64_t now_ns, Wheel& wheel) = 0;
   /// collect_leftovers(report): append every unfinished job (cold: scans all slots).
   virtual void collect_leftovers(ShutdownReport& report) const = 0;
   /// abandon_unstarted(dropped): after shutdown, the waiters of jobs that will never start hear

@@ -66,6 +66,20 @@ class JobControl {
   /// drop_cancelled(idx): the popper of the index of a job cancelled while waiting (from the
   /// ready ring, a blocked ring or a sweep) reclaims its slot.
   void drop_cancelled(std::uint32_t idx);
+  /// Expired: what expire() did with the job. `ended`: its index was the caller's (a line's or
+  /// the wheel's), so it ended at once; `in_ring`: its index is in a ring or a stash, whose next
+  /// holder ends it (after_expiries sweeps them); `in_transit`: on its way to the wheel, whose
+  /// owner ends it when it drains; `moved_on`: the word changed since it was read (no change).
+  enum class Expired : std::uint8_t { ended, in_ring, in_transit, moved_on };
+  /// expire(idx, c, wheel): the expiry sweep (job_expiry.hpp), as the wheel's owner, takes the
+  /// unstarted job it found past its time in slot idx's word `c` (SlotControl::expire): whoever
+  /// holds its index ends it dead-lettered, reason expired (JobEnds::end_expired).
+  Expired expire(std::uint32_t idx, std::uint64_t c, Wheel& wheel);
+  /// after_expiries(in_ring): after a scan expired jobs, with the wheel released (a ring's sweep
+  /// runs payload destructors, which may want the wheel): the ones whose indices are in the
+  /// blocked rings, the ready ring and the stashes are ended now (`in_ring`), and the queue may
+  /// be idle.
+  void after_expiries(bool in_ring) noexcept;
 
  private:
   /// try_cancel(idx, id): cancel's step on one slot that held `id` (nullopt: it holds another).

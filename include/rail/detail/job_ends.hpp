@@ -189,10 +189,16 @@ class JobEnds {
     payloads_.retire(idx, parts_.slot(idx).end_kind == EndKind::dead_lettered, event);
   }
   /// reclaim_cancelled(idx): cancel recorded the job's end; the caller holds the index: the
-  /// slot is freed now, or by the last stale handler or canceller still pinning it.
+  /// slot is freed now, or by the last stale handler or canceller still pinning it. A job the
+  /// expiry sweep took (SlotControl::expire) is ended here instead: end_expired.
   void reclaim_cancelled(std::uint32_t idx) {
-    parts_.slot(idx).end_kind = EndKind::cancelled;
-    if (parts_.slot(idx).ctl.end()) final_end(idx);
+    JobSlot& s = parts_.slot(idx);
+    if (SlotControl<>::expired(s.ctl.load())) [[unlikely]] {
+      end_expired(idx);
+      return;
+    }
+    s.end_kind = EndKind::cancelled;
+    if (s.ctl.end()) final_end(idx);
   }
   /// leave_filed(idx): file_copy has copied the entry of the job ending in slot idx: the job
   /// ends (the slot is no longer ours), before the entry is filed and its event raised, so that
@@ -259,6 +265,15 @@ class JobEnds {
   [[nodiscard]] EndRecord record_of(const JobSlot& s, EndKind kind, std::int64_t now,
                                     std::string_view why, std::shared_ptr<const void> result) const;
   void dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* wc);
+  /// dead_letter_event(s, now, error, own_name): the dead_lettered event of the job in s (if
+  /// observed), its strings copied into error and own_name, which must outlive it.
+  [[nodiscard]] std::optional<Event> dead_letter_event(const JobSlot& s, std::int64_t now,
+                                                       std::string& error,
+                                                       std::string& own_name) const;
+  /// end_expired(idx): the holder of the index of a job the expiry sweep took ends it:
+  /// dead-lettered (reason expired), its entry filed before its event and its waiters, then out
+  /// of its gauge (waiting, or delayed: JobSlot::kExpiredDelayed).
+  void end_expired(std::uint32_t idx);
 
   FlowParts& parts_;
   DedupClaims& claims_;

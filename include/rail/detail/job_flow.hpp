@@ -23,6 +23,7 @@
 //   progress_     Job::progress reports and their events (progress_board.hpp)
 //   queries_      state, ends and listings, read-only (job_queries.hpp)
 //   control_      cancel, retime, the slots of cancelled waiting jobs (job_control.hpp)
+//   expiry_       jobs not started within their expire_after, ended on time (job_expiry.hpp)
 //   leftovers_    the jobs left at shutdown (leftovers.hpp)
 // Each index is in exactly one place — the free list, a ring, a stash, the wheel (linked or
 // parked) — or held by exactly one thread (job_slot.hpp's ownership invariant).
@@ -70,6 +71,7 @@
 #include "rail/dead_letter.hpp"
 #include "rail/detail/add_gate.hpp"
 #include "rail/detail/assert.hpp"
+#include "rail/detail/codel.hpp"
 #include "rail/detail/completions.hpp"
 #include "rail/detail/deadline.hpp"
 #include "rail/detail/dedup_claims.hpp"
@@ -79,6 +81,7 @@
 #include "rail/detail/free_slots.hpp"
 #include "rail/detail/job_control.hpp"
 #include "rail/detail/job_ends.hpp"
+#include "rail/detail/job_expiry.hpp"
 #include "rail/detail/job_queries.hpp"
 #include "rail/detail/lazy_owned.hpp"
 #include "rail/detail/lease_tracker.hpp"
@@ -139,7 +142,7 @@ class JobFlow : public QueueBase,
   bool cancel_job(std::uint64_t id) final { return cancel(id); }
   JobState job_state(std::uint64_t id) const final { return state(id); }
   Explanation explain_job(std::uint64_t id) const final { return explain(id); }
-  void sweep_inline(std::int64_t now) final;
+  void sweep_inline(std::int64_t now, Wheel& wheel) final;
 
   [[nodiscard]] const QueueOptions& options() const noexcept { return parts_.options; }
   [[nodiscard]] EngineCore& core() const noexcept { return parts_.core; }
@@ -359,7 +362,8 @@ class JobFlow : public QueueBase,
       reject_job_name(name, parts_.name);
     validate_job_options(o, "JobOptions");
     if (o.backoff.kind == BackoffKind::custom || o.visibility_timeout || o.timeout ||
-        !o.downstream.empty() || o.priority != 0 || !o.tenant.empty()) [[unlikely]]
+        !o.downstream.empty() || o.priority != 0 || !o.tenant.empty() || o.expire_after ||
+        (o.delay.count() > 0 && parts_.options.expire_after != Duration::max())) [[unlikely]]
       admit_unusual(o);
   }
   [[noreturn]] void throw_shutting_down() const;
@@ -408,7 +412,8 @@ class JobFlow : public QueueBase,
     s.id.store(id, std::memory_order_relaxed);  // published by the ring push (or ctl release)
     s.name = name_id;
     s.added_ns = now;
-    s.started_ns.store(0, std::memory_order_relaxed);
+    s.due_ns.store(now, std::memory_order_relaxed);  // due at once (publish_new: unless delayed)
+    s.started_ns.store(expire_at(o, now), std::memory_order_relaxed);  // see expires_at()
     s.timeout_ns = o.timeout.value_or(parts_.options.timeout).count();
     s.failed_attempts.store(0, std::memory_order_relaxed);
     s.deliveries.store(0, std::memory_order_relaxed);
@@ -426,6 +431,12 @@ class JobFlow : public QueueBase,
     s.set_backoff(o.backoff);
     if (s.extra) s.extra->errors.clear();
   }
+  /// expire_at(o, now): when a job added now with options o expires (kNever: it does not).
+  [[nodiscard]] std::int64_t expire_at(const JobOptions& o, std::int64_t now) const noexcept {
+    return saturating_add(now, o.expire_after.value_or(parts_.options.expire_after));
+  }
+  /// published(expire): jobs that expire at `expire` were just published (JobExpiry::added).
+  void published(std::int64_t expire) noexcept { expiry_.added(expire); }
   /// publish_new(idx, now, delay): a filled slot enters the waiting or delayed state.
   void publish_new(std::uint32_t idx, std::int64_t now, Duration delay) noexcept {
     JobSlot& s = slot(idx);
@@ -510,14 +521,21 @@ class JobFlow : public QueueBase,
   void flush_freed(std::uint32_t w) noexcept final { free_.flush(w); }
   void timer_fired(std::uint32_t idx, std::int64_t now) noexcept final;
   void timer_reclaim(std::uint32_t idx) noexcept final { ends_.reclaim_cancelled(idx); }
-  std::int64_t timer_sweep(std::int64_t now) noexcept final;
+  std::int64_t timer_sweep(std::int64_t now, Wheel& wheel) noexcept final;
   void pause_changed() noexcept final { links_.pass_wakes(); }
   /// throttle(idx, token, delivered, decision, now, wc): the gate refused the job deliver just
   /// activated (delivery `token`, whose count was `delivered` before): it waits, unstarted and
   /// with no attempt used, in the blocked ring or (the gate's leader) on the wheel. False if a
   /// cancel flagged it meanwhile: deliver then ends it as cancelled without running it.
-  bool throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t delivered, GateLink& gate,
-                const DownstreamGate::Decision& decision, std::int64_t now, WorkerContext& wc);
+  bool throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t delivered,
+                std::int64_t expire, GateLink& gate, const DownstreamGate::Decision& decision,
+                std::int64_t now, WorkerContext& wc);
+  /// drop_unstarted(idx, token, expire, carried, now, wc): deliver activated a job never started
+  /// before (delivery `token`; `expire`: its expiry; carried: it holds a permit of the queue's
+  /// downstream): past its expiry, or shed by an overloaded queue (shed_), it ends dead-lettered
+  /// unrun (true); else nothing changes (false). job_deadlines.cpp.
+  bool drop_unstarted(std::uint32_t idx, std::uint32_t token, std::int64_t expire, bool carried,
+                      std::int64_t now, WorkerContext& wc);
   /// note_throttled(s, now, until, cause, why): the job's `throttled` event (observed only).
   void note_throttled(const JobSlot& s, std::int64_t now, std::int64_t until, Throttle cause,
                       std::string why) const noexcept;
@@ -581,7 +599,9 @@ class JobFlow : public QueueBase,
   ProgressBoard progress_;
   JobQueries queries_;  // after progress_ and ends_, which it reads
   JobControl control_;
+  JobExpiry expiry_;  // after control_, which ends the jobs it finds expired
   Leftovers leftovers_;
+  std::unique_ptr<Codel> shed_;       // QueueOptions::shed; null: no shedding
   RunHandler run_handler_ = nullptr;  // bind_handler
   void* handler_ctx_ = nullptr;
   std::uint32_t held_max_ = 0;    // hold_deliveries; 0: deliveries run their handler at once

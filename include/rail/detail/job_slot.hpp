@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,8 +77,10 @@ struct alignas(64) JobSlot {
   TimerNode timer{};                    // links for the timing wheel (delays and backoff)
   std::atomic<std::int64_t> due_ns{0};  // delayed: run no earlier than this (debounce moves it)
   std::int64_t added_ns = 0;
-  std::atomic<std::int64_t> started_ns{0};  // start of the current/last delivery
-  std::int64_t timeout_ns = 0;              // the longest an attempt may run (max: no limit)
+  // The start of the current or last delivery; before the first (deliveries 0), the time by
+  // which the job must start (JobOptions::expire_after; kNever: none): see expires_at().
+  std::atomic<std::int64_t> started_ns{0};
+  std::int64_t timeout_ns = 0;  // the longest an attempt may run (max: no limit)
   std::int64_t backoff_delay_ns = 0;
   std::int64_t backoff_cap_ns = 0;
   std::int64_t visibility_ns = 0;                 // lease length of each delivery
@@ -112,7 +115,10 @@ struct alignas(64) JobSlot {
   //           leaves it (its end, an undone add, take_leftovers), so a free slot never has it
   //   kTenant the job has a tenant (JobOptions::tenant): its place in the tenant's line is
   //           Lines' (lines.hpp), set and cleared as kGrouped
-  static constexpr std::uint8_t kWoken = 1, kHeld = 2, kGrouped = 4, kTenant = 8;
+  //   kExpiredDelayed the expiry sweep took it delayed (not held): it leaves the `delayed`
+  //           gauge, not `waiting`, when its holder ends it (JobEnds::end_expired)
+  static constexpr std::uint8_t kWoken = 1, kHeld = 2, kGrouped = 4, kTenant = 8,
+                                kExpiredDelayed = 16;
   std::atomic<std::uint8_t> marks{0};
   std::atomic<std::uint16_t> stalls{0};  // lapsed leases (BullMQ stalledCounter)
 
@@ -153,6 +159,14 @@ struct alignas(64) JobSlot {
   }
   [[nodiscard]] std::int64_t started() const noexcept {
     return started_ns.load(std::memory_order_relaxed);
+  }
+  /// expires_at(): when the job, never started yet, expires (kNever: it does not, or it has
+  /// started). A scanner that does not hold the index validates it with ctl, as state() does.
+  // acquire, then the count: deliver writes the count before the start time (release), so a
+  // start time read from a delivery under way comes with its count (never taken for an expiry).
+  [[nodiscard]] std::int64_t expires_at() const noexcept {
+    const std::int64_t at = started_ns.load(std::memory_order_acquire);
+    return delivered() == 0 ? at : std::numeric_limits<std::int64_t>::max();
   }
 
   [[nodiscard]] Backoff backoff() const noexcept {

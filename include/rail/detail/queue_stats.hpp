@@ -44,6 +44,8 @@ enum Counter : std::size_t {
   kStalled,
   kLateOutcomes,
   kTimedOut,
+  kExpired,
+  kShed,
   kToReady,
   kFromReady,
   kToDelayed,

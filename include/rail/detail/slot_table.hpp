@@ -13,7 +13,8 @@
 //   payload, and nobody frees the slot. Whoever ends a job with pins == 0 frees it; otherwise the
 //   last unpinning handler of an `ended` slot does.
 // * flags: kCancelRequested, set on an active slot by cancel(); the live outcome then counts as
-//   cancelled.
+//   cancelled. kExpired, set with `cancelled` by expire(): the index's holder ends the job
+//   dead-lettered (reason expired) instead of reclaiming a cancelled one (expired()).
 //
 // State machine. "Holder" is the one party holding the slot's index (a ring, the wheel, or a
 // thread that popped it or won it by CAS); holders write plain fields, others only CAS ctl.
@@ -27,6 +28,7 @@
 //   finishing | cancelled --end (holder)-------> free-now (pins 0) | ended (pins > 0)
 //   ended      --unpin to 0 pins---------------> the unpinner frees it
 //   waiting | delayed --cancel (any thread, pins+1 while it records the end)--> cancelled
+//   waiting | delayed --expire (the expiry sweep)--> cancelled + kExpired (its holder ends it)
 //   delayed, pins 0   --begin_update (any thread)--> updating --end_update--> delayed
 //   delayed           --begin_retime (wheel owner)--> updating --end_retime--> delayed
 //   waiting | delayed, pins 0 --take_unstarted (after shutdown)--> finishing (then freed)
@@ -66,6 +68,7 @@ enum class SlotState : std::uint8_t {
 
 namespace ctl {
 constexpr std::uint64_t kCancelRequested = 1;  // in the flags byte
+constexpr std::uint64_t kExpired = 2;          // in the flags byte, with `cancelled`
 constexpr unsigned kFlagsShift = 8;
 constexpr unsigned kPinsShift = 16;
 constexpr unsigned kSeqShift = 32;
@@ -342,6 +345,22 @@ class SlotControl {
       default:
         return {Cancel::not_found, c};
     }
+  }
+
+  /// expire(c): the expiry sweep's one attempt to take the unstarted job it found in word `c`
+  /// (waiting or delayed, past its time: the caller checked both against c) from whoever holds
+  /// its index, as cancel() takes one, marked kExpired; the holder then ends it (no pin: the
+  /// sweep records nothing). False if the word moved on.
+  [[nodiscard]] bool expire(Word c) noexcept {
+    if (ctl::state(c) != SlotState::waiting && ctl::state(c) != SlotState::delayed) return false;
+    // acq_rel: as cancel()'s.
+    return word_.compare_exchange_strong(
+        c, ctl::to(c, SlotState::cancelled) | (ctl::kExpired << ctl::kFlagsShift),
+        std::memory_order_acq_rel, std::memory_order_acquire);
+  }
+  /// expired(c): c is the word of a job that expire() took (until its slot ends).
+  [[nodiscard]] static constexpr bool expired(Word c) noexcept {
+    return ctl::state(c) == SlotState::cancelled && (ctl::flags(c) & ctl::kExpired) != 0;
   }
 
   /// pin(): a running handler that hands its delivery to a Completion (Job::defer) adds a pin

@@ -43,9 +43,9 @@ class TimerClient {
   virtual void timer_fired(std::uint32_t idx, std::int64_t now) noexcept = 0;
   /// timer_reclaim(idx): a cancelled slot's index came back from the inbox or the wheel.
   virtual void timer_reclaim(std::uint32_t idx) noexcept = 0;
-  /// timer_sweep(now): lapse every lease due by now; returns the earliest remaining lease
-  /// deadline (kNever when none).
-  virtual std::int64_t timer_sweep(std::int64_t now) noexcept = 0;
+  /// timer_sweep(now, wheel): lapse every lease due by now and end the jobs expired by then;
+  /// returns the earliest remaining lease deadline or expiry (kNever when none).
+  virtual std::int64_t timer_sweep(std::int64_t now, Wheel& wheel) noexcept = 0;
 
  protected:
   ~TimerClient() = default;
@@ -78,9 +78,9 @@ class TimerPort {
   /// lower_visibility(v): a job's lease is shorter than any before; true if it lowered the bound
   /// (the caller then requests a sweep, once processing has begun).
   bool lower_visibility(std::int64_t v) noexcept;
-  /// request_sweep_by(deadline): (re)arm the lease sweep no later than deadline (a handler
-  /// shortened its lease: extend_lease to less than it had). Threaded mode only: an inline
-  /// engine sweeps on every timer pass.
+  /// request_sweep_by(deadline): (re)arm the sweep no later than deadline (a handler shortened
+  /// its lease: extend_lease to less than it had; a job expires then). An inline engine checks
+  /// leases on every timer pass, so there the sweep's timer stands only for such deadlines.
   void request_sweep_by(std::int64_t deadline) noexcept;
 
   // --- the wheel's owner ------------------------------------------------------------------------
