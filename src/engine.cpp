@@ -86,6 +86,8 @@ Engine::~Engine() {
   if (state_->clock_subscription != 0)
     static_cast<ManualClock&>(core_->clock()).unsubscribe(state_->clock_subscription);
   core_->stop_accepting();
+  // No batch callback from here on: what they capture is often destroyed before the engine.
+  if (auto batches = core_->batches_if_any()) batches->close();
   bool shut_down;
   {
     std::lock_guard lock(state_->mu);
@@ -370,6 +372,13 @@ void Subscription::reset() noexcept {
   id_ = ObserverId::none;
 }
 
+JobBatch Engine::batch(JobBatchOptions options) {
+  if (!core_->accepting())
+    throw Error(ErrorCode::shutting_down,
+                "Engine::batch: the engine is shutting down; expected a batch before shutdown()");
+  return JobBatch(core_->batches().create(std::move(options), nullptr));
+}
+
 ShutdownReport Engine::shutdown(Duration grace) {
   if (grace.count() < 0)
     throw Error(ErrorCode::invalid_option,
@@ -405,6 +414,7 @@ ShutdownReport Engine::shutdown(Duration grace) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   core_->settle_timers();  // the counts a firing still owes are in before we report
   ShutdownReport report;
+  if (auto batches = core_->batches_if_any()) report.open_batches = batches->open();
   for (auto& [name, q] : state_->queues) {
     q->collect_leftovers(report);
     q->abandon_unstarted(false);  // a handle's wait() on a job left unstarted must not hang

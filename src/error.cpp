@@ -27,6 +27,8 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "would_deadlock";
     case ErrorCode::resources:
       return "resources";
+    case ErrorCode::sealed:
+      return "sealed";
     case ErrorCode::internal:
       return "internal";
   }

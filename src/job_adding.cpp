@@ -125,6 +125,9 @@ RedriveStatus JobFlow::begin_redrive(const RedriveOf& of, bool reset_counters, s
     if (!reset_counters)
       restore_counters(idx, of.failed_attempts, of.deliveries, of.stalls, of.errors);
     if (!of.dedup_id.empty()) claims_.reclaim(idx, of.id, of.dedup_id, now);
+    // Last, as it cannot be undone: a member of a batch is live in it again, its next end
+    // watched.
+    if (const auto batches = core().batches_if_any()) batches->redriven(of.id, end_tracker());
   } catch (...) {
     give_back(idx);
     throw;

@@ -28,6 +28,7 @@
 #include "rail/downstream.hpp"
 #include "rail/error.hpp"
 #include "rail/event.hpp"
+#include "rail/job_batch.hpp"
 #include "rail/journal_codec.hpp"
 #include "rail/options.hpp"
 #include "rail/queue.hpp"
@@ -202,6 +203,11 @@ class Engine {
 
   /// state(id) asks every queue where job `id` is (see Queue::state); cold.
   [[nodiscard]] JobState state(JobId id);
+  /// batch(options): a new batch of jobs (job_batch.hpp): add jobs of any queue through it,
+  /// seal() it, and its on_complete and on_success fire exactly once. Error(shutting_down) once
+  /// shutdown began.
+  [[nodiscard]] JobBatch batch(JobBatchOptions options = {});
+
   /// explain(id) says why job `id` has not started, in whichever queue holds it (see
   /// Queue::explain); Holdup::none with status unknown when no queue knows it. Cold.
   [[nodiscard]] Explanation explain(JobId id);

@@ -22,6 +22,7 @@ enum class ErrorCode {
   journal,             // the DLQ journal could not be opened, written or read
   would_deadlock,      // a call from a handler or observer that would wait for the caller itself
   resources,           // the system refused what a call needs from it (a worker thread)
+  sealed,              // an add to a JobBatch after its seal()
   internal,            // a broken invariant inside rail: always a bug, please report it
 };
 

@@ -34,6 +34,7 @@ namespace rail {
 
 template <class T, class R>
 class Queue;
+class JobBatch;
 
 namespace detail {
 class QueueFront;
@@ -54,6 +55,8 @@ class JobWatch {
   [[nodiscard]] JobEnd<void> wait() const;
   [[nodiscard]] std::optional<JobEnd<void>> wait_for(Duration timeout) const;
   void on_end(std::function<void(const JobEnd<void>&)> cb) const;
+  /// waiter(): the job's end as the queue reports it (a JobBatch watches it).
+  [[nodiscard]] const std::shared_ptr<EndWaiter>& waiter() const noexcept { return waiter_; }
 
  private:
   void check_can_wait(bool unbounded) const;
@@ -96,6 +99,7 @@ class JobHandle {
  private:
   template <class, class>
   friend class Queue;
+  friend class JobBatch;
   JobHandle(detail::QueueFront* queue, std::shared_ptr<detail::EndWaiter> waiter, JobId id,
             AddReceipt added, bool sure)
       : watch_(queue, std::move(waiter), id, sure), added_(added) {}

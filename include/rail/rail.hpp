@@ -15,6 +15,8 @@
 #include "rail/event.hpp"
 #include "rail/explanation.hpp"
 #include "rail/job.hpp"
+#include "rail/job_batch.hpp"
+#include "rail/job_batch_options.hpp"
 #include "rail/job_end.hpp"
 #include "rail/job_handle.hpp"
 #include "rail/log_observer.hpp"

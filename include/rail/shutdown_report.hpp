@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "rail/event.hpp"
+#include "rail/job_batch_options.hpp"
 
 namespace rail {
 
@@ -38,6 +39,9 @@ struct ShutdownReport {
   /// Of still_running, the jobs with a zombie: a handler still running though its delivery no
   /// longer counts (its lease lapsed or its attempt timed out), whatever became of the job.
   std::vector<LeftoverJob> zombies;
+  /// The batches (Engine::batch) whose on_complete had not fired: unsealed, or with members not
+  /// ended (among the jobs above, or in the DLQ awaiting a redrive never made).
+  std::vector<JobBatchSummary> open_batches;
   [[nodiscard]] bool clean() const noexcept { return not_started.empty() && still_running.empty(); }
 };
 

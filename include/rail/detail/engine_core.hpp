@@ -46,6 +46,7 @@
 
 #include "rail/add_receipt.hpp"
 #include "rail/clock.hpp"
+#include "rail/detail/batch_state.hpp"
 #include "rail/detail/deadline.hpp"
 #include "rail/detail/downstream_gate.hpp"
 #include "rail/detail/event_bus.hpp"
@@ -131,6 +132,19 @@ class EngineCore {
   [[nodiscard]] Mode mode() const noexcept { return mode_; }
   [[nodiscard]] std::uint64_t seed() const noexcept { return seed_; }
   [[nodiscard]] NameTable& names() noexcept { return names_; }
+
+  // --- batches (Engine::batch; cold: created on first use) -------------------------------------
+  /// batches(): the engine's batch registry, built on first use.
+  [[nodiscard]] BatchRegistry& batches() {
+    const std::lock_guard lock(batches_mu_);
+    if (!batches_) batches_ = std::make_shared<BatchRegistry>();
+    return *batches_;
+  }
+  /// batches_if_any(): the registry, or null while no batch was made.
+  [[nodiscard]] std::shared_ptr<BatchRegistry> batches_if_any() const {
+    const std::lock_guard lock(batches_mu_);
+    return batches_;
+  }
 
   /// next_ids(n): n consecutive job ids, unique in the engine. A thread takes them from a block
   /// of kIdBlock ids it reserved with one RMW of the counter, so producers on different threads
@@ -355,6 +369,8 @@ class EngineCore {
   Mode mode_;
   std::uint64_t seed_;
   NameTable names_;
+  mutable std::mutex batches_mu_;
+  std::shared_ptr<BatchRegistry> batches_;  // shared: a batch outliving the engine holds it
   /// IdBlock: the ids a thread reserved: [next, end) of engine `engine` (its serial) as of
   /// id epoch `epoch`.
   struct IdBlock {
