@@ -85,36 +85,56 @@ void BatchState::seal() {
 
 void BatchState::ended(std::uint64_t key, JobStatus status) {
   Fire f;
+  std::shared_ptr<EndWaiter> next_life;
   {
     const std::lock_guard lock(mu_);
     auto it = members_.find(key);
     if (it == members_.end() || it->second.ended) return;  // one end per life
     Member& m = it->second;
     m.watch.reset();
-    if (status == JobStatus::unknown) {
-      // Handed back or dropped at shutdown: it left the engine unfinished, so the batch stays
-      // open (ShutdownReport::open_batches listed it) and never reports it ended.
-      ++unknown_;
-      return;
+    if (EndTracker* tracker = std::exchange(m.redriven_early, nullptr);
+        tracker && status == JobStatus::dead_lettered) {
+      // The earlier life's end, after its redrive: the member stays live and its next life is
+      // watched (had that life ended first, its end would have come through this waiter).
+      try {
+        next_life = tracker->watch(key, true);
+        m.watch = next_life;
+      } catch (...) {  // no memory to watch it: it counts as the dead-letter it was
+      }
     }
-    m.ended = true;
-    m.status = status;
-    ++ended_;
-    switch (status) {
-      case JobStatus::completed:
-        ++completed_;
-        break;
-      case JobStatus::dead_lettered:
-        ++dead_lettered_;
-        break;
-      case JobStatus::cancelled:
-        ++cancelled_;
-        break;
-      default:
-        ++discarded_;
-        break;
+    if (!next_life) {
+      if (status == JobStatus::unknown) {
+        // Handed back or dropped at shutdown: it left the engine unfinished, so the batch
+        // stays open (ShutdownReport::open_batches listed it) and never reports it ended.
+        ++unknown_;
+        return;
+      }
+      m.ended = true;
+      m.status = status;
+      ++ended_;
+      switch (status) {
+        case JobStatus::completed:
+          ++completed_;
+          break;
+        case JobStatus::dead_lettered:
+          ++dead_lettered_;
+          break;
+        case JobStatus::cancelled:
+          ++cancelled_;
+          break;
+        default:
+          ++discarded_;
+          break;
+      }
+      f = due_locked();
     }
-    f = due_locked();
+  }
+  if (next_life) {
+    try {
+      watch(key, [&](auto cb) { next_life->on_end(std::move(cb)); });
+    } catch (...) {  // no memory for the callback: the member never ends (the batch stays open)
+    }
+    return;
   }
   if (status != JobStatus::dead_lettered && (key & kNestedBit) == 0) registry_->settled(key);
   fire(std::move(f));
@@ -142,8 +162,13 @@ void BatchState::redriven(std::uint64_t id, EndTracker& tracker) {
   {
     const std::lock_guard lock(mu_);
     auto it = members_.find(id);
-    if (it == members_.end() || !it->second.ended || it->second.status != JobStatus::dead_lettered)
+    if (it == members_.end()) return;
+    if (!it->second.ended) {
+      // Redriven before its dead-letter's end reached us: see Member::redriven_early.
+      it->second.redriven_early = &tracker;
       return;
+    }
+    if (it->second.status != JobStatus::dead_lettered) return;
     w = tracker.watch(id, true);  // may throw: nothing changed yet
     Member& m = it->second;
     m.ended = false;

@@ -108,6 +108,28 @@ TEST_F(Batches, ADeadLetteredMemberEndsTheBatchAndItsRedriveThenCompletesIt) {
   EXPECT_EQ(f.last_success.dead_lettered, 0u);
 }
 
+TEST_F(Batches, AMemberRedrivenByAnObserverOfItsDeadLetterStillCompletesTheBatch) {
+  // The DLQ entry is filed, and its event raised, before the job's end reaches its waiters: the
+  // redrive comes first, and the batch must watch the new life rather than count the old end.
+  auto q = engine.declare_queue<int>("q", QueueOptions{});
+  int runs = 0;
+  q.process({},
+            [&](Job<int>&) { return ++runs == 1 ? Outcome::fail("first try") : Outcome::done(); });
+  engine.on_event([&](const Event& e) {
+    if (e.kind == EventKind::dead_lettered) (void)q.dlq().redrive(e.job_id);
+  });
+  Fired f;
+  JobBatch b = engine.batch(f.options());
+  (void)b.add(q, "charge", 1);
+  b.seal();
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 2);
+  EXPECT_EQ(f.success, 1);
+  EXPECT_EQ(f.complete, 1);
+  EXPECT_EQ(f.last_complete.completed, 1u);
+  EXPECT_EQ(f.last_complete.dead_lettered, 0u);
+}
+
 TEST_F(Batches, CancelledAndDiscardedMembersEndItWithoutSuccess) {
   auto q = engine.declare_queue<int>("q", QueueOptions{});
   q.process({}, [](Job<int>& j) {

@@ -80,6 +80,10 @@ class BatchState : public std::enable_shared_from_this<BatchState> {
     bool ended = false;
     JobStatus status = JobStatus::waiting;
     std::shared_ptr<EndWaiter> watch;  // until it ends (a redrive watches again)
+    // Redriven before its dead-letter's end reached the batch (the entry is filed before the
+    // end is recorded: an observer of `dead_lettered` may redrive at once): that end is the
+    // earlier life's, and the next life is watched from there (ended()).
+    EndTracker* redriven_early = nullptr;
   };
   /// Fire: the callbacks a change made due, decided under the lock and run after it.
   struct Fire {
