@@ -23,7 +23,7 @@ constexpr std::uint64_t kJobs = 60'000;
 constexpr std::uint64_t kJobs = 200'000;
 #endif
 
-void expect_clean(const Config& c) {
+Report expect_clean(const Config& c) {
   Report r = run(c);
   std::ostringstream out;
   print(r, c, out);
@@ -70,6 +70,7 @@ void expect_clean(const Config& c) {
     EXPECT_GT(r.tenant_most_active, 0u) << out.str();  // the capped tenant's jobs ran
   }
   std::cout << out.str();
+  return r;
 }
 
 TEST(Soak, InvariantsHoldOnTheRealClock) {
@@ -124,6 +125,17 @@ TEST(Soak, InvariantsHoldWhenJobsExpireUnstarted) {
   c.expire_after = std::chrono::milliseconds(8);  // above the longest delay (5 ms)
   c.seed = 29;
   expect_clean(c);
+}
+
+TEST(Soak, BatchCallbacksFireExactlyOnceThroughFaultsAndRedrives) {
+  Config c;
+  c.jobs = kJobs;
+  c.batch_size = 8;
+  c.seed = 31;
+  const Report r = expect_clean(c);
+  EXPECT_GT(r.batches, 0u);
+  EXPECT_GT(r.batches_succeeded, 0u);
+  EXPECT_LT(r.batches_succeeded, r.batches) << "some batch had a member that failed for good";
 }
 
 TEST(Soak, InvariantsHoldOnAManualClock) {

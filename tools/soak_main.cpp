@@ -67,6 +67,10 @@ int main(int argc, char** argv) {
                  "QueueOptions::timeout: an attempt past it fails (0: none); below the lease, "
                  "hangs time out rather than stall")
       ->check(CLI::Range(0, 3'600'000));
+  app.add_option("--batch-size", c.batch_size,
+                 "fresh jobs join batches of this many (Engine::batch; 0: none); checks their "
+                 "callbacks fire exactly once")
+      ->check(CLI::Range(0u, 1u << 20));
   int expire_ms = 0;
   app.add_option("--expire-ms", expire_ms,
                  "QueueOptions::expire_after: a job not started this long after its add is "

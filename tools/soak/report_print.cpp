@@ -73,6 +73,12 @@ void print(const Report& r, const Config& c, std::ostream& out) {
                   static_cast<long long>(c.timeout.count() / 1'000'000));
     out << line;
   }
+  if (c.batch_size > 0) {
+    std::snprintf(line, sizeof line, "  batches: %llu of %u jobs, %llu succeeded\n",
+                  static_cast<unsigned long long>(r.batches), c.batch_size,
+                  static_cast<unsigned long long>(r.batches_succeeded));
+    out << line;
+  }
   if (c.expire_after != Duration::max()) {
     std::snprintf(line, sizeof line,
                   "  expiry: %llu jobs expired unstarted (expire_after %lld ms)\n",

@@ -16,6 +16,7 @@
 
 #include "rail/rail.hpp"
 #include "soak/async_calls.hpp"
+#include "soak/batch_watch.hpp"
 #include "soak/fates.hpp"
 #include "soak/group_ledger.hpp"
 #include "soak/job_ledger.hpp"
@@ -70,6 +71,7 @@ Report run(const Config& cfg) {
                                 "lapse or its attempt to time out, so expected 0");
   JobLedger ledger(max_id);
   ShareWatch shares(cfg, max_id);
+  BatchWatch batches(cfg.batch_size);
   // FIFO groups: each producer has groups_each of its own (Config::groups).
   const std::uint32_t groups_each =
       cfg.groups == 0 ? 0 : std::max<std::uint32_t>(1, cfg.groups / cfg.producers);
@@ -364,13 +366,18 @@ Report run(const Config& cfg) {
         ledger.track(r.id).accepted.store(1);
         accepted_count.fetch_add(1);
       };
-      // add(o): one add, repeated while the queue is full; its plan picks its faults, its
-      // priority and its tenant.
-      auto add = [&](JobOptions o) {
+      // add(o, fresh): one add, repeated while the queue is full; its plan picks its faults, its
+      // priority and its tenant. A fresh job (no dedup id) joins the producer's batch, if any.
+      BatchWatch::Producer batch;
+      auto add = [&](JobOptions o, bool fresh = false) {
         const std::uint64_t plan = rng();
         shares.choose(o, plan);
         for (;;) {
-          AddReceipt r = q.add("soak", Payload{plan}, o);
+          AddReceipt r = !(fresh && batches.on())
+                             ? q.add("soak", Payload{plan}, o)
+                             : batches.add(engine, batch, [&](JobBatch& b) {
+                                 return b.add(q, "soak", Payload{plan}, o).added();
+                               });
           if (r.status == AddStatus::shutting_down) throw ShutdownBegan{};  // ends production
           if (r.status == AddStatus::added) shares.note_added(r.id, plan, o.delay.count() > 0);
           if (r.status != AddStatus::full && r.status != AddStatus::dedup_full) return r;
@@ -417,7 +424,7 @@ Report run(const Config& cfg) {
             if (u(rng) < cfg.debounce) o.dedup.mode = DedupMode::debounce;
           }
           TimePoint before = clock.now();
-          AddReceipt r = add(o);
+          AddReceipt r = add(o, !dup);
           if (r.status != AddStatus::added) {
             v.add("a fresh add returned " + std::string(to_string(r.status)));
             continue;
@@ -478,8 +485,11 @@ Report run(const Config& cfg) {
         // A mid-run shutdown ends production; one without a planned shutdown is a violation.
         if (cfg.shutdown_at <= 0) v.add("a producer's add answered shutting_down");
       } catch (const Error& e) {
-        v.add(std::string("a producer got ") + e.what());
+        // Engine::batch refuses once shutdown began, as an add answers shutting_down.
+        if (e.code() != ErrorCode::shutting_down || cfg.shutdown_at <= 0)
+          v.add(std::string("a producer got ") + e.what());
       }
+      batches.finish(batch);
     });
   }
   std::thread side_producer;
@@ -570,6 +580,9 @@ Report run(const Config& cfg) {
     v.add(std::to_string(most_inside.load()) + " handlers inside the downstream at once; its " +
           "concurrency was never above " + std::to_string(budget));
   rep.grouped_started = groups.check([&](std::string what) { v.add(std::move(what)); });
+  const BatchWatch::Totals bt = batches.check(ledger, [&](std::string w) { v.add(std::move(w)); });
+  rep.batches = bt.batches;
+  rep.batches_succeeded = bt.succeeded;
   rep.most_inside = most_inside.load();
   rep.deferred = calls.deferred();
   rep.throttled = throttled.load();
