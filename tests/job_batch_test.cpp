@@ -266,8 +266,17 @@ TEST_F(Batches, TheShutdownReportListsOpenBatchesAndADestroyedEngineFiresNone) {
 // --- threads ---------------------------------------------------------------------------------
 
 TEST(BatchesThreaded, SealRacingTheLastMembersEndFiresEachCallbackExactlyOnce) {
-  // 4 workers on 2 cores against a seal() from another thread at a random moment: the
-  // callbacks fire once, after the seal and after every member joined and ended.
+  // 4 workers on 2 cores against a seal() from another thread at a random moment, 200 batches
+  // back to back: each batch's callbacks fire once, after its seal and after every member
+  // joined and ended.
+  struct Round {
+    std::atomic<int> complete{0}, success{0};
+    std::atomic<bool> sealed{false}, early{false};
+    std::atomic<std::uint64_t> seen_members{0};
+    int n = 0;
+  };
+  constexpr int kRounds = 200;
+  std::vector<Round> rounds(kRounds);
   std::mt19937 rng(7);
   Engine engine;
   auto q = engine.declare_queue<int>("q", QueueOptions{});
@@ -275,42 +284,43 @@ TEST(BatchesThreaded, SealRacingTheLastMembersEndFiresEachCallbackExactlyOnce) {
     if (j.data() % 5 == 0) std::this_thread::yield();
     return Outcome::done();
   });
-  for (int round = 0; round < 200; ++round) {
-    std::atomic<int> complete{0}, success{0};
-    std::atomic<bool> sealed{false};
-    std::atomic<std::uint64_t> seen_members{0};
-    std::atomic<bool> early{false};
+  for (Round& r : rounds) {
     JobBatchOptions o;
-    o.on_complete = [&](const JobBatchSummary& s) {
-      if (!sealed.load()) early.store(true);
-      seen_members.store(s.members);
-      complete.fetch_add(1);
+    o.on_complete = [&r](const JobBatchSummary& s) {
+      if (!r.sealed.load()) r.early.store(true);
+      r.seen_members.store(s.members);
+      r.complete.fetch_add(1);
     };
-    o.on_success = [&](const JobBatchSummary&) { success.fetch_add(1); };
+    o.on_success = [&r](const JobBatchSummary&) { r.success.fetch_add(1); };
     JobBatch b = engine.batch(o);
-    const int n = 1 + static_cast<int>(rng() % 16);
-    const int seal_after = static_cast<int>(rng() % static_cast<unsigned>(n + 1));
-    std::thread adder([&] {
-      for (int i = 0; i < n; ++i)
-        (void)b.add(q, "job", i);
-    });
+    r.n = 1 + static_cast<int>(rng() % 16);
+    const int seal_after = static_cast<int>(rng() % static_cast<unsigned>(r.n + 1));
+    std::atomic<bool> added{false};
     std::thread sealer([&] {
       while (b.summary().members < static_cast<std::uint64_t>(seal_after))
         std::this_thread::yield();
-      adder.join();  // seal after the last add returned
-      sealed.store(true);
+      while (!added.load())
+        std::this_thread::yield();  // seal after the last add returned
+      r.sealed.store(true);
       b.seal();
     });
+    for (int i = 0; i < r.n; ++i)
+      (void)b.add(q, "job", i);
+    added.store(true);
     sealer.join();
-    ASSERT_TRUE(q.wait_idle(30s));
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
-    while ((complete.load() == 0 || success.load() == 0) &&
+  }
+  ASSERT_TRUE(q.wait_idle(60s)) << q.counts().waiting << " jobs still waiting";
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  for (Round& r : rounds)
+    while ((r.complete.load() == 0 || r.success.load() == 0) &&
            std::chrono::steady_clock::now() < deadline)
       std::this_thread::yield();
-    ASSERT_EQ(complete.load(), 1) << "round " << round;
-    ASSERT_EQ(success.load(), 1) << "round " << round;
-    EXPECT_FALSE(early.load());
-    EXPECT_EQ(seen_members.load(), static_cast<std::uint64_t>(n));
+  for (int i = 0; i < kRounds; ++i) {
+    const Round& r = rounds[static_cast<std::size_t>(i)];
+    ASSERT_EQ(r.complete.load(), 1) << "round " << i;
+    ASSERT_EQ(r.success.load(), 1) << "round " << i;
+    EXPECT_FALSE(r.early.load()) << "round " << i;
+    EXPECT_EQ(r.seen_members.load(), static_cast<std::uint64_t>(r.n)) << "round " << i;
   }
   EXPECT_TRUE(engine.shutdown(10s).clean());
 }
