@@ -105,6 +105,24 @@ void JobFlow::name_own(const std::uint32_t* idx, std::size_t n, std::string_view
   }
 }
 
+DeadLetterInfo JobFlow::dead_letter_info(std::uint32_t idx) const {
+  const JobSlot& s = slot(idx);
+  return DeadLetterInfo{.id = s.id.load(std::memory_order_relaxed),
+                        .name = std::string(job_name(s)),
+                        .reason = s.end_reason,
+                        .failed_attempts = s.attempts(),
+                        .max_attempts = s.max_attempts,
+                        .added_at = TimePoint{Duration{s.added_ns}},
+                        .dead_at = TimePoint{Duration{core().now_ns()}},
+                        .errors = JobEnds::attempt_errors(s),
+                        .deliveries = s.delivered(),
+                        .stalls = s.stalled(),
+                        .backoff = s.backoff(),
+                        .visibility_timeout = own_visibility(s),
+                        .dedup_id = s.dedup != DedupHold::none ? s.extra->dedup_key : std::string(),
+                        .downstream = links_.own_downstream(s)};
+}
+
 RedriveStatus JobFlow::begin_redrive(const RedriveOf& of, bool reset_counters, std::uint32_t& idx) {
   if (!core().accepting()) return RedriveStatus::shutting_down;
   if (!of.downstream.empty()) links_.link_to(of.downstream);  // may throw: nothing taken

@@ -239,6 +239,18 @@ TEST_F(Expiry, NextTimerInShowsAPendingExpirySoAReplayReachesIt) {
   EXPECT_FALSE(engine.next_timer_in()) << "nothing is left to wait for";
 }
 
+TEST_F(Expiry, AShutdownHandsBackUnstartedJobsInsteadOfExpiringThem) {
+  auto q = engine.declare_queue<int>("q", expiring(50ms));  // no handler
+  for (int i = 0; i < 100; ++i)
+    ASSERT_EQ(q.add("call", i).status, AddStatus::added);
+  const ShutdownReport report = engine.shutdown(0ms);
+  EXPECT_EQ(report.not_started.size(), 100u);
+  clock.advance(100ms);  // past every job's expiry: the sweep runs, and takes none
+  EXPECT_EQ(q.take_leftovers().size(), 100u);
+  EXPECT_EQ(q.dlq().size(), 0u);
+  EXPECT_EQ(q.counts().expired, 0u);
+}
+
 TEST_F(Shedding, AStandingBacklogIsShedAndFreshJobsStillRun) {
   // 100 jobs at once, each run takes 5 ms: job k waits 5k ms. The interval [0, 100 ms) saw a
   // wait of 0: fine. [100, 200 ms) saw at least 100 ms, above the 10 ms target: from 200 ms the
@@ -322,19 +334,6 @@ TEST(ExpiryThreaded, AWaiterToldItsJobExpiredFindsItsDlqEntry) {
     EXPECT_TRUE(q.dlq().contains(end.id)) << "round " << round;
   }
   EXPECT_TRUE(engine.shutdown(10s).clean());
-}
-
-TEST(ExpiryThreaded, AShutdownHandsBackUnstartedJobsInsteadOfExpiringThem) {
-  Engine engine;
-  auto q = engine.declare_queue<int>("q", expiring(50ms));  // no handler
-  for (int i = 0; i < 100; ++i)
-    ASSERT_EQ(q.add("call", i).status, AddStatus::added);
-  const ShutdownReport report = engine.shutdown(0ms);
-  EXPECT_EQ(report.not_started.size(), 100u);
-  std::this_thread::sleep_for(100ms);  // past every job's expiry
-  EXPECT_EQ(q.take_leftovers().size(), 100u);
-  EXPECT_EQ(q.dlq().size(), 0u);
-  EXPECT_EQ(q.counts().expired, 0u);
 }
 
 TEST(ExpiryThreaded, ExpiryRacingPopsEndsEveryJobOnceAndNeverStartsAnExpiredJob) {

@@ -134,8 +134,8 @@ class BatchRegistry : public std::enable_shared_from_this<BatchRegistry> {
 
  private:
   mutable std::mutex mu_;
-  std::atomic<bool> closed_{false};  // release/acquire: set once, read before a callback
-  std::atomic<std::uint64_t> next_id_{1};
+  std::atomic<bool> closed_{false};        // release/acquire: set once, read before a callback
+  std::atomic<std::uint64_t> next_id_{1};  // relaxed: a unique number, publishes nothing
   std::vector<std::shared_ptr<BatchState>> open_;  // on_complete not fired yet
   // on_complete fired with dead-lettered members: kept until a redrive completes them all
   std::vector<std::shared_ptr<BatchState>> awaiting_;

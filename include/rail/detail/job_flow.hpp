@@ -183,24 +183,7 @@ class JobFlow : public QueueBase,
 
   // --- for the DLQ bridge (dead_letter_bridge.hpp) -------------------------------------------
   /// dead_letter_info(idx): the DLQ entry of the job ending in slot idx, but its payload.
-  [[nodiscard]] DeadLetterInfo dead_letter_info(std::uint32_t idx) const {
-    const JobSlot& s = slot(idx);
-    return DeadLetterInfo{
-        .id = s.id.load(std::memory_order_relaxed),
-        .name = std::string(job_name(s)),
-        .reason = s.end_reason,
-        .failed_attempts = s.attempts(),
-        .max_attempts = s.max_attempts,
-        .added_at = TimePoint{Duration{s.added_ns}},
-        .dead_at = TimePoint{Duration{core().now_ns()}},
-        .errors = JobEnds::attempt_errors(s),
-        .deliveries = s.delivered(),
-        .stalls = s.stalled(),
-        .backoff = s.backoff(),
-        .visibility_timeout = own_visibility(s),
-        .dedup_id = s.dedup != DedupHold::none ? s.extra->dedup_key : std::string(),
-        .downstream = links_.own_downstream(s)};
-  }
+  [[nodiscard]] DeadLetterInfo dead_letter_info(std::uint32_t idx) const;  // job_adding.cpp
   /// redrive_with(e, reset_counters, fill): DLQ entry e's job again, with its own id, name,
   /// options and (unless reset) counters: takes a slot, fills it from e, then fill(cell) places
   /// the payload (must not throw) and the job is published. Everything that may throw comes
@@ -431,11 +414,11 @@ class JobFlow : public QueueBase,
     s.set_backoff(o.backoff);
     if (s.extra) s.extra->errors.clear();
   }
-  /// expire_at(o, now): when a job added now with options o expires (kNever: it does not).
+  /// expire_at(o, now): when a job added now with options o expires (kNever: it does not);
+  /// published(expire): jobs that expire then were just published (JobExpiry::added).
   [[nodiscard]] std::int64_t expire_at(const JobOptions& o, std::int64_t now) const noexcept {
     return saturating_add(now, o.expire_after.value_or(parts_.options.expire_after));
   }
-  /// published(expire): jobs that expire at `expire` were just published (JobExpiry::added).
   void published(std::int64_t expire) noexcept { expiry_.added(expire); }
   /// publish_new(idx, now, delay): a filled slot enters the waiting or delayed state.
   void publish_new(std::uint32_t idx, std::int64_t now, Duration delay) noexcept {
@@ -530,10 +513,8 @@ class JobFlow : public QueueBase,
   bool throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t delivered,
                 std::int64_t expire, GateLink& gate, const DownstreamGate::Decision& decision,
                 std::int64_t now, WorkerContext& wc);
-  /// drop_unstarted(idx, token, expire, carried, now, wc): deliver activated a job never started
-  /// before (delivery `token`; `expire`: its expiry; carried: it holds a permit of the queue's
-  /// downstream): past its expiry, or shed by an overloaded queue (shed_), it ends dead-lettered
-  /// unrun (true); else nothing changes (false). job_deadlines.cpp.
+  /// drop_unstarted(idx, token, expire, carried, now, wc): deliver's job, never started, ends
+  /// unrun (true) if past `expire` or shed by shed_ (carried: it holds the queue's permit).
   bool drop_unstarted(std::uint32_t idx, std::uint32_t token, std::int64_t expire, bool carried,
                       std::int64_t now, WorkerContext& wc);
   /// note_throttled(s, now, until, cause, why): the job's `throttled` event (observed only).
