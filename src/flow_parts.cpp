@@ -32,6 +32,12 @@ SlotExtra& FlowParts::extra(JobSlot& s) {
   return *s.extra;
 }
 
+SlotRare& FlowParts::rare(JobSlot& s) {
+  auto& r = extra(s).rare;
+  if (!r) r = std::make_unique<SlotRare>();
+  return *r;
+}
+
 Event FlowParts::event(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept {
   Event e = blank<Event>();
   e.kind = kind;

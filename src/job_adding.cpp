@@ -3,9 +3,12 @@
 // (added, deduplicated, overflow). See include/rail/detail/job_flow.hpp for the job's path.
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "rail/detail/deadline.hpp"
+#include "rail/detail/flow_node.hpp"
 #include "rail/detail/job_flow.hpp"
 #include "rail/detail/poll_until.hpp"
 #include "rail/error.hpp"
@@ -37,6 +40,7 @@ void JobFlow::admit_unusual(const JobOptions& o) {
                     .append("' has no fair shares (QueueOptions::tenant_window is 0); expected a "
                             "window, e.g. 64, to share the queue between tenants"));
   if (!o.downstream.empty()) links_.link_to(o.downstream);
+  if (!o.after.empty()) admit_children(o);
   // A job that could not run before it expires is refused rather than dead-lettered unrun.
   if (const Duration expire = o.expire_after.value_or(parts_.options.expire_after);
       o.delay >= expire)
@@ -75,6 +79,33 @@ void JobFlow::admit_unusual(const JobOptions& o) {
   }
 }
 
+void JobFlow::admit_children(const JobOptions& o) const {
+  const auto refuse = [&](const std::string& what) {
+    throw Error(
+        ErrorCode::invalid_option,
+        std::string("JobOptions.after on queue '").append(parts_.name).append("': ") + what);
+  };
+  if (o.after.size() > JobOptions::kMaxChildren)
+    refuse("names " + std::to_string(o.after.size()) + " children; expected at most " +
+           std::to_string(JobOptions::kMaxChildren));
+  if (o.delay.count() > 0)
+    refuse(
+        "a job with children cannot also have a delay; expected delay 0 (it starts when its "
+        "children have ended)");
+  if (!o.dedup.id.empty())
+    refuse("a job with children cannot have a dedup id ('" + o.dedup.id +
+           "'); expected none (a duplicate could not merge into its waiting)");
+  std::vector<JobId> ids;
+  ids.reserve(o.after.size());
+  for (const Dependency& d : o.after) {
+    if (d.id == 0) refuse("names job 0; expected the ids of jobs added to this engine");
+    ids.push_back(d.id);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (const auto twice = std::adjacent_find(ids.begin(), ids.end()); twice != ids.end())
+    refuse("names job " + std::to_string(*twice) + " twice; expected each child once");
+}
+
 bool JobFlow::acquire_slots_slow(std::uint32_t* out, std::size_t n) {
   if (parts_.options.on_full != OnFull::block || parts_.core.mode() == Mode::inlined) return false;
   // Cold path: the queue is full. Poll with a growing real-time sleep up to block_timeout;
@@ -94,15 +125,36 @@ bool JobFlow::acquire_slots_slow(std::uint32_t* out, std::size_t n) {
 void JobFlow::name_own(const std::uint32_t* idx, std::size_t n, std::string_view name) {
   try {
     for (std::size_t i = 0; i < n; ++i) {
-      auto& own = parts_.extra(slot(idx[i])).own_name;
-      if (!own) own = std::make_unique<std::string>();
-      own->assign(name);
+      parts_.rare(slot(idx[i])).own_name.assign(name);
     }
   } catch (...) {
     for (std::size_t i = 0; i < n; ++i)
       give_back(idx[i]);
     throw;
   }
+}
+
+std::shared_ptr<FlowNode> JobFlow::prepare_parent(std::uint32_t idx, JobId id,
+                                                  const std::vector<Dependency>& after) {
+  std::shared_ptr<FlowNode> node = FlowNode::make(*this, after);
+  node->bind(idx, id);
+  JobSlot& s = slot(idx);
+  parts_.rare(s).parent = node;
+  // Counted in before it is published; whoever takes the mark off counts it out.
+  s.mark(JobSlot::kWaitingChildren, true);
+  parts_.parents_waiting.fetch_add(1, std::memory_order_relaxed);  // relaxed: a gauge
+  return node;
+}
+
+std::vector<ChildEnd> JobFlow::children(std::uint32_t idx) const {
+  // The caller's pin keeps the slot's job, so its record stays (init_slot replaces it).
+  const JobSlot& s = slot(idx);
+  if (!s.extra || !s.extra->rare || !s.extra->rare->parent) return {};
+  return s.extra->rare->parent->children();
+}
+
+std::vector<ChildEnd> job_children(JobFlow& flow, std::uint32_t idx) {
+  return flow.children(idx);
 }
 
 DeadLetterInfo JobFlow::dead_letter_info(std::uint32_t idx) const {

@@ -227,6 +227,8 @@ bool JobControl::retime(JobId id, std::int64_t due, bool held_only) {
         // change_delay does not apply (BullMQ: "not in the delayed state"). The gate's applies
         // only to a job still held: one a debounce moved later waits for that now.
         if (s.marked(JobSlot::kHeld) != held_only) break;
+        // A parent waiting for its children starts when they end, not when a user says.
+        if (s.marked(JobSlot::kWaitingChildren)) break;
         // A gate's leader is held, so only its gate retimes it, to now: it fires here and steps
         // down in timer_fired. A user's retime never moves a leader
         // (DownstreamWakeups.ALeaderIsWaitingSoChangeDelayAndPromoteLeaveItToItsGate pins it).

@@ -98,14 +98,14 @@ std::optional<Event> JobEnds::dead_letter_event(const JobSlot& s, std::int64_t n
   return ev;
 }
 
-void JobEnds::end_expired(std::uint32_t idx) {
+void JobEnds::end_unstarted(std::uint32_t idx, DeadLetterReason reason) {
   // Ours, in `cancelled` with no pin (nothing runs an unstarted job): every end step happens
   // here, as a worker's dead-letter does, so that its waiters and counts hear of it only once
   // its entry is in the DLQ.
   JobSlot& s = parts_.slot(idx);
   const bool delayed = s.marked(JobSlot::kExpiredDelayed);
-  s.end_reason = DeadLetterReason::expired;
-  parts_.stats.add(kExpired);
+  s.end_reason = reason;
+  if (reason == DeadLetterReason::expired) parts_.stats.add(kExpired);
   dead_lettered(idx, parts_.core.now_ns(), nullptr);
   parts_.stats.add(delayed ? kFromDelayed : kFromReady);  // out of its gauge once ended
 }
@@ -115,6 +115,7 @@ JobEnds::Settled JobEnds::settle(JobSlot& s, EndKind kind, WorkerContext* wc, st
   // The id follows the job: released when it ends (see DedupClaims::release_at_end). An add
   // kept for after the job takes the id over instead (run_deferred).
   Settled settled;
+  parts_.leave_children_wait(s);  // a parent cancelled, expired or failed while it waited
   if (Lines::lined(s)) settled.closing = lines_.close(parts_.index_of(s));
   settled.kept = claims_.release_at_end(s, kind == EndKind::cancelled);
   if (note(s, kind, wc)) [[unlikely]]

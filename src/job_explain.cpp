@@ -41,6 +41,11 @@ Explanation JobFlow::explain(JobId id) const {
              " (its delay, a retry's backoff or a debounce)";
     return e;
   }
+  if (e.state.status == JobStatus::waiting_children) {
+    e.holdup = Holdup::children;
+    e.text = "waiting for its children to end (JobOptions::after)";
+    return e;
+  }
   if (e.state.status != JobStatus::waiting) {
     e.text = "not waiting to start: " + std::string(to_string(e.state.status));
     return e;

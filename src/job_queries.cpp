@@ -44,6 +44,7 @@ JobStatus JobQueries::status_of(const JobSlot& s, SlotState st) noexcept {
       return JobStatus::waiting;
     case SlotState::delayed:
     case SlotState::updating:
+      if (s.marked(JobSlot::kWaitingChildren)) return JobStatus::waiting_children;
       return s.marked(JobSlot::kHeld) ? JobStatus::waiting : JobStatus::delayed;
     case SlotState::active:
     case SlotState::finishing:
@@ -103,6 +104,62 @@ JobState JobQueries::state(JobId id) const {
   return st;
 }
 
+namespace {
+/// for_live(slots, ids, f): f(id) for each job of `ids` live in one of the slots (the word, then
+/// the id again: a slot reused meanwhile holds another job), one pass.
+template <class F>
+void for_live(const FlowParts& parts, const std::unordered_set<JobId>& ids, F&& f) {
+  for (std::uint32_t i = 0; i < parts.capacity && !ids.empty(); ++i) {
+    const JobSlot& s = parts.slot(i);
+    const JobId id = s.id.load(std::memory_order_relaxed);
+    if (ids.find(id) == ids.end()) continue;
+    const SlotState st = ctl::state(s.ctl.load());
+    if (st == SlotState::free || st == SlotState::ended) continue;
+    if (s.id.load(std::memory_order_relaxed) == id) f(id);
+  }
+}
+}  // namespace
+
+std::vector<JobId> JobQueries::take_known(std::unordered_set<JobId>& ids) const {
+  std::vector<JobId> out;
+  // Live ones first; one that ended since is in the history, looked up below.
+  for_live(parts_, ids, [&](JobId id) {
+    out.push_back(id);
+    ids.erase(id);
+  });
+  for (auto it = ids.begin(); it != ids.end();) {
+    if (parts_.stats.recall(*it) || dlq_.in_dlq(*it)) {
+      out.push_back(*it);
+      it = ids.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+void JobQueries::drop_live(std::unordered_set<JobId>& ids) const {
+  for_live(parts_, ids, [&](JobId id) { ids.erase(id); });
+}
+
+EndRecord JobQueries::ended_end(JobId id) const {
+  const std::optional<JobStatus> ended = parts_.stats.recall(id);
+  if (auto retained = ends_.retained(id); retained && (!ended || retained->status == *ended))
+    return *retained;
+  if (ended != JobStatus::completed) {
+    if (auto filed = dlq_.dlq_end(id)) return *filed;  // reason and errors from its entry
+  }
+  EndRecord end;
+  end.id = id;
+  if (ended) {
+    end.status = *ended;
+  } else {
+    end.error = "job " + std::to_string(id) + " of queue '" + parts_.name +
+                "' ended, but its queue's history no longer says how";
+  }
+  return end;
+}
+
 std::optional<EndRecord> JobQueries::end_of(JobId id) const {
   // The history first: a job whose end is in it may still hold its slot for a moment (its end
   // record, if one is coming, is then on its way); a redriven job runs again under its id, so
@@ -121,7 +178,7 @@ std::optional<EndRecord> JobQueries::end_of(JobId id) const {
     return retained;
   const JobState st = ended ? JobState{*ended} : state(id);
   if (st.status == JobStatus::waiting || st.status == JobStatus::delayed ||
-      st.status == JobStatus::active)
+      st.status == JobStatus::waiting_children || st.status == JobStatus::active)
     return std::nullopt;  // finishing, its end not in the history yet
   if (st.status == JobStatus::dead_lettered) {
     if (auto filed = dlq_.dlq_end(id)) return filed;  // reason and errors from its entry

@@ -105,7 +105,7 @@ bool decode_entry(std::span<const std::byte> body, StoredDeadLetter& e, std::uin
       !c.take(e.added_at_ns) || !c.take(e.dead_at_ns) || !c.take(e.dead_at_unix_ns) ||
       !c.take_str(e.name) || !c.take(n_errors))
     return false;
-  if (reason > static_cast<std::uint8_t>(DeadLetterReason::shed)) return false;
+  if (reason > static_cast<std::uint8_t>(DeadLetterReason::dependency_failed)) return false;
   e.reason = static_cast<DeadLetterReason>(reason);
   // Each error takes at least 16 bytes: a count larger than that allows is a lie, caught before
   // it can size an allocation.

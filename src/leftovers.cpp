@@ -19,6 +19,7 @@ void Leftovers::collect(ShutdownReport& report) const {
     if (!running && !unstarted) continue;
     LeftoverJob j{parts_.name, s.id.load(std::memory_order_relaxed),
                   std::string(parts_.job_name(s)), s.attempts()};
+    if (unstarted && s.marked(JobSlot::kWaitingChildren)) report.waiting_children.push_back(j);
     if (unstarted) report.not_started.push_back(j);
     if (ctl::zombies(c) > 0) report.zombies.push_back(j);
     if (running) report.still_running.push_back(std::move(j));
@@ -56,6 +57,7 @@ bool Leftovers::take(const std::function<void(std::uint32_t, bool)>& take) {
           // A job held for its downstream is on the wheel but counted (and reported) waiting.
           const bool held = delayed && s.marked(JobSlot::kHeld);
           parts_.stats.add(delayed && !held ? kFromDelayed : kFromReady);  // out of its gauge
+          parts_.leave_children_wait(s);
           take(i, delayed && !held);
           // Out of its group's line, if it was in one (the turn a holder hands on goes to a job
           // this pass takes too: every waiting job is taken).

@@ -89,6 +89,8 @@ std::string_view to_string(DeadLetterReason reason) noexcept {
       return "expired";
     case DeadLetterReason::shed:
       return "shed";
+    case DeadLetterReason::dependency_failed:
+      return "dependency_failed";
   }
   return "unknown_reason";
 }
@@ -127,6 +129,8 @@ std::string_view to_string(JobStatus status) noexcept {
       return "waiting";
     case JobStatus::delayed:
       return "delayed";
+    case JobStatus::waiting_children:
+      return "waiting_children";
     case JobStatus::active:
       return "active";
     case JobStatus::completed:
@@ -149,6 +153,8 @@ std::string_view to_string(Holdup h) noexcept {
       return "none";
     case Holdup::delayed:
       return "delayed";
+    case Holdup::children:
+      return "children";
     case Holdup::no_processor:
       return "no_processor";
     case Holdup::paused:

@@ -87,6 +87,11 @@ BulkAddReceipt QueueImpl::add_bulk(std::string_view job_name, void* items, std::
     throw Error(ErrorCode::invalid_option,
                 "add_bulk: JobOptions.dedup.id is '" + o.dedup.id +
                     "'; one dedup id cannot cover several jobs — use add() per job for dedup");
+  if (!o.after.empty())
+    throw Error(ErrorCode::invalid_option,
+                "add_bulk: JobOptions.after names " + std::to_string(o.after.size()) +
+                    " children; a bulk add cannot make each of its jobs wait — use add() per "
+                    "parent");
   if (n == 0) return {AddStatus::added, 0, 0};
   const auto item = [&](std::size_t i) { return static_cast<char*>(items) + i * ops_.size; };
   // No room: what the overflow policy says, for the whole batch.

@@ -1,6 +1,7 @@
-// JobFlow's waits: idle (wait_idle, pause_and_wait), and the check that keeps a wait on a worker of
-// the shared pool from leaving the pool no worker for the jobs it waits for. Cold path: wait_idle
-// polls with a growing sleep.
+// JobFlow's waits: counts and idle (wait_idle, pause_and_wait), and the check that keeps a wait on
+// a worker of the shared pool from leaving the pool no worker for the jobs it waits for. Cold path:
+// wait_idle polls with a growing sleep.
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -13,9 +14,19 @@
 
 namespace rail::detail {
 
+QueueCounts JobFlow::counts() const noexcept {
+  QueueCounts c = parts_.stats.counts(dispatch_.paused());
+  c.groups = lines_.groups().groups();
+  c.tenants = lines_.tenants().groups();
+  // Parked on the wheel, they are in `delayed` too; counted apart (a gauge may lag a moment).
+  c.waiting_children = std::min(c.delayed, parts_.parents_waiting.load(std::memory_order_relaxed));
+  c.delayed -= c.waiting_children;
+  return c;
+}
+
 bool JobFlow::idle() const noexcept {
   const QueueCounts c = counts();
-  return c.waiting == 0 && c.delayed == 0 && c.active == 0;
+  return c.waiting == 0 && c.delayed == 0 && c.waiting_children == 0 && c.active == 0;
 }
 
 PoolWait JobFlow::pool_wait(const std::string& what, bool bounded) const {

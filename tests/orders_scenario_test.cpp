@@ -7,6 +7,7 @@
 
 #include "orders/downstreams_scenario.hpp"
 #include "orders/fairness_scenario.hpp"
+#include "orders/flow_scenario.hpp"
 
 namespace rail::orders {
 namespace {
@@ -180,4 +181,20 @@ TEST(FairnessScenario, PerCustomerOrderAPriorityLaneAndATenantThatCannotCrowdOut
   EXPECT_LE(r.small_shop_started_at, r.importer_share + 5) << log.str();
   EXPECT_LE(r.express_started_at, 5u) << log.str();
   EXPECT_EQ(r.completed, r.added);
+}
+
+// Issue 39's demo: an order as a flow (charge, then email and invoice, then close): the close
+// step reads its three children's results; a declined charge dead-letters everything after it
+// with dependency_failed, unrun.
+TEST(FlowScenario, TheCloseStepReadsItsChildrensResultsAndADeclinedChargeStopsTheRest) {
+  rail::Engine engine;
+  std::ostringstream log;
+  const auto r = rail::orders::run_flow(engine, &log);
+  EXPECT_TRUE(r.ok()) << log.str();
+  ASSERT_EQ(r.closed.size(), 3u) << log.str();
+  EXPECT_NE(r.closed[0].find("receipt R-order-1"), std::string::npos) << log.str();
+  EXPECT_NE(r.closed[1].find("email sent for order-1"), std::string::npos) << log.str();
+  EXPECT_NE(r.closed[2].find("invoice INV-order-1"), std::string::npos) << log.str();
+  EXPECT_EQ(r.dependency_failed, 3u) << log.str();
+  EXPECT_NE(log.str().find("dependency_failed: child job"), std::string::npos) << log.str();
 }

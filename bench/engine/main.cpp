@@ -115,6 +115,8 @@ void print_ratios() {
       {"feature cost: attempt timeout vs plain add", case_name("rail", "add+timeout", 1, 2), add,
        0},
       {"feature cost: expiry vs plain add", case_name("rail", "add+expire", 1, 2), add, 0},
+      {"feature cost: a flow edge per two jobs vs plain add", case_name("rail", "add+edge", 1, 2),
+       add, 0},
       {"feature cost: event observer vs plain add", case_name("rail", "add+events", 1, 2), add, 0},
       {"feature cost: downstream permit vs plain add", case_name("rail", "add+permit", 1, 2), add,
        0},

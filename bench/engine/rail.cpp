@@ -21,6 +21,9 @@
 //   add+expire     the queue's jobs expire an hour after their add (QueueOptions::expire_after:
 //                  none does): each add computes its expiry and reads the sweep's floor, each
 //                  delivery checks it
+//   add+edge       jobs in pairs: the first a tracked add (Queue::add_tracked), the second waits
+//                  for it (JobOptions::after, by its handle): one flow edge per two jobs, with
+//                  the parent's record, the child's waiter and the parent's release
 //   add+events     an observer sees every event and counts it (EventTally: a counter per thread,
 //                  so the figure is rail's cost of raising events, not the observer's own)
 //   add+permit     the queue calls a downstream whose concurrency equals the workers: every
@@ -67,7 +70,8 @@ enum class Feature {
   priority,
   tenant,
   timeout,
-  expire
+  expire,
+  edge
 };
 
 struct RailCase {
@@ -236,6 +240,25 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
 
   auto produce_range = [&](std::uint64_t begin, std::uint64_t end) {
     rail::JobOptions o{.max_attempts = 3};
+    if (c.feature == Feature::edge) {
+      rail::JobOptions parent = o;
+      for (std::uint64_t i = begin; i < end; ++i) {
+        if ((i - begin) % 2 != 0 || i + 1 == end) {
+          add_one(queues[0], o, i, latch, stats);
+          continue;
+        }
+        auto child = queues[0].add_tracked("noop", NoOp{i}, o);
+        if (child.added().status != rail::AddStatus::added) {
+          stats.errors.fetch_add(1, std::memory_order_relaxed);
+          latch.hit();
+          continue;
+        }
+        parent.after.assign(1, rail::Dependency(child));
+        ++i;
+        add_one(queues[0], parent, i, latch, stats);
+      }
+      return;
+    }
     if (c.batch == 0) {
       o.dedup.id.reserve(DedupIds::kWidth);
       for (std::uint64_t i = begin; i < end; ++i) {
@@ -335,6 +358,7 @@ void register_rail_extras() {
   add(case_name("rail", "add+tenant", 1, 2), {1, 2, 0, Feature::tenant});
   add(case_name("rail", "add+timeout", 1, 2), {1, 2, 0, Feature::timeout});
   add(case_name("rail", "add+expire", 1, 2), {1, 2, 0, Feature::expire});
+  add(case_name("rail", "add+edge", 1, 2), {1, 2, 0, Feature::edge});
   add(case_name("rail", "add+events", 1, 2), {1, 2, 0, Feature::events});
   add(case_name("rail", "add+permit", 1, 2), {1, 2, 0, Feature::permit});
   add(case_name("rail", "add+rate", 1, 2), {1, 2, 0, Feature::rate});

@@ -6,7 +6,7 @@
 // with C jobs (fill_bytes_per_job: what adding them allocates on top). `+dedup` gives every job a
 // unique dedup id (the window is built on the first such add).
 //
-// Bytes per FIFO group: see rail_bytes_per_group.
+// Bytes per FIFO group: see rail_bytes_per_group. Bytes per flow edge: see rail_bytes_per_edge.
 //
 // Allocations per job: a queue of capacity 65,536 drained by 2 workers (`add+group`: each job in
 // one of 1,024 FIFO groups; `add+tenant`: one of 16 tenants, tenant_window 64, on 4 priority
@@ -103,6 +103,53 @@ void rail_bytes_per_group(benchmark::State& state, const std::string& name) {
     record_memory_result(name, idle);
     record_memory_result("rail/bytes_per_group_with_work",
                          static_cast<double>(busy.live_bytes - before.live_bytes) / kCapacity);
+  }
+}
+
+/// Bytes per edge: an inline engine's queue holds kChildren jobs; a parent on another queue then
+/// waits for all of them, named by id (JobOptions::after, built before the first snapshot). The
+/// parent's add costs bytes_per_live_edge per child (its record's edge, the child's waiter in
+/// its queue's tracker and one callback); once every child ended (before the parent runs), what
+/// is left per child is bytes_per_ended_edge (its end, kept for Job::children until the parent's
+/// slot takes another job). The first add of a parent (not measured) builds nothing per queue.
+void rail_bytes_per_edge(benchmark::State& state, const std::string& name) {
+  constexpr std::uint32_t kChildren = 65'536;
+  for (auto _ : state) {
+    rail::Engine engine(rail::EngineOptions{.mode = rail::Mode::inlined});
+    auto children =
+        engine.declare_queue<std::uint64_t>("children", rail::QueueOptions{.capacity = kChildren});
+    auto parents = engine.declare_queue<std::uint64_t>("parents", rail::QueueOptions{});
+    children.process({}, [](rail::Job<std::uint64_t>&) {});
+    std::uint64_t ran_with = 0;
+    parents.process({}, [&](rail::Job<std::uint64_t>& j) { ran_with = j.children().size(); });
+    rail::JobOptions o;
+    o.after.reserve(kChildren);
+    for (std::uint32_t i = 0; i < kChildren; ++i)
+      o.after.emplace_back(children.add("child", std::uint64_t{i}).id);
+    const AllocSnapshot before = snapshot();
+    const auto t0 = std::chrono::steady_clock::now();
+    if (parents.add("parent", std::uint64_t{0}, o).status != rail::AddStatus::added) {
+      state.SkipWithError("rail add of the parent did not return added");
+      return;
+    }
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const AllocSnapshot waiting = snapshot();
+    parents.pause();  // the children run, the parent (released by the last) waits
+    engine.run_until_idle();
+    const AllocSnapshot ended = snapshot();
+    parents.resume();
+    engine.run_until_idle();
+    if (ran_with != kChildren || parents.counts().completed != 1) {
+      state.SkipWithError("the parent did not run once with every child");
+      return;
+    }
+    const double live = static_cast<double>(waiting.live_bytes - before.live_bytes) / kChildren;
+    const double left = static_cast<double>(ended.live_bytes - before.live_bytes) / kChildren;
+    state.counters["bytes_per_live_edge"] = live;
+    state.counters["bytes_per_ended_edge"] = left;
+    record_memory_result(name, live);
+    record_memory_result("rail/bytes_per_ended_edge", left);
   }
 }
 
@@ -293,6 +340,9 @@ void register_rail_memory() {
   }
   add_memory_benchmark("rail/bytes_per_idle_group", [](benchmark::State& s) {
     rail_bytes_per_group(s, "rail/bytes_per_idle_group");
+  });
+  add_memory_benchmark("rail/bytes_per_live_edge", [](benchmark::State& s) {
+    rail_bytes_per_edge(s, "rail/bytes_per_live_edge");
   });
   const std::pair<Variant, const char*> variants[] = {{Variant::plain, "add"},
                                                       {Variant::bulk, "add_bulk:64"},

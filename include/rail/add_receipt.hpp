@@ -61,6 +61,7 @@ struct [[nodiscard(
 struct QueueCounts {
   std::uint64_t waiting = 0;  // ready to start, or held back by its downstream (rate, pushback)
   std::uint64_t delayed = 0;  // waiting out a delay, a backoff or a debounce
+  std::uint64_t waiting_children = 0;  // waiting for the jobs they depend on (JobOptions::after)
   std::uint64_t active = 0;
   std::uint64_t added = 0;
   std::uint64_t completed = 0;

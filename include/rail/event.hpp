@@ -87,6 +87,7 @@ enum class DeadLetterReason : std::uint8_t {
   timeout,             // the last allowed attempt ran past its timeout (QueueOptions::timeout)
   expired,             // not started within its expire_after (QueueOptions::expire_after)
   shed,                // waited too long while the queue was overloaded (QueueOptions::shed)
+  dependency_failed,   // a child it waited for failed (JobOptions::after, ChildFailure::fail)
 };
 
 /// to_string(kind) / to_string(reason) are the snake_case names used in logs.

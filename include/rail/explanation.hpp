@@ -20,6 +20,7 @@ namespace rail {
 enum class Holdup : std::uint8_t {
   none,               // not waiting to start: running, ended or unknown (`state` says which)
   delayed,            // due at `until`: its delay, a retry's backoff or a debounce
+  children,           // waits for the jobs it depends on to end (JobOptions::after)
   no_processor,       // its queue has no handler (Queue::process was not called)
   paused,             // its queue is paused (Queue::pause)
   group_turn,         // its FIFO group's turn is held by job `behind`; `ahead` more jobs of the

@@ -9,7 +9,9 @@
 #include <stop_token>
 #include <string_view>
 #include <utility>
+#include <vector>
 
+#include "rail/child_end.hpp"
 #include "rail/clock.hpp"
 #include "rail/completion.hpp"
 #include "rail/event.hpp"
@@ -29,6 +31,8 @@ class JobFlow;
 class Completions;
 /// report_progress(flow, idx, token, value): Job::progress (ProgressBoard::report).
 bool report_progress(JobFlow& flow, std::uint32_t idx, std::uint32_t token, double value) noexcept;
+/// job_children(flow, idx): Job::children (FlowNode::children).
+std::vector<ChildEnd> job_children(JobFlow& flow, std::uint32_t idx);
 /// delivery_stop_token(flow, idx, token): Job::stop_token (StopCells::token).
 std::stop_token delivery_stop_token(JobFlow& flow, std::uint32_t idx, std::uint32_t token);
 /// sweep_no_later_than(port, deadline): a handler shortened its lease (timer_port.hpp).
@@ -147,6 +151,13 @@ class Job : private detail::JobFields {
   /// cells, and a call after a stop one stop state; a handler that never calls it pays nothing.
   [[nodiscard]] std::stop_token stop_token() const {
     return detail::delivery_stop_token(*flow_, idx_, token_);
+  }
+
+  /// children() are the ends of the jobs this one waited for (JobOptions::after), in that
+  /// order, each with its queue and result (ChildEnd::result<R>()); empty for a job that waited
+  /// for none. A copy: a fan-in of n children copies n ends.
+  [[nodiscard]] std::vector<ChildEnd> children() const {
+    return detail::job_children(*flow_, idx_);
   }
 
   /// progress(value) reports how far the handler got, e.g. a percentage (BullMQ's

@@ -57,6 +57,8 @@ class JobWatch {
   void on_end(std::function<void(const JobEnd<void>&)> cb) const;
   /// waiter(): the job's end as the queue reports it (a JobBatch watches it).
   [[nodiscard]] const std::shared_ptr<EndWaiter>& waiter() const noexcept { return waiter_; }
+  /// queue(): the job's queue (a parent's FlowNode reads its name and result type).
+  [[nodiscard]] QueueFront* queue() const noexcept { return queue_; }
 
  private:
   void check_can_wait(bool unbounded) const;
@@ -100,6 +102,7 @@ class JobHandle {
   template <class, class>
   friend class Queue;
   friend class JobBatch;
+  friend struct Dependency;
   JobHandle(detail::QueueFront* queue, std::shared_ptr<detail::EndWaiter> waiter, JobId id,
             AddReceipt added, bool sure)
       : watch_(queue, std::move(waiter), id, sure), added_(added) {}

@@ -11,9 +11,10 @@
 namespace rail {
 
 enum class JobStatus : std::uint8_t {
-  waiting,  // ready to start, or paused
-  delayed,  // on the timing wheel until `since` (a delay or a retry's backoff)
-  active,   // a handler has been running it since `since`
+  waiting,           // ready to start, or paused
+  delayed,           // on the timing wheel until `since` (a delay or a retry's backoff)
+  waiting_children,  // waits for the jobs it depends on (JobOptions::after) to end
+  active,            // a handler has been running it since `since`
   completed,
   dead_lettered,
   cancelled,

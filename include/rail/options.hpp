@@ -16,9 +16,11 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "rail/backoff.hpp"
 #include "rail/clock.hpp"
+#include "rail/dependency.hpp"
 #include "rail/journal_options.hpp"
 #include "rail/shutdown_report.hpp"
 
@@ -100,6 +102,12 @@ struct JobOptions {
   /// priority first, aged as ready jobs are, when the queue has levels). So one tenant's flood
   /// cannot crowd out the others. At most 256 bytes. A redriven job has none.
   std::string tenant{};
+  /// The jobs this one waits for (its children: dependency.hpp), at most kMaxChildren, each
+  /// once, on any queue of the engine; empty: none. The job is added in state waiting_children
+  /// and becomes ready when the last of them ended (at once if all had), or ends unstarted as
+  /// an edge's ChildFailure says. Not with a delay or a dedup id. A redriven job waits for none.
+  std::vector<Dependency> after{};
+  static constexpr std::uint32_t kMaxChildren = 1u << 20;
 };
 
 /// TenantShare: a tenant's weight and cap (QueueOptions::tenants).

@@ -14,6 +14,7 @@
 #include "rail/error.hpp"
 #include "rail/event.hpp"
 #include "rail/explanation.hpp"
+#include "rail/flow.hpp"
 #include "rail/job.hpp"
 #include "rail/job_batch.hpp"
 #include "rail/job_batch_options.hpp"

@@ -39,6 +39,8 @@ struct ShutdownReport {
   /// Of still_running, the jobs with a zombie: a handler still running though its delivery no
   /// longer counts (its lease lapsed or its attempt timed out), whatever became of the job.
   std::vector<LeftoverJob> zombies;
+  /// Of not_started, the parents still waiting for their children (JobOptions::after).
+  std::vector<LeftoverJob> waiting_children;
   /// The batches (Engine::batch) whose on_complete had not fired: unsealed, or with members not
   /// ended (among the jobs above, or in the DLQ awaiting a redrive never made).
   std::vector<JobBatchSummary> open_batches;

@@ -3,6 +3,7 @@
 // which includes this file at its end; nothing else includes it.
 #pragma once
 
+#include "rail/detail/flow_node.hpp"
 #include "rail/detail/job_flow.hpp"
 
 namespace rail::detail {
@@ -51,11 +52,13 @@ JobFlow::Added JobFlow::add_with(std::string_view job_name, const JobOptions& o,
     init_slot(idx, id, name_id, now, o);
     claims_.hold(idx, o);
   }
-  if (Lines::wanted(o) || watch) [[unlikely]] {
+  std::shared_ptr<FlowNode> parent;  // a job with children (JobOptions::after): its record
+  if (Lines::wanted(o) || watch || !o.after.empty()) [[unlikely]] {
     try {
       if (Lines::wanted(o)) lines_.enter(idx, o);
       if (watch) *watch = ends_.tracker().watch(id, true);
-    } catch (...) {  // no memory for its group's record or to track it: nothing was added
+      if (!o.after.empty()) parent = prepare_parent(idx, id, o.after);  // last: counts it
+    } catch (...) {  // no memory, or a child no queue knows: nothing was added
       // The id first: once the slot is free, an add of the same id may take it.
       if (!o.dedup.id.empty()) (void)claims_.window().release(o.dedup.id, id);
       give_back(idx);  // out of the lines it entered
@@ -65,8 +68,11 @@ JobFlow::Added JobFlow::add_with(std::string_view job_name, const JobOptions& o,
   fill(cell(idx));
   parts_.stats.add(kAdded);
   if (core().observed()) note_added(slot(idx), o.delay);
-  publish_new(idx, now, o.delay);
+  // A parent is parked (due never) until its node releases it.
+  publish_new(idx, now, parent ? Duration::max() : o.delay);
   published(expire_at(o, now));
+  if (parent) [[unlikely]]
+    parent->watch();
   warm_next_slot(1);
   return Added{What::added, {id, AddStatus::added}};
 }

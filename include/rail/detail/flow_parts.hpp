@@ -49,11 +49,13 @@ struct FlowParts {
   /// job_name(s): the name of the job in s (read by its holder, or while it cannot change).
   [[nodiscard]] std::string_view job_name(const JobSlot& s) const noexcept {
     if (s.name == NameTable::kOwnName) [[unlikely]]
-      return *s.extra->own_name;
+      return s.extra->rare->own_name;
     return core.names().name(s.name);
   }
-  /// extra(s): s's cold record (error log, dedup id, own name), allocated on first use.
+  /// extra(s): s's cold record (error log, dedup id, own name), allocated on first use;
+  /// rare(s): its rare part, likewise.
   SlotExtra& extra(JobSlot& s);
+  SlotRare& rare(JobSlot& s);
   /// event(kind, s, now): the event of kind `kind` for the job in s, its fields filled from s.
   [[nodiscard]] Event event(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept;
   void emit(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept {
@@ -75,6 +77,15 @@ struct FlowParts {
            job_timeouts.load(std::memory_order_relaxed);  // relaxed: published with the job
   }
   std::atomic<bool> job_timeouts{false};
+  /// parents_waiting: parents in state waiting_children (QueueCounts::waiting_children), counted
+  /// in while they carry JobSlot::kWaitingChildren. relaxed: a gauge, ordering nothing.
+  std::atomic<std::uint64_t> parents_waiting{0};
+  /// leave_children_wait(s): the job in s leaves waiting_children (released, or ending), if it
+  /// was there; the mark's RMW makes it count out once.
+  void leave_children_wait(JobSlot& s) noexcept {
+    if (s.marked(JobSlot::kWaitingChildren) && s.take_mark(JobSlot::kWaitingChildren)) [[unlikely]]
+      parents_waiting.fetch_sub(1, std::memory_order_relaxed);
+  }
   /// ask_to_stop(idx, delivery): delivery `delivery` of slot idx was fenced or its job flagged
   /// cancelled: its handler's stop token is stopped (StopCells::request), after the wheel is
   /// released when this thread holds it (a stop_callback is user code).

@@ -15,6 +15,9 @@
 // and loaded acquire by reclaim_waiting, so a sweep after a cancel sees its index as cancelled;
 // swept_mark_ is stored release after a sweep's pass and loaded acquire, so an add that finds
 // the marks equal sees the slots that pass freed. Sweeps take turns on reclaim_mu_ (cold).
+// A parent waiting for its children (JobOptions::after) is parked on the wheel, marked
+// JobSlot::kWaitingChildren: a user's retime passes it by, and only its FlowNode's decision
+// (release_parent, fail_parent, cancel_parent) or a cancel, an expiry or shutdown moves it on.
 // Threading: cancel/retime/reclaim_waiting from any thread; drop_cancelled by the popper that
 // holds the index. retime needs the wheel: from a callback that runs while timers fire it throws.
 #pragma once
@@ -23,6 +26,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <string>
 
 #include "rail/detail/dispatcher.hpp"
 #include "rail/detail/downstream_links.hpp"
@@ -73,8 +77,21 @@ class JobControl {
   enum class Expired : std::uint8_t { ended, in_ring, in_transit, moved_on };
   /// expire(idx, c, wheel): the expiry sweep (job_expiry.hpp), as the wheel's owner, takes the
   /// unstarted job it found past its time in slot idx's word `c` (SlotControl::expire): whoever
-  /// holds its index ends it dead-lettered, reason expired (JobEnds::end_expired).
+  /// holds its index ends it dead-lettered, reason expired (JobEnds::end_unstarted).
   Expired expire(std::uint32_t idx, std::uint64_t c, Wheel& wheel);
+  // --- parents (JobOptions::after; src/job_parents.cpp): FlowNode's decisions, each validated
+  // against parent `id` in slot idx in state waiting_children; false when it is no longer there
+  // (it ended: cancelled, expired, taken at shutdown). Not from the wheel's owner (FlowNode runs
+  // them through EngineCore::after_wheel).
+  /// release_parent(idx, id): its children all ended: it leaves waiting_children and is ready
+  /// (as a promote would make it).
+  bool release_parent(std::uint32_t idx, JobId id);
+  /// fail_parent(idx, id, why): a child failed under ChildFailure::fail: dead-lettered unstarted
+  /// with reason dependency_failed and error `why`.
+  bool fail_parent(std::uint32_t idx, JobId id, std::string why);
+  /// cancel_parent(idx, id): a child failed under ChildFailure::cancel: cancelled unstarted.
+  bool cancel_parent(std::uint32_t idx, JobId id);
+
   /// after_expiries(in_ring): after a scan expired jobs, with the wheel released (a ring's sweep
   /// runs payload destructors, which may want the wheel): the ones whose indices are in the
   /// blocked rings, the ready ring and the stashes are ended now (`in_ring`), and the queue may

@@ -190,16 +190,21 @@ class JobEnds {
   }
   /// reclaim_cancelled(idx): cancel recorded the job's end; the caller holds the index: the
   /// slot is freed now, or by the last stale handler or canceller still pinning it. A job the
-  /// expiry sweep took (SlotControl::expire) is ended here instead: end_expired.
+  /// expiry sweep took (SlotControl::expire) is ended here instead: end_unstarted.
   void reclaim_cancelled(std::uint32_t idx) {
     JobSlot& s = parts_.slot(idx);
     if (SlotControl<>::expired(s.ctl.load())) [[unlikely]] {
-      end_expired(idx);
+      end_unstarted(idx, DeadLetterReason::expired);
       return;
     }
     s.end_kind = EndKind::cancelled;
     if (s.ctl.end()) final_end(idx);
   }
+  /// end_unstarted(idx, reason): the holder of the index of a job taken unstarted by
+  /// SlotControl::expire (the expiry sweep, a parent's failed dependency) ends it: dead-lettered
+  /// for `reason`, its entry filed before its event and its waiters, then out of its gauge
+  /// (waiting, or delayed: JobSlot::kExpiredDelayed).
+  void end_unstarted(std::uint32_t idx, DeadLetterReason reason);
   /// leave_filed(idx): file_copy has copied the entry of the job ending in slot idx: the job
   /// ends (the slot is no longer ours), before the entry is filed and its event raised, so that
   /// observers of the event find it ended (state(), cancel()). The last stale handler to return
@@ -270,10 +275,6 @@ class JobEnds {
   [[nodiscard]] std::optional<Event> dead_letter_event(const JobSlot& s, std::int64_t now,
                                                        std::string& error,
                                                        std::string& own_name) const;
-  /// end_expired(idx): the holder of the index of a job the expiry sweep took ends it:
-  /// dead-lettered (reason expired), its entry filed before its event and its waiters, then out
-  /// of its gauge (waiting, or delayed: JobSlot::kExpiredDelayed).
-  void end_expired(std::uint32_t idx);
 
   FlowParts& parts_;
   DedupClaims& claims_;

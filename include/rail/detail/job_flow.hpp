@@ -29,7 +29,7 @@
 // parked) — or held by exactly one thread (job_slot.hpp's ownership invariant).
 //
 // Add:    pop free -> fill slot and payload -> publish: ready ring (or the timer port when
-//         delayed) -> wake.
+//         delayed, or parked there while it waits for its children: flow_node.hpp) -> wake.
 // Work:   pop a batch of ready (the first job now, the rest into the worker's stash, stealable)
 //         -> activate (pin) -> downstream admission -> lease -> handler -> finish:
 //           done            -> ends_ (completed)
@@ -38,17 +38,14 @@
 // Timer:  the timer port fires delayed -> waiting and pushes ready; its deadline sweep takes
 //         lapsed or timed-out deliveries (active -> finishing) and redelivers, retries or
 //         dead-letters them (job_deadlines.cpp).
-// The cold calls are units of their own, which JobFlow forwards to: cancel and retime
-// (control_: job_control.hpp), Job::progress (progress_: progress_board.hpp), state, ends and
-// listings (queries_: job_queries.hpp), shutdown's leftovers (leftovers_: leftovers.hpp); idle
-// and wait_idle are in queue_waits.cpp.
+// The cold calls are units of their own: cancel, retime, parents (control_), Job::progress
+// (progress_), state, ends and listings (queries_), shutdown's leftovers (leftovers_).
 //
 // Memory ordering: a slot's plain fields and payload are written by their holder before the
 // index is pushed to a ring (release) and read by the next holder after popping it (acquire).
-// Non-holders go through ctl with SlotControl's orders (ctl loads acquire, CASes acq_rel, the
-// holder's stores release). Slot ids are loaded relaxed: a cold-path reader validates them
-// against ctl (a CAS fails if the slot was reused). due_ns is relaxed: it travels with the inbox
-// push or the ctl release.
+// Non-holders go through ctl with SlotControl's orders. Slot ids are loaded relaxed: a cold-path
+// reader validates them against ctl (a CAS fails if the slot was reused). due_ns is relaxed: it
+// travels with the inbox push or the ctl release.
 //
 // Threading: add/add_bulk/cancel/state/pause from any thread; `concurrency` worker threads per
 // queue, the shared pool's workers, or the run_until_idle() caller (inline mode) run handlers.
@@ -112,12 +109,7 @@ class JobFlow : public QueueBase,
 
   // --- QueueBase ---------------------------------------------------------------------------------
   const std::string& name() const noexcept final { return parts_.name; }
-  QueueCounts counts() const noexcept final {
-    QueueCounts c = parts_.stats.counts(dispatch_.paused());
-    c.groups = lines_.groups().groups();
-    c.tenants = lines_.tenants().groups();
-    return c;
-  }
+  QueueCounts counts() const noexcept final;  // queue_waits.cpp
   /// waiting_in_line(): waiting jobs in the ready ring, not held at a downstream (a figure:
   /// DownstreamStats::waiting of the queue's own downstream, while its permits are in use).
   [[nodiscard]] std::uint64_t waiting_in_line() const noexcept {
@@ -158,6 +150,9 @@ class JobFlow : public QueueBase,
   [[nodiscard]] bool paused() const noexcept { return dispatch_.paused(); }
   bool wait_idle(Duration timeout);
   bool cancel(JobId id) { return control_.cancel(id); }
+  [[nodiscard]] JobControl& control() noexcept { return control_; }  // FlowNode's decisions
+  /// children(idx): Job::children of the job in slot idx, which the caller pins (job_adding.cpp).
+  [[nodiscard]] std::vector<ChildEnd> children(std::uint32_t idx) const;
   [[nodiscard]] JobState state(JobId id) const { return queries_.state(id); }
   /// explain(id): Queue::explain (job_explain.cpp).
   [[nodiscard]] Explanation explain(JobId id) const;
@@ -215,6 +210,7 @@ class JobFlow : public QueueBase,
   /// end_of(id): job `id`'s end if it ended and is retained, or what its history says (no result
   /// or errors then), or nullopt while it is live (or unknown to the queue: status unknown).
   [[nodiscard]] std::optional<EndRecord> end_of(JobId id) const { return queries_.end_of(id); }
+  [[nodiscard]] const JobQueries& queries() const noexcept { return queries_; }
 
   // --- repeatable jobs (Queue::schedule) ---------------------------------------------------------
   /// validate_schedule(id, job_name, o): throws as admit() does, as validate_schedule_options,
@@ -230,8 +226,7 @@ class JobFlow : public QueueBase,
     return timers_.schedules_if_any();
   }
 
-  // --- a delivery's end (deliver, Completions)
-  // ----------------------------------------------------
+  // --- a delivery's end (deliver, Completions) -------------------------------------------------
   /// defer(job): the handler of `job` hands its delivery to a Completion (Completions::defer).
   Completion defer(JobFields& job) { return completions_.defer(job); }
   /// finish(...): the handler of delivery `token` returned `out`; true if it counted (live).
@@ -346,7 +341,8 @@ class JobFlow : public QueueBase,
     validate_job_options(o, "JobOptions");
     if (o.backoff.kind == BackoffKind::custom || o.visibility_timeout || o.timeout ||
         !o.downstream.empty() || o.priority != 0 || !o.tenant.empty() || o.expire_after ||
-        (o.delay.count() > 0 && parts_.options.expire_after != Duration::max())) [[unlikely]]
+        !o.after.empty() || (o.delay.count() > 0 && parts_.options.expire_after != Duration::max()))
+        [[unlikely]]
       admit_unusual(o);
   }
   [[noreturn]] void throw_shutting_down() const;
@@ -412,7 +408,10 @@ class JobFlow : public QueueBase,
                      (o.downstream.empty() ? 0 : links_.link_of(o.downstream))),  // admit made it
                  std::memory_order_relaxed);
     s.set_backoff(o.backoff);
-    if (s.extra) s.extra->errors.clear();
+    if (s.extra) [[unlikely]] {
+      s.extra->errors.clear();
+      if (s.extra->rare) s.extra->rare->parent.reset();  // the slot's last parent's children
+    }
   }
   /// expire_at(o, now): when a job added now with options o expires (kNever: it does not);
   /// published(expire): jobs that expire then were just published (JobExpiry::added).
@@ -469,9 +468,8 @@ class JobFlow : public QueueBase,
     std::uint32_t failed_attempts, deliveries, stalls;
     const std::vector<AttemptError>& errors;
   };
-  /// begin_redrive(of, reset_counters, idx): takes slot idx and fills it from `of` (queue_full,
-  /// shutting_down: nothing taken; a throw: nothing taken). end_redrive(idx): the payload is in:
-  /// count, raise `redriven`, publish.
+  /// begin_redrive(of, reset_counters, idx): takes slot idx and fills it from `of` (nothing
+  /// taken unless redriven). end_redrive(idx): the payload is in: count, raise, publish.
   RedriveStatus begin_redrive(const RedriveOf& of, bool reset_counters, std::uint32_t& idx);
   void end_redrive(std::uint32_t idx) noexcept;
   /// restore_counters(idx, ...): a redrive that keeps counters carries them and the error log
@@ -492,9 +490,8 @@ class JobFlow : public QueueBase,
   // --- workers (job_flow.cpp) -------------------------------------------------------------------
   /// start_dedicated(w, seed): start_processing on the queue's own threads (or inline).
   void start_dedicated(const WorkerOptions& w, std::uint64_t seed);
-  /// make_leases(workers, max_pending) / drop_leases(): the lease records of the workers, of
-  /// the pending deliveries (Completions) and of the held ones (hold_deliveries: held_max_ per
-  /// worker), before the workers start; undone if they fail to.
+  /// make_leases(workers, max_pending) / drop_leases(): the lease records of the workers, the
+  /// pending (Completions) and the held deliveries (held_max_ per worker), before the start.
   void make_leases(std::size_t workers, std::uint32_t max_pending);
   void drop_leases() noexcept;
   // JobRunner / TimerClient / PauseListener
@@ -506,10 +503,9 @@ class JobFlow : public QueueBase,
   void timer_reclaim(std::uint32_t idx) noexcept final { ends_.reclaim_cancelled(idx); }
   std::int64_t timer_sweep(std::int64_t now, Wheel& wheel) noexcept final;
   void pause_changed() noexcept final { links_.pass_wakes(); }
-  /// throttle(idx, token, delivered, decision, now, wc): the gate refused the job deliver just
-  /// activated (delivery `token`, whose count was `delivered` before): it waits, unstarted and
-  /// with no attempt used, in the blocked ring or (the gate's leader) on the wheel. False if a
-  /// cancel flagged it meanwhile: deliver then ends it as cancelled without running it.
+  /// throttle(...): the gate refused the job deliver just activated (delivery `token`, count
+  /// `delivered` before): it waits unstarted in the blocked ring or (the gate's leader) on the
+  /// wheel. False if a cancel flagged it meanwhile: deliver ends it cancelled, unrun.
   bool throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t delivered,
                 std::int64_t expire, GateLink& gate, const DownstreamGate::Decision& decision,
                 std::int64_t now, WorkerContext& wc);
@@ -522,9 +518,8 @@ class JobFlow : public QueueBase,
                       std::string why) const noexcept;
   void fail_attempt(std::uint32_t idx, std::string reason, FailKind kind, Duration explicit_delay,
                     SplitMix64& rng, std::int64_t now, WorkerContext* wc);
-  /// lapse(lease, deadline, now): the sweep found `lease` past its `deadline` at `now`;
-  /// time_out(...): that deadline was the attempt's timeout (flags: the word lapse won), so the
-  /// attempt fails, retried or dead-lettered (job_deadlines.cpp, both).
+  /// lapse(lease, deadline, now): the sweep found `lease` past its `deadline`; time_out(...):
+  /// it was the attempt's timeout (flags: the word lapse won) (job_deadlines.cpp, both).
   void lapse(std::uint64_t lease, std::int64_t deadline, std::int64_t now);
   void time_out(std::uint32_t idx, Duration elapsed, std::uint64_t flags, std::int64_t now);
   /// log_failure(s, attempt, now, reason): appends to the job's error log; returns its text.
@@ -533,7 +528,12 @@ class JobFlow : public QueueBase,
 
   // --- adding (job_flow.cpp) --------------------------------------------------------------------
   void admit_unusual(const JobOptions& o);
+  void admit_children(const JobOptions& o) const;  // JobOptions::after's own checks
   void name_own(const std::uint32_t* idx, std::size_t n, std::string_view name);
+  /// prepare_parent(idx, id, after): job `id` in slot idx waits for `after`: its FlowNode (kept
+  /// by the slot) and its waiting_children mark; the add then parks it. Throws as FlowNode::make.
+  std::shared_ptr<FlowNode> prepare_parent(std::uint32_t idx, JobId id,
+                                           const std::vector<Dependency>& after);
   bool acquire_slots_slow(std::uint32_t* out, std::size_t n);
   bool try_acquire(std::uint32_t* out, std::size_t n) noexcept {
     if (pop_free(out, n)) [[likely]]

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <unordered_set>
 #include <vector>
 
 #include "rail/detail/end_tracker.hpp"
@@ -52,6 +53,15 @@ class JobQueries {
   /// end_of(id): job `id`'s end if it ended and is retained, or what its history says (no result
   /// or errors then), or nullopt while it is live (or unknown to the queue: status unknown).
   [[nodiscard]] std::optional<EndRecord> end_of(JobId id) const;
+  /// take_known(ids): removes from `ids` and returns every job this queue knows (live in a slot,
+  /// or ended in its history or DLQ): one pass over the slots for any number of ids.
+  std::vector<JobId> take_known(std::unordered_set<JobId>& ids) const;
+  /// drop_live(ids): removes from `ids` every job live in a slot now (one pass), leaving those
+  /// that ended (or that this queue never held).
+  void drop_live(std::unordered_set<JobId>& ids) const;
+  /// ended_end(id): the end of job `id`, which is not live here: retained, else what its DLQ
+  /// entry or its history says; status unknown (with why) if the history forgot it.
+  [[nodiscard]] EndRecord ended_end(JobId id) const;
 
  private:
   /// status_of(s, st): the status of slot s in state st (unknown for a slot that holds no live

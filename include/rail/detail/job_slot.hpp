@@ -47,8 +47,19 @@ struct AttemptRecord {
   std::int64_t next_delay_ns = 0;  // the wait it led to (decorrelated jitter's previous delay)
 };
 
-/// SlotExtra: the cold, variable-size part of a job (its error log, dedup id, and its name when
-/// the engine's name table is full: name_table.hpp).
+class FlowNode;
+
+/// SlotRare: what almost no job has: its own name (when the engine's name table is full:
+/// name_table.hpp) and, for a parent (JobOptions::after), its dependency record (flow_node.hpp),
+/// kept until the slot's next job is filled in, so a stale handler of the parent may still read
+/// its children.
+struct SlotRare {
+  std::string own_name;
+  std::shared_ptr<FlowNode> parent;
+};
+
+/// SlotExtra: the cold, variable-size part of a job (its error log, dedup id, and the rare
+/// parts).
 /// Allocated the first time a slot's job fails or uses dedup, then kept with the slot and cleared
 /// on reuse, so a warm queue allocates only for error strings longer than the small-string
 /// buffer. `errors` reserves room for every attempt on first use so that a stale handler's view
@@ -56,9 +67,9 @@ struct AttemptRecord {
 struct SlotExtra {
   std::vector<AttemptRecord> errors;
   std::string dedup_key;
-  // The job's name when JobSlot::name is NameTable::kOwnName. Boxed: the rare case must not
-  // grow every job that fails or deduplicates (64 bytes keep SlotExtra in one allocator bin).
-  std::unique_ptr<std::string> own_name;
+  // Boxed: the rare cases must not grow every job that fails or deduplicates (64 bytes keep
+  // SlotExtra in one allocator bin).
+  std::unique_ptr<SlotRare> rare;
 };
 
 // Layout: a plain delivery touches both lines (started_ns and deliveries are on the second).
@@ -115,10 +126,14 @@ struct alignas(64) JobSlot {
   //           leaves it (its end, an undone add, take_leftovers), so a free slot never has it
   //   kTenant the job has a tenant (JobOptions::tenant): its place in the tenant's line is
   //           Lines' (lines.hpp), set and cleared as kGrouped
-  //   kExpiredDelayed the expiry sweep took it delayed (not held): it leaves the `delayed`
-  //           gauge, not `waiting`, when its holder ends it (JobEnds::end_expired)
+  //   kExpiredDelayed the expiry sweep (or a failed dependency) took it delayed (not held): it
+  //           leaves the `delayed` gauge, not `waiting`, when its holder ends it
+  //           (JobEnds::end_unstarted)
+  //   kWaitingChildren a parent parked on the wheel until its children end (JobOptions::after),
+  //           counted in FlowParts::parents_waiting until whoever takes the mark off (its
+  //           release, or its end) counts it out
   static constexpr std::uint8_t kWoken = 1, kHeld = 2, kGrouped = 4, kTenant = 8,
-                                kExpiredDelayed = 16;
+                                kExpiredDelayed = 16, kWaitingChildren = 32;
   std::atomic<std::uint8_t> marks{0};
   std::atomic<std::uint16_t> stalls{0};  // lapsed leases (BullMQ stalledCounter)
 

@@ -1,0 +1,248 @@
+// FlowNode: a parent job's dependency record. Contract: include/rail/detail/flow_node.hpp.
+#include "rail/detail/flow_node.hpp"
+
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "rail/detail/queue_impl.hpp"
+#include "rail/error.hpp"
+#include "rail/job_handle.hpp"
+
+namespace rail::detail {
+
+struct FlowNode::Edge {
+  JobId id = 0;
+  // Until the child ended, how its end reaches us: a handle's watch, or (named by id) its
+  // waiter, registered with its queue's tracker.
+  std::shared_ptr<const JobWatch> watch;
+  std::shared_ptr<EndWaiter> waiter;
+  const JobFlow* queue = nullptr;  // the child's
+  ChildFailure on_failure = ChildFailure::fail;
+  bool forgotten = false;           // it ended before we watched, and its history forgot how
+  std::optional<JobEnd<void>> end;  // once it ended
+};
+
+namespace {
+/// queue_of(front): every QueueFront is a QueueImpl's, a JobFlow.
+const JobFlow& queue_of(const QueueFront* front) noexcept {
+  return static_cast<const QueueImpl&>(*front);
+}
+/// failure(edge, end): the parent's error when child `end` failed it.
+std::string failure(const JobFlow& queue, const JobEnd<void>& end) {
+  std::string why = "child job " + std::to_string(end.id) + " on queue '" + queue.name() + "' ";
+  why.append(to_string(end.status));
+  if (end.status == JobStatus::dead_lettered)
+    why.append(" (").append(to_string(end.reason)).append(")");
+  if (!end.error.empty()) why.append(": ").append(end.error);
+  return why;
+}
+}  // namespace
+
+std::shared_ptr<FlowNode> FlowNode::make(JobFlow& parent, const std::vector<Dependency>& after) {
+  EngineCore& core = parent.core();
+  std::vector<Edge> edges(after.size());
+  // Children named by id: two passes over each queue's slots for all of them, whatever their
+  // number. The first finds each child's queue; then each child's waiter is registered, and the
+  // second pass finds which were still live: their ends will reach the waiter (EndTracker's
+  // hand-off: registered before the look). The others ended before: resolved from what their
+  // queue remembers.
+  std::unordered_set<JobId> unplaced;
+  for (const Dependency& d : after)
+    if (!d.watch) unplaced.insert(d.id);
+  std::unordered_map<JobId, QueueImpl*> where;
+  std::vector<std::pair<QueueImpl*, std::unordered_set<JobId>>> by_queue;
+  for (std::size_t i = 0, n = core.queue_count(); i < n && !unplaced.empty(); ++i) {
+    auto& q = static_cast<QueueImpl&>(static_cast<JobFlow&>(*core.queue_at(i)));
+    std::vector<JobId> known = q.queries().take_known(unplaced);
+    if (known.empty()) continue;
+    by_queue.emplace_back(&q, std::unordered_set<JobId>(known.begin(), known.end()));
+    for (const JobId id : known)
+      where.emplace(id, &q);
+  }
+  for (std::size_t k = 0; k < after.size(); ++k) {
+    const Dependency& d = after[k];
+    Edge& e = edges[k];
+    e.id = d.id;
+    e.on_failure = d.on_failure;
+    if (d.watch) {
+      e.queue = &queue_of(d.watch->queue());
+      if (&e.queue->core() != &core)
+        throw Error(ErrorCode::invalid_option,
+                    "JobOptions.after on queue '" + parent.name() + "' names job " +
+                        std::to_string(d.id) + " through a handle of queue '" + e.queue->name() +
+                        "' of another engine; expected a job of this queue's engine");
+      e.watch = d.watch;
+      continue;
+    }
+    const auto at = where.find(d.id);
+    if (at == where.end())
+      throw Error(ErrorCode::invalid_option,
+                  "JobOptions.after on queue '" + parent.name() + "' names job " +
+                      std::to_string(d.id) +
+                      ", which no queue of this engine knows (never added, or forgotten by its "
+                      "queue's history); expected the id of a job added to this engine");
+    e.queue = at->second;
+    e.waiter = at->second->end_tracker().watch(d.id, false);
+  }
+  // The second pass, per queue: what is no longer live ended before its waiter was there.
+  std::unordered_map<JobId, std::size_t> edge_of;
+  for (std::size_t k = 0; k < edges.size(); ++k)
+    if (edges[k].waiter) edge_of.emplace(edges[k].id, k);
+  for (auto& [q, ids] : by_queue) {
+    q->queries().drop_live(ids);
+    for (const JobId id : ids) {
+      Edge& e = edges[edge_of.at(id)];
+      const EndRecord end = q->queries().ended_end(id);
+      e.forgotten = end.status == JobStatus::unknown;
+      // Taken from the tracker unless its end, on its way, took it (then that end resolves it).
+      if (auto taken = q->end_tracker().take(id)) (void)taken->resolve(end);
+    }
+  }
+  return std::make_shared<FlowNode>(parent, std::move(edges));
+}
+
+FlowNode::FlowNode(JobFlow& parent, std::vector<Edge> edges) noexcept
+    : parent_(parent), edges_(std::move(edges)), left_(edges_.size()) {}
+
+FlowNode::~FlowNode() = default;
+
+void FlowNode::watch() noexcept {
+  // The watches are copied first: a child's callback (at once, for one that has ended) takes
+  // the lock, and drops its edge's watch.
+  std::vector<std::pair<std::shared_ptr<const JobWatch>, std::shared_ptr<EndWaiter>>> watches;
+  std::shared_ptr<FlowNode> self;
+  try {
+    self = shared_from_this();
+    const std::lock_guard lock(mu_);
+    watches.reserve(edges_.size());
+    for (const Edge& e : edges_)
+      watches.emplace_back(e.watch, e.waiter);
+  } catch (...) {
+    fail_unwatched(0);
+    return;
+  }
+  for (std::size_t i = 0; i < watches.size(); ++i) {
+    try {
+      auto cb = [self, i](const JobEnd<void>& end) { self->ended(i, end); };
+      if (watches[i].first) {
+        watches[i].first->on_end(std::move(cb));
+      } else {
+        watches[i].second->on_end(std::move(cb));
+      }
+    } catch (...) {  // no memory to hear of child i: the parent fails, as the child would
+      fail_unwatched(i);
+      return;
+    }
+  }
+}
+
+void FlowNode::fail_unwatched(std::size_t i) noexcept {
+  {
+    const std::lock_guard lock(mu_);
+    if (decided_) return;
+    decided_ = true;
+  }
+  std::string why;
+  try {
+    why = "rail could not watch child job " + std::to_string(edges_[i].id) + ": out of memory";
+  } catch (...) {
+  }
+  act(Decision::fail, std::move(why));
+}
+
+void FlowNode::ended(std::size_t i, const JobEnd<void>& end) {
+  Decision decision = Decision::none;
+  std::shared_ptr<const JobWatch> dropped;  // the child's watch or waiter, let go outside the lock
+  std::shared_ptr<EndWaiter> dropped_waiter;
+  {
+    const std::lock_guard lock(mu_);
+    Edge& e = edges_[i];
+    // Unknown: the engine is going, or shutdown left the child unstarted: nothing to decide.
+    // Unless it ended before we watched and its history forgot how: a failure, as it may be.
+    if (end.status == JobStatus::unknown && !e.forgotten) return;
+    if (e.end) return;  // a waiter resolves once; defensive
+    try {
+      e.end = end;
+    } catch (...) {  // no memory for its strings: the end without them
+      JobEnd<void> bare;
+      bare.id = end.id;
+      bare.status = end.status;
+      bare.reason = end.reason;
+      bare.attempt = end.attempt;
+      bare.ended_at = end.ended_at;
+      e.end = std::move(bare);
+    }
+    dropped = std::move(e.watch);
+    dropped_waiter = std::move(e.waiter);
+    --left_;
+    if (!decided_) {
+      if (!end.completed() && e.on_failure != ChildFailure::ignore) {
+        decision = e.on_failure == ChildFailure::fail ? Decision::fail : Decision::cancel;
+      } else if (left_ == 0) {
+        decision = Decision::release;
+      }
+      decided_ = decision != Decision::none;
+    }
+  }
+  if (decision == Decision::none) return;
+  std::string why;
+  if (decision == Decision::fail) {
+    try {
+      why = failure(*edges_[i].queue, end);  // the queue is set once, at make
+    } catch (...) {
+    }
+  }
+  act(decision, std::move(why));
+}
+
+void FlowNode::act(Decision decision, std::string why) noexcept {
+  JobControl& control = parent_.control();
+  const std::uint32_t idx = idx_;
+  const JobId id = id_;
+  auto run = [&control, idx, id, decision, why = std::move(why)]() mutable noexcept {
+    try {
+      switch (decision) {
+        case Decision::release:
+          (void)control.release_parent(idx, id);
+          return;
+        case Decision::fail:
+          (void)control.fail_parent(idx, id, std::move(why));
+          return;
+        case Decision::cancel:
+          (void)control.cancel_parent(idx, id);
+          return;
+        case Decision::none:
+          return;
+      }
+    } catch (...) {  // a payload's destructor or an observer threw: the decision stands
+    }
+  };
+  // Not under the wheel (JobControl takes it; the end's owner may hold it): after its release.
+  try {
+    parent_.core().after_wheel(std::move(run));
+  } catch (...) {  // no memory to keep the call for later
+  }
+}
+
+std::vector<ChildEnd> FlowNode::children() const {
+  const std::lock_guard lock(mu_);
+  std::vector<ChildEnd> out;
+  out.reserve(edges_.size());
+  for (const Edge& e : edges_) {
+    ChildEnd c;
+    if (e.end) {
+      c.end = *e.end;
+    } else {
+      c.end.id = e.id;  // not ended (yet): status unknown
+    }
+    c.queue = e.queue->name();
+    c.on_failure = e.on_failure;
+    c.result_type = e.queue->result_type();
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace rail::detail
