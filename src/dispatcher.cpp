@@ -439,7 +439,19 @@ bool Dispatcher::spin_for_job(std::uint32_t w, WorkerContext& wc, std::uint32_t&
   // otherwise wait for the next wake-up.
   wc.holds_duty = false;
   t.give_up_duty();
-  return next_job(w, wc, idx);  // false at once after stop
+  if (next_job(w, wc, idx)) return true;  // false at once after stop
+  // This look is the one that pushes which skipped their wake-ups count on (give_up_duty's
+  // Dekker), and it can fail with their work in sight: a worker popping the same lane turned us
+  // away (ReadyLanes::take), or a push is between its claim and its publication. The popper
+  // looks again after its release only if it popped some (next_job's `more`) or goes on to spin
+  // (worker_loop); one in this same last look that popped none would sleep too, and every
+  // worker with it. So a look that fails with work visible announces it, as give_up_duty(wc)
+  // does: a sleeper, or this worker's own sleep at once, looks again (and the spin that look
+  // leads to announces again should it fail so too). Not while paused: nothing would start.
+  // relaxed: a resume() this load misses notifies after its store (resume()), and that RMW on
+  // the event count is ordered with our sleep's: the sleep returns.
+  if (!pause_.paused_now() && work_visible()) t.ec.notify();
+  return false;
 }
 
 /// work_visible(): a ready job in the ring or in any worker's stash (a hint, for wake-ups).

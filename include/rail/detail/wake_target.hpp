@@ -3,8 +3,9 @@
 // a dispatcher's own, or the shared pool's for every queue on it (worker_pool.hpp).
 //
 // Guarantee: no wake-up is lost. A push either finds the duty held (its holder will look at the
-// ring again before it sleeps) or notifies a sleeper; a job whose wake-up was skipped for a
-// holder whose handler then ran long waits about 2 x kWatchNs at most (sleepers watch).
+// ring again before it sleeps, and announce what that look saw but could not take) or notifies a
+// sleeper; a job whose wake-up was skipped for a holder whose handler then ran long waits about
+// 2 x kWatchNs at most (sleepers watch).
 // Algorithm: one idle worker at a time holds the duty and polls for up to Dispatcher::kSpinNs
 // before sleeping on the event count; the others sleep at once. Producers skip the wake-up while
 // the duty is held (a fence-against-fence Dekker hand-off: Dispatcher::wake_for_ready and
