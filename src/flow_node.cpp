@@ -18,7 +18,7 @@ struct FlowNode::Edge {
   // waiter, registered with its queue's tracker.
   std::shared_ptr<const JobWatch> watch;
   std::shared_ptr<EndWaiter> waiter;
-  const JobFlow* queue = nullptr;  // the child's
+  JobFlow* queue = nullptr;  // the child's
   ChildFailure on_failure = ChildFailure::fail;
   bool forgotten = false;           // it ended before we watched, and its history forgot how
   std::optional<JobEnd<void>> end;  // once it ended
@@ -26,8 +26,8 @@ struct FlowNode::Edge {
 
 namespace {
 /// queue_of(front): every QueueFront is a QueueImpl's, a JobFlow.
-const JobFlow& queue_of(const QueueFront* front) noexcept {
-  return static_cast<const QueueImpl&>(*front);
+JobFlow& queue_of(QueueFront* front) noexcept {
+  return static_cast<QueueImpl&>(*front);
 }
 /// failure(edge, end): the parent's error when child `end` failed it.
 std::string failure(const JobFlow& queue, const JobEnd<void>& end) {
@@ -43,23 +43,20 @@ std::string failure(const JobFlow& queue, const JobEnd<void>& end) {
 std::shared_ptr<FlowNode> FlowNode::make(JobFlow& parent, const std::vector<Dependency>& after) {
   EngineCore& core = parent.core();
   std::vector<Edge> edges(after.size());
-  // Children named by id: two passes over each queue's slots for all of them, whatever their
-  // number. The first finds each child's queue; then each child's waiter is registered, and the
-  // second pass finds which were still live: their ends will reach the waiter (EndTracker's
-  // hand-off: registered before the look). The others ended before: resolved from what their
-  // queue remembers.
+  // Children named by id: one pass over each queue's slots finds them all, whatever their
+  // number; then each child's waiter is registered, and each is looked at again where it was.
+  // EndTracker's hand-off: the waiter is registered before the look, and an end enters the
+  // history before it asks for waiters, so an end this look does not find in the history will
+  // reach the waiter. A child live in its slot, or between states there with no end in the
+  // history, waits for its end; any other is resolved from what its queue remembers.
   std::unordered_set<JobId> unplaced;
   for (const Dependency& d : after)
     if (!d.watch) unplaced.insert(d.id);
-  std::unordered_map<JobId, QueueImpl*> where;
-  std::vector<std::pair<QueueImpl*, std::unordered_set<JobId>>> by_queue;
+  std::unordered_map<JobId, std::pair<QueueImpl*, std::uint32_t>> where;
   for (std::size_t i = 0, n = core.queue_count(); i < n && !unplaced.empty(); ++i) {
     auto& q = static_cast<QueueImpl&>(static_cast<JobFlow&>(*core.queue_at(i)));
-    std::vector<JobId> known = q.queries().take_known(unplaced);
-    if (known.empty()) continue;
-    by_queue.emplace_back(&q, std::unordered_set<JobId>(known.begin(), known.end()));
-    for (const JobId id : known)
-      where.emplace(id, &q);
+    for (const JobQueries::Known& k : q.queries().take_known(unplaced))
+      where.emplace(k.id, std::make_pair(&q, k.slot));
   }
   for (std::size_t k = 0; k < after.size(); ++k) {
     const Dependency& d = after[k];
@@ -83,22 +80,21 @@ std::shared_ptr<FlowNode> FlowNode::make(JobFlow& parent, const std::vector<Depe
                       std::to_string(d.id) +
                       ", which no queue of this engine knows (never added, or forgotten by its "
                       "queue's history); expected the id of a job added to this engine");
-    e.queue = at->second;
-    e.waiter = at->second->end_tracker().watch(d.id, false);
+    e.queue = at->second.first;
+    e.waiter = at->second.first->end_tracker().watch(d.id, false);  // fences: see above
   }
-  // The second pass, per queue: what is no longer live ended before its waiter was there.
-  std::unordered_map<JobId, std::size_t> edge_of;
-  for (std::size_t k = 0; k < edges.size(); ++k)
-    if (edges[k].waiter) edge_of.emplace(edges[k].id, k);
-  for (auto& [q, ids] : by_queue) {
-    q->queries().drop_live(ids);
-    for (const JobId id : ids) {
-      Edge& e = edges[edge_of.at(id)];
-      const EndRecord end = q->queries().ended_end(id);
-      e.forgotten = end.status == JobStatus::unknown;
-      // Taken from the tracker unless its end, on its way, took it (then that end resolves it).
-      if (auto taken = q->end_tracker().take(id)) (void)taken->resolve(end);
-    }
+  for (Edge& e : edges) {
+    if (!e.waiter) continue;
+    JobFlow& q = *e.queue;
+    const std::uint32_t slot = where.at(e.id).second;
+    const JobQueries::Place at =
+        slot == JobQueries::kEnded ? JobQueries::Place::gone : q.queries().place(slot, e.id);
+    if (at == JobQueries::Place::live) continue;
+    const EndRecord end = q.queries().ended_end(e.id);
+    if (end.status == JobStatus::unknown && at == JobQueries::Place::moving) continue;
+    e.forgotten = end.status == JobStatus::unknown;
+    // Taken from the tracker unless its end, on its way, took it (then that end resolves it).
+    if (auto taken = q.end_tracker().take(e.id)) (void)taken->resolve(end);
   }
   return std::make_shared<FlowNode>(parent, std::move(edges));
 }

@@ -104,32 +104,18 @@ JobState JobQueries::state(JobId id) const {
   return st;
 }
 
-namespace {
-/// for_live(slots, ids, f): f(id) for each job of `ids` live in one of the slots (the word, then
-/// the id again: a slot reused meanwhile holds another job), one pass.
-template <class F>
-void for_live(const FlowParts& parts, const std::unordered_set<JobId>& ids, F&& f) {
-  for (std::uint32_t i = 0; i < parts.capacity && !ids.empty(); ++i) {
-    const JobSlot& s = parts.slot(i);
-    const JobId id = s.id.load(std::memory_order_relaxed);
-    if (ids.find(id) == ids.end()) continue;
-    const SlotState st = ctl::state(s.ctl.load());
-    if (st == SlotState::free || st == SlotState::ended) continue;
-    if (s.id.load(std::memory_order_relaxed) == id) f(id);
-  }
-}
-}  // namespace
-
-std::vector<JobId> JobQueries::take_known(std::unordered_set<JobId>& ids) const {
-  std::vector<JobId> out;
-  // Live ones first; one that ended since is in the history, looked up below.
-  for_live(parts_, ids, [&](JobId id) {
-    out.push_back(id);
+std::vector<JobQueries::Known> JobQueries::take_known(std::unordered_set<JobId>& ids) const {
+  std::vector<Known> out;
+  for (std::uint32_t i = 0; i < parts_.capacity && !ids.empty(); ++i) {
+    const JobId id = parts_.slot(i).id.load(std::memory_order_relaxed);
+    if (ids.find(id) == ids.end() || place(i, id) == Place::gone) continue;
+    out.push_back({id, i});
     ids.erase(id);
-  });
+  }
+  // One that ended since its slot was read is in the history, looked up here.
   for (auto it = ids.begin(); it != ids.end();) {
     if (parts_.stats.recall(*it) || dlq_.in_dlq(*it)) {
-      out.push_back(*it);
+      out.push_back({*it, kEnded});
       it = ids.erase(it);
     } else {
       ++it;
@@ -138,8 +124,24 @@ std::vector<JobId> JobQueries::take_known(std::unordered_set<JobId>& ids) const 
   return out;
 }
 
-void JobQueries::drop_live(std::unordered_set<JobId>& ids) const {
-  for_live(parts_, ids, [&](JobId id) { ids.erase(id); });
+JobQueries::Place JobQueries::place(std::uint32_t slot, JobId id) const noexcept {
+  const JobSlot& s = parts_.slot(slot);
+  // The word, then the id again: a slot reused meanwhile holds another job. `ended`: only stale
+  // handlers hold it; its end is complete (in the history).
+  const SlotState st = ctl::state(s.ctl.load());
+  if (s.id.load(std::memory_order_relaxed) != id) return Place::gone;
+  switch (st) {
+    case SlotState::waiting:
+    case SlotState::delayed:
+    case SlotState::active:
+    case SlotState::updating:
+      return Place::live;
+    case SlotState::finishing:
+    case SlotState::cancelled:
+      return Place::moving;
+    default:
+      return Place::gone;
+  }
 }
 
 EndRecord JobQueries::ended_end(JobId id) const {

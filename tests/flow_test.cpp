@@ -403,6 +403,7 @@ TEST(FlowsThreaded, TheLastChildsEndRacingTheParentsCancelEndsTheParentExactlyOn
       EXPECT_EQ(ran[round].load(), 1) << "round " << round;
     }
   }
+  ASSERT_TRUE(work.wait_idle(30s)) << "the children of cancelled parents run on";
   EXPECT_EQ(early.load(), 0) << "a parent ran before a child had completed";
   EXPECT_EQ(parents.counts().waiting_children, 0u);
   EXPECT_TRUE(engine.shutdown(10s).clean());

@@ -53,12 +53,20 @@ class JobQueries {
   /// end_of(id): job `id`'s end if it ended and is retained, or what its history says (no result
   /// or errors then), or nullopt while it is live (or unknown to the queue: status unknown).
   [[nodiscard]] std::optional<EndRecord> end_of(JobId id) const;
-  /// take_known(ids): removes from `ids` and returns every job this queue knows (live in a slot,
-  /// or ended in its history or DLQ): one pass over the slots for any number of ids.
-  std::vector<JobId> take_known(std::unordered_set<JobId>& ids) const;
-  /// drop_live(ids): removes from `ids` every job live in a slot now (one pass), leaving those
-  /// that ended (or that this queue never held).
-  void drop_live(std::unordered_set<JobId>& ids) const;
+  /// Known: a job take_known found: in slot `slot`, or ended (kEnded: in the history or DLQ).
+  struct Known {
+    JobId id;
+    std::uint32_t slot;
+  };
+  static constexpr std::uint32_t kEnded = ~std::uint32_t{0};
+  /// take_known(ids): removes from `ids` and returns every job this queue knows (in a slot, or
+  /// ended in its history or DLQ): one pass over the slots for any number of ids.
+  std::vector<Known> take_known(std::unordered_set<JobId>& ids) const;
+  /// Place: where job `id` stands in slot `slot` (place()): `live` (waiting, delayed, running,
+  /// updating), `moving` (finishing or cancelled: a retry, or an end being recorded, which may
+  /// already be in the history), or `gone` (the slot no longer holds it: its end is complete).
+  enum class Place : std::uint8_t { live, moving, gone };
+  [[nodiscard]] Place place(std::uint32_t slot, JobId id) const noexcept;
   /// ended_end(id): the end of job `id`, which is not live here: retained, else what its DLQ
   /// entry or its history says; status unknown (with why) if the history forgot it.
   [[nodiscard]] EndRecord ended_end(JobId id) const;
