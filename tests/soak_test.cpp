@@ -127,6 +127,16 @@ TEST(Soak, InvariantsHoldWhenJobsExpireUnstarted) {
   expect_clean(c);
 }
 
+TEST(Soak, ParentsStartOnlyAfterTheirChildrenThroughFaultsCancelsAndRedrives) {
+  Config c;
+  c.jobs = kJobs;
+  c.flow_every = 4;
+  c.seed = 37;
+  const Report r = expect_clean(c);
+  EXPECT_GT(r.parents_started, 0u);
+  EXPECT_GT(r.dependency_failed, 0u) << "no child ever failed its parent";
+}
+
 TEST(Soak, BatchCallbacksFireExactlyOnceThroughFaultsAndRedrives) {
   Config c;
   c.jobs = kJobs;

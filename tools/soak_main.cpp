@@ -71,6 +71,10 @@ int main(int argc, char** argv) {
                  "fresh jobs join batches of this many (Engine::batch; 0: none); checks their "
                  "callbacks fire exactly once")
       ->check(CLI::Range(0u, 1u << 20));
+  app.add_option("--flow-every", c.flow_every,
+                 "every n-th fresh job of a producer waits for its last 3 jobs (JobOptions::after; "
+                 "0: none); checks no parent starts early or after a failed child")
+      ->check(CLI::Range(0u, 1u << 20));
   int expire_ms = 0;
   app.add_option("--expire-ms", expire_ms,
                  "QueueOptions::expire_after: a job not started this long after its add is "

@@ -24,6 +24,8 @@ namespace rail::soak {
 
 /// Everything the events said about one job id.
 struct Track {
+  // cancel_accepted: 1 once a cancel() of it was accepted; 2 for a parent (FlowWatch) whose
+  // edges may cancel it, which may end cancelled or not.
   std::atomic<std::uint8_t> accepted{0}, cancel_accepted{0}, delayed{0};
   std::atomic<std::uint16_t> started{0}, failed{0}, stalled{0}, late{0}, pushed{0};
   std::atomic<std::uint16_t> completed{0}, dead{0}, cancelled{0}, discarded{0};

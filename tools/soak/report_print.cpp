@@ -73,6 +73,15 @@ void print(const Report& r, const Config& c, std::ostream& out) {
                   static_cast<long long>(c.timeout.count() / 1'000'000));
     out << line;
   }
+  if (c.flow_every > 0) {
+    std::snprintf(line, sizeof line,
+                  "  flows: every %u-th job a parent; %llu parent starts, %llu dead-lettered for "
+                  "a failed dependency, %llu refused (a child forgotten)\n",
+                  c.flow_every, static_cast<unsigned long long>(r.parents_started),
+                  static_cast<unsigned long long>(r.dependency_failed),
+                  static_cast<unsigned long long>(r.parents_refused));
+    out << line;
+  }
   if (c.batch_size > 0) {
     std::snprintf(line, sizeof line, "  batches: %llu of %u jobs, %llu succeeded\n",
                   static_cast<unsigned long long>(r.batches), c.batch_size,

@@ -18,8 +18,11 @@
 #include "soak/async_calls.hpp"
 #include "soak/batch_watch.hpp"
 #include "soak/fates.hpp"
+#include "soak/flow_watch.hpp"
 #include "soak/group_ledger.hpp"
+#include "soak/hang.hpp"
 #include "soak/job_ledger.hpp"
+#include "soak/pause_watch.hpp"
 #include "soak/share_watch.hpp"
 #include "soak/violations.hpp"
 
@@ -32,30 +35,6 @@ using namespace std::chrono_literals;
 /// production from wherever the add was.
 struct ShutdownBegan {};
 
-/// PauseWatch: checks that a paused queue starts nothing. The pauser makes `epoch` odd after
-/// pause() returns and even again before resume(). A worker may already have taken a job when
-/// pause() is called, so it may start that one while paused; but once its `started` observer saw
-/// the odd epoch it also sees the pause (the epoch's store follows pause() in the pauser), so its
-/// next job cannot start in the same epoch. Two starts by one thread in one odd epoch are a
-/// violation.
-struct PauseWatch {
-  std::atomic<std::uint64_t> epoch{0};
-  std::uint64_t run = 0;  // tells runs apart in the workers' thread-local records
-  std::atomic<std::uint64_t> starts_while_paused{0};
-
-  /// on_start(): called by a worker's `started` observer; false on a violation.
-  bool on_start() {
-    // acquire: pairs with the pauser's release increment, so pause() is visible from here on.
-    const std::uint64_t e = epoch.load(std::memory_order_acquire);
-    if ((e & 1) == 0) return true;
-    starts_while_paused.fetch_add(1, std::memory_order_relaxed);
-    thread_local std::uint64_t seen_run = 0, seen_epoch = 0;
-    const bool again = seen_run == run && seen_epoch == e;
-    seen_run = run;
-    seen_epoch = e;
-    return !again;
-  }
-};
 std::atomic<std::uint64_t> g_runs{0};
 
 }  // namespace
@@ -72,6 +51,7 @@ Report run(const Config& cfg) {
   JobLedger ledger(max_id);
   ShareWatch shares(cfg, max_id);
   BatchWatch batches(cfg.batch_size);
+  FlowWatch flows(cfg.flow_every);
   // FIFO groups: each producer has groups_each of its own (Config::groups).
   const std::uint32_t groups_each =
       cfg.groups == 0 ? 0 : std::max<std::uint32_t>(1, cfg.groups / cfg.producers);
@@ -91,6 +71,7 @@ Report run(const Config& cfg) {
   engine.on_event([&](const Event& e) {
     if (e.job_id == 0 || e.queue == "soak-side") return;  // the side queue is checked apart
     ledger.on_event(e, v);
+    if (flows.on()) flows.on_event(e, ledger, v);
     shares.on_event(e);
     switch (e.kind) {
       case EventKind::started:
@@ -184,31 +165,9 @@ Report run(const Config& cfg) {
         return Outcome::fail("permanent failure");
       case Fate::discard:
         return Outcome::discard("not worth doing any more");
-      case Fate::hang: {
-        // Outlive the lease (or the timeout): wait until this delivery is fenced, then claim
-        // success. The engine must ignore it (a late outcome). Half the hangs wait on their
-        // stop token, which the fence must stop (a lost stop would hang them: given up on
-        // kStopGrace after the fence, and counted). A lapse stops the token once the timer
-        // thread lets the wheel go and has delivered the events raised before it: on a starved
-        // machine (TSan, two cores, other tests beside) that took up to 2.5 s.
-        const bool by_token = (j.data().plan >> 20) & 1;
-        const std::stop_token stop = by_token ? j.stop_token() : std::stop_token{};
-        while (by_token ? !stop.stop_requested() : !j.cancelled()) {
-          std::this_thread::sleep_for(cfg.manual_clock ? 10us : 1ms);
-          if (by_token && j.cancelled()) {
-            constexpr auto kStopGrace = 30s;
-            const auto grace = std::chrono::steady_clock::now() + kStopGrace;
-            while (!stop.stop_requested() && std::chrono::steady_clock::now() < grace)
-              std::this_thread::sleep_for(100us);
-            if (!stop.stop_requested())
-              v.add("job " + std::to_string(j.id()) + ": delivery " +
-                    std::to_string(j.deliveries()) +
-                    " was fenced but its stop token never stopped");
-            break;
-          }
-        }
+      case Fate::hang:
+        hang(j, cfg.manual_clock, v);  // until fenced; its outcome must be ignored
         return Outcome::done();
-      }
     }
     return Outcome::done();
   };
@@ -225,6 +184,7 @@ Report run(const Config& cfg) {
     });
   } else {
     q.process(wo, [&](Job<Payload>& j) -> Outcome {
+      if (flows.on()) flows.on_start(j.id(), j.children(), v);
       enter_downstream();
       const Fate f = fate(cfg, j.data().plan, j.deliveries());
       if (calls.is_async(j.data(), j.deliveries())) {
@@ -372,6 +332,7 @@ Report run(const Config& cfg) {
       // add(o, fresh): one add, repeated while the queue is full; its plan picks its faults, its
       // priority and its tenant. A fresh job (no dedup id) joins the producer's batch, if any.
       BatchWatch::Producer batch;
+      FlowWatch::Producer flow;
       auto add = [&](JobOptions o, bool fresh = false) {
         const std::uint64_t plan = rng();
         shares.choose(o, plan);
@@ -426,14 +387,30 @@ Report run(const Config& cfg) {
             // running (merged: a running job's payload is never replaced).
             if (u(rng) < cfg.debounce) o.dedup.mode = DedupMode::debounce;
           }
+          bool parent = !dup && flows.make_parent(flow, o);
           TimePoint before = clock.now();
-          AddReceipt r = add(o, !dup);
+          AddReceipt r;
+          try {
+            r = add(o, !dup);
+          } catch (const Error& e) {
+            // A child that ended may be forgotten by its queue's history already (a short one:
+            // the soak's capacity): refused, the job is added without children.
+            if (!parent || e.code() != ErrorCode::invalid_option) throw;
+            flows.refused();
+            o.after.clear();
+            parent = false;
+            r = add(o, !dup);
+          }
           if (r.status != AddStatus::added) {
             v.add("a fresh add returned " + std::string(to_string(r.status)));
             continue;
           }
           accept(r);
-          if (groups.on()) groups.note_added(r.id, group, !dup && o.delay.count() == 0);
+          if (!dup && flows.on()) FlowWatch::accepted(flow, r.id);
+          // Its edges cancel it when a child fails so: a cancel the ledger must accept.
+          if (parent) ledger.track(r.id).cancel_accepted.store(2);
+          // A parent waits for its children: its start is not its group's add order.
+          if (groups.on()) groups.note_added(r.id, group, !dup && !parent && o.delay.count() == 0);
           if (dup) {
             TimePoint after_first = clock.now();
             AddReceipt again = add(o);
@@ -543,12 +520,16 @@ Report run(const Config& cfg) {
         if (q.counts().active == 0) break;
       }
     } else if (c.completed + c.dead_lettered + c.cancelled + c.discarded == c.added &&
-               c.active == 0 && c.waiting == 0 && c.delayed == 0) {
+               c.active == 0 && c.waiting == 0 && c.delayed == 0 && c.waiting_children == 0) {
       break;
     }
     if (std::chrono::steady_clock::now() > deadline) {
       v.add("jobs did not settle within 10 minutes: added " + std::to_string(c.added) + ", ended " +
             std::to_string(c.completed + c.dead_lettered + c.cancelled + c.discarded));
+      for (const JobStatus st :
+           {JobStatus::waiting, JobStatus::delayed, JobStatus::waiting_children, JobStatus::active})
+        for (const JobInfo& j : q.jobs(st, 3))
+          v.add("  unsettled job " + std::to_string(j.id) + ": " + q.explain(j.id).text);
       break;
     }
     std::this_thread::sleep_for(1ms);
@@ -586,6 +567,9 @@ Report run(const Config& cfg) {
   const BatchWatch::Totals bt = batches.check(ledger, [&](std::string w) { v.add(std::move(w)); });
   rep.batches = bt.batches;
   rep.batches_succeeded = bt.succeeded;
+  rep.parents_started = flows.parents_started();
+  rep.dependency_failed = flows.dependency_failed();
+  rep.parents_refused = flows.parents_refused();
   rep.most_inside = most_inside.load();
   rep.deferred = calls.deferred();
   rep.throttled = throttled.load();

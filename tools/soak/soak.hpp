@@ -46,12 +46,15 @@
 //      its cap (share_watch.hpp). Priorities and tenants run under every other invariant too;
 //   9. with batches, each one's on_complete fired exactly once and its on_success exactly once
 //      if every member completed (after redrives too), never otherwise (batch_watch.hpp).
+//  10. with flows, a parent starts only once every child ended, and only if each child of an
+//      edge that does not ignore failures completed; one dead-lettered for a failed dependency
+//      never started (flow_watch.hpp).
 // Where they are checked: 1-4 job_ledger.hpp, 5 PauseWatch, 6 the handler, 7 group_ledger.hpp,
-// 8 share_watch.hpp, 9 batch_watch.hpp; this file's run() drives the threads and hands them the
-// events. The report also counts what the run exercised (delayed jobs, re-adds, pauses that held
-// back waiting work, debounces, redrives, jobs handed back), so a caller can tell a clean run from
-// one that injected nothing, and states the checker's totals as Jepsen's queue checker does: ok,
-// lost, duplicated (ended more often than its lives), and late outcomes applied.
+// 8 share_watch.hpp, 9 batch_watch.hpp, 10 flow_watch.hpp; this file's run() drives the threads and
+// hands them the events. The report also counts what the run exercised (delayed jobs, re-adds,
+// pauses that held back waiting work, debounces, redrives, jobs handed back), so a caller can tell
+// a clean run from one that injected nothing, and states the checker's totals as Jepsen's queue
+// checker does: ok, lost, duplicated (ended more often than its lives), and late outcomes applied.
 #pragma once
 
 #include <array>
@@ -134,6 +137,9 @@ struct Config {
   // Batches (Engine::batch): > 0 adds each producer's fresh jobs through batches of this many
   // members; invariant 9 checks their callbacks (batch_watch.hpp).
   std::uint32_t batch_size = 0;
+  // Flows (JobOptions::after): > 0 makes every flow_every-th fresh add of a producer a parent of
+  // its last 3 jobs; invariant 10 checks them (flow_watch.hpp).
+  std::uint32_t flow_every = 0;
 };
 
 struct Report {
@@ -142,6 +148,7 @@ struct Report {
   std::uint64_t timed_out = 0;  // attempts past their timeout (Config::timeout)
   std::uint64_t expired = 0;    // jobs dead-lettered unstarted (Config::expire_after)
   std::uint64_t batches = 0, batches_succeeded = 0;  // Config::batch_size
+  std::uint64_t parents_started = 0, dependency_failed = 0, parents_refused = 0;  // flow_every
   std::uint64_t deliveries = 0, failed_attempts = 0, cancels_accepted = 0, delayed = 0;
   std::uint64_t pauses = 0, pauses_with_work = 0, starts_while_paused = 0;
   std::uint64_t pushbacks = 0, throttled = 0, limit_changes = 0, most_inside = 0;
