@@ -188,6 +188,33 @@ TEST(ProducerLanes, ManyProducersRetriesAndWorkersEndEveryJobExactlyOnce) {
   }
 }
 
+TEST(ProducerLanes, ShortBurstsNeverLeaveAReadyJobWhileEveryWorkerSleeps) {
+  // 4 workers on 2 cores, 300 bursts of 1-16 tracked adds from a fresh thread each, each burst
+  // waited for. A worker's last look before it sleeps may be turned away from a lane another
+  // worker is popping (ReadyLanes::take); it then announces the work it saw
+  // (Dispatcher::spin_for_job), so no burst strands a job while all four sleep (before, about
+  // 1 run in 300 under ThreadSanitizer and load).
+  Engine engine;
+  auto q = engine.declare_queue<int>("q", QueueOptions{});
+  q.process({.concurrency = 4}, [](Job<int>& j) {
+    if (j.data() % 5 == 0) std::this_thread::yield();
+    return Outcome::done();
+  });
+  std::uint64_t seed = 11;
+  for (int burst = 0; burst < 300; ++burst) {
+    seed = seed * 6364136223846793005u + 1442695040888963407u;
+    const int n = 1 + static_cast<int>((seed >> 33) % 16);
+    std::thread producer([&] {
+      for (int i = 0; i < n; ++i)
+        (void)q.add_tracked("job", i);
+    });
+    producer.join();
+    ASSERT_TRUE(q.wait_idle(30s)) << "burst " << burst << ": " << q.counts().waiting
+                                  << " waiting while every worker sleeps";
+  }
+  EXPECT_TRUE(engine.shutdown(10s).clean());
+}
+
 TEST(ProducerIds, AreUniqueAcrossThreadsAndRiseWithinEachBulksConsecutive) {
   const test::Watchdog watchdog(120s, "ProducerIdsAreUniqueAcrossThreads");
   constexpr int kThreads = 8, kSingles = 600;
