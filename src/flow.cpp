@@ -105,7 +105,8 @@ std::vector<JobId> Flow::add() {
     }
     step.id = r.first.id;
     made[node] = std::move(r.second);
-    done.push_back(node);
+    // A duplicate merged into someone else's job: not the flow's to cancel.
+    if (st == AddStatus::added) done.push_back(node);
   }
   std::vector<JobId> ids;
   ids.reserve(steps_.size());

@@ -1,6 +1,7 @@
 // FlowNode: a parent job's dependency record. Contract: include/rail/detail/flow_node.hpp.
 #include "rail/detail/flow_node.hpp"
 
+#include <functional>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -31,12 +32,44 @@ JobFlow& queue_of(QueueFront* front) noexcept {
 }
 /// failure(edge, end): the parent's error when child `end` failed it.
 std::string failure(const JobFlow& queue, const JobEnd<void>& end) {
+  // The child's own error, up to kShown bytes; not a failed dependency's (which names its own
+  // child in turn: a chain would repeat every error below it, growing with its depth).
+  constexpr std::size_t kShown = 256;
   std::string why = "child job " + std::to_string(end.id) + " on queue '" + queue.name() + "' ";
   why.append(to_string(end.status));
   if (end.status == JobStatus::dead_lettered)
     why.append(" (").append(to_string(end.reason)).append(")");
-  if (!end.error.empty()) why.append(": ").append(end.error);
+  if (!end.error.empty() && end.reason != DeadLetterReason::dependency_failed) {
+    why.append(": ").append(end.error, 0, kShown);
+    if (end.error.size() > kShown) why.append("...");
+  }
   return why;
+}
+
+/// run_flat(f): runs f now, on this thread, unless a run_flat is already under way further up
+/// this thread's stack: then f is queued, and that one runs it after its own. A decision ends its
+/// parent, which may be another parent's child whose decision comes here in turn: a chain of any
+/// depth then runs in a loop, not on the stack.
+void run_flat(std::function<void()> f) noexcept {
+  thread_local std::vector<std::function<void()>>* queued = nullptr;
+  if (queued != nullptr) {
+    try {
+      queued->push_back(std::move(f));
+      return;
+    } catch (...) {  // no memory to queue it: on the stack, then
+    }
+    f();
+    return;
+  }
+  std::vector<std::function<void()>> mine;
+  queued = &mine;
+  f();
+  while (!mine.empty()) {
+    std::function<void()> next = std::move(mine.back());
+    mine.pop_back();
+    next();
+  }
+  queued = nullptr;
 }
 }  // namespace
 
@@ -64,6 +97,13 @@ std::shared_ptr<FlowNode> FlowNode::make(JobFlow& parent, const std::vector<Depe
     e.id = d.id;
     e.on_failure = d.on_failure;
     if (d.watch) {
+      // Its queue is touched only inside a visit: a handle may outlive its engine.
+      const auto visit = d.watch->waiter()->visit();
+      if (!visit)
+        throw Error(ErrorCode::invalid_option,
+                    "JobOptions.after on queue '" + parent.name() + "' names job " +
+                        std::to_string(d.id) +
+                        " through a handle whose engine is gone; expected a job of this engine");
       e.queue = &queue_of(d.watch->queue());
       if (&e.queue->core() != &core)
         throw Error(ErrorCode::invalid_option,
@@ -84,7 +124,9 @@ std::shared_ptr<FlowNode> FlowNode::make(JobFlow& parent, const std::vector<Depe
     e.waiter = at->second.first->end_tracker().watch(d.id, false);  // fences: see above
   }
   for (Edge& e : edges) {
-    if (!e.waiter) continue;
+    // Registered before its job was published (add_tracked): its end, result included, is
+    // recorded for it; the history would answer without the result.
+    if (!e.waiter || e.waiter->sure()) continue;
     JobFlow& q = *e.queue;
     const std::uint32_t slot = where.at(e.id).second;
     const JobQueries::Place at =
@@ -216,8 +258,9 @@ void FlowNode::act(Decision decision, std::string why) noexcept {
     }
   };
   // Not under the wheel (JobControl takes it; the end's owner may hold it): after its release.
+  // Flat: the parent's end may decide for its own parents (run_flat).
   try {
-    parent_.core().after_wheel(std::move(run));
+    parent_.core().after_wheel([run = std::move(run)]() mutable { run_flat(std::move(run)); });
   } catch (...) {  // no memory to keep the call for later
   }
 }

@@ -106,21 +106,26 @@ JobState JobQueries::state(JobId id) const {
 
 std::vector<JobQueries::Known> JobQueries::take_known(std::unordered_set<JobId>& ids) const {
   std::vector<Known> out;
+  // Ended first (a lookup each), so that only live ones cost a pass over the slots: one that
+  // ended once counts as ended, even if redriven since.
+  const auto ended = [&] {
+    for (auto it = ids.begin(); it != ids.end();) {
+      if (parts_.stats.recall(*it) || dlq_.in_dlq(*it)) {
+        out.push_back({*it, kEnded});
+        it = ids.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  };
+  ended();
   for (std::uint32_t i = 0; i < parts_.capacity && !ids.empty(); ++i) {
     const JobId id = parts_.slot(i).id.load(std::memory_order_relaxed);
     if (ids.find(id) == ids.end() || place(i, id) == Place::gone) continue;
     out.push_back({id, i});
     ids.erase(id);
   }
-  // One that ended since its slot was read is in the history, looked up here.
-  for (auto it = ids.begin(); it != ids.end();) {
-    if (parts_.stats.recall(*it) || dlq_.in_dlq(*it)) {
-      out.push_back({*it, kEnded});
-      it = ids.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  ended();  // one that ended while the slots were read
   return out;
 }
 

@@ -301,6 +301,10 @@ void validate_schedule_options(std::string_view id, const ScheduleOptions& o,
                 where + "ScheduleOptions.job.dedup.id is '" + o.job.dedup.id +
                     "'; expected none (each run is a job of its own; overlap decides whether runs "
                     "may share time)");
+  if (!o.job.after.empty())
+    throw Error(ErrorCode::invalid_option,
+                where + "ScheduleOptions.job.after names " + std::to_string(o.job.after.size()) +
+                    " children; expected none (every run would wait for the same jobs)");
   if (o.max_catch_up == 0)
     throw Error(ErrorCode::invalid_option,
                 where + "ScheduleOptions.max_catch_up is 0; expected 1 or more");

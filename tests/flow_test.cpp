@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -352,6 +353,80 @@ TEST_F(Flows, AParentRedrivenFromTheDlqRunsWithoutWaiting) {
   engine.run_until_idle();
   EXPECT_EQ(runs, 1);
   EXPECT_EQ(q.state(p).status, JobStatus::completed);
+}
+
+TEST_F(Flows, AChildCancelledWhileWaitingBeforeTheParentWasAddedFailsItAtOnce) {
+  // Its slot still holds it (cancelled, its index in the ready ring) with its end in the
+  // history, recorded for no waiter: the parent must read that end, not wait for another.
+  auto q = engine.declare_queue<int>("q", QueueOptions{});
+  q.process({}, [](Job<int>&) { return Outcome::done(); });
+  const JobId child = q.add("child", 1).id;
+  ASSERT_TRUE(q.cancel(child));
+  const JobId p = q.add("p", 0, after({child})).id;
+  EXPECT_EQ(q.state(p).status, JobStatus::dead_lettered);
+  EXPECT_EQ(q.dlq().get(p)->reason, DeadLetterReason::dependency_failed);
+}
+
+TEST_F(Flows, AChildsHandleKeepsItsResultWhenAParentNamesItById) {
+  auto q = engine.declare_queue<int, int>("q", QueueOptions{});
+  q.process({}, [](Job<int>& j) -> Result<int> { return j.data() * 2; });
+  auto child = q.add_tracked("child", 21);
+  engine.run_until_idle();
+  auto parents = engine.declare_queue<int>("parents", QueueOptions{});
+  (void)parents.add("p", 0, after({child.id()}));
+  const auto end = child.wait();
+  ASSERT_TRUE(end.result) << "the handle's end came from the history, without its result";
+  EXPECT_EQ(*end.result, 42);
+}
+
+TEST_F(Flows, AChainTenThousandDeepFailsOrCancelsInALoopWithErrorsOfBoundedSize) {
+  // Each parent's end decides for its own parent, on the same thread: a loop, not recursion;
+  // and a failed dependency's error names its child without repeating the chain below it.
+  for (const ChildFailure policy : {ChildFailure::fail, ChildFailure::cancel}) {
+    auto q = engine.declare_queue<int>(policy == ChildFailure::fail ? "fail" : "cancel",
+                                       QueueOptions{.capacity = 16'384});
+    q.process({}, [](Job<int>&) { return Outcome::fail("root cause"); });
+    JobHandle<> link = q.add_tracked("root", 0);
+    for (int i = 1; i < 10'000; ++i)
+      link = q.add_tracked("link", i, after({{link, policy}}));
+    const JobId last = link.id();
+    engine.run_until_idle();
+    if (policy == ChildFailure::fail) {
+      const auto entry = q.dlq().get(last);
+      ASSERT_TRUE(entry);
+      EXPECT_EQ(entry->reason, DeadLetterReason::dependency_failed);
+      EXPECT_LT(entry->errors.back().message.size(), 200u) << entry->errors.back().message;
+      EXPECT_EQ(q.counts().dead_lettered, 10'000u);
+    } else {
+      EXPECT_EQ(q.state(last).status, JobStatus::cancelled);
+      EXPECT_EQ(q.counts().cancelled, 9'999u);
+    }
+  }
+}
+
+TEST_F(Flows, AHandleOfAnEngineThatIsGoneIsRefused) {
+  std::optional<JobHandle<>> kept;
+  {
+    Engine other{EngineOptions{.mode = Mode::inlined}};
+    auto q = other.declare_queue<int>("q", QueueOptions{});
+    kept = q.add_tracked("child", 1);
+  }
+  auto q = engine.declare_queue<int>("q", QueueOptions{});
+  try {
+    (void)q.add("p", 0, after({*kept}));
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("engine is gone"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Flows, AScheduleWithChildrenIsRefused) {
+  auto q = engine.declare_queue<int>("q", QueueOptions{});
+  const JobId child = q.add("child", 1).id;
+  ScheduleOptions o;
+  o.job.after = {child};
+  EXPECT_THROW((void)q.schedule("s", Schedule::every(1s), "run", 0, o), Error);
 }
 
 // --- threads -----------------------------------------------------------------------------------

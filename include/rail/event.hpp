@@ -42,7 +42,8 @@ enum class EventKind : std::uint8_t {
   started,         // a worker began attempt `attempt`
   attempt_failed,  // attempt `attempt` failed with `error`; `delay` is the wait before the
                    // next attempt, or negative when there is none (dead-lettered next)
-  retry_due,       // a delayed job or a retry's backoff elapsed; the job is ready again
+  retry_due,       // a delayed job or a retry's backoff elapsed, or a parent's children all
+                   // ended (JobOptions::after); the job is ready again
   completed,       // attempt `attempt` succeeded; the job is finished
   dead_lettered,   // the job moved to the DLQ for `reason`: its entry is there already (also
                    // when an overrunning handler still runs; a move-only payload's entry is

@@ -9,7 +9,8 @@
 // before it are cancelled (one already running runs on; its parents are cancelled with the
 // rest) and add() throws Error (capacity, or shutting_down) naming the node, or rethrows.
 // Cancelling one parent leaves its children as they are (they may have other parents, and be
-// under way); cancel() cancels every job of the flow that has not ended.
+// under way); cancel() cancels every job the flow added that has not ended (not a job a node's
+// duplicate merged into).
 // Threading: a Flow is built and added by one thread; add() once.
 #pragma once
 
