@@ -421,6 +421,22 @@ TEST_F(Flows, AHandleOfAnEngineThatIsGoneIsRefused) {
   }
 }
 
+TEST_F(Flows, ACoroutineParentReadsItsChildrenToo) {
+  auto q = engine.declare_queue<int, int>("q", QueueOptions{});
+  q.process({}, [](Job<int>& j) -> Result<int> { return j.data() + 1; });
+  auto parents = engine.declare_queue<int>("parents", QueueOptions{});
+  int read = 0;
+  parents.process({.max_pending = 2}, [&](AsyncJob<int> job) -> Task {
+    for (const ChildEnd& c : job.children())
+      read = *c.result<int>();
+    co_return Outcome::done();
+  });
+  auto child = q.add_tracked("c", 41);
+  (void)parents.add("p", 0, after({child}));
+  engine.run_until_idle();
+  EXPECT_EQ(read, 42);
+}
+
 TEST_F(Flows, AScheduleWithChildrenIsRefused) {
   auto q = engine.declare_queue<int>("q", QueueOptions{});
   const JobId child = q.add("child", 1).id;

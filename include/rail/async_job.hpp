@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <typeindex>
 #include <utility>
+#include <vector>
 
 #include "rail/clock.hpp"
 #include "rail/completion.hpp"
@@ -109,6 +110,9 @@ class AsyncJob : public detail::AsyncDelivery, public detail::JobFacts {
   [[nodiscard]] std::stop_token stop_token() const { return completion_.stop_token(); }
   /// extend_lease(d): the heartbeat of a long call (Completion::extend_lease).
   bool extend_lease(Duration d) noexcept { return completion_.extend_lease(d); }
+  /// children(): Job::children(), copied as the coroutine started (empty for a job that waited
+  /// for none, at the cost of one call).
+  [[nodiscard]] const std::vector<ChildEnd>& children() const noexcept { return children_; }
 
  private:
   template <class, class>
@@ -123,12 +127,14 @@ class AsyncJob : public detail::AsyncDelivery, public detail::JobFacts {
         data_(&job.data()),
         name_copy_(job.name()),
         queue_copy_(job.queue()),
-        last_error_copy_(job.last_error()) {}
+        last_error_copy_(job.last_error()),
+        children_(job.children()) {}
 
   const T* data_;
   std::string name_copy_;
   std::string queue_copy_;
   std::string last_error_copy_;
+  std::vector<ChildEnd> children_;
 };
 
 }  // namespace rail
