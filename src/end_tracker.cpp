@@ -154,7 +154,7 @@ std::shared_ptr<EndWaiter> EndTracker::take(JobId id) {
   return take_waiter(waiters_, id, wanted_);
 }
 
-std::shared_ptr<EndWaiter> EndTracker::watch(JobId id, bool sure) {
+std::shared_ptr<EndWaiter> EndTracker::watch(JobId id, bool sure, Fence fence) {
   std::shared_ptr<EndWaiter> w;
   {
     std::lock_guard lock(mu_);
@@ -182,7 +182,7 @@ std::shared_ptr<EndWaiter> EndTracker::watch(JobId id, bool sure) {
   // A waiter by id races the job's end: the heavy side of settle_end's light fence (Dekker).
   // A sure waiter was registered before its job was published: the end, which acquires that
   // publication, sees wanted_ raised without a fence.
-  if (!sure) heavy_fence();
+  if (!sure && fence == Fence::now) heavy_fence();
   return w;
 }
 

@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "rail/detail/asymmetric_fence.hpp"
 #include "rail/detail/queue_impl.hpp"
 #include "rail/error.hpp"
 #include "rail/job_handle.hpp"
@@ -121,8 +122,10 @@ std::shared_ptr<FlowNode> FlowNode::make(JobFlow& parent, const std::vector<Depe
                       ", which no queue of this engine knows (never added, or forgotten by its "
                       "queue's history); expected the id of a job added to this engine");
     e.queue = at->second.first;
-    e.waiter = at->second.first->end_tracker().watch(d.id, false);  // fences: see above
+    e.waiter = at->second.first->end_tracker().watch(d.id, false, EndTracker::Fence::caller);
   }
+  // One fence for all the waiters registered above, before the looks below (see above).
+  if (!where.empty()) heavy_fence();
   for (Edge& e : edges) {
     // Registered before its job was published (add_tracked): its end, result included, is
     // recorded for it; the history would answer without the result.

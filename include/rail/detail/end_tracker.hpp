@@ -123,9 +123,12 @@ class EndTracker {
     return wanted_.load(std::memory_order_relaxed) != 0;
   }
 
-  /// watch(id, sure): the waiter of job `id`, registered (the same one for every handle of the
-  /// job); `sure`: registered before the job was published. Fences (see wanted()).
-  std::shared_ptr<EndWaiter> watch(JobId id, bool sure);
+  /// watch(id, sure, fence): the waiter of job `id`, registered (the same one for every handle
+  /// of the job); `sure`: registered before the job was published. Fences (see wanted()), unless
+  /// `fence` is Fence::caller: the caller then runs heavy_fence() itself after its last watch and
+  /// before it reads the history (one fence for many waiters: a parent's children by id).
+  enum class Fence : std::uint8_t { now, caller };
+  std::shared_ptr<EndWaiter> watch(JobId id, bool sure, Fence fence = Fence::now);
   /// record(end, retain): a job ended: resolve its waiter (callbacks run here, outside the
   /// lock) and, if `retain`, retain the end as the retention says. retain = false: an end read
   /// back from the queue's history for a waiter by id (nothing new to retain).
