@@ -1,5 +1,6 @@
 // JobControl's parents: the decisions a FlowNode takes for a parent waiting for its children
 // (JobOptions::after). Contract: job_control.hpp; the node: flow_node.hpp.
+#include <thread>
 #include <utility>
 
 #include "rail/detail/job_control.hpp"
@@ -40,10 +41,17 @@ bool JobControl::fail_parent(std::uint32_t idx, JobId id, std::string why) {
   // Taken under the wheel (its index is the wheel's: parked), ended after it is released: the
   // end runs payload destructors and observers.
   const auto taken = parts_.core.with_wheel([&](Wheel& wheel) {
-    timers_.drain(wheel, client_);
     for (;;) {
+      timers_.drain(wheel, client_);
       const std::uint64_t c = s.ctl.load();
       if (!waiting_children(s, c, id)) return false;
+      // Published delayed just before its index went into the inbox, it may still be on its way
+      // (behind another submitter's push the drain stopped at): a few instructions away. Taken
+      // there, the drain would end it as an expired job's holder does.
+      if (!TimerPort::parked(s)) {
+        std::this_thread::yield();
+        continue;
+      }
       if (!s.ctl.expire(c)) continue;  // a cancel moved the word: the loop sees it gone
       const bool parked = timers_.unlink(s, wheel);
       RAIL_INVARIANT(parked, "a parent waiting for its children is parked on the wheel");

@@ -110,6 +110,10 @@ class TimerPort {
   /// index (true) or says it is not parked. Touches only the node's deadline, never the wheel's
   /// lists, so a callback re-entered while its thread owns the wheel may call it.
   [[nodiscard]] static bool take_parked(JobSlot& s) noexcept;
+  /// parked(s): the wheel owner holds slot s parked (due never), not in transit in the inbox.
+  [[nodiscard]] static bool parked(const JobSlot& s) noexcept {
+    return !s.timer.linked() && is_never(s.timer.deadline);
+  }
 
  private:
   static constexpr std::uint32_t kLeaseSweep = 0xFFFF'FFFFu;  // the sweep's tag
