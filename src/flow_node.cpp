@@ -27,10 +27,6 @@ struct FlowNode::Edge {
 };
 
 namespace {
-/// queue_of(front): every QueueFront is a QueueImpl's, a JobFlow.
-JobFlow& queue_of(QueueFront* front) noexcept {
-  return static_cast<QueueImpl&>(*front);
-}
 /// failure(edge, end): the parent's error when child `end` failed it.
 std::string failure(const JobFlow& queue, const JobEnd<void>& end) {
   // The child's own error, up to kShown bytes; not a failed dependency's (which names its own
@@ -105,7 +101,7 @@ std::shared_ptr<FlowNode> FlowNode::make(JobFlow& parent, const std::vector<Depe
                     "JobOptions.after on queue '" + parent.name() + "' names job " +
                         std::to_string(d.id) +
                         " through a handle whose engine is gone; expected a job of this engine");
-      e.queue = &queue_of(d.watch->queue());
+      e.queue = &QueueImpl::of(*d.watch->queue());
       if (&e.queue->core() != &core)
         throw Error(ErrorCode::invalid_option,
                     "JobOptions.after on queue '" + parent.name() + "' names job " +

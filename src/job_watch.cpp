@@ -11,9 +11,9 @@
 namespace rail::detail {
 
 namespace {
-// Every QueueFront is a QueueImpl's; the waiting reaches its job flow.
+// The waiting reaches the job flow of the handle's queue.
 JobFlow& flow_of(QueueFront* queue) noexcept {
-  return static_cast<QueueImpl&>(*queue);
+  return QueueImpl::of(*queue);
 }
 }  // namespace
 

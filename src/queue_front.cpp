@@ -10,13 +10,12 @@
 namespace rail::detail {
 
 namespace {
-// Every QueueFront is the front of a QueueImpl (its only derived class); most calls go on to its
-// job flow.
+// Every QueueFront is the front of a QueueImpl (QueueImpl::of); most calls go on to its job flow.
 QueueImpl& impl(QueueFront& front) noexcept {
-  return static_cast<QueueImpl&>(front);
+  return QueueImpl::of(front);
 }
 const QueueImpl& impl(const QueueFront& front) noexcept {
-  return static_cast<const QueueImpl&>(front);
+  return QueueImpl::of(front);
 }
 JobFlow& flow(QueueFront& front) noexcept {
   return impl(front);

@@ -408,7 +408,7 @@ class JobFlow : public QueueBase,
                      (o.downstream.empty() ? 0 : links_.link_of(o.downstream))),  // admit made it
                  std::memory_order_relaxed);
     s.set_backoff(o.backoff);
-    if (s.extra) [[unlikely]] {
+    if (s.extra) {
       s.extra->errors.clear();
       if (s.extra->rare) s.extra->rare->parent.reset();  // the slot's last parent's children
     }

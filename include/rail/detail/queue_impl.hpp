@@ -48,6 +48,12 @@ class QueueImpl final : public JobFlow, public QueueFront {
   using RunHandler = QueueFront::RunHandler;  // the same type as JobFlow's
   using HandlerBox = QueueFront::HandlerBox;
 
+  /// of(front): the queue behind a QueueFront (its only derived class is QueueImpl).
+  static QueueImpl& of(QueueFront& front) noexcept { return static_cast<QueueImpl&>(front); }
+  static const QueueImpl& of(const QueueFront& front) noexcept {
+    return static_cast<const QueueImpl&>(front);
+  }
+
   std::type_index payload_type() const noexcept override { return ops_.type; }
   [[nodiscard]] const PayloadOps& payload_ops() const noexcept { return ops_; }
   [[nodiscard]] DeadLetterBridge& bridge() noexcept { return bridge_; }
