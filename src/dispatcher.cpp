@@ -111,8 +111,10 @@ void Dispatcher::start(JobRunner& runner, std::uint32_t workers, LeaseTracker& l
     stashes_.reset();
     throw;
   }
-  for (std::uint32_t w = 0; w < workers; ++w)
+  for (std::uint32_t w = 0; w < workers; ++w) {
     contexts_[w]->counters = &stats_.worker(w);
+    contexts_[w]->latency = stats_.latency().worker(w);
+  }
   // relaxed: a sizing hint for wake-ups; the workers see it through the gate.
   worker_count_.store(workers, std::memory_order_relaxed);
   // release: pause_and_wait's acquire load sees contexts_ complete.
@@ -132,6 +134,7 @@ void Dispatcher::join_pool(JobRunner& runner, std::uint32_t pool_size, WakeTarge
   }
   for (std::uint32_t w = 0; w < pool_size; ++w) {
     contexts_[w]->counters = &stats_.worker(w);
+    contexts_[w]->latency = stats_.latency().worker(w);
     // Not in a turn of this queue: parked as far as pause_and_wait is concerned.
     contexts_[w]->pause.parked.store(true, std::memory_order_relaxed);
   }

@@ -339,6 +339,16 @@ JobState Engine::state(JobId id) {
   return JobState{};
 }
 
+EngineMetrics Engine::metrics() {
+  EngineMetrics m;
+  m.at = core_->clock().now();
+  const std::size_t n = core_->queue_count();
+  m.queues.reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    m.queues.push_back(core_->queue_at(i)->metrics());
+  return m;
+}
+
 Explanation Engine::explain(JobId id) {
   const std::size_t n = core_->queue_count();
   for (std::size_t i = 0; i < n; ++i) {

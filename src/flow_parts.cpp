@@ -13,7 +13,7 @@ FlowParts::FlowParts(EngineCore& engine, std::string queue, QueueOptions opts)
     : core(engine),
       name(std::move(queue)),
       options(std::move(opts)),
-      stats(options.capacity),
+      stats(options.capacity, options.histograms),
       capacity(options.capacity),
       slots(std::make_unique<JobSlot[]>(capacity)),
       stops(capacity) {}

@@ -208,6 +208,7 @@ RedriveStatus JobFlow::begin_redrive(const RedriveOf& of, bool reset_counters, s
 void JobFlow::end_redrive(std::uint32_t idx) noexcept {
   const std::int64_t now = core().now_ns();
   parts_.stats.add(kAdded);
+  parts_.stats.add(kRedriven);
   if (core().observed()) parts_.emit(EventKind::redriven, slot(idx), now);
   const std::int64_t expire = slot(idx).expires_at();  // ours until published
   publish_new(idx, now, Duration{0});

@@ -118,7 +118,7 @@ JobEnds::Settled JobEnds::settle(JobSlot& s, EndKind kind, WorkerContext* wc, st
   parts_.leave_children_wait(s);  // a parent cancelled, expired or failed while it waited
   if (Lines::lined(s)) settled.closing = lines_.close(parts_.index_of(s));
   settled.kept = claims_.release_at_end(s, kind == EndKind::cancelled);
-  if (note(s, kind, wc)) [[unlikely]]
+  if (note(s, kind, wc, now)) [[unlikely]]
     settled.end = record_of(s, kind, now, why, std::move(result));
   return settled;
 }

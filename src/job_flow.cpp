@@ -111,6 +111,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   // Never before the add: the producer's clock reading may lead ours by the CPUs' counter skew
   // (TscClock: tens of ns), and a job would seem to start before it was added.
   const std::int64_t now = std::max(parts_.core.now_ns(), s.added_ns);
+  parts_.stamp_end(wc, now);  // the job this worker completed before, if its end waits for a time
   const std::uint16_t delivered = s.delivered();
   const std::int64_t expire = s.started();  // before the first delivery: JobSlot::expires_at
   // Saturating: a redrive that keeps counters carries them on, past what 16 bits can count.
@@ -176,6 +177,12 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   // Into `active` before out of `waiting`: see counts().
   parts_.count(&wc, kStarted);
   parts_.count(&wc, kFromReady);
+  if (parts_.timed()) {
+    // From when it was last due (job_slot.hpp: due_ns); a retry's lateness as well.
+    const std::int64_t waited = now - s.due_ns.load(std::memory_order_relaxed);
+    parts_.record(&wc, Latency::wait, waited);
+    if (s.attempts() > 0) parts_.record(&wc, Latency::retry_lateness, waited);
+  }
   // Start to start: the previous handler's run plus this worker's overhead. Real time even
   // under a manual clock (whose time stands still between advances), on steady_ns()'s timeline
   // whatever the engine clock (see WorkerContext::wall_is_engine_clock).
@@ -261,6 +268,10 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   return true;
 }
 
+void JobFlow::stamp_end(WorkerContext& wc) noexcept {
+  if (wc.unstamped_start != WorkerContext::kUnstamped) parts_.stamp_end(wc, parts_.core.now_ns());
+}
+
 void JobFlow::close_delivery(OpenDelivery& d, Outcome&& out, WorkerContext& wc) {
   close_now(d, std::move(out), wc);
 }
@@ -321,14 +332,29 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   const bool plain_done = out.kind() == Outcome::Kind::done && !cancelled &&
                           !parts_.core.observed() && !ends_.tracker().wanted() &&
                           s.dedup == DedupHold::none;
-  const std::int64_t now = plain_done ? 0 : parts_.core.now_ns();
+  // With histograms, a plain completion on a worker of the queue's own takes its end's time from
+  // the worker's next reading (its next start, or its going idle: stamp_end), so that a job
+  // costs one reading, not two: its run time then includes the worker's own work after the
+  // handler returned (a few hundred ns). A second one before that reads the clock for both.
+  const bool timed = parts_.timed();
+  const bool unstamped = plain_done && timed && wc.latency != nullptr &&
+                         wc.unstamped_start == WorkerContext::kUnstamped;
+  const std::int64_t now = plain_done && (!timed || unstamped) ? 0 : parts_.core.now_ns();
+  if (timed && !unstamped) {
+    parts_.stamp_end(wc, now);
+    parts_.record(&wc, Latency::run, now - started.time_since_epoch().count());
+  }
   if (cancelled) {
     ends_.end(idx, EndKind::cancelled, DeadLetterReason::none, now, &wc);
     return false;  // the outcome did not count: cancel() decided the end
   }
   if (out.kind() == Outcome::Kind::done) {
     if (plain_done) [[likely]] {
-      ends_.complete(idx, wc, std::move(out.result_));
+      if (unstamped) {  // read while we hold the slot (complete() may free it)
+        wc.unstamped_start = started.time_since_epoch().count();
+        wc.unstamped_add = s.added_ns;
+      }
+      ends_.complete(idx, wc, std::move(out.result_), unstamped ? WorkerContext::kUnstamped : now);
     } else {
       ends_.end(idx, EndKind::completed, DeadLetterReason::none, now, &wc, {},
                 std::move(out.result_));
@@ -418,6 +444,7 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
     return;
   }
   s.extra->errors.back().next_delay_ns = delay.count();
+  parts_.count(wc, kRetried);
   if (delay.count() > 0) {
     s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);
     // Its tenant's turn goes to another of its jobs meanwhile (it takes one again when due);
@@ -431,6 +458,7 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
     s.ctl.leave_finishing(SlotState::delayed);
     timers_.submit(idx);
   } else {
+    s.due_ns.store(now, std::memory_order_relaxed);  // due again now: its wait starts
     s.ctl.leave_finishing(SlotState::waiting);
     dispatch_.push_ready(idx);
   }

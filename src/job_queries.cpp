@@ -38,6 +38,21 @@ std::vector<JobInfo> JobQueries::jobs(JobStatus status, std::size_t limit) const
   return out;
 }
 
+std::optional<std::int64_t> JobQueries::oldest_due(std::size_t bound) const noexcept {
+  std::optional<std::int64_t> oldest;
+  for (std::uint32_t i = 0; i < bound; ++i) {
+    const JobSlot& s = parts_.slot(i);
+    const std::uint64_t c = s.ctl.load();
+    if (status_of(s, ctl::state(c)) != JobStatus::waiting) continue;
+    const std::int64_t due = s.due_ns.load(std::memory_order_relaxed);
+    // A seqlock read, as jobs(): the due time is this job's only if the word did not move.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (s.ctl.load() != c) continue;  // it moved on: as if looked at a moment later
+    if (!oldest || due < *oldest) oldest = due;
+  }
+  return oldest;
+}
+
 JobStatus JobQueries::status_of(const JobSlot& s, SlotState st) noexcept {
   switch (st) {
     case SlotState::waiting:

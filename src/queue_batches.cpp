@@ -132,12 +132,14 @@ void QueueImpl::run_batch(WorkerBatch& b, WorkerContext& wc) {
 void QueueImpl::worker_idle(std::uint32_t w, WorkerContext& wc) {
   // Running already: a run_until_idle nested in its own handler ends here; the batch is the
   // outer call's to finish.
-  if (batch_run_ == nullptr || w >= batches_.size() || batches_[w].entries.empty() ||
-      batches_[w].running)
-    return;
-  // As a handler: calls from it that would wait for this worker are refused (would_deadlock).
-  const ScopedValue<const QueueBase*> delivering(current_delivery(), this);
-  run_batch(batches_[w], wc);
+  if (batch_run_ != nullptr && w < batches_.size() && !batches_[w].entries.empty() &&
+      !batches_[w].running) {
+    // As a handler: calls from it that would wait for this worker are refused
+    // (would_deadlock).
+    const ScopedValue<const QueueBase*> delivering(current_delivery(), this);
+    run_batch(batches_[w], wc);
+  }
+  stamp_end(wc);  // before the worker waits, its last completion's end gets its time
 }
 
 std::int64_t QueueImpl::linger_until(std::uint32_t w) const noexcept {

@@ -112,6 +112,9 @@ std::vector<JobInfo> QueueFront::jobs(JobStatus status, std::size_t limit) const
 QueueCounts QueueFront::counts() const noexcept {
   return flow(*this).counts();
 }
+QueueMetrics QueueFront::metrics() {
+  return impl(*this).metrics();
+}
 std::vector<Duration> QueueFront::oldest_waits() const {
   return flow(*this).oldest_waits();
 }

@@ -44,7 +44,9 @@ AddReceipt QueueImpl::add_one(std::string_view job_name, void* data, const JobOp
     case Added::What::no_room:
       break;
   }
-  return bridge_.overflow(job_name, data, o);
+  const AddReceipt r = bridge_.overflow(job_name, data, o);
+  if (r.status == AddStatus::full) stats().add(kRejected);
+  return r;
 }
 
 QueueFront::TrackedAdd QueueImpl::add_tracked(std::string_view job_name, void* data,
@@ -96,7 +98,10 @@ BulkAddReceipt QueueImpl::add_bulk(std::string_view job_name, void* items, std::
   const auto item = [&](std::size_t i) { return static_cast<char*>(items) + i * ops_.size; };
   // No room: what the overflow policy says, for the whole batch.
   const auto refuse = [&]() -> BulkAddReceipt {
-    if (options().on_full != OnFull::dead_letter) return {AddStatus::full, 0, 0};
+    if (options().on_full != OnFull::dead_letter) {
+      stats().add(kRejected, n);
+      return {AddStatus::full, 0, 0};
+    }
     BulkAddReceipt r{AddStatus::dead_lettered, 0, n};
     for (std::size_t i = 0; i < n; ++i) {
       auto one = bridge_.overflow(job_name, item(i), o);

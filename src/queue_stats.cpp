@@ -10,12 +10,14 @@ std::size_t QueueStats::history_entries(std::size_t capacity) noexcept {
   return std::bit_ceil(std::max<std::size_t>(capacity, 1024));
 }
 
-QueueStats::QueueStats(std::size_t capacity)
-    : mask_(history_entries(capacity) - 1),
+QueueStats::QueueStats(std::size_t capacity, bool histograms)
+    : latency_(histograms),
+      mask_(history_entries(capacity) - 1),
       bits_(static_cast<unsigned>(std::popcount(mask_))),
       history_(std::make_unique<std::atomic<std::uint32_t>[]>(mask_ + 1)) {}
 
 void QueueStats::add_workers(std::uint32_t n) {
+  latency_.add_workers(n);  // first: what may throw leaves the counters as they were
   workers_owner_ = std::make_unique<WorkerCounters[]>(n);
   // relaxed: ordered by the release store below, which counts() acquires.
   worker_count_.store(n, std::memory_order_relaxed);
@@ -60,12 +62,16 @@ QueueCounts QueueStats::counts(bool paused) const noexcept {
   c.timed_out = sum(kTimedOut);
   c.expired = sum(kExpired);
   c.shed = sum(kShed);
+  c.retried = sum(kRetried);
+  c.redriven = sum(kRedriven);
+  c.rejected = sum(kRejected);
   // Every fenced delivery (a lapse or a timeout) leaves a handler running until it returns its
   // late outcome.
   c.zombies = gauge(c.stalled + c.timed_out, c.late_outcomes);
   c.waiting = gauge(g.to_ready, g.from_ready);
   c.delayed = gauge(g.to_delayed, g.from_delayed);
   c.active = gauge(g.started, g.attempt_ended);
+  c.started = g.started;
   c.paused = paused;
   return c;
 }

@@ -155,3 +155,12 @@ rail_add_test(stop_cells CONCURRENCY)
 rail_add_test(log_json)
 target_link_libraries(log_json_test PRIVATE nlohmann_json::nlohmann_json)
 rail_add_test(flow CONCURRENCY)
+rail_add_test(metrics CONCURRENCY)
+# The JSON exposition always (nlohmann-json is a test dependency); rail::prometheus's where
+# prometheus-cpp is installed (tools/install-deps installs it for CI).
+rail_add_test(metrics_exposition)
+target_link_libraries(metrics_exposition_test PRIVATE rail::json)
+if(TARGET rail::prometheus)
+  target_link_libraries(metrics_exposition_test PRIVATE rail::prometheus)
+  target_compile_definitions(metrics_exposition_test PRIVATE RAIL_TEST_PROMETHEUS)
+endif()

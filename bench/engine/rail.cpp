@@ -30,6 +30,9 @@
 //                  job takes and gives back a permit, none waits (the permit's own cost)
 //   add+rate       the queue calls a downstream with a token bucket too fast to bind (10^9/s,
 //                  burst 2^20): every job takes a token and a permit, none waits
+//   add:no-histograms
+//                  the queue records no latency histograms (QueueOptions::histograms = false):
+//                  plain `add` records them (the default), so add over this is their cost
 //   add:shared     the queue runs on the engine's shared pool of `workers` threads
 //                  (WorkerOptions::shared) instead of its own: the cost of the pool's turns
 //   add:20q-shared / add:20q-own1
@@ -71,7 +74,8 @@ enum class Feature {
   tenant,
   timeout,
   expire,
-  edge
+  edge,
+  no_histograms
 };
 
 struct RailCase {
@@ -195,6 +199,7 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
   if (c.feature == Feature::priority) qo.priorities = 4;
   if (c.feature == Feature::tenant) qo.tenant_window = 64;
   if (c.feature == Feature::expire) qo.expire_after = std::chrono::hours(1);
+  if (c.feature == Feature::no_histograms) qo.histograms = false;
   if (c.feature == Feature::timeout) {
     qo.visibility_timeout = rail::Duration::max();  // the timeout's deadline alone
     qo.timeout = std::chrono::hours(1);
@@ -360,6 +365,7 @@ void register_rail_extras() {
   add(case_name("rail", "add+expire", 1, 2), {1, 2, 0, Feature::expire});
   add(case_name("rail", "add+edge", 1, 2), {1, 2, 0, Feature::edge});
   add(case_name("rail", "add+events", 1, 2), {1, 2, 0, Feature::events});
+  add(case_name("rail", "add:no-histograms", 1, 2), {1, 2, 0, Feature::no_histograms});
   add(case_name("rail", "add+permit", 1, 2), {1, 2, 0, Feature::permit});
   add(case_name("rail", "add+rate", 1, 2), {1, 2, 0, Feature::rate});
   add(case_name("rail", "add:shared", 1, 2), {1, 2, 0, Feature::none, 1, true});

@@ -64,6 +64,7 @@ struct QueueCounts {
   std::uint64_t waiting_children = 0;  // waiting for the jobs they depend on (JobOptions::after)
   std::uint64_t active = 0;
   std::uint64_t added = 0;
+  std::uint64_t started = 0;  // attempts started (handler starts, redeliveries included)
   std::uint64_t completed = 0;
   std::uint64_t failed_attempts = 0;
   std::uint64_t dead_lettered = 0;
@@ -73,12 +74,15 @@ struct QueueCounts {
   std::uint64_t stalled = 0;        // lease lapses
   std::uint64_t late_outcomes = 0;  // outcomes of lapsed or timed-out deliveries, ignored
   std::uint64_t timed_out = 0;      // attempts past their timeout (QueueOptions::timeout)
-  std::uint64_t expired = 0;  // jobs dead-lettered unstarted past expire_after (in dead_lettered)
-  std::uint64_t shed = 0;     // jobs dead-lettered by load shedding (QueueOptions::shed; likewise)
-  std::uint64_t zombies = 0;  // handlers still running after their lease lapsed or their attempt
-                              // timed out: asked to stop, they keep their thread (and permit)
-  std::uint64_t groups = 0;   // FIFO groups with jobs now (JobOptions::group)
-  std::uint64_t tenants = 0;  // tenants with jobs now (JobOptions::tenant)
+  std::uint64_t expired = 0;   // jobs dead-lettered unstarted past expire_after (in dead_lettered)
+  std::uint64_t shed = 0;      // jobs dead-lettered by load shedding (QueueOptions::shed; likewise)
+  std::uint64_t retried = 0;   // failed attempts followed by another (a retry scheduled)
+  std::uint64_t redriven = 0;  // DLQ entries sent back to the queue (counted in added too)
+  std::uint64_t rejected = 0;  // adds refused because the queue was full (AddStatus::full)
+  std::uint64_t zombies = 0;   // handlers still running after their lease lapsed or their attempt
+                               // timed out: asked to stop, they keep their thread (and permit)
+  std::uint64_t groups = 0;    // FIFO groups with jobs now (JobOptions::group)
+  std::uint64_t tenants = 0;   // tenants with jobs now (JobOptions::tenant)
   bool paused = false;
 };
 

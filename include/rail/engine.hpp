@@ -30,6 +30,7 @@
 #include "rail/event.hpp"
 #include "rail/job_batch.hpp"
 #include "rail/journal_codec.hpp"
+#include "rail/metrics.hpp"
 #include "rail/options.hpp"
 #include "rail/queue.hpp"
 #include "rail/shutdown_report.hpp"
@@ -211,6 +212,9 @@ class Engine {
   /// explain(id) says why job `id` has not started, in whichever queue holds it (see
   /// Queue::explain); Holdup::none with status unknown when no queue knows it. Cold.
   [[nodiscard]] Explanation explain(JobId id);
+  /// metrics() is every queue's Queue::metrics(), in declaration order, with the time it was
+  /// taken: what an exposition (rail::prometheus, rail/metrics_json.hpp) or a dashboard reads.
+  [[nodiscard]] EngineMetrics metrics();
   /// cancel(id) cancels job `id` in whichever queue holds it (see Queue::cancel); cold.
   bool cancel(JobId id);
 

@@ -250,6 +250,10 @@ struct QueueOptions {
   /// only jobs with a tenant; each tenant not listed has weight 1.
   std::vector<TenantShare> tenants{};
   std::uint32_t tenant_window = 0;  // 0: no fair shares (JobOptions::tenant refused); 1 .. 2^20
+  /// Latency histograms (Queue::metrics(): wait, run, end-to-end, retry lateness), recorded by
+  /// each worker on its own copy: about 19 KB per worker thread, and a clock reading at each
+  /// attempt's end. false: the histograms stay empty; the counters and gauges remain.
+  bool histograms = true;
 };
 
 /// WorkerOptions: the pool that drains a queue, sized to what the downstream service can take.

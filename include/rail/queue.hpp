@@ -293,6 +293,11 @@ class Queue {
   /// (one look per level, each a guess as state()'s); one entry of 0 on a queue without levels.
   [[nodiscard]] std::vector<Duration> oldest_waits() const { return impl_->oldest_waits(); }
 
+  /// metrics() is the queue's counters, gauges (waiting, delayed, active, DLQ depth, lag) and
+  /// latency histograms (wait, run, end-to-end, retry lateness), as plain values (metrics.hpp).
+  /// Cold: it sums every worker's copies and looks at each slot ever used (for the lag).
+  [[nodiscard]] QueueMetrics metrics() const { return impl_->metrics(); }
+
   /// promote(id) runs a delayed job now (BullMQ promote): it becomes waiting at once. A job
   /// waiting out a retry's backoff is delayed too, and is promoted the same way. Returns false
   /// if job `id` is not delayed in this queue (waiting, held back by its downstream, running,

@@ -57,6 +57,7 @@
 #include "rail/event.hpp"
 #include "rail/explanation.hpp"
 #include "rail/job_state.hpp"
+#include "rail/metrics.hpp"
 #include "rail/options.hpp"
 #include "rail/shutdown_report.hpp"
 
@@ -83,6 +84,8 @@ class QueueBase {
   /// touch the queue no more.
   virtual void close_completions() noexcept = 0;
   [[nodiscard]] virtual QueueCounts counts() const noexcept = 0;
+  /// metrics(): Queue::metrics, type-erased for Engine::metrics.
+  [[nodiscard]] virtual QueueMetrics metrics() = 0;
   [[nodiscard]] virtual bool idle() const noexcept = 0;
   /// cancel_job(id) / job_state(id): Queue::cancel / Queue::state, type-erased for Engine.
   virtual bool cancel_job(std::uint64_t id) = 0;

@@ -69,6 +69,22 @@ struct FlowParts {
       stats.add(c, n);
     }
   }
+  /// timed(): the queue records latency histograms (QueueOptions::histograms).
+  [[nodiscard]] bool timed() const noexcept { return options.histograms; }
+  /// record(wc, kind, ns): a latency sample, into the worker's own histograms (wc null, or
+  /// inline: the shared ones). Only when timed().
+  void record(const WorkerContext* wc, Latency kind, std::int64_t ns) noexcept {
+    stats.latency().record(wc ? wc->latency : nullptr, kind, ns);
+  }
+  /// stamp_end(wc, now): the last job wc's worker completed without reading the clock
+  /// (JobFlow::finish) ended at `now`, the worker's next reading: its run and end-to-end times
+  /// are recorded. Nothing when none waits.
+  void stamp_end(WorkerContext& wc, std::int64_t now) noexcept {
+    if (wc.unstamped_start == WorkerContext::kUnstamped) return;
+    record(&wc, Latency::run, now - wc.unstamped_start);
+    record(&wc, Latency::end_to_end, now - wc.unstamped_add);
+    wc.unstamped_start = WorkerContext::kUnstamped;
+  }
   /// leases_enabled(): deliveries may have a deadline: a lease, or an attempt's timeout (the
   /// queue's, or a job's: job_timeouts, set by the first add that gives one, before its job is
   /// published).

@@ -285,6 +285,11 @@ class JobFlow : public QueueBase,
   }
   [[nodiscard]] JobSlot& slot(std::uint32_t idx) const noexcept { return parts_.slot(idx); }
   [[nodiscard]] std::size_t capacity() const noexcept { return parts_.capacity; }
+  /// stamp_end(wc): wc's worker goes idle: a job it completed without a time gets now (the
+  /// flow's FlowParts::stamp_end).
+  void stamp_end(WorkerContext& wc) noexcept;  // job_flow.cpp
+  /// touched(): the slots ever used (FreeSlots::touched): the rest never held a job.
+  [[nodiscard]] std::size_t touched() const noexcept { return free_.touched(); }
   [[nodiscard]] QueueStats& stats() noexcept { return parts_.stats; }
   [[nodiscard]] std::string_view job_name(const JobSlot& s) const noexcept {
     return parts_.job_name(s);

@@ -50,6 +50,9 @@ class JobQueries {
   /// jobs(status, limit): up to `limit` live jobs in `status` (waiting, delayed or active),
   /// oldest id first.
   [[nodiscard]] std::vector<JobInfo> jobs(JobStatus status, std::size_t limit) const;
+  /// oldest_due(bound): the earliest due time (JobSlot::due_ns) of the jobs waiting to start in
+  /// slots [0, bound), or nullopt when none waits: Queue::metrics' lag.
+  [[nodiscard]] std::optional<std::int64_t> oldest_due(std::size_t bound) const noexcept;
   /// end_of(id): job `id`'s end if it ended and is retained, or what its history says (no result
   /// or errors then), or nullopt while it is live (or unknown to the queue: status unknown).
   [[nodiscard]] std::optional<EndRecord> end_of(JobId id) const;

@@ -85,8 +85,10 @@ struct alignas(64) JobSlot {
   // id is atomic only because cold-path scanners (state(), cancel) read it while the holder may
   // rewrite it on reuse; they validate with ctl. Holder writes are relaxed, published by ctl/ring.
   std::atomic<std::uint64_t> id{0};
-  TimerNode timer{};                    // links for the timing wheel (delays and backoff)
-  std::atomic<std::int64_t> due_ns{0};  // delayed: run no earlier than this (debounce moves it)
+  TimerNode timer{};  // links for the timing wheel (delays and backoff)
+  // Delayed: run no earlier than this (debounce moves it). Waiting: when it was last due (its
+  // add, its delay's or backoff's end, a redelivery, its downstream's hold): its wait's start.
+  std::atomic<std::int64_t> due_ns{0};
   std::int64_t added_ns = 0;
   // The start of the current or last delivery; before the first (deliveries 0), the time by
   // which the job must start (JobOptions::expire_after; kNever: none): see expires_at().

@@ -23,6 +23,7 @@
 #include "rail/explanation.hpp"
 #include "rail/job_end.hpp"
 #include "rail/job_state.hpp"
+#include "rail/metrics.hpp"
 #include "rail/options.hpp"
 #include "rail/outcome.hpp"
 #include "rail/schedule.hpp"
@@ -101,6 +102,7 @@ class QueueFront {
   bool change_delay(JobId id, Duration d);
   [[nodiscard]] std::vector<JobInfo> jobs(JobStatus status, std::size_t limit) const;
   [[nodiscard]] QueueCounts counts() const noexcept;
+  [[nodiscard]] QueueMetrics metrics();
   [[nodiscard]] std::vector<Duration> oldest_waits() const;
   /// take_leftovers(take): after shutdown, take(job, was_delayed, payload) for every job that
   /// never started (Queue::take_leftovers); the payload is destroyed once take returns.

@@ -79,6 +79,8 @@ class QueueImpl final : public JobFlow, public QueueFront {
   void check_processor(const WorkerOptions& w) const;
   void set_handler(RunHandler run, HandlerBox handler, const WorkerOptions& w);
   void take_leftovers(FunctionRef<void(LeftoverJob&&, bool, void*)> take);
+  /// metrics(): Queue::metrics (queue_metrics.cpp).
+  [[nodiscard]] QueueMetrics metrics() override;
   /// set_batch_handler(run, handler, w, b): Queue::process_batch (queue_batches.cpp).
   void set_batch_handler(BatchRun run, HandlerBox handler, const WorkerOptions& w,
                          const BatchOptions& b);

@@ -1,6 +1,6 @@
-// QueueStats: one queue's numbers — its counters, the gauges counts() derives from them, and the
-// history of ended jobs that state() consults once a job has left its slot. The job flow tells
-// it what happened; it owns no job state.
+// QueueStats: one queue's numbers — its counters, the gauges counts() derives from them, its
+// latency histograms (latency_recorder.hpp), and the history of ended jobs that state() consults
+// once a job has left its slot. The job flow tells it what happened; it owns no job state.
 //
 // Counters: producers, the timer and cold paths add to striped counters (one padded stripe per
 // thread: no two threads share a line); each worker thread adds to its own OwnedCounters with
@@ -25,6 +25,7 @@
 #include <optional>
 
 #include "rail/add_receipt.hpp"
+#include "rail/detail/latency_recorder.hpp"
 #include "rail/detail/striped_counter.hpp"
 #include "rail/job_state.hpp"
 #include "rail/options.hpp"
@@ -46,6 +47,9 @@ enum Counter : std::size_t {
   kTimedOut,
   kExpired,
   kShed,
+  kRetried,
+  kRedriven,
+  kRejected,
   kToReady,
   kFromReady,
   kToDelayed,
@@ -57,7 +61,8 @@ using WorkerCounters = OwnedCounters<kCounterKinds>;
 
 class QueueStats {
  public:
-  explicit QueueStats(std::size_t capacity);
+  /// QueueStats(capacity, histograms): histograms: QueueOptions::histograms.
+  QueueStats(std::size_t capacity, bool histograms);
 
   /// history_entries(capacity): the ended-job history's length for a queue of `capacity`.
   [[nodiscard]] static std::size_t history_entries(std::size_t capacity) noexcept;
@@ -69,8 +74,12 @@ class QueueStats {
   /// add(c, n): a count by any thread (producers, the timer, cold paths, inline mode).
   void add(Counter c, std::uint64_t n = 1) noexcept { shared_.add(c, n); }
 
-  /// add_workers(n): n worker threads will count on their own; call before they start.
+  /// add_workers(n): n worker threads will count (and record latencies) on their own; call
+  /// before they start. May throw bad_alloc.
   void add_workers(std::uint32_t n);
+  /// latency(): the queue's histograms.
+  [[nodiscard]] LatencyRecorder& latency() noexcept { return latency_; }
+  [[nodiscard]] const LatencyRecorder& latency() const noexcept { return latency_; }
   /// worker(w): worker w's own counters (w < the n given to add_workers).
   [[nodiscard]] WorkerCounters& worker(std::uint32_t w) noexcept { return workers_owner_[w]; }
 
@@ -119,6 +128,7 @@ class QueueStats {
   std::atomic<const WorkerCounters*> workers_{nullptr};  // published by add_workers
   std::atomic<std::uint32_t> worker_count_{0};
   std::unique_ptr<WorkerCounters[]> workers_owner_;
+  LatencyRecorder latency_;
   std::size_t mask_;
   unsigned bits_;
   std::unique_ptr<std::atomic<std::uint32_t>[]> history_;
