@@ -164,3 +164,16 @@ if(TARGET rail::prometheus)
   target_link_libraries(metrics_exposition_test PRIVATE rail::prometheus)
   target_compile_definitions(metrics_exposition_test PRIVATE RAIL_TEST_PROMETHEUS)
 endif()
+# The example server (tools/server) in a real browser and under a real Prometheus scrape: shell
+# checks that start exactly what they stop; 77 (skipped) where chromium or prometheus is absent
+# (tools/install-deps installs both for CI).
+if(TARGET rail_example_server)
+  foreach(check page scrape)
+    add_test(NAME example_server.${check}_check
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/server/${check}_check.sh
+                     $<TARGET_FILE:rail_example_server> ${CMAKE_CURRENT_BINARY_DIR}/server_${check})
+    set_tests_properties(example_server.${check}_check PROPERTIES LABELS unit TIMEOUT 300
+                                                                 SKIP_RETURN_CODE 77)
+  endforeach()
+  set_property(GLOBAL APPEND PROPERTY RAIL_TEST_TARGETS rail_example_server)
+endif()
