@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "progress_line.hpp"
 #include "soak/soak.hpp"
 
 int main(int argc, char** argv) {
@@ -96,6 +97,8 @@ int main(int argc, char** argv) {
   app.add_flag("--sqs-stalls", sqs_stalls,
                "a lapsed lease is a failed attempt (StallPolicy::count_as_attempt, SQS) instead "
                "of using the stall budget (BullMQ, the default)");
+  bool quiet = false;
+  app.add_flag("--quiet", quiet, "no live progress line while the run goes");
   CLI11_PARSE(app, argc, argv);
   c.pauses = !no_pauses;
   if (aging_ms > 0) c.priority_max_wait = std::chrono::milliseconds(aging_ms);
@@ -115,7 +118,14 @@ int main(int argc, char** argv) {
                  "probability of at most 1\n";
     return 2;
   }
+  // On a terminal one line rewritten in place; in a log, a line every 5 s (ProgressLine).
+  rail::tools::ProgressLine line("soak", stderr);
+  if (!quiet)
+    c.progress = [&line](std::uint64_t ended, std::uint64_t jobs, std::uint64_t dlq) {
+      line.update(ended, jobs, dlq);
+    };
   auto report = rail::soak::run(c);
+  line.finish();
   rail::soak::print(report, c, std::cout);
   return report.ok() ? 0 : 1;
 }

@@ -23,6 +23,7 @@
 #include "soak/hang.hpp"
 #include "soak/job_ledger.hpp"
 #include "soak/pause_watch.hpp"
+#include "soak/reporter.hpp"
 #include "soak/share_watch.hpp"
 #include "soak/violations.hpp"
 
@@ -120,6 +121,7 @@ Report run(const Config& cfg) {
     qo.downstream = "soak-api";
   }
   auto q = engine.declare_queue<Payload>("soak", qo);
+  const Reporter reporter(cfg, q);  // live progress, if asked for: stops before the queue goes
   WorkerOptions wo =
       cfg.shared_pool ? WorkerOptions::shared() : WorkerOptions{.concurrency = cfg.workers};
   if (cfg.async > 0 || cfg.coroutines)

@@ -60,6 +60,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -140,6 +141,10 @@ struct Config {
   // Flows (JobOptions::after): > 0 makes every flow_every-th fresh add of a producer a parent of
   // its last 3 jobs; invariant 10 checks them (flow_watch.hpp).
   std::uint32_t flow_every = 0;
+  // Live progress (reporter.hpp): called every progress_every on a thread of its own with the
+  // jobs ended so far, the jobs the run adds and the DLQ's depth; unset: none.
+  std::function<void(std::uint64_t ended, std::uint64_t jobs, std::uint64_t dlq)> progress{};
+  std::chrono::milliseconds progress_every{200};
 };
 
 struct Report {
