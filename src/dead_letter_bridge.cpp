@@ -36,7 +36,8 @@ AddReceipt DeadLetterBridge::overflow(std::string_view job_name, void* data, con
                       .backoff = o.backoff,
                       .visibility_timeout = o.visibility_timeout,
                       .dedup_id = o.dedup.id,
-                      .downstream = o.downstream};
+                      .downstream = o.downstream,
+                      .trace = o.trace.value_or(current_trace())};
   const std::uint32_t max_attempts = info.max_attempts;
   EntryPtr e(ops_.new_entry(std::move(info), data), EntryDeleter{&ops_});
   store_.push(std::move(e), [&] { flow_.note_overflow(id, job_name, max_attempts, now); });

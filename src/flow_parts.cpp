@@ -16,7 +16,8 @@ FlowParts::FlowParts(EngineCore& engine, std::string queue, QueueOptions opts)
       stats(options.capacity, options.histograms),
       capacity(options.capacity),
       slots(std::make_unique<JobSlot[]>(capacity)),
-      stops(capacity) {}
+      stops(capacity),
+      traces(capacity) {}
 
 FlowParts::~FlowParts() {
   for (std::size_t i = 0; i < capacity; ++i) {
@@ -48,6 +49,8 @@ Event FlowParts::event(EventKind kind, const JobSlot& s, std::int64_t now) const
   e.attempt = s.attempts() + 1u;
   e.max_attempts = s.max_attempts;
   e.deliveries = s.delivered();
+  if (traces.any()) [[unlikely]]
+    e.trace = traces.of(index_of(s));
   return e;
 }
 

@@ -41,6 +41,8 @@ void JobFlow::admit_unusual(const JobOptions& o) {
                             "window, e.g. 64, to share the queue between tenants"));
   if (!o.downstream.empty()) links_.link_to(o.downstream);
   if (!o.after.empty()) admit_children(o);
+  // The queue's first add with a trace context makes the array (may throw: nothing taken yet).
+  if (o.trace ? o.trace->valid() : thread_trace().valid()) parts_.traces.reserve();
   // A job that could not run before it expires is refused rather than dead-lettered unrun.
   if (const Duration expire = o.expire_after.value_or(parts_.options.expire_after);
       o.delay >= expire)
@@ -172,12 +174,14 @@ DeadLetterInfo JobFlow::dead_letter_info(std::uint32_t idx) const {
                         .backoff = s.backoff(),
                         .visibility_timeout = own_visibility(s),
                         .dedup_id = s.dedup != DedupHold::none ? s.extra->dedup_key : std::string(),
-                        .downstream = links_.own_downstream(s)};
+                        .downstream = links_.own_downstream(s),
+                        .trace = parts_.traces.of(idx)};
 }
 
 RedriveStatus JobFlow::begin_redrive(const RedriveOf& of, bool reset_counters, std::uint32_t& idx) {
   if (!core().accepting()) return RedriveStatus::shutting_down;
   if (!of.downstream.empty()) links_.link_to(of.downstream);  // may throw: nothing taken
+  if (of.trace.valid()) parts_.traces.reserve();               // likewise
   if (!acquire_slots(&idx, 1))  // a blocked wait ends when shutdown begins
     return core().accepting() ? RedriveStatus::queue_full : RedriveStatus::shutting_down;
   const std::int64_t now = core().now_ns();
@@ -186,6 +190,7 @@ RedriveStatus JobFlow::begin_redrive(const RedriveOf& of, bool reset_counters, s
   o.backoff = of.backoff;
   o.visibility_timeout = of.visibility_timeout;
   o.downstream = of.downstream;
+  o.trace = of.trace;  // the entry's, never the redriving thread's
   const std::uint16_t name_id = core().names().intern(of.name);
   name_jobs(&idx, 1, name_id, of.name);  // gives the slot back itself when it throws
   init_slot(idx, of.id, name_id, now, o);

@@ -177,12 +177,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   // Into `active` before out of `waiting`: see counts().
   parts_.count(&wc, kStarted);
   parts_.count(&wc, kFromReady);
-  if (parts_.timed()) {
-    // From when it was last due (job_slot.hpp: due_ns); a retry's lateness as well.
-    const std::int64_t waited = now - s.due_ns.load(std::memory_order_relaxed);
-    parts_.record(&wc, Latency::wait, waited);
-    if (s.attempts() > 0) parts_.record(&wc, Latency::retry_lateness, waited);
-  }
+  if (parts_.timed()) parts_.record_start(wc, s, now);
   // Start to start: the previous handler's run plus this worker's overhead. Real time even
   // under a manual clock (whose time stands still between advances), on steady_ns()'s timeline
   // whatever the engine clock (see WorkerContext::wall_is_engine_clock).
@@ -206,6 +201,8 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   job.added_at_ = TimePoint{Duration{s.added_ns}};
   job.started_at_ = TimePoint{Duration{now}};
   if (s.extra && !s.extra->errors.empty()) job.last_error_ = s.extra->errors.back().message;
+  if (parts_.traces.any()) [[unlikely]]
+    job.trace_ = parts_.traces.of(idx);
   job.ctl_ = &s.ctl;
   job.token_ = token;
   job.flow_ = this;
@@ -269,7 +266,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
 }
 
 void JobFlow::stamp_end(WorkerContext& wc) noexcept {
-  if (wc.unstamped_start != WorkerContext::kUnstamped) parts_.stamp_end(wc, parts_.core.now_ns());
+  if (wc.unstamped) parts_.stamp_end(wc, parts_.core.now_ns());
 }
 
 void JobFlow::close_delivery(OpenDelivery& d, Outcome&& out, WorkerContext& wc) {
@@ -335,10 +332,11 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   // With histograms, a plain completion on a worker of the queue's own takes its end's time from
   // the worker's next reading (its next start, or its going idle: stamp_end), so that a job
   // costs one reading, not two: its run time then includes the worker's own work after the
-  // handler returned (a few hundred ns). A second one before that reads the clock for both.
+  // handler returned (a few hundred ns). A second one before that reads the clock for both. Only
+  // on the TSC clock: a manual clock a test advances after wait_idle() would time the advance.
   const bool timed = parts_.timed();
-  const bool unstamped = plain_done && timed && wc.latency != nullptr &&
-                         wc.unstamped_start == WorkerContext::kUnstamped;
+  const bool unstamped =
+      plain_done && timed && wc.latency != nullptr && !wc.unstamped && wc.wall_is_engine_clock;
   const std::int64_t now = plain_done && (!timed || unstamped) ? 0 : parts_.core.now_ns();
   if (timed && !unstamped) {
     parts_.stamp_end(wc, now);
@@ -351,10 +349,12 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   if (out.kind() == Outcome::Kind::done) {
     if (plain_done) [[likely]] {
       if (unstamped) {  // read while we hold the slot (complete() may free it)
+        wc.unstamped = true;
         wc.unstamped_start = started.time_since_epoch().count();
         wc.unstamped_add = s.added_ns;
       }
-      ends_.complete(idx, wc, std::move(out.result_), unstamped ? WorkerContext::kUnstamped : now);
+      ends_.complete(idx, wc, std::move(out.result_),
+                     unstamped ? std::nullopt : std::optional<std::int64_t>(now));
     } else {
       ends_.end(idx, EndKind::completed, DeadLetterReason::none, now, &wc, {},
                 std::move(out.result_));
@@ -445,6 +445,7 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
   }
   s.extra->errors.back().next_delay_ns = delay.count();
   parts_.count(wc, kRetried);
+  if (parts_.timed()) s.mark(JobSlot::kRetry, true);  // its next start records its lateness
   if (delay.count() > 0) {
     s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);
     // Its tenant's turn goes to another of its jobs meanwhile (it takes one again when due);
@@ -523,6 +524,10 @@ bool JobFlow::throttle(std::uint32_t idx, std::uint32_t token, std::uint16_t del
     gate.gate().forget_leader(s.id.load(std::memory_order_relaxed));
     parts_.count(&wc, kStarted);
     parts_.count(&wc, kFromReady);
+    if (parts_.timed()) {  // a start that ran nothing, as a delivery skipped for its cancel
+      parts_.record_start(wc, s, now);
+      parts_.record(&wc, Latency::run, 0);
+    }
     ends_.end(idx, EndKind::cancelled, DeadLetterReason::none, now, &wc);
     parts_.count(&wc, kAttemptEnded);
     return true;

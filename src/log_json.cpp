@@ -129,6 +129,23 @@ double ms(Duration d) {
   return static_cast<double>(d.count()) / 1e6;
 }
 
+/// of_attempt(kind): an event of one attempt, whose span is the attempt's (attempt_trace).
+bool of_attempt(EventKind kind) noexcept {
+  switch (kind) {
+    case EventKind::started:
+    case EventKind::attempt_failed:
+    case EventKind::completed:
+    case EventKind::discarded:
+    case EventKind::stalled:
+    case EventKind::timed_out:
+    case EventKind::late_outcome:
+    case EventKind::progress:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 std::string format_event_json(const Event& e, const Clock& clock, const LogOptions& options) {
@@ -167,6 +184,12 @@ std::string format_event_json(const Event& e, const Clock& clock, const LogOptio
   if (e.kind == EventKind::progress) j.num("progress", e.progress);
   if (e.throttle != Throttle::none) j.str("throttle", rail::to_string(e.throttle));
   if (!e.result.empty()) j.str("result", e.result);
+  if (e.trace.valid()) {
+    j.str("trace_id", e.trace.trace_id_hex());
+    j.str("parent_span_id", e.trace.span_id_hex());
+    if (of_attempt(e.kind) && e.attempt != 0)
+      j.str("span_id", attempt_trace(e.trace, e.job_id, e.attempt).attempt.span_id_hex());
+  }
   return std::move(j).done();
 }
 

@@ -10,11 +10,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "rail/rail.hpp"
+#include "support/eventually.hpp"
 #include "support/inline_engine.hpp"
 
 namespace rail {
@@ -202,6 +204,21 @@ TEST_F(Metrics, HistogramsSwitchedOffRecordNothingAndTheCountersRemain) {
   EXPECT_EQ(m.wait.count() + m.run.count() + m.end_to_end.count() + m.retry_lateness.count(), 0u);
 }
 
+Outcome mixed_outcome(std::uint64_t v, std::uint32_t attempt) {
+  switch ((v * 7 + attempt) % 9) {
+    case 0:
+      return Outcome::retry("flaky");  // no backoff: straight back to ready
+    case 1:
+      return Outcome::retry_in(200us, "later");
+    case 2:
+      return Outcome::fail("declined");
+    case 3:
+      return Outcome::discard("stale");
+    default:
+      return Outcome::done();
+  }
+}
+
 // Threads: producers add while workers complete, retry, discard and fail jobs; every counter
 // equals the events of its kind, and each histogram holds one sample per event it times.
 TEST(MetricsThreaded, CountersAndHistogramCountsAgreeExactlyWithTheEventsObserved) {
@@ -220,18 +237,8 @@ TEST(MetricsThreaded, CountersAndHistogramCountsAgreeExactlyWithTheEventsObserve
     qo.capacity = 512;
     qo.defaults.max_attempts = 3;
     auto q = engine.declare_queue<std::uint64_t>("mixed", qo);
-    q.process(WorkerOptions{.concurrency = 3}, [](Job<std::uint64_t>& j) {
-      switch ((j.data() + j.attempt()) % 5) {
-        case 0:
-          return Outcome::retry("flaky");
-        case 1:
-          return Outcome::fail("declined");
-        case 2:
-          return Outcome::discard("stale");
-        default:
-          return Outcome::done();
-      }
-    });
+    q.process(WorkerOptions{.concurrency = 3},
+              [](Job<std::uint64_t>& j) { return mixed_outcome(j.data(), j.attempt()); });
     std::atomic<std::uint64_t> rejected{0};
     std::vector<std::thread> producers;
     for (int p = 0; p < 4; ++p)
@@ -270,6 +277,148 @@ TEST(MetricsThreaded, CountersAndHistogramCountsAgreeExactlyWithTheEventsObserve
     EXPECT_GT(m.run.count(), 0u);
     EXPECT_LE(m.wait.percentile(0.5), m.wait.max());
   }
+}
+
+// Without observers (the deferred end stamps: FlowParts::stamp_end), each histogram's count
+// against the counters once the workers are idle: wait == started, run == started - stalled -
+// timed_out, end_to_end == the ends; and no sample past the run's length.
+void expect_counts_match(const std::function<QueueMetrics()>& read) {
+  const auto match = [](const QueueMetrics& m) {
+    const QueueCounts& c = m.counts;
+    return m.wait.count() == c.started && m.run.count() == c.started - c.stalled - c.timed_out &&
+           m.end_to_end.count() == c.completed + c.dead_lettered + c.cancelled + c.discarded;
+  };
+  QueueMetrics m = read();
+  EXPECT_TRUE(test::eventually([&] { return match(m = read()); }))
+      << "started " << m.counts.started << " wait " << m.wait.count() << "; stalled "
+      << m.counts.stalled << " timed out " << m.counts.timed_out << " run " << m.run.count()
+      << "; ends "
+      << m.counts.completed + m.counts.dead_lettered + m.counts.cancelled + m.counts.discarded
+      << " end_to_end " << m.end_to_end.count();
+  EXPECT_LE(m.retry_lateness.count(), m.counts.retried);
+  EXPECT_LT(m.end_to_end.max(), 120s);
+  EXPECT_EQ(m.counts.waiting + m.counts.delayed + m.counts.active, 0u);
+}
+
+TEST(MetricsThreaded, HistogramCountsMatchTheCountersThroughRetriesLapsesAndCancels) {
+  for (int round = 0; round < 2; ++round) {
+    Engine engine;
+    QueueOptions qo;
+    qo.capacity = 1024;
+    qo.defaults.max_attempts = 4;
+    qo.visibility_timeout = 20ms;
+    auto q = engine.declare_queue<std::uint64_t>("mixed", qo);
+    q.process(WorkerOptions{.concurrency = 4}, [](Job<std::uint64_t>& j) {
+      if (j.data() % 97 == 5 && j.attempt() == 1) {  // outlives its lease: lapses
+        const auto stop = j.stop_token();
+        while (!stop.stop_requested())
+          std::this_thread::yield();
+      }
+      return mixed_outcome(j.data(), j.attempt());
+    });
+    std::atomic<bool> done{false};
+    std::atomic<JobId> last{0};
+    std::thread canceller([&] {
+      std::mt19937_64 rng(static_cast<std::uint64_t>(round));
+      while (!done.load()) {
+        if (const JobId hi = last.load(); hi > 0) (void)q.cancel(1 + rng() % hi);
+        std::this_thread::yield();
+      }
+    });
+    std::thread poller([&] {  // snapshots while workers record
+      while (!done.load())
+        (void)engine.metrics().queues.at(0).run.percentile(0.99);
+    });
+    std::vector<std::thread> producers;
+    for (int p = 0; p < 3; ++p)
+      producers.emplace_back([&, p] {
+        for (std::uint64_t i = 0; i < 2000; ++i)
+          if (const AddReceipt r = q.add("job", i * 3 + static_cast<std::uint64_t>(p));
+              r.accepted()) {
+            JobId seen = last.load();
+            while (seen < r.id && !last.compare_exchange_weak(seen, r.id)) {
+            }
+          }
+      });
+    for (auto& t : producers)
+      t.join();
+    done = true;
+    canceller.join();
+    poller.join();
+    ASSERT_TRUE(q.wait_idle(60s));
+    expect_counts_match([&] { return q.metrics(); });
+  }
+}
+
+TEST(MetricsThreaded, HistogramCountsMatchOnTheSharedPoolWithBatchQueues) {
+  Engine engine(EngineOptions{.workers = 3});
+  std::vector<Queue<std::uint64_t>> queues;
+  for (int i = 0; i < 3; ++i) {
+    QueueOptions qo;
+    qo.capacity = 1024;
+    qo.defaults.max_attempts = 3;
+    queues.push_back(engine.declare_queue<std::uint64_t>("q" + std::to_string(i), qo));
+    if (i == 2) {
+      queues.back().process_batch(WorkerOptions::shared(), BatchOptions{.max = 8},
+                                  [](Batch<std::uint64_t>& b) {
+                                    for (std::size_t k = 0; k < b.size(); ++k)
+                                      b.set(k, mixed_outcome(b[k].data(), b[k].attempt()));
+                                  });
+    } else {
+      queues.back().process(WorkerOptions::shared(), [](Job<std::uint64_t>& j) {
+        return mixed_outcome(j.data(), j.attempt());
+      });
+    }
+  }
+  std::vector<std::thread> producers;
+  for (int p = 0; p < 3; ++p)
+    producers.emplace_back([&, p] {
+      for (std::uint64_t i = 0; i < 2000; ++i)
+        while (!queues[(i + static_cast<std::uint64_t>(p)) % 3].add("job", i).accepted())
+          std::this_thread::yield();
+    });
+  for (auto& t : producers)
+    t.join();
+  for (auto& q : queues) {
+    ASSERT_TRUE(q.wait_idle(60s));
+    expect_counts_match([&] { return q.metrics(); });
+  }
+}
+
+// A downstream's leader cancelled as its gate refuses it counts as started: its start has a wait
+// and a run sample too.
+TEST(MetricsThreaded, ACancelRacingAGatesRefusalStillRecordsTheStart) {
+  for (int round = 0; round < 5; ++round) {
+    Engine engine;
+    engine.declare_downstream("gateway", DownstreamOptions{.rate = RateLimit{1, 200us}});
+    QueueOptions qo;
+    qo.capacity = 4096;
+    qo.downstream = "gateway";
+    auto q = engine.declare_queue<std::uint64_t>("gated", qo);
+    q.process(WorkerOptions{.concurrency = 3}, [](Job<std::uint64_t>&) { return Outcome::done(); });
+    std::vector<JobId> ids;
+    for (std::uint64_t i = 0; i < 1000; ++i)
+      ids.push_back(q.add("job", i).id);
+    for (std::size_t k = 0; k < ids.size(); ++k)
+      (void)q.cancel(ids[(k * 7) % ids.size()]);
+    ASSERT_TRUE(q.wait_idle(60s));
+    expect_counts_match([&] { return q.metrics(); });
+  }
+}
+
+TEST(MetricsThreaded, AManualClockAdvancedAfterWaitIdleNeverLandsInARunTime) {
+  ManualClock clock;
+  Engine engine(EngineOptions{.clock = &clock});
+  auto q = engine.declare_queue<int>("manual", QueueOptions{});
+  q.process({}, [](Job<int>&) { return Outcome::done(); });  // takes no manual time
+  for (int i = 0; i < 100; ++i) {
+    (void)q.add("job", i);
+    ASSERT_TRUE(q.wait_idle(10s));
+    clock.advance(1s);
+  }
+  const QueueMetrics m = q.metrics();
+  EXPECT_EQ(m.run.count(), 100u);
+  EXPECT_EQ(m.run.max(), 0ns) << "a handler that took no time was timed across an advance";
 }
 
 }  // namespace

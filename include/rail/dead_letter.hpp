@@ -42,6 +42,7 @@ struct DeadLetterInfo {
   std::optional<Duration> visibility_timeout{};  // unset: the queue's
   std::string dedup_id;                          // empty: none
   std::string downstream;                        // JobOptions::downstream; empty: the queue's
+  TraceContext trace{};  // JobOptions::trace (invalid: none); not kept by the DLQ journal
   [[nodiscard]] std::string_view last_error() const noexcept {
     return errors.empty() ? std::string_view{} : std::string_view{errors.back().message};
   }

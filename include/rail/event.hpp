@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "rail/clock.hpp"
+#include "rail/trace_context.hpp"
 
 namespace rail {
 
@@ -115,6 +116,9 @@ struct Event {
   std::string_view result;    // completed, on a queue with a result type R that can be printed
                               // (operator<< or std::formatter): the result as text
   Throttle throttle = Throttle::none;  // throttled: what held the job back
+  /// The job's trace context (JobOptions::trace; invalid: none): the producer's span. The
+  /// attempt's own span is attempt_trace(trace, job_id, attempt).attempt.
+  TraceContext trace{};
 };
 
 /// Observer: a callable receiving each event.

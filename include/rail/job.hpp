@@ -13,6 +13,7 @@
 
 #include "rail/child_end.hpp"
 #include "rail/clock.hpp"
+#include "rail/trace_context.hpp"
 #include "rail/completion.hpp"
 #include "rail/event.hpp"
 
@@ -75,6 +76,10 @@ class JobFacts {
   [[nodiscard]] TimePoint started_at() const noexcept { return started_at_; }
   /// last_error() is the previous attempt's failure, empty on a first attempt.
   [[nodiscard]] std::string_view last_error() const noexcept { return last_error_; }
+  /// trace() is this attempt's place in the job's trace (JobOptions::trace): the producer's
+  /// context, this attempt's span, and for a retry the first attempt's span to link to. Pass
+  /// trace().attempt.traceparent() on to the services the handler calls.
+  [[nodiscard]] JobTrace trace() const noexcept { return attempt_trace(trace_, id_, attempt()); }
 
  protected:
   friend class JobFlow;
@@ -89,6 +94,7 @@ class JobFacts {
   TimePoint added_at_{};
   TimePoint started_at_{};
   std::string_view last_error_;
+  TraceContext trace_{};  // the job's producer context (invalid: none)
 };
 
 /// JobFields: everything a Job<T> shows but its payload: the facts and the delivery's controls.
@@ -130,6 +136,7 @@ class Job : private detail::JobFields {
   using detail::JobFacts::queue;
   using detail::JobFacts::stalls;
   using detail::JobFacts::started_at;
+  using detail::JobFacts::trace;
   /// data() is the payload. Read-only: after a lease lapse two handlers may read it at once, and
   /// the DLQ may copy it while a stale handler reads it (so T's const reads and its copy
   /// constructor must only read: no mutable caches, no non-atomic intrusive counts).

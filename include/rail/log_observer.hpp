@@ -52,7 +52,10 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
 /// "time" (format_time's stamp, without brackets), "at_ns" (the engine clock), "event",
 /// "queue", and the fields the event carries: "job_id", "job", "attempt", "max_attempts",
 /// "deliveries", "error", "reason", "delay_ms" (null: none), "elapsed_ms", "dedup_id",
-/// "depth", "progress", "throttle", "result". Strings are escaped as RFC 8259 asks.
+/// "depth", "progress", "throttle", "result"; for a job with a trace context (JobOptions::trace),
+/// "trace_id", "parent_span_id" (the producer's span) and, for an event of one attempt (started,
+/// attempt_failed, completed, discarded, stalled, timed_out, late_outcome, progress), "span_id"
+/// (the attempt's: attempt_trace). Strings are escaped as RFC 8259 asks.
 std::string format_event_json(const Event& e, const Clock& clock, const LogOptions& options);
 
 /// make_log_observer(out, clock, options) returns an observer printing format_event lines to out.

@@ -34,11 +34,21 @@ struct QueueMetrics {
   Duration lag{0};
   /// histograms: QueueOptions::histograms; when false, the four below stay empty.
   bool histograms = false;
-  LatencyHistogram wait;  // due (its add, its delay's or backoff's end, a redelivery) to start
-  LatencyHistogram run;   // start to the outcome, for attempts whose outcome counted
-  LatencyHistogram end_to_end;      // add to the end (completed, dead-lettered, cancelled,
-                                    // discarded); a redriven job's from its first add
-  LatencyHistogram retry_lateness;  // a retry's start after its due time (backoff's end)
+  /// wait: from when the job was due (its add, its delay's or backoff's end, a redelivery) to
+  /// each start counted in counts.started (a start cancelled before its handler ran included).
+  LatencyHistogram wait;
+  /// run: from a start to the attempt's end at its worker (its outcome, or the cancel that
+  /// skipped it); a lapsed or timed-out attempt has none. So after quiescence run.count() ==
+  /// counts.started - counts.stalled - counts.timed_out. A completion nobody observes or waits
+  /// for ends at its worker's next clock reading: its handler's time plus the worker's own work
+  /// after it (a few hundred ns, more when that worker fires due timers in between).
+  LatencyHistogram run;
+  /// end_to_end: from the add to the end (completed, dead-lettered, cancelled, discarded); a
+  /// redriven job's from its first add.
+  LatencyHistogram end_to_end;
+  /// retry_lateness: a retry's start after its due time (the end of the backoff a failed
+  /// attempt scheduled: one sample per counts.retried that started).
+  LatencyHistogram retry_lateness;
 };
 
 struct EngineMetrics {

@@ -23,6 +23,7 @@
 #include "rail/dependency.hpp"
 #include "rail/journal_options.hpp"
 #include "rail/shutdown_report.hpp"
+#include "rail/trace_context.hpp"
 
 namespace rail {
 
@@ -108,6 +109,10 @@ struct JobOptions {
   /// an edge's ChildFailure says. Not with a delay or a dedup id. A redriven job waits for none.
   std::vector<Dependency> after{};
   static constexpr std::uint32_t kMaxChildren = 1u << 20;
+  /// The trace the job belongs to (W3C traceparent: trace_context.hpp); unset: the adding
+  /// thread's current context (TraceScope), if any. Its handler reads it with Job::trace(), its
+  /// events and log lines carry it; a redrive keeps it.
+  std::optional<TraceContext> trace{};
 };
 
 /// TenantShare: a tenant's weight and cap (QueueOptions::tenants).

@@ -30,4 +30,5 @@
 #include "rail/schedule.hpp"
 #include "rail/shutdown_report.hpp"
 #include "rail/task.hpp"
+#include "rail/trace_context.hpp"
 #include "rail/unrecoverable_error.hpp"

@@ -9,17 +9,21 @@ here=$(dirname "$0")
 source "$here/start_server.sh"
 require_tool chromium chromium "$scratch"
 trap 'kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null || true' EXIT
-start_server "$server" "$scratch/server.log" --demo-rate 50 --gateway-ms 1
+start_server "$server" "$scratch/server.log" --demo-rate 50 --gateway-ms 1 --log json
 
 hostile='<script>document.title="owned"</script><img src=x onerror=alert(1)>'
 body=$(printf '{"customer":"mallory","amount_cents":1013,"label":%s}' \
   "$(printf '%s' "$hostile" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')")
-curl -sf -XPOST -d "$body" "$SERVER_URL/orders" >/dev/null
+traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+curl -sf -XPOST -H "traceparent: $traceparent" -d "$body" "$SERVER_URL/orders" >/dev/null
 dead_lettered() { curl -sf "$SERVER_URL/dlq" | grep -q 'mallory'; }
 wait_for "the hostile order in the DLQ" 30 dead_lettered
 completed() { curl -sf "$SERVER_URL/metrics" | grep -Eq '^rail_jobs_completed_total\{queue="payments"\} [1-9]'; }
 wait_for "completed payments" 30 completed
 
+# The request's trace reached the job: its log lines carry the trace id.
+grep -q '"job":"charge:<script>.*"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"' "$scratch/server.log" ||
+  { echo "page_check: the hostile order's log lines carry no trace_id" >&2; exit 1; }
 browse() {
   timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars \
     --user-data-dir="$scratch/profile" --virtual-time-budget=4000 "$@" 2>>"$scratch/chromium.log"

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -34,6 +35,11 @@ void add_order(Shop& shop, const httplib::Request& req, httplib::Response& res) 
                    "expected a JSON object {\"customer\": string, \"amount_cents\": "
                    "integer, \"label\": optional string}"}});
   const std::string label = order.value("label", std::string());
+  // The request's span, if the caller sent one: the job joins its trace (Job::trace(), events,
+  // JSON log lines).
+  std::optional<TraceScope> span;
+  if (const auto parent = TraceContext::parse(req.get_header_value("traceparent")))
+    span.emplace(*parent);
   const AddReceipt r = shop.add_order(order["customer"].get<std::string>(),
                                       order["amount_cents"].get<std::int64_t>(), label);
   if (!r.accepted())

@@ -1,7 +1,8 @@
 // The example server's HTTP surface (cpp-httplib), on 127.0.0.1 only:
 //   POST /orders          {"customer": "...", "amount_cents": 1234, "label": "..."}: adds a
 //                         charge and answers at once, 202 {"job_id": N} (400: not such an
-//                         object; 413: a body past ServeOptions::max_body; 503: queue full)
+//                         object; 413: a body past ServeOptions::max_body; 503: queue full);
+//                         a W3C `traceparent` header puts the job in the caller's trace
 //   GET  /metrics         the Prometheus exposition (rail::prometheus, text format 0.0.4)
 //   GET  /metrics.json    the same snapshot as JSON (rail/metrics_json.hpp)
 //   GET  /dlq             every queue's dead letters as JSON, oldest first

@@ -66,6 +66,11 @@ int main(int argc, char** argv) {
   rail::server::ServeOptions serve;
   app.add_option("--max-body", serve.max_body, "the largest request body, in bytes (else 413)")
       ->check(CLI::Range(64, 1 << 20));
+  std::string log = "none";
+  app.add_option("--log", log,
+                 "print every job's stages: text, or json (one object per line, with the "
+                 "trace ids of jobs added with a traceparent header)")
+      ->check(CLI::IsMember({"none", "text", "json"}));
   double run_for = 0;
   app.add_option("--run-for", run_for, "seconds to serve (0: until SIGINT or SIGTERM)")
       ->check(CLI::Range(0.0, 86'400.0));
@@ -83,6 +88,11 @@ int main(int argc, char** argv) {
 
   try {
     rail::server::Shop shop(shop_options);
+    if (log != "none")
+      shop.engine().on_event(rail::make_log_observer(
+          std::cout, shop.engine().clock(),
+          {.verbose = true,
+           .format = log == "json" ? rail::LogFormat::json : rail::LogFormat::text}));
     httplib::Server server;
     rail::server::route(server, shop, serve);
     const int bound = port == 0 ? server.bind_to_any_port("127.0.0.1")

@@ -72,6 +72,11 @@ AddReceipt Shop::add_order(std::string customer, std::int64_t amount_cents,
 
 Outcome Shop::charge(Job<Order>& job) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
+  // A real gateway call would send this attempt's span as its own traceparent header, so the
+  // gateway's spans join the trace of the request that added the order.
+  const std::string traceparent =
+      job.trace().valid() ? job.trace().attempt.traceparent() : std::string();
+  (void)traceparent;
   spend(options_.gateway_latency, options_.work);
   if (job.data().amount_cents % 100 == 13)
     return Outcome::fail("card declined (amount ends in 13)");

@@ -87,11 +87,11 @@ struct alignas(64) WorkerContext {  // its own lines: written on every job by it
   WorkerStash* stash;               // null in inline mode: no batches
   WorkerCounters* counters;         // null in inline mode (any thread may run it)
   OwnedLatency* latency = nullptr;  // its histograms; null inline or with histograms off
-  /// unstamped: the start and add times of the last job it completed whose end has no time yet
-  /// (kUnstamped: none): JobFlow::stamp_end gives it the worker's next clock reading.
-  std::int64_t unstamped_start = kUnstamped;
+  /// unstamped: the last job it completed has no end time yet: its start and add times wait for
+  /// the worker's next clock reading (FlowParts::stamp_end).
+  bool unstamped = false;
+  std::int64_t unstamped_start = 0;
   std::int64_t unstamped_add = 0;
-  static constexpr std::int64_t kUnstamped = INT64_MIN;
   std::int64_t last_start_ns = 0;  // engine clock: poll_timers' idea of now
   std::int64_t last_wall_ns = 0;   // steady_ns(): the batch-size heuristic's
   bool holds_permit = false;       // next_job took a PermitSource permit for the job it returned

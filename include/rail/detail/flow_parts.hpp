@@ -23,6 +23,7 @@
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/queue_stats.hpp"
 #include "rail/detail/stop_cells.hpp"
+#include "rail/detail/trace_cells.hpp"
 #include "rail/event.hpp"
 #include "rail/options.hpp"
 
@@ -41,6 +42,7 @@ struct FlowParts {
   const std::size_t capacity;
   const std::unique_ptr<JobSlot[]> slots;  // [capacity]
   StopCells stops;                         // the running deliveries' stop tokens
+  TraceCells traces;                       // the jobs' trace contexts (trace_cells.hpp)
 
   [[nodiscard]] JobSlot& slot(std::uint32_t idx) const noexcept { return slots[idx]; }
   [[nodiscard]] std::uint32_t index_of(const JobSlot& s) const noexcept {
@@ -76,14 +78,22 @@ struct FlowParts {
   void record(const WorkerContext* wc, Latency kind, std::int64_t ns) noexcept {
     stats.latency().record(wc ? wc->latency : nullptr, kind, ns);
   }
+  /// record_start(wc, s, now): the job in s, which the caller holds, was counted started at
+  /// now: its wait since it was due, and for a retry (JobSlot::kRetry, taken here) its
+  /// lateness. Only when timed().
+  void record_start(WorkerContext& wc, JobSlot& s, std::int64_t now) noexcept {
+    const std::int64_t waited = now - s.due_ns.load(std::memory_order_relaxed);
+    record(&wc, Latency::wait, waited);
+    if (s.take_mark(JobSlot::kRetry)) record(&wc, Latency::retry_lateness, waited);
+  }
   /// stamp_end(wc, now): the last job wc's worker completed without reading the clock
   /// (JobFlow::finish) ended at `now`, the worker's next reading: its run and end-to-end times
   /// are recorded. Nothing when none waits.
   void stamp_end(WorkerContext& wc, std::int64_t now) noexcept {
-    if (wc.unstamped_start == WorkerContext::kUnstamped) return;
+    if (!wc.unstamped) return;
     record(&wc, Latency::run, now - wc.unstamped_start);
     record(&wc, Latency::end_to_end, now - wc.unstamped_add);
-    wc.unstamped_start = WorkerContext::kUnstamped;
+    wc.unstamped = false;
   }
   /// leases_enabled(): deliveries may have a deadline: a lease, or an attempt's timeout (the
   /// queue's, or a job's: job_timeouts, set by the first add that gives one, before its job is

@@ -134,15 +134,15 @@ class JobEnds {
   void end(std::uint32_t idx, EndKind kind, DeadLetterReason reason, std::int64_t now,
            WorkerContext* wc, std::string_view why = {}, std::shared_ptr<const void> result = {});
 
-  /// complete(idx, wc, result, now): finish()'s common end, kept short and inline: a job done
+  /// complete(idx, wc, result, end): finish()'s common end, kept short and inline: a job done
   /// with nobody observing and no dedup id (no event, no kept add; a record only if a waiter
-  /// came since finish() looked). now: the end's time, read only for a queue with histograms
-  /// (else 0; WorkerContext::kUnstamped: the worker stamps it later, FlowParts::stamp_end).
+  /// came since finish() looked). end: the end's time, read only for a queue with histograms
+  /// (else 0); nullopt: the worker stamps it later (FlowParts::stamp_end).
   void complete(std::uint32_t idx, WorkerContext& wc, std::shared_ptr<const void>&& result,
-                std::int64_t now) {
+                std::optional<std::int64_t> end) {
     JobSlot& s = parts_.slot(idx);
     s.end_reason = DeadLetterReason::none;
-    if (note(s, EndKind::completed, &wc, now)) [[unlikely]] {
+    if (note(s, EndKind::completed, &wc, end)) [[unlikely]] {
       Settled settled;
       if (Lines::lined(s)) settled.closing = lines_.close(idx);
       settled.end = record_of(s, EndKind::completed, parts_.core.now_ns(), {}, std::move(result));
@@ -229,13 +229,13 @@ class JobEnds {
  private:
   Settled settle(JobSlot& s, EndKind kind, WorkerContext* wc, std::int64_t now,
                  std::string_view why = {}, std::shared_ptr<const void> result = {});
-  /// note(s, kind, wc, now): counts the job's end (and its end-to-end time) and enters it in
-  /// the history; true when its waiters or retained ends want a record of it (asked after the
-  /// entry: see EndTracker).
-  bool note(const JobSlot& s, EndKind kind, WorkerContext* wc, std::int64_t now) noexcept {
+  /// note(s, kind, wc, end): counts the job's end (and its end-to-end time, when `end` has
+  /// one) and enters it in the history; true when its waiters or retained ends want a record of
+  /// it (asked after the entry: see EndTracker).
+  bool note(const JobSlot& s, EndKind kind, WorkerContext* wc,
+            std::optional<std::int64_t> end) noexcept {
     const JobId id = s.id.load(std::memory_order_relaxed);
-    if (parts_.timed() && now != WorkerContext::kUnstamped)
-      parts_.record(wc, Latency::end_to_end, now - s.added_ns);
+    if (parts_.timed() && end) parts_.record(wc, Latency::end_to_end, *end - s.added_ns);
     switch (kind) {
       case EndKind::completed:
         parts_.count(wc, kCompleted);

@@ -188,7 +188,7 @@ class JobFlow : public QueueBase,
     const RedriveOf of{
         e.id,         e.name,     e.max_attempts, e.backoff,         e.visibility_timeout,
         e.downstream, e.added_at, e.dedup_id,     e.failed_attempts, e.deliveries,
-        e.stalls,     e.errors};
+        e.stalls,     e.errors,   e.trace};
     std::uint32_t idx;
     const AddScope scope(&core());  // shutdown waits for this redrive once past accepting()
     const RedriveStatus status = begin_redrive(of, reset_counters, idx);
@@ -346,8 +346,9 @@ class JobFlow : public QueueBase,
     validate_job_options(o, "JobOptions");
     if (o.backoff.kind == BackoffKind::custom || o.visibility_timeout || o.timeout ||
         !o.downstream.empty() || o.priority != 0 || !o.tenant.empty() || o.expire_after ||
-        !o.after.empty() || (o.delay.count() > 0 && parts_.options.expire_after != Duration::max()))
-        [[unlikely]]
+        !o.after.empty() ||
+        (o.delay.count() > 0 && parts_.options.expire_after != Duration::max()) ||
+        ((o.trace || thread_trace().valid()) && !parts_.traces.any())) [[unlikely]]
       admit_unusual(o);
   }
   [[noreturn]] void throw_shutting_down() const;
@@ -413,6 +414,10 @@ class JobFlow : public QueueBase,
                      (o.downstream.empty() ? 0 : links_.link_of(o.downstream))),  // admit made it
                  std::memory_order_relaxed);
     s.set_backoff(o.backoff);
+    // Its trace (JobOptions::trace, else the adder's TraceScope): the array exists (admit).
+    if (const TraceContext& t = o.trace ? *o.trace : thread_trace();
+        t.valid() || parts_.traces.any())
+      parts_.traces.set(idx, t);
     if (s.extra) {
       s.extra->errors.clear();
       if (s.extra->rare) s.extra->rare->parent.reset();  // the slot's last parent's children
@@ -472,6 +477,7 @@ class JobFlow : public QueueBase,
     const std::string& dedup_id;
     std::uint32_t failed_attempts, deliveries, stalls;
     const std::vector<AttemptError>& errors;
+    const TraceContext& trace;
   };
   /// begin_redrive(of, reset_counters, idx): takes slot idx and fills it from `of` (nothing
   /// taken unless redriven). end_redrive(idx): the payload is in: count, raise, publish.

@@ -134,8 +134,10 @@ struct alignas(64) JobSlot {
   //   kWaitingChildren a parent parked on the wheel until its children end (JobOptions::after),
   //           counted in FlowParts::parents_waiting until whoever takes the mark off (its
   //           release, or its end) counts it out
+  //   kRetry  a failed attempt scheduled a retry (on a queue with histograms): the next start
+  //           records its lateness and takes the mark (FlowParts::record_start)
   static constexpr std::uint8_t kWoken = 1, kHeld = 2, kGrouped = 4, kTenant = 8,
-                                kExpiredDelayed = 16, kWaitingChildren = 32;
+                                kExpiredDelayed = 16, kWaitingChildren = 32, kRetry = 64;
   std::atomic<std::uint8_t> marks{0};
   std::atomic<std::uint16_t> stalls{0};  // lapsed leases (BullMQ stalledCounter)
 
