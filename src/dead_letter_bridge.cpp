@@ -77,9 +77,13 @@ void DeadLetterBridge::skip_ids_past(JobId id) {
   flow_.core().skip_ids_past(id);
 }
 
-void DeadLetterBridge::emit(EventKind kind, JobId id, std::string_view job_name,
-                            std::size_t depth) {
-  flow_.emit_dlq(kind, id, job_name, depth);
+void DeadLetterBridge::emit(EventKind kind, JobId id, std::string_view job_name, std::size_t depth,
+                            Duration elapsed) {
+  flow_.emit_dlq(kind, id, job_name, depth, elapsed);
+}
+
+void DeadLetterBridge::check_by(std::int64_t due) noexcept {
+  flow_.sweep_by(due);
 }
 
 void DeadLetterBridge::after_wheel(std::function<void()> f) {

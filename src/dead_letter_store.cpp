@@ -48,7 +48,7 @@ class DeadLetterStore::Visiting {
 
 DeadLetterStore::DeadLetterStore(DeadLetterBridge& bridge, DlqOptions options,
                                  const PayloadOps& ops)
-    : bridge_(bridge), ops_(ops), options_(std::move(options)) {
+    : bridge_(bridge), ops_(ops), options_(std::move(options)), age_alert_(options_.alert_age) {
   if (options_.journal.path.empty()) return;
   journal_ = std::make_unique<DlqJournalBinding>(options_.journal, ops_);
   JobId max_id = 0;
@@ -61,6 +61,7 @@ DeadLetterStore::DeadLetterStore(DeadLetterBridge& bridge, DlqOptions options,
   if (max_id != 0) bridge_.skip_ids_past(max_id);
   std::vector<Evicted> evicted;
   std::uint64_t ticket = 0;
+  std::int64_t due = kNever;
   {
     std::lock_guard lock(mu_);
     while (entries_.size() > options_.max_entries) {
@@ -68,9 +69,11 @@ DeadLetterStore::DeadLetterStore(DeadLetterBridge& bridge, DlqOptions options,
       entries_.pop_front();
     }
     ticket = tombstone_locked(TombstoneCause::evicted, evicted, 0);
+    due = changed_locked();  // restored entries may be old already
   }
   settle(ticket);
   report(evicted);
+  schedule_check(due);
 }
 
 DeadLetterStore::~DeadLetterStore() = default;
@@ -143,6 +146,7 @@ std::size_t DeadLetterStore::purge() {
     entries_.clear();
     if (journal_) ticket = journal_->append_tombstone(TombstoneCause::purged, {});
     rearm_alert_locked();
+    (void)changed_locked();  // empty: the age alert re-arms, nothing to check
   }
   settle(ticket);
   return n;
@@ -165,6 +169,7 @@ void DeadLetterStore::push(EntryPtr entry, FunctionRef<void()> filed) {
   // in the file, never its place in the DLQ (this runs where a job ends).
   const bool journaled = journal_ && encode(*entry, record);
   std::uint64_t ticket = 0;
+  std::int64_t due = kNever;
   {
     // Not locked(): the job flow files entries here, and a throw would lose one.
     std::lock_guard lock(mu_);
@@ -182,11 +187,13 @@ void DeadLetterStore::push(EntryPtr entry, FunctionRef<void()> filed) {
       alerted_ = true;
       alert = true;
     }
+    due = changed_locked();
   }
   settle(ticket);
   filed();
   report(evicted);
   if (alert) fire_alert(depth);
+  schedule_check(due);
 }
 
 std::uint64_t DeadLetterStore::expire_locked(std::vector<Evicted>& evicted) {
@@ -205,6 +212,7 @@ std::uint64_t DeadLetterStore::expire_locked(std::vector<Evicted>& evicted) {
 EntryPtr DeadLetterStore::take(JobId id, TombstoneCause cause, std::size_t* position) {
   EntryPtr out;
   std::uint64_t ticket = 0;
+  std::int64_t due = kNever;
   {
     auto lock = locked();
     std::size_t at = 0;
@@ -215,17 +223,20 @@ EntryPtr DeadLetterStore::take(JobId id, TombstoneCause cause, std::size_t* posi
         entries_.erase(it);
         if (journal_) ticket = journal_->append_tombstone(cause, {&id, 1});
         rearm_alert_locked();
+        due = changed_locked();
         break;
       }
     }
   }
   settle(ticket);
+  schedule_check(due);
   return out;
 }
 
 EntryPtr DeadLetterStore::take_front(TombstoneCause cause) {
   EntryPtr out;
   std::uint64_t ticket = 0;
+  std::int64_t due = kNever;
   {
     auto lock = locked();
     if (entries_.empty()) return out;
@@ -233,8 +244,10 @@ EntryPtr DeadLetterStore::take_front(TombstoneCause cause) {
     entries_.pop_front();
     if (journal_) ticket = journal_->append_tombstone(cause, {&out->id, 1});
     rearm_alert_locked();
+    due = changed_locked();
   }
   settle(ticket);
+  schedule_check(due);
   return out;
 }
 
@@ -242,14 +255,17 @@ void DeadLetterStore::put_back(EntryPtr entry, std::size_t position) {
   std::string record;
   const bool journaled = journal_ && encode(*entry, record);
   std::uint64_t ticket = 0;
+  std::int64_t due = kNever;
   {
     std::lock_guard lock(mu_);
     if (journaled) ticket = journal_->append_entry(record, entry->id);
     entries_.insert(std::next(entries_.begin(),
                               static_cast<std::ptrdiff_t>(std::min(position, entries_.size()))),
                     std::move(entry));
+    due = changed_locked();
   }
   settle(ticket);
+  schedule_check(due);
 }
 
 std::uint64_t DeadLetterStore::tombstone_locked(TombstoneCause cause,
@@ -275,6 +291,57 @@ void DeadLetterStore::rearm_alert_locked() {
   if (alerted_ && options_.alert_depth &&
       entries_.size() <= options_.alert_rearm_depth.value_or(*options_.alert_depth - 1))
     alerted_ = false;
+}
+
+std::int64_t DeadLetterStore::changed_locked() {
+  if (!age_alert_.enabled()) return kNever;
+  return age_alert_.changed(
+      entries_.empty() ? std::nullopt
+                       : std::optional(entries_.front()->dead_at.time_since_epoch().count()),
+      bridge_.now_ns());
+}
+
+void DeadLetterStore::schedule_check(std::int64_t due) noexcept {
+  if (!is_never(due)) bridge_.check_by(due);
+}
+
+std::int64_t DeadLetterStore::sweep_alerts(std::int64_t now) noexcept {
+  if (!age_alert_.enabled()) return kNever;
+  try {
+    std::vector<Evicted> evicted;
+    std::uint64_t ticket;
+    std::int64_t next = kNever;
+    bool fire = false;
+    JobId oldest = 0;
+    std::string name;
+    std::int64_t age = 0;
+    std::size_t depth = 0;
+    {
+      std::lock_guard lock(mu_);  // the timer's own call: never from inside a visit
+      ticket = expire_locked(evicted);
+      const std::optional<std::int64_t> filed =
+          entries_.empty() ? std::nullopt
+                           : std::optional(entries_.front()->dead_at.time_since_epoch().count());
+      fire = age_alert_.check(filed, now, &next);
+      if (fire) {
+        oldest = entries_.front()->id;
+        name = entries_.front()->name;
+        age = now - *filed;
+        depth = entries_.size();
+      }
+    }
+    settle(ticket);
+    report(evicted);
+    if (fire) {
+      bridge_.emit(EventKind::dlq_age_alert, oldest, name, depth, Duration{age});
+      // As the depth alert's: never with the wheel held (the sweep holds it here).
+      if (options_.on_age_alert)
+        bridge_.after_wheel([cb = options_.on_age_alert, age] { cb(Duration{age}); });
+    }
+    return next;
+  } catch (...) {  // no memory for the evicted list or the event's strings: again in a second
+    return saturating_add(now, std::chrono::seconds(1));
+  }
 }
 
 void DeadLetterStore::report(const std::vector<Evicted>& evicted) {

@@ -178,10 +178,11 @@ DeadLetterInfo JobFlow::dead_letter_info(std::uint32_t idx) const {
                         .trace = parts_.traces.of(idx)};
 }
 
-RedriveStatus JobFlow::begin_redrive(const RedriveOf& of, bool reset_counters, std::uint32_t& idx) {
+RedriveStatus JobFlow::begin_redrive(const DeadLetterInfo& of, bool reset_counters,
+                                     std::uint32_t& idx) {
   if (!core().accepting()) return RedriveStatus::shutting_down;
   if (!of.downstream.empty()) links_.link_to(of.downstream);  // may throw: nothing taken
-  if (of.trace.valid()) parts_.traces.reserve();               // likewise
+  if (of.trace.valid()) parts_.traces.reserve();              // likewise
   if (!acquire_slots(&idx, 1))  // a blocked wait ends when shutdown begins
     return core().accepting() ? RedriveStatus::queue_full : RedriveStatus::shutting_down;
   const std::int64_t now = core().now_ns();

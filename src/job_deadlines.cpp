@@ -21,9 +21,14 @@ void JobFlow::sweep_inline(std::int64_t now, Wheel& wheel) {
                  [&](std::uint64_t lease, std::int64_t deadline) { lapse(lease, deadline, now); });
 }
 
+void JobFlow::sweep_by(std::int64_t due) noexcept {
+  timers_.request_sweep_by(due);
+}
+
 std::int64_t JobFlow::timer_sweep(std::int64_t now, Wheel& wheel) noexcept {
-  const std::int64_t expiry =
-      expiry_.sweep(now, wheel, dispatch_.stopping(std::memory_order_acquire));
+  // The DLQ's age alert rides on the same sweep (DeadLetterStore::sweep_alerts).
+  const std::int64_t expiry = std::min(
+      expiry_.sweep(now, wheel, dispatch_.stopping(std::memory_order_acquire)), dlq_sweep(now));
   // Inline, leases are sweep_inline's.
   if (!leases_ || parts_.core.mode() != Mode::threaded) return expiry;
   return std::min(expiry, leases_->sweep(now, [&](std::uint64_t lease, std::int64_t deadline) {

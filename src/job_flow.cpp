@@ -580,7 +580,8 @@ void JobFlow::timer_fired(std::uint32_t idx, std::int64_t now) noexcept {
   if (step == StepDown::in_line) gate->gate().wake_next();
 }
 
-void JobFlow::emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth) {
+void JobFlow::emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth,
+                       Duration elapsed) {
   if (!parts_.core.observed()) return;
   Event e;
   e.kind = kind;
@@ -589,6 +590,7 @@ void JobFlow::emit_dlq(EventKind kind, JobId id, std::string_view job_name, std:
   e.job_id = id;
   e.job_name = job_name;
   e.depth = depth;
+  e.elapsed = elapsed;
   parts_.core.emit(e);
 }
 

@@ -180,7 +180,8 @@ std::string format_event_json(const Event& e, const Clock& clock, const LogOptio
   }
   if (e.elapsed.count() != 0) j.num("elapsed_ms", ms(e.elapsed));
   if (!e.dedup_id.empty()) j.str("dedup_id", e.dedup_id);
-  if (e.kind == EventKind::dlq_alert) j.num("depth", static_cast<long long>(e.depth));
+  if (e.kind == EventKind::dlq_alert || e.kind == EventKind::dlq_age_alert)
+    j.num("depth", static_cast<long long>(e.depth));
   if (e.kind == EventKind::progress) j.num("progress", e.progress);
   if (e.throttle != Throttle::none) j.str("throttle", rail::to_string(e.throttle));
   if (!e.result.empty()) j.str("result", e.result);

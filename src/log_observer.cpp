@@ -135,6 +135,11 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
       line += icon("🚨") + "DLQ of " + std::string(e.queue) + " reached depth " +
               std::to_string(e.depth);
       break;
+    case EventKind::dlq_age_alert:
+      line += icon("🚨") + "DLQ of " + std::string(e.queue) + ": its oldest entry, job " + id +
+              " (" + name + "), has waited " + human(e.elapsed) + " (depth " +
+              std::to_string(e.depth) + ")";
+      break;
     case EventKind::stalled:
       line += icon("⏰") + "STALLED job " + id + " (" + name + ") delivery #" +
               std::to_string(e.deliveries) + ": lease lapsed after " + human(e.elapsed) +

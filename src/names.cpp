@@ -29,6 +29,8 @@ std::string_view to_string(EventKind kind) noexcept {
       return "dlq_evicted";
     case EventKind::dlq_alert:
       return "dlq_alert";
+    case EventKind::dlq_age_alert:
+      return "dlq_age_alert";
     case EventKind::stalled:
       return "stalled";
     case EventKind::late_outcome:

@@ -240,6 +240,9 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
     bad(where, "defaults.priority", std::to_string(o.defaults.priority),
         "0 .. priorities - 1 (" + std::to_string(o.priorities - 1) + ")");
   if (o.dlq.alert_depth == 0u) bad(where, "dlq.alert_depth", "0", "1 or more (unset: no alert)");
+  if (o.dlq.alert_age && o.dlq.alert_age->count() <= 0)
+    bad(where, "dlq.alert_age", std::to_string(o.dlq.alert_age->count()) + " ns",
+        "a positive duration (unset: no age alert)");
   if (o.dlq.alert_rearm_depth &&
       (!o.dlq.alert_depth || *o.dlq.alert_rearm_depth >= *o.dlq.alert_depth))
     bad(where, "dlq.alert_rearm_depth", std::to_string(*o.dlq.alert_rearm_depth),

@@ -2,6 +2,7 @@
 // retention) and its alert, under the manual clock in inline mode.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "rail/rail.hpp"
+#include "support/eventually.hpp"
 #include "support/inline_engine.hpp"
 
 namespace rail {
@@ -273,6 +275,88 @@ TEST_F(Dlq, CallingTheDlqFromItsOwnVisitorIsWouldDeadlockNotAHang) {
   q.dlq().visit([&](const DeadLetter<int>&) { EXPECT_EQ(other.dlq().size(), 0u); });
   healthy = true;
   EXPECT_EQ(q.dlq().redrive_all(), 2u);
+}
+
+TEST_F(Dlq, AnAgeAlertFiresOnceWhenTheOldestEntryReachesTheAgeAndAgainAfterItRearms) {
+  QueueOptions qo;
+  qo.dlq.alert_age = 10s;
+  std::vector<Duration> ages;
+  qo.dlq.on_age_alert = [&](Duration age) { ages.push_back(age); };
+  auto q = failing(qo);
+  run_jobs(q, 1, 1);  // job 1 dead-lettered at 0 s; nobody reads the DLQ from here on
+  clock.advance(9s);
+  engine.run_until_idle();
+  EXPECT_TRUE(ages.empty()) << "fired at 9 s";
+  clock.advance(1s);
+  engine.run_until_idle();
+  ASSERT_EQ(ages, std::vector<Duration>{10s});
+  const Event alert = first(EventKind::dlq_age_alert);
+  EXPECT_EQ(alert.job_id, 1u) << "names the oldest entry";
+  EXPECT_EQ(alert.elapsed, 10s);
+  EXPECT_EQ(alert.depth, 1u);
+  run_jobs(q, 2, 1);  // a second entry at 10 s; the oldest stays old
+  clock.advance(25s);
+  engine.run_until_idle();
+  EXPECT_EQ(ages.size(), 1u) << "fired again while the DLQ stayed old";
+  healthy = true;
+  EXPECT_EQ(q.dlq().redrive_all(), 2u);  // empty: the alert re-arms
+  engine.run_until_idle();
+  healthy = false;
+  run_jobs(q, 3, 1);  // a new entry at 35 s
+  clock.advance(9s);
+  engine.run_until_idle();
+  EXPECT_EQ(ages.size(), 1u);
+  clock.advance(1s);
+  engine.run_until_idle();
+  EXPECT_EQ(ages, (std::vector<Duration>{10s, 10s}));
+  EXPECT_EQ(count(EventKind::dlq_age_alert), 2u);
+}
+
+TEST_F(Dlq, AnAgeAlertRearmsWhenTheOldEntriesLeaveAndAYoungerOneRemains) {
+  QueueOptions qo;
+  qo.dlq.alert_age = 10s;
+  auto q = failing(qo);
+  run_jobs(q, 1, 1);  // at 0 s
+  clock.advance(8s);
+  run_jobs(q, 2, 1);  // at 8 s
+  clock.advance(2s);
+  engine.run_until_idle();
+  ASSERT_EQ(count(EventKind::dlq_age_alert), 1u);  // job 1 at 10 s
+  ASSERT_TRUE(q.dlq().remove(1));                  // job 2, 2 s old, is the oldest: re-armed
+  clock.advance(7s);
+  engine.run_until_idle();
+  EXPECT_EQ(count(EventKind::dlq_age_alert), 1u) << "job 2 is 9 s old";
+  clock.advance(1s);
+  engine.run_until_idle();
+  ASSERT_EQ(count(EventKind::dlq_age_alert), 2u);
+  EXPECT_EQ(of(EventKind::dlq_age_alert).back().job_id, 2u);
+}
+
+TEST_F(Dlq, AnAgeAlertOfZeroOrLessIsRefusedNamingTheField) {
+  QueueOptions qo;
+  qo.dlq.alert_age = 0s;
+  try {
+    (void)engine.declare_queue<int>("q", qo);
+    FAIL() << "an alert_age of 0 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("dlq.alert_age"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DlqThreaded, AnAgeAlertFiresOnTheRealClockWithNobodyReadingTheDlq) {
+  Engine engine;
+  QueueOptions qo;
+  qo.dlq.alert_age = 50ms;
+  std::atomic<int> alerts{0};
+  qo.dlq.on_age_alert = [&](Duration age) {
+    if (age >= 50ms) alerts.fetch_add(1);
+  };
+  auto q = engine.declare_queue<int>("q", qo);
+  q.process({}, [](Job<int>&) { return Outcome::fail("down"); });
+  (void)q.add("a", 1);
+  EXPECT_TRUE(test::eventually([&] { return alerts.load() == 1; }));
+  EXPECT_EQ(q.dlq().size(), 1u);
 }
 
 }  // namespace

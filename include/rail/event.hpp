@@ -52,6 +52,8 @@ enum class EventKind : std::uint8_t {
   redriven,        // a DLQ entry was sent back to its queue (RedriveOptions say what restarts)
   dlq_evicted,     // a DLQ entry was dropped by the DLQ's bound or retention
   dlq_alert,       // the DLQ reached DlqOptions::alert_depth (`depth` holds it)
+  dlq_age_alert,   // the DLQ's oldest entry (job_id) reached DlqOptions::alert_age (`elapsed`:
+                   // its age; `depth`: the DLQ's)
   stalled,         // delivery `deliveries`' lease lapsed after `elapsed` in the handler; the
                    // job is delivered again, or dead-lettered (QueueOptions::stall_policy)
   late_outcome,    // a handler whose lease had lapsed (or attempt had timed out) returned;
@@ -106,7 +108,7 @@ struct Event {
   std::uint32_t attempt = 0;  // 1-based attempt the stage belongs to (0: not started yet)
   std::uint32_t max_attempts = 0;
   std::uint32_t deliveries = 0;  // handler starts so far (SQS ApproximateReceiveCount)
-  std::size_t depth = 0;         // dlq_alert: the DLQ's depth
+  std::size_t depth = 0;         // dlq_alert, dlq_age_alert: the DLQ's depth
   Duration elapsed{0};           // stalled / late_outcome: how long the handler had been running
   Duration delay{0};             // added: initial delay; attempt_failed: the next delay
   std::string_view error;        // attempt_failed / dead_lettered: the (last) failure

@@ -143,6 +143,13 @@ struct DlqOptions {
   /// The depth at or below which a fired alert re-arms; unset: alert_depth - 1. Below
   /// alert_depth.
   std::optional<std::uint32_t> alert_rearm_depth{};
+  /// alert_age: when the DLQ's oldest entry has been in it this long, a dlq_age_alert event
+  /// (its job, its age in `elapsed`, the depth) and on_age_alert(age); once, re-armed when the
+  /// DLQ is empty or its oldest entry younger again (redriven, purged, removed, retained out).
+  /// Checked by the queue's timer when the age is reached, whether or not anyone reads the DLQ.
+  /// Unset: no age alert.
+  std::optional<Duration> alert_age{};
+  std::function<void(Duration age)> on_age_alert{};
   /// journal: an optional file the DLQ's entries survive a crash in (journal_options.hpp).
   JournalOptions journal{};
 };

@@ -29,6 +29,7 @@ QueueOptions payments_options(const ShopOptions& o) {
   q.defaults.backoff = Backoff::exponential(50ms);
   q.visibility_timeout = 10s;
   q.dlq.alert_depth = 100;
+  q.dlq.alert_age = 1min;  // a dead letter nobody handled for a minute pages someone
   return q;
 }
 

@@ -54,8 +54,11 @@ class DeadLetterBridge {
   [[nodiscard]] const std::string& name() const noexcept;
   [[nodiscard]] std::int64_t now_ns() const;
   void skip_ids_past(JobId id);
-  /// emit(kind, id, job_name, depth): the DLQ's own events (evicted, alert).
-  void emit(EventKind kind, JobId id, std::string_view job_name, std::size_t depth);
+  /// emit(kind, id, job_name, depth, elapsed): the DLQ's own events (evicted, the alerts).
+  void emit(EventKind kind, JobId id, std::string_view job_name, std::size_t depth,
+            Duration elapsed = {});
+  /// check_by(due): the store's next timed check is due then (the queue's sweep runs by then).
+  void check_by(std::int64_t due) noexcept;
   /// after_wheel(f): f runs where no timer callback holds the wheel (EngineCore::after_wheel).
   void after_wheel(std::function<void()> f);
 

@@ -1,6 +1,6 @@
 // DeadLetterStore: a queue's dead-letter entries, whatever their payload type: the list, its
-// bound and retention, the depth alert, the journal, redrive, and the guard that refuses a call
-// back into the DLQ from its own visit. Compiled once in src/; DeadLetterQueue<T> is the typed
+// bound and retention, the depth and age alerts, the journal, redrive, and the guard that refuses a
+// call back into the DLQ from its own visit. Compiled once in src/; DeadLetterQueue<T> is the typed
 // handle over it (dead_letter_queue.hpp), DeadLetterBridge the queue's side (filing, overflow,
 // the clock and events, redrive into the slots).
 //
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "rail/dead_letter.hpp"
+#include "rail/detail/dlq_age_alert.hpp"
 #include "rail/detail/function_ref.hpp"
 #include "rail/journal_file.hpp"
 #include "rail/options.hpp"
@@ -73,6 +74,11 @@ class DeadLetterStore {
   /// reported: the queue raises the job's dead_lettered event there, so events read in cause
   /// order.
   void push(EntryPtr entry, FunctionRef<void()> filed);
+  /// sweep_alerts(now): the queue's sweep: applies retention and fires the age alert if the
+  /// oldest entry reached DlqOptions::alert_age (dlq_age_alert.hpp); returns when the next
+  /// check is due (kNever: none). Never throws: a check that failed (no memory) is tried again
+  /// a second later.
+  std::int64_t sweep_alerts(std::int64_t now) noexcept;
 
  private:
   struct Evicted {
@@ -91,6 +97,10 @@ class DeadLetterStore {
   void settle(std::uint64_t ticket);
   bool encode(const DeadLetterInfo& e, std::string& out) const;
   void rearm_alert_locked();
+  /// changed_locked(): the entries changed: the age alert's next check (kNever: none), which
+  /// the caller passes to schedule_check() once the lock is released.
+  std::int64_t changed_locked();
+  void schedule_check(std::int64_t due) noexcept;
   void report(const std::vector<Evicted>& evicted);
   void fire_alert(std::size_t depth);
   RedriveStatus redrive_entry(EntryPtr& entry, const RedriveOptions& options);
@@ -103,6 +113,7 @@ class DeadLetterStore {
   // keeps the others where they are.
   std::list<EntryPtr> entries_;
   bool alerted_ = false;
+  DlqAgeAlert age_alert_;
   std::unique_ptr<DlqJournalBinding> journal_;  // null: no journal
 };
 

@@ -173,8 +173,11 @@ class JobFlow : public QueueBase,
   }
   /// stop_token(idx, token): Job::stop_token of delivery `token` in slot idx (StopCells).
   [[nodiscard]] std::stop_token stop_token(std::uint32_t idx, std::uint32_t token);
-  /// emit_dlq(kind, id, job_name, depth): the DLQ's events (evicted, alert).
-  void emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth);
+  /// emit_dlq(kind, id, job_name, depth, elapsed): the DLQ's events (evicted, the alerts).
+  void emit_dlq(EventKind kind, JobId id, std::string_view job_name, std::size_t depth,
+                Duration elapsed = {});
+  /// sweep_by(due): the queue's timer sweep runs no later than due (the DLQ's age alert).
+  void sweep_by(std::int64_t due) noexcept;  // job_deadlines.cpp
 
   // --- for the DLQ bridge (dead_letter_bridge.hpp) -------------------------------------------
   /// dead_letter_info(idx): the DLQ entry of the job ending in slot idx, but its payload.
@@ -185,13 +188,9 @@ class JobFlow : public QueueBase,
   /// before fill, so a throw leaves the payload with the entry.
   template <class Fill>
   RedriveStatus redrive_with(const DeadLetterInfo& e, bool reset_counters, Fill&& fill) {
-    const RedriveOf of{
-        e.id,         e.name,     e.max_attempts, e.backoff,         e.visibility_timeout,
-        e.downstream, e.added_at, e.dedup_id,     e.failed_attempts, e.deliveries,
-        e.stalls,     e.errors,   e.trace};
     std::uint32_t idx;
     const AddScope scope(&core());  // shutdown waits for this redrive once past accepting()
-    const RedriveStatus status = begin_redrive(of, reset_counters, idx);
+    const RedriveStatus status = begin_redrive(e, reset_counters, idx);
     if (status != RedriveStatus::redriven) return status;
     fill(cell(idx));
     end_redrive(idx);
@@ -465,23 +464,9 @@ class JobFlow : public QueueBase,
     return leftovers_.take(take);
   }
 
-  /// RedriveOf: what a DLQ entry brings back besides its payload (redrive_with).
-  struct RedriveOf {
-    JobId id;
-    const std::string& name;
-    std::uint32_t max_attempts;
-    const Backoff& backoff;
-    std::optional<Duration> visibility_timeout;
-    const std::string& downstream;
-    TimePoint added_at;
-    const std::string& dedup_id;
-    std::uint32_t failed_attempts, deliveries, stalls;
-    const std::vector<AttemptError>& errors;
-    const TraceContext& trace;
-  };
-  /// begin_redrive(of, reset_counters, idx): takes slot idx and fills it from `of` (nothing
-  /// taken unless redriven). end_redrive(idx): the payload is in: count, raise, publish.
-  RedriveStatus begin_redrive(const RedriveOf& of, bool reset_counters, std::uint32_t& idx);
+  /// begin_redrive(of, reset_counters, idx): takes slot idx and fills it from DLQ entry `of`
+  /// (nothing taken unless redriven). end_redrive(idx): the payload is in: count, raise, publish.
+  RedriveStatus begin_redrive(const DeadLetterInfo& of, bool reset_counters, std::uint32_t& idx);
   void end_redrive(std::uint32_t idx) noexcept;
   /// restore_counters(idx, ...): a redrive that keeps counters carries them and the error log
   /// into slot idx (after init_slot). May throw (bad_alloc) before any change to the counters.

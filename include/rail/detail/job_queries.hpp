@@ -32,6 +32,9 @@ class DlqLookup {
   [[nodiscard]] virtual bool in_dlq(JobId id) const = 0;
   /// dlq_end(id): job `id`'s end as its DLQ entry tells it (reason, errors), if it is there.
   [[nodiscard]] virtual std::optional<EndRecord> dlq_end(JobId id) const = 0;
+  /// dlq_sweep(now): the DLQ's timed checks (its age alert) at the queue's sweep; when the next
+  /// one is due (kNever: none).
+  virtual std::int64_t dlq_sweep(std::int64_t now) noexcept = 0;
 
  protected:
   ~DlqLookup() = default;

@@ -97,6 +97,9 @@ class QueueImpl final : public JobFlow, public QueueFront {
   bool file_copy(std::uint32_t idx, const Event* event) override;
   bool in_dlq(JobId id) const override { return bridge_.contains(id); }
   std::optional<EndRecord> dlq_end(JobId id) const override { return bridge_.end_of(id); }
+  std::int64_t dlq_sweep(std::int64_t now) noexcept override {
+    return bridge_.store().sweep_alerts(now);
+  }
   void collect_deferred(ShutdownReport& report) const override { kept_.list(report, name()); }
   void run_deferred(JobId id) noexcept override;
   /// entry_of(idx, payload, copy): the DLQ entry of the job ending in slot idx, its payload
