@@ -2,7 +2,6 @@
 // context and the attempts' derived span ids.
 #include "rail/trace_context.hpp"
 
-#include <algorithm>
 
 namespace rail {
 namespace {
@@ -37,11 +36,6 @@ bool read_hex(std::string_view text, std::array<std::uint8_t, N>& out) noexcept 
   return true;
 }
 
-template <std::size_t N>
-bool zero(const std::array<std::uint8_t, N>& bytes) noexcept {
-  return std::all_of(bytes.begin(), bytes.end(), [](std::uint8_t b) { return b == 0; });
-}
-
 /// mix(x): SplitMix64's finalizer: a bijection that spreads every input bit.
 std::uint64_t mix(std::uint64_t x) noexcept {
   x ^= x >> 30;
@@ -72,10 +66,6 @@ std::array<std::uint8_t, 8> span_of(const TraceContext& producer, std::uint64_t 
 }
 
 }  // namespace
-
-bool TraceContext::valid() const noexcept {
-  return !zero(trace_id) && !zero(span_id);
-}
 
 std::optional<TraceContext> TraceContext::parse(std::string_view t) noexcept {
   // version "-" trace-id "-" parent-id "-" flags: 2 + 1 + 32 + 1 + 16 + 1 + 2 = 55 characters.

@@ -27,8 +27,16 @@ struct TraceContext {
   std::array<std::uint8_t, 8> span_id{};
   std::uint8_t flags = 0;
 
-  /// valid(): both ids non-zero (the W3C rule); an invalid context is "none".
-  [[nodiscard]] bool valid() const noexcept;
+  /// valid(): both ids non-zero (the W3C rule); an invalid context is "none". Inline: every
+  /// add asks it of the thread's context.
+  [[nodiscard]] bool valid() const noexcept {
+    std::uint8_t any_trace = 0, any_span = 0;
+    for (const std::uint8_t b : trace_id)
+      any_trace |= b;
+    for (const std::uint8_t b : span_id)
+      any_span |= b;
+    return any_trace != 0 && any_span != 0;
+  }
   /// parse(traceparent): "00-<32 hex>-<16 hex>-<2 hex>" (lowercase; a later version's longer
   /// header is read by its first four fields, as the W3C asks); nullopt when malformed, for
   /// version ff, or for all-zero ids.
