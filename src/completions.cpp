@@ -59,7 +59,7 @@ Completion Completions::defer(JobFields& job) {
     // lets go, so every sweep finds it in one record or both (a lease lapsed from both is
     // lapsed once: the second lapse CAS finds the delivery gone). relaxed: the worker's record
     // is this thread's own; the sweep's CAS is ordered by the word itself.
-    LeaseTracker::grant(record, job.lease_, worker.deadline_ns.load(std::memory_order_relaxed));
+    LeaseTracker::hand_over(record, worker, job.lease_);
     std::uint64_t held = job.lease_;
     // acq_rel, like the sweep's CAS on the same word: exactly one of the two clears it.
     if (!worker.lease.compare_exchange_strong(held, 0, std::memory_order_acq_rel,
@@ -145,13 +145,15 @@ bool Completions::extend(std::uint32_t r, Duration d) noexcept {
   if (p.lease == 0 || !p.renewable) return !cancelled(r);
   LeaseRecord& record = leases_->record(pending_->lease_record(r));
   // Never past the attempt's timeout (Job::extend_lease). The slot is pinned by this delivery.
+  const std::int64_t now = parts_.core.now_ns();
   const std::int64_t deadline =
-      std::min(saturating_add(parts_.core.now_ns(), d),
+      std::min(saturating_add(now, d),
                saturating_add(p.started_ns, Duration{parts_.slot(p.idx).timeout_ns}));
-  // relaxed: only the Completion's holder renews this record (see Job::extend_lease).
-  const std::int64_t before = record.deadline_ns.load(std::memory_order_relaxed);
-  if (!LeaseTracker::renew(record, p.lease, deadline)) return false;
-  if (deadline < before && parts_.core.mode() == Mode::threaded) timers_.request_sweep_by(deadline);
+  // Only the Completion's holder renews this record (see Job::extend_lease).
+  const std::int64_t before = LeaseTracker::next_check(record);
+  if (!LeaseTracker::renew(record, p.lease, deadline, now)) return false;
+  const std::int64_t after = LeaseTracker::next_check(record);
+  if (after < before && parts_.core.mode() == Mode::threaded) timers_.request_sweep_by(after);
   return !cancelled(r);
 }
 

@@ -55,7 +55,8 @@ void JobFlow::make_leases(std::size_t workers, std::uint32_t max_pending) {
   // The workers' records first, then one per pending delivery, then held_max_ per worker for
   // the deliveries a batch queue's workers hold: one sweep scans them all.
   auto leases =
-      std::make_unique<LeaseTracker>(workers + max_pending + workers * std::size_t{held_max_});
+      std::make_unique<LeaseTracker>(workers + max_pending + workers * std::size_t{held_max_},
+                                     warn_fraction(parts_.options.stall_warning));
   completions_.open(*leases, max_pending, static_cast<std::uint32_t>(workers));
   held_first_ = static_cast<std::uint32_t>(workers + max_pending);
   leases_ = std::move(leases);

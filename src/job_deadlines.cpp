@@ -3,9 +3,11 @@
 // asked to stop, its outcome ignored), and a delivery's stop token. See
 // include/rail/detail/job_flow.hpp for the job's path and stop_cells.hpp for tokens.
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <utility>
 
+#include "rail/detail/blank.hpp"
 #include "rail/detail/job_flow.hpp"
 
 namespace rail::detail {
@@ -17,8 +19,13 @@ void JobFlow::sweep_inline(std::int64_t now, Wheel& wheel) {
   // processing() (acquire), not leases_: another thread may be in start_processing() building
   // the tracker; its release store of processing_ publishes the finished one.
   if (!parts_.leases_enabled() || !processing()) return;
-  leases_->sweep(now,
-                 [&](std::uint64_t lease, std::int64_t deadline) { lapse(lease, deadline, now); });
+  (void)sweep_leases(now);
+}
+
+std::int64_t JobFlow::sweep_leases(std::int64_t now) {
+  return leases_->sweep(
+      now, [&](std::uint64_t lease, std::int64_t deadline) { lapse(lease, deadline, now); },
+      [&](std::uint64_t lease, std::int64_t deadline) { warn_stalling(lease, deadline, now); });
 }
 
 void JobFlow::sweep_by(std::int64_t due) noexcept {
@@ -31,9 +38,7 @@ std::int64_t JobFlow::timer_sweep(std::int64_t now, Wheel& wheel) noexcept {
       expiry_.sweep(now, wheel, dispatch_.stopping(std::memory_order_acquire)), dlq_sweep(now));
   // Inline, leases are sweep_inline's.
   if (!leases_ || parts_.core.mode() != Mode::threaded) return expiry;
-  return std::min(expiry, leases_->sweep(now, [&](std::uint64_t lease, std::int64_t deadline) {
-    lapse(lease, deadline, now);
-  }));
+  return std::min(expiry, sweep_leases(now));
 }
 
 bool JobFlow::drop_unstarted(std::uint32_t idx, std::uint32_t token, std::int64_t expire,
@@ -122,6 +127,35 @@ void JobFlow::lapse(std::uint64_t lease, std::int64_t deadline, std::int64_t now
   s.due_ns.store(now, std::memory_order_relaxed);  // due again now: its wait starts
   s.ctl.leave_finishing(SlotState::waiting);
   dispatch_.push_ready(idx);
+}
+
+void JobFlow::warn_stalling(std::uint64_t lease, std::int64_t deadline, std::int64_t now) noexcept {
+  // The delivery runs on in its handler, which may end it at any moment and the slot may take
+  // another job: read as a seqlock over the slot's atomic fields (JobQueries reads a live job so),
+  // the word, then the fields, then the word again. Nothing plain of the slot is read; a name
+  // the slot keeps itself (NameTable full) is left out for that reason.
+  const std::uint32_t idx = lease_slot(lease);
+  const JobSlot& s = slot(idx);
+  const std::uint64_t c = s.ctl.load();  // acquire: the fields below are the delivery's or newer
+  if (ctl::state(c) != SlotState::active || ctl::seq(c) != lease_token(lease)) return;
+  const std::uint16_t name = s.name_id();
+  Event e = blank<Event>();
+  e.kind = EventKind::stall_warning;
+  e.at = TimePoint{Duration{now}};
+  e.queue = parts_.name;
+  e.job_id = s.id.load(std::memory_order_relaxed);
+  e.attempt = s.attempts() + 1u;
+  e.deliveries = s.delivered();
+  e.elapsed = Duration{now - s.started()};
+  e.delay = Duration{deadline - now};
+  std::atomic_thread_fence(std::memory_order_acquire);  // the re-read below comes after them
+  const std::uint64_t again = s.ctl.load(std::memory_order_relaxed);
+  if (ctl::state(again) != SlotState::active || ctl::seq(again) != lease_token(lease))
+    return;  // it ended meanwhile: no warning owed
+  parts_.stats.add(kStallWarnings);
+  if (!parts_.core.observed()) return;
+  if (name != NameTable::kOwnName) e.job_name = parts_.core.names().name(name);
+  parts_.core.emit(e);
 }
 
 void JobFlow::time_out(std::uint32_t idx, Duration elapsed, std::uint64_t flags, std::int64_t now) {

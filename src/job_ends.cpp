@@ -93,7 +93,7 @@ std::optional<Event> JobEnds::dead_letter_event(const JobSlot& s, std::int64_t n
   ev.reason = s.end_reason;
   ev.attempt = s.attempts();
   if (s.extra && !s.extra->errors.empty()) ev.error = error = s.extra->errors.back().message;
-  if (s.name == NameTable::kOwnName) [[unlikely]]
+  if (s.name_id() == NameTable::kOwnName) [[unlikely]]
     ev.job_name = own_name = parts_.job_name(s);
   return ev;
 }

@@ -48,7 +48,8 @@ JobFlow::JobFlow(EngineCore& core, std::string name, QueueOptions options, std::
       ends_(parts_, claims_, lines_, dispatch_, *this),
       // The sweep comes at least once per lease or timeout, whichever is shorter.
       timers_(parts_.core, parts_.name, parts_.slots.get(), parts_.capacity,
-              std::min(parts_.options.visibility_timeout, parts_.options.timeout)),
+              std::min(parts_.options.visibility_timeout, parts_.options.timeout),
+              warn_fraction(parts_.options.stall_warning)),
       completions_(parts_, *this, links_, timers_),
       progress_(parts_),
       queries_(parts_, ends_.tracker(), progress_, *this),
@@ -236,7 +237,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
     // After the plain fields above: the sweep reads them after acquiring this lease word.
     LeaseTracker::grant(
         record, job.lease_,
-        std::min(lease ? saturating_add(now, Duration{s.visibility_ns}) : kNever, timeout_at));
+        std::min(lease ? saturating_add(now, Duration{s.visibility_ns}) : kNever, timeout_at), now);
   }
   open.leased = leased;
   if (held) {
@@ -285,7 +286,7 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   std::string_view name;
   if (observed) [[unlikely]] {
     name = job_name(s);
-    if (s.name == NameTable::kOwnName) name = own_name = name;
+    if (s.name_id() == NameTable::kOwnName) name = own_name = name;
   }
   const auto f = s.ctl.finish(token);
   // The delivery's pin is gone (either way): a deferred delivery's record goes back with it.

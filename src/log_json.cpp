@@ -168,6 +168,7 @@ std::string format_event_json(const Event& e, const Clock& clock, const LogOptio
     case EventKind::added:
     case EventKind::attempt_failed:
     case EventKind::throttled:
+    case EventKind::stall_warning:  // the time left before the lease lapses
       // Negative: none (dead-lettered next, or a wait for a permit of unknown length).
       if (e.delay.count() < 0) {
         j.null("delay_ms");

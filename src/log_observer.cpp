@@ -140,6 +140,11 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
               " (" + name + "), has waited " + human(e.elapsed) + " (depth " +
               std::to_string(e.depth) + ")";
       break;
+    case EventKind::stall_warning:
+      line += icon("🐢") + "SLOW job " + id + (name.empty() ? "" : " (" + name + ")") +
+              " delivery #" + std::to_string(e.deliveries) + ": " + human(e.elapsed) +
+              " in the handler, its lease lapses in " + human(e.delay);
+      break;
     case EventKind::stalled:
       line += icon("⏰") + "STALLED job " + id + " (" + name + ") delivery #" +
               std::to_string(e.deliveries) + ": lease lapsed after " + human(e.elapsed) +

@@ -31,6 +31,8 @@ std::string_view to_string(EventKind kind) noexcept {
       return "dlq_alert";
     case EventKind::dlq_age_alert:
       return "dlq_age_alert";
+    case EventKind::stall_warning:
+      return "stall_warning";
     case EventKind::stalled:
       return "stalled";
     case EventKind::late_outcome:

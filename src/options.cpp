@@ -211,6 +211,9 @@ void validate_queue_options(const QueueOptions& o, std::string_view queue) {
   if (o.max_stalls > 0xFFFF)
     bad(where, "max_stalls", std::to_string(o.max_stalls),
         "0 .. 65535 stalls a job survives before it is dead-lettered");
+  if (!(o.stall_warning >= 0 && o.stall_warning < 1))
+    bad(where, "stall_warning", std::to_string(o.stall_warning),
+        "a fraction of the lease, 0 <= f < 1 (0: no warnings; e.g. 0.8)");
   if (o.priorities == 0 || o.priorities > detail::ReadyLevels::kMaxLevels)
     bad(where, "priorities", std::to_string(o.priorities),
         "1 .. " + std::to_string(detail::ReadyLevels::kMaxLevels) + " levels (1: none)");

@@ -58,6 +58,7 @@ QueueCounts QueueStats::counts(bool paused) const noexcept {
   c.discarded = sum(kDiscarded);
   c.deduplicated = sum(kDeduplicated);
   c.stalled = sum(kStalled);
+  c.stall_warnings = sum(kStallWarnings);
   c.late_outcomes = sum(kLateOutcomes);
   c.timed_out = sum(kTimedOut);
   c.expired = sum(kExpired);

@@ -9,13 +9,14 @@
 namespace rail::detail {
 
 TimerPort::TimerPort(EngineCore& core, const std::string& queue, JobSlot* slots,
-                     std::size_t capacity, Duration visibility)
+                     std::size_t capacity, Duration visibility, std::uint32_t warn_parts)
     : core_(core),
       queue_(queue),
       slots_(slots),
       capacity_(capacity),
       inbox_(capacity),
-      min_visibility_ns_(visibility.count()) {}
+      min_visibility_ns_(visibility.count()),
+      warn_parts_(warn_parts) {}
 
 void TimerPort::tag_nodes(std::uint16_t queue) noexcept {
   index_ = queue;
@@ -65,16 +66,10 @@ void TimerPort::request_sweep_by(std::int64_t deadline) noexcept {
 void TimerPort::drain(Wheel& wheel, TimerClient& client) noexcept {
   // acq_rel: consumes the request and acquires the min_visibility_ns_ lowered before it.
   if (sweep_requested_.exchange(false, std::memory_order_acq_rel)) {
-    // (Re)arm the sweep no later than one shortest visibility timeout from now, or than a
-    // shortened lease's deadline.
-    // Inline: only a deadline asked for (see sweep()).
-    const std::int64_t leases =
-        core_.mode() == Mode::threaded
-            ? saturating_add(wheel.now_ns(),
-                             Duration{min_visibility_ns_.load(std::memory_order_seq_cst)})
-            : kNever;
-    const std::int64_t at =
-        std::min(leases, sweep_by_ns_.exchange(kNever, std::memory_order_relaxed));
+    // (Re)arm the sweep no later than one shortest visibility timeout from now (its stall
+    // warning's share of it), or than a shortened lease's deadline.
+    const std::int64_t at = std::min(lease_check_after(wheel.now_ns()),
+                                     sweep_by_ns_.exchange(kNever, std::memory_order_relaxed));
     if (!is_never(at) && (!sweep_node_.linked() || sweep_node_.deadline > at)) {
       wheel.cancel(sweep_node_);
       wheel.schedule(sweep_node_, at);
@@ -179,15 +174,22 @@ void TimerPort::schedule_or_park(JobSlot& s, std::int64_t due, Wheel& wheel) noe
   wheel.schedule(s.timer, due);
 }
 
+std::int64_t TimerPort::lease_check_after(std::int64_t now) const noexcept {
+  // Inline: only a deadline asked for (see sweep()).
+  if (core_.mode() != Mode::threaded) return kNever;
+  // seq_cst: see lower_visibility (drain's read must not miss a bound lowered before a request).
+  std::int64_t period = min_visibility_ns_.load(std::memory_order_seq_cst);
+  // A lease granted after this sweep warns no sooner than its share of the shortest lease.
+  if (warn_parts_ != 0 && !is_never(period))
+    period = std::max<std::int64_t>(1, fraction_of(period, warn_parts_));
+  return saturating_add(now, Duration{period});
+}
+
 void TimerPort::sweep(std::int64_t now, Wheel& wheel, TimerClient& client) noexcept {
   // Inline, leases are checked on every timer pass instead (sweep_inline): the sweep's timer
   // stands only for what the client asks for (expiries), so next_timer_in() sees them and
   // nothing re-arms for ever.
-  const std::int64_t leases =
-      core_.mode() == Mode::threaded
-          ? saturating_add(now, Duration{min_visibility_ns_.load(std::memory_order_relaxed)})
-          : kNever;
-  const std::int64_t next = std::min(leases, client.timer_sweep(now, wheel));
+  const std::int64_t next = std::min(lease_check_after(now), client.timer_sweep(now, wheel));
   // A sweep due never is not armed: re-arming at a wrapped "now + max" made the timer thread
   // spin. request_sweep() (a shorter visibility timeout) arms it again.
   if (!is_never(next)) wheel.schedule(sweep_node_, next);

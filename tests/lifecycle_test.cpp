@@ -245,13 +245,16 @@ TEST(Lifecycle, ALeaseWithTokenZeroOnSlotZeroStillLapses) {
   EXPECT_EQ(detail::lease_token(lease), 0u);
   EXPECT_EQ(detail::lease_slot(detail::make_lease((1u << 29) - 1, 7)), (1u << 29) - 1);
   detail::LeaseTracker tracker(1);
-  detail::LeaseTracker::grant(tracker.record(0), lease, 5);
+  detail::LeaseTracker::grant(tracker.record(0), lease, 5, 0);
   int lapsed = 0;
-  (void)tracker.sweep(10, [&](std::uint64_t l, std::int64_t deadline) {
-    ++lapsed;
-    EXPECT_EQ(l, lease);
-    EXPECT_EQ(deadline, 5);
-  });
+  (void)tracker.sweep(
+      10,
+      [&](std::uint64_t l, std::int64_t deadline) {
+        ++lapsed;
+        EXPECT_EQ(l, lease);
+        EXPECT_EQ(deadline, 5);
+      },
+      [](std::uint64_t, std::int64_t) { ADD_FAILURE() << "no warnings asked"; });
   EXPECT_EQ(lapsed, 1);
 }
 

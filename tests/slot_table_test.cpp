@@ -358,19 +358,22 @@ TEST(LeaseTrackerSchedule, SweepRacingRenewAndReleaseLapsesAtMostOnce) {
   for (std::uint64_t seed = 0; seed < kSeeds; ++seed) {
     detail::BasicLeaseTracker<DeterministicAtomic> tracker(2);
     const std::uint64_t a = detail::make_lease(0, 0), b = detail::make_lease(1, 9);
-    decltype(tracker)::grant(tracker.record(0), a, 10);
-    decltype(tracker)::grant(tracker.record(1), b, 10);
+    decltype(tracker)::grant(tracker.record(0), a, 10, 0);
+    decltype(tracker)::grant(tracker.record(1), b, 10, 0);
     int lapses_a = 0, lapses_b = 0;
     bool renewed = false;
     DeterministicSchedule sched(seed, SchedulePolicy::uniform);
-    sched.run({[&] { renewed = decltype(tracker)::renew(tracker.record(0), a, 100); },
+    sched.run({[&] { renewed = decltype(tracker)::renew(tracker.record(0), a, 100, 0); },
                [&] { decltype(tracker)::release(tracker.record(1)); },
                [&] {
                  for (int i = 0; i < 2; ++i)
-                   (void)tracker.sweep(50, [&](std::uint64_t l, std::int64_t deadline) {
-                     EXPECT_LE(deadline, 50) << "seed " << seed;
-                     (l == a ? lapses_a : lapses_b)++;
-                   });
+                   (void)tracker.sweep(
+                       50,
+                       [&](std::uint64_t l, std::int64_t deadline) {
+                         EXPECT_LE(deadline, 50) << "seed " << seed;
+                         (l == a ? lapses_a : lapses_b)++;
+                       },
+                       [](std::uint64_t, std::int64_t) { ADD_FAILURE() << "no warnings asked"; });
                }});
     ASSERT_LE(lapses_a, 1) << "seed " << seed;
     ASSERT_LE(lapses_b, 1) << "seed " << seed;

@@ -71,9 +71,10 @@ struct QueueCounts {
   std::uint64_t cancelled = 0;
   std::uint64_t discarded = 0;  // handlers returned Outcome::discard
   std::uint64_t deduplicated = 0;
-  std::uint64_t stalled = 0;        // lease lapses
-  std::uint64_t late_outcomes = 0;  // outcomes of lapsed or timed-out deliveries, ignored
-  std::uint64_t timed_out = 0;      // attempts past their timeout (QueueOptions::timeout)
+  std::uint64_t stalled = 0;         // lease lapses
+  std::uint64_t stall_warnings = 0;  // handlers past QueueOptions::stall_warning of their lease
+  std::uint64_t late_outcomes = 0;   // outcomes of lapsed or timed-out deliveries, ignored
+  std::uint64_t timed_out = 0;       // attempts past their timeout (QueueOptions::timeout)
   std::uint64_t expired = 0;   // jobs dead-lettered unstarted past expire_after (in dead_lettered)
   std::uint64_t shed = 0;      // jobs dead-lettered by load shedding (QueueOptions::shed; likewise)
   std::uint64_t retried = 0;   // failed attempts followed by another (a retry scheduled)

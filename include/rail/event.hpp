@@ -54,6 +54,11 @@ enum class EventKind : std::uint8_t {
   dlq_alert,       // the DLQ reached DlqOptions::alert_depth (`depth` holds it)
   dlq_age_alert,   // the DLQ's oldest entry (job_id) reached DlqOptions::alert_age (`elapsed`:
                    // its age; `depth`: the DLQ's)
+  stall_warning,   // delivery `deliveries`' handler has run `elapsed` without renewing its lease,
+                   // past QueueOptions::stall_warning of it; `delay` is the time left before
+                   // it lapses. Once per lease period (a renewal starts one); may follow the
+                   // delivery's outcome when the two race; carries no trace, nor a name the
+                   // name table had no room for
   stalled,         // delivery `deliveries`' lease lapsed after `elapsed` in the handler; the
                    // job is delivered again, or dead-lettered (QueueOptions::stall_policy)
   late_outcome,    // a handler whose lease had lapsed (or attempt had timed out) returned;

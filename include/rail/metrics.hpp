@@ -103,6 +103,9 @@ void for_each_value(const QueueMetrics& m, Fn&& fn) {
      n(c.discarded));
   fn(MetricInfo{"rail_leases_lapsed_total", "Deliveries whose lease lapsed (stalled).", T::counter},
      n(c.stalled));
+  fn(MetricInfo{"rail_stall_warnings_total",
+                "Handlers that ran past QueueOptions::stall_warning of their lease.", T::counter},
+     n(c.stall_warnings));
   fn(MetricInfo{"rail_late_outcomes_total", "Outcomes of lapsed or timed-out deliveries, ignored.",
                 T::counter},
      n(c.late_outcomes));

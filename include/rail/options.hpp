@@ -230,6 +230,12 @@ struct QueueOptions {
   /// StallPolicy::own_budget: how many stalls a job survives (redelivered each time, no attempt
   /// used); the next one dead-letters it. BullMQ's maxStalledCount, default 1. 0 .. 65535.
   std::uint32_t max_stalls = 1;
+  /// Stalled-handler alert: a handler that has run this fraction of its lease (or of its
+  /// attempt's timeout, whichever ends first) without renewing it raises a `stall_warning`
+  /// event (and counts in QueueCounts::stall_warnings) while it can still finish or call
+  /// extend_lease: 0.8 warns 24 s into a 30 s lease. Once per lease period: a renewal starts a
+  /// new one. 0: no warnings. 0 <= f < 1.
+  double stall_warning = 0;
   /// The least time between two `progress` events of one job: a chatty handler's reports in
   /// between update state(id) but raise no event. 0: every report raises one.
   Duration progress_interval = std::chrono::milliseconds(100);

@@ -50,9 +50,10 @@ struct FlowParts {
   }
   /// job_name(s): the name of the job in s (read by its holder, or while it cannot change).
   [[nodiscard]] std::string_view job_name(const JobSlot& s) const noexcept {
-    if (s.name == NameTable::kOwnName) [[unlikely]]
+    const std::uint16_t id = s.name_id();
+    if (id == NameTable::kOwnName) [[unlikely]]
       return s.extra->rare->own_name;
-    return core.names().name(s.name);
+    return core.names().name(id);
   }
   /// extra(s): s's cold record (error log, dedup id, own name), allocated on first use;
   /// rare(s): its rare part, likewise.

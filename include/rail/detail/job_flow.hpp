@@ -394,7 +394,7 @@ class JobFlow : public QueueBase,
                  const JobOptions& o) noexcept {
     JobSlot& s = slot(idx);
     s.id.store(id, std::memory_order_relaxed);  // published by the ring push (or ctl release)
-    s.name = name_id;
+    s.name.store(name_id, std::memory_order_relaxed);  // published with the id
     s.added_ns = now;
     s.due_ns.store(now, std::memory_order_relaxed);  // due at once (publish_new: unless delayed)
     s.started_ns.store(expire_at(o, now), std::memory_order_relaxed);  // see expires_at()
@@ -514,9 +514,13 @@ class JobFlow : public QueueBase,
                       std::string why) const noexcept;
   void fail_attempt(std::uint32_t idx, std::string reason, FailKind kind, Duration explicit_delay,
                     SplitMix64& rng, std::int64_t now, WorkerContext* wc);
+  /// sweep_leases(now): the lease sweep (lapses, stall warnings); when it is next due.
   /// lapse(lease, deadline, now): the sweep found `lease` past its `deadline`; time_out(...):
-  /// it was the attempt's timeout (flags: the word lapse won) (job_deadlines.cpp, both).
+  /// it was the attempt's timeout (flags: the word lapse won); warn_stalling(lease, deadline,
+  /// now): `lease` passed its stall warning (job_deadlines.cpp, all).
+  std::int64_t sweep_leases(std::int64_t now);
   void lapse(std::uint64_t lease, std::int64_t deadline, std::int64_t now);
+  void warn_stalling(std::uint64_t lease, std::int64_t deadline, std::int64_t now) noexcept;
   void time_out(std::uint32_t idx, Duration elapsed, std::uint64_t flags, std::int64_t now);
   /// log_failure(s, attempt, now, reason): appends to the job's error log; returns its text.
   const std::string& log_failure(JobSlot& s, std::uint32_t attempt, std::int64_t now,

@@ -101,7 +101,9 @@ struct alignas(64) JobSlot {
   std::atomic<std::uint16_t> failed_attempts{0};  // failed attempts so far (lapses included)
   std::uint16_t max_attempts = 1;                 // JobOptions::max_attempts (SQS maxReceiveCount)
   std::atomic<std::uint16_t> deliveries{0};       // handler starts (SQS ApproximateReceiveCount)
-  std::uint16_t name = 0;         // NameTable index, or kOwnName: the name is in extra->own_name
+  // NameTable index, or kOwnName: the name is in extra->own_name. Atomic only because the lease
+  // sweep's stall warning reads it while the slot may be reused (relaxed: validated by ctl).
+  std::atomic<std::uint16_t> name{0};
   std::uint8_t backoff_bits = 0;  // BackoffKind << 4 | Jitter: see backoff() (a byte for `link`)
   // The downstream the job calls (its queue's GateLink, gate_link.hpp: the low 4 bits) and its
   // priority level (JobOptions::priority: the high 4 bits). Written by the holder at the add;
@@ -169,6 +171,9 @@ struct alignas(64) JobSlot {
   // The holder's reads and writes of the fields state() also reads (relaxed: see the header).
   [[nodiscard]] std::uint16_t attempts() const noexcept {
     return failed_attempts.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint16_t name_id() const noexcept {
+    return name.load(std::memory_order_relaxed);
   }
   [[nodiscard]] std::uint16_t delivered() const noexcept {
     return deliveries.load(std::memory_order_relaxed);

@@ -43,6 +43,7 @@ enum Counter : std::size_t {
   kDiscarded,
   kDeduplicated,
   kStalled,
+  kStallWarnings,
   kLateOutcomes,
   kTimedOut,
   kExpired,

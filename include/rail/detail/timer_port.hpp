@@ -29,6 +29,7 @@
 #include "rail/detail/engine_core.hpp"
 #include "rail/detail/job_slot.hpp"
 #include "rail/detail/lazy_owned.hpp"
+#include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/mpmc_ring.hpp"
 #include "rail/detail/schedule_table.hpp"
 
@@ -53,11 +54,12 @@ class TimerClient {
 
 class TimerPort {
  public:
-  /// TimerPort(core, queue, slots, capacity, visibility): slots[0, capacity) are the slots of
-  /// queue `queue`; visibility is its lease length (Duration::max(): no lease sweep unless a
-  /// job asks for a shorter one).
+  /// TimerPort(core, queue, slots, capacity, visibility, warn_parts): slots[0, capacity) are
+  /// the slots of queue `queue`; visibility is its lease length (Duration::max(): no lease sweep
+  /// unless a job asks for a shorter one); warn_parts its stall warning's share of a lease
+  /// (lease_tracker.hpp; 0: none).
   TimerPort(EngineCore& core, const std::string& queue, JobSlot* slots, std::size_t capacity,
-            Duration visibility);
+            Duration visibility, std::uint32_t warn_parts);
   TimerPort(const TimerPort&) = delete;
   TimerPort& operator=(const TimerPort&) = delete;
 
@@ -121,6 +123,9 @@ class TimerPort {
   /// schedule_or_park(s, due, wheel): links s's node at due, or parks it when due is never.
   static void schedule_or_park(JobSlot& s, std::int64_t due, Wheel& wheel) noexcept;
   void sweep(std::int64_t now, Wheel& wheel, TimerClient& client) noexcept;
+  /// lease_check_after(now): when a sweep must come at the latest for leases granted after now
+  /// (kNever inline: sweep_inline checks them on every timer pass).
+  [[nodiscard]] std::int64_t lease_check_after(std::int64_t now) const noexcept;
 
   EngineCore& core_;
   const std::string& queue_;
@@ -129,6 +134,7 @@ class TimerPort {
   std::size_t capacity_;
   MpmcRing<std::uint32_t> inbox_;
   std::atomic<std::int64_t> min_visibility_ns_;
+  std::uint32_t warn_parts_;                  // QueueOptions::stall_warning (lease_tracker.hpp)
   TimerNode sweep_node_{};                    // the wheel owner's, like the slots' nodes
   std::atomic<bool> sweep_requested_{false};  // request_sweep() -> the wheel owner (drain)
   // The earliest deadline a shortened lease asked for since the last drain (kNever: none);
