@@ -1,8 +1,8 @@
 // Trace context (rail/trace_context.hpp): the traceparent format (W3C's examples and its
 // refusals), a job carrying its producer's context to its handler, events and JSON log lines, a
 // retry's new span linked to the first, an explicit context over the thread's, a reused slot
-// forgetting its last job's context, a redrive keeping it; threads: each producer's scope is its
-// own.
+// forgetting its last job's context, an add kept for after a running job and a redrive keeping
+// it; threads: each producer's scope is its own.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -159,6 +159,27 @@ TEST_F(Traces, AnExplicitContextWinsAndAReusedSlotForgetsItsLastJobsContext) {
   EXPECT_EQ(seen[0].producer, explicit_one);
   EXPECT_FALSE(seen[1].valid()) << "the slot's previous job's context leaked into the next";
   EXPECT_FALSE(of(EventKind::completed).back().trace.valid());
+}
+
+TEST_F(Traces, AnAddKeptForAfterTheRunningJobKeepsItsProducersContext) {
+  auto q = engine.declare_queue<int>("syncs", QueueOptions{});
+  JobOptions o;
+  o.dedup.id = "user-7";
+  o.dedup.keep_last_if_active = true;
+  const TraceContext request = context(kW3cExample);
+  std::vector<JobTrace> seen;
+  q.process({}, [&](Job<int>& j) {
+    seen.push_back(j.trace());
+    if (j.data() == 1) {
+      const TraceScope scope(request);  // the duplicate's producer: kept, added after this job
+      EXPECT_EQ(q.add("sync", 2, o).status, AddStatus::kept);
+    }
+  });
+  (void)q.add("sync", 1, o);  // no context
+  replay();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_FALSE(seen[0].valid());
+  EXPECT_EQ(seen[1].producer, request) << "the kept add lost the scope it was made in";
 }
 
 TEST_F(Traces, TheDlqEntryShowsTheTraceAndARedriveKeepsIt) {

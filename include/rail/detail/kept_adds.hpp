@@ -1,6 +1,7 @@
 // KeptAdds: the adds a queue keeps for after a running job that holds their dedup id
 // (DedupOptions::keep_last_if_active): at most one per job, the newest replacing an older one,
-// added when the job ends (PayloadHooks::run_deferred) or handed back at shutdown.
+// added when the job ends (PayloadHooks::run_deferred) or handed back at shutdown, with the trace
+// context its producer had (the add runs on another thread, whose scope is not the producer's).
 //
 // Guarantee: a kept add is taken exactly once — by the end of its job (take), or by shutdown's
 // take_leftovers (take_all) — never lost and never run twice. Whether an add may be kept at all
@@ -20,6 +21,7 @@
 #include "rail/detail/payload_ops.hpp"
 #include "rail/options.hpp"
 #include "rail/shutdown_report.hpp"
+#include "rail/trace_context.hpp"
 
 namespace rail::detail {
 
@@ -45,12 +47,12 @@ class KeptAdds {
     if (auto it = adds_.find(owner); it != adds_.end()) {
       ops_.replace(it->second.data.get(), data);
       it->second.name.assign(name);
-      it->second.options = o;
+      it->second.options = captured(o);
       return true;
     }
     return gate(
         [&] {
-          adds_.emplace(owner, Kept{PayloadBox(ops_, data), std::string(name), o});
+          adds_.emplace(owner, Kept{PayloadBox(ops_, data), std::string(name), captured(o)});
         },
         [&] {
           auto kept = adds_.find(owner);
@@ -86,6 +88,14 @@ class KeptAdds {
   }
 
  private:
+  /// captured(o): o with the adding thread's trace context (TraceScope) made explicit, as the
+  /// add itself would have taken it: the kept add runs later, on the thread that ends the job.
+  static JobOptions captured(const JobOptions& o) {
+    JobOptions out = o;
+    if (!out.trace && current_trace().valid()) out.trace = current_trace();
+    return out;
+  }
+
   const PayloadOps& ops_;
   mutable std::mutex mu_;
   std::unordered_map<JobId, Kept> adds_;
