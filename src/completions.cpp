@@ -150,9 +150,9 @@ bool Completions::extend(std::uint32_t r, Duration d) noexcept {
       std::min(saturating_add(now, d),
                saturating_add(p.started_ns, Duration{parts_.slot(p.idx).timeout_ns}));
   // Only the Completion's holder renews this record (see Job::extend_lease).
-  const std::int64_t before = LeaseTracker::next_check(record);
+  const std::int64_t before = LeaseTracker::next_check(record, now);
   if (!LeaseTracker::renew(record, p.lease, deadline, now)) return false;
-  const std::int64_t after = LeaseTracker::next_check(record);
+  const std::int64_t after = LeaseTracker::next_check(record, now);
   if (after < before && parts_.core.mode() == Mode::threaded) timers_.request_sweep_by(after);
   return !cancelled(r);
 }

@@ -21,11 +21,11 @@ bool extend_lease(JobFields& job, Duration d) noexcept {
   const std::int64_t deadline = std::min(saturating_add(now, d), job.timeout_at_);
   // The record is this worker's own; only its deadline's order against the sweep matters, and
   // renew() publishes that.
-  const std::int64_t before = LeaseTracker::next_check(*job.record_);
+  const std::int64_t before = LeaseTracker::next_check(*job.record_, now);
   if (!LeaseTracker::renew(*job.record_, job.lease_, deadline, now)) return false;
   // Shorter than before (SQS ChangeMessageVisibility to 0), or a warning due sooner: the sweep
   // may be armed at the old time, so ask for one by the new one.
-  const std::int64_t after = LeaseTracker::next_check(*job.record_);
+  const std::int64_t after = LeaseTracker::next_check(*job.record_, now);
   if (after < before && job.timers_ != nullptr) sweep_no_later_than(*job.timers_, after);
   return !fenced(job);
 }

@@ -143,7 +143,7 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
     case EventKind::stall_warning:
       line += icon("🐢") + "SLOW job " + id + (name.empty() ? "" : " (" + name + ")") +
               " delivery #" + std::to_string(e.deliveries) + ": " + human(e.elapsed) +
-              " in the handler, its lease lapses in " + human(e.delay);
+              " in the handler, " + human(e.delay) + " left of its lease (or timeout)";
       break;
     case EventKind::stalled:
       line += icon("⏰") + "STALLED job " + id + " (" + name + ") delivery #" +

@@ -232,10 +232,10 @@ TEST_F(StallWarning, TheLogObserverWritesItInBothForms) {
   });
   const JobId id = q.add("charge-card", 1).id;
   engine.run_until_idle();
-  EXPECT_NE(
-      text.str().find("SLOW job " + std::to_string(id) +
-                      " (charge-card) delivery #1: 6s in the handler, its lease lapses in 4s"),
-      std::string::npos)
+  EXPECT_NE(text.str().find(
+                "SLOW job " + std::to_string(id) +
+                " (charge-card) delivery #1: 6s in the handler, 4s left of its lease (or timeout)"),
+            std::string::npos)
       << text.str();
   bool found = false;
   std::istringstream in(lines.str());
@@ -305,6 +305,47 @@ TEST(StallWarningThreaded, TheTimerThreadWarnsARunningHandlerOnAManualClock) {
   EXPECT_EQ(c.completed, 1u);
   std::lock_guard lock(m);
   EXPECT_EQ(name, "slow");
+}
+
+// A renewal that shortens the lease after its warning was given must pull the timer thread's
+// sweep in: armed at the old deadline, it would find neither the new period's warning nor the
+// lapse on time.
+TEST(StallWarningThreaded, AShorterRenewalAfterTheWarningIsSweptOnTime) {
+  ManualClock clock;
+  std::atomic<int> warnings{0}, stalls{0}, phase{0};
+  std::atomic<bool> release{false};
+  Engine engine({.clock = &clock});
+  test::ReleaseOnExit release_handler{release};
+  engine.on_event([&](const Event& e) {
+    if (e.kind == EventKind::stall_warning) warnings.fetch_add(1);
+    if (e.kind == EventKind::stalled) stalls.fetch_add(1);
+  });
+  QueueOptions o;
+  o.visibility_timeout = 10s;
+  o.stall_warning = 0.5;
+  auto q = engine.declare_queue<int>("q", o);
+  std::atomic<bool> renewed{false};
+  q.process({.concurrency = 1}, [&](Job<int>& j) {
+    if (j.deliveries() > 1) return;
+    phase.store(1);
+    (void)eventually([&] { return phase.load() == 2 || release.load(); }, 120s);
+    renewed.store(j.extend_lease(1s));  // at 6 s: lapses at 7 s, warned from 6.5 s
+    phase.store(3);
+    (void)eventually([&] { return release.load(); }, 120s);
+  });
+  (void)q.add("slow", 1, JobOptions{.max_attempts = 2});
+  ASSERT_TRUE(eventually([&] { return phase.load() == 1; }));
+  clock.advance(6s);
+  ASSERT_TRUE(eventually([&] { return warnings.load() == 1; }));
+  phase.store(2);
+  ASSERT_TRUE(eventually([&] { return phase.load() == 3; }));
+  EXPECT_TRUE(renewed.load());
+  clock.advance(600ms);  // 6.6 s
+  EXPECT_TRUE(eventually([&] { return warnings.load() == 2; })) << "the new period's warning";
+  clock.advance(900ms);  // 7.5 s
+  EXPECT_TRUE(eventually([&] { return stalls.load() == 1; })) << "the shortened lease's lapse";
+  release.store(true);
+  EXPECT_TRUE(q.wait_idle(60s));
 }
 
 // Real time, several workers on two cores: each handler waits for its own warning, so the
@@ -415,6 +456,45 @@ TEST(StallWarningTracker, ALeaseGrantedToTheNextDeliveryIsWarnedForItselfOnly) {
     }
     ASSERT_LE(firsts, 1) << "seed " << seed;
     ASSERT_EQ(nexts, 1) << "seed " << seed;
+  }
+}
+
+// defer's hand-over racing a sweep: the sweep may warn through the worker's record after the
+// hand-over read its warned pair; the Completion's record must not warn the period again, even
+// after the worker's record warned its next lease in between.
+TEST(StallWarningTracker, AHandOverRacingTheSweepWarnsItsPeriodOnce) {
+  using Tracker = detail::BasicLeaseTracker<test::DeterministicAtomic>;
+  const std::uint32_t half = detail::warn_fraction(0.5);
+  for (std::uint64_t seed = 0; seed < kSeeds; ++seed) {
+    Tracker tracker(2, half);  // record 0: the worker's; record 1: the Completion's
+    const std::uint64_t deferred = detail::make_lease(3, 7), next = detail::make_lease(4, 1);
+    Tracker::grant(tracker.record(0), deferred, 100, 0);  // warned from 50
+    int deferred_warnings = 0, next_warnings = 0;
+    auto sweep = [&](std::int64_t now) {
+      (void)tracker.sweep(
+          now, [&](std::uint64_t, std::int64_t) { ADD_FAILURE() << "no lapse due"; },
+          [&](std::uint64_t l, std::int64_t) {
+            (l == deferred ? deferred_warnings : next_warnings)++;
+          });
+    };
+    test::DeterministicSchedule sched(seed, test::SchedulePolicy::uniform);
+    sched.run({[&] {
+                 // Completions::defer: place it in the Completion's record, then take it off the
+                 // worker's (or give it up if a lapse took it), then the worker's next job.
+                 Tracker::hand_over(tracker.record(1), tracker.record(0), deferred);
+                 std::uint64_t held = deferred;
+                 if (!tracker.record(0).lease.compare_exchange_strong(held, 0))
+                   Tracker::release(tracker.record(1));
+                 Tracker::grant(tracker.record(0), next, 66, 54);  // warned from 60
+               },
+               [&] {
+                 sweep(60);
+                 sweep(60);
+               }});
+    sweep(61);
+    sweep(62);
+    ASSERT_EQ(deferred_warnings, 1) << "seed " << seed;
+    ASSERT_EQ(next_warnings, 1) << "seed " << seed;
   }
 }
 

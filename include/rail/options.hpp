@@ -234,7 +234,9 @@ struct QueueOptions {
   /// attempt's timeout, whichever ends first) without renewing it raises a `stall_warning`
   /// event (and counts in QueueCounts::stall_warnings) while it can still finish or call
   /// extend_lease: 0.8 warns 24 s into a 30 s lease. Once per lease period: a renewal starts a
-  /// new one. 0: no warnings. 0 <= f < 1.
+  /// new one. The lease sweep then comes every f x the shortest lease (or timeout) a job of the
+  /// queue has had, busy or idle, where it comes every shortest lease without warnings.
+  /// 0: no warnings. 0 <= f < 1.
   double stall_warning = 0;
   /// The least time between two `progress` events of one job: a chatty handler's reports in
   /// between update state(id) but raise no event. 0: every report raises one.

@@ -25,8 +25,8 @@
 // sweep racing a renewal may read the older deadline and lapse the lease, which is the documented
 // cost of renewing at the last moment (SQS's ChangeMessageVisibility after the timeout fails the
 // same way). Deciding a lapse does not free anything: the queue's CAS on the slot's control word
-// decides whether the lapse or the handler's outcome wins, exactly once. Shutdown: none; records
-// die with the queue.
+// decides whether the lapse or the handler's outcome wins, exactly once.
+// Shutdown: none; records die with the queue.
 #pragma once
 
 #include <algorithm>
@@ -71,13 +71,24 @@ struct alignas(64) BasicLeaseRecord {
   Atom<std::int64_t> deadline_ns{0};
   // When the sweep warns that the lease's handler is stalling (kNever: no warning).
   Atom<std::int64_t> warn_ns{kNever};
-  // The sweep's own: the lease and warning time it last warned for (relaxed: one sweeper at a
-  // time, handed on with the wheel, which orders its accesses).
+  // The sweep's own: the lease and warning time it last warned for, and the pair before
+  // (relaxed: one sweeper at a time, handed on with the wheel, which orders its accesses).
   Atom<std::uint64_t> warned_lease{0};
   Atom<std::int64_t> warned_ns{0};
+  Atom<std::uint64_t> earlier_lease{0};
+  Atom<std::int64_t> earlier_ns{0};
   // The fraction of each lease after which the sweep warns, in parts of kWarnOne (0: never);
   // fixed before any worker starts.
   std::uint32_t warn_parts = 0;
+
+  /// warned(lease, at): the sweep gave this record's warning for `lease`'s period warned at `at`
+  /// (one of its last two); the sweep's read.
+  [[nodiscard]] bool warned(std::uint64_t l, std::int64_t at) const noexcept {
+    return (warned_lease.load(std::memory_order_relaxed) == l &&
+            warned_ns.load(std::memory_order_relaxed) == at) ||
+           (earlier_lease.load(std::memory_order_relaxed) == l &&
+            earlier_ns.load(std::memory_order_relaxed) == at);
+  }
 };
 
 /// Atom is std::atomic in the engine and DeterministicAtomic in tests/lease_test.cpp.
@@ -113,11 +124,10 @@ class BasicLeaseTracker {
   /// time (a warning already given is not given again); the caller then takes it off `from`.
   static void hand_over(LeaseRecord& to, const LeaseRecord& from, std::uint64_t lease) noexcept {
     // relaxed: `from` is the caller's own; the warned pair is the sweep's, and a stale read of
-    // it costs at most a second warning for a hand-over racing the first.
+    // it is caught by the sweep (warn() finds the pair in `from`).
     const std::int64_t warn = from.warn_ns.load(std::memory_order_relaxed);
-    const bool warned = from.warned_lease.load(std::memory_order_relaxed) == lease &&
-                        from.warned_ns.load(std::memory_order_relaxed) == warn;
-    place(to, lease, from.deadline_ns.load(std::memory_order_relaxed), warned ? kNever : warn);
+    place(to, lease, from.deadline_ns.load(std::memory_order_relaxed),
+          from.warned(lease, warn) ? kNever : warn);
   }
   /// renew(r, lease, deadline, now): moves the deadline (and the warning time: a new period
   /// from now) if r still holds `lease`; false otherwise.
@@ -131,13 +141,15 @@ class BasicLeaseTracker {
     r.deadline_ns.store(deadline, std::memory_order_release);
     return r.lease.load(std::memory_order_acquire) == lease;
   }
-  /// next_check(r): when the sweep next has to look at r's lease (its warning or its deadline);
-  /// read by the record's owner, to ask for an earlier sweep after shortening its lease.
-  [[nodiscard]] static std::int64_t next_check(const LeaseRecord& r) noexcept {
+  /// next_check(r, now): when the sweep next has to look at r's lease (its warning, if still to
+  /// come, or its deadline); read by the record's owner, to ask for an earlier sweep after
+  /// shortening its lease. A warning time already past bounds nothing: the sweep may have given
+  /// it and be armed at the deadline.
+  [[nodiscard]] static std::int64_t next_check(const LeaseRecord& r, std::int64_t now) noexcept {
     // relaxed: the caller wrote both.
     const std::int64_t warn = r.warn_ns.load(std::memory_order_relaxed);
     const std::int64_t deadline = r.deadline_ns.load(std::memory_order_relaxed);
-    return warn < deadline ? warn : deadline;
+    return warn > now && warn < deadline ? warn : deadline;
   }
   /// release(r): the handler returned.
   static void release(LeaseRecord& r) noexcept {
@@ -148,6 +160,9 @@ class BasicLeaseTracker {
   /// deadline is <= now and clears it, and on_warn(lease, deadline) once for every live one whose
   /// warning time is <= now (see the header); returns the earliest deadline or warning time still
   /// pending (kNever if none).
+  /// Records are visited first to last: a lease handed over (hand_over) goes from a worker's
+  /// record to a later one, placed there before it leaves the worker's, so every sweep finds it
+  /// in one record or both.
   template <class OnLapse, class OnWarn>
   std::int64_t sweep(std::int64_t now, OnLapse&& on_lapse, OnWarn&& on_warn) {
     std::int64_t earliest = kNever;
@@ -172,36 +187,51 @@ class BasicLeaseTracker {
 
  private:
   /// warn(r, lease, deadline, now, on_warn): r's live lease, not lapsed by now: warns if its
-  /// time came and it was not warned for this period yet; returns when it will be (kNever: no
-  /// warning pending).
+  /// time came and it was not warned for this period yet, in r or in the record it was handed
+  /// over from; returns when it will be (kNever: no warning pending).
   template <class OnWarn>
-  static std::int64_t warn(LeaseRecord& r, std::uint64_t lease, std::int64_t deadline,
-                           std::int64_t now, OnWarn& on_warn) {
+  std::int64_t warn(LeaseRecord& r, std::uint64_t lease, std::int64_t deadline, std::int64_t now,
+                    OnWarn& on_warn) {
     // relaxed: written before the deadline just read with acquire, so this is its period's
     // warning time or a later one's: a renewal's, or a later lease's (checked below).
     const std::int64_t at = r.warn_ns.load(std::memory_order_relaxed);
     if (at == kNever) return kNever;
     // relaxed: the sweep's own words (see the record).
-    if (r.warned_lease.load(std::memory_order_relaxed) == lease &&
-        r.warned_ns.load(std::memory_order_relaxed) == at)
-      return kNever;
+    if (r.warned(lease, at)) return kNever;
     if (at > now) return at;
     // A seqlock's check: if `at` was a later lease's, its release store came after this lease
     // was released, so after the acquire fence the lease word no longer reads `lease`.
     std::atomic_thread_fence(std::memory_order_acquire);
     if (r.lease.load(std::memory_order_relaxed) != lease) return kNever;  // released meanwhile
+    // A hand-over reads the worker's warned pair before it clears the worker's record: a sweep
+    // that warned through that record in between leaves the period pending here too. The pairs
+    // are the sweep's own, so a scan finds it; warnings are rare, so O(records) each is cheap.
+    // Between that warning and this record's first visit after the hand-over, the worker's
+    // record can warn once more at most (its next lease, earlier in the same pass): each record
+    // keeps its last two pairs.
+    bool given = false;
+    for (std::size_t w = 0; w < count_ && !given; ++w)
+      given = records_[w].warned(lease, at);
+    r.earlier_lease.store(r.warned_lease.load(std::memory_order_relaxed),
+                          std::memory_order_relaxed);
+    r.earlier_ns.store(r.warned_ns.load(std::memory_order_relaxed), std::memory_order_relaxed);
     r.warned_lease.store(lease, std::memory_order_relaxed);
     r.warned_ns.store(at, std::memory_order_relaxed);
-    on_warn(lease, deadline);
+    if (!given) on_warn(lease, deadline);
     return kNever;
   }
 
   static void place(LeaseRecord& r, std::uint64_t lease, std::int64_t deadline,
                     std::int64_t warn) noexcept {
-    // release: a sweep that reads this warning time and then finds the lease word unchanged
-    // knows it is this lease's (warn()). Only with warnings on: off, it stays kNever.
-    if (r.warn_parts != 0) r.warn_ns.store(warn, std::memory_order_release);
-    r.deadline_ns.store(deadline, std::memory_order_relaxed);  // published by the release below
+    // release, with warnings on: a sweep that reads this warning time or deadline and then finds
+    // the lease word unchanged knows they are this lease's (warn()). Off, the warning time stays
+    // kNever and the deadline is published by the lease word's release.
+    if (r.warn_parts != 0) {
+      r.warn_ns.store(warn, std::memory_order_release);
+      r.deadline_ns.store(deadline, std::memory_order_release);
+    } else {
+      r.deadline_ns.store(deadline, std::memory_order_relaxed);
+    }
     r.lease.store(lease, std::memory_order_release);
   }
 
