@@ -29,6 +29,8 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "resources";
     case ErrorCode::sealed:
       return "sealed";
+    case ErrorCode::broker:
+      return "broker";
     case ErrorCode::internal:
       return "internal";
   }

@@ -181,3 +181,10 @@ if(TARGET rail_example_server)
 endif()
 rail_add_test(trace_context CONCURRENCY)
 target_link_libraries(trace_context_test PRIVATE nlohmann_json::nlohmann_json)
+# rail::amqp against a real broker (Debian's rabbitmq-server, started per test on 127.0.0.1 by
+# tools/rabbitmq/local-broker; skipped where it is not installed).
+if(RAIL_HAVE_AMQP)
+  rail_add_test(amqp_connection LABEL broker)
+  target_link_libraries(amqp_connection_test PRIVATE rail::amqp)
+  target_compile_definitions(amqp_connection_test PRIVATE RAIL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+endif()

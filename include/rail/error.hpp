@@ -23,6 +23,8 @@ enum class ErrorCode {
   would_deadlock,      // a call from a handler or observer that would wait for the caller itself
   resources,           // the system refused what a call needs from it (a worker thread)
   sealed,              // an add to a JobBatch after its seal()
+  broker,              // rail::amqp: the broker could not be reached, refused a call, or closed
+                       // the connection (the message carries its reply)
   internal,            // a broken invariant inside rail: always a bug, please report it
 };
 

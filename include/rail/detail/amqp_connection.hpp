@@ -1,0 +1,129 @@
+// AmqpConnection: one AMQP 0-9-1 connection with one channel to a RabbitMQ broker, over the C
+// client rabbitmq-c (librabbitmq), for the rail::amqp bridge. Built only into rail::amqp: the
+// engine never includes it, and this header names nothing of librabbitmq (its state is opaque).
+//
+// Contract: every call is the owning thread's (rabbitmq-c's connections are single-threaded, and
+// heartbeats are serviced only inside its read calls, so the owner keeps calling next() or
+// wait_confirms() while the connection is idle). A call that fails because the broker refused
+// it, closed the channel or connection, or the socket broke throws Error(ErrorCode::broker) with
+// the broker's reply (`PRECONDITION_FAILED - inequivalent arg ...`) or the library's reason;
+// after that the connection is dead (ok() is false) and the caller opens a new one.
+// Confirms: after enable_confirms(), publish() numbers each message 1, 2, ... and
+// wait_confirms(n) reads the broker's basic.ack / basic.nack frames until every message up to n
+// is settled, returning the numbers it nacked (a full queue with overflow reject-publish).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "rail/clock.hpp"
+
+namespace rail::detail::amqp {
+
+/// Address: where a broker listens and how to log in, from an amqp:// URL.
+struct Address {
+  std::string host;
+  int port = 5672;
+  std::string user = "guest";
+  std::string password = "guest";
+  std::string vhost = "/";
+};
+
+/// parse_url(url): "amqp://user:password@host:port/vhost" (RabbitMQ's URI spec; the parts after
+/// the scheme are optional). Throws Error(invalid_option) naming the URL and what was expected.
+[[nodiscard]] Address parse_url(const std::string& url);
+
+/// A header or argument value: AMQP's long-long integer or long string.
+using FieldValue = std::variant<std::int64_t, std::string>;
+using Fields = std::vector<std::pair<std::string, FieldValue>>;
+
+/// field(fields, key): the value under key, if any.
+[[nodiscard]] const FieldValue* field(const Fields& fields, std::string_view key) noexcept;
+
+/// Outgoing: a message to publish (persistent: delivery mode 2).
+struct Outgoing {
+  std::string_view body;
+  std::string_view type;        // AMQP `type`: rail's job name
+  std::string_view message_id;  // rail's job id
+  std::int64_t timestamp = 0;   // seconds since the epoch (AMQP's resolution)
+  const Fields* headers = nullptr;
+};
+
+/// Delivery: a message the broker delivered to this connection's consumer.
+struct Delivery {
+  std::uint64_t tag = 0;  // the delivery tag, for ack/nack on this connection
+  bool redelivered = false;
+  std::string routing_key;
+  std::string body;
+  std::string type;
+  std::string message_id;
+  std::int64_t timestamp = 0;
+  Fields headers;
+};
+
+class Connection {
+ public:
+  /// Connection(address, heartbeat, name): logs in and opens channel 1; `name` is shown by the
+  /// broker as the connection's name. Throws Error(broker) when the broker cannot be reached
+  /// or refuses the login.
+  Connection(const Address& address, Duration heartbeat, std::string_view name);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  /// ok(): no call has failed on this connection yet.
+  [[nodiscard]] bool ok() const noexcept { return ok_; }
+
+  // --- topology (durable; a declaration that differs from the broker's throws) ---------------
+  void declare_exchange(const std::string& name, const std::string& type);
+  /// declare_queue(name, arguments): the queue's ready message count.
+  std::uint32_t declare_queue(const std::string& name, const Fields& arguments);
+  /// queue_depth(name): its ready messages (a passive declare); throws if it does not exist.
+  std::uint32_t queue_depth(const std::string& name);
+  void bind(const std::string& queue, const std::string& exchange, const std::string& key);
+  void delete_queue(const std::string& name);
+
+  // --- publishing ----------------------------------------------------------------------------
+  void enable_confirms();
+  /// publish(exchange, key, message): its sequence number (0 before enable_confirms()).
+  std::uint64_t publish(const std::string& exchange, const std::string& key,
+                        const Outgoing& message);
+  /// wait_confirms(upto, timeout): waits until every message published up to `upto` is settled;
+  /// returns those the broker nacked. Throws Error(broker) on timeout (real time) or failure.
+  std::vector<std::uint64_t> wait_confirms(std::uint64_t upto, Duration timeout);
+
+  // --- consuming -----------------------------------------------------------------------------
+  /// consume(queue, prefetch): starts a consumer with at most `prefetch` unacked deliveries.
+  void consume(const std::string& queue, std::uint16_t prefetch);
+  /// next(timeout): the next delivery, or nullopt when none came within timeout (real time).
+  std::optional<Delivery> next(Duration timeout);
+  void ack(std::uint64_t tag);
+  /// nack(tag, requeue): requeue true returns it to the queue, false dead-letters it.
+  void nack(std::uint64_t tag, bool requeue);
+
+ private:
+  struct State;
+  /// fail(what, detail): marks the connection dead and throws Error(broker).
+  [[noreturn]] void fail(std::string_view what, const std::string& detail);
+  /// check_reply(what): throws unless the last synchronous call succeeded.
+  void check_reply(std::string_view what);
+  /// settle(tag, multiple, nacked): a basic.ack or basic.nack of the publisher confirms.
+  void settle(std::uint64_t tag, bool multiple, bool nacked);
+
+  std::unique_ptr<State> state_;
+  bool ok_ = true;
+  std::string name_;
+  std::uint64_t published_ = 0;                  // the last sequence number given out
+  std::uint64_t settled_ = 0;                    // every number up to this one is settled
+  std::map<std::uint64_t, bool> settled_above_;  // settled numbers past settled_: nacked?
+  std::vector<std::uint64_t> nacked_;            // nacks not reported yet
+};
+
+}  // namespace rail::detail::amqp
