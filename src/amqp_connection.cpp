@@ -230,6 +230,13 @@ void Connection::bind(const std::string& queue, const std::string& exchange,
   check_reply("bind queue '" + queue + "' to '" + exchange + "'");
 }
 
+void Connection::bind_exchange(const std::string& destination, const std::string& source,
+                               const std::string& key) {
+  amqp_exchange_bind(state_->conn, kChannel, bytes(destination), bytes(source), bytes(key),
+                     amqp_empty_table);
+  check_reply("bind exchange '" + destination + "' to '" + source + "'");
+}
+
 void Connection::delete_queue(const std::string& name) {
   amqp_queue_delete(state_->conn, kChannel, bytes(name), 0, 0);
   check_reply("delete queue '" + name + "'");

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "rail/error.hpp"
+#include "support/amqp_reader.hpp"
 #include "support/local_broker.hpp"
 
 namespace rail {
@@ -215,14 +216,10 @@ TEST_F(AmqpConnection, AKilledBrokerFailsTheConnectionAndKeepsEveryConfirmedMess
   }
   broker_->start();
   amqp::Connection c = open("after-crash");
-  c.consume("durable", 100);
-  std::set<std::string> bodies;
-  while (std::optional<amqp::Delivery> d = c.next(10s)) {
-    bodies.insert(d->body);
-    c.ack(d->tag);
-    if (bodies.size() == static_cast<std::size_t>(kMessages)) break;
-  }
-  EXPECT_EQ(bodies.size(), static_cast<std::size_t>(kMessages)) << "confirmed messages were lost";
+  const std::vector<std::string> taken = test::take_bodies(c, "durable", kMessages);
+  EXPECT_EQ(std::set<std::string>(taken.begin(), taken.end()).size(),
+            static_cast<std::size_t>(kMessages))
+      << "confirmed messages were lost";
 }
 
 }  // namespace

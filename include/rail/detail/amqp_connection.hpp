@@ -88,6 +88,10 @@ class Connection {
   /// queue_depth(name): its ready messages (a passive declare); throws if it does not exist.
   std::uint32_t queue_depth(const std::string& name);
   void bind(const std::string& queue, const std::string& exchange, const std::string& key);
+  /// bind_exchange(destination, source, key): source's messages matching key go on to
+  /// exchange destination.
+  void bind_exchange(const std::string& destination, const std::string& source,
+                     const std::string& key);
   void delete_queue(const std::string& name);
 
   // --- publishing ----------------------------------------------------------------------------

@@ -1,0 +1,156 @@
+// rail::amqp::Producer's untyped core: see include/rail/amqp.hpp.
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "rail/amqp.hpp"
+#include "rail/detail/amqp_topology.hpp"
+#include "rail/error.hpp"
+
+namespace rail::amqp::detail {
+namespace amqp = rail::detail::amqp;
+
+struct Publisher::State {
+  BrokerOptions broker;
+  std::string queue;
+  BrokerQueueOptions options;
+  amqp::Address address;
+  std::mutex mu;                               // one add on the connection at a time
+  std::optional<amqp::Connection> connection;  // under mu; empty or dead: reconnect
+  std::uint64_t next_id = 1;                   // under mu; the low 40 bits of the next id
+  std::uint64_t node = 0;                      // this Producer's 24 random bits, shifted
+
+  /// connect(): a connection with the queue's objects declared and confirms on.
+  void connect() {
+    connection.reset();
+    connection.emplace(address, broker.heartbeat, broker.name + " producer of " + queue);
+    amqp::declare_cascade(*connection);
+    amqp::declare_queue(*connection, amqp::QueueTopology{.queue = queue,
+                                                         .max_length = options.max_length,
+                                                         .delivery_limit = options.delivery_limit});
+    connection->enable_confirms();
+  }
+};
+
+namespace {
+
+std::int64_t to_ms(Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+/// refused(o, field): Error(invalid_option) for an option a broker queue does not carry.
+[[noreturn]] void refused(const std::string& queue, const char* field) {
+  throw Error(ErrorCode::invalid_option,
+              std::string("JobOptions.") + field + " is set on an add to broker queue '" + queue +
+                  "'; it needs one process's view of every job, which a broker queue shared "
+                  "by several does not have: expected it unset");
+}
+
+std::string backoff_header(const Backoff& b) {
+  return std::to_string(static_cast<int>(b.kind)) + ":" + std::to_string(b.delay.count()) + ":" +
+         std::to_string(static_cast<int>(b.jitter)) + ":" + std::to_string(b.cap.count());
+}
+
+}  // namespace
+
+Publisher::Publisher(BrokerOptions broker, std::string queue, BrokerQueueOptions options)
+    : state_(std::make_unique<State>()) {
+  state_->broker = std::move(broker);
+  state_->queue = std::move(queue);
+  state_->options = options;
+  state_->address = amqp::parse_url(state_->broker.url);
+  if (state_->queue.empty())
+    throw Error(ErrorCode::invalid_option,
+                "broker queue name is empty; expected a rail queue name");
+  std::random_device rd;
+  state_->node = (std::uint64_t{rd()} & 0xFF'FFFF) << 40;
+  state_->connect();
+}
+
+Publisher::~Publisher() = default;
+
+void Publisher::check(const JobOptions& o) const {
+  const std::string& q = state_->queue;
+  if (!o.dedup.id.empty()) refused(q, "dedup.id");
+  if (!o.group.empty()) refused(q, "group");
+  if (!o.tenant.empty()) refused(q, "tenant");
+  if (o.priority != 0) refused(q, "priority");
+  if (!o.after.empty()) refused(q, "after");
+  if (o.expire_after) refused(q, "expire_after");
+  if (!o.downstream.empty()) refused(q, "downstream");
+  if (o.max_attempts == 0)
+    throw Error(ErrorCode::invalid_option, "JobOptions.max_attempts is 0; expected 1 or more");
+  if (o.delay.count() < 0)
+    throw Error(ErrorCode::invalid_option, "JobOptions.delay is negative; expected >= 0");
+  if (o.delay != Duration::max() && o.delay > std::chrono::milliseconds(amqp::kMaxDelayMs))
+    throw Error(ErrorCode::invalid_option,
+                "JobOptions.delay is longer than a broker queue's longest, " +
+                    std::to_string(amqp::kMaxDelayMs) + " ms (49.5 days); expected a shorter one");
+}
+
+BulkAddReceipt Publisher::publish(std::string_view name, std::span<const std::string> bodies,
+                                  const JobOptions& o, const std::string& codec) {
+  State& s = *state_;
+  const std::lock_guard lock(s.mu);
+  const auto deadline = std::chrono::steady_clock::now() + s.broker.confirm_timeout;
+  // A delay rounds up to whole milliseconds, then to the cascade's steps: never early.
+  const auto delay_ms =
+      static_cast<std::uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(o.delay).count());
+  const std::string exchange = delay_ms > 0 ? amqp::delay_exchange(amqp::kDelayLevels - 1) : "";
+  const std::string key =
+      delay_ms > 0 ? amqp::delay_route(delay_ms, s.queue) : amqp::jobs_queue(s.queue);
+  const std::int64_t added_ms = to_ms(std::chrono::system_clock::now().time_since_epoch());
+  amqp::Fields headers{{"x-rail-v", std::int64_t{1}},
+                       {"x-rail-codec", codec},
+                       {"x-rail-attempt", std::int64_t{0}},
+                       {"x-rail-max-attempts", std::int64_t{o.max_attempts}},
+                       {"x-rail-backoff", backoff_header(o.backoff)},
+                       {"x-rail-added-ms", added_ms}};
+  if (o.visibility_timeout)
+    headers.emplace_back("x-rail-visibility-ms", to_ms(*o.visibility_timeout));
+  if (o.timeout) headers.emplace_back("x-rail-timeout-ms", to_ms(*o.timeout));
+  const std::uint64_t first = s.node | (s.next_id & ((std::uint64_t{1} << 40) - 1));
+  auto backoff = std::chrono::milliseconds(50);
+  for (;;) {
+    try {
+      if (!s.connection || !s.connection->ok()) s.connect();
+      std::uint64_t last = 0;
+      for (std::size_t i = 0; i < bodies.size(); ++i) {
+        const std::string id = std::to_string(first + i);
+        last = s.connection->publish(exchange, key,
+                                     {.body = bodies[i],
+                                      .type = name,
+                                      .message_id = id,
+                                      .timestamp = added_ms / 1000,
+                                      .headers = &headers});
+      }
+      const auto left =
+          std::chrono::duration_cast<Duration>(deadline - std::chrono::steady_clock::now());
+      const std::size_t nacked =
+          bodies.empty() ? 0
+                         : s.connection->wait_confirms(last, std::max(left, Duration{0})).size();
+      s.next_id += bodies.size();
+      return BulkAddReceipt{.status = nacked == 0 ? AddStatus::added : AddStatus::full,
+                            .first_id = first,
+                            .count = bodies.size() - nacked};
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::broker) throw;
+      s.connection.reset();
+      if (std::chrono::steady_clock::now() + backoff >= deadline)
+        throw Error(ErrorCode::broker,
+                    "add to broker queue '" + s.queue + "' was not confirmed within " +
+                        std::to_string(to_ms(s.broker.confirm_timeout)) +
+                        " ms (BrokerOptions::confirm_timeout); it may have been stored. Last "
+                        "failure: " +
+                        e.what());
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+    }
+  }
+}
+
+}  // namespace rail::amqp::detail
