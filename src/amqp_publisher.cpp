@@ -28,10 +28,9 @@ struct Publisher::State {
   void connect() {
     connection.reset();
     connection.emplace(address, broker.heartbeat, broker.name + " producer of " + queue);
-    amqp::declare_cascade(*connection);
-    amqp::declare_queue(*connection, amqp::QueueTopology{.queue = queue,
-                                                         .max_length = options.max_length,
-                                                         .delivery_limit = options.delivery_limit});
+    amqp::declare_all(*connection, amqp::QueueTopology{.queue = queue,
+                                                       .max_length = options.max_length,
+                                                       .delivery_limit = options.delivery_limit});
     connection->enable_confirms();
   }
 };

@@ -91,4 +91,9 @@ void declare_queue(Connection& c, const QueueTopology& t) {
   c.bind(jobs, std::string(kDelayOut), words(kDelayLevels) + t.queue);
 }
 
+void declare_all(Connection& c, const QueueTopology& t) {
+  declare_cascade(c);
+  declare_queue(c, t);
+}
+
 }  // namespace rail::detail::amqp

@@ -20,7 +20,7 @@
 #include "rail/detail/amqp_topology.hpp"
 #include "rail/error.hpp"
 #include "support/amqp_reader.hpp"
-#include "support/local_broker.hpp"
+#include "support/broker_test.hpp"
 
 namespace rail {
 namespace {
@@ -52,20 +52,7 @@ TEST(AmqpDelays, TheRoutingKeySpellsTheDelayInBinaryThenTheQueue) {
   EXPECT_EQ(wire::delay_route(1000, "q"), zeros.substr(0, 2 * 22) + "1.1.1.1.1.0.1.0.0.0.q");
 }
 
-class AmqpProducer : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!test::LocalBroker::available()) GTEST_SKIP() << "rabbitmq-server is not installed";
-    broker_ = std::make_unique<test::LocalBroker>();
-  }
-  [[nodiscard]] amqp::BrokerOptions options() const {
-    return amqp::BrokerOptions{.url = broker_->url(), .heartbeat = 2s};
-  }
-  [[nodiscard]] wire::Connection raw(const char* name) const {
-    return wire::Connection(wire::parse_url(broker_->url()), 2s, name);
-  }
-  std::unique_ptr<test::LocalBroker> broker_;
-};
+using AmqpProducer = test::BrokerTest;
 
 TEST_F(AmqpProducer, AnAddIsConfirmedAndCarriesItsJobInTheMessage) {
   amqp::Producer<std::string> orders(options(), "orders");

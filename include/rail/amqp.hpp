@@ -23,14 +23,18 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "rail/add_receipt.hpp"
 #include "rail/clock.hpp"
+#include "rail/engine.hpp"
 #include "rail/journal_codec.hpp"
 #include "rail/options.hpp"
+#include "rail/queue.hpp"
 
 namespace rail::amqp {
 
@@ -75,6 +79,52 @@ class Publisher {
   std::unique_ptr<State> state_;
 };
 
+/// Settle: a bridged job's local end, which settles its broker message.
+struct Settle {
+  JobId local = 0;
+  EventKind kind = EventKind::completed;  // completed, discarded, cancelled or dead_lettered
+  DeadLetterReason reason = DeadLetterReason::none;
+  std::string error;
+};
+
+/// Bridged: the typed side a Relay hands deliveries to (Consumer<T, R>).
+class Bridged {
+ public:
+  /// add(name, body, o): decodes body and adds it to the local queue: its local id, or nullopt
+  /// when the local queue refused it (full, shutting down). Throws what the codec throws on a
+  /// malformed body.
+  virtual std::optional<JobId> add(std::string_view name, std::span<const std::byte> body,
+                                   const JobOptions& o) = 0;
+  /// forget(id): takes the local DLQ entry of job id (its end is settled on the broker).
+  virtual void forget(JobId id) = 0;
+  /// codec(): JournalCodec<T>::name().
+  [[nodiscard]] virtual std::string codec() const = 0;
+
+ protected:
+  ~Bridged() = default;
+};
+
+/// Relay: Consumer's untyped core (src/amqp_relay.cpp): its I/O thread consumes the broker
+/// queue into the local one and settles each message by its job's local end.
+class Relay {
+ public:
+  Relay(BrokerOptions broker, std::string queue, BrokerQueueOptions options, std::uint16_t prefetch,
+        Bridged& bridged);
+  ~Relay();  // stops the thread; unsettled messages go back to the broker queue
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+
+  /// start(): starts consuming (once the caller observes the local ends).
+  void start();
+
+  /// settle(s): a local end (an observer's call: never blocks).
+  void settle(Settle s);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 }  // namespace detail
 
 template <JournalCodable T>
@@ -108,6 +158,71 @@ class Producer {
 
  private:
   detail::Publisher core_;
+};
+
+/// ConsumerOptions: how a Consumer takes from the broker.
+struct ConsumerOptions {
+  /// Messages held unsettled at once (waiting or running in the local queue): RabbitMQ's
+  /// prefetch. Keep it within the local queue's capacity.
+  std::uint16_t prefetch = 64;
+};
+
+/// Consumer<T, R>: bridges a broker queue into a local Queue<T, R> of the same name, whose
+/// handlers and workers run the jobs as any local job (leases, timeouts, downstream limits,
+/// events and counts are the local queue's). Each job's local end settles its message:
+/// completed, discarded or cancelled: acked. A failed attempt with attempts left goes back to
+/// the broker after its backoff through the delay cascade, its attempt counted in the message;
+/// the last one, a permanent failure, or a body its codec cannot read goes to the broker DLQ
+/// (rail.dlq.<queue>) with its reason and errors. The message is acked only after that
+/// publish was confirmed, so a crash in between runs the job again (at-least-once).
+/// Local jobs run one attempt each (the broker counts the rest), so Job::attempt() is 1.
+template <JournalCodable T, class R = void>
+class Consumer final : private detail::Bridged {
+ public:
+  Consumer(BrokerOptions broker, Engine& engine, Queue<T, R> local, BrokerQueueOptions options = {},
+           ConsumerOptions consumer = {})
+      : engine_(engine),
+        local_(local),
+        relay_(std::make_unique<detail::Relay>(std::move(broker), local_.name(), options,
+                                               consumer.prefetch,
+                                               static_cast<detail::Bridged&>(*this))) {
+    // Before the relay consumes: every bridged job's end reaches it.
+    observer_ = engine_.on_event([relay = relay_.get(), name = local_.name()](const Event& e) {
+      if (e.queue != name) return;
+      switch (e.kind) {
+        case EventKind::completed:
+        case EventKind::discarded:
+        case EventKind::cancelled:
+        case EventKind::dead_lettered:
+          relay->settle(detail::Settle{e.job_id, e.kind, e.reason, std::string(e.error)});
+          break;
+        default:
+          break;
+      }
+    });
+    relay_->start();
+  }
+  ~Consumer() {
+    engine_.remove_observer(observer_);  // waits for calls in progress: none uses relay_ after
+    relay_.reset();
+  }
+  Consumer(const Consumer&) = delete;
+  Consumer& operator=(const Consumer&) = delete;
+
+ private:
+  std::optional<JobId> add(std::string_view name, std::span<const std::byte> body,
+                           const JobOptions& o) override {
+    const AddReceipt r = local_.add(name, JournalCodec<T>::decode(body), o);
+    if (r.status != AddStatus::added) return std::nullopt;
+    return r.id;
+  }
+  void forget(JobId id) override { (void)local_.dlq().remove(id); }
+  [[nodiscard]] std::string codec() const override { return JournalCodec<T>::name(); }
+
+  Engine& engine_;
+  Queue<T, R> local_;
+  ObserverId observer_ = ObserverId::none;
+  std::unique_ptr<detail::Relay> relay_;
 };
 
 }  // namespace rail::amqp

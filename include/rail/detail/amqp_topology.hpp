@@ -61,5 +61,8 @@ void declare_cascade(Connection& c);
 /// declare_queue(c, t): the queue's jobs and dead-letter queues, rail.dlx, and the queue's
 /// binding from rail.delay.out. Throws Error(broker) if they exist with other arguments.
 void declare_queue(Connection& c, const QueueTopology& t);
+/// declare_all(c, t): declare_cascade, then declare_queue: what a producer or consumer of a
+/// queue needs before its first publish.
+void declare_all(Connection& c, const QueueTopology& t);
 
 }  // namespace rail::detail::amqp

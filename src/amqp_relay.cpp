@@ -1,0 +1,282 @@
+// rail::amqp::Consumer's untyped core: see include/rail/amqp.hpp.
+//
+// One I/O thread owns two connections (rabbitmq-c's are single-threaded): `in` consumes the
+// broker queue, `out` publishes retries and dead letters with confirms. Observers hand local
+// ends over through a locked inbox; the thread polls it between waits for deliveries (a few ms),
+// so an end is settled within one poll. A message is acked only after what replaces it (its
+// retry, its dead letter) was confirmed: a crash in between delivers it again.
+// Reconnects: a failed call drops both connections; the broker requeues the unacked deliveries
+// of the dead one, whose local jobs still end: their settles find a stale generation and are
+// skipped (the redelivery runs the job again: at-least-once).
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "rail/amqp.hpp"
+#include "rail/backoff.hpp"
+#include "rail/detail/amqp_topology.hpp"
+#include "rail/error.hpp"
+
+namespace rail::amqp::detail {
+namespace amqp = rail::detail::amqp;
+
+namespace {
+
+std::int64_t header_int(const amqp::Fields& h, std::string_view key, std::int64_t otherwise) {
+  const amqp::FieldValue* v = amqp::field(h, key);
+  if (v == nullptr) return otherwise;
+  if (const auto* i = std::get_if<std::int64_t>(v)) return *i;
+  return otherwise;
+}
+
+std::string header_text(const amqp::Fields& h, std::string_view key) {
+  const amqp::FieldValue* v = amqp::field(h, key);
+  if (v == nullptr) return {};
+  if (const auto* s = std::get_if<std::string>(v)) return *s;
+  return {};
+}
+
+/// parse_backoff(text): the x-rail-backoff header ("kind:delay_ns:jitter:cap_ns"); none if bad.
+Backoff parse_backoff(const std::string& text) {
+  Backoff b;
+  long long kind = 0, delay = 0, jitter = 0, cap = 0;
+  if (std::sscanf(text.c_str(), "%lld:%lld:%lld:%lld", &kind, &delay, &jitter, &cap) != 4) return b;
+  if (kind < 0 || kind > static_cast<int>(BackoffKind::custom) || jitter < 0 ||
+      jitter > static_cast<int>(Jitter::decorrelated) || delay < 0 || cap < 0)
+    return b;
+  b.kind = static_cast<BackoffKind>(kind);
+  b.delay = Duration{delay};
+  b.jitter = static_cast<Jitter>(jitter);
+  b.cap = Duration{cap};
+  return b;
+}
+
+/// A delivery held while its local job runs.
+struct Held {
+  std::uint64_t tag = 0;
+  std::uint64_t generation = 0;  // the `in` connection it came on
+  amqp::Delivery message;
+};
+
+}  // namespace
+
+struct Relay::State {
+  BrokerOptions broker;
+  std::string queue;
+  BrokerQueueOptions options;
+  std::uint16_t prefetch;
+  Bridged& bridged;
+  amqp::Address address;
+
+  std::mutex mu;              // guards inbox
+  std::vector<Settle> inbox;  // local ends not settled yet
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  // The I/O thread's own.
+  std::optional<amqp::Connection> in, out;
+  std::uint64_t generation = 0;
+  std::unordered_map<JobId, Held> held;
+  SplitMix64 rng{0x9e3779b97f4a7c15ULL};
+
+  State(BrokerOptions b, std::string q, BrokerQueueOptions o, std::uint16_t p, Bridged& br)
+      : broker(std::move(b)), queue(std::move(q)), options(o), prefetch(p), bridged(br) {}
+
+  /// open_out(): the publishing connection, with the queue's broker objects declared.
+  void open_out() {
+    out.emplace(address, broker.heartbeat, broker.name + " relay of " + queue);
+    amqp::declare_all(*out, amqp::QueueTopology{.queue = queue,
+                                                .max_length = options.max_length,
+                                                .delivery_limit = options.delivery_limit});
+  }
+
+  void connect() {
+    in.reset();
+    out.reset();
+    open_out();
+    out->enable_confirms();
+    in.emplace(address, broker.heartbeat, broker.name + " consumer of " + queue);
+    in->consume(amqp::jobs_queue(queue), prefetch);
+    ++generation;
+  }
+
+  void run() {
+    auto backoff = std::chrono::milliseconds(50);
+    while (!stop.load(std::memory_order_acquire)) {
+      try {
+        if (!in || !in->ok() || !out || !out->ok()) connect();
+        if (std::optional<amqp::Delivery> d = in->next(std::chrono::milliseconds(5)))
+          deliver(std::move(*d));
+        drain();
+        backoff = std::chrono::milliseconds(50);
+      } catch (const Error& e) {
+        in.reset();
+        out.reset();
+        std::this_thread::sleep_for(backoff);
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+      }
+    }
+  }
+
+  /// deliver(d): a message into the local queue, or straight to the DLQ if it cannot be read.
+  void deliver(amqp::Delivery d) {
+    const std::string codec = header_text(d.headers, "x-rail-codec");
+    if (codec != bridged.codec()) {
+      dead_letter(d, "codec_mismatch",
+                  "the message was encoded by codec '" + codec + "'; this consumer reads '" +
+                      bridged.codec() + "'");
+      in->ack(d.tag);
+      return;
+    }
+    JobOptions o;
+    o.max_attempts = 1;  // the broker counts attempts: each local job runs one
+    if (const std::int64_t v = header_int(d.headers, "x-rail-visibility-ms", -1); v > 0)
+      o.visibility_timeout = std::chrono::milliseconds(v);
+    if (const std::int64_t t = header_int(d.headers, "x-rail-timeout-ms", -1); t > 0)
+      o.timeout = std::chrono::milliseconds(t);
+    std::optional<JobId> id;
+    try {
+      id = bridged.add(d.type, std::as_bytes(std::span(d.body.data(), d.body.size())), o);
+    } catch (const std::exception& e) {
+      dead_letter(d, "malformed", std::string("its codec could not read the body: ") + e.what());
+      in->ack(d.tag);
+      return;
+    }
+    if (!id) {  // the local queue is full or shutting down: back to the broker for another
+      in->nack(d.tag, true);
+      return;
+    }
+    const std::uint64_t tag = d.tag;
+    held.emplace(*id, Held{tag, generation, std::move(d)});
+  }
+
+  void drain() {
+    std::vector<Settle> ends;
+    {
+      const std::lock_guard lock(mu);
+      ends.swap(inbox);
+    }
+    for (Settle& s : ends)
+      settle(s);
+  }
+
+  void settle(const Settle& s) {
+    auto it = held.find(s.local);
+    if (it == held.end()) return;  // not a bridged job (a local add), or settled already
+    Held h = std::move(it->second);
+    held.erase(it);
+    if (h.generation != generation) return;  // its connection died: the broker redelivers it
+    if (s.kind != EventKind::dead_lettered) {
+      in->ack(h.tag);
+      return;
+    }
+    bridged.forget(s.local);
+    const amqp::Fields& headers = h.message.headers;
+    const auto failed = static_cast<std::uint32_t>(header_int(headers, "x-rail-attempt", 0)) + 1;
+    const auto max = static_cast<std::uint32_t>(header_int(headers, "x-rail-max-attempts", 1));
+    const bool retryable = s.reason == DeadLetterReason::attempts_exhausted ||
+                           s.reason == DeadLetterReason::timeout ||
+                           s.reason == DeadLetterReason::lease_expired;
+    if (retryable && failed < max) {
+      RetryContext ctx;
+      ctx.job_id = s.local;
+      ctx.failed_attempts = failed;
+      ctx.error = s.error;
+      const Duration delay =
+          next_delay(parse_backoff(header_text(headers, "x-rail-backoff")), ctx, nullptr, rng);
+      if (delay.count() >= 0) {
+        retry(h.message, failed, s.error, delay);
+        in->ack(h.tag);
+        return;
+      }
+    }
+    dead_letter(h.message, std::string(to_string(s.reason)), s.error, failed);
+    in->ack(h.tag);
+  }
+
+  /// with_error(headers, attempt, error): the headers with attempt `attempt`'s error added.
+  static amqp::Fields with_error(amqp::Fields headers, std::uint32_t attempt,
+                                 const std::string& error) {
+    headers.emplace_back("x-rail-error-" + std::to_string(attempt), error);
+    return headers;
+  }
+
+  static void set(amqp::Fields& headers, const std::string& key, amqp::FieldValue value) {
+    for (auto& [k, v] : headers)
+      if (k == key) {
+        v = std::move(value);
+        return;
+      }
+    headers.emplace_back(key, std::move(value));
+  }
+
+  void publish_confirmed(const std::string& exchange, const std::string& key,
+                         const amqp::Delivery& m, const amqp::Fields& headers) {
+    const std::uint64_t n = out->publish(exchange, key,
+                                         {.body = m.body,
+                                          .type = m.type,
+                                          .message_id = m.message_id,
+                                          .timestamp = m.timestamp,
+                                          .headers = &headers});
+    if (!out->wait_confirms(n, broker.confirm_timeout).empty())
+      throw Error(ErrorCode::broker, "the broker refused a retry or dead letter of queue '" +
+                                         queue + "' (its queue is full)");
+  }
+
+  void retry(const amqp::Delivery& m, std::uint32_t failed, const std::string& error,
+             Duration delay) {
+    amqp::Fields headers = with_error(m.headers, failed, error);
+    set(headers, "x-rail-attempt", std::int64_t{failed});
+    const auto ms =
+        static_cast<std::uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(delay).count());
+    if (ms == 0) {
+      publish_confirmed("", amqp::jobs_queue(queue), m, headers);
+    } else {
+      publish_confirmed(amqp::delay_exchange(amqp::kDelayLevels - 1), amqp::delay_route(ms, queue),
+                        m, headers);
+    }
+  }
+
+  void dead_letter(const amqp::Delivery& m, const std::string& reason, const std::string& error,
+                   std::uint32_t failed = 0) {
+    amqp::Fields headers = failed > 0 ? with_error(m.headers, failed, error) : m.headers;
+    set(headers, "x-rail-reason", reason);
+    if (failed == 0) set(headers, "x-rail-error", error);
+    set(headers, "x-rail-attempt", std::int64_t{failed});
+    publish_confirmed(std::string(amqp::kDeadLetters), queue, m, headers);
+  }
+};
+
+Relay::Relay(BrokerOptions broker, std::string queue, BrokerQueueOptions options,
+             std::uint16_t prefetch, Bridged& bridged)
+    : state_(std::make_unique<State>(std::move(broker), std::move(queue), options,
+                                     prefetch == 0 ? std::uint16_t{1} : prefetch, bridged)) {
+  state_->address = amqp::parse_url(state_->broker.url);
+  // The first connection here, so that a broker that cannot be reached or a queue declared
+  // otherwise is the constructor's error; later ones are the I/O thread's.
+  state_->open_out();
+  state_->out.reset();
+}
+
+Relay::~Relay() {
+  state_->stop.store(true, std::memory_order_release);
+  if (state_->thread.joinable()) state_->thread.join();
+}
+
+void Relay::start() {
+  state_->thread = std::thread([s = state_.get()] { s->run(); });
+}
+
+void Relay::settle(Settle s) {
+  const std::lock_guard lock(state_->mu);
+  state_->inbox.push_back(std::move(s));
+}
+
+}  // namespace rail::amqp::detail

@@ -1,0 +1,150 @@
+// rail::amqp::Consumer against a real broker (one per test): jobs a Producer added run on the
+// local queue's workers and their messages are acked; a failed attempt goes back through the
+// broker with its backoff (never early) and counts there; the last failed attempt lands in the
+// broker DLQ with its reason and every attempt's error; a body its codec cannot read is
+// dead-lettered unrun; two consumers in one process share a queue's jobs, each run once.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "rail/amqp.hpp"
+#include "rail/detail/amqp_connection.hpp"
+#include "rail/rail.hpp"
+#include "support/broker_test.hpp"
+#include "support/eventually.hpp"
+
+namespace rail {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+namespace wire = detail::amqp;
+
+using AmqpConsumer = test::BrokerTest;
+
+TEST_F(AmqpConsumer, JobsAddedThroughTheBrokerRunOnTheLocalWorkersAndAreAcked) {
+  Engine engine;
+  auto local = engine.declare_queue<std::string>("orders", {});
+  std::mutex m;
+  std::multiset<std::string> ran;
+  local.process({.concurrency = 3}, [&](Job<std::string>& j) {
+    std::lock_guard lock(m);
+    ran.insert(j.data());
+  });
+  amqp::Consumer<std::string> consumer(options(), engine, local);
+  amqp::Producer<std::string> producer(options(), "orders");
+  constexpr int kJobs = 300;
+  for (int i = 0; i < kJobs; ++i)
+    ASSERT_EQ(producer.add("charge", std::to_string(i)).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return local.counts().completed == kJobs; }, 60s))
+      << local.counts().completed << " of " << kJobs << " completed";
+  {
+    std::lock_guard lock(m);
+    EXPECT_EQ(ran.size(), static_cast<std::size_t>(kJobs));
+    for (int i = 0; i < kJobs; ++i)
+      EXPECT_EQ(ran.count(std::to_string(i)), 1u) << "job " << i;
+  }
+  wire::Connection c = raw("reader");
+  EXPECT_TRUE(eventually([&] { return c.queue_depth("rail.q.orders") == 0; }));
+  EXPECT_EQ(c.queue_depth("rail.dlq.orders"), 0u);
+}
+
+TEST_F(AmqpConsumer, AFailedAttemptGoesBackThroughTheBrokerAfterItsBackoff) {
+  Engine engine;
+  auto local = engine.declare_queue<std::string>("payments", {});
+  std::mutex m;
+  std::vector<std::chrono::steady_clock::time_point> runs;
+  local.process({.concurrency = 2}, [&](Job<std::string>&) {
+    std::lock_guard lock(m);
+    runs.push_back(std::chrono::steady_clock::now());
+    return runs.size() < 3 ? Outcome::retry("gateway timeout") : Outcome::done();
+  });
+  amqp::Consumer<std::string> consumer(options(), engine, local);
+  amqp::Producer<std::string> producer(options(), "payments");
+  JobOptions o;
+  o.max_attempts = 3;
+  o.backoff = Backoff::fixed(400ms);
+  ASSERT_EQ(producer.add("charge", "card-1", o).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return local.counts().completed == 1; }, 60s));
+  std::lock_guard lock(m);
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_GE(runs[1] - runs[0], 400ms) << "a retry came before its backoff";
+  EXPECT_GE(runs[2] - runs[1], 400ms) << "a retry came before its backoff";
+  EXPECT_EQ(raw("reader").queue_depth("rail.dlq.payments"), 0u);
+}
+
+TEST_F(AmqpConsumer, TheLastFailedAttemptLandsInTheBrokerDlqWithEveryError) {
+  Engine engine;
+  auto local = engine.declare_queue<std::string>("emails", {});
+  std::atomic<int> runs{0};
+  local.process({.concurrency = 1}, [&](Job<std::string>&) {
+    return Outcome::retry("smtp 451 #" + std::to_string(runs.fetch_add(1) + 1));
+  });
+  amqp::Consumer<std::string> consumer(options(), engine, local);
+  amqp::Producer<std::string> producer(options(), "emails");
+  JobOptions o;
+  o.max_attempts = 2;
+  const AddReceipt r = producer.add("welcome", "ann@example.com", o);
+  ASSERT_EQ(r.status, AddStatus::added);
+  wire::Connection c = raw("reader");
+  ASSERT_TRUE(eventually([&] { return c.queue_depth("rail.dlq.emails") == 1; }, 60s));
+  EXPECT_EQ(runs.load(), 2);
+  EXPECT_TRUE(local.dlq().list().empty()) << "the local DLQ keeps no copy of a broker dead letter";
+  c.consume("rail.dlq.emails", 1);
+  const std::optional<wire::Delivery> d = c.next(10s);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->body, "ann@example.com");
+  EXPECT_EQ(d->message_id, std::to_string(r.id));
+  EXPECT_EQ(std::get<std::string>(*wire::field(d->headers, "x-rail-reason")), "attempts_exhausted");
+  EXPECT_EQ(std::get<std::int64_t>(*wire::field(d->headers, "x-rail-attempt")), 2);
+  EXPECT_EQ(std::get<std::string>(*wire::field(d->headers, "x-rail-error-1")), "smtp 451 #1");
+  EXPECT_EQ(std::get<std::string>(*wire::field(d->headers, "x-rail-error-2")), "smtp 451 #2");
+  c.ack(d->tag);
+}
+
+TEST_F(AmqpConsumer, APermanentFailureIsDeadLetteredAtOnce) {
+  Engine engine;
+  auto local = engine.declare_queue<std::string>("cards", {});
+  std::atomic<int> runs{0};
+  local.process({.concurrency = 1}, [&](Job<std::string>&) {
+    runs.fetch_add(1);
+    return Outcome::fail("card stolen");
+  });
+  amqp::Consumer<std::string> consumer(options(), engine, local);
+  amqp::Producer<std::string> producer(options(), "cards");
+  JobOptions o;
+  o.max_attempts = 5;
+  ASSERT_EQ(producer.add("charge", "4111", o).status, AddStatus::added);
+  wire::Connection c = raw("reader");
+  ASSERT_TRUE(eventually([&] { return c.queue_depth("rail.dlq.cards") == 1; }, 60s));
+  EXPECT_EQ(runs.load(), 1);
+}
+
+TEST_F(AmqpConsumer, ABodyItsCodecCannotReadIsDeadLetteredUnrun) {
+  Engine engine;
+  auto local = engine.declare_queue<std::string>("mixed", {});
+  std::atomic<int> runs{0};
+  local.process({.concurrency = 1}, [&](Job<std::string>&) { runs.fetch_add(1); });
+  amqp::Consumer<std::string> consumer(options(), engine, local);
+  // Another codec's message on the same queue (a producer of another payload type).
+  amqp::Producer<std::vector<std::uint8_t>> other(options(), "mixed");
+  ASSERT_EQ(other.add("blob", std::vector<std::uint8_t>{1, 2, 3}).status, AddStatus::added);
+  wire::Connection c = raw("reader");
+  ASSERT_TRUE(eventually([&] { return c.queue_depth("rail.dlq.mixed") == 1; }, 60s));
+  EXPECT_EQ(runs.load(), 0);
+  c.consume("rail.dlq.mixed", 1);
+  const std::optional<wire::Delivery> d = c.next(10s);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(std::get<std::string>(*wire::field(d->headers, "x-rail-reason")), "codec_mismatch");
+}
+
+}  // namespace
+}  // namespace rail
