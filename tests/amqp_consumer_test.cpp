@@ -2,7 +2,7 @@
 // local queue's workers and their messages are acked; a failed attempt goes back through the
 // broker with its backoff (never early) and counts there; the last failed attempt lands in the
 // broker DLQ with its reason and every attempt's error; a body its codec cannot read is
-// dead-lettered unrun; two consumers in one process share a queue's jobs, each run once.
+// dead-lettered unrun; redrive_all sends every dead letter back, its attempts restarted.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -108,6 +108,31 @@ TEST_F(AmqpConsumer, TheLastFailedAttemptLandsInTheBrokerDlqWithEveryError) {
   EXPECT_EQ(std::get<std::string>(*wire::field(d->headers, "x-rail-error-1")), "smtp 451 #1");
   EXPECT_EQ(std::get<std::string>(*wire::field(d->headers, "x-rail-error-2")), "smtp 451 #2");
   c.ack(d->tag);
+}
+
+TEST_F(AmqpConsumer, RedriveAllSendsEveryDeadLetterBackWithItsAttemptsRestarted) {
+  Engine engine;
+  auto local = engine.declare_queue<std::string>("imports", {});
+  std::atomic<bool> healthy{false};
+  std::atomic<int> completed{0};
+  local.process({.concurrency = 2}, [&](Job<std::string>&) {
+    if (!healthy.load()) return Outcome::retry("upstream down");
+    completed.fetch_add(1);
+    return Outcome::done();
+  });
+  amqp::Consumer<std::string> consumer(options(), engine, local);
+  amqp::Producer<std::string> producer(options(), "imports");
+  JobOptions o;
+  o.max_attempts = 2;
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(producer.add("import", std::to_string(i), o).status, AddStatus::added);
+  amqp::DeadLetters dlq(options(), "imports");
+  ASSERT_TRUE(eventually([&] { return dlq.depth() == 3; }, 60s)) << dlq.depth();
+  healthy.store(true);
+  EXPECT_EQ(dlq.redrive_all(), 3u);
+  ASSERT_TRUE(eventually([&] { return completed.load() == 3; }, 60s)) << completed.load();
+  EXPECT_EQ(dlq.depth(), 0u);
+  EXPECT_EQ(dlq.redrive_all(), 0u) << "nothing left to redrive";
 }
 
 TEST_F(AmqpConsumer, APermanentFailureIsDeadLetteredAtOnce) {

@@ -160,6 +160,29 @@ class Producer {
   detail::Publisher core_;
 };
 
+/// DeadLetters: a broker queue's dead letters (rail.dlq.<queue>), from any process: its depth,
+/// and redrive_all, which sends every one back to the queue with its attempts and errors
+/// restarted (BullMQ's retry of a failed job), each acked off the DLQ only once the broker
+/// confirmed it back (a crash in between leaves it in both: at-least-once). redrive_all throws
+/// Error(capacity) if the queue is full, leaving the rest where they were. Threads: one call at
+/// a time.
+class DeadLetters {
+ public:
+  DeadLetters(BrokerOptions broker, std::string queue);
+  ~DeadLetters();
+  DeadLetters(const DeadLetters&) = delete;
+  DeadLetters& operator=(const DeadLetters&) = delete;
+
+  /// depth(): the dead letters waiting now.
+  [[nodiscard]] std::uint32_t depth();
+  /// redrive_all(): redrives the dead letters there when it began; how many it sent back.
+  std::size_t redrive_all();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 /// ConsumerOptions: how a Consumer takes from the broker.
 struct ConsumerOptions {
   /// Messages held unsettled at once (waiting or running in the local queue): RabbitMQ's

@@ -1,0 +1,81 @@
+// rail::amqp::DeadLetters: see include/rail/amqp.hpp.
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "rail/amqp.hpp"
+#include "rail/detail/amqp_topology.hpp"
+#include "rail/error.hpp"
+
+namespace rail::amqp {
+namespace wire = rail::detail::amqp;
+
+struct DeadLetters::State {
+  BrokerOptions broker;
+  std::string queue;
+  std::optional<wire::Connection> connection;
+
+  wire::Connection& open() {
+    if (!connection || !connection->ok()) {
+      connection.reset();
+      connection.emplace(wire::parse_url(broker.url), broker.heartbeat,
+                         broker.name + " dead letters of " + queue);
+    }
+    return *connection;
+  }
+};
+
+DeadLetters::DeadLetters(BrokerOptions broker, std::string queue)
+    : state_(std::make_unique<State>()) {
+  state_->broker = std::move(broker);
+  state_->queue = std::move(queue);
+  (void)state_->open().queue_depth(wire::dlq_queue(state_->queue));  // declared by its queue
+}
+
+DeadLetters::~DeadLetters() = default;
+
+std::uint32_t DeadLetters::depth() {
+  return state_->open().queue_depth(wire::dlq_queue(state_->queue));
+}
+
+std::size_t DeadLetters::redrive_all() {
+  // Two connections: one consumes the DLQ, the other publishes with confirms (a channel in
+  // confirm mode would mix the confirms with the deliveries).
+  wire::Connection& out = state_->open();
+  const std::string dlq = wire::dlq_queue(state_->queue);
+  const std::uint32_t waiting = out.queue_depth(dlq);
+  if (waiting == 0) return 0;
+  out.enable_confirms();
+  wire::Connection in(wire::parse_url(state_->broker.url), state_->broker.heartbeat,
+                      state_->broker.name + " redrive of " + state_->queue);
+  in.consume(dlq, 64);
+  std::size_t sent = 0;
+  while (sent < waiting) {
+    std::optional<wire::Delivery> d = in.next(state_->broker.confirm_timeout);
+    if (!d) break;  // another process took the rest meanwhile
+    wire::Fields headers;
+    for (auto& [key, value] : d->headers)  // the job's own headers; its last round's go
+      if (key != "x-rail-attempt" && key != "x-rail-reason" && key != "x-rail-error" &&
+          key.rfind("x-rail-error-", 0) != 0)
+        headers.emplace_back(key, value);
+    headers.emplace_back("x-rail-attempt", std::int64_t{0});
+    const std::uint64_t n = out.publish("", wire::jobs_queue(state_->queue),
+                                        {.body = d->body,
+                                         .type = d->type,
+                                         .message_id = d->message_id,
+                                         .timestamp = d->timestamp,
+                                         .headers = &headers});
+    if (!out.wait_confirms(n, state_->broker.confirm_timeout).empty()) {
+      in.nack(d->tag, true);  // the queue is full: the dead letter stays
+      throw Error(ErrorCode::capacity,
+                  "redrive_all: broker queue '" + wire::jobs_queue(state_->queue) + "' is full; " +
+                      std::to_string(sent) + " dead letters were sent back before it");
+    }
+    in.ack(d->tag);
+    ++sent;
+  }
+  state_->connection.reset();  // its channel is in confirm mode now; depth() opens a plain one
+  return sent;
+}
+
+}  // namespace rail::amqp
