@@ -2,8 +2,12 @@
 // local queue's workers and their messages are acked; a failed attempt goes back through the
 // broker with its backoff (never early) and counts there; the last failed attempt lands in the
 // broker DLQ with its reason and every attempt's error; a body its codec cannot read is
-// dead-lettered unrun; redrive_all sends every dead letter back, its attempts restarted.
+// dead-lettered unrun; redrive_all sends every dead letter back, its attempts restarted; a
+// consumer process killed with -9 has its deliveries redelivered to the next.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -13,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rail/amqp.hpp"
@@ -133,6 +138,62 @@ TEST_F(AmqpConsumer, RedriveAllSendsEveryDeadLetterBackWithItsAttemptsRestarted)
   ASSERT_TRUE(eventually([&] { return completed.load() == 3; }, 60s)) << completed.load();
   EXPECT_EQ(dlq.depth(), 0u);
   EXPECT_EQ(dlq.redrive_all(), 0u) << "nothing left to redrive";
+}
+
+// A consumer process killed with deliveries in its handlers: the broker hands them to the next
+// consumer, and every job completes there (the killed process's runs never ended).
+TEST_F(AmqpConsumer, AKilledConsumerProcessesDeliveriesAreRedeliveredToTheNext) {
+  constexpr int kJobs = 20;
+  {
+    amqp::Producer<std::string> producer(options(), "work");
+    for (int i = 0; i < kJobs; ++i)
+      ASSERT_EQ(producer.add("task", std::to_string(i)).status, AddStatus::added);
+  }
+  int started[2];
+  ASSERT_EQ(pipe(started), 0);
+  const pid_t child = fork();  // no thread runs yet in this process: safe to fork
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(started[0]);
+    Engine engine;
+    auto local = engine.declare_queue<std::string>("work", {});
+    local.process({.concurrency = 4}, [&](Job<std::string>&) {
+      if (write(started[1], "s", 1) != 1) _exit(3);
+      for (;;)
+        std::this_thread::sleep_for(1s);  // holds its delivery until the process is killed
+    });
+    amqp::Consumer<std::string> consumer(options(), engine, local, {}, {.prefetch = 8});
+    for (;;)
+      std::this_thread::sleep_for(1s);
+  }
+  close(started[1]);
+  char buf[4];
+  std::size_t got = 0;
+  while (got < sizeof buf) {  // four handlers hold four deliveries (and four more wait)
+    const ssize_t n = read(started[0], buf + got, sizeof buf - got);
+    ASSERT_GT(n, 0) << "the consumer process died before its handlers started";
+    got += static_cast<std::size_t>(n);
+  }
+  close(started[0]);
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+
+  Engine engine;
+  auto local = engine.declare_queue<std::string>("work", {});
+  std::mutex m;
+  std::set<std::string> ran;
+  local.process({.concurrency = 2}, [&](Job<std::string>& j) {
+    std::lock_guard lock(m);
+    ran.insert(j.data());
+  });
+  amqp::Consumer<std::string> consumer(options(), engine, local);
+  ASSERT_TRUE(eventually([&] { return local.counts().completed >= kJobs; }, 60s))
+      << local.counts().completed << " of " << kJobs;
+  std::lock_guard lock(m);
+  EXPECT_EQ(ran.size(), static_cast<std::size_t>(kJobs)) << "a confirmed job was lost";
+  EXPECT_EQ(local.counts().completed, static_cast<std::uint64_t>(kJobs))
+      << "jobs ran twice with no fault in this process";
 }
 
 TEST_F(AmqpConsumer, APermanentFailureIsDeadLetteredAtOnce) {
