@@ -4,7 +4,7 @@
 // broker DLQ with its reason and every attempt's error; a body its codec cannot read is
 // dead-lettered unrun; redrive_all sends every dead letter back, its attempts restarted; a
 // consumer process killed with -9 has its deliveries redelivered to the next; every confirmed
-// add runs across a broker killed with -9 mid-run.
+// add runs across a broker killed with -9 mid-run, and across one frozen past its heartbeats.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -197,12 +197,16 @@ TEST_F(AmqpConsumer, AKilledConsumerProcessesDeliveriesAreRedeliveredToTheNext) 
       << "jobs ran twice with no fault in this process";
 }
 
-// kill -9 of the broker mid-run: the producer and the consumer reconnect with backoff and
-// redeclare; every add that was confirmed runs (some twice: duplicates only after the fault).
-TEST_F(AmqpConsumer, EveryConfirmedAddRunsAcrossABrokerKilledMidRun) {
+/// across_a_fault(options, broker, fault, heal): a producer adds 300 jobs (confirm_timeout 120 s)
+/// to a queue a consumer bridges into a local one; halfway `fault` hits the broker and `heal`, a
+/// second later on another thread, ends it. Every add that was confirmed must run (some twice:
+/// duplicates only after the fault). Returns the confirmed adds' count.
+template <class Fault, class Heal>
+std::size_t across_a_fault(const amqp::BrokerOptions& options, test::LocalBroker& broker,
+                           Fault fault, Heal heal) {
   constexpr int kJobs = 300;
-  { amqp::Producer<std::string> declare(options(), "ledger"); }
-  broker_->restart();  // a clean restart saves the queue's registration (see the README)
+  { amqp::Producer<std::string> declare(options, "ledger"); }
+  broker.restart();  // a clean restart saves the queue's registration (see the README)
   Engine engine;
   auto local = engine.declare_queue<std::string>("ledger", {});
   std::mutex m;
@@ -211,18 +215,18 @@ TEST_F(AmqpConsumer, EveryConfirmedAddRunsAcrossABrokerKilledMidRun) {
     std::lock_guard lock(m);
     ran.insert(j.data());
   });
-  amqp::Consumer<std::string> consumer(options(), engine, local);
-  amqp::BrokerOptions patient = options();
+  amqp::Consumer<std::string> consumer(options, engine, local);
+  amqp::BrokerOptions patient = options;
   patient.confirm_timeout = 120s;
   amqp::Producer<std::string> producer(patient, "ledger");
   std::vector<std::string> confirmed;
-  std::thread revive;
+  std::thread healer;
   for (int i = 0; i < kJobs; ++i) {
     if (i == kJobs / 2) {
-      broker_->kill();
-      revive = std::thread([this] {
-        std::this_thread::sleep_for(1s);  // the next adds find it down; decides nothing
-        broker_->start();
+      fault();
+      healer = std::thread([&] {
+        std::this_thread::sleep_for(1s);  // the next adds find the fault; decides nothing
+        heal();
       });
     }
     try {
@@ -232,8 +236,7 @@ TEST_F(AmqpConsumer, EveryConfirmedAddRunsAcrossABrokerKilledMidRun) {
       ADD_FAILURE() << "add " << i << ": " << e.what();
     }
   }
-  revive.join();
-  ASSERT_GT(confirmed.size(), static_cast<std::size_t>(kJobs / 2));
+  healer.join();
   const bool all_ran = eventually(
       [&] {
         std::lock_guard lock(m);
@@ -244,6 +247,27 @@ TEST_F(AmqpConsumer, EveryConfirmedAddRunsAcrossABrokerKilledMidRun) {
       120s);
   std::lock_guard lock(m);
   EXPECT_TRUE(all_ran) << "a confirmed add never ran (" << ran.size() << " runs)";
+  return confirmed.size();
+}
+
+// kill -9 of the broker mid-run: the producer and the consumer reconnect with backoff and
+// redeclare once it is back.
+TEST_F(AmqpConsumer, EveryConfirmedAddRunsAcrossABrokerKilledMidRun) {
+  const std::size_t confirmed = across_a_fault(
+      options(), *broker_, [&] { broker_->kill(); }, [&] { broker_->start(); });
+  EXPECT_GT(confirmed, 150u);
+}
+
+// A frozen broker (SIGSTOP past two heartbeats of 2 s, then SIGCONT): the heartbeat finds it,
+// the clients reconnect once it answers again.
+TEST_F(AmqpConsumer, EveryConfirmedAddRunsAcrossABrokerFrozenPastItsHeartbeats) {
+  const std::size_t confirmed = across_a_fault(
+      options(), *broker_, [&] { broker_->freeze(); },
+      [&] {
+        std::this_thread::sleep_for(5s);  // with the second above: past two heartbeats
+        broker_->thaw();
+      });
+  EXPECT_GT(confirmed, 150u);
 }
 
 TEST_F(AmqpConsumer, APermanentFailureIsDeadLetteredAtOnce) {
