@@ -10,8 +10,8 @@
 // skipped (the redelivery runs the job again: at-least-once).
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -84,6 +84,8 @@ struct Relay::State {
   std::optional<amqp::Connection> in, out;
   std::uint64_t generation = 0;
   std::unordered_map<JobId, Held> held;
+  std::deque<amqp::Delivery> parked;  // delivered while the local queue had no room, in order
+  std::chrono::steady_clock::time_point parked_tried{};
   SplitMix64 rng{0x9e3779b97f4a7c15ULL};
 
   State(BrokerOptions b, std::string q, BrokerQueueOptions o, std::uint16_t p, Bridged& br)
@@ -100,6 +102,7 @@ struct Relay::State {
   void connect() {
     in.reset();
     out.reset();
+    parked.clear();  // the dead connection's: the broker requeued them
     open_out();
     out->enable_confirms();
     in.emplace(address, broker.heartbeat, broker.name + " consumer of " + queue);
@@ -112,8 +115,10 @@ struct Relay::State {
     while (!stop.load(std::memory_order_acquire)) {
       try {
         if (!in || !in->ok() || !out || !out->ok()) connect();
-        if (std::optional<amqp::Delivery> d = in->next(std::chrono::milliseconds(5)))
-          deliver(std::move(*d));
+        retry_parked();
+        if (std::optional<amqp::Delivery> d = in->next(std::chrono::milliseconds(5))) {
+          if (!parked.empty() || !deliver(*d)) parked.push_back(std::move(*d));
+        }
         drain();
         backoff = std::chrono::milliseconds(50);
       } catch (const Error& e) {
@@ -125,15 +130,29 @@ struct Relay::State {
     }
   }
 
-  /// deliver(d): a message into the local queue, or straight to the DLQ if it cannot be read.
-  void deliver(amqp::Delivery d) {
+  /// retry_parked(): every 20 ms, the parked deliveries into the local queue, in order, as far
+  /// as it has room.
+  void retry_parked() {
+    if (parked.empty()) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - parked_tried < std::chrono::milliseconds(20)) return;
+    parked_tried = now;
+    while (!parked.empty() && deliver(parked.front()))
+      parked.pop_front();
+  }
+
+  /// deliver(d): a message into the local queue (taken from d), or straight to the DLQ if it
+  /// cannot be read; false when the local queue has no room now (full, or shutting down): the
+  /// caller parks it. Parked, not handed back: a requeue would come straight back (a hot loop,
+  /// and each one counts against the queue's x-delivery-limit).
+  bool deliver(amqp::Delivery& d) {
     const std::string codec = header_text(d.headers, "x-rail-codec");
     if (codec != bridged.codec()) {
       dead_letter(d, "codec_mismatch",
                   "the message was encoded by codec '" + codec + "'; this consumer reads '" +
                       bridged.codec() + "'");
       in->ack(d.tag);
-      return;
+      return true;
     }
     JobOptions o;
     o.max_attempts = 1;  // the broker counts attempts: each local job runs one
@@ -147,14 +166,12 @@ struct Relay::State {
     } catch (const std::exception& e) {
       dead_letter(d, "malformed", std::string("its codec could not read the body: ") + e.what());
       in->ack(d.tag);
-      return;
+      return true;
     }
-    if (!id) {  // the local queue is full or shutting down: back to the broker for another
-      in->nack(d.tag, true);
-      return;
-    }
+    if (!id) return false;
     const std::uint64_t tag = d.tag;
     held.emplace(*id, Held{tag, generation, std::move(d)});
+    return true;
   }
 
   void drain() {

@@ -270,6 +270,30 @@ TEST_F(AmqpConsumer, EveryConfirmedAddRunsAcrossABrokerFrozenPastItsHeartbeats) 
   EXPECT_GT(confirmed, 150u);
 }
 
+// A local queue with no room: deliveries wait in the consumer, not handed back to the broker
+// (each requeue would come straight back and count against x-delivery-limit: with a limit of 3,
+// a hot loop would dead-letter them within milliseconds).
+TEST_F(AmqpConsumer, DeliveriesWaitForRoomInAFullLocalQueueWithoutARequeueLoop) {
+  Engine engine;
+  QueueOptions small;
+  small.capacity = 1;
+  auto local = engine.declare_queue<std::string>("narrow", small);
+  std::atomic<int> done{0};
+  local.process({.concurrency = 1}, [&](Job<std::string>&) {
+    std::this_thread::sleep_for(100ms);  // keeps the queue full a while; decides nothing
+    done.fetch_add(1);
+  });
+  const amqp::BrokerQueueOptions guarded{.max_length = 1000, .delivery_limit = 3};
+  amqp::Consumer<std::string> consumer(options(), engine, local, guarded, {.prefetch = 8});
+  amqp::Producer<std::string> producer(options(), "narrow", guarded);
+  constexpr int kJobs = 8;
+  for (int i = 0; i < kJobs; ++i)
+    ASSERT_EQ(producer.add("slow", std::to_string(i)).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return done.load() == kJobs; }, 60s)) << done.load();
+  EXPECT_EQ(raw("reader").queue_depth("rail.dlq.narrow"), 0u)
+      << "the broker dead-lettered requeued deliveries";
+}
+
 TEST_F(AmqpConsumer, APermanentFailureIsDeadLetteredAtOnce) {
   Engine engine;
   auto local = engine.declare_queue<std::string>("cards", {});
