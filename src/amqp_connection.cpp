@@ -243,9 +243,11 @@ void Connection::delete_queue(const std::string& name) {
 }
 
 void Connection::enable_confirms() {
+  if (confirms_) return;  // the broker's numbering goes on: so must ours
   amqp_confirm_select(state_->conn, kChannel);
   check_reply("turn publisher confirms on");
   published_ = settled_ = 0;
+  confirms_ = true;
 }
 
 std::uint64_t Connection::publish(const std::string& exchange, const std::string& key,
@@ -267,7 +269,8 @@ std::uint64_t Connection::publish(const std::string& exchange, const std::string
     p._flags |= AMQP_BASIC_HEADERS_FLAG;
     p.headers = headers.get();
   }
-  const int rc = amqp_basic_publish(state_->conn, kChannel, bytes(exchange), bytes(key), 0, 0, &p,
+  // mandatory: a message no queue takes comes back (basic.return) and counts as refused.
+  const int rc = amqp_basic_publish(state_->conn, kChannel, bytes(exchange), bytes(key), 1, 0, &p,
                                     bytes(m.body));
   if (rc != AMQP_STATUS_OK) fail("publish to '" + exchange + "'", amqp_error_string2(rc));
   return ++published_;
@@ -291,6 +294,60 @@ void Connection::settle(std::uint64_t tag, bool multiple, bool nacked) {
   }
 }
 
+void Connection::on_frame(const void* f, std::string_view what) {
+  const auto& frame = *static_cast<const amqp_frame_t*>(f);
+  if (frame.frame_type != AMQP_FRAME_METHOD) return;
+  switch (frame.payload.method.id) {
+    case AMQP_BASIC_ACK_METHOD: {
+      const auto* a = static_cast<const amqp_basic_ack_t*>(frame.payload.method.decoded);
+      // Unroutable: its basic.return came just before this ack (mandatory publishes).
+      settle(a->delivery_tag, a->multiple != 0, returned_);
+      returned_ = false;
+      break;
+    }
+    case AMQP_BASIC_NACK_METHOD: {
+      const auto* n = static_cast<const amqp_basic_nack_t*>(frame.payload.method.decoded);
+      settle(n->delivery_tag, n->multiple != 0, true);
+      returned_ = false;
+      break;
+    }
+    case AMQP_BASIC_RETURN_METHOD: {
+      // The message follows (a header and body frames): read it off, then count the ack that
+      // comes next as a refusal: no queue took it.
+      amqp_message_t message;
+      const amqp_rpc_reply_t r = amqp_read_message(state_->conn, kChannel, &message, 0);
+      if (r.reply_type != AMQP_RESPONSE_NORMAL) fail(what, "the connection broke");
+      amqp_destroy_message(&message);
+      returned_ = true;
+      break;
+    }
+    case AMQP_CHANNEL_CLOSE_METHOD: {
+      const auto* c = static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
+      fail(what, "the broker closed the channel: " + std::to_string(c->reply_code) + " " +
+                     text(c->reply_text));
+    }
+    case AMQP_CONNECTION_CLOSE_METHOD: {
+      const auto* c = static_cast<const amqp_connection_close_t*>(frame.payload.method.decoded);
+      fail(what, "the broker closed the connection: " + std::to_string(c->reply_code) + " " +
+                     text(c->reply_text));
+    }
+    default:
+      break;
+  }
+}
+
+void Connection::poll() {
+  for (;;) {
+    amqp_frame_t frame;
+    timeval none{0, 0};
+    const int rc = amqp_simple_wait_frame_noblock(state_->conn, &frame, &none);
+    if (rc == AMQP_STATUS_TIMEOUT) break;
+    if (rc != AMQP_STATUS_OK) fail("keep its connection", amqp_error_string2(rc));
+    on_frame(&frame, "keep its connection");
+  }
+  amqp_maybe_release_buffers(state_->conn);
+}
+
 std::vector<std::uint64_t> Connection::wait_confirms(std::uint64_t upto, Duration timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (settled_ < upto) {
@@ -304,31 +361,7 @@ std::vector<std::uint64_t> Connection::wait_confirms(std::uint64_t upto, Duratio
     const int rc = amqp_simple_wait_frame_noblock(state_->conn, &frame, &tv);
     if (rc == AMQP_STATUS_TIMEOUT) continue;
     if (rc != AMQP_STATUS_OK) fail("confirm its messages", amqp_error_string2(rc));
-    if (frame.frame_type != AMQP_FRAME_METHOD) continue;
-    switch (frame.payload.method.id) {
-      case AMQP_BASIC_ACK_METHOD: {
-        const auto* a = static_cast<const amqp_basic_ack_t*>(frame.payload.method.decoded);
-        settle(a->delivery_tag, a->multiple != 0, false);
-        break;
-      }
-      case AMQP_BASIC_NACK_METHOD: {
-        const auto* n = static_cast<const amqp_basic_nack_t*>(frame.payload.method.decoded);
-        settle(n->delivery_tag, n->multiple != 0, true);
-        break;
-      }
-      case AMQP_CHANNEL_CLOSE_METHOD: {
-        const auto* c = static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
-        fail("confirm its messages", "the broker closed the channel: " +
-                                         std::to_string(c->reply_code) + " " + text(c->reply_text));
-      }
-      case AMQP_CONNECTION_CLOSE_METHOD: {
-        const auto* c = static_cast<const amqp_connection_close_t*>(frame.payload.method.decoded);
-        fail("confirm its messages", "the broker closed the connection: " +
-                                         std::to_string(c->reply_code) + " " + text(c->reply_text));
-      }
-      default:
-        break;  // basic.return and others: not used by rail's publishes
-    }
+    on_frame(&frame, "confirm its messages");
   }
   amqp_maybe_release_buffers(state_->conn);
   std::vector<std::uint64_t> out;

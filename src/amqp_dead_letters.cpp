@@ -27,6 +27,7 @@ struct DeadLetters::State {
 
 DeadLetters::DeadLetters(BrokerOptions broker, std::string queue)
     : state_(std::make_unique<State>()) {
+  rail::amqp::detail::check_broker(broker);
   state_->broker = std::move(broker);
   state_->queue = std::move(queue);
   (void)state_->open().queue_depth(wire::dlq_queue(state_->queue));  // declared by its queue
@@ -35,12 +36,25 @@ DeadLetters::DeadLetters(BrokerOptions broker, std::string queue)
 DeadLetters::~DeadLetters() = default;
 
 std::uint32_t DeadLetters::depth() {
-  return state_->open().queue_depth(wire::dlq_queue(state_->queue));
+  try {
+    return state_->open().queue_depth(wire::dlq_queue(state_->queue));
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::broker) throw;
+    state_->connection.reset();  // closed while idle (no heartbeats without calls): once more
+    return state_->open().queue_depth(wire::dlq_queue(state_->queue));
+  }
 }
 
 std::size_t DeadLetters::redrive_all() {
   // Two connections: one consumes the DLQ, the other publishes with confirms (a channel in
   // confirm mode would mix the confirms with the deliveries).
+  // Fresh connections for each call, dropped on every way out: a channel left in confirm mode
+  // (or closed while idle) never serves the next call.
+  state_->connection.reset();
+  struct Drop {
+    State& s;
+    ~Drop() { s.connection.reset(); }
+  } drop{*state_};
   wire::Connection& out = state_->open();
   const std::string dlq = wire::dlq_queue(state_->queue);
   const std::uint32_t waiting = out.queue_depth(dlq);
@@ -74,7 +88,6 @@ std::size_t DeadLetters::redrive_all() {
     in.ack(d->tag);
     ++sent;
   }
-  state_->connection.reset();  // its channel is in confirm mode now; depth() opens a plain one
   return sent;
 }
 

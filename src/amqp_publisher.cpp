@@ -61,6 +61,7 @@ Publisher::Publisher(BrokerOptions broker, std::string queue, BrokerQueueOptions
   state_->broker = std::move(broker);
   state_->queue = std::move(queue);
   state_->options = options;
+  check_broker(state_->broker);
   state_->address = amqp::parse_url(state_->broker.url);
   if (state_->queue.empty())
     throw Error(ErrorCode::invalid_option,
@@ -72,6 +73,17 @@ Publisher::Publisher(BrokerOptions broker, std::string queue, BrokerQueueOptions
 
 Publisher::~Publisher() = default;
 
+void check_broker(const BrokerOptions& o) {
+  if (o.heartbeat != Duration{0} && o.heartbeat < std::chrono::seconds(1))
+    throw Error(ErrorCode::invalid_option,
+                "BrokerOptions.heartbeat is " + std::to_string(to_ms(o.heartbeat)) +
+                    " ms; expected whole seconds, 1 s or more (AMQP counts it in seconds), or 0 "
+                    "for none");
+  if (o.confirm_timeout <= Duration{0})
+    throw Error(ErrorCode::invalid_option,
+                "BrokerOptions.confirm_timeout is not positive; expected a wait, e.g. 10 s");
+}
+
 void Publisher::check(const JobOptions& o) const {
   const std::string& q = state_->queue;
   if (!o.dedup.id.empty()) refused(q, "dedup.id");
@@ -81,6 +93,15 @@ void Publisher::check(const JobOptions& o) const {
   if (!o.after.empty()) refused(q, "after");
   if (o.expire_after) refused(q, "expire_after");
   if (!o.downstream.empty()) refused(q, "downstream");
+  if (o.backoff.kind == BackoffKind::custom)
+    throw Error(ErrorCode::invalid_option,
+                "JobOptions.backoff is custom on an add to broker queue '" + q +
+                    "'; its consumers compute a retry's delay from the message, which cannot "
+                    "carry a function: expected fixed or exponential");
+  if (o.delay == Duration::max())
+    throw Error(ErrorCode::invalid_option,
+                "JobOptions.delay is Duration::max() (never) on an add to broker queue '" + q +
+                    "'; a broker queue has no job that waits for ever: expected a finite delay");
   if (o.max_attempts == 0)
     throw Error(ErrorCode::invalid_option, "JobOptions.max_attempts is 0; expected 1 or more");
   if (o.delay.count() < 0)
@@ -112,9 +133,9 @@ BulkAddReceipt Publisher::publish(std::string_view name, std::span<const std::st
   if (o.visibility_timeout)
     headers.emplace_back("x-rail-visibility-ms", to_ms(*o.visibility_timeout));
   if (o.timeout) headers.emplace_back("x-rail-timeout-ms", to_ms(*o.timeout));
-  const std::uint64_t first = s.node | (s.next_id & ((std::uint64_t{1} << 40) - 1));
   auto backoff = std::chrono::milliseconds(50);
   for (;;) {
+    const std::uint64_t first = s.node | (s.next_id & ((std::uint64_t{1} << 40) - 1));
     try {
       if (!s.connection || !s.connection->ok()) s.connect();
       std::uint64_t last = 0;
@@ -138,6 +159,7 @@ BulkAddReceipt Publisher::publish(std::string_view name, std::span<const std::st
                             .count = bodies.size() - nacked};
     } catch (const Error& e) {
       if (e.code() != ErrorCode::broker) throw;
+      s.next_id += bodies.size();  // they may have been stored: their ids stay theirs
       s.connection.reset();
       if (std::chrono::steady_clock::now() + backoff >= deadline)
         throw Error(ErrorCode::broker,

@@ -5,15 +5,19 @@
 // ends over through a locked inbox; the thread polls it between waits for deliveries (a few ms),
 // so an end is settled within one poll. A message is acked only after what replaces it (its
 // retry, its dead letter) was confirmed: a crash in between delivers it again.
-// Reconnects: a failed call drops both connections; the broker requeues the unacked deliveries
-// of the dead one, whose local jobs still end: their settles find a stale generation and are
-// skipped (the redelivery runs the job again: at-least-once).
+// Heartbeats: rabbitmq-c sends them only from inside its calls, so the thread polls `out` every
+// turn (`in` is read every turn anyway).
+// Reconnects: a dead `out` is replaced alone (`in`'s tags stay valid); a dead `in` is replaced
+// with a new generation: the broker requeued its unacked deliveries, whose local jobs still
+// end: their settles find a stale generation and are skipped (the redelivery runs the job
+// again: at-least-once). A settle that fails stays in the inbox and is tried again.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -86,7 +90,8 @@ struct Relay::State {
   std::unordered_map<JobId, Held> held;
   std::deque<amqp::Delivery> parked;  // delivered while the local queue had no room, in order
   std::chrono::steady_clock::time_point parked_tried{};
-  SplitMix64 rng{0x9e3779b97f4a7c15ULL};
+  bool local_closed = false;  // the local queue is shutting down: consume no more
+  SplitMix64 rng{std::random_device{}()};
 
   State(BrokerOptions b, std::string q, BrokerQueueOptions o, std::uint16_t p, Bridged& br)
       : broker(std::move(b)), queue(std::move(q)), options(o), prefetch(p), bridged(br) {}
@@ -97,14 +102,20 @@ struct Relay::State {
     amqp::declare_all(*out, amqp::QueueTopology{.queue = queue,
                                                 .max_length = options.max_length,
                                                 .delivery_limit = options.delivery_limit});
+    out->enable_confirms();
   }
 
-  void connect() {
+  /// reconnect(): a new consuming connection (the dead one's deliveries were requeued by the
+  /// broker, so theirs settle as stale) and, if it failed too, a new publishing one. A failed
+  /// publishing connection alone leaves the consumer and its tags as they are.
+  void reconnect() {
+    if (!out || !out->ok()) {
+      out.reset();
+      open_out();
+    }
+    if (local_closed || (in && in->ok())) return;
     in.reset();
-    out.reset();
-    parked.clear();  // the dead connection's: the broker requeued them
-    open_out();
-    out->enable_confirms();
+    parked.clear();
     in.emplace(address, broker.heartbeat, broker.name + " consumer of " + queue);
     in->consume(amqp::jobs_queue(queue), prefetch);
     ++generation;
@@ -114,19 +125,28 @@ struct Relay::State {
     auto backoff = std::chrono::milliseconds(50);
     while (!stop.load(std::memory_order_acquire)) {
       try {
-        if (!in || !in->ok() || !out || !out->ok()) connect();
-        retry_parked();
-        if (std::optional<amqp::Delivery> d = in->next(std::chrono::milliseconds(5))) {
-          if (!parked.empty() || !deliver(*d)) parked.push_back(std::move(*d));
+        if (!out || !out->ok() || (!local_closed && (!in || !in->ok()))) reconnect();
+        out->poll();  // its heartbeats, while no retry or dead letter is published
+        if (in) {
+          retry_parked();
+          if (std::optional<amqp::Delivery> d = in->next(std::chrono::milliseconds(5))) {
+            if (!parked.empty() || !deliver(*d)) parked.push_back(std::move(*d));
+          }
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
         drain();
         backoff = std::chrono::milliseconds(50);
-      } catch (const Error& e) {
-        in.reset();
-        out.reset();
+      } catch (const std::exception&) {
+        // A broker failure marked its connection dead (reconnect() replaces it); a refused
+        // publish (capacity) left its settle in the inbox: either way, try again after a wait.
         std::this_thread::sleep_for(backoff);
         backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
       }
+    }
+    try {
+      drain();                         // the ends that came in: acked before the connections close
+    } catch (const std::exception&) {  // unsettled: the broker redelivers them
     }
   }
 
@@ -137,14 +157,15 @@ struct Relay::State {
     const auto now = std::chrono::steady_clock::now();
     if (now - parked_tried < std::chrono::milliseconds(20)) return;
     parked_tried = now;
-    while (!parked.empty() && deliver(parked.front()))
+    while (in && !parked.empty() && deliver(parked.front()))
       parked.pop_front();
   }
 
   /// deliver(d): a message into the local queue (taken from d), or straight to the DLQ if it
-  /// cannot be read; false when the local queue has no room now (full, or shutting down): the
-  /// caller parks it. Parked, not handed back: a requeue would come straight back (a hot loop,
-  /// and each one counts against the queue's x-delivery-limit).
+  /// cannot be read or added; false when the local queue is full now: the caller parks it.
+  /// Parked, not handed back: a requeue would come straight back (a hot loop, and each one
+  /// counts against the queue's x-delivery-limit). A local queue shutting down closes the
+  /// consumer: the broker gives its deliveries to other processes.
   bool deliver(amqp::Delivery& d) {
     const std::string codec = header_text(d.headers, "x-rail-codec");
     if (codec != bridged.codec()) {
@@ -160,68 +181,100 @@ struct Relay::State {
       o.visibility_timeout = std::chrono::milliseconds(v);
     if (const std::int64_t t = header_int(d.headers, "x-rail-timeout-ms", -1); t > 0)
       o.timeout = std::chrono::milliseconds(t);
-    std::optional<JobId> id;
+    Taken taken;
     try {
-      id = bridged.add(d.type, std::as_bytes(std::span(d.body.data(), d.body.size())), o);
+      taken = bridged.add(d.type, std::as_bytes(std::span(d.body.data(), d.body.size())), o);
     } catch (const std::exception& e) {
-      dead_letter(d, "malformed", std::string("its codec could not read the body: ") + e.what());
+      dead_letter(d, "refused", std::string("the local queue refused the job: ") + e.what());
       in->ack(d.tag);
       return true;
     }
-    if (!id) return false;
+    if (!taken.malformed.empty()) {
+      dead_letter(d, "malformed", "its codec could not read the body: " + taken.malformed);
+      in->ack(d.tag);
+      return true;
+    }
+    switch (taken.status) {
+      case AddStatus::full:
+        return false;
+      case AddStatus::shutting_down:
+        local_closed = true;
+        in.reset();  // every unsettled delivery goes back to the broker
+        parked.clear();
+        return true;
+      default:  // added, or dead_lettered by the local queue's OnFull: its end settles it
+        break;
+    }
     const std::uint64_t tag = d.tag;
-    held.emplace(*id, Held{tag, generation, std::move(d)});
+    held.emplace(taken.id, Held{tag, generation, std::move(d)});
     return true;
   }
 
+  /// drain(): settles the local ends that came in; one that fails (and those after it) waits in
+  /// the inbox for the next turn.
   void drain() {
     std::vector<Settle> ends;
     {
       const std::lock_guard lock(mu);
       ends.swap(inbox);
     }
-    for (Settle& s : ends)
-      settle(s);
+    for (std::size_t i = 0; i < ends.size(); ++i) {
+      try {
+        settle(ends[i]);
+      } catch (...) {
+        const std::lock_guard lock(mu);
+        inbox.insert(inbox.begin(), std::make_move_iterator(ends.begin() + static_cast<long>(i)),
+                     std::make_move_iterator(ends.end()));
+        throw;
+      }
+    }
   }
 
+  /// settle(s): the message of local job s.local, by its end. Its held record goes only once
+  /// the message is settled, so a failure here leaves everything to try again.
   void settle(const Settle& s) {
     auto it = held.find(s.local);
     if (it == held.end()) return;  // not a bridged job (a local add), or settled already
-    Held h = std::move(it->second);
-    held.erase(it);
-    if (h.generation != generation) return;  // its connection died: the broker redelivers it
-    if (s.kind != EventKind::dead_lettered) {
-      in->ack(h.tag);
+    if (s.kind == EventKind::dead_lettered) bridged.forget(s.local);  // no local copy stays
+    if (it->second.generation != generation || !in) {
+      held.erase(it);  // its connection is gone: the broker redelivers it
       return;
     }
-    bridged.forget(s.local);
-    const amqp::Fields& headers = h.message.headers;
-    const auto failed = static_cast<std::uint32_t>(header_int(headers, "x-rail-attempt", 0)) + 1;
-    const auto max = static_cast<std::uint32_t>(header_int(headers, "x-rail-max-attempts", 1));
-    const bool retryable = s.reason == DeadLetterReason::attempts_exhausted ||
-                           s.reason == DeadLetterReason::timeout ||
-                           s.reason == DeadLetterReason::lease_expired;
-    if (retryable && failed < max) {
-      RetryContext ctx;
-      ctx.job_id = s.local;
-      ctx.failed_attempts = failed;
-      ctx.error = s.error;
-      const Duration delay =
-          next_delay(parse_backoff(header_text(headers, "x-rail-backoff")), ctx, nullptr, rng);
-      if (delay.count() >= 0) {
-        retry(h.message, failed, s.error, delay);
-        in->ack(h.tag);
-        return;
+    const Held& h = it->second;
+    if (s.kind == EventKind::dead_lettered) {
+      const amqp::Fields& headers = h.message.headers;
+      const auto failed = static_cast<std::uint32_t>(header_int(headers, "x-rail-attempt", 0)) + 1;
+      const auto max = static_cast<std::uint32_t>(header_int(headers, "x-rail-max-attempts", 1));
+      const bool retryable = s.reason == DeadLetterReason::attempts_exhausted ||
+                             s.reason == DeadLetterReason::timeout ||
+                             s.reason == DeadLetterReason::lease_expired;
+      std::optional<Duration> delay;
+      if (retryable && failed < max) {
+        RetryContext ctx;
+        ctx.job_id = s.local;
+        ctx.failed_attempts = failed;
+        ctx.error = s.error;
+        const Duration d =
+            next_delay(parse_backoff(header_text(headers, "x-rail-backoff")), ctx, nullptr, rng);
+        if (d.count() >= 0) delay = d;
+      }
+      if (delay) {
+        retry(h.message, failed, s.error, *delay);
+      } else {
+        dead_letter(h.message, std::string(to_string(s.reason)), s.error, failed);
       }
     }
-    dead_letter(h.message, std::string(to_string(s.reason)), s.error, failed);
     in->ack(h.tag);
+    held.erase(it);
   }
 
-  /// with_error(headers, attempt, error): the headers with attempt `attempt`'s error added.
+  /// with_error(headers, attempt, error): the headers with attempt `attempt`'s error added,
+  /// cut to kMaxErrorBytes so that a long log stays within the broker's frame size.
   static amqp::Fields with_error(amqp::Fields headers, std::uint32_t attempt,
                                  const std::string& error) {
-    headers.emplace_back("x-rail-error-" + std::to_string(attempt), error);
+    constexpr std::size_t kMaxErrorBytes = 1024;
+    headers.emplace_back("x-rail-error-" + std::to_string(attempt),
+                         error.size() <= kMaxErrorBytes ? error : error.substr(0, kMaxErrorBytes));
     return headers;
   }
 
@@ -243,22 +296,20 @@ struct Relay::State {
                                           .timestamp = m.timestamp,
                                           .headers = &headers});
     if (!out->wait_confirms(n, broker.confirm_timeout).empty())
-      throw Error(ErrorCode::broker, "the broker refused a retry or dead letter of queue '" +
-                                         queue + "' (its queue is full)");
+      throw Error(ErrorCode::capacity, "the broker refused a retry or dead letter of queue '" +
+                                           queue + "' (no queue took it, or it was full)");
   }
 
   void retry(const amqp::Delivery& m, std::uint32_t failed, const std::string& error,
              Duration delay) {
     amqp::Fields headers = with_error(m.headers, failed, error);
     set(headers, "x-rail-attempt", std::int64_t{failed});
-    const auto ms =
-        static_cast<std::uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(delay).count());
-    if (ms == 0) {
-      publish_confirmed("", amqp::jobs_queue(queue), m, headers);
-    } else {
-      publish_confirmed(amqp::delay_exchange(amqp::kDelayLevels - 1), amqp::delay_route(ms, queue),
-                        m, headers);
-    }
+    // Through the cascade even for no delay (1 ms): its at-least-once dead-lettering waits for
+    // room in a full queue, where a publish straight to it would be refused.
+    const auto ms = std::max<std::uint64_t>(
+        1, static_cast<std::uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(delay).count()));
+    publish_confirmed(amqp::delay_exchange(amqp::kDelayLevels - 1), amqp::delay_route(ms, queue), m,
+                      headers);
   }
 
   void dead_letter(const amqp::Delivery& m, const std::string& reason, const std::string& error,
@@ -272,9 +323,10 @@ struct Relay::State {
 };
 
 Relay::Relay(BrokerOptions broker, std::string queue, BrokerQueueOptions options,
-             std::uint16_t prefetch, Bridged& bridged)
-    : state_(std::make_unique<State>(std::move(broker), std::move(queue), options,
-                                     prefetch == 0 ? std::uint16_t{1} : prefetch, bridged)) {
+             std::uint16_t prefetch, Bridged& bridged) {
+  check_broker(broker);
+  state_ = std::make_unique<State>(std::move(broker), std::move(queue), options,
+                                   prefetch == 0 ? std::uint16_t{1} : prefetch, bridged);
   state_->address = amqp::parse_url(state_->broker.url);
   // The first connection here, so that a broker that cannot be reached or a queue declared
   // otherwise is the constructor's error; later ones are the I/O thread's.

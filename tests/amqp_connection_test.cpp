@@ -114,6 +114,18 @@ TEST_F(AmqpConnection, AFullQueueNacksThePublishesPastItsLength) {
   EXPECT_TRUE(c.ok()) << "a nack is an answer, not a failure";
 }
 
+TEST_F(AmqpConnection, APublishNoQueueTakesCountsAsRefused) {
+  amqp::Connection c = open("unroutable");
+  c.declare_queue("exists", quorum());
+  c.enable_confirms();
+  const std::uint64_t lost =
+      c.publish("", "no-such-queue", {.body = "x", .type = {}, .message_id = {}});
+  const std::uint64_t kept = c.publish("", "exists", {.body = "y", .type = {}, .message_id = {}});
+  EXPECT_EQ(c.wait_confirms(kept, 30s), (std::vector<std::uint64_t>{lost}))
+      << "a message no queue took was confirmed as stored";
+  EXPECT_TRUE(c.ok());
+}
+
 TEST_F(AmqpConnection, ANackWithoutRequeueDeadLettersThroughTheQueuesExchange) {
   amqp::Connection c = open("dlx");
   c.declare_exchange("test.dlx", "direct");

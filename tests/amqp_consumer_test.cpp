@@ -26,6 +26,7 @@
 #include "rail/rail.hpp"
 #include "support/broker_test.hpp"
 #include "support/eventually.hpp"
+#include "support/release_on_exit.hpp"
 
 namespace rail {
 namespace {
@@ -292,6 +293,37 @@ TEST_F(AmqpConsumer, DeliveriesWaitForRoomInAFullLocalQueueWithoutARequeueLoop) 
   ASSERT_TRUE(eventually([&] { return done.load() == kJobs; }, 60s)) << done.load();
   EXPECT_EQ(raw("reader").queue_depth("rail.dlq.narrow"), 0u)
       << "the broker dead-lettered requeued deliveries";
+}
+
+// After the consumer sat idle past two heartbeats, a failed attempt's retry is published on a
+// connection the relay kept alive: no reconnect, so the delivery a handler still holds is not
+// handed back and run twice.
+TEST_F(AmqpConsumer, ARetryAfterAnIdleSpellRunsNoHeldJobTwice) {
+  Engine engine;
+  auto local = engine.declare_queue<std::string>("idle", {});
+  std::atomic<bool> release{false};
+  std::atomic<int> holds{0}, flaky{0};
+  test::ReleaseOnExit release_on_exit{release};
+  local.process({.concurrency = 2}, [&](Job<std::string>& j) {
+    if (j.data() == "hold") {
+      holds.fetch_add(1);
+      (void)eventually([&] { return release.load(); }, 120s);
+      return Outcome::done();
+    }
+    return flaky.fetch_add(1) == 0 ? Outcome::retry("first try fails") : Outcome::done();
+  });
+  amqp::Consumer<std::string> consumer(options(), engine, local);
+  amqp::Producer<std::string> producer(options(), "idle");
+  ASSERT_EQ(producer.add("job", "hold").status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return holds.load() == 1; }));
+  std::this_thread::sleep_for(7s);  // idle past two 2 s heartbeats (the condition under test)
+  JobOptions o;
+  o.max_attempts = 2;
+  ASSERT_EQ(producer.add("job", "flaky", o).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return flaky.load() == 2; }, 60s)) << "the retry never ran";
+  release.store(true);
+  ASSERT_TRUE(eventually([&] { return local.counts().completed == 2; }, 60s));
+  EXPECT_EQ(holds.load(), 1) << "the held delivery was handed back and ran again";
 }
 
 TEST_F(AmqpConsumer, APermanentFailureIsDeadLetteredAtOnce) {

@@ -143,6 +143,21 @@ TEST_F(AmqpProducer, OptionsABrokerQueueCannotCarryAreRefusedByName) {
   JobOptions far;
   far.delay = std::chrono::hours(24 * 60);
   refused("delay", far);
+  JobOptions never;
+  never.delay = Duration::max();
+  refused("delay", never);
+  JobOptions custom;
+  custom.backoff = Backoff::custom();
+  refused("backoff", custom);
+  amqp::BrokerOptions fast = options();
+  fast.heartbeat = 500ms;
+  try {
+    amqp::Producer<std::string> bad(fast, "strict");
+    ADD_FAILURE() << "a heartbeat of 500 ms was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("heartbeat"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(raw("reader").queue_depth("rail.q.strict"), 0u) << "a refused add stored nothing";
 }
 

@@ -79,6 +79,16 @@ class Publisher {
   std::unique_ptr<State> state_;
 };
 
+/// check_broker(o): refuses BrokerOptions out of range (Error(invalid_option) naming the field).
+void check_broker(const BrokerOptions& o);
+
+/// Taken: what the local queue made of a delivery (Bridged::add).
+struct Taken {
+  AddStatus status = AddStatus::added;  // the local add's; full or shutting_down: not taken
+  JobId id = 0;
+  std::string malformed;  // not empty: the codec could not read the body (why); nothing added
+};
+
 /// Settle: a bridged job's local end, which settles its broker message.
 struct Settle {
   JobId local = 0;
@@ -90,11 +100,10 @@ struct Settle {
 /// Bridged: the typed side a Relay hands deliveries to (Consumer<T, R>).
 class Bridged {
  public:
-  /// add(name, body, o): decodes body and adds it to the local queue: its local id, or nullopt
-  /// when the local queue refused it (full, shutting down). Throws what the codec throws on a
-  /// malformed body.
-  virtual std::optional<JobId> add(std::string_view name, std::span<const std::byte> body,
-                                   const JobOptions& o) = 0;
+  /// add(name, body, o): decodes body and adds it to the local queue. Throws what the local
+  /// add throws (a bad name, say).
+  virtual Taken add(std::string_view name, std::span<const std::byte> body,
+                    const JobOptions& o) = 0;
   /// forget(id): takes the local DLQ entry of job id (its end is settled on the broker).
   virtual void forget(JobId id) = 0;
   /// codec(): JournalCodec<T>::name().
@@ -223,7 +232,12 @@ class Consumer final : private detail::Bridged {
           break;
       }
     });
-    relay_->start();
+    try {
+      relay_->start();
+    } catch (...) {
+      engine_.remove_observer(observer_);  // it points at relay_, which goes with this throw
+      throw;
+    }
   }
   ~Consumer() {
     engine_.remove_observer(observer_);  // waits for calls in progress: none uses relay_ after
@@ -233,11 +247,16 @@ class Consumer final : private detail::Bridged {
   Consumer& operator=(const Consumer&) = delete;
 
  private:
-  std::optional<JobId> add(std::string_view name, std::span<const std::byte> body,
-                           const JobOptions& o) override {
-    const AddReceipt r = local_.add(name, JournalCodec<T>::decode(body), o);
-    if (r.status != AddStatus::added) return std::nullopt;
-    return r.id;
+  detail::Taken add(std::string_view name, std::span<const std::byte> body,
+                    const JobOptions& o) override {
+    std::optional<T> value;
+    try {
+      value.emplace(JournalCodec<T>::decode(body));
+    } catch (const std::exception& e) {
+      return detail::Taken{.status = AddStatus::added, .id = 0, .malformed = e.what()};
+    }
+    const AddReceipt r = local_.add(name, std::move(*value), o);
+    return detail::Taken{.status = r.status, .id = r.id, .malformed = {}};
   }
   void forget(JobId id) override { (void)local_.dlq().remove(id); }
   [[nodiscard]] std::string codec() const override { return JournalCodec<T>::name(); }

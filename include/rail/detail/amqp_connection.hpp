@@ -95,13 +95,20 @@ class Connection {
   void delete_queue(const std::string& name);
 
   // --- publishing ----------------------------------------------------------------------------
+  /// enable_confirms(): publisher confirms from now on (a second call changes nothing).
   void enable_confirms();
   /// publish(exchange, key, message): its sequence number (0 before enable_confirms()).
   std::uint64_t publish(const std::string& exchange, const std::string& key,
                         const Outgoing& message);
   /// wait_confirms(upto, timeout): waits until every message published up to `upto` is settled;
-  /// returns those the broker nacked. Throws Error(broker) on timeout (real time) or failure.
+  /// returns those the broker refused: nacked, or returned unroutable (publishes are mandatory).
+  /// Throws Error(broker) on timeout (real time) or failure.
   std::vector<std::uint64_t> wait_confirms(std::uint64_t upto, Duration timeout);
+
+  /// poll(): reads what the broker sent meanwhile without waiting (confirms, a close) and sends
+  /// a heartbeat if one is due: rabbitmq-c sends them only from inside its calls, so an idle
+  /// connection's owner calls this at least once per heartbeat interval, or the broker closes it.
+  void poll();
 
   // --- consuming -----------------------------------------------------------------------------
   /// consume(queue, prefetch): starts a consumer with at most `prefetch` unacked deliveries.
@@ -120,6 +127,8 @@ class Connection {
   void check_reply(std::string_view what);
   /// settle(tag, multiple, nacked): a basic.ack or basic.nack of the publisher confirms.
   void settle(std::uint64_t tag, bool multiple, bool nacked);
+  /// on_frame(frame, what): a frame read outside a synchronous call (an amqp_frame_t).
+  void on_frame(const void* frame, std::string_view what);
 
   std::unique_ptr<State> state_;
   bool ok_ = true;
@@ -128,6 +137,8 @@ class Connection {
   std::uint64_t settled_ = 0;                    // every number up to this one is settled
   std::map<std::uint64_t, bool> settled_above_;  // settled numbers past settled_: nacked?
   std::vector<std::uint64_t> nacked_;            // nacks not reported yet
+  bool returned_ = false;                        // a basic.return awaits its ack
+  bool confirms_ = false;                        // enable_confirms() was called
 };
 
 }  // namespace rail::detail::amqp
