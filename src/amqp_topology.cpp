@@ -3,6 +3,8 @@
 
 #include <bit>
 
+#include "rail/error.hpp"
+
 namespace rail::detail::amqp {
 namespace {
 
@@ -77,7 +79,29 @@ void declare_cascade(Connection& c) {
   }
 }
 
+void check_queue_name(std::string_view queue) {
+  constexpr std::size_t kLongest = 255 - 2 * kDelayLevels;
+  const auto bad = [&](const std::string& why) {
+    throw Error(ErrorCode::invalid_option, "broker queue name '" + std::string(queue) + "' " + why +
+                                               "; expected 1 to " + std::to_string(kLongest) +
+                                               " bytes of dot-separated words, none empty, * or #");
+  };
+  if (queue.empty() || queue.size() > kLongest)
+    bad("is " + std::to_string(queue.size()) + " bytes long");
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t dot = queue.find('.', start);
+    const std::string_view word =
+        queue.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    if (word.empty() || word == "*" || word == "#")
+      bad("has the word '" + std::string(word) + "', which a topic binding cannot match literally");
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+}
+
 void declare_queue(Connection& c, const QueueTopology& t) {
+  check_queue_name(t.queue);
   const std::string jobs = jobs_queue(t.queue), dead = dlq_queue(t.queue);
   c.declare_exchange(std::string(kDeadLetters), "direct");
   c.declare_queue(dead, quorum());

@@ -52,6 +52,23 @@ TEST(AmqpDelays, TheRoutingKeySpellsTheDelayInBinaryThenTheQueue) {
   EXPECT_EQ(wire::delay_route(1000, "q"), zeros.substr(0, 2 * 22) + "1.1.1.1.1.0.1.0.0.0.q");
 }
 
+TEST(AmqpDelays, AQueueNameTheCascadeCannotRouteIsRefusedByName) {
+  for (const std::string& bad :
+       {std::string(), std::string("a..b"), std::string("a.*"), std::string("#.orders"),
+        std::string(".x"), std::string(192, 'q')}) {
+    try {
+      wire::check_queue_name(bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+      EXPECT_NE(std::string(e.what()).find("broker queue name"), std::string::npos) << e.what();
+    }
+  }
+  for (const std::string& good :
+       {std::string("orders"), std::string("orders.eu"), std::string("a*b"), std::string(191, 'q')})
+    EXPECT_NO_THROW(wire::check_queue_name(good)) << good;
+}
+
 using AmqpProducer = test::BrokerTest;
 
 TEST_F(AmqpProducer, AnAddIsConfirmedAndCarriesItsJobInTheMessage) {

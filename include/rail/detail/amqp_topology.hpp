@@ -56,6 +56,11 @@ inline constexpr std::string_view kDelayOut = "rail.delay.out";
 /// rounded_delay_ms(ms) to `queue`. Publish it to delay_exchange(kDelayLevels - 1).
 [[nodiscard]] std::string delay_route(std::uint64_t ms, std::string_view queue);
 
+/// check_queue_name(queue): refuses a name the cascade cannot route (Error(invalid_option)):
+/// longer than 191 bytes (a routing key holds 255, 64 of them the delay), or with an empty word
+/// or a word `*` or `#` (topic wildcards) between its dots.
+void check_queue_name(std::string_view queue);
+
 /// declare_cascade(c): the delay cascade and rail.delay.out (idempotent; once per connection).
 void declare_cascade(Connection& c);
 /// declare_queue(c, t): the queue's jobs and dead-letter queues, rail.dlx, and the queue's
