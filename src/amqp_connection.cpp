@@ -103,29 +103,37 @@ Fields fields(const amqp_table_t& table) {
 
 constexpr amqp_channel_t kChannel = 1;
 
+/// Failure: why a call failed, and the broker's reply code when it refused it (0: none).
+struct Failure {
+  std::string text;
+  int reply = 0;
+};
+
 /// failure(r): why a synchronous call failed, or nullopt if it succeeded.
-std::optional<std::string> failure(const amqp_rpc_reply_t& r) {
+std::optional<Failure> failure(const amqp_rpc_reply_t& r) {
   switch (r.reply_type) {
     case AMQP_RESPONSE_NORMAL:
       return std::nullopt;
     case AMQP_RESPONSE_NONE:
-      return "no reply from the broker";
+      return Failure{"no reply from the broker"};
     case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-      return amqp_error_string2(r.library_error);
+      return Failure{amqp_error_string2(r.library_error)};
     case AMQP_RESPONSE_SERVER_EXCEPTION:
       break;
   }
   if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
     const auto* c = static_cast<const amqp_channel_close_t*>(r.reply.decoded);
-    return "the broker closed the channel: " + std::to_string(c->reply_code) + " " +
-           text(c->reply_text);
+    return Failure{"the broker closed the channel: " + std::to_string(c->reply_code) + " " +
+                       text(c->reply_text),
+                   c->reply_code};
   }
   if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
     const auto* c = static_cast<const amqp_connection_close_t*>(r.reply.decoded);
-    return "the broker closed the connection: " + std::to_string(c->reply_code) + " " +
-           text(c->reply_text);
+    return Failure{"the broker closed the connection: " + std::to_string(c->reply_code) + " " +
+                       text(c->reply_text),
+                   c->reply_code};
   }
-  return "unexpected reply method " + std::to_string(r.reply.id);
+  return Failure{"unexpected reply method " + std::to_string(r.reply.id)};
 }
 
 }  // namespace
@@ -181,7 +189,7 @@ Connection::Connection(const Address& address, Duration heartbeat, std::string_v
   const amqp_rpc_reply_t login = amqp_login_with_properties(
       state_->conn, address.vhost.c_str(), 0, 131072, beat, &client_props, AMQP_SASL_METHOD_PLAIN,
       address.user.c_str(), address.password.c_str());
-  if (auto why = failure(login)) fail("log in as '" + address.user + "'", *why);
+  if (auto why = failure(login)) fail("log in as '" + address.user + "'", why->text, why->reply);
   amqp_channel_open(state_->conn, kChannel);
   check_reply("open a channel");
 }
@@ -192,14 +200,16 @@ Connection::~Connection() {
   (void)amqp_connection_close(state_->conn, AMQP_REPLY_SUCCESS);
 }
 
-void Connection::fail(std::string_view what, const std::string& detail) {
+void Connection::fail(std::string_view what, const std::string& detail, int reply) {
   ok_ = false;
-  throw Error(ErrorCode::broker,
-              "AMQP connection '" + name_ + "' could not " + std::string(what) + ": " + detail);
+  const std::string message =
+      "AMQP connection '" + name_ + "' could not " + std::string(what) + ": " + detail;
+  if (reply != 0) throw Refused(reply, message);
+  throw Error(ErrorCode::broker, message);
 }
 
 void Connection::check_reply(std::string_view what) {
-  if (auto why = failure(amqp_get_rpc_reply(state_->conn))) fail(what, *why);
+  if (auto why = failure(amqp_get_rpc_reply(state_->conn))) fail(what, why->text, why->reply);
 }
 
 void Connection::declare_exchange(const std::string& name, const std::string& type) {
@@ -323,13 +333,17 @@ void Connection::on_frame(const void* f, std::string_view what) {
     }
     case AMQP_CHANNEL_CLOSE_METHOD: {
       const auto* c = static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
-      fail(what, "the broker closed the channel: " + std::to_string(c->reply_code) + " " +
-                     text(c->reply_text));
+      fail(what,
+           "the broker closed the channel: " + std::to_string(c->reply_code) + " " +
+               text(c->reply_text),
+           c->reply_code);
     }
     case AMQP_CONNECTION_CLOSE_METHOD: {
       const auto* c = static_cast<const amqp_connection_close_t*>(frame.payload.method.decoded);
-      fail(what, "the broker closed the connection: " + std::to_string(c->reply_code) + " " +
-                     text(c->reply_text));
+      fail(what,
+           "the broker closed the connection: " + std::to_string(c->reply_code) + " " +
+               text(c->reply_text),
+           c->reply_code);
     }
     default:
       break;

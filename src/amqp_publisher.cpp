@@ -161,6 +161,10 @@ BulkAddReceipt Publisher::publish(std::string_view name, std::span<const std::st
       if (e.code() != ErrorCode::broker) throw;
       s.next_id += bodies.size();  // they may have been stored: their ids stay theirs
       s.connection.reset();
+      // A refusal that stays the same however often it is tried (a queue declared otherwise,
+      // a message too large) is said at once.
+      if (const auto* r = dynamic_cast<const amqp::Refused*>(&e); r != nullptr && r->permanent())
+        throw;
       if (std::chrono::steady_clock::now() + backoff >= deadline)
         throw Error(ErrorCode::broker,
                     "add to broker queue '" + s.queue + "' was not confirmed within " +

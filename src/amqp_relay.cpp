@@ -258,10 +258,19 @@ struct Relay::State {
             next_delay(parse_backoff(header_text(headers, "x-rail-backoff")), ctx, nullptr, rng);
         if (d.count() >= 0) delay = d;
       }
-      if (delay) {
-        retry(h.message, failed, s.error, *delay);
-      } else {
-        dead_letter(h.message, std::string(to_string(s.reason)), s.error, failed);
+      try {
+        if (delay) {
+          retry(h.message, failed, s.error, *delay);
+        } else {
+          dead_letter(h.message, std::string(to_string(s.reason)), s.error, failed);
+        }
+      } catch (const amqp::Refused& r) {
+        if (!r.permanent()) throw;
+        // The broker will never take this publish (a message too large, say): the message
+        // itself goes to the queue's dead-letter exchange as it was, without rail's headers.
+        in->nack(h.tag, false);
+        held.erase(it);
+        return;
       }
     }
     in->ack(h.tag);

@@ -158,8 +158,10 @@ TEST_F(AmqpConnection, ARedeclarationWithOtherArgumentsIsRefusedWithTheBrokersRe
   try {
     c.declare_queue("fixed", quorum(20));
     FAIL() << "the broker accepted a queue redeclared with another x-max-length";
-  } catch (const Error& e) {
+  } catch (const amqp::Refused& e) {
     EXPECT_EQ(e.code(), ErrorCode::broker);
+    EXPECT_EQ(e.reply(), 406);
+    EXPECT_TRUE(e.permanent()) << "a precondition failure is the same however often tried";
     EXPECT_NE(std::string(e.what()).find("PRECONDITION_FAILED"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("'fixed'"), std::string::npos) << e.what();
   }

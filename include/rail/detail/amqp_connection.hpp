@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "rail/clock.hpp"
+#include "rail/error.hpp"
 
 namespace rail::detail::amqp {
 
@@ -66,6 +67,21 @@ struct Delivery {
   std::string message_id;
   std::int64_t timestamp = 0;
   Fields headers;
+};
+
+/// Refused: the Error(broker) of a call the broker refused with a reply code (it closed the
+/// channel or connection). 403 (access refused) and 406 (precondition failed: a queue declared
+/// otherwise, a message too large) stay the same however often the call is made; a 404 (an
+/// exchange deleted under us) is healed by the redeclaration of the next connection.
+class Refused : public Error {
+ public:
+  Refused(int reply, const std::string& message)
+      : Error(ErrorCode::broker, message), reply_(reply) {}
+  [[nodiscard]] int reply() const noexcept { return reply_; }
+  [[nodiscard]] bool permanent() const noexcept { return reply_ == 403 || reply_ == 406; }
+
+ private:
+  int reply_;
 };
 
 class Connection {
@@ -121,8 +137,9 @@ class Connection {
 
  private:
   struct State;
-  /// fail(what, detail): marks the connection dead and throws Error(broker).
-  [[noreturn]] void fail(std::string_view what, const std::string& detail);
+  /// fail(what, detail, reply): marks the connection dead and throws Error(broker), or Refused
+  /// when the broker refused with a reply code.
+  [[noreturn]] void fail(std::string_view what, const std::string& detail, int reply = 0);
   /// check_reply(what): throws unless the last synchronous call succeeded.
   void check_reply(std::string_view what);
   /// settle(tag, multiple, nacked): a basic.ack or basic.nack of the publisher confirms.
