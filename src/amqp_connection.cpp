@@ -404,14 +404,12 @@ std::optional<Delivery> Connection::next(Duration timeout) {
   if (r.reply_type != AMQP_RESPONSE_NORMAL) {
     if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
         r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
-      // A frame other than a delivery: a close is fatal; anything else is read and dropped.
+      // A frame other than a delivery: on_frame fails on a close with the broker's code and
+      // reason (consumer_timeout's, say); anything else is read and dropped.
       amqp_frame_t frame;
       if (amqp_simple_wait_frame(state_->conn, &frame) != AMQP_STATUS_OK)
         fail("receive", "the connection broke");
-      if (frame.frame_type == AMQP_FRAME_METHOD &&
-          (frame.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
-           frame.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD))
-        fail("receive", "the broker closed the channel or connection");
+      on_frame(&frame, "receive");
       return std::nullopt;
     }
     fail("receive", r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION

@@ -81,6 +81,8 @@ struct Relay::State {
 
   std::mutex mu;              // guards inbox
   std::vector<Settle> inbox;  // local ends not settled yet
+  // release by ~Relay, acquire by the thread's loop: the flag publishes nothing else (the join
+  // orders everything after it).
   std::atomic<bool> stop{false};
   std::thread thread;
 
