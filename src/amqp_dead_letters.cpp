@@ -1,9 +1,12 @@
 // rail::amqp::DeadLetters: see include/rail/amqp.hpp.
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
 #include "rail/amqp.hpp"
+#include "rail/detail/amqp_headers.hpp"
 #include "rail/detail/amqp_topology.hpp"
 #include "rail/error.hpp"
 
@@ -45,6 +48,37 @@ std::uint32_t DeadLetters::depth() {
   }
 }
 
+std::vector<BrokerDeadLetter> DeadLetters::list(std::size_t max) {
+  std::vector<BrokerDeadLetter> out;
+  const std::string dlq = wire::dlq_queue(state_->queue);
+  const std::uint32_t waiting = depth();
+  const std::size_t wanted = std::min<std::size_t>(max, waiting);
+  if (wanted == 0) return out;
+  // A connection of its own: closing it hands every delivery it holds back to the DLQ, also
+  // when this call throws half way.
+  wire::Connection in(wire::parse_url(state_->broker.url), state_->broker.heartbeat,
+                      state_->broker.name + " inspector of " + state_->queue);
+  in.consume(dlq, static_cast<std::uint16_t>(std::min<std::size_t>(wanted, 65'535)));
+  while (out.size() < wanted) {
+    std::optional<wire::Delivery> d = in.next(state_->broker.confirm_timeout);
+    if (!d) break;  // another process took the rest meanwhile
+    BrokerDeadLetter e;
+    e.id = std::strtoull(d->message_id.c_str(), nullptr, 10);
+    e.name = d->type;
+    e.reason = wire::header_text(d->headers, wire::kReasonHeader);
+    e.failed_attempts = wire::header_count(d->headers, wire::kAttemptHeader, 0);
+    e.max_attempts = wire::header_count(d->headers, wire::kMaxAttemptsHeader, 0);
+    for (std::uint32_t a = 1; a <= e.failed_attempts; ++a)
+      if (std::string m = wire::header_text(d->headers, wire::error_key(a)); !m.empty())
+        e.errors.push_back(AttemptError{a, TimePoint{}, std::move(m)});
+    e.error = wire::header_text(d->headers, wire::kErrorHeader);
+    if (e.error.empty() && !e.errors.empty()) e.error = e.errors.back().message;
+    e.body = std::move(d->body);
+    out.push_back(std::move(e));
+  }
+  return out;  // `in` closes: the broker requeues what it delivered
+}
+
 std::size_t DeadLetters::redrive_all() {
   // Two connections: one consumes the DLQ, the other publishes with confirms (a channel in
   // confirm mode would mix the confirms with the deliveries).
@@ -69,10 +103,11 @@ std::size_t DeadLetters::redrive_all() {
     if (!d) break;  // another process took the rest meanwhile
     wire::Fields headers;
     for (auto& [key, value] : d->headers)  // the job's own headers; its last round's go
-      if (key != "x-rail-attempt" && key != "x-rail-reason" && key != "x-rail-error" &&
-          key.rfind("x-rail-error-", 0) != 0)
+      if (key != wire::kAttemptHeader && key != wire::kReasonHeader && key != wire::kErrorHeader &&
+          key != wire::kDeliveriesHeader && key != wire::kStallsHeader &&
+          key != wire::kPreviousDelayHeader && key.rfind("x-rail-error-", 0) != 0)
         headers.emplace_back(key, value);
-    headers.emplace_back("x-rail-attempt", std::int64_t{0});
+    headers.emplace_back(wire::kAttemptHeader, std::int64_t{0});
     const std::uint64_t n = out.publish("", wire::jobs_queue(state_->queue),
                                         {.body = d->body,
                                          .type = d->type,

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "rail/amqp.hpp"
+#include "rail/detail/amqp_headers.hpp"
 #include "rail/detail/amqp_topology.hpp"
 #include "rail/error.hpp"
 
@@ -47,11 +48,6 @@ std::int64_t to_ms(Duration d) {
               std::string("JobOptions.") + field + " is set on an add to broker queue '" + queue +
                   "'; it needs one process's view of every job, which a broker queue shared "
                   "by several does not have: expected it unset");
-}
-
-std::string backoff_header(const Backoff& b) {
-  return std::to_string(static_cast<int>(b.kind)) + ":" + std::to_string(b.delay.count()) + ":" +
-         std::to_string(static_cast<int>(b.jitter)) + ":" + std::to_string(b.cap.count());
 }
 
 }  // namespace
@@ -124,15 +120,16 @@ BulkAddReceipt Publisher::publish(std::string_view name, std::span<const std::st
   const std::string key =
       delay_ms > 0 ? amqp::delay_route(delay_ms, s.queue) : amqp::jobs_queue(s.queue);
   const std::int64_t added_ms = to_ms(std::chrono::system_clock::now().time_since_epoch());
-  amqp::Fields headers{{"x-rail-v", std::int64_t{1}},
-                       {"x-rail-codec", codec},
-                       {"x-rail-attempt", std::int64_t{0}},
-                       {"x-rail-max-attempts", std::int64_t{o.max_attempts}},
-                       {"x-rail-backoff", backoff_header(o.backoff)},
-                       {"x-rail-added-ms", added_ms}};
+  amqp::Fields headers;
+  headers.emplace_back(amqp::kVersionHeader, std::int64_t{1});
+  headers.emplace_back(amqp::kCodecHeader, codec);
+  headers.emplace_back(amqp::kAttemptHeader, std::int64_t{0});
+  headers.emplace_back(amqp::kMaxAttemptsHeader, std::int64_t{o.max_attempts});
+  headers.emplace_back(amqp::kBackoffHeader, amqp::backoff_header(o.backoff));
+  headers.emplace_back(amqp::kAddedHeader, added_ms);
   if (o.visibility_timeout)
-    headers.emplace_back("x-rail-visibility-ms", to_ms(*o.visibility_timeout));
-  if (o.timeout) headers.emplace_back("x-rail-timeout-ms", to_ms(*o.timeout));
+    headers.emplace_back(amqp::kVisibilityHeader, to_ms(*o.visibility_timeout));
+  if (o.timeout) headers.emplace_back(amqp::kTimeoutHeader, to_ms(*o.timeout));
   auto backoff = std::chrono::milliseconds(50);
   for (;;) {
     const std::uint64_t first = s.node | (s.next_id & ((std::uint64_t{1} << 40) - 1));

@@ -11,13 +11,12 @@
 // with a new generation: the broker requeued its unacked deliveries, whose local jobs still
 // end: their settles find a stale generation and are skipped (the redelivery runs the job
 // again: at-least-once). A settle that fails stays in the inbox and is tried again.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -25,6 +24,7 @@
 
 #include "rail/amqp.hpp"
 #include "rail/backoff.hpp"
+#include "rail/detail/amqp_headers.hpp"
 #include "rail/detail/amqp_topology.hpp"
 #include "rail/error.hpp"
 
@@ -32,35 +32,6 @@ namespace rail::amqp::detail {
 namespace amqp = rail::detail::amqp;
 
 namespace {
-
-std::int64_t header_int(const amqp::Fields& h, std::string_view key, std::int64_t otherwise) {
-  const amqp::FieldValue* v = amqp::field(h, key);
-  if (v == nullptr) return otherwise;
-  if (const auto* i = std::get_if<std::int64_t>(v)) return *i;
-  return otherwise;
-}
-
-std::string header_text(const amqp::Fields& h, std::string_view key) {
-  const amqp::FieldValue* v = amqp::field(h, key);
-  if (v == nullptr) return {};
-  if (const auto* s = std::get_if<std::string>(v)) return *s;
-  return {};
-}
-
-/// parse_backoff(text): the x-rail-backoff header ("kind:delay_ns:jitter:cap_ns"); none if bad.
-Backoff parse_backoff(const std::string& text) {
-  Backoff b;
-  long long kind = 0, delay = 0, jitter = 0, cap = 0;
-  if (std::sscanf(text.c_str(), "%lld:%lld:%lld:%lld", &kind, &delay, &jitter, &cap) != 4) return b;
-  if (kind < 0 || kind > static_cast<int>(BackoffKind::custom) || jitter < 0 ||
-      jitter > static_cast<int>(Jitter::decorrelated) || delay < 0 || cap < 0)
-    return b;
-  b.kind = static_cast<BackoffKind>(kind);
-  b.delay = Duration{delay};
-  b.jitter = static_cast<Jitter>(jitter);
-  b.cap = Duration{cap};
-  return b;
-}
 
 /// A delivery held while its local job runs.
 struct Held {
@@ -93,7 +64,6 @@ struct Relay::State {
   std::deque<amqp::Delivery> parked;  // delivered while the local queue had no room, in order
   std::chrono::steady_clock::time_point parked_tried{};
   bool local_closed = false;  // the local queue is shutting down: consume no more
-  SplitMix64 rng{std::random_device{}()};
 
   State(BrokerOptions b, std::string q, BrokerQueueOptions o, std::uint16_t p, Bridged& br)
       : broker(std::move(b)), queue(std::move(q)), options(o), prefetch(p), bridged(br) {}
@@ -169,7 +139,7 @@ struct Relay::State {
   /// counts against the queue's x-delivery-limit). A local queue shutting down closes the
   /// consumer: the broker gives its deliveries to other processes.
   bool deliver(amqp::Delivery& d) {
-    const std::string codec = header_text(d.headers, "x-rail-codec");
+    const std::string codec = amqp::header_text(d.headers, amqp::kCodecHeader);
     if (codec != bridged.codec()) {
       dead_letter(d, "codec_mismatch",
                   "the message was encoded by codec '" + codec + "'; this consumer reads '" +
@@ -178,14 +148,26 @@ struct Relay::State {
       return true;
     }
     JobOptions o;
-    o.max_attempts = 1;  // the broker counts attempts: each local job runs one
-    if (const std::int64_t v = header_int(d.headers, "x-rail-visibility-ms", -1); v > 0)
+    o.max_attempts =
+        std::max<std::uint32_t>(amqp::header_count(d.headers, amqp::kMaxAttemptsHeader, 1), 1);
+    o.backoff = amqp::parse_backoff(amqp::header_text(d.headers, amqp::kBackoffHeader));
+    if (const std::int64_t v = amqp::header_int(d.headers, amqp::kVisibilityHeader, -1); v > 0)
       o.visibility_timeout = std::chrono::milliseconds(v);
-    if (const std::int64_t t = header_int(d.headers, "x-rail-timeout-ms", -1); t > 0)
+    if (const std::int64_t t = amqp::header_int(d.headers, amqp::kTimeoutHeader, -1); t > 0)
       o.timeout = std::chrono::milliseconds(t);
+    rail::detail::Resumed r;
+    r.failed_attempts = amqp::header_count(d.headers, amqp::kAttemptHeader, 0);
+    r.deliveries = amqp::header_count(d.headers, amqp::kDeliveriesHeader, 0);
+    r.stalls = amqp::header_count(d.headers, amqp::kStallsHeader, 0);
+    r.previous_delay = Duration{
+        std::max<std::int64_t>(0, amqp::header_int(d.headers, amqp::kPreviousDelayHeader, 0))};
+    for (std::uint32_t a = 1; a <= r.failed_attempts; ++a) {
+      std::string message = amqp::header_text(d.headers, amqp::error_key(a));
+      if (!message.empty()) r.errors.push_back(AttemptError{a, TimePoint{}, std::move(message)});
+    }
     Taken taken;
     try {
-      taken = bridged.add(d.type, std::as_bytes(std::span(d.body.data(), d.body.size())), o);
+      taken = bridged.add(d.type, std::as_bytes(std::span(d.body.data(), d.body.size())), o, r);
     } catch (const std::exception& e) {
       dead_letter(d, "refused", std::string("the local queue refused the job: ") + e.what());
       in->ack(d.tag);
@@ -243,28 +225,12 @@ struct Relay::State {
       return;
     }
     const Held& h = it->second;
-    if (s.kind == EventKind::dead_lettered) {
-      const amqp::Fields& headers = h.message.headers;
-      const auto failed = static_cast<std::uint32_t>(header_int(headers, "x-rail-attempt", 0)) + 1;
-      const auto max = static_cast<std::uint32_t>(header_int(headers, "x-rail-max-attempts", 1));
-      const bool retryable = s.reason == DeadLetterReason::attempts_exhausted ||
-                             s.reason == DeadLetterReason::timeout ||
-                             s.reason == DeadLetterReason::lease_expired;
-      std::optional<Duration> delay;
-      if (retryable && failed < max) {
-        RetryContext ctx;
-        ctx.job_id = s.local;
-        ctx.failed_attempts = failed;
-        ctx.error = s.error;
-        const Duration d =
-            next_delay(parse_backoff(header_text(headers, "x-rail-backoff")), ctx, nullptr, rng);
-        if (d.count() >= 0) delay = d;
-      }
+    if (s.kind == EventKind::dead_lettered || s.kind == EventKind::forwarded) {
       try {
-        if (delay) {
-          retry(h.message, failed, s.error, *delay);
+        if (s.kind == EventKind::forwarded) {
+          retry(h.message, s);
         } else {
-          dead_letter(h.message, std::string(to_string(s.reason)), s.error, failed);
+          dead_letter(h.message, std::string(to_string(s.reason)), s.error, s.attempt);
         }
       } catch (const amqp::Refused& r) {
         if (!r.permanent()) throw;
@@ -284,18 +250,9 @@ struct Relay::State {
   static amqp::Fields with_error(amqp::Fields headers, std::uint32_t attempt,
                                  const std::string& error) {
     constexpr std::size_t kMaxErrorBytes = 1024;
-    headers.emplace_back("x-rail-error-" + std::to_string(attempt),
-                         error.size() <= kMaxErrorBytes ? error : error.substr(0, kMaxErrorBytes));
+    amqp::set_header(headers, amqp::error_key(attempt),
+                     error.size() <= kMaxErrorBytes ? error : error.substr(0, kMaxErrorBytes));
     return headers;
-  }
-
-  static void set(amqp::Fields& headers, const std::string& key, amqp::FieldValue value) {
-    for (auto& [k, v] : headers)
-      if (k == key) {
-        v = std::move(value);
-        return;
-      }
-    headers.emplace_back(key, std::move(value));
   }
 
   void publish_confirmed(const std::string& exchange, const std::string& key,
@@ -311,10 +268,19 @@ struct Relay::State {
                                            queue + "' (no queue took it, or it was full)");
   }
 
-  void retry(const amqp::Delivery& m, std::uint32_t failed, const std::string& error,
-             Duration delay) {
-    amqp::Fields headers = with_error(m.headers, failed, error);
-    set(headers, "x-rail-attempt", std::int64_t{failed});
+  /// retry(m, s): message m again, as the local queue forwarded its job (s): its counters and
+  /// the new error in its headers, through the cascade after s.delay.
+  void retry(const amqp::Delivery& m, const Settle& s) {
+    const std::uint32_t failed = s.attempt > 0 ? s.attempt - 1 : 0;
+    // A failure logs its error under its attempt; a lapse that cost no attempt logs none.
+    amqp::Fields headers = failed > amqp::header_count(m.headers, amqp::kAttemptHeader, 0)
+                               ? with_error(m.headers, failed, s.error)
+                               : m.headers;
+    amqp::set_header(headers, amqp::kAttemptHeader, std::int64_t{failed});
+    amqp::set_header(headers, amqp::kDeliveriesHeader, std::int64_t{s.deliveries});
+    amqp::set_header(headers, amqp::kStallsHeader, std::int64_t{s.stalls});
+    amqp::set_header(headers, amqp::kPreviousDelayHeader, std::int64_t{s.delay.count()});
+    const Duration delay = s.delay;
     // Through the cascade even for no delay (1 ms): its at-least-once dead-lettering waits for
     // room in a full queue, where a publish straight to it would be refused.
     const auto ms = std::max<std::uint64_t>(
@@ -323,12 +289,17 @@ struct Relay::State {
                       headers);
   }
 
+  /// dead_letter(m, reason, error, failed): message m to the queue's DLQ, its job's `failed`
+  /// attempts counted; an error that no new failed attempt logs is its x-rail-error.
   void dead_letter(const amqp::Delivery& m, const std::string& reason, const std::string& error,
                    std::uint32_t failed = 0) {
-    amqp::Fields headers = failed > 0 ? with_error(m.headers, failed, error) : m.headers;
-    set(headers, "x-rail-reason", reason);
-    if (failed == 0) set(headers, "x-rail-error", error);
-    set(headers, "x-rail-attempt", std::int64_t{failed});
+    const bool new_failure = failed > amqp::header_count(m.headers, amqp::kAttemptHeader, 0);
+    amqp::Fields headers = new_failure ? with_error(m.headers, failed, error) : m.headers;
+    amqp::set_header(headers, amqp::kReasonHeader, reason);
+    if (!new_failure) amqp::set_header(headers, amqp::kErrorHeader, error);
+    amqp::set_header(
+        headers, amqp::kAttemptHeader,
+        std::int64_t{std::max(failed, amqp::header_count(m.headers, amqp::kAttemptHeader, 0))});
     publish_confirmed(std::string(amqp::kDeadLetters), queue, m, headers);
   }
 };

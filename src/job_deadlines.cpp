@@ -124,6 +124,10 @@ void JobFlow::lapse(std::uint64_t lease, std::int64_t deadline, std::int64_t now
     fail_attempt(idx, std::move(reason), FailKind::stalled_out, Duration{0}, unused, now, nullptr);
     return;
   }
+  if (s.marked(JobSlot::kForward)) [[unlikely]] {
+    forward(idx, reason, now, now, nullptr);  // its broker delivers it again, at once
+    return;
+  }
   s.due_ns.store(now, std::memory_order_relaxed);  // due again now: its wait starts
   s.ctl.leave_finishing(SlotState::waiting);
   dispatch_.push_ready(idx);

@@ -149,6 +149,10 @@ EndRecord JobEnds::record_of(const JobSlot& s, EndKind kind, std::int64_t now, s
       end.error = why;
       end.attempt += 1;  // the one that discarded it
       break;
+    case EndKind::forwarded:
+      end.status = JobStatus::forwarded;
+      end.error = why;
+      break;
     case EndKind::none:
     case EndKind::filed:
       break;
@@ -168,9 +172,15 @@ JobEnds::Settled JobEnds::record(JobSlot& s, EndKind kind, std::int64_t now, Wor
   if (!observed) return settled;
   Event e = parts_.event(kind == EndKind::completed   ? EventKind::completed
                          : kind == EndKind::discarded ? EventKind::discarded
+                         : kind == EndKind::forwarded ? EventKind::forwarded
                                                       : EventKind::cancelled,
                          s, now);
   e.error = why;
+  if (kind == EndKind::forwarded) {
+    // `attempt` is already the next one; it is due at due_ns (JobFlow::forward stores it).
+    e.delay = Duration{s.due_ns.load(std::memory_order_relaxed) - now};
+    e.stalls = s.stalled();
+  }
   std::string text;
   if (shown && format_result_) e.result = text = format_result_(shown.get());
   parts_.core.emit(e);

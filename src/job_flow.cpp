@@ -446,6 +446,10 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
   }
   s.extra->errors.back().next_delay_ns = delay.count();
   parts_.count(wc, kRetried);
+  if (s.marked(JobSlot::kForward)) [[unlikely]] {
+    forward(idx, error, saturating_add(now, delay), now, wc);
+    return;
+  }
   if (parts_.timed()) s.mark(JobSlot::kRetry, true);  // its next start records its lateness
   if (delay.count() > 0) {
     s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);

@@ -162,11 +162,13 @@ std::string format_event_json(const Event& e, const Clock& clock, const LogOptio
   if (e.attempt != 0) j.num("attempt", static_cast<long long>(e.attempt));
   if (e.max_attempts != 0) j.num("max_attempts", static_cast<long long>(e.max_attempts));
   if (e.deliveries != 0) j.num("deliveries", static_cast<long long>(e.deliveries));
+  if (e.stalls != 0) j.num("stalls", static_cast<long long>(e.stalls));
   if (!e.error.empty()) j.str("error", e.error);
   if (e.reason != DeadLetterReason::none) j.str("reason", rail::to_string(e.reason));
   switch (e.kind) {
     case EventKind::added:
     case EventKind::attempt_failed:
+    case EventKind::forwarded:
     case EventKind::throttled:
     case EventKind::stall_warning:  // the time left before the lease lapses
       // Negative: none (dead-lettered next, or a wait for a permit of unknown length).

@@ -177,6 +177,12 @@ std::string format_event(const Event& e, const Clock& clock, const LogOptions& o
       line += icon("🗑") + "DISCARDED job " + id + " (" + name + ") on attempt " +
               std::to_string(e.attempt) + ": " + std::string(e.error);
       break;
+    case EventKind::forwarded:
+      line += icon("↪") + "FORWARDED job " + id + " (" + name + ") to its broker: attempt " +
+              std::to_string(e.attempt) + "/" + std::to_string(e.max_attempts) +
+              (e.delay.count() > 0 ? " in " + human(e.delay) : std::string(" now"));
+      if (!e.error.empty()) line += " after: " + std::string(e.error);
+      break;
     case EventKind::paused:
       line += icon("⏸") + "PAUSED queue " + std::string(e.queue) + ": no new job starts";
       break;

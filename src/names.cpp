@@ -43,6 +43,8 @@ std::string_view to_string(EventKind kind) noexcept {
       return "cancelled";
     case EventKind::discarded:
       return "discarded";
+    case EventKind::forwarded:
+      return "forwarded";
     case EventKind::progress:
       return "progress";
     case EventKind::throttled:
@@ -145,6 +147,8 @@ std::string_view to_string(JobStatus status) noexcept {
       return "cancelled";
     case JobStatus::discarded:
       return "discarded";
+    case JobStatus::forwarded:
+      return "forwarded";
     case JobStatus::unknown:
       return "unknown";
   }

@@ -41,6 +41,10 @@ EngineCore& QueueFront::core() const noexcept {
 AddReceipt QueueFront::add(std::string_view job_name, void* data, const JobOptions& o) {
   return impl(*this).add_one(job_name, data, o);
 }
+AddReceipt QueueFront::resume(std::string_view job_name, void* data, const JobOptions& o,
+                              const Resumed& r) {
+  return impl(*this).resume_one(job_name, data, o, r);
+}
 QueueFront::TrackedAdd QueueFront::add_tracked(std::string_view job_name, void* data,
                                                const JobOptions& o) {
   return impl(*this).add_tracked(job_name, data, o);

@@ -56,6 +56,7 @@ QueueCounts QueueStats::counts(bool paused) const noexcept {
   c.dead_lettered = sum(kDeadLettered);
   c.cancelled = sum(kCancelled);
   c.discarded = sum(kDiscarded);
+  c.forwarded = sum(kForwarded);
   c.deduplicated = sum(kDeduplicated);
   c.stalled = sum(kStalled);
   c.stall_warnings = sum(kStallWarnings);

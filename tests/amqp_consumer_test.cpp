@@ -1,7 +1,8 @@
 // rail::amqp::Consumer against a real broker (one per test): jobs a Producer added run on the
 // local queue's workers and their messages are acked; a failed attempt goes back through the
-// broker with its backoff (never early) and counts there; the last failed attempt lands in the
-// broker DLQ with its reason and every attempt's error; a body its codec cannot read is
+// broker with its backoff (never early) and its handler sees the job's own attempt; a lapsed
+// lease goes back through the broker too, its late outcome fenced; the last failed attempt lands in
+// the broker DLQ with its reason and every attempt's error; a body its codec cannot read is
 // dead-lettered unrun; redrive_all sends every dead letter back, its attempts restarted; a
 // consumer process killed with -9 has its deliveries redelivered to the next; every confirmed
 // add runs across a broker killed with -9 mid-run, and across one frozen past its heartbeats.
@@ -67,25 +68,79 @@ TEST_F(AmqpConsumer, JobsAddedThroughTheBrokerRunOnTheLocalWorkersAndAreAcked) {
 TEST_F(AmqpConsumer, AFailedAttemptGoesBackThroughTheBrokerAfterItsBackoff) {
   Engine engine;
   auto local = engine.declare_queue<std::string>("payments", {});
+  struct Run {
+    std::chrono::steady_clock::time_point at;
+    std::uint32_t attempt, failed, max;
+    std::string last_error;
+  };
   std::mutex m;
-  std::vector<std::chrono::steady_clock::time_point> runs;
-  local.process({.concurrency = 2}, [&](Job<std::string>&) {
+  std::vector<Run> runs;
+  local.process({.concurrency = 2}, [&](Job<std::string>& j) {
     std::lock_guard lock(m);
-    runs.push_back(std::chrono::steady_clock::now());
-    return runs.size() < 3 ? Outcome::retry("gateway timeout") : Outcome::done();
+    runs.push_back({std::chrono::steady_clock::now(), j.attempt(), j.failed_attempts(),
+                    j.max_attempts(), std::string(j.last_error())});
+    return j.attempt() < 3 ? Outcome::retry("gateway timeout #" + std::to_string(j.attempt()))
+                           : Outcome::done();
   });
   amqp::Consumer<std::string> consumer(options(), engine, local);
   amqp::Producer<std::string> producer(options(), "payments");
   JobOptions o;
-  o.max_attempts = 3;
+  o.max_attempts = 4;
   o.backoff = Backoff::fixed(400ms);
   ASSERT_EQ(producer.add("charge", "card-1", o).status, AddStatus::added);
   ASSERT_TRUE(eventually([&] { return local.counts().completed == 1; }, 60s));
   std::lock_guard lock(m);
   ASSERT_EQ(runs.size(), 3u);
-  EXPECT_GE(runs[1] - runs[0], 400ms) << "a retry came before its backoff";
-  EXPECT_GE(runs[2] - runs[1], 400ms) << "a retry came before its backoff";
+  EXPECT_GE(runs[1].at - runs[0].at, 400ms) << "a retry came before its backoff";
+  EXPECT_GE(runs[2].at - runs[1].at, 400ms) << "a retry came before its backoff";
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(runs[i].attempt, i + 1) << "the broker's attempts are the job's";
+    EXPECT_EQ(runs[i].failed, i);
+    EXPECT_EQ(runs[i].max, 4u);
+  }
+  EXPECT_EQ(runs[0].last_error, "");
+  EXPECT_EQ(runs[2].last_error, "gateway timeout #2");
+  const QueueCounts c = local.counts();
+  EXPECT_EQ(c.forwarded, 2u) << "each retry left this process for the broker";
+  EXPECT_EQ(c.added, 3u);
   EXPECT_EQ(raw("reader").queue_depth("rail.dlq.payments"), 0u);
+}
+
+// A handler past its lease: its delivery goes back to the broker, which delivers it again (here,
+// to the same process, on another worker), its stall counted; the lapsed handler's late
+// outcome is fenced, so the job completes once.
+TEST_F(AmqpConsumer, ALapsedLeaseGoesBackThroughTheBrokerAndTheLateOutcomeIsFenced) {
+  std::atomic<bool> release{false};  // read by the handler until the engine joined it
+  Engine engine;
+  QueueOptions q;
+  q.visibility_timeout = 300ms;
+  auto local = engine.declare_queue<std::string>("reports", q);
+  std::atomic<std::uint32_t> second_stalls{0}, second_deliveries{0};
+  local.process({.concurrency = 2}, [&](Job<std::string>& j) {
+    if (j.stalls() == 0) {
+      while (!release.load())
+        std::this_thread::sleep_for(5ms);  // the first delivery hangs
+      return Outcome::done();
+    }
+    second_stalls = j.stalls();
+    second_deliveries = j.deliveries();
+    release = true;
+    return Outcome::done();
+  });
+  test::ReleaseOnExit unblock(release);
+  amqp::Consumer<std::string> consumer(options(), engine, local);
+  amqp::Producer<std::string> producer(options(), "reports");
+  ASSERT_EQ(producer.add("render", "q3").status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return local.counts().completed == 1; }, 60s));
+  ASSERT_TRUE(eventually([&] { return local.counts().late_outcomes == 1; }, 60s));
+  EXPECT_EQ(second_stalls.load(), 1u);
+  EXPECT_EQ(second_deliveries.load(), 2u);
+  const QueueCounts c = local.counts();
+  EXPECT_EQ(c.forwarded, 1u);
+  EXPECT_EQ(c.completed, 1u) << "the fenced handler's done does not count";
+  wire::Connection r = raw("reader");
+  EXPECT_TRUE(eventually([&] { return r.queue_depth("rail.q.reports") == 0; }));
+  EXPECT_EQ(r.queue_depth("rail.dlq.reports"), 0u);
 }
 
 TEST_F(AmqpConsumer, TheLastFailedAttemptLandsInTheBrokerDlqWithEveryError) {

@@ -70,6 +70,7 @@ struct QueueCounts {
   std::uint64_t dead_lettered = 0;
   std::uint64_t cancelled = 0;
   std::uint64_t discarded = 0;  // handlers returned Outcome::discard
+  std::uint64_t forwarded = 0;  // resumed jobs whose next attempt went back to their broker
   std::uint64_t deduplicated = 0;
   std::uint64_t stalled = 0;         // lease lapses
   std::uint64_t stall_warnings = 0;  // handlers past QueueOptions::stall_warning of their lease

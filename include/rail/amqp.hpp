@@ -31,6 +31,8 @@
 
 #include "rail/add_receipt.hpp"
 #include "rail/clock.hpp"
+#include "rail/dead_letter.hpp"
+#include "rail/detail/resumed.hpp"
 #include "rail/engine.hpp"
 #include "rail/journal_codec.hpp"
 #include "rail/options.hpp"
@@ -92,18 +94,23 @@ struct Taken {
 /// Settle: a bridged job's local end, which settles its broker message.
 struct Settle {
   JobId local = 0;
-  EventKind kind = EventKind::completed;  // completed, discarded, cancelled or dead_lettered
+  // completed, discarded, cancelled, dead_lettered, or forwarded (its next attempt goes back)
+  EventKind kind = EventKind::completed;
   DeadLetterReason reason = DeadLetterReason::none;
   std::string error;
+  std::uint32_t attempt = 0;     // the event's: forwarded: the next attempt; else the last one
+  std::uint32_t deliveries = 0;  // handler starts so far
+  std::uint32_t stalls = 0;      // forwarded: lapsed leases so far
+  Duration delay{0};             // forwarded: the wait before the next attempt
 };
 
 /// Bridged: the typed side a Relay hands deliveries to (Consumer<T, R>).
 class Bridged {
  public:
-  /// add(name, body, o): decodes body and adds it to the local queue. Throws what the local
-  /// add throws (a bad name, say).
-  virtual Taken add(std::string_view name, std::span<const std::byte> body,
-                    const JobOptions& o) = 0;
+  /// add(name, body, o, r): decodes body and resumes it in the local queue with the counters
+  /// r (QueueFront::resume). Throws what the local add throws (a bad name, say).
+  virtual Taken add(std::string_view name, std::span<const std::byte> body, const JobOptions& o,
+                    const rail::detail::Resumed& r) = 0;
   /// forget(id): takes the local DLQ entry of job id (its end is settled on the broker).
   virtual void forget(JobId id) = 0;
   /// codec(): JournalCodec<T>::name().
@@ -169,12 +176,31 @@ class Producer {
   detail::Publisher core_;
 };
 
+/// BrokerDeadLetter: one dead letter of a broker queue, as DeadLetters::list reads it.
+struct BrokerDeadLetter {
+  JobId id = 0;      // the producer's id (the message id)
+  std::string name;  // the job's name
+  // to_string(DeadLetterReason), or what the consumer met before running it: codec_mismatch,
+  // malformed (its codec could not read it), refused (the local queue refused the add)
+  std::string reason;
+  std::uint32_t failed_attempts = 0;
+  std::uint32_t max_attempts = 0;
+  std::vector<AttemptError> errors;  // each failed attempt's error, oldest first (`at` unset)
+  std::string error;                 // why, when no failed attempt says it (codec_mismatch, ...)
+  std::string body;                  // the payload, in its JournalCodec<T> bytes
+  /// payload<T>(): the body decoded (throws what JournalCodec<T>::decode throws).
+  template <JournalCodable T>
+  [[nodiscard]] T payload() const {
+    return JournalCodec<T>::decode(std::as_bytes(std::span(body.data(), body.size())));
+  }
+};
+
 /// DeadLetters: a broker queue's dead letters (rail.dlq.<queue>), from any process: its depth,
-/// and redrive_all, which sends every one back to the queue with its attempts and errors
-/// restarted (BullMQ's retry of a failed job), each acked off the DLQ only once the broker
-/// confirmed it back (a crash in between leaves it in both: at-least-once). redrive_all throws
-/// Error(capacity) if the queue is full, leaving the rest where they were. Threads: one call at
-/// a time.
+/// list (the inspector: reads without taking), and redrive_all, which sends every one back to the
+/// queue with its attempts and errors restarted (BullMQ's retry of a failed job), each acked off
+/// the DLQ only once the broker confirmed it back (a crash in between leaves it in both:
+/// at-least-once). redrive_all throws Error(capacity) if the queue is full, leaving the rest where
+/// they were. Threads: one call at a time.
 class DeadLetters {
  public:
   DeadLetters(BrokerOptions broker, std::string queue);
@@ -184,6 +210,9 @@ class DeadLetters {
 
   /// depth(): the dead letters waiting now.
   [[nodiscard]] std::uint32_t depth();
+  /// list(max): up to `max` of the dead letters waiting now, oldest first, read and handed
+  /// back to the DLQ untaken (their order there may change).
+  [[nodiscard]] std::vector<BrokerDeadLetter> list(std::size_t max = 1000);
   /// redrive_all(): redrives the dead letters there when it began; how many it sent back.
   std::size_t redrive_all();
 
@@ -201,13 +230,18 @@ struct ConsumerOptions {
 
 /// Consumer<T, R>: bridges a broker queue into a local Queue<T, R> of the same name, whose
 /// handlers and workers run the jobs as any local job (leases, timeouts, downstream limits,
-/// events and counts are the local queue's). Each job's local end settles its message:
-/// completed, discarded or cancelled: acked. A failed attempt with attempts left goes back to
-/// the broker after its backoff through the delay cascade, its attempt counted in the message;
-/// the last one, a permanent failure, or a body its codec cannot read goes to the broker DLQ
-/// (rail.dlq.<queue>) with its reason and errors. The message is acked only after that
-/// publish was confirmed, so a crash in between runs the job again (at-least-once).
-/// Local jobs run one attempt each (the broker counts the rest), so Job::attempt() is 1.
+/// events and counts are the local queue's). Each message becomes a local job that resumes
+/// the broker job where it stands: its handler sees the job's own attempt(), max_attempts(),
+/// last_error(), deliveries() and stalls(), and the local queue decides what follows, with its
+/// backoff (custom_backoff and Outcome::retry_in included) and stall policy. Each job's local
+/// end settles its message: completed, discarded or cancelled: acked. Forwarded (a failure
+/// with attempts left, or a lapsed lease: EventKind::forwarded): the job goes back to the
+/// broker through the delay cascade, due after the local queue's delay, its counters and error
+/// in the message, and any process may run its next attempt. Dead-lettered (the last attempt,
+/// a permanent failure), or a body its codec cannot read: to the broker DLQ (rail.dlq.<queue>)
+/// with its reason and every error; the local DLQ keeps no copy. The message is acked only
+/// after that publish was confirmed, so a crash in between runs the job again (at-least-once).
+/// The local job has its own id; the producer's is the message id.
 template <JournalCodable T, class R = void>
 class Consumer final : private detail::Bridged {
  public:
@@ -226,7 +260,15 @@ class Consumer final : private detail::Bridged {
         case EventKind::discarded:
         case EventKind::cancelled:
         case EventKind::dead_lettered:
-          relay->settle(detail::Settle{e.job_id, e.kind, e.reason, std::string(e.error)});
+        case EventKind::forwarded:
+          relay->settle(detail::Settle{.local = e.job_id,
+                                       .kind = e.kind,
+                                       .reason = e.reason,
+                                       .error = std::string(e.error),
+                                       .attempt = e.attempt,
+                                       .deliveries = e.deliveries,
+                                       .stalls = e.stalls,
+                                       .delay = e.delay});
           break;
         default:
           break;
@@ -247,16 +289,16 @@ class Consumer final : private detail::Bridged {
   Consumer& operator=(const Consumer&) = delete;
 
  private:
-  detail::Taken add(std::string_view name, std::span<const std::byte> body,
-                    const JobOptions& o) override {
+  detail::Taken add(std::string_view name, std::span<const std::byte> body, const JobOptions& o,
+                    const rail::detail::Resumed& r) override {
     std::optional<T> value;
     try {
       value.emplace(JournalCodec<T>::decode(body));
     } catch (const std::exception& e) {
       return detail::Taken{.status = AddStatus::added, .id = 0, .malformed = e.what()};
     }
-    const AddReceipt r = local_.add(name, std::move(*value), o);
-    return detail::Taken{.status = r.status, .id = r.id, .malformed = {}};
+    const AddReceipt added = rail::detail::QueueAccess::front(local_).resume(name, &*value, o, r);
+    return detail::Taken{.status = added.status, .id = added.id, .malformed = {}};
   }
   void forget(JobId id) override { (void)local_.dlq().remove(id); }
   [[nodiscard]] std::string codec() const override { return JournalCodec<T>::name(); }

@@ -69,6 +69,10 @@ enum class EventKind : std::uint8_t {
   cancelled,       // cancel() removed the job (or its running handler's outcome was discarded)
   discarded,       // the handler dropped the job (Outcome::discard): ended, no retry, no DLQ;
                    // `error` holds the reason it gave
+  forwarded,       // a job resumed from a broker (rail::amqp::Consumer) failed an attempt (or
+                   // its lease lapsed) with attempts left: it leaves this process, and its next
+                   // attempt, `attempt`, is the broker's to deliver after `delay`, anywhere;
+                   // `error` is the failure (empty after a lapse that cost no attempt)
   progress,        // the handler reported `progress` (Job::progress), at most once per
                    // QueueOptions::progress_interval per job
   throttled,       // the job's downstream refused it a start (every permit in use, no token
@@ -113,6 +117,7 @@ struct Event {
   std::uint32_t attempt = 0;  // 1-based attempt the stage belongs to (0: not started yet)
   std::uint32_t max_attempts = 0;
   std::uint32_t deliveries = 0;  // handler starts so far (SQS ApproximateReceiveCount)
+  std::uint32_t stalls = 0;      // forwarded: the job's lapsed leases so far
   std::size_t depth = 0;         // dlq_alert, dlq_age_alert: the DLQ's depth
   Duration elapsed{0};           // stalled / late_outcome: how long the handler had been running
   Duration delay{0};             // added: initial delay; attempt_failed: the next delay

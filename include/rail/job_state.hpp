@@ -19,6 +19,7 @@ enum class JobStatus : std::uint8_t {
   dead_lettered,
   cancelled,
   discarded,  // its handler returned Outcome::discard
+  forwarded,  // its next attempt went back to the broker it came from (EventKind::forwarded)
   unknown,    // never added, or finished so long ago that the queue's history forgot it
 };
 

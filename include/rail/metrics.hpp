@@ -101,6 +101,9 @@ void for_each_value(const QueueMetrics& m, Fn&& fn) {
   fn(MetricInfo{"rail_jobs_cancelled_total", "Jobs cancelled.", T::counter}, n(c.cancelled));
   fn(MetricInfo{"rail_jobs_discarded_total", "Jobs their handler discarded.", T::counter},
      n(c.discarded));
+  fn(MetricInfo{"rail_jobs_forwarded_total",
+                "Jobs from a broker whose next attempt went back to it (rail::amqp).", T::counter},
+     n(c.forwarded));
   fn(MetricInfo{"rail_leases_lapsed_total", "Deliveries whose lease lapsed (stalled).", T::counter},
      n(c.stalled));
   fn(MetricInfo{"rail_stall_warnings_total",

@@ -37,6 +37,9 @@
 namespace rail {
 
 class Engine;
+namespace detail {
+struct QueueAccess;
+}
 
 /// Queue<T, R>: payloads of type T; R is the result type its handler returns
 /// (Engine::declare_queue<T, R>, rail::Result<R>), or void for a queue whose jobs only complete.
@@ -345,6 +348,7 @@ class Queue {
 
  private:
   friend class Engine;
+  friend struct detail::QueueAccess;
   explicit Queue(detail::QueueFront* impl) noexcept : impl_(impl) {}
 
   /// bind(f, options): f is called as `Outcome f(Job<T>&)` (process() adapts the rest); binds it
@@ -366,5 +370,16 @@ class Queue {
 
   detail::QueueFront* impl_;
 };
+
+namespace detail {
+/// QueueAccess: the queue behind a Queue handle, for rail's own bridges (rail::amqp), which
+/// add through calls a handle does not offer (QueueFront::resume).
+struct QueueAccess {
+  template <class T, class R>
+  static QueueFront& front(const Queue<T, R>& q) noexcept {
+    return *q.impl_;
+  }
+};
+}  // namespace detail
 
 }  // namespace rail

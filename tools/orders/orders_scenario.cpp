@@ -11,6 +11,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
+}  // namespace
+
 JobOptions retry_policy(Scenario s) {
   JobOptions o;
   o.max_attempts = 3;  // SQS: maxReceiveCount 3
@@ -18,6 +20,8 @@ JobOptions retry_policy(Scenario s) {
   o.backoff = s == Scenario::bullmq ? Backoff::exponential(500ms) : Backoff::fixed(2000ms);
   return o;
 }
+
+namespace {
 
 constexpr Duration kSqsVisibility = 2s;
 constexpr Duration kSqsOverrun = 3s;

@@ -65,6 +65,9 @@ using Summary = QueueCounts;
 /// parse_scenario("bullmq" | "rabbitmq" | "sqs"); throws rail::Error(invalid_option) otherwise.
 Scenario parse_scenario(std::string_view name);
 
+/// retry_policy(scenario): the jobs' options: 3 attempts, the scenario's backoff.
+JobOptions retry_policy(Scenario scenario);
+
 /// declare(engine, scenario, dlq_journal) declares the "orders" queue with the scenario's retry
 /// policy; a non-empty `dlq_journal` is the path of its DLQ's journal (restored if it exists).
 OrdersQueue declare(Engine& engine, Scenario scenario, const std::string& dlq_journal = {});

@@ -1,6 +1,8 @@
 // JobFlow::add_with's body: the add sequence that every single add inlines (admit, take a slot,
-// claim the dedup id, fill, count, publish). Its contract is at its declaration in job_flow.hpp,
-// which includes this file at its end; nothing else includes it.
+// claim the dedup id, fill, count, publish), and the two adds of a job that lived before: a
+// redrive's (redrive_with) and one resumed from a broker (add_resumed). Their contracts are at
+// their declarations in job_flow.hpp, which includes this file at its end; nothing else includes
+// it.
 #pragma once
 
 #include "rail/detail/flow_node.hpp"
@@ -75,6 +77,29 @@ JobFlow::Added JobFlow::add_with(std::string_view job_name, const JobOptions& o,
     parent->watch();
   warm_next_slot(1);
   return Added{What::added, {id, AddStatus::added}};
+}
+
+template <class Fill>
+RedriveStatus JobFlow::redrive_with(const DeadLetterInfo& e, bool reset_counters, Fill&& fill) {
+  std::uint32_t idx;
+  const AddScope scope(&core());  // shutdown waits for this redrive once past accepting()
+  const RedriveStatus status = begin_redrive(e, reset_counters, idx);
+  if (status != RedriveStatus::redriven) return status;
+  fill(cell(idx));
+  end_redrive(idx);
+  return status;
+}
+
+template <class Fill>
+AddReceipt JobFlow::add_resumed(std::string_view job_name, const JobOptions& o, const Resumed& r,
+                                Fill&& fill) {
+  const AddScope scope(&core());  // shutdown waits for this add once past accepting()
+  std::uint32_t idx;
+  const AddReceipt got = begin_resumed(job_name, o, r, idx);
+  if (got.status != AddStatus::added) return got;
+  fill(cell(idx));
+  end_resumed(idx);
+  return got;
 }
 
 }  // namespace rail::detail

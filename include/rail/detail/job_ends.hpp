@@ -253,9 +253,14 @@ class JobEnds {
         parts_.count(wc, kDiscarded);
         parts_.stats.remember(id, JobStatus::discarded);
         break;
+      case EndKind::forwarded:
+        parts_.count(wc, kForwarded);
+        parts_.stats.remember(id, JobStatus::forwarded);
+        break;
       case EndKind::none:
       case EndKind::filed:
-        RAIL_INVARIANT(false, "a job ends as completed, dead-lettered, cancelled or discarded");
+        RAIL_INVARIANT(false,
+                       "a job ends as completed, dead-lettered, cancelled, discarded or forwarded");
     }
     // After the history entry: a waiter by id registered too late for this check finds the job
     // ended there (see EndTracker::wanted; the waiter's side pays for the fence).

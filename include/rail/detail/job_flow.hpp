@@ -5,9 +5,10 @@
 // redrive and leftovers, DLQ entries) through the payload type's table, with bind_handler (one
 // indirect call straight into the typed handler) and PayloadHooks (job_ends.hpp).
 //
-// Guarantee: every accepted job reaches exactly one end — completed, dead-lettered, cancelled or
-// discarded — or is reported by shutdown; none is lost, none ends twice, and exactly one outcome
-// per delivery counts (a handler whose lease lapsed is fenced by its token: slot_table.hpp).
+// Guarantee: every accepted job reaches exactly one end — completed, dead-lettered, cancelled,
+// discarded, or forwarded (a job resumed from a broker: resumed.hpp) — or is reported by shutdown;
+// none is lost, none ends twice, and exactly one outcome per delivery counts (a handler whose lease
+// lapsed is fenced by its token: slot_table.hpp).
 //
 // The parts, each with its own contract, in the order a job meets them (C = capacity):
 //   parts_        engine, name, options, counters, slots[C] (flow_parts.hpp); a slot's control
@@ -33,7 +34,7 @@
 // Work:   pop a batch of ready (the first job now, the rest into the worker's stash, stealable)
 //         -> activate (pin) -> downstream admission -> lease -> handler -> finish:
 //           done            -> ends_ (completed)
-//           retry (+delay)  -> delayed: timer port | no delay: ready
+//           retry (+delay)  -> delayed: timer port | no delay: ready | resumed: ends_ (forwarded)
 //           out of attempts -> ends_ (dead-lettered: DLQ entry with the payload moved)
 // Timer:  the timer port fires delayed -> waiting and pushes ready; its deadline sweep takes
 //         lapsed or timed-out deliveries (active -> finishing) and redelivers, retries or
@@ -86,6 +87,7 @@
 #include "rail/detail/lines.hpp"
 #include "rail/detail/prefetch.hpp"
 #include "rail/detail/progress_board.hpp"
+#include "rail/detail/resumed.hpp"
 #include "rail/detail/timer_port.hpp"
 #include "rail/detail/validation.hpp"
 #include "rail/event.hpp"
@@ -187,15 +189,8 @@ class JobFlow : public QueueBase,
   /// the payload (must not throw) and the job is published. Everything that may throw comes
   /// before fill, so a throw leaves the payload with the entry.
   template <class Fill>
-  RedriveStatus redrive_with(const DeadLetterInfo& e, bool reset_counters, Fill&& fill) {
-    std::uint32_t idx;
-    const AddScope scope(&core());  // shutdown waits for this redrive once past accepting()
-    const RedriveStatus status = begin_redrive(e, reset_counters, idx);
-    if (status != RedriveStatus::redriven) return status;
-    fill(cell(idx));
-    end_redrive(idx);
-    return status;
-  }
+  RedriveStatus redrive_with(const DeadLetterInfo& e, bool reset_counters,
+                             Fill&& fill);  // add_with.hpp
   /// note_overflow(id, job_name, max_attempts, now): a full queue dead-lettered an add.
   void note_overflow(JobId id, std::string_view job_name, std::uint32_t max_attempts,
                      TimePoint now) noexcept;
@@ -473,6 +468,18 @@ class JobFlow : public QueueBase,
   void restore_counters(std::uint32_t idx, std::uint32_t attempts, std::uint32_t deliveries,
                         std::uint32_t stalls, const std::vector<AttemptError>& errors);
 
+  /// add_resumed(job_name, o, r, fill): a job that began elsewhere runs its next attempt here
+  /// (resumed.hpp): added as add_with adds, with a fresh id and r's counters, marked kForward;
+  /// it never waits for room nor overflows (full: AddStatus::full, nothing taken). Throws
+  /// Error(invalid_option) for options a resumed job cannot have (dedup, group, tenant, after).
+  /// begin_resumed / end_resumed: its steps before and after the fill (job_resuming.cpp).
+  template <class Fill>
+  AddReceipt add_resumed(std::string_view job_name, const JobOptions& o, const Resumed& r,
+                         Fill&& fill);  // add_with.hpp
+  AddReceipt begin_resumed(std::string_view job_name, const JobOptions& o, const Resumed& r,
+                           std::uint32_t& idx);
+  void end_resumed(std::uint32_t idx) noexcept;
+
   /// FailKind: why an attempt failed, as far as what happens next is concerned.
   enum class FailKind : std::uint8_t {
     retry,        // backoff decides the delay
@@ -514,6 +521,10 @@ class JobFlow : public QueueBase,
                       std::string why) const noexcept;
   void fail_attempt(std::uint32_t idx, std::string reason, FailKind kind, Duration explicit_delay,
                     SplitMix64& rng, std::int64_t now, WorkerContext* wc);
+  /// forward(idx, why, due, now, wc): a resumed job (kForward) that would run again here ends
+  /// instead, its next attempt due at `due` on its broker (job_resuming.cpp).
+  void forward(std::uint32_t idx, std::string_view why, std::int64_t due, std::int64_t now,
+               WorkerContext* wc);
   /// sweep_leases(now): the lease sweep (lapses, stall warnings); when it is next due.
   /// lapse(lease, deadline, now): the sweep found `lease` past its `deadline`; time_out(...):
   /// it was the attempt's timeout (flags: the word lapse won); warn_stalling(lease, deadline,

@@ -37,7 +37,15 @@ namespace rail::detail {
 /// How a job ended; kept in the slot so the last unpinner can complete a deferred end.
 /// `filed`: dead-lettered while a stale handler still read the payload, and its DLQ entry was
 /// filed at once from a copy, so the last handler to return only destroys the payload.
-enum class EndKind : std::uint8_t { none, completed, dead_lettered, cancelled, filed, discarded };
+enum class EndKind : std::uint8_t {
+  none,
+  completed,
+  dead_lettered,
+  cancelled,
+  filed,
+  discarded,
+  forwarded,  // a resumed job's next attempt went back to its broker (JobSlot::kForward)
+};
 
 /// AttemptRecord: one failed attempt, kept until the job ends (the DLQ keeps them all).
 struct AttemptRecord {
@@ -138,8 +146,12 @@ struct alignas(64) JobSlot {
   //           release, or its end) counts it out
   //   kRetry  a failed attempt scheduled a retry (on a queue with histograms): the next start
   //           records its lateness and takes the mark (FlowParts::record_start)
+  //   kForward a job resumed from a broker (JobFlow::add_resumed): set at its add, before it is
+  //           published; a failure with attempts left, or a lapse that would deliver it
+  //           again, ends it here as EndKind::forwarded instead (its broker retries it)
   static constexpr std::uint8_t kWoken = 1, kHeld = 2, kGrouped = 4, kTenant = 8,
-                                kExpiredDelayed = 16, kWaitingChildren = 32, kRetry = 64;
+                                kExpiredDelayed = 16, kWaitingChildren = 32, kRetry = 64,
+                                kForward = 128;
   std::atomic<std::uint8_t> marks{0};
   std::atomic<std::uint16_t> stalls{0};  // lapsed leases (BullMQ stalledCounter)
 

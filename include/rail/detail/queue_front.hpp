@@ -41,6 +41,7 @@ struct JobFields;
 class DeadLetterStore;
 class EngineCore;
 class EndWaiter;
+struct Resumed;
 
 class QueueFront {
  public:
@@ -64,6 +65,10 @@ class QueueFront {
   /// add_bulk(job_name, items, n, o): n payloads at `items`, ops().size bytes apart.
   BulkAddReceipt add_bulk(std::string_view job_name, void* items, std::size_t n,
                           const JobOptions& o);
+  /// resume(job_name, data, o, r): a job that began elsewhere runs its next attempt here
+  /// (resumed.hpp; JobFlow::add_resumed): added, full (never waits, never overflows) or
+  /// shutting_down.
+  AddReceipt resume(std::string_view job_name, void* data, const JobOptions& o, const Resumed& r);
 
   // --- schedules ---------------------------------------------------------------------------------
   ScheduleInfo schedule(std::string_view id, const Schedule& when, std::string_view job_name,

@@ -71,6 +71,11 @@ class QueueImpl final : public JobFlow, public QueueFront {
   AddReceipt add_one(std::string_view job_name, void* data, const JobOptions& o,
                      AddFrom from = AddFrom::producer, JobId prior = 0,
                      std::shared_ptr<EndWaiter>* watch = nullptr);
+  /// resume_one(job_name, data, o, r): QueueFront::resume (JobFlow::add_resumed).
+  AddReceipt resume_one(std::string_view job_name, void* data, const JobOptions& o,
+                        const Resumed& r) {
+    return add_resumed(job_name, o, r, [&](void* cell) noexcept { ops_.move(cell, data); });
+  }
   QueueFront::TrackedAdd add_tracked(std::string_view job_name, void* data, const JobOptions& o);
   BulkAddReceipt add_bulk(std::string_view job_name, void* items, std::size_t n,
                           const JobOptions& o);

@@ -41,6 +41,7 @@ enum Counter : std::size_t {
   kDeadLettered,
   kCancelled,
   kDiscarded,
+  kForwarded,
   kDeduplicated,
   kStalled,
   kStallWarnings,
