@@ -68,9 +68,7 @@ std::vector<BrokerDeadLetter> DeadLetters::list(std::size_t max) {
     e.reason = wire::header_text(d->headers, wire::kReasonHeader);
     e.failed_attempts = wire::header_count(d->headers, wire::kAttemptHeader, 0);
     e.max_attempts = wire::header_count(d->headers, wire::kMaxAttemptsHeader, 0);
-    for (std::uint32_t a = 1; a <= e.failed_attempts; ++a)
-      if (std::string m = wire::header_text(d->headers, wire::error_key(a)); !m.empty())
-        e.errors.push_back(AttemptError{a, TimePoint{}, std::move(m)});
+    e.errors = wire::header_errors(d->headers, e.failed_attempts);
     e.error = wire::header_text(d->headers, wire::kErrorHeader);
     if (e.error.empty() && !e.errors.empty()) e.error = e.errors.back().message;
     e.body = std::move(d->body);

@@ -41,6 +41,14 @@ std::string error_key(std::uint32_t attempt) {
   return "x-rail-error-" + std::to_string(attempt);
 }
 
+std::vector<AttemptError> header_errors(const Fields& h, std::uint32_t failed) {
+  std::vector<AttemptError> out;
+  for (std::uint32_t a = 1; a <= failed; ++a)  // an error may be empty; a missing one is left out
+    if (field(h, error_key(a)) != nullptr)
+      out.push_back(AttemptError{a, TimePoint{}, header_text(h, error_key(a))});
+  return out;
+}
+
 std::string backoff_header(const Backoff& b) {
   return std::to_string(static_cast<int>(b.kind)) + ":" + std::to_string(b.delay.count()) + ":" +
          std::to_string(static_cast<int>(b.jitter)) + ":" + std::to_string(b.cap.count());

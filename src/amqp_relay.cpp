@@ -161,10 +161,7 @@ struct Relay::State {
     r.stalls = amqp::header_count(d.headers, amqp::kStallsHeader, 0);
     r.previous_delay = Duration{
         std::max<std::int64_t>(0, amqp::header_int(d.headers, amqp::kPreviousDelayHeader, 0))};
-    for (std::uint32_t a = 1; a <= r.failed_attempts; ++a) {
-      std::string message = amqp::header_text(d.headers, amqp::error_key(a));
-      if (!message.empty()) r.errors.push_back(AttemptError{a, TimePoint{}, std::move(message)});
-    }
+    r.errors = amqp::header_errors(d.headers, r.failed_attempts);
     Taken taken;
     try {
       taken = bridged.add(d.type, std::as_bytes(std::span(d.body.data(), d.body.size())), o, r);
@@ -272,19 +269,32 @@ struct Relay::State {
   /// the new error in its headers, through the cascade after s.delay.
   void retry(const amqp::Delivery& m, const Settle& s) {
     const std::uint32_t failed = s.attempt > 0 ? s.attempt - 1 : 0;
-    // A failure logs its error under its attempt; a lapse that cost no attempt logs none.
-    amqp::Fields headers = failed > amqp::header_count(m.headers, amqp::kAttemptHeader, 0)
-                               ? with_error(m.headers, failed, s.error)
-                               : m.headers;
+    // A failure logs its error under its attempt, and its wait is the one decorrelated jitter
+    // goes on from; a lapse that cost no attempt changes neither.
+    const bool new_failure = failed > amqp::header_count(m.headers, amqp::kAttemptHeader, 0);
+    amqp::Fields headers = new_failure ? with_error(m.headers, failed, s.error) : m.headers;
     amqp::set_header(headers, amqp::kAttemptHeader, std::int64_t{failed});
     amqp::set_header(headers, amqp::kDeliveriesHeader, std::int64_t{s.deliveries});
     amqp::set_header(headers, amqp::kStallsHeader, std::int64_t{s.stalls});
-    amqp::set_header(headers, amqp::kPreviousDelayHeader, std::int64_t{s.delay.count()});
-    const Duration delay = s.delay;
+    if (new_failure)
+      amqp::set_header(headers, amqp::kPreviousDelayHeader, std::int64_t{s.delay.count()});
     // Through the cascade even for no delay (1 ms): its at-least-once dead-lettering waits for
     // room in a full queue, where a publish straight to it would be refused.
     const auto ms = std::max<std::uint64_t>(
-        1, static_cast<std::uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(delay).count()));
+        1,
+        static_cast<std::uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(s.delay).count()));
+    if (ms > amqp::kMaxDelayMs) {
+      // The cascade would deliver it early (a retry_in or a backoff past its longest wait): the
+      // job dies instead, saying so, as a backoff that stops does.
+      amqp::Delivery last = m;
+      last.headers = std::move(headers);
+      dead_letter(last, std::string(to_string(DeadLetterReason::backoff_stopped)),
+                  "the retry's delay of " + std::to_string(ms) +
+                      " ms is longer than a broker queue's longest, " +
+                      std::to_string(amqp::kMaxDelayMs) + " ms (49.5 days)",
+                  failed);
+      return;
+    }
     publish_confirmed(amqp::delay_exchange(amqp::kDelayLevels - 1), amqp::delay_route(ms, queue), m,
                       headers);
   }

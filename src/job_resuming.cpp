@@ -12,19 +12,22 @@ namespace rail::detail {
 
 AddReceipt JobFlow::begin_resumed(std::string_view job_name, const JobOptions& o, const Resumed& r,
                                   std::uint32_t& idx) {
-  const auto refuse = [&](const char* option) {
-    throw Error(ErrorCode::invalid_option,
-                std::string("a job resumed into queue '")
-                    .append(parts_.name)
-                    .append("' has JobOptions.")
-                    .append(option)
-                    .append("; expected none (its broker holds one copy of the job, which no "
-                            "local id, line or parent may keep)"));
+  const auto refuse = [&](const char* option, const char* why) {
+    throw Error(ErrorCode::invalid_option, std::string("a job resumed into queue '")
+                                               .append(parts_.name)
+                                               .append("' has JobOptions.")
+                                               .append(option)
+                                               .append("; expected none (")
+                                               .append(why)
+                                               .append(")"));
   };
-  if (!o.dedup.id.empty()) refuse("dedup");
-  if (!o.group.empty()) refuse("group");
-  if (!o.tenant.empty()) refuse("tenant");
-  if (!o.after.empty()) refuse("after");
+  constexpr const char* kOneCopy =
+      "its broker holds the one copy of the job, which no local id, line or parent may keep";
+  if (!o.dedup.id.empty()) refuse("dedup", kOneCopy);
+  if (!o.group.empty()) refuse("group", kOneCopy);
+  if (!o.tenant.empty()) refuse("tenant", kOneCopy);
+  if (!o.after.empty()) refuse("after", kOneCopy);
+  if (o.delay.count() != 0) refuse("delay", "its broker waited its delay out before delivering it");
   if (!core().accepting()) return AddReceipt{0, AddStatus::shutting_down};
   admit(job_name, o);
   const std::uint16_t name_id = core().names().intern(job_name);

@@ -11,11 +11,14 @@
 #include "rail/detail/resumed.hpp"
 #include "rail/rail.hpp"
 #include "support/inline_engine.hpp"
+#include "support/resumed_jobs.hpp"
 
 namespace rail {
 namespace {
 
 using namespace std::chrono_literals;
+using test::after;
+using test::resume;
 
 struct Seen {
   std::uint32_t attempt = 0, failed = 0, deliveries = 0, stalls = 0, max = 0;
@@ -32,19 +35,6 @@ struct ResumedJob : test::InlineEngine {
     });
   }
   Queue<int> queue(QueueOptions o = {}) { return engine.declare_queue<int>("q", std::move(o)); }
-  static AddReceipt resume(Queue<int>& q, int value, const JobOptions& o,
-                           const detail::Resumed& r) {
-    return detail::QueueAccess::front(q).resume("job", &value, o, r);
-  }
-  static detail::Resumed after(std::uint32_t failed, std::uint32_t stalls = 0) {
-    detail::Resumed r;
-    r.failed_attempts = failed;
-    r.deliveries = failed + stalls;
-    r.stalls = stalls;
-    for (std::uint32_t a = 1; a <= failed; ++a)
-      r.errors.push_back(AttemptError{a, TimePoint{}, "error " + std::to_string(a)});
-    return r;
-  }
   static JobOptions attempts(std::uint32_t max, Backoff b = Backoff::fixed(2s)) {
     JobOptions o;
     o.max_attempts = max;
@@ -262,15 +252,21 @@ TEST_F(ResumedJob, AFullQueueAnswersFullWithoutWaitingOrDeadLettering) {
 
 TEST_F(ResumedJob, OptionsAResumedJobCannotHaveAreRefusedByName) {
   auto q = queue();
-  JobOptions o = attempts(3);
-  o.dedup.id = "order-7";
-  try {
-    (void)resume(q, 1, o, after(0));
-    FAIL() << "a dedup id was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
-    EXPECT_NE(std::string(e.what()).find("JobOptions.dedup"), std::string::npos) << e.what();
-  }
+  const auto refused = [&](const char* option, auto set) {
+    JobOptions o = attempts(3);
+    set(o);
+    try {
+      (void)resume(q, 1, o, after(0));
+      ADD_FAILURE() << option << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+      EXPECT_NE(std::string(e.what()).find(std::string("JobOptions.") + option), std::string::npos)
+          << e.what();
+    }
+  };
+  refused("dedup", [](JobOptions& o) { o.dedup.id = "order-7"; });
+  refused("group", [](JobOptions& o) { o.group = "customer-42"; });
+  refused("delay", [](JobOptions& o) { o.delay = 5s; });
   EXPECT_EQ(q.counts().added, 0u);
 }
 

@@ -72,7 +72,9 @@ enum class EventKind : std::uint8_t {
   forwarded,       // a job resumed from a broker (rail::amqp::Consumer) failed an attempt (or
                    // its lease lapsed) with attempts left: it leaves this process, and its next
                    // attempt, `attempt`, is the broker's to deliver after `delay`, anywhere;
-                   // `error` is the failure (empty after a lapse that cost no attempt)
+                   // `error` says why (the failure, or the lapse); `stalls` counts the lapses.
+                   // A lapse or timeout raises its attempt_failed on the timer thread after
+                   // the job was forwarded: a cancel from that observer finds it ended
   progress,        // the handler reported `progress` (Job::progress), at most once per
                    // QueueOptions::progress_interval per job
   throttled,       // the job's downstream refused it a start (every permit in use, no token
@@ -120,8 +122,8 @@ struct Event {
   std::uint32_t stalls = 0;      // forwarded: the job's lapsed leases so far
   std::size_t depth = 0;         // dlq_alert, dlq_age_alert: the DLQ's depth
   Duration elapsed{0};           // stalled / late_outcome: how long the handler had been running
-  Duration delay{0};             // added: initial delay; attempt_failed: the next delay
-  std::string_view error;        // attempt_failed / dead_lettered: the (last) failure
+  Duration delay{0};             // added: initial delay; attempt_failed, forwarded: the next delay
+  std::string_view error;  // attempt_failed / dead_lettered: the (last) failure; forwarded: why
   DeadLetterReason reason = DeadLetterReason::none;
   std::string_view dedup_id;  // deduplicated / debounced: the window's id
   double progress = 0;        // progress: the value the handler reported

@@ -168,15 +168,15 @@ enum class StallPolicy : std::uint8_t {
 };
 
 /// EndRetention: how many ended jobs a queue keeps, with their results (completed) or their
-/// reason and errors (dead-lettered, cancelled, discarded), for Queue::end_of(id) and waits by
-/// id. Bounded both ways, so memory does not grow with the jobs ever run: the oldest go first
-/// once a count is reached, and any older than max_age (engine clock) go when the next end is
+/// reason and errors (dead-lettered, cancelled, discarded, forwarded), for Queue::end_of(id) and
+/// waits by id. Bounded both ways, so memory does not grow with the jobs ever run: the oldest go
+/// first once a count is reached, and any older than max_age (engine clock) go when the next end is
 /// recorded. A handle from add_tracked() sees its job's end whatever is retained. Keeping none
 /// costs nothing per job; keeping some costs a lock and a map node per ended job.
 struct EndRetention {
   /// Completed jobs to keep; nullopt: 1000 for a queue declared with a result type, else 0.
   std::optional<std::uint32_t> keep_completed{};
-  /// Dead-lettered, cancelled and discarded jobs to keep; nullopt: as keep_completed.
+  /// Dead-lettered, cancelled, discarded and forwarded jobs to keep; nullopt: as keep_completed.
   std::optional<std::uint32_t> keep_failed{};
   /// Ended jobs go once they are this old (kept while younger: BullMQ's removeOnComplete {age});
   /// Duration::max(): kept until the counts push them.

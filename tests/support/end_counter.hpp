@@ -1,4 +1,5 @@
-// EndCounter: how many times each job ended (completed, dead-lettered, cancelled or discarded),
+// EndCounter: how many times each job ended (completed, dead-lettered, cancelled, discarded or
+// forwarded),
 // as observers saw it. Attach it with engine.on_event(counter.observer()); read it once the
 // engine is quiet (after drain or shutdown).
 #pragma once
@@ -13,7 +14,8 @@ namespace rail::test {
 struct EndCounter {
   [[nodiscard]] static bool is_end(EventKind kind) noexcept {
     return kind == EventKind::completed || kind == EventKind::dead_lettered ||
-           kind == EventKind::cancelled || kind == EventKind::discarded;
+           kind == EventKind::cancelled || kind == EventKind::discarded ||
+           kind == EventKind::forwarded;
   }
   void on(const Event& e) {
     if (!is_end(e.kind)) return;

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "rail/backoff.hpp"
+#include "rail/dead_letter.hpp"
 #include "rail/detail/amqp_connection.hpp"
 
 namespace rail::detail::amqp {
@@ -41,6 +43,9 @@ inline constexpr std::string_view kErrorHeader = "x-rail-error";    // an error 
 void set_header(Fields& h, std::string_view key, FieldValue value);
 /// error_key(attempt): the header of failed attempt `attempt`'s error ("x-rail-error-N").
 [[nodiscard]] std::string error_key(std::uint32_t attempt);
+/// header_errors(h, failed): the errors of failed attempts 1 .. failed that h holds, oldest
+/// first (their `at` unset: the broker keeps no time for them).
+[[nodiscard]] std::vector<AttemptError> header_errors(const Fields& h, std::uint32_t failed);
 /// backoff_header(b) / parse_backoff(text): "kind:delay_ns:jitter:cap_ns"; a text that does not
 /// parse, or is out of range, reads as the default Backoff.
 [[nodiscard]] std::string backoff_header(const Backoff& b);

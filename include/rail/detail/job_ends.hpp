@@ -1,4 +1,5 @@
-// JobEnds: the one owner of a job's end — completed, dead-lettered, cancelled or discarded: it
+// JobEnds: the one owner of a job's end — completed, dead-lettered, cancelled, discarded or
+// forwarded (a resumed job's next attempt handed back to its broker: resumed.hpp): it
 // counts the end, hands its lines' turns on (its FIFO group's, its tenant's), lets the job's
 // dedup id go, enters it in the
 // history, raises its event, tells its waiters and retained ends (EndTracker), and frees its

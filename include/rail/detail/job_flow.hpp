@@ -471,7 +471,8 @@ class JobFlow : public QueueBase,
   /// add_resumed(job_name, o, r, fill): a job that began elsewhere runs its next attempt here
   /// (resumed.hpp): added as add_with adds, with a fresh id and r's counters, marked kForward;
   /// it never waits for room nor overflows (full: AddStatus::full, nothing taken). Throws
-  /// Error(invalid_option) for options a resumed job cannot have (dedup, group, tenant, after).
+  /// Error(invalid_option) for options a resumed job cannot have (dedup, group, tenant, after,
+  /// delay).
   /// begin_resumed / end_resumed: its steps before and after the fill (job_resuming.cpp).
   template <class Fill>
   AddReceipt add_resumed(std::string_view job_name, const JobOptions& o, const Resumed& r,
