@@ -43,6 +43,9 @@ class Table {
       if (const auto* i = std::get_if<std::int64_t>(&value)) {
         e.value.kind = AMQP_FIELD_KIND_I64;
         e.value.value.i64 = *i;
+      } else if (const auto* b = std::get_if<bool>(&value)) {
+        e.value.kind = AMQP_FIELD_KIND_BOOLEAN;
+        e.value.value.boolean = *b ? 1 : 0;
       } else {
         e.value.kind = AMQP_FIELD_KIND_UTF8;
         e.value.value.bytes = bytes(std::get<std::string>(value));
@@ -58,8 +61,8 @@ class Table {
   std::vector<amqp_table_entry_t> entries_;
 };
 
-/// fields(table): the integer and string entries of a received table (others are skipped: rail
-/// writes only these, and a broker's x-death is a nested array rail does not read).
+/// fields(table): the integer, string and boolean entries of a received table (others are
+/// skipped: rail writes only these, and a broker's x-death is a nested array rail does not read).
 Fields fields(const amqp_table_t& table) {
   Fields out;
   for (int i = 0; i < table.num_entries; ++i) {
@@ -93,6 +96,9 @@ Fields fields(const amqp_table_t& table) {
       case AMQP_FIELD_KIND_UTF8:
       case AMQP_FIELD_KIND_BYTES:
         out.emplace_back(text(e.key), text(v.value.bytes));
+        break;
+      case AMQP_FIELD_KIND_BOOLEAN:
+        out.emplace_back(text(e.key), v.value.boolean != 0);
         break;
       default:
         break;

@@ -31,6 +31,16 @@ std::string jobs_queue(std::string_view queue) {
   return "rail.q." + std::string(queue);
 }
 
+std::string leader_queue(std::string_view queue) {
+  return "rail.leader." + std::string(queue);
+}
+
+void declare_leader(Connection& c, std::string_view queue) {
+  check_queue_name(queue);
+  Fields args{{"x-queue-type", std::string("quorum")}, {"x-single-active-consumer", true}};
+  c.declare_queue(leader_queue(queue), args);
+}
+
 std::string dlq_queue(std::string_view queue) {
   return "rail.dlq." + std::string(queue);
 }

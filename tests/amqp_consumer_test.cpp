@@ -7,9 +7,6 @@
 // consumer process killed with -9 has its deliveries redelivered to the next; every confirmed
 // add runs across a broker killed with -9 mid-run, and across one frozen past its heartbeats.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -26,6 +23,7 @@
 #include "rail/detail/amqp_connection.hpp"
 #include "rail/rail.hpp"
 #include "support/broker_test.hpp"
+#include "support/child_process.hpp"
 #include "support/eventually.hpp"
 #include "support/release_on_exit.hpp"
 
@@ -206,35 +204,23 @@ TEST_F(AmqpConsumer, AKilledConsumerProcessesDeliveriesAreRedeliveredToTheNext) 
     for (int i = 0; i < kJobs; ++i)
       ASSERT_EQ(producer.add("task", std::to_string(i)).status, AddStatus::added);
   }
-  int started[2];
-  ASSERT_EQ(pipe(started), 0);
-  const pid_t child = fork();  // no thread runs yet in this process: safe to fork
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    close(started[0]);
-    Engine engine;
-    auto local = engine.declare_queue<std::string>("work", {});
-    local.process({.concurrency = 4}, [&](Job<std::string>&) {
-      if (write(started[1], "s", 1) != 1) _exit(3);
+  {
+    // No thread runs yet in this process: safe to fork.
+    test::ChildProcess child([&](test::ChildProcess::Signal started) {
+      Engine engine;
+      auto local = engine.declare_queue<std::string>("work", {});
+      local.process({.concurrency = 4}, [&](Job<std::string>&) {
+        started();
+        for (;;)
+          std::this_thread::sleep_for(1s);  // holds its delivery until the process is killed
+      });
+      amqp::Consumer<std::string> consumer(options(), engine, local, {}, {.prefetch = 8});
       for (;;)
-        std::this_thread::sleep_for(1s);  // holds its delivery until the process is killed
+        std::this_thread::sleep_for(1s);
     });
-    amqp::Consumer<std::string> consumer(options(), engine, local, {}, {.prefetch = 8});
-    for (;;)
-      std::this_thread::sleep_for(1s);
-  }
-  close(started[1]);
-  char buf[4];
-  std::size_t got = 0;
-  while (got < sizeof buf) {  // four handlers hold four deliveries (and four more wait)
-    const ssize_t n = read(started[0], buf + got, sizeof buf - got);
-    ASSERT_GT(n, 0) << "the consumer process died before its handlers started";
-    got += static_cast<std::size_t>(n);
-  }
-  close(started[0]);
-  ASSERT_EQ(kill(child, SIGKILL), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
+    // Four handlers hold four deliveries (and four more wait).
+    ASSERT_TRUE(child.wait_signals(4)) << "the consumer process died before its handlers started";
+  }  // killed with -9
 
   Engine engine;
   auto local = engine.declare_queue<std::string>("work", {});

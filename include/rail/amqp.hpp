@@ -151,6 +151,10 @@ class Producer {
   Producer(BrokerOptions broker, std::string queue, BrokerQueueOptions options = {})
       : core_(std::move(broker), std::move(queue), options) {}
 
+  /// check(o): refuses the JobOptions a broker queue cannot carry (Error(invalid_option) naming
+  /// the option), as add() does.
+  void check(const JobOptions& o) const { core_.check(o); }
+
   AddReceipt add(std::string_view name, const T& payload, const JobOptions& o = {}) {
     core_.check(o);
     std::string body;

@@ -9,7 +9,8 @@ if(RAIL_BUILD_AMQP)
     pkg_check_modules(RABBITMQ_C QUIET IMPORTED_TARGET librabbitmq)
   endif()
   if(RABBITMQ_C_FOUND)
-    add_library(rail_amqp STATIC src/amqp_connection.cpp src/amqp_headers.cpp src/amqp_topology.cpp
+    add_library(rail_amqp STATIC src/amqp_connection.cpp src/amqp_headers.cpp src/amqp_leader.cpp
+                                 src/amqp_topology.cpp
                                  src/amqp_publisher.cpp src/amqp_relay.cpp
                                  src/amqp_dead_letters.cpp)
     add_library(rail::amqp ALIAS rail_amqp)

@@ -41,8 +41,8 @@ struct Address {
 /// the scheme are optional). Throws Error(invalid_option) naming the URL and what was expected.
 [[nodiscard]] Address parse_url(const std::string& url);
 
-/// A header or argument value: AMQP's long-long integer or long string.
-using FieldValue = std::variant<std::int64_t, std::string>;
+/// A header or argument value: AMQP's long-long integer, long string or boolean.
+using FieldValue = std::variant<std::int64_t, std::string, bool>;
 using Fields = std::vector<std::pair<std::string, FieldValue>>;
 
 /// field(fields, key): the value under key, if any.

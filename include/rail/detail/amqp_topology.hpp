@@ -44,6 +44,10 @@ struct QueueTopology {
 /// jobs_queue(q) / dlq_queue(q): the broker queues of rail queue q.
 [[nodiscard]] std::string jobs_queue(std::string_view queue);
 [[nodiscard]] std::string dlq_queue(std::string_view queue);
+/// leader_queue(q): the single-active-consumer queue whose token makes one process the leader
+/// of rail queue q's schedules (amqp_schedules.hpp); declare_leader(c, q) declares it.
+[[nodiscard]] std::string leader_queue(std::string_view queue);
+void declare_leader(Connection& c, std::string_view queue);
 inline constexpr std::string_view kDeadLetters = "rail.dlx";
 inline constexpr std::string_view kDelayOut = "rail.delay.out";
 /// delay_exchange(level): the cascade's exchange (and queue) of one level.
