@@ -31,7 +31,8 @@ struct Publisher::State {
     connection.emplace(address, broker.heartbeat, broker.name + " producer of " + queue);
     amqp::declare_all(*connection, amqp::QueueTopology{.queue = queue,
                                                        .max_length = options.max_length,
-                                                       .delivery_limit = options.delivery_limit});
+                                                       .delivery_limit = options.delivery_limit,
+                                                       .partitions = options.partitions});
     connection->enable_confirms();
   }
 };
@@ -83,7 +84,17 @@ void check_broker(const BrokerOptions& o) {
 void Publisher::check(const JobOptions& o) const {
   const std::string& q = state_->queue;
   if (!o.dedup.id.empty()) refused(q, "dedup.id");
-  if (!o.group.empty()) refused(q, "group");
+  if (!o.group.empty() && state_->options.partitions == 0)
+    throw Error(ErrorCode::invalid_option,
+                "JobOptions.group is '" + o.group + "' on an add to broker queue '" + q +
+                    "', whose BrokerQueueOptions.partitions is 0; expected partitions for its "
+                    "groups, e.g. 8 (the same in every process)");
+  if (!o.group.empty() && o.delay.count() > 0)
+    throw Error(ErrorCode::invalid_option,
+                "JobOptions.group and JobOptions.delay are both set on an add to broker queue '" +
+                    q +
+                    "'; a delayed job would join its group's partition late, out of order: "
+                    "expected one of them");
   if (!o.tenant.empty()) refused(q, "tenant");
   if (o.priority != 0) refused(q, "priority");
   if (!o.after.empty()) refused(q, "after");
@@ -117,8 +128,12 @@ BulkAddReceipt Publisher::publish(std::string_view name, std::span<const std::st
   const auto delay_ms =
       static_cast<std::uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(o.delay).count());
   const std::string exchange = delay_ms > 0 ? amqp::delay_exchange(amqp::kDelayLevels - 1) : "";
+  // A group's jobs go straight to its partition, in add order (check refused a delay).
   const std::string key =
-      delay_ms > 0 ? amqp::delay_route(delay_ms, s.queue) : amqp::jobs_queue(s.queue);
+      delay_ms > 0 ? amqp::delay_route(delay_ms, s.queue)
+      : o.group.empty()
+          ? amqp::jobs_queue(s.queue)
+          : amqp::partition_queue(s.queue, amqp::partition_of(o.group, s.options.partitions));
   const std::int64_t added_ms = to_ms(std::chrono::system_clock::now().time_since_epoch());
   amqp::Fields headers;
   headers.emplace_back(amqp::kVersionHeader, std::int64_t{1});
@@ -130,6 +145,7 @@ BulkAddReceipt Publisher::publish(std::string_view name, std::span<const std::st
   if (o.visibility_timeout)
     headers.emplace_back(amqp::kVisibilityHeader, to_ms(*o.visibility_timeout));
   if (o.timeout) headers.emplace_back(amqp::kTimeoutHeader, to_ms(*o.timeout));
+  if (!o.group.empty()) headers.emplace_back(amqp::kGroupHeader, o.group);
   auto backoff = std::chrono::milliseconds(50);
   for (;;) {
     const std::uint64_t first = s.node | (s.next_id & ((std::uint64_t{1} << 40) - 1));

@@ -73,7 +73,8 @@ struct Relay::State {
     out.emplace(address, broker.heartbeat, broker.name + " relay of " + queue);
     amqp::declare_all(*out, amqp::QueueTopology{.queue = queue,
                                                 .max_length = options.max_length,
-                                                .delivery_limit = options.delivery_limit});
+                                                .delivery_limit = options.delivery_limit,
+                                                .partitions = options.partitions});
     out->enable_confirms();
   }
 
@@ -90,6 +91,8 @@ struct Relay::State {
     parked.clear();
     in.emplace(address, broker.heartbeat, broker.name + " consumer of " + queue);
     in->consume(amqp::jobs_queue(queue), prefetch);
+    for (std::uint32_t n = 0; n < options.partitions; ++n)  // the broker makes one process active
+      in->consume(amqp::partition_queue(queue, n), prefetch);
     ++generation;
   }
 
@@ -162,6 +165,10 @@ struct Relay::State {
     r.previous_delay = Duration{
         std::max<std::int64_t>(0, amqp::header_int(d.headers, amqp::kPreviousDelayHeader, 0))};
     r.errors = amqp::header_errors(d.headers, r.failed_attempts);
+    // A group's job retries here, holding its delivery and its group's turn: its next attempt
+    // comes before the group's later jobs, which wait here or in its partition behind it.
+    o.group = amqp::header_text(d.headers, amqp::kGroupHeader);
+    r.forward = o.group.empty();
     Taken taken;
     try {
       taken = bridged.add(d.type, std::as_bytes(std::span(d.body.data(), d.body.size())), o, r);
@@ -216,7 +223,9 @@ struct Relay::State {
   void settle(const Settle& s) {
     auto it = held.find(s.local);
     if (it == held.end()) return;  // not a bridged job (a local add), or settled already
-    if (s.kind == EventKind::dead_lettered) bridged.forget(s.local);  // no local copy stays
+    // No local copy stays; its errors are every attempt's, here and before.
+    std::vector<AttemptError> errors;
+    if (s.kind == EventKind::dead_lettered) errors = bridged.forget(s.local);
     if (it->second.generation != generation || !in) {
       held.erase(it);  // its connection is gone: the broker redelivers it
       return;
@@ -227,7 +236,7 @@ struct Relay::State {
         if (s.kind == EventKind::forwarded) {
           retry(h.message, s);
         } else {
-          dead_letter(h.message, std::string(to_string(s.reason)), s.error, s.attempt);
+          dead_letter(h.message, std::string(to_string(s.reason)), s.error, s.attempt, errors);
         }
       } catch (const amqp::Refused& r) {
         if (!r.permanent()) throw;
@@ -302,9 +311,11 @@ struct Relay::State {
   /// dead_letter(m, reason, error, failed): message m to the queue's DLQ, its job's `failed`
   /// attempts counted; an error that no new failed attempt logs is its x-rail-error.
   void dead_letter(const amqp::Delivery& m, const std::string& reason, const std::string& error,
-                   std::uint32_t failed = 0) {
+                   std::uint32_t failed = 0, const std::vector<AttemptError>& errors = {}) {
     const bool new_failure = failed > amqp::header_count(m.headers, amqp::kAttemptHeader, 0);
     amqp::Fields headers = new_failure ? with_error(m.headers, failed, error) : m.headers;
+    for (const AttemptError& e : errors)  // the local log: the attempts that failed here too
+      headers = with_error(std::move(headers), e.attempt, e.message);
     amqp::set_header(headers, amqp::kReasonHeader, reason);
     if (!new_failure) amqp::set_header(headers, amqp::kErrorHeader, error);
     amqp::set_header(

@@ -3,6 +3,7 @@
 
 #include <bit>
 
+#include "rail/detail/hash_bytes.hpp"
 #include "rail/error.hpp"
 
 namespace rail::detail::amqp {
@@ -29,6 +30,14 @@ std::string words(int n) {
 
 std::string jobs_queue(std::string_view queue) {
   return "rail.q." + std::string(queue);
+}
+
+std::string partition_queue(std::string_view queue, std::uint32_t n) {
+  return jobs_queue(queue) + ".p" + std::to_string(n);
+}
+
+std::uint32_t partition_of(std::string_view group, std::uint32_t partitions) {
+  return static_cast<std::uint32_t>(hash_bytes(group) % partitions);
 }
 
 std::string leader_queue(std::string_view queue) {
@@ -122,6 +131,11 @@ void declare_queue(Connection& c, const QueueTopology& t) {
   if (t.max_length != 0) args.emplace_back("x-max-length", std::int64_t{t.max_length});
   if (t.delivery_limit != 0) args.emplace_back("x-delivery-limit", std::int64_t{t.delivery_limit});
   c.declare_queue(jobs, args);
+  // A partition's arguments are the queue's, with one consumer at a time: a group's jobs reach
+  // one process in order, and a requeue keeps its place (a delivery limit is set by default).
+  args.emplace_back("x-single-active-consumer", true);
+  for (std::uint32_t n = 0; n < t.partitions; ++n)
+    c.declare_queue(partition_queue(t.queue, n), args);
   c.bind(jobs, std::string(kDelayOut), words(kDelayLevels) + t.queue);
 }
 

@@ -24,7 +24,8 @@ AddReceipt JobFlow::begin_resumed(std::string_view job_name, const JobOptions& o
   constexpr const char* kOneCopy =
       "its broker holds the one copy of the job, which no local id, line or parent may keep";
   if (!o.dedup.id.empty()) refuse("dedup", kOneCopy);
-  if (!o.group.empty()) refuse("group", kOneCopy);
+  if (!o.group.empty() && r.forward)
+    refuse("group", "a group's job retries here, in its place: Resumed::forward false");
   if (!o.tenant.empty()) refuse("tenant", kOneCopy);
   if (!o.after.empty()) refuse("after", kOneCopy);
   if (o.delay.count() != 0) refuse("delay", "its broker waited its delay out before delivering it");
@@ -42,10 +43,12 @@ AddReceipt JobFlow::begin_resumed(std::string_view job_name, const JobOptions& o
     give_back(idx);
     throw;
   }
+  if (Lines::wanted(o))
+    enter_lines(&idx, 1, o);  // its group's line; gives the slot back on a throw
   JobSlot& s = slot(idx);
   // The wait the last failure led to, where decorrelated jitter looks for it (fail_attempt).
   if (!s.extra->errors.empty()) s.extra->errors.back().next_delay_ns = r.previous_delay.count();
-  s.mark(JobSlot::kForward, true);  // published with the slot (publish_new)
+  if (r.forward) s.mark(JobSlot::kForward, true);  // published with the slot (publish_new)
   return AddReceipt{id, AddStatus::added};
 }
 

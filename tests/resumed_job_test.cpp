@@ -250,6 +250,27 @@ TEST_F(ResumedJob, AFullQueueAnswersFullWithoutWaitingOrDeadLettering) {
   EXPECT_EQ(q.counts().added, 1u);
 }
 
+TEST_F(ResumedJob, AGroupsJobRetriesHereHoldingItsGroupsTurn) {
+  auto q = queue();
+  std::vector<int> starts;
+  q.process({}, [&](Job<int>& j) {
+    starts.push_back(j.data());
+    return j.data() == 1 && j.attempt() == 2 ? Outcome::retry("once more") : Outcome::done();
+  });
+  JobOptions o = attempts(5);
+  o.group = "customer-42";
+  detail::Resumed r = after(1);
+  r.forward = false;  // a group's job: its retry stays here, in its place
+  ASSERT_EQ(resume(q, 1, o, r).status, AddStatus::added);
+  r = after(0);
+  r.forward = false;
+  ASSERT_EQ(resume(q, 2, o, r).status, AddStatus::added);
+  replay();
+  EXPECT_EQ(starts, (std::vector<int>{1, 1, 2})) << "the retry came before the group's next job";
+  EXPECT_EQ(count(EventKind::forwarded), 0u);
+  EXPECT_EQ(q.counts().completed, 2u);
+}
+
 TEST_F(ResumedJob, OptionsAResumedJobCannotHaveAreRefusedByName) {
   auto q = queue();
   const auto refused = [&](const char* option, auto set) {
@@ -265,7 +286,7 @@ TEST_F(ResumedJob, OptionsAResumedJobCannotHaveAreRefusedByName) {
     }
   };
   refused("dedup", [](JobOptions& o) { o.dedup.id = "order-7"; });
-  refused("group", [](JobOptions& o) { o.group = "customer-42"; });
+  refused("group", [](JobOptions& o) { o.group = "customer-42"; });  // while it forwards
   refused("delay", [](JobOptions& o) { o.delay = 5s; });
   EXPECT_EQ(q.counts().added, 0u);
 }

@@ -14,8 +14,10 @@
 //   or throws Error(broker) when no confirm came within BrokerOptions::confirm_timeout, after
 //   reconnecting with backoff meanwhile (the add may then have been stored: at-least-once).
 // - JobOptions: max_attempts, backoff and delay travel with the job (a delay waits in the
-//   broker's delay cascade, never less than asked, at most 0.8% more; up to 49.5 days). The
-//   options that need one process's view of every job (dedup, group, tenant, priority, after,
+//   broker's delay cascade, never less than asked, at most 0.8% more; up to 49.5 days). A group
+//   sends the job to its group's partition queue (BrokerQueueOptions::partitions), where one
+//   process at a time takes the group's jobs in add order (a group refuses a delay). The
+//   options that need one process's view of every job (dedup, tenant, priority, after,
 //   expire_after, downstream) are refused with Error(invalid_option) naming the option.
 // - Threads: any; adds on one Producer share its connection one at a time.
 #pragma once
@@ -54,8 +56,12 @@ struct BrokerOptions {
 struct BrokerQueueOptions {
   std::uint32_t max_length = 65'536;  // ready messages before adds answer `full`; 0: no bound
   /// Deliveries before the broker itself dead-letters a message: a guard against a job that
-  /// kills its process each time (rail counts attempts itself). 0: no guard.
+  /// kills its process each time (rail counts attempts itself). 0: no guard. A partition's
+  /// requeues keep their place only with a limit set (RabbitMQ 3.10's quorum queues).
   std::uint32_t delivery_limit = 20;
+  /// FIFO groups' partition queues (JobOptions::group): each group's jobs go to one, by a hash
+  /// of the group, and one process at a time takes a partition's jobs, in order. 0: no groups.
+  std::uint32_t partitions = 8;
 };
 
 namespace detail {
@@ -111,8 +117,9 @@ class Bridged {
   /// r (QueueFront::resume). Throws what the local add throws (a bad name, say).
   virtual Taken add(std::string_view name, std::span<const std::byte> body, const JobOptions& o,
                     const rail::detail::Resumed& r) = 0;
-  /// forget(id): takes the local DLQ entry of job id (its end is settled on the broker).
-  virtual void forget(JobId id) = 0;
+  /// forget(id): takes the local DLQ entry of job id (its end is settled on the broker); its
+  /// errors, every failed attempt's (none if there is no entry).
+  virtual std::vector<AttemptError> forget(JobId id) = 0;
   /// codec(): JournalCodec<T>::name().
   [[nodiscard]] virtual std::string codec() const = 0;
 
@@ -246,6 +253,12 @@ struct ConsumerOptions {
 /// with its reason and every error; the local DLQ keeps no copy. The message is acked only
 /// after that publish was confirmed, so a crash in between runs the job again (at-least-once).
 /// The local job has its own id; the producer's is the message id.
+/// FIFO groups: the consumer also takes the partition queues; the broker makes one consumer
+/// (process) active per partition, the first to subscribe, and the next when it goes, so one
+/// process may take every group while others take the ungrouped jobs. A group's job runs as a
+/// local grouped job: its retries and lapses stay here, holding its delivery and its group's
+/// turn, so a group's jobs start one at a time in add order across processes; when its process
+/// goes, the broker hands the partition on with the unsettled jobs in their places.
 template <JournalCodable T, class R = void>
 class Consumer final : private detail::Bridged {
  public:
@@ -304,7 +317,10 @@ class Consumer final : private detail::Bridged {
     const AddReceipt added = rail::detail::QueueAccess::front(local_).resume(name, &*value, o, r);
     return detail::Taken{.status = added.status, .id = added.id, .malformed = {}};
   }
-  void forget(JobId id) override { (void)local_.dlq().remove(id); }
+  std::vector<AttemptError> forget(JobId id) override {
+    auto entry = local_.dlq().remove(id);
+    return entry ? std::move(entry->errors) : std::vector<AttemptError>{};
+  }
   [[nodiscard]] std::string codec() const override { return JournalCodec<T>::name(); }
 
   Engine& engine_;

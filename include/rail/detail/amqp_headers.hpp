@@ -22,6 +22,7 @@ inline constexpr std::string_view kCodecHeader = "x-rail-codec";     // JournalC
 inline constexpr std::string_view kAddedHeader = "x-rail-added-ms";  // wall clock, Unix ms
 inline constexpr std::string_view kVisibilityHeader = "x-rail-visibility-ms";
 inline constexpr std::string_view kTimeoutHeader = "x-rail-timeout-ms";
+inline constexpr std::string_view kGroupHeader = "x-rail-group";  // JobOptions::group
 inline constexpr std::string_view kAttemptHeader = "x-rail-attempt";  // failed attempts
 inline constexpr std::string_view kMaxAttemptsHeader = "x-rail-max-attempts";
 inline constexpr std::string_view kDeliveriesHeader = "x-rail-deliveries";

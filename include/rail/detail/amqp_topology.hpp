@@ -39,11 +39,17 @@ struct QueueTopology {
   std::string queue;                 // rail's queue name
   std::uint32_t max_length = 0;      // ready messages before a publish is refused; 0: no bound
   std::uint32_t delivery_limit = 0;  // deliveries before the broker dead-letters; 0: none
+  std::uint32_t partitions = 0;      // FIFO groups' partition queues; 0: none
 };
 
 /// jobs_queue(q) / dlq_queue(q): the broker queues of rail queue q.
 [[nodiscard]] std::string jobs_queue(std::string_view queue);
 [[nodiscard]] std::string dlq_queue(std::string_view queue);
+/// partition_queue(q, n): partition n of rail queue q's FIFO groups, a single-active-consumer
+/// queue (one process takes its groups at a time, in order). partition_of(group, partitions):
+/// the partition of a group: the same in every process of one byte order (hash_bytes).
+[[nodiscard]] std::string partition_queue(std::string_view queue, std::uint32_t n);
+[[nodiscard]] std::uint32_t partition_of(std::string_view group, std::uint32_t partitions);
 /// leader_queue(q): the single-active-consumer queue whose token makes one process the leader
 /// of rail queue q's schedules (amqp_schedules.hpp); declare_leader(c, q) declares it.
 [[nodiscard]] std::string leader_queue(std::string_view queue);

@@ -23,6 +23,10 @@ struct Resumed {
   std::uint32_t stalls = 0;           // of them, deliveries whose lease lapsed
   std::vector<AttemptError> errors;   // the failed attempts' errors, oldest first
   Duration previous_delay{0};         // the wait the last failure led to (decorrelated jitter)
+  /// Its retries and lapses go back to its broker (forwarded). False: they stay here, as a
+  /// local job's do, its delivery held meanwhile: a FIFO group's job, whose next attempt must
+  /// come before its group's later jobs.
+  bool forward = true;
 };
 
 }  // namespace rail::detail
