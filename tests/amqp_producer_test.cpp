@@ -151,9 +151,9 @@ TEST_F(AmqpProducer, OptionsABrokerQueueCannotCarryAreRefusedByName) {
   JobOptions dedup;
   dedup.dedup.id = "k";
   refused("dedup.id", dedup);
-  JobOptions group;
-  group.group = "g";
-  refused("group", group);
+  JobOptions tenant;
+  tenant.tenant = "acme";
+  refused("tenant", tenant);
   JobOptions priority;
   priority.priority = 1;
   refused("priority", priority);
