@@ -127,7 +127,7 @@ BulkAddReceipt Publisher::publish(std::string_view name, std::span<const std::st
   // A delay rounds up to whole milliseconds, then to the cascade's steps: never early.
   const auto delay_ms =
       static_cast<std::uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(o.delay).count());
-  const std::string exchange = delay_ms > 0 ? amqp::delay_exchange(amqp::kDelayLevels - 1) : "";
+  const std::string exchange = delay_ms > 0 ? amqp::delay_entry(delay_ms) : "";
   // A group's jobs go straight to its partition, in add order (check refused a delay).
   const std::string key =
       delay_ms > 0 ? amqp::delay_route(delay_ms, s.queue)

@@ -38,9 +38,13 @@ struct Held {
   std::uint64_t tag = 0;
   std::uint64_t generation = 0;  // the `in` connection it came on
   amqp::Delivery message;
+  // A dead-lettered job's local errors, taken from its local DLQ entry once (Bridged::forget).
+  std::optional<std::vector<AttemptError>> local_errors;
 };
 
 }  // namespace
+
+constexpr int kDeliveriesPerTurn = 256;
 
 struct Relay::State {
   BrokerOptions broker;
@@ -64,6 +68,10 @@ struct Relay::State {
   std::deque<amqp::Delivery> parked;  // delivered while the local queue had no room, in order
   std::chrono::steady_clock::time_point parked_tried{};
   bool local_closed = false;  // the local queue is shutting down: consume no more
+  // drain's pipelining: retries and dead letters published without waiting, up to this number.
+  bool pipelining = false;
+  std::uint64_t pipelined_upto = 0;
+  bool careful = false;  // the last pipelined drain failed: settle one at a time
 
   State(BrokerOptions b, std::string q, BrokerQueueOptions o, std::uint16_t p, Bridged& br)
       : broker(std::move(b)), queue(std::move(q)), options(o), prefetch(p), bridged(br) {}
@@ -104,7 +112,12 @@ struct Relay::State {
         out->poll();  // its heartbeats, while no retry or dead letter is published
         if (in) {
           retry_parked();
-          if (std::optional<amqp::Delivery> d = in->next(std::chrono::milliseconds(5))) {
+          // What the broker delivered, a turn's worth at most, before the ends are settled
+          // (one confirm wait per turn for all their retries and dead letters).
+          for (int n = 0; n < kDeliveriesPerTurn && in; ++n) {
+            std::optional<amqp::Delivery> d =
+                in->next(n == 0 ? std::chrono::milliseconds(5) : std::chrono::milliseconds(0));
+            if (!d) break;
             if (!parked.empty() || !deliver(*d)) parked.push_back(std::move(*d));
           }
         } else {
@@ -194,7 +207,7 @@ struct Relay::State {
         break;
     }
     const std::uint64_t tag = d.tag;
-    held.emplace(taken.id, Held{tag, generation, std::move(d)});
+    held.emplace(taken.id, Held{tag, generation, std::move(d), std::nullopt});
     return true;
   }
 
@@ -206,49 +219,90 @@ struct Relay::State {
       const std::lock_guard lock(mu);
       ends.swap(inbox);
     }
+    const auto put_back = [&](std::size_t from) {
+      const std::lock_guard lock(mu);
+      inbox.insert(inbox.begin(), std::make_move_iterator(ends.begin() + static_cast<long>(from)),
+                   std::make_move_iterator(ends.end()));
+    };
+    if (ends.size() > 1 && !careful) {
+      // Pipelined: every retry and dead letter published, one wait for all their confirms, then
+      // the acks. A failure hands them all back and the next turn goes one at a time, to find
+      // the one that fails (those published meanwhile may be published twice: at-least-once).
+      std::vector<JobId> settled;
+      try {
+        pipelined_upto = 0;
+        for (const Settle& s : ends)
+          if (settle(s, true)) settled.push_back(s.local);
+        if (pipelined_upto != 0) confirmed(pipelined_upto);
+      } catch (...) {
+        pipelined_upto = 0;
+        careful = true;
+        put_back(0);
+        throw;
+      }
+      pipelined_upto = 0;
+      for (const JobId id : settled) {
+        if (auto it = held.find(id); it != held.end()) {
+          in->ack(it->second.tag);
+          held.erase(it);
+        }
+      }
+      return;
+    }
+    careful = false;
     for (std::size_t i = 0; i < ends.size(); ++i) {
       try {
-        settle(ends[i]);
+        if (settle(ends[i], false)) {
+          const auto it = held.find(ends[i].local);
+          in->ack(it->second.tag);
+          held.erase(it);
+        }
       } catch (...) {
-        const std::lock_guard lock(mu);
-        inbox.insert(inbox.begin(), std::make_move_iterator(ends.begin() + static_cast<long>(i)),
-                     std::make_move_iterator(ends.end()));
+        put_back(i);
         throw;
       }
     }
   }
 
-  /// settle(s): the message of local job s.local, by its end. Its held record goes only once
-  /// the message is settled, so a failure here leaves everything to try again.
-  void settle(const Settle& s) {
+  /// settle(s, pipelined): the message of local job s.local, by its end; true when it is to be
+  /// acked (its retry or dead letter published and, unless `pipelined`, confirmed: drain then
+  /// waits for them all). Its held record goes only once the message is acked, so a failure
+  /// leaves everything to try again.
+  bool settle(const Settle& s, bool pipelined) {
     auto it = held.find(s.local);
-    if (it == held.end()) return;  // not a bridged job (a local add), or settled already
-    // No local copy stays; its errors are every attempt's, here and before.
-    std::vector<AttemptError> errors;
-    if (s.kind == EventKind::dead_lettered) errors = bridged.forget(s.local);
+    if (it == held.end()) return false;  // not a bridged job (a local add), or settled already
+    // No local copy stays; its errors are every attempt's, here and before (taken once).
+    if (s.kind == EventKind::dead_lettered && !it->second.local_errors)
+      it->second.local_errors = bridged.forget(s.local);
     if (it->second.generation != generation || !in) {
       held.erase(it);  // its connection is gone: the broker redelivers it
-      return;
+      return false;
     }
     const Held& h = it->second;
     if (s.kind == EventKind::dead_lettered || s.kind == EventKind::forwarded) {
+      pipelining = pipelined;
       try {
         if (s.kind == EventKind::forwarded) {
           retry(h.message, s);
         } else {
-          dead_letter(h.message, std::string(to_string(s.reason)), s.error, s.attempt, errors);
+          dead_letter(h.message, std::string(to_string(s.reason)), s.error, s.attempt,
+                      *h.local_errors);
         }
+        pipelining = false;
       } catch (const amqp::Refused& r) {
-        if (!r.permanent()) throw;
+        pipelining = false;
+        if (!r.permanent() || pipelined) throw;
         // The broker will never take this publish (a message too large, say): the message
         // itself goes to the queue's dead-letter exchange as it was, without rail's headers.
         in->nack(h.tag, false);
         held.erase(it);
-        return;
+        return false;
+      } catch (...) {
+        pipelining = false;
+        throw;
       }
     }
-    in->ack(h.tag);
-    held.erase(it);
+    return true;
   }
 
   /// with_error(headers, attempt, error): the headers with attempt `attempt`'s error added,
@@ -269,7 +323,17 @@ struct Relay::State {
                                           .message_id = m.message_id,
                                           .timestamp = m.timestamp,
                                           .headers = &headers});
-    if (!out->wait_confirms(n, broker.confirm_timeout).empty())
+    if (pipelining) {
+      pipelined_upto = n;  // drain waits for it with the rest
+      return;
+    }
+    confirmed(n);
+  }
+
+  /// confirmed(upto): waits for the confirms of every publish up to `upto`; throws
+  /// Error(capacity) if the broker refused one.
+  void confirmed(std::uint64_t upto) {
+    if (!out->wait_confirms(upto, broker.confirm_timeout).empty())
       throw Error(ErrorCode::capacity, "the broker refused a retry or dead letter of queue '" +
                                            queue + "' (no queue took it, or it was full)");
   }
@@ -304,8 +368,7 @@ struct Relay::State {
                   failed);
       return;
     }
-    publish_confirmed(amqp::delay_exchange(amqp::kDelayLevels - 1), amqp::delay_route(ms, queue), m,
-                      headers);
+    publish_confirmed(amqp::delay_entry(ms), amqp::delay_route(ms, queue), m, headers);
   }
 
   /// dead_letter(m, reason, error, failed): message m to the queue's DLQ, its job's `failed`
@@ -343,6 +406,10 @@ Relay::~Relay() {
 }
 
 void Relay::start() {
+  // Subscribed before the constructor returns (its thread owns the connections from its start
+  // on): a consumer created after this one is behind it for every single-active-consumer
+  // partition, and a broker that refuses the subscription is the constructor's error.
+  state_->reconnect();
   state_->thread = std::thread([s = state_.get()] { s->run(); });
 }
 

@@ -68,6 +68,11 @@ std::uint64_t rounded_delay_ms(std::uint64_t ms) noexcept {
   return (ms + unit - 1) / unit * unit;
 }
 
+std::string delay_entry(std::uint64_t ms) {
+  const std::uint64_t d = rounded_delay_ms(ms);
+  return delay_exchange(d == 0 ? 0 : std::bit_width(d) - 1);
+}
+
 std::string delay_route(std::uint64_t ms, std::string_view queue) {
   const std::uint64_t d = rounded_delay_ms(ms);
   std::string key;

@@ -31,7 +31,10 @@ TEST_F(AmqpSchedules, TwoProcessesPublishEachDueTimeOnceFromTheLeader) {
   amqp::Schedules<std::string> second(options(), b, "ticks");
   (void)first.schedule("tick", Schedule::every(100ms), "tick", "t");
   (void)second.schedule("tick", Schedule::every(100ms), "tick", "t");
-  ASSERT_TRUE(eventually([&] { return second.counts().discarded >= 10; }, 60s));
+  // Both fire every due time; a publish slower than the interval (a loaded machine) skips the
+  // due times it overlaps (MissedRuns::skip), so the counts are not the interval's.
+  ASSERT_TRUE(eventually(
+      [&] { return second.counts().discarded >= 10 && first.counts().completed >= 3; }, 60s));
   EXPECT_FALSE(second.leader());
   EXPECT_EQ(second.counts().completed, 0u) << "a follower published a run";
   (void)first.unschedule("tick");
@@ -40,7 +43,7 @@ TEST_F(AmqpSchedules, TwoProcessesPublishEachDueTimeOnceFromTheLeader) {
     return c.waiting + c.active + c.delayed == 0;
   }));
   const std::uint64_t published = first.counts().completed;
-  EXPECT_GE(published, 10u);
+  EXPECT_GE(published, 3u);
   EXPECT_EQ(raw("reader").queue_depth("rail.q.ticks"), published) << "each run once";
 }
 

@@ -15,6 +15,7 @@ export function flags(system) {
       'backoff-ms': { type: 'string', default: '10' },
       port: { type: 'string' },
       'timeout-s': { type: 'string', default: '300' },
+      durable: { type: 'boolean', default: false },
     },
   });
   const int = (name, min) => {
@@ -40,6 +41,7 @@ export function flags(system) {
     backoffMs: int('backoff-ms', 0),
     port: int('port', 1),
     timeoutS: int('timeout-s', 1),
+    durable: values.durable,
   };
 }
 
@@ -100,17 +102,44 @@ export class Lateness {
     this.lateMs[k] = started - this.failedAt[k] - this.backoffMs;
   }
 
-  /** Nearest-rank quantiles, the same definition as rail_orders.cpp. */
   summary() {
-    const sorted = Float64Array.from(this.lateMs).sort();
-    const n = sorted.length;
-    const q = (p) => sorted[Math.min(Math.max(Math.ceil(p * n - 1e-6), 1), n) - 1];
-    return { p50: q(0.5), p99: q(0.99), max: q(1) };
+    return quantiles(this.lateMs);
+  }
+}
+
+/** Nearest-rank quantiles p50 / p99 / max, the same definition as peers_common.hpp. */
+export function quantiles(values) {
+  const sorted = Float64Array.from(values).sort();
+  const n = sorted.length;
+  const q = (p) => sorted[Math.min(Math.max(Math.ceil(p * n - 1e-6), 1), n) - 1];
+  return { p50: q(0.5), p99: q(0.99), max: q(1) };
+}
+
+/**
+ * Starts records, per job, the time from its add (its batch's start) to its first handler
+ * start (ms): start_ms in the JSON line.
+ */
+export class Starts {
+  constructor(cfg) {
+    this.addedAt = new Float64Array(cfg.jobs);
+    this.startMs = new Float64Array(cfg.jobs);
+    this.seen = new Uint8Array(cfg.jobs);
+  }
+  added(k, at) {
+    this.addedAt[k] = at;
+  }
+  started(k, at) {
+    if (this.seen[k]) return;
+    this.seen[k] = 1;
+    this.startMs[k] = at - this.addedAt[k];
+  }
+  summary() {
+    return quantiles(this.startMs);
   }
 }
 
 /** report() prints the run's JSON line, the same fields as rail_orders.cpp prints. */
-export function report(cfg, { t0, tAdded, tDone, lateness }) {
+export function report(cfg, { t0, tAdded, tDone, lateness, starts }) {
   const out = {
     system: cfg.system,
     workload: cfg.workload,
@@ -122,6 +151,7 @@ export function report(cfg, { t0, tAdded, tDone, lateness }) {
     add_per_s: (cfg.jobs * 1e3) / (tAdded - t0),
     jobs_per_s: (cfg.jobs * 1e3) / (tDone - t0),
   };
+  if (starts) out.start_ms = starts.summary();
   if (lateness) {
     out.backoff_ms = cfg.backoffMs;
     out.late_ms = lateness.summary();

@@ -3,7 +3,8 @@
 // flow control must not slow the consumer's acks down) in one process.
 //   node rabbitmq.mjs --port P --workload orders|retry [--jobs N] [--batch B] [--concurrency C]
 //                     [--backoff-ms D] [--timeout-s T]
-// Prints one JSON line (see common.mjs). Settings, and why:
+// Prints one JSON line (see common.mjs). --durable runs it as rail::amqp stores its jobs: quorum
+// queues and persistent messages (system "rabbitmq_quorum"). Settings, and why:
 //   - a classic queue, not durable, messages not persistent: rail and the Redis under BullMQ
 //     (no persistence) keep jobs in memory only, so the broker does too.
 //   - publisher confirms: the producer publishes --batch messages, then waits for the broker to
@@ -19,9 +20,12 @@
 import { once } from 'node:events';
 import amqp from 'amqplib';
 
-import { Completion, Lateness, fail, flags, now, payload, report } from './common.mjs';
+import { Completion, Lateness, Starts, fail, flags, now, payload, report } from './common.mjs';
 
 const cfg = flags('rabbitmq');
+// --durable: what rail::amqp always does, by hand: quorum queues, persistent messages.
+if (cfg.durable) cfg.system = 'rabbitmq_quorum';
+const queueArgs = cfg.durable ? { durable: true, arguments: { 'x-queue-type': 'quorum' } } : { durable: false };
 const url = `amqp://guest:guest@127.0.0.1:${cfg.port}`;
 // Queue names of their own per run: nothing from an earlier run can be picked up.
 const work = `peers.${cfg.workload}.${process.pid}`;
@@ -29,6 +33,7 @@ const wait = `${work}.wait`;
 
 const completion = new Completion(cfg);
 const lateness = cfg.retry ? new Lateness(cfg) : null;
+const starts = new Starts(cfg);
 
 const [consumerConn, producerConn] = await Promise.all([amqp.connect(url), amqp.connect(url)]);
 for (const [what, conn] of [['consumer', consumerConn], ['producer', producerConn]]) {
@@ -37,10 +42,10 @@ for (const [what, conn] of [['consumer', consumerConn], ['producer', producerCon
 
 const consumer = await consumerConn.createConfirmChannel();
 consumer.on('error', (err) => fail(cfg.system, `consumer channel error: ${err.message}`));
-await consumer.assertQueue(work, { durable: false });
+await consumer.assertQueue(work, queueArgs);
 if (cfg.retry) {
   await consumer.assertQueue(wait, {
-    durable: false,
+    ...queueArgs,
     deadLetterExchange: '',
     deadLetterRoutingKey: work,
   });
@@ -54,10 +59,11 @@ const { consumerTag } = await consumer.consume(
     const started = now();
     // BullMQ's Worker hands its processor the parsed job data; this consumer parses it too.
     const { order } = JSON.parse(msg.content);
+    starts.started(order, started);
     if (lateness && (msg.properties.headers?.['x-attempt'] ?? 1) === 1) {
       lateness.failed(order);
       const retry = {
-        persistent: false,
+        persistent: cfg.durable,
         expiration: String(cfg.backoffMs),
         headers: { 'x-attempt': 2 },
       };
@@ -79,10 +85,12 @@ producer.on('error', (err) => fail(cfg.system, `producer channel error: ${err.me
 
 const t0 = now();
 for (let i = 0; i < cfg.jobs; ) {
+  const at = now();
   for (const end = Math.min(i + cfg.batch, cfg.jobs); i < end; ++i) {
     const body = Buffer.from(JSON.stringify(payload(i)));
+    starts.added(i, at);
     // false: the socket's buffer is full; wait for it to drain rather than buffer without bound.
-    if (!producer.sendToQueue(work, body, { persistent: false })) {
+    if (!producer.sendToQueue(work, body, { persistent: cfg.durable })) {
       await once(producer, 'drain');
     }
   }
@@ -95,4 +103,4 @@ await consumer.cancel(consumerTag);
 await consumer.deleteQueue(work);
 if (cfg.retry) await consumer.deleteQueue(wait);
 await Promise.all([consumerConn.close(), producerConn.close()]);
-report(cfg, { t0, tAdded, tDone, lateness });
+report(cfg, { t0, tAdded, tDone, lateness, starts });

@@ -26,37 +26,15 @@
 #include <string>
 #include <vector>
 
+#include "peers/peers_common.hpp"
+
 namespace {
 
-std::int64_t now_ns() noexcept {
-  return std::chrono::steady_clock::now().time_since_epoch().count();
-}
-
-/// Finish counts completed jobs; the handler that completes the last one takes the time (as the
-/// JS drivers do at their last completion) and wakes the main thread. acq_rel on the count chains
-/// every handler's writes (late_ms) to that last one, and its release store passes them on.
-class Finish {
- public:
-  explicit Finish(std::uint64_t target) noexcept : target_(target) {}
-  void hit() noexcept {
-    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 != target_) return;
-    at_ns_ = now_ns();
-    finished_.store(1, std::memory_order_release);
-    finished_.notify_one();
-  }
-  /// wait() blocks until the last job completed and returns when that was.
-  std::int64_t wait() const noexcept {
-    while (finished_.load(std::memory_order_acquire) == 0)
-      finished_.wait(0, std::memory_order_acquire);
-    return at_ns_;
-  }
-
- private:
-  const std::uint64_t target_;
-  alignas(64) std::atomic<std::uint64_t> done_{0};
-  alignas(64) std::atomic<std::uint32_t> finished_{0};
-  std::int64_t at_ns_ = 0;  // written before finished_'s release store, read after its acquire
-};
+using rail::peers::Finish;
+using rail::peers::median_of;
+using rail::peers::now_ns;
+using rail::peers::payload;
+using rail::peers::quantile;
 
 struct Config {
   std::string workload = "orders";
@@ -66,22 +44,6 @@ struct Config {
   int backoff_ms = 10;
   double min_seconds = 1.0;
 };
-
-/// payload(i) is the same bytes the peers carry (JSON.stringify({order: i})). A typed struct would
-/// be rail's idiomatic payload and cheaper; the text keeps the comparison like for like.
-std::string payload(std::uint64_t i) {
-  char buf[32] = "{\"order\":";
-  char* end = std::to_chars(buf + 9, buf + sizeof(buf) - 1, i).ptr;
-  *end++ = '}';
-  return {buf, end};
-}
-
-/// Nearest-rank quantile, the same definition as bench/peers/common.mjs.
-double quantile(const std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  auto rank = static_cast<std::size_t>(q * static_cast<double>(sorted.size()) + 0.999999);
-  return sorted[std::clamp<std::size_t>(rank, 1, sorted.size()) - 1];
-}
 
 /// add_all(q, c, o) adds c.jobs jobs from this thread; false if any add was refused (the queue's
 /// capacity is c.jobs, so a refusal means the run is not the workload it claims to be).
@@ -183,11 +145,6 @@ int run_once(const Config& c, nlohmann::ordered_json& result) {
   }
   result = std::move(out);
   return 0;
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 /// run(c): repeats run_once for at least c.min_seconds and prints the median repeat's JSON.

@@ -5,13 +5,24 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 
-const SYSTEMS = ['rail', 'bullmq', 'rabbitmq'];
+// rail over RabbitMQ (peers_rail_amqp) and its like-for-like peer (amqplib on quorum queues
+// with persistent messages) run where peers_rail_amqp was built: optional.
+const REQUIRED = ['rail', 'bullmq', 'rabbitmq'];
+const OPTIONAL = ['rail_amqp', 'rabbitmq_quorum'];
 const WORKLOADS = ['orders', 'retry'];
-const NAMES = { rail: 'rail', bullmq: 'BullMQ', rabbitmq: 'RabbitMQ' };
-// Issue 4 item 7: end-to-end jobs/s on the orders workload.
+const NAMES = {
+  rail: 'rail',
+  bullmq: 'BullMQ',
+  rabbitmq: 'RabbitMQ',
+  rail_amqp: 'rail over RabbitMQ',
+  rabbitmq_quorum: 'RabbitMQ quorum',
+};
+// Issue 4 item 7: end-to-end jobs/s on the orders workload; issue 41: rail over RabbitMQ at least
+// as fast as a hand-written amqplib consumer with the same durability (quorum, confirms).
 const TARGETS = [
   { workload: 'orders', system: 'bullmq', target: 300 },
   { workload: 'orders', system: 'rabbitmq', target: 100 },
+  { workload: 'orders', system: 'rabbitmq_quorum', contender: 'rail_amqp', target: 1 },
 ];
 
 function die(message) {
@@ -44,6 +55,10 @@ function median(xs) {
   return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
 }
 
+const SYSTEMS = [
+  ...REQUIRED,
+  ...OPTIONAL.filter((system) => runs.some((r) => r.system === system)),
+];
 const workloads = {};
 for (const workload of WORKLOADS) {
   workloads[workload] = {};
@@ -54,11 +69,10 @@ for (const workload of WORKLOADS) {
       jobs_per_s: median(mine.map((r) => r.jobs_per_s)),
       add_per_s: median(mine.map((r) => r.add_per_s)),
     };
-    if (workload === 'retry') {
-      figures.late_ms = Object.fromEntries(
-        ['p50', 'p99', 'max'].map((q) => [q, median(mine.map((r) => r.late_ms[q]))]),
-      );
-    }
+    const quantiles = (key) =>
+      Object.fromEntries(['p50', 'p99', 'max'].map((q) => [q, median(mine.map((r) => r[key][q]))]));
+    if (workload === 'retry') figures.late_ms = quantiles('late_ms');
+    if (mine.every((r) => r.start_ms)) figures.start_ms = quantiles('start_ms');
     workloads[workload][system] = { ...figures, runs: mine };
   }
 }
@@ -71,10 +85,24 @@ for (const workload of WORKLOADS) {
     ratios[workload][system] = rail.jobs_per_s / peer.jobs_per_s;
   }
 }
-const targets = TARGETS.map(({ workload, system, target }) => {
-  const ratio = ratios[workload][system];
+// rail over RabbitMQ: against amqplib with the same durability, and the broker's cost against
+// rail in one process.
+const broker = {};
+if (SYSTEMS.includes('rail_amqp') && SYSTEMS.includes('rabbitmq_quorum')) {
+  for (const workload of WORKLOADS) {
+    const w = workloads[workload];
+    broker[workload] = {
+      rail_amqp_over_amqplib_quorum: w.rail_amqp.jobs_per_s / w.rabbitmq_quorum.jobs_per_s,
+      in_process_over_rail_amqp: w.rail.jobs_per_s / w.rail_amqp.jobs_per_s,
+    };
+  }
+}
+const targets = TARGETS.filter(
+  ({ system, contender = 'rail' }) => SYSTEMS.includes(system) && SYSTEMS.includes(contender),
+).map(({ workload, system, contender = 'rail', target }) => {
+  const ratio = workloads[workload][contender].jobs_per_s / workloads[workload][system].jobs_per_s;
   return {
-    name: `${workload}: rail >= ${target}x ${NAMES[system]} in end-to-end jobs/s`,
+    name: `${workload}: ${NAMES[contender]} >= ${target}x ${NAMES[system]} in end-to-end jobs/s`,
     workload,
     system,
     ratio,
@@ -87,7 +115,15 @@ const targets = TARGETS.map(({ workload, system, target }) => {
 const rate = (x) => Math.round(x).toLocaleString('en-US');
 const ms = (x) => x.toFixed(2);
 const rows = [
-  ['workload', 'system', 'jobs/s (end-to-end)', 'add/s', 'rail/system', 'late ms p50 / p99 / max'],
+  [
+    'workload',
+    'system',
+    'jobs/s (end-to-end)',
+    'add/s',
+    'rail/system',
+    'late ms p50 / p99 / max',
+    'add-to-start ms p50 / p99',
+  ],
 ];
 for (const workload of WORKLOADS) {
   for (const system of SYSTEMS) {
@@ -99,11 +135,12 @@ for (const workload of WORKLOADS) {
       rate(f.add_per_s),
       system === 'rail' ? '-' : `${ratios[workload][system].toFixed(1)}x`,
       f.late_ms ? `${ms(f.late_ms.p50)} / ${ms(f.late_ms.p99)} / ${ms(f.late_ms.max)}` : '',
+      f.start_ms ? `${ms(f.start_ms.p50)} / ${ms(f.start_ms.p99)}` : '',
     ]);
   }
 }
 const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
-const numeric = [false, false, true, true, true, false];
+const numeric = [false, false, true, true, true, false, false];
 const line = (r) =>
   r
     .map((cell, c) => (numeric[c] ? cell.padStart(widths[c]) : cell.padEnd(widths[c])))
@@ -130,6 +167,13 @@ out.push(
   `late: a retry's second attempt start - its first attempt's failure - ${config.backoff_ms} ms; ` +
     'it includes the wait behind the jobs queued ahead of it',
 );
+for (const [workload, b] of Object.entries(broker)) {
+  out.push(
+    `rail over RabbitMQ, ${workload}: ${b.rail_amqp_over_amqplib_quorum.toFixed(2)}x amqplib ` +
+      `on quorum queues with confirms (the same durability); rail in one process ` +
+      `${b.in_process_over_rail_amqp.toFixed(1)}x faster than over the broker`,
+  );
+}
 out.push('');
 for (const t of targets) {
   const verdict = t.met ? 'MET' : 'MISSED';
@@ -140,7 +184,7 @@ out.push(`versions: ${Object.entries(versions).map(([k, v]) => `${k} ${v}`).join
 process.stdout.write(`${out.join('\n')}\n`);
 
 if (values.json) {
-  const all = { workloads, ratios, targets, versions, config };
+  const all = { workloads, ratios, broker, targets, versions, config };
   writeFileSync(values.json, `${JSON.stringify(all, null, 2)}\n`);
 }
 process.exit(targets.every((t) => t.met) ? 0 : 1);

@@ -137,7 +137,8 @@ class Relay {
   Relay(const Relay&) = delete;
   Relay& operator=(const Relay&) = delete;
 
-  /// start(): starts consuming (once the caller observes the local ends).
+  /// start(): subscribes (before it returns: see Consumer) and starts the I/O thread, once the
+  /// caller observes the local ends. Throws Error(broker) if the subscription fails.
   void start();
 
   /// settle(s): a local end (an observer's call: never blocks).
@@ -254,7 +255,8 @@ struct ConsumerOptions {
 /// after that publish was confirmed, so a crash in between runs the job again (at-least-once).
 /// The local job has its own id; the producer's is the message id.
 /// FIFO groups: the consumer also takes the partition queues; the broker makes one consumer
-/// (process) active per partition, the first to subscribe, and the next when it goes, so one
+/// (process) active per partition, the first to subscribe (a Consumer has subscribed when its
+/// constructor returns), and the next when it goes, so one
 /// process may take every group while others take the ungrouped jobs. A group's job runs as a
 /// local grouped job: its retries and lapses stay here, holding its delivery and its group's
 /// turn, so a group's jobs start one at a time in add order across processes; when its process
