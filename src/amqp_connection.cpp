@@ -233,10 +233,14 @@ std::uint32_t Connection::declare_queue(const std::string& name, const Fields& a
 }
 
 std::uint32_t Connection::queue_depth(const std::string& name) {
+  return queue_state(name).ready;
+}
+
+QueueState Connection::queue_state(const std::string& name) {
   const amqp_queue_declare_ok_t* ok =
       amqp_queue_declare(state_->conn, kChannel, bytes(name), 1, 0, 0, 0, amqp_empty_table);
   check_reply("find queue '" + name + "'");
-  return ok->message_count;
+  return QueueState{.ready = ok->message_count, .consumers = ok->consumer_count};
 }
 
 void Connection::bind(const std::string& queue, const std::string& exchange,

@@ -241,11 +241,16 @@ struct Relay::State {
         throw;
       }
       pipelined_upto = 0;
-      for (const JobId id : settled) {
-        if (auto it = held.find(id); it != held.end()) {
-          in->ack(it->second.tag);
-          held.erase(it);
+      try {
+        for (const JobId id : settled) {
+          if (auto it = held.find(id); it != held.end()) {
+            in->ack(it->second.tag);
+            held.erase(it);
+          }
         }
+      } catch (...) {
+        put_back(0);  // the acked ones are gone from `held`: their ends are no-ops then
+        throw;
       }
       return;
     }

@@ -233,6 +233,24 @@ class DeadLetters {
   std::unique_ptr<State> state_;
 };
 
+/// BrokerCounts: a broker queue's jobs as the broker holds them now, read from any process
+/// (broker_counts). The counts of what ran (completed, retried, dead-lettered, forwarded, ...)
+/// are each process's local queue's (Queue::counts, rail_* metrics): summed across processes by
+/// whatever collects the metrics (Prometheus' sum()). What the broker cannot tell: the jobs
+/// delivered and running (AMQP 0-9-1 counts only ready messages) and the delayed ones (the delay
+/// cascade is shared by every queue of a vhost).
+struct BrokerCounts {
+  std::uint64_t waiting = 0;        // ready in the jobs queue and its partitions
+  std::uint64_t dead_lettered = 0;  // in its DLQ (rail.dlq.<queue>)
+  std::uint32_t consumers = 0;      // subscribed to its jobs queue: one per Consumer
+};
+
+/// broker_counts(broker, queue, options): BrokerCounts of `queue` (declared with `options`:
+/// their partitions are counted). Throws Error(broker) if the broker cannot be reached or the
+/// queue does not exist.
+BrokerCounts broker_counts(const BrokerOptions& broker, const std::string& queue,
+                           const BrokerQueueOptions& options = {});
+
 /// ConsumerOptions: how a Consumer takes from the broker.
 struct ConsumerOptions {
   /// Messages held unsettled at once (waiting or running in the local queue): RabbitMQ's

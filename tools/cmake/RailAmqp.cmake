@@ -12,7 +12,7 @@ if(RAIL_BUILD_AMQP)
     add_library(rail_amqp STATIC src/amqp_connection.cpp src/amqp_headers.cpp src/amqp_leader.cpp
                                  src/amqp_topology.cpp
                                  src/amqp_publisher.cpp src/amqp_relay.cpp
-                                 src/amqp_dead_letters.cpp)
+                                 src/amqp_dead_letters.cpp src/amqp_counts.cpp)
     add_library(rail::amqp ALIAS rail_amqp)
     target_link_libraries(rail_amqp PUBLIC rail::rail PRIVATE PkgConfig::RABBITMQ_C)
     set_target_properties(rail_amqp PROPERTIES POSITION_INDEPENDENT_CODE ON)

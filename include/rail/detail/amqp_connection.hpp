@@ -57,6 +57,13 @@ struct Outgoing {
   const Fields* headers = nullptr;
 };
 
+/// QueueState: what a passive declare tells of a queue: its ready messages (not those delivered
+/// and unacked: AMQP 0-9-1 does not count them) and its consumers.
+struct QueueState {
+  std::uint32_t ready = 0;
+  std::uint32_t consumers = 0;
+};
+
 /// Delivery: a message the broker delivered to this connection's consumer.
 struct Delivery {
   std::uint64_t tag = 0;  // the delivery tag, for ack/nack on this connection
@@ -103,6 +110,8 @@ class Connection {
   std::uint32_t declare_queue(const std::string& name, const Fields& arguments);
   /// queue_depth(name): its ready messages (a passive declare); throws if it does not exist.
   std::uint32_t queue_depth(const std::string& name);
+  /// queue_state(name): its ready messages and its consumers (as queue_depth).
+  QueueState queue_state(const std::string& name);
   void bind(const std::string& queue, const std::string& exchange, const std::string& key);
   /// bind_exchange(destination, source, key): source's messages matching key go on to
   /// exchange destination.
