@@ -125,7 +125,7 @@ TEST_F(AmqpConsumer, ALapsedLeaseGoesBackThroughTheBrokerAndTheLateOutcomeIsFenc
     release = true;
     return Outcome::done();
   });
-  test::ReleaseOnExit unblock(release);
+  test::ReleaseOnExit unblock{release};
   amqp::Consumer<std::string> consumer(options(), engine, local);
   amqp::Producer<std::string> producer(options(), "reports");
   ASSERT_EQ(producer.add("render", "q3").status, AddStatus::added);
