@@ -191,7 +191,17 @@ Connection::Connection(const Address& address, Duration heartbeat, std::string_v
       std::chrono::duration_cast<std::chrono::seconds>(heartbeat).count(), 0, 65535));
   Fields props{{"connection_name", std::string(name)}};
   Table client(&props);
-  const amqp_table_t client_props = client.get();
+  // capabilities.consumer_cancel_notify: the broker sends basic.cancel when a consumed queue
+  // goes (deleted, or its node lost), instead of ending the deliveries in silence.
+  amqp_table_entry_t capability{};
+  capability.key = amqp_cstring_bytes("consumer_cancel_notify");
+  capability.value.kind = AMQP_FIELD_KIND_BOOLEAN;
+  capability.value.value.boolean = 1;
+  amqp_table_entry_t entries[2] = {client.get().entries[0], {}};
+  entries[1].key = amqp_cstring_bytes("capabilities");
+  entries[1].value.kind = AMQP_FIELD_KIND_TABLE;
+  entries[1].value.value.table = amqp_table_t{1, &capability};
+  const amqp_table_t client_props{2, entries};
   const amqp_rpc_reply_t login = amqp_login_with_properties(
       state_->conn, address.vhost.c_str(), 0, 131072, beat, &client_props, AMQP_SASL_METHOD_PLAIN,
       address.user.c_str(), address.password.c_str());
@@ -341,6 +351,9 @@ void Connection::on_frame(const void* f, std::string_view what) {
       returned_ = true;
       break;
     }
+    case AMQP_BASIC_CANCEL_METHOD:
+      // consumer_cancel_notify: the queue this connection consumes went away.
+      fail(what, "the broker cancelled the consumer: its queue was deleted or became unavailable");
     case AMQP_CHANNEL_CLOSE_METHOD: {
       const auto* c = static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
       fail(what,

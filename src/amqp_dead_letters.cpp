@@ -16,6 +16,7 @@ namespace wire = rail::detail::amqp;
 struct DeadLetters::State {
   BrokerOptions broker;
   std::string queue;
+  BrokerQueueOptions options;
   std::optional<wire::Connection> connection;
 
   wire::Connection& open() {
@@ -28,8 +29,9 @@ struct DeadLetters::State {
   }
 };
 
-DeadLetters::DeadLetters(BrokerOptions broker, std::string queue)
+DeadLetters::DeadLetters(BrokerOptions broker, std::string queue, BrokerQueueOptions options)
     : state_(std::make_unique<State>()) {
+  state_->options = options;
   rail::amqp::detail::check_broker(broker);
   state_->broker = std::move(broker);
   state_->queue = std::move(queue);
@@ -106,7 +108,15 @@ std::size_t DeadLetters::redrive_all() {
           key != wire::kPreviousDelayHeader && key.rfind("x-rail-error-", 0) != 0)
         headers.emplace_back(key, value);
     headers.emplace_back(wire::kAttemptHeader, std::int64_t{0});
-    const std::uint64_t n = out.publish("", wire::jobs_queue(state_->queue),
+    // A group's job goes back to its partition, behind the group's later jobs (a redrive is a
+    // new life: its place is gone).
+    const std::string group = wire::header_text(headers, wire::kGroupHeader);
+    const std::string to =
+        group.empty() || state_->options.partitions == 0
+            ? wire::jobs_queue(state_->queue)
+            : wire::partition_queue(state_->queue,
+                                    wire::partition_of(group, state_->options.partitions));
+    const std::uint64_t n = out.publish("", to,
                                         {.body = d->body,
                                          .type = d->type,
                                          .message_id = d->message_id,
@@ -114,9 +124,9 @@ std::size_t DeadLetters::redrive_all() {
                                          .headers = &headers});
     if (!out.wait_confirms(n, state_->broker.confirm_timeout).empty()) {
       in.nack(d->tag, true);  // the queue is full: the dead letter stays
-      throw Error(ErrorCode::capacity,
-                  "redrive_all: broker queue '" + wire::jobs_queue(state_->queue) + "' is full; " +
-                      std::to_string(sent) + " dead letters were sent back before it");
+      throw Error(ErrorCode::capacity, "redrive_all: broker queue '" + to + "' is full; " +
+                                           std::to_string(sent) +
+                                           " dead letters were sent back before it");
     }
     in.ack(d->tag);
     ++sent;

@@ -10,6 +10,9 @@
 
 namespace rail::detail::amqp {
 
+/// kReturn: how long a renewed token may take to come back before this process stops leading.
+constexpr auto kReturn = std::chrono::seconds(5);
+
 struct Leader::State {
   rail::amqp::BrokerOptions broker;
   std::string queue;
@@ -56,10 +59,15 @@ Leader::Leader(rail::amqp::BrokerOptions broker, std::string queue, Duration ren
           taken_at = std::chrono::steady_clock::now();
           held_.store(true, std::memory_order_release);
         } else if (tag != 0 && std::chrono::steady_clock::now() - taken_at > s.renew) {
-          // Handed back and taken again at once: the active consumer is still this one.
+          // Handed back and taken again at once while this is still the active consumer.
           s.connection->nack(tag, true);
           tag = 0;
           taken_at = std::chrono::steady_clock::now();
+        } else if (tag == 0 && held_.load(std::memory_order_relaxed) &&
+                   std::chrono::steady_clock::now() - taken_at > kReturn) {
+          // The token did not come back: another consumer is active now (the broker moved
+          // it without closing this connection). Not the leader until one comes.
+          held_.store(false, std::memory_order_release);
         }
         backoff = std::chrono::milliseconds(50);
       } catch (const std::exception&) {

@@ -79,29 +79,46 @@ struct Relay::State {
   /// open_out(): the publishing connection, with the queue's broker objects declared.
   void open_out() {
     out.emplace(address, broker.heartbeat, broker.name + " relay of " + queue);
-    amqp::declare_all(*out, amqp::QueueTopology{.queue = queue,
-                                                .max_length = options.max_length,
-                                                .delivery_limit = options.delivery_limit,
-                                                .partitions = options.partitions});
+    amqp::declare_all(*out, topology());
     out->enable_confirms();
+  }
+
+  [[nodiscard]] amqp::QueueTopology topology() const {
+    return amqp::QueueTopology{.queue = queue,
+                               .max_length = options.max_length,
+                               .delivery_limit = options.delivery_limit,
+                               .partitions = options.partitions};
   }
 
   /// reconnect(): a new consuming connection (the dead one's deliveries were requeued by the
   /// broker, so theirs settle as stale) and, if it failed too, a new publishing one. A failed
   /// publishing connection alone leaves the consumer and its tags as they are.
+  /// drop_in(): the consuming connection goes: the broker requeues its unacked deliveries and
+  /// may hand them (a partition's among them) to another process at once. Their local jobs are
+  /// cancelled here, so that none runs on beside its redelivery (a group's later job before an
+  /// earlier one's retry, or two of a group at once); their ends then settle as stale.
+  void drop_in() {
+    in.reset();
+    parked.clear();
+    ++generation;
+    for (const auto& [id, h] : held)
+      if (h.generation != generation) bridged.cancel(id);
+  }
+
   void reconnect() {
     if (!out || !out->ok()) {
       out.reset();
       open_out();
     }
     if (local_closed || (in && in->ok())) return;
-    in.reset();
-    parked.clear();
+    drop_in();
     in.emplace(address, broker.heartbeat, broker.name + " consumer of " + queue);
+    // Declared again (idempotent): a queue deleted under the consumer (its basic.cancel ended
+    // the last connection) comes back before the subscription.
+    amqp::declare_queue(*in, topology());
     in->consume(amqp::jobs_queue(queue), prefetch);
     for (std::uint32_t n = 0; n < options.partitions; ++n)  // the broker makes one process active
       in->consume(amqp::partition_queue(queue, n), prefetch);
-    ++generation;
   }
 
   void run() {
@@ -118,7 +135,13 @@ struct Relay::State {
             std::optional<amqp::Delivery> d =
                 in->next(n == 0 ? std::chrono::milliseconds(5) : std::chrono::milliseconds(0));
             if (!d) break;
-            if (!parked.empty() || !deliver(*d)) parked.push_back(std::move(*d));
+            try {
+              if (!parked.empty() || !deliver(*d)) parked.push_back(std::move(*d));
+            } catch (...) {
+              // Not held and not acked: parked, tried again in order (its dead letter failed).
+              parked.push_back(std::move(*d));
+              throw;
+            }
           }
         } else {
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -145,8 +168,9 @@ struct Relay::State {
     const auto now = std::chrono::steady_clock::now();
     if (now - parked_tried < std::chrono::milliseconds(20)) return;
     parked_tried = now;
+    // deliver() may drop the connection and with it every parked delivery (shutting_down).
     while (in && !parked.empty() && deliver(parked.front()))
-      parked.pop_front();
+      if (!parked.empty()) parked.pop_front();
   }
 
   /// deliver(d): a message into the local queue (taken from d), or straight to the DLQ if it
@@ -200,8 +224,7 @@ struct Relay::State {
         return false;
       case AddStatus::shutting_down:
         local_closed = true;
-        in.reset();  // every unsettled delivery goes back to the broker
-        parked.clear();
+        drop_in();  // every unsettled delivery goes back to the broker
         return true;
       default:  // added, or dead_lettered by the local queue's OnFull: its end settles it
         break;
@@ -279,7 +302,7 @@ struct Relay::State {
     // No local copy stays; its errors are every attempt's, here and before (taken once).
     if (s.kind == EventKind::dead_lettered && !it->second.local_errors)
       it->second.local_errors = bridged.forget(s.local);
-    if (it->second.generation != generation || !in) {
+    if (it->second.generation != generation || !in || !in->ok()) {
       held.erase(it);  // its connection is gone: the broker redelivers it
       return false;
     }
@@ -382,8 +405,13 @@ struct Relay::State {
                    std::uint32_t failed = 0, const std::vector<AttemptError>& errors = {}) {
     const bool new_failure = failed > amqp::header_count(m.headers, amqp::kAttemptHeader, 0);
     amqp::Fields headers = new_failure ? with_error(m.headers, failed, error) : m.headers;
-    for (const AttemptError& e : errors)  // the local log: the attempts that failed here too
-      headers = with_error(std::move(headers), e.attempt, e.message);
+    // The local log: the attempts that failed here too; the last kMaxErrorHeaders of them, so
+    // that the headers stay within the broker's frame (each error is cut to 1 KiB too).
+    constexpr std::size_t kMaxErrorHeaders = 32;
+    const std::size_t skip =
+        errors.size() > kMaxErrorHeaders ? errors.size() - kMaxErrorHeaders : 0;
+    for (std::size_t i = skip; i < errors.size(); ++i)
+      headers = with_error(std::move(headers), errors[i].attempt, errors[i].message);
     amqp::set_header(headers, amqp::kReasonHeader, reason);
     if (!new_failure) amqp::set_header(headers, amqp::kErrorHeader, error);
     amqp::set_header(

@@ -336,6 +336,37 @@ TEST_F(AmqpConsumer, DeliveriesWaitForRoomInAFullLocalQueueWithoutARequeueLoop) 
       << "the broker dead-lettered requeued deliveries";
 }
 
+// The engine shuts down while deliveries wait for room in its full local queue: the consumer
+// closes its subscription and hands every unsettled delivery back to the broker, in one piece.
+TEST_F(AmqpConsumer, AShutdownWhileDeliveriesWaitForRoomHandsThemBack) {
+  std::atomic<bool> release{false};  // read by the handler until the engine joined it
+  Engine engine;
+  QueueOptions small;
+  small.capacity = 1;
+  auto local = engine.declare_queue<std::string>("backlog", small);
+  std::atomic<int> started{0};
+  local.process({.concurrency = 1}, [&](Job<std::string>&) {
+    started.fetch_add(1);
+    while (!release.load())
+      std::this_thread::sleep_for(5ms);  // holds the queue full until the shutdown
+  });
+  test::ReleaseOnExit unblock{release};
+  amqp::Consumer<std::string> consumer(options(), engine, local, {}, {.prefetch = 8});
+  amqp::Producer<std::string> producer(options(), "backlog");
+  constexpr int kJobs = 6;
+  for (int i = 0; i < kJobs; ++i)
+    ASSERT_EQ(producer.add("slow", std::to_string(i)).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return started.load() == 1; }, 60s));
+  std::this_thread::sleep_for(200ms);  // the rest arrive and park; decides nothing
+  std::thread stop([&] { (void)engine.shutdown(30s); });
+  std::this_thread::sleep_for(100ms);  // a parked delivery meets the shutdown; decides nothing
+  release = true;
+  stop.join();
+  wire::Connection reader = raw("reader");
+  EXPECT_TRUE(eventually([&] { return reader.queue_depth("rail.q.backlog") >= kJobs - 1; }, 30s))
+      << "the parked deliveries did not go back to the broker";
+}
+
 // After the consumer sat idle past two heartbeats, a failed attempt's retry is published on a
 // connection the relay kept alive: no reconnect, so the delivery a handler still holds is not
 // handed back and run twice.
@@ -383,6 +414,32 @@ TEST_F(AmqpConsumer, APermanentFailureIsDeadLetteredAtOnce) {
   wire::Connection c = raw("reader");
   ASSERT_TRUE(eventually([&] { return c.queue_depth("rail.dlq.cards") == 1; }, 60s));
   EXPECT_EQ(runs.load(), 1);
+}
+
+// A queue deleted under a consumer: the broker cancels the consumer (consumer_cancel_notify),
+// which reconnects, declares the queue again and consumes the adds that come after.
+TEST_F(AmqpConsumer, AQueueDeletedUnderTheConsumerIsDeclaredAgainAndConsumed) {
+  Engine engine;
+  auto local = engine.declare_queue<std::string>("reindex", {});
+  std::atomic<int> ran{0};
+  local.process({.concurrency = 1}, [&](Job<std::string>&) { ran.fetch_add(1); });
+  amqp::Consumer<std::string> consumer(options(), engine, local);
+  wire::Connection admin = raw("admin");
+  admin.delete_queue("rail.q.reindex");
+  // Back once the consumer saw the cancel and declared it again; found by a passive declare.
+  ASSERT_TRUE(eventually(
+      [&] {
+        try {
+          return raw("reader").queue_state("rail.q.reindex").consumers == 1;
+        } catch (const Error&) {
+          return false;
+        }
+      },
+      60s))
+      << "the consumer never came back to the queue";
+  amqp::Producer<std::string> producer(options(), "reindex");
+  ASSERT_EQ(producer.add("doc", "42").status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return ran.load() == 1; }, 60s));
 }
 
 TEST_F(AmqpConsumer, ABodyItsCodecCannotReadIsDeadLetteredUnrun) {

@@ -120,6 +120,8 @@ class Bridged {
   /// forget(id): takes the local DLQ entry of job id (its end is settled on the broker); its
   /// errors, every failed attempt's (none if there is no entry).
   virtual std::vector<AttemptError> forget(JobId id) = 0;
+  /// cancel(id): cancels local job id (its delivery went back to the broker).
+  virtual void cancel(JobId id) = 0;
   /// codec(): JournalCodec<T>::name().
   [[nodiscard]] virtual std::string codec() const = 0;
 
@@ -215,7 +217,9 @@ struct BrokerDeadLetter {
 /// they were. Threads: one call at a time.
 class DeadLetters {
  public:
-  DeadLetters(BrokerOptions broker, std::string queue);
+  /// DeadLetters(broker, queue, options): options as the queue's processes declare it (a
+  /// redriven group's job goes back to its partition).
+  DeadLetters(BrokerOptions broker, std::string queue, BrokerQueueOptions options = {});
   ~DeadLetters();
   DeadLetters(const DeadLetters&) = delete;
   DeadLetters& operator=(const DeadLetters&) = delete;
@@ -253,8 +257,10 @@ BrokerCounts broker_counts(const BrokerOptions& broker, const std::string& queue
 
 /// ConsumerOptions: how a Consumer takes from the broker.
 struct ConsumerOptions {
-  /// Messages held unsettled at once (waiting or running in the local queue): RabbitMQ's
-  /// prefetch. Keep it within the local queue's capacity.
+  /// Messages held unsettled at once (waiting or running in the local queue), per subscribed
+  /// queue: RabbitMQ's prefetch, given to the jobs queue and to each partition. Keep the local
+  /// queue's capacity at prefetch x (1 + partitions) or more, or a group held up by its
+  /// backoff can fill it and park every other delivery behind it.
   std::uint16_t prefetch = 64;
 };
 
@@ -337,6 +343,7 @@ class Consumer final : private detail::Bridged {
     const AddReceipt added = rail::detail::QueueAccess::front(local_).resume(name, &*value, o, r);
     return detail::Taken{.status = added.status, .id = added.id, .malformed = {}};
   }
+  void cancel(JobId id) override { (void)local_.cancel(id); }
   std::vector<AttemptError> forget(JobId id) override {
     auto entry = local_.dlq().remove(id);
     return entry ? std::move(entry->errors) : std::vector<AttemptError>{};

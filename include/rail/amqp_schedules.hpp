@@ -55,8 +55,12 @@ class Schedules {
   ~Schedules() {
     for (const ScheduleInfo& s : local_.schedules())
       (void)local_.unschedule(s.id);
-    const std::lock_guard lock(state_->mu);
-    state_->leader.reset();  // the token goes to another process; runs left here are discarded
+    std::unique_ptr<rail::detail::amqp::Leader> leader;
+    {
+      const std::lock_guard lock(state_->mu);
+      leader = std::move(state_->leader);  // runs left here are discarded from now on
+    }
+    leader.reset();  // outside the lock: the token goes to another process
   }
   Schedules(const Schedules&) = delete;
   Schedules& operator=(const Schedules&) = delete;
@@ -74,7 +78,12 @@ class Schedules {
     return local_.schedule(id, when, job_name, Fired{std::string(id), std::move(payload)}, local);
   }
   /// unschedule(id): ends schedule `id` here (each process declares and ends its own).
-  bool unschedule(std::string_view id) { return local_.unschedule(id); }
+  bool unschedule(std::string_view id) {
+    const bool ended = local_.unschedule(id);
+    const std::lock_guard lock(state_->mu);
+    state_->options.erase(std::string(id));
+    return ended;
+  }
   /// schedules(): this process's schedules, with the runs each fired here.
   [[nodiscard]] std::vector<ScheduleInfo> schedules() const { return local_.schedules(); }
   /// counts(): the local queue of the runs: `completed` runs this process published,
@@ -98,7 +107,9 @@ class Schedules {
         const std::lock_guard lock(mu);
         if (!leader || !leader->held())
           return Outcome::discard("not the leader: another process publishes this run");
-        o = options[run.data().schedule];
+        const auto it = options.find(run.data().schedule);
+        if (it == options.end()) return Outcome::discard("its schedule was ended");
+        o = it->second;
       }
       const AddReceipt r = producer.add(run.name(), run.data().payload, o);  // throws: retried
       if (r.status != AddStatus::added)

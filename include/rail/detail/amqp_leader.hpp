@@ -12,7 +12,11 @@
 //   leaves the socket open can make two leaders for up to two heartbeats.
 // - The token is handed back (nack with requeue) every `renew` and taken again at once (the
 //   active consumer stays the same), so that RabbitMQ's consumer_timeout never closes the
-//   channel of a delivery held for hours; leadership stays with this process meanwhile.
+//   channel of a delivery held for hours; leadership stays with this process meanwhile, and
+//   ends if the token is not back within 5 s (the broker made another consumer active without
+//   closing this connection). On RabbitMQ 3.10 a requeue does not count against a delivery
+//   limit (the leader queue has none); from 4.0, quorum queues have a default limit of 20 that
+//   requeues count against, which would drop the token after 20 renewals: not supported there.
 // - Threads: one thread of its own runs the connection; held() from any thread.
 #pragma once
 
