@@ -68,6 +68,12 @@ std::vector<BrokerDeadLetter> DeadLetters::list(std::size_t max) {
     e.id = std::strtoull(d->message_id.c_str(), nullptr, 10);
     e.name = d->type;
     e.reason = wire::header_text(d->headers, wire::kReasonHeader);
+    if (e.reason.empty()) {
+      // Dead-lettered by the broker itself: past the queue's x-delivery-limit (a job that
+      // ended every process that took it), or refused as it was (a permanent refusal).
+      const std::string broker_reason = wire::header_text(d->headers, "x-first-death-reason");
+      e.reason = broker_reason == "delivery_limit" ? "crash_loop" : broker_reason;
+    }
     e.failed_attempts = wire::header_count(d->headers, wire::kAttemptHeader, 0);
     e.max_attempts = wire::header_count(d->headers, wire::kMaxAttemptsHeader, 0);
     e.errors = wire::header_errors(d->headers, e.failed_attempts);

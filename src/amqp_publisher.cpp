@@ -100,11 +100,6 @@ void Publisher::check(const JobOptions& o) const {
   if (!o.after.empty()) refused(q, "after");
   if (o.expire_after) refused(q, "expire_after");
   if (!o.downstream.empty()) refused(q, "downstream");
-  if (o.backoff.kind == BackoffKind::custom)
-    throw Error(ErrorCode::invalid_option,
-                "JobOptions.backoff is custom on an add to broker queue '" + q +
-                    "'; its consumers compute a retry's delay from the message, which cannot "
-                    "carry a function: expected fixed or exponential");
   if (o.delay == Duration::max())
     throw Error(ErrorCode::invalid_option,
                 "JobOptions.delay is Duration::max() (never) on an add to broker queue '" + q +

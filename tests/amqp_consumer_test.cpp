@@ -141,6 +141,68 @@ TEST_F(AmqpConsumer, ALapsedLeaseGoesBackThroughTheBrokerAndTheLateOutcomeIsFenc
   EXPECT_EQ(r.queue_depth("rail.dlq.reports"), 0u);
 }
 
+// A custom backoff is the consuming process's QueueOptions::custom_backoff: the retry comes
+// back through the broker no earlier than the delay it computed.
+TEST_F(AmqpConsumer, ACustomBackoffIsTheConsumingQueuesFunction) {
+  Engine engine;
+  QueueOptions q;
+  q.custom_backoff = [](const RetryContext& c) {
+    return std::chrono::milliseconds(300) * c.failed_attempts;
+  };
+  auto local = engine.declare_queue<std::string>("quotes", q);
+  std::mutex m;
+  std::vector<std::chrono::steady_clock::time_point> runs;
+  local.process({.concurrency = 1}, [&](Job<std::string>& j) {
+    const std::lock_guard lock(m);
+    runs.push_back(std::chrono::steady_clock::now());
+    return j.attempt() < 3 ? Outcome::retry("upstream busy") : Outcome::done();
+  });
+  amqp::Consumer<std::string> consumer(options(), engine, local);
+  amqp::Producer<std::string> producer(options(), "quotes");
+  JobOptions o;
+  o.max_attempts = 3;
+  o.backoff = Backoff::custom();
+  ASSERT_EQ(producer.add("quote", "EURUSD", o).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return local.counts().completed == 1; }, 60s));
+  const std::lock_guard lock(m);
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_GE(runs[1] - runs[0], 300ms) << "the first retry came before its custom delay";
+  EXPECT_GE(runs[2] - runs[1], 600ms) << "the second retry came before its custom delay";
+}
+
+// A job that kills its process on every delivery never reaches an outcome rail could count:
+// the broker's x-delivery-limit dead-letters it, and the DLQ says it was a crash loop.
+TEST_F(AmqpConsumer, AJobThatKillsEveryConsumerIsDeadLetteredAsACrashLoop) {
+  const amqp::BrokerQueueOptions guarded{.max_length = 100, .delivery_limit = 2, .partitions = 0};
+  {
+    amqp::Producer<std::string> producer(options(), "poison", guarded);
+    ASSERT_EQ(producer.add("parse", "boom").status, AddStatus::added);
+  }
+  amqp::DeadLetters dlq(options(), "poison", guarded);
+  int deliveries = 0;
+  while (dlq.depth() == 0 && deliveries < 6) {
+    ++deliveries;
+    // No thread runs in this process: safe to fork. The handler ends its process at once.
+    test::ChildProcess child([&](test::ChildProcess::Signal) {
+      Engine engine;
+      auto local = engine.declare_queue<std::string>("poison", {});
+      local.process({.concurrency = 1}, [](Job<std::string>&) -> Outcome { _exit(7); });
+      amqp::Consumer<std::string> consumer(options(), engine, local, guarded);
+      for (;;)
+        std::this_thread::sleep_for(1s);
+    });
+    EXPECT_FALSE(child.wait_signals(1)) << "the child signalled: it never ran the job";
+    ASSERT_TRUE(eventually(
+        [&] { return dlq.depth() == 1 || raw("reader").queue_depth("rail.q.poison") == 1; }, 30s))
+        << "the message is in neither the queue nor its DLQ";
+  }
+  EXPECT_EQ(deliveries, 3) << "a delivery limit of 2 allows 3 deliveries";
+  const std::vector<amqp::BrokerDeadLetter> dead = dlq.list();
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].reason, "crash_loop");
+  EXPECT_EQ(dead[0].body, "boom");
+}
+
 TEST_F(AmqpConsumer, TheLastFailedAttemptLandsInTheBrokerDlqWithEveryError) {
   Engine engine;
   auto local = engine.declare_queue<std::string>("emails", {});

@@ -163,9 +163,6 @@ TEST_F(AmqpProducer, OptionsABrokerQueueCannotCarryAreRefusedByName) {
   JobOptions never;
   never.delay = Duration::max();
   refused("delay", never);
-  JobOptions custom;
-  custom.backoff = Backoff::custom();
-  refused("backoff", custom);
   amqp::BrokerOptions fast = options();
   fast.heartbeat = 500ms;
   try {

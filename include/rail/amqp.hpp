@@ -14,7 +14,9 @@
 //   or throws Error(broker) when no confirm came within BrokerOptions::confirm_timeout, after
 //   reconnecting with backoff meanwhile (the add may then have been stored: at-least-once).
 // - JobOptions: max_attempts, backoff and delay travel with the job (a delay waits in the
-//   broker's delay cascade, never less than asked, at most 0.8% more; up to 49.5 days). A group
+//   broker's delay cascade, never less than asked, at most 0.8% more; up to 49.5 days). A
+//   custom backoff is the consuming process's QueueOptions::custom_backoff (a consumer whose
+//   local queue has none dead-letters the job, "refused", saying so). A group
 //   sends the job to its group's partition queue (BrokerQueueOptions::partitions), where one
 //   process at a time takes the group's jobs in add order (a group refuses a delay). The
 //   options that need one process's view of every job (dedup, tenant, priority, after,
@@ -195,7 +197,10 @@ struct BrokerDeadLetter {
   JobId id = 0;      // the producer's id (the message id)
   std::string name;  // the job's name
   // to_string(DeadLetterReason), or what the consumer met before running it: codec_mismatch,
-  // malformed (its codec could not read it), refused (the local queue refused the add)
+  // malformed (its codec could not read it), refused (the local queue refused the add); or the
+  // broker's own: crash_loop (past BrokerQueueOptions::delivery_limit deliveries: a job that
+  // ended every process that took it), rejected (a retry or dead letter the broker refused for
+  // good sent the message on as it was)
   std::string reason;
   std::uint32_t failed_attempts = 0;
   std::uint32_t max_attempts = 0;
