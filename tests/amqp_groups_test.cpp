@@ -40,7 +40,7 @@ struct GroupLog {
       const std::lock_guard lock(mu);
       if (++running[group] > 1) overlap = true;
     }
-    std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(2ms);
     // Every seventh job fails its first attempt: its retry must keep the group's place.
     const bool fail = seq % 7 == 3 && j.attempt() == 1;
     const std::lock_guard lock(mu);
@@ -73,6 +73,18 @@ TEST_F(AmqpGroups, AGroupsJobsRunInAddOrderAcrossAFailoverBetweenProcesses) {
   GroupLog log;
   std::atomic<int> on_first{0}, on_second{0};
   QueueOptions q;
+  // Every job waits in its partition before any process takes one: the first process cannot
+  // finish them all before it goes, however slow the adds (a sanitized build) are.
+  amqp::Producer<std::string> producer(options(), "orders");
+  for (int seq = 0; seq < kPerGroup; ++seq)
+    for (int g = 0; g < kGroups; ++g) {
+      JobOptions o;
+      o.group = "customer-" + std::to_string(g);
+      o.max_attempts = 3;
+      o.backoff = Backoff::fixed(20ms);
+      ASSERT_EQ(producer.add("charge", o.group + ":" + std::to_string(seq), o).status,
+                AddStatus::added);
+    }
   std::optional<Engine> first_engine(std::in_place);
   auto first_local = first_engine->declare_queue<std::string>("orders", q);
   first_local.process({.concurrency = 4},
@@ -86,16 +98,6 @@ TEST_F(AmqpGroups, AGroupsJobsRunInAddOrderAcrossAFailoverBetweenProcesses) {
                        [&](Job<std::string>& j) { return log.run(j, on_second); });
   amqp::Consumer<std::string> second(options(), second_engine, second_local);
 
-  amqp::Producer<std::string> producer(options(), "orders");
-  for (int seq = 0; seq < kPerGroup; ++seq)
-    for (int g = 0; g < kGroups; ++g) {
-      JobOptions o;
-      o.group = "customer-" + std::to_string(g);
-      o.max_attempts = 3;
-      o.backoff = Backoff::fixed(20ms);
-      ASSERT_EQ(producer.add("charge", o.group + ":" + std::to_string(seq), o).status,
-                AddStatus::added);
-    }
   ASSERT_TRUE(eventually([&] { return log.completions.load() >= kGroups * kPerGroup / 3; }, 60s));
   // The first process goes: its engine stops (running handlers finish, waiting jobs are
   // dropped unsettled), then its connections close and the broker hands the partitions on.
