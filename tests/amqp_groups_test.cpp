@@ -17,6 +17,7 @@
 #include "rail/rail.hpp"
 #include "support/broker_test.hpp"
 #include "support/eventually.hpp"
+#include "support/release_on_exit.hpp"
 
 namespace rail {
 namespace {
@@ -85,10 +86,17 @@ TEST_F(AmqpGroups, AGroupsJobsRunInAddOrderAcrossAFailoverBetweenProcesses) {
       ASSERT_EQ(producer.add("charge", o.group + ":" + std::to_string(seq), o).status,
                 AddStatus::added);
     }
+  std::atomic<bool> let_go{false};  // read by the first's handlers until its engine joined them
   std::optional<Engine> first_engine(std::in_place);
+  test::ReleaseOnExit release{let_go};  // destroyed first: a held handler ends before the engine
   auto first_local = first_engine->declare_queue<std::string>("orders", q);
-  first_local.process({.concurrency = 4},
-                      [&](Job<std::string>& j) { return log.run(j, on_first); });
+  // The first process takes a third of the jobs, then holds until the test pauses it: a slow
+  // test thread (a sanitized build) cannot let it finish them all.
+  first_local.process({.concurrency = 4}, [&](Job<std::string>& j) {
+    while (on_first.load() >= kGroups * kPerGroup / 3 && !let_go.load())
+      std::this_thread::sleep_for(1ms);
+    return log.run(j, on_first);
+  });
   // The first to subscribe is each partition's active consumer: this process takes every group.
   std::optional<amqp::Consumer<std::string>> first(std::in_place, options(), *first_engine,
                                                    first_local);
@@ -98,9 +106,13 @@ TEST_F(AmqpGroups, AGroupsJobsRunInAddOrderAcrossAFailoverBetweenProcesses) {
                        [&](Job<std::string>& j) { return log.run(j, on_second); });
   amqp::Consumer<std::string> second(options(), second_engine, second_local);
 
-  ASSERT_TRUE(eventually([&] { return log.completions.load() >= kGroups * kPerGroup / 3; }, 60s));
-  // The first process goes: its engine stops (running handlers finish, waiting jobs are
-  // dropped unsettled), then its connections close and the broker hands the partitions on.
+  ASSERT_TRUE(eventually([&] { return on_first.load() >= kGroups * kPerGroup / 3; }, 60s));
+  first_local.pause();  // no job of its starts any more
+  let_go = true;
+  // The first process goes: no job of its starts any more (running handlers finish), its
+  // engine stops with the waiting jobs unsettled, then its connections close and the broker
+  // hands the partitions, those jobs in their places, on.
+  ASSERT_TRUE(first_local.pause_and_wait(30s));
   (void)first_engine->shutdown(10s);
   first.reset();
   first_engine.reset();
