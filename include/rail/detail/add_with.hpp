@@ -1,14 +1,46 @@
-// JobFlow::add_with's body: the add sequence that every single add inlines (admit, take a slot,
-// claim the dedup id, fill, count, publish), and the two adds of a job that lived before: a
-// redrive's (redrive_with) and one resumed from a broker (add_resumed). Their contracts are at
-// their declarations in job_flow.hpp, which includes this file at its end; nothing else includes
-// it.
+// JobFlow::init_slot and add_with's body: the add sequence that every single add inlines (admit,
+// take a slot, claim the dedup id, fill, count, publish), and the two adds of a job that lived
+// before: a redrive's (redrive_with) and one resumed from a broker (add_resumed). Their contracts
+// are at their declarations in job_flow.hpp, which includes this file at its end; nothing else
+// includes it.
 #pragma once
 
 #include "rail/detail/flow_node.hpp"
 #include "rail/detail/job_flow.hpp"
 
 namespace rail::detail {
+
+inline void JobFlow::init_slot(std::uint32_t idx, std::uint64_t id, std::uint16_t name_id,
+                               std::int64_t now, const JobOptions& o) noexcept {
+  JobSlot& s = slot(idx);
+  s.id.store(id, std::memory_order_relaxed);         // published by the ring push (or ctl release)
+  s.name.store(name_id, std::memory_order_relaxed);  // published with the id
+  s.added_ns = now;
+  s.due_ns.store(now, std::memory_order_relaxed);  // due at once (publish_new: unless delayed)
+  s.started_ns.store(expire_at(o, now), std::memory_order_relaxed);  // see expires_at()
+  s.timeout_ns = o.timeout.value_or(parts_.options.timeout).count();
+  s.failed_attempts.store(0, std::memory_order_relaxed);
+  s.deliveries.store(0, std::memory_order_relaxed);
+  s.stalls.store(0, std::memory_order_relaxed);
+  s.max_attempts = static_cast<std::uint16_t>(o.max_attempts);
+  s.visibility_ns = o.visibility_timeout.value_or(parts_.options.visibility_timeout).count();
+  s.end_kind = EndKind::none;
+  s.end_reason = DeadLetterReason::none;
+  s.dedup = DedupHold::none;
+  s.marks.store(0, std::memory_order_relaxed);
+  s.link.store(static_cast<std::uint8_t>(  // published with the job, as the fields above
+                   o.priority << JobSlot::kPriorityShift |
+                   (o.downstream.empty() ? 0 : links_.link_of(o.downstream))),  // admit made it
+               std::memory_order_relaxed);
+  s.set_backoff(o.backoff);
+  // Its trace (JobOptions::trace, else the adder's TraceScope): the array exists (admit).
+  if (const TraceContext& t = o.trace ? *o.trace : thread_trace(); t.valid() || parts_.traces.any())
+    parts_.traces.set(idx, t);
+  if (s.extra) {
+    s.extra->errors.clear();
+    if (s.extra->rare) s.extra->rare->parent.reset();  // the slot's last parent's children
+  }
+}
 
 template <class Fill>
 JobFlow::Added JobFlow::add_with(std::string_view job_name, const JobOptions& o, bool may_block,

@@ -386,37 +386,7 @@ class JobFlow : public QueueBase,
 
   /// init_slot(...): the holder fills a fresh job's fields (the payload is the caller's).
   void init_slot(std::uint32_t idx, std::uint64_t id, std::uint16_t name_id, std::int64_t now,
-                 const JobOptions& o) noexcept {
-    JobSlot& s = slot(idx);
-    s.id.store(id, std::memory_order_relaxed);  // published by the ring push (or ctl release)
-    s.name.store(name_id, std::memory_order_relaxed);  // published with the id
-    s.added_ns = now;
-    s.due_ns.store(now, std::memory_order_relaxed);  // due at once (publish_new: unless delayed)
-    s.started_ns.store(expire_at(o, now), std::memory_order_relaxed);  // see expires_at()
-    s.timeout_ns = o.timeout.value_or(parts_.options.timeout).count();
-    s.failed_attempts.store(0, std::memory_order_relaxed);
-    s.deliveries.store(0, std::memory_order_relaxed);
-    s.stalls.store(0, std::memory_order_relaxed);
-    s.max_attempts = static_cast<std::uint16_t>(o.max_attempts);
-    s.visibility_ns = o.visibility_timeout.value_or(parts_.options.visibility_timeout).count();
-    s.end_kind = EndKind::none;
-    s.end_reason = DeadLetterReason::none;
-    s.dedup = DedupHold::none;
-    s.marks.store(0, std::memory_order_relaxed);
-    s.link.store(static_cast<std::uint8_t>(  // published with the job, as the fields above
-                     o.priority << JobSlot::kPriorityShift |
-                     (o.downstream.empty() ? 0 : links_.link_of(o.downstream))),  // admit made it
-                 std::memory_order_relaxed);
-    s.set_backoff(o.backoff);
-    // Its trace (JobOptions::trace, else the adder's TraceScope): the array exists (admit).
-    if (const TraceContext& t = o.trace ? *o.trace : thread_trace();
-        t.valid() || parts_.traces.any())
-      parts_.traces.set(idx, t);
-    if (s.extra) {
-      s.extra->errors.clear();
-      if (s.extra->rare) s.extra->rare->parent.reset();  // the slot's last parent's children
-    }
-  }
+                 const JobOptions& o) noexcept;  // add_with.hpp
   /// expire_at(o, now): when a job added now with options o expires (kNever: it does not);
   /// published(expire): jobs that expire then were just published (JobExpiry::added).
   [[nodiscard]] std::int64_t expire_at(const JobOptions& o, std::int64_t now) const noexcept {
