@@ -53,6 +53,8 @@ struct Relay::State {
   std::uint16_t prefetch;
   Bridged& bridged;
   amqp::Address address;
+  // Given to each ungrouped job: its short retries stay here (null: none do).
+  std::shared_ptr<rail::detail::RetryHere> retry_here;
 
   std::mutex mu;              // guards inbox
   std::vector<Settle> inbox;  // local ends not settled yet
@@ -206,6 +208,7 @@ struct Relay::State {
     // comes before the group's later jobs, which wait here or in its partition behind it.
     o.group = amqp::header_text(d.headers, amqp::kGroupHeader);
     r.forward = o.group.empty();
+    if (r.forward) r.retry_here = retry_here;
     Taken taken;
     try {
       taken = bridged.add(d.type, std::as_bytes(std::span(d.body.data(), d.body.size())), o, r);
@@ -422,10 +425,21 @@ struct Relay::State {
 };
 
 Relay::Relay(BrokerOptions broker, std::string queue, BrokerQueueOptions options,
-             std::uint16_t prefetch, Bridged& bridged) {
+             const ConsumerOptions& consumer, Bridged& bridged) {
   check_broker(broker);
-  state_ = std::make_unique<State>(std::move(broker), std::move(queue), options,
-                                   prefetch == 0 ? std::uint16_t{1} : prefetch, bridged);
+  if (consumer.retry_here_within < Duration{0})
+    throw Error(ErrorCode::invalid_option,
+                "ConsumerOptions.retry_here_within is " +
+                    std::to_string(consumer.retry_here_within.count()) +
+                    " ns; expected 0 (every retry goes back to the broker) or more");
+  const std::uint16_t prefetch = std::max<std::uint16_t>(consumer.prefetch, 1);
+  state_ = std::make_unique<State>(std::move(broker), std::move(queue), options, prefetch, bridged);
+  if (consumer.retry_here_within > Duration{0}) {
+    const int places =
+        consumer.retry_here_max != 0 ? consumer.retry_here_max : std::max(prefetch / 2, 1);
+    state_->retry_here =
+        std::make_shared<rail::detail::RetryHere>(consumer.retry_here_within, places);
+  }
   state_->address = amqp::parse_url(state_->broker.url);
   // The first connection here, so that a broker that cannot be reached or a queue declared
   // otherwise is the constructor's error; later ones are the I/O thread's.

@@ -6,6 +6,7 @@
 
 #include "rail/detail/allocation.hpp"
 #include "rail/detail/blank.hpp"
+#include "rail/detail/resumed.hpp"
 
 namespace rail::detail {
 
@@ -37,6 +38,14 @@ SlotRare& FlowParts::rare(JobSlot& s) {
   auto& r = extra(s).rare;
   if (!r) r = std::make_unique<SlotRare>();
   return *r;
+}
+
+void FlowParts::leave_retry_here(JobSlot& s) noexcept {
+  SlotRare* r = s.extra ? s.extra->rare.get() : nullptr;
+  if (r == nullptr || !r->retry_here) return;
+  if (r->holds_retry_place) r->retry_here->give_back();
+  r->holds_retry_place = false;
+  r->retry_here.reset();
 }
 
 Event FlowParts::event(EventKind kind, const JobSlot& s, std::int64_t now) const noexcept {

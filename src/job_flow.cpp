@@ -446,7 +446,7 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
   }
   s.extra->errors.back().next_delay_ns = delay.count();
   parts_.count(wc, kRetried);
-  if (s.marked(JobSlot::kForward)) [[unlikely]] {
+  if (s.marked(JobSlot::kForward) && !retry_here(s, delay)) [[unlikely]] {
     forward(idx, error, saturating_add(now, delay), now, wc);
     return;
   }

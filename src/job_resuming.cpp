@@ -1,5 +1,6 @@
 // JobFlow's path for a job resumed from a broker (resumed.hpp): its add, which carries the
-// counters and errors the job had, and its forwarding, the end that hands its next attempt back.
+// counters and errors the job had; its forwarding, the end that hands its next attempt back;
+// and its short retries, which may stay here instead (RetryHere).
 // The slot protocol is a plain add's: the adder holds the slot until publish_new publishes it;
 // kForward is set before that, so every later holder (a worker, the lease sweep) reads it.
 #include <string>
@@ -39,6 +40,11 @@ AddReceipt JobFlow::begin_resumed(std::string_view job_name, const JobOptions& o
   init_slot(idx, id, name_id, now, o);
   try {
     restore_counters(idx, r.failed_attempts, r.deliveries, r.stalls, r.errors);
+    if (r.forward && r.retry_here) {
+      SlotRare& rare = parts_.rare(slot(idx));
+      rare.retry_here = r.retry_here;
+      rare.holds_retry_place = false;
+    }
   } catch (...) {
     give_back(idx);
     throw;
@@ -59,6 +65,15 @@ void JobFlow::end_resumed(std::uint32_t idx) noexcept {
   const std::int64_t expire = slot(idx).expires_at();  // ours until published
   publish_new(idx, now, Duration{0});
   published(expire);
+}
+
+bool JobFlow::retry_here(JobSlot& s, Duration delay) noexcept {
+  // The holder's: rare is written by the adder before the job is published, and read or
+  // written after by whoever holds the job in `finishing` (its ctl transitions order them).
+  SlotRare* r = s.extra ? s.extra->rare.get() : nullptr;
+  if (r == nullptr || !r->retry_here || delay > r->retry_here->within()) return false;
+  if (!r->holds_retry_place) r->holds_retry_place = r->retry_here->take();
+  return r->holds_retry_place;
 }
 
 void JobFlow::forward(std::uint32_t idx, std::string_view why, std::int64_t due, std::int64_t now,

@@ -1,6 +1,7 @@
 // rail::amqp::Consumer against a real broker (one per test): jobs a Producer added run on the
 // local queue's workers and their messages are acked; a failed attempt goes back through the
-// broker with its backoff (never early) and its handler sees the job's own attempt; a lapsed
+// broker with its backoff (never early) and its handler sees the job's own attempt, unless its
+// wait is short enough to stay in the process (retry_here_within, within retry_here_max); a lapsed
 // lease goes back through the broker too, its late outcome fenced; the last failed attempt lands in
 // the broker DLQ with its reason and every attempt's error; a body its codec cannot read is
 // dead-lettered unrun; redrive_all sends every dead letter back, its attempts restarted; a
@@ -35,6 +36,9 @@ using test::eventually;
 namespace wire = detail::amqp;
 
 using AmqpConsumer = test::BrokerTest;
+
+// Every retry through the broker's delay cascade, however short its wait (no retry here).
+const amqp::ConsumerOptions kBrokerRetries{.retry_here_within = Duration{0}};
 
 TEST_F(AmqpConsumer, JobsAddedThroughTheBrokerRunOnTheLocalWorkersAndAreAcked) {
   Engine engine;
@@ -80,7 +84,7 @@ TEST_F(AmqpConsumer, AFailedAttemptGoesBackThroughTheBrokerAfterItsBackoff) {
     return j.attempt() < 3 ? Outcome::retry("gateway timeout #" + std::to_string(j.attempt()))
                            : Outcome::done();
   });
-  amqp::Consumer<std::string> consumer(options(), engine, local);
+  amqp::Consumer<std::string> consumer(options(), engine, local, {}, kBrokerRetries);
   amqp::Producer<std::string> producer(options(), "payments");
   JobOptions o;
   o.max_attempts = 4;
@@ -157,7 +161,7 @@ TEST_F(AmqpConsumer, ACustomBackoffIsTheConsumingQueuesFunction) {
     runs.push_back(std::chrono::steady_clock::now());
     return j.attempt() < 3 ? Outcome::retry("upstream busy") : Outcome::done();
   });
-  amqp::Consumer<std::string> consumer(options(), engine, local);
+  amqp::Consumer<std::string> consumer(options(), engine, local, {}, kBrokerRetries);
   amqp::Producer<std::string> producer(options(), "quotes");
   JobOptions o;
   o.max_attempts = 3;
@@ -203,33 +207,106 @@ TEST_F(AmqpConsumer, AJobThatKillsEveryConsumerIsDeadLetteredAsACrashLoop) {
   EXPECT_EQ(dead[0].body, "boom");
 }
 
+// Whether the first attempt's retry went through the broker or stayed here, the dead letter
+// carries both attempts' errors: from the message's headers, or from the local DLQ entry.
 TEST_F(AmqpConsumer, TheLastFailedAttemptLandsInTheBrokerDlqWithEveryError) {
+  for (const bool here : {false, true}) {
+    SCOPED_TRACE(here ? "the retry stayed here" : "the retry went through the broker");
+    const std::string queue = here ? "emails.here" : "emails";
+    Engine engine;
+    auto local = engine.declare_queue<std::string>(queue, {});
+    std::atomic<int> runs{0};
+    local.process({.concurrency = 1}, [&](Job<std::string>&) {
+      return Outcome::retry("smtp 451 #" + std::to_string(runs.fetch_add(1) + 1));
+    });
+    amqp::Consumer<std::string> consumer(options(), engine, local, {},
+                                         here ? amqp::ConsumerOptions{} : kBrokerRetries);
+    amqp::Producer<std::string> producer(options(), queue);
+    JobOptions o;
+    o.max_attempts = 2;
+    const AddReceipt r = producer.add("welcome", "ann@example.com", o);
+    ASSERT_EQ(r.status, AddStatus::added);
+    wire::Connection c = raw("reader");
+    ASSERT_TRUE(eventually([&] { return c.queue_depth("rail.dlq." + queue) == 1; }, 60s));
+    EXPECT_EQ(runs.load(), 2);
+    EXPECT_EQ(local.counts().forwarded, here ? 0u : 1u);
+    EXPECT_EQ(local.counts().added, here ? 1u : 2u) << "a retry here is the same local job";
+    EXPECT_TRUE(local.dlq().list().empty())
+        << "the local DLQ keeps no copy of a broker dead letter";
+    c.consume("rail.dlq." + queue, 1);
+    const std::optional<wire::Delivery> d = c.next(10s);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(d->body, "ann@example.com");
+    EXPECT_EQ(d->message_id, std::to_string(r.id));
+    EXPECT_EQ(std::get<std::string>(*wire::field(d->headers, "x-rail-reason")),
+              "attempts_exhausted");
+    EXPECT_EQ(std::get<std::int64_t>(*wire::field(d->headers, "x-rail-attempt")), 2);
+    EXPECT_EQ(std::get<std::string>(*wire::field(d->headers, "x-rail-error-1")), "smtp 451 #1");
+    EXPECT_EQ(std::get<std::string>(*wire::field(d->headers, "x-rail-error-2")), "smtp 451 #2");
+    c.ack(d->tag);
+  }
+}
+
+// ConsumerOptions::retry_here_within: a retry due that soon waits in this process, holding its
+// delivery, and runs as the same local job (the broker sees one delivery and one ack); a
+// longer wait goes back through the broker.
+TEST_F(AmqpConsumer, AShortRetryStaysInTheProcessAndALongOneGoesThroughTheBroker) {
   Engine engine;
-  auto local = engine.declare_queue<std::string>("emails", {});
-  std::atomic<int> runs{0};
-  local.process({.concurrency = 1}, [&](Job<std::string>&) {
-    return Outcome::retry("smtp 451 #" + std::to_string(runs.fetch_add(1) + 1));
+  auto local = engine.declare_queue<std::string>("webhooks", {});
+  std::mutex m;
+  std::map<std::string, std::vector<std::chrono::steady_clock::time_point>> runs;
+  local.process({.concurrency = 2}, [&](Job<std::string>& j) {
+    const std::lock_guard lock(m);
+    runs[j.data()].push_back(std::chrono::steady_clock::now());
+    return j.attempt() < 3 ? Outcome::retry("503") : Outcome::done();
   });
-  amqp::Consumer<std::string> consumer(options(), engine, local);
-  amqp::Producer<std::string> producer(options(), "emails");
+  amqp::Consumer<std::string> consumer(options(), engine, local, {}, {.retry_here_within = 300ms});
+  amqp::Producer<std::string> producer(options(), "webhooks");
+  JobOptions shorter, longer;
+  shorter.max_attempts = longer.max_attempts = 3;
+  shorter.backoff = Backoff::fixed(200ms);
+  longer.backoff = Backoff::fixed(400ms);
+  ASSERT_EQ(producer.add("post", "short", shorter).status, AddStatus::added);
+  ASSERT_EQ(producer.add("post", "long", longer).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return local.counts().completed == 2; }, 60s));
+  const QueueCounts c = local.counts();
+  EXPECT_EQ(c.forwarded, 2u) << "only the long job's two retries went through the broker";
+  EXPECT_EQ(c.added, 4u) << "the short job once, the long one once per delivery";
+  const std::lock_guard lock(m);
+  for (const char* job : {"short", "long"}) {
+    ASSERT_EQ(runs[job].size(), 3u) << job;
+    for (std::size_t i = 1; i < 3; ++i)
+      EXPECT_GE(runs[job][i] - runs[job][i - 1], std::string(job) == "short" ? 200ms : 400ms)
+          << job << ": a retry came before its backoff";
+  }
+  wire::Connection r = raw("reader");
+  EXPECT_TRUE(eventually([&] { return r.queue_depth("rail.q.webhooks") == 0; }));
+  EXPECT_EQ(r.queue_depth("rail.dlq.webhooks"), 0u);
+}
+
+// ConsumerOptions::retry_here_max: retries waiting here hold at most that many deliveries; a
+// short retry past it goes back through the broker, so they never take the whole prefetch.
+TEST_F(AmqpConsumer, AShortRetryPastTheConsumersPlacesGoesThroughTheBroker) {
+  Engine engine;
+  auto local = engine.declare_queue<std::string>("sms", {});
+  std::atomic<int> first_failures{0};
+  local.process({.concurrency = 2}, [&](Job<std::string>& j) {
+    if (j.attempt() > 1) return Outcome::done();
+    first_failures.fetch_add(1);
+    // Both first attempts fail before either retry is due (2 s): one place for two jobs.
+    (void)eventually([&] { return first_failures.load() == 2; }, 60s);
+    return Outcome::retry("carrier busy");
+  });
+  amqp::Consumer<std::string> consumer(
+      options(), engine, local, {}, {.prefetch = 4, .retry_here_within = 5s, .retry_here_max = 1});
+  amqp::Producer<std::string> producer(options(), "sms");
   JobOptions o;
   o.max_attempts = 2;
-  const AddReceipt r = producer.add("welcome", "ann@example.com", o);
-  ASSERT_EQ(r.status, AddStatus::added);
-  wire::Connection c = raw("reader");
-  ASSERT_TRUE(eventually([&] { return c.queue_depth("rail.dlq.emails") == 1; }, 60s));
-  EXPECT_EQ(runs.load(), 2);
-  EXPECT_TRUE(local.dlq().list().empty()) << "the local DLQ keeps no copy of a broker dead letter";
-  c.consume("rail.dlq.emails", 1);
-  const std::optional<wire::Delivery> d = c.next(10s);
-  ASSERT_TRUE(d);
-  EXPECT_EQ(d->body, "ann@example.com");
-  EXPECT_EQ(d->message_id, std::to_string(r.id));
-  EXPECT_EQ(std::get<std::string>(*wire::field(d->headers, "x-rail-reason")), "attempts_exhausted");
-  EXPECT_EQ(std::get<std::int64_t>(*wire::field(d->headers, "x-rail-attempt")), 2);
-  EXPECT_EQ(std::get<std::string>(*wire::field(d->headers, "x-rail-error-1")), "smtp 451 #1");
-  EXPECT_EQ(std::get<std::string>(*wire::field(d->headers, "x-rail-error-2")), "smtp 451 #2");
-  c.ack(d->tag);
+  o.backoff = Backoff::fixed(2s);
+  ASSERT_EQ(producer.add("send", "a", o).status, AddStatus::added);
+  ASSERT_EQ(producer.add("send", "b", o).status, AddStatus::added);
+  ASSERT_TRUE(eventually([&] { return local.counts().completed == 2; }, 60s));
+  EXPECT_EQ(local.counts().forwarded, 1u) << "one retry had the place, the other went back";
 }
 
 TEST_F(AmqpConsumer, RedriveAllSendsEveryDeadLetterBackWithItsAttemptsRestarted) {
@@ -446,7 +523,7 @@ TEST_F(AmqpConsumer, ARetryAfterAnIdleSpellRunsNoHeldJobTwice) {
     }
     return flaky.fetch_add(1) == 0 ? Outcome::retry("first try fails") : Outcome::done();
   });
-  amqp::Consumer<std::string> consumer(options(), engine, local);
+  amqp::Consumer<std::string> consumer(options(), engine, local, {}, kBrokerRetries);
   amqp::Producer<std::string> producer(options(), "idle");
   ASSERT_EQ(producer.add("job", "hold").status, AddStatus::added);
   ASSERT_TRUE(eventually([&] { return holds.load() == 1; }));

@@ -3,13 +3,16 @@
 //   orders  a Producer adds N no-op jobs with add_bulk (one confirm wait per --batch), while a
 //           Consumer bridges them into a local queue whose --concurrency workers complete them.
 //   retry   every job's first attempt fails and its second succeeds (attempts 2, fixed backoff):
-//           the local queue forwards the retry to the broker, whose delay cascade brings it back.
+//           a retry due within --retry-here-ms (ConsumerOptions::retry_here_within, 1 s) waits
+//           here while a place is free (--retry-here-max, half the prefetch); the others go
+//           back to the broker, whose delay cascade brings them back.
 // Its broker queue is a quorum queue with persistent messages and confirms: what rail::amqp
 // always uses. Compare it with `rabbitmq.mjs --durable`, the same durability by hand.
 // Figures as the other drivers print them, plus start_ms: each job's add (its batch's start) to
 // its first handler start, p50 / p99 / max.
 //   peers_rail_amqp --port P --workload orders|retry [--jobs N] [--batch B] [--concurrency W]
-//                   [--prefetch F] [--backoff-ms D] [--timeout-s T]
+//                   [--prefetch F] [--backoff-ms D] [--retry-here-ms MS] [--retry-here-max N]
+//                   [--timeout-s T]
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -40,6 +43,9 @@ struct Config {
   std::uint32_t workers = 2;
   std::uint16_t prefetch = 100;
   int backoff_ms = 10;
+  // ConsumerOptions' defaults: retries due within 1 s stay here, half the prefetch at most.
+  int retry_here_ms = 1000;
+  std::uint16_t retry_here_max = 0;
   int port = 0;
   int timeout_s = 300;
 };
@@ -84,8 +90,11 @@ int run(const Config& c) {
       finish.hit();
       return rail::Outcome::done();
     });
-    rail::amqp::Consumer<std::string> consumer(broker, engine, local, shape,
-                                               {.prefetch = c.prefetch});
+    rail::amqp::Consumer<std::string> consumer(
+        broker, engine, local, shape,
+        {.prefetch = c.prefetch,
+         .retry_here_within = std::chrono::milliseconds(c.retry_here_ms),
+         .retry_here_max = c.retry_here_max});
     rail::amqp::Producer<std::string> producer(broker, queue, shape);
     rail::JobOptions o;
     o.max_attempts = retry ? 2 : 1;
@@ -133,7 +142,8 @@ int run(const Config& c) {
 
   const auto n = static_cast<double>(c.jobs);
   nlohmann::ordered_json out = {
-      {"system", "rail_amqp"},
+      // Every retry through the broker: its own line in bench/peers/run's table.
+      {"system", c.retry_here_ms == 0 ? "rail_amqp_cascade" : "rail_amqp"},
       {"workload", c.workload},
       {"jobs", c.jobs},
       {"batch", c.batch},
@@ -148,6 +158,7 @@ int run(const Config& c) {
   if (retry) {
     out["backoff_ms"] = c.backoff_ms;
     out["forwarded"] = counts.forwarded;
+    out["retry_here_ms"] = c.retry_here_ms;
     out["late_ms"] = quantiles(late_ms);
   }
   std::printf("%s\n", out.dump().c_str());
@@ -167,6 +178,11 @@ int main(int argc, char** argv) {
   app.add_option("--prefetch", c.prefetch, "deliveries held at once")->check(CLI::Range(1, 65'535));
   app.add_option("--backoff-ms", c.backoff_ms, "retry workload's fixed backoff")
       ->check(CLI::Range(0, 60'000));
+  app.add_option("--retry-here-ms", c.retry_here_ms,
+                 "ConsumerOptions::retry_here_within (0: every retry through the broker)")
+      ->check(CLI::Range(0, 86'400'000));
+  app.add_option("--retry-here-max", c.retry_here_max,
+                 "ConsumerOptions::retry_here_max (0: half the prefetch)");
   app.add_option("--timeout-s", c.timeout_s)->check(CLI::Range(1, 86'400));
   CLI11_PARSE(app, argc, argv);
   try {

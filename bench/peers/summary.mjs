@@ -8,13 +8,18 @@ import { parseArgs } from 'node:util';
 // rail over RabbitMQ (peers_rail_amqp) and its like-for-like peer (amqplib on quorum queues
 // with persistent messages) run where peers_rail_amqp was built: optional.
 const REQUIRED = ['rail', 'bullmq', 'rabbitmq'];
-const OPTIONAL = ['rail_amqp', 'rabbitmq_quorum'];
+const OPTIONAL = ['rail_amqp', 'rail_amqp_cascade', 'rabbitmq_quorum'];
+// A system run on some workloads only: rail_amqp_cascade (every retry through the broker) is
+// rail_amqp where nothing retries.
+const ONLY = { rail_amqp_cascade: ['retry'] };
+const runsOn = (system, workload) => !ONLY[system] || ONLY[system].includes(workload);
 const WORKLOADS = ['orders', 'retry'];
 const NAMES = {
   rail: 'rail',
   bullmq: 'BullMQ',
   rabbitmq: 'RabbitMQ',
   rail_amqp: 'rail over RabbitMQ',
+  rail_amqp_cascade: 'rail over RabbitMQ, every retry via the broker',
   rabbitmq_quorum: 'RabbitMQ quorum',
 };
 // Issue 4 item 7: end-to-end jobs/s on the orders workload; issue 41: rail over RabbitMQ at least
@@ -23,6 +28,7 @@ const TARGETS = [
   { workload: 'orders', system: 'bullmq', target: 300 },
   { workload: 'orders', system: 'rabbitmq', target: 100 },
   { workload: 'orders', system: 'rabbitmq_quorum', contender: 'rail_amqp', target: 1 },
+  { workload: 'retry', system: 'rabbitmq_quorum', contender: 'rail_amqp', target: 1 },
 ];
 
 function die(message) {
@@ -62,7 +68,7 @@ const SYSTEMS = [
 const workloads = {};
 for (const workload of WORKLOADS) {
   workloads[workload] = {};
-  for (const system of SYSTEMS) {
+  for (const system of SYSTEMS.filter((s) => runsOn(s, workload))) {
     const mine = runs.filter((r) => r.workload === workload && r.system === system);
     if (mine.length === 0) die(`no ${system} run of the ${workload} workload`);
     const figures = {
@@ -80,7 +86,7 @@ for (const workload of WORKLOADS) {
 const ratios = {};
 for (const workload of WORKLOADS) {
   ratios[workload] = {};
-  for (const system of SYSTEMS.filter((s) => s !== 'rail')) {
+  for (const system of SYSTEMS.filter((s) => s !== 'rail' && runsOn(s, workload))) {
     const { rail, [system]: peer } = workloads[workload];
     ratios[workload][system] = rail.jobs_per_s / peer.jobs_per_s;
   }
@@ -95,6 +101,10 @@ if (SYSTEMS.includes('rail_amqp') && SYSTEMS.includes('rabbitmq_quorum')) {
       rail_amqp_over_amqplib_quorum: w.rail_amqp.jobs_per_s / w.rabbitmq_quorum.jobs_per_s,
       in_process_over_rail_amqp: w.rail.jobs_per_s / w.rail_amqp.jobs_per_s,
     };
+    if (w.rail_amqp_cascade) {
+      broker[workload].cascade_over_amqplib_quorum =
+        w.rail_amqp_cascade.jobs_per_s / w.rabbitmq_quorum.jobs_per_s;
+    }
   }
 }
 const targets = TARGETS.filter(
@@ -126,7 +136,7 @@ const rows = [
   ],
 ];
 for (const workload of WORKLOADS) {
-  for (const system of SYSTEMS) {
+  for (const system of SYSTEMS.filter((s) => runsOn(s, workload))) {
     const f = workloads[workload][system];
     rows.push([
       workload,
@@ -171,7 +181,10 @@ for (const [workload, b] of Object.entries(broker)) {
   out.push(
     `rail over RabbitMQ, ${workload}: ${b.rail_amqp_over_amqplib_quorum.toFixed(2)}x amqplib ` +
       `on quorum queues with confirms (the same durability); rail in one process ` +
-      `${b.in_process_over_rail_amqp.toFixed(1)}x faster than over the broker`,
+      `${b.in_process_over_rail_amqp.toFixed(1)}x faster than over the broker` +
+      (b.cascade_over_amqplib_quorum === undefined
+        ? ''
+        : `; every retry via the broker: ${b.cascade_over_amqplib_quorum.toFixed(2)}x amqplib`),
   );
 }
 out.push('');

@@ -66,6 +66,27 @@ struct BrokerQueueOptions {
   std::uint32_t partitions = 8;
 };
 
+/// ConsumerOptions: how a Consumer takes from the broker.
+struct ConsumerOptions {
+  /// Messages held unsettled at once (waiting or running in the local queue), per subscribed
+  /// queue: RabbitMQ's prefetch, given to the jobs queue and to each partition. Keep the local
+  /// queue's capacity at prefetch x (1 + partitions) or more, or a group held up by its
+  /// backoff can fill it and park every other delivery behind it.
+  std::uint16_t prefetch = 64;
+  /// A failed attempt whose retry is due within this retries here: its job waits out the
+  /// backoff in the local queue, holding its delivery, as NServiceBus's immediate retries and
+  /// MassTransit's in-memory retries do; a longer wait goes back to the broker through the
+  /// delay cascade. A retry here costs the broker nothing, where each cascade hop costs it about
+  /// what a delivery does; but if this process dies meanwhile, the broker delivers the message
+  /// again with the counters it carried, so the attempts made here since are not counted.
+  /// Lapsed leases always go back. 0: every retry goes back to the broker.
+  Duration retry_here_within = std::chrono::seconds(1);
+  /// At most this many deliveries hold a retry here at once (0: half the prefetch, at least
+  /// one), so that retries waiting here never take the whole prefetch from fresh messages; a
+  /// retry past the limit goes back to the broker.
+  std::uint16_t retry_here_max = 0;
+};
+
 namespace detail {
 
 /// Publisher: Producer's untyped core (src/amqp_publisher.cpp).
@@ -135,8 +156,9 @@ class Bridged {
 /// queue into the local one and settles each message by its job's local end.
 class Relay {
  public:
-  Relay(BrokerOptions broker, std::string queue, BrokerQueueOptions options, std::uint16_t prefetch,
-        Bridged& bridged);
+  /// Throws Error(invalid_option) for a negative consumer.retry_here_within.
+  Relay(BrokerOptions broker, std::string queue, BrokerQueueOptions options,
+        const ConsumerOptions& consumer, Bridged& bridged);
   ~Relay();  // stops the thread; unsettled messages go back to the broker queue
   Relay(const Relay&) = delete;
   Relay& operator=(const Relay&) = delete;
@@ -260,27 +282,20 @@ struct BrokerCounts {
 BrokerCounts broker_counts(const BrokerOptions& broker, const std::string& queue,
                            const BrokerQueueOptions& options = {});
 
-/// ConsumerOptions: how a Consumer takes from the broker.
-struct ConsumerOptions {
-  /// Messages held unsettled at once (waiting or running in the local queue), per subscribed
-  /// queue: RabbitMQ's prefetch, given to the jobs queue and to each partition. Keep the local
-  /// queue's capacity at prefetch x (1 + partitions) or more, or a group held up by its
-  /// backoff can fill it and park every other delivery behind it.
-  std::uint16_t prefetch = 64;
-};
-
 /// Consumer<T, R>: bridges a broker queue into a local Queue<T, R> of the same name, whose
 /// handlers and workers run the jobs as any local job (leases, timeouts, downstream limits,
 /// events and counts are the local queue's). Each message becomes a local job that resumes
 /// the broker job where it stands: its handler sees the job's own attempt(), max_attempts(),
 /// last_error(), deliveries() and stalls(), and the local queue decides what follows, with its
 /// backoff (custom_backoff and Outcome::retry_in included) and stall policy. Each job's local
-/// end settles its message: completed, discarded or cancelled: acked. Forwarded (a failure
-/// with attempts left, or a lapsed lease: EventKind::forwarded): the job goes back to the
-/// broker through the delay cascade, due after the local queue's delay, its counters and error
-/// in the message, and any process may run its next attempt. Dead-lettered (the last attempt,
-/// a permanent failure), or a body its codec cannot read: to the broker DLQ (rail.dlq.<queue>)
-/// with its reason and every error; the local DLQ keeps no copy. The message is acked only
+/// end settles its message: completed, discarded or cancelled: acked. A failure with attempts
+/// left whose retry is due within ConsumerOptions::retry_here_within retries here, as a local
+/// job's does. Forwarded (a longer wait, or a lapsed lease: EventKind::forwarded): the job goes
+/// back to the broker through the delay cascade, due after the local queue's delay, its
+/// counters and error in the message, and any process may run its next attempt.
+/// Dead-lettered (the last attempt, a permanent failure), or a body its codec cannot read: to
+/// the broker DLQ (rail.dlq.<queue>) with its reason and every error; the local DLQ keeps no
+/// copy. The message is acked only
 /// after that publish was confirmed, so a crash in between runs the job again (at-least-once).
 /// The local job has its own id; the producer's is the message id.
 /// FIFO groups: the consumer also takes the partition queues; the broker makes one consumer
@@ -297,8 +312,7 @@ class Consumer final : private detail::Bridged {
            ConsumerOptions consumer = {})
       : engine_(engine),
         local_(local),
-        relay_(std::make_unique<detail::Relay>(std::move(broker), local_.name(), options,
-                                               consumer.prefetch,
+        relay_(std::make_unique<detail::Relay>(std::move(broker), local_.name(), options, consumer,
                                                static_cast<detail::Bridged&>(*this))) {
     // Before the relay consumes: every bridged job's end reaches it.
     observer_ = engine_.on_event([relay = relay_.get(), name = local_.name()](const Event& e) {

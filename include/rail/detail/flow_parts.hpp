@@ -113,6 +113,9 @@ struct FlowParts {
     if (s.marked(JobSlot::kWaitingChildren) && s.take_mark(JobSlot::kWaitingChildren)) [[unlikely]]
       parents_waiting.fetch_sub(1, std::memory_order_relaxed);
   }
+  /// leave_retry_here(s): the job in s, resumed from a broker, ends: it gives back the
+  /// RetryHere place it holds, if any, and forgets its RetryHere (resumed.hpp).
+  void leave_retry_here(JobSlot& s) noexcept;
   /// ask_to_stop(idx, delivery): delivery `delivery` of slot idx was fenced or its job flagged
   /// cancelled: its handler's stop token is stopped (StopCells::request), after the wheel is
   /// released when this thread holds it (a stop_callback is user code).

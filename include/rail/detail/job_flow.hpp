@@ -496,6 +496,10 @@ class JobFlow : public QueueBase,
   /// instead, its next attempt due at `due` on its broker (job_resuming.cpp).
   void forward(std::uint32_t idx, std::string_view why, std::int64_t due, std::int64_t now,
                WorkerContext* wc);
+  /// retry_here(s, delay): whether the failed attempt of resumed job s retries here, after
+  /// `delay`, rather than being forwarded: its RetryHere takes waits that short and it holds a
+  /// place, or one is free (taken now, given back at its end). The finishing holder's call.
+  bool retry_here(JobSlot& s, Duration delay) noexcept;
   /// sweep_leases(now): the lease sweep (lapses, stall warnings); when it is next due.
   /// lapse(lease, deadline, now): the sweep found `lease` past its `deadline`; time_out(...):
   /// it was the attempt's timeout (flags: the word lapse won); warn_stalling(lease, deadline,

@@ -56,14 +56,18 @@ struct AttemptRecord {
 };
 
 class FlowNode;
+class RetryHere;
 
 /// SlotRare: what almost no job has: its own name (when the engine's name table is full:
 /// name_table.hpp) and, for a parent (JobOptions::after), its dependency record (flow_node.hpp),
 /// kept until the slot's next job is filled in, so a stale handler of the parent may still read
-/// its children.
+/// its children; for a job resumed from a broker whose short retries stay here, its consumer's
+/// RetryHere and whether it holds one of its places (resumed.hpp).
 struct SlotRare {
   std::string own_name;
   std::shared_ptr<FlowNode> parent;
+  std::shared_ptr<RetryHere> retry_here;
+  bool holds_retry_place = false;
 };
 
 /// SlotExtra: the cold, variable-size part of a job (its error log, dedup id, and the rare

@@ -1,0 +1,186 @@
+// Short retries of jobs resumed from a broker (detail::RetryHere, what
+// rail::amqp::ConsumerOptions::retry_here_within sets up): a failed attempt whose wait is at most
+// `within` retries in the local queue, as a local job's does, while the consumer has a place
+// free; a longer wait, no free place, or a lapsed lease forwards the job to its broker. A job
+// takes its place at its first retry here and gives it back at its end, whatever the end.
+// Pinned under the manual clock, inline.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rail/detail/resumed.hpp"
+#include "rail/rail.hpp"
+#include "support/inline_engine.hpp"
+#include "support/resumed_jobs.hpp"
+
+namespace rail {
+namespace {
+
+using namespace std::chrono_literals;
+using test::after;
+using test::resume;
+
+struct RetryHere : test::InlineEngine {
+  Queue<int> queue(QueueOptions o = {}) { return engine.declare_queue<int>("q", std::move(o)); }
+  std::shared_ptr<detail::RetryHere> here = std::make_shared<detail::RetryHere>(1s, 2);
+  /// add(value, max, backoff, failed): job `value` resumed after `failed` failed attempts
+  /// elsewhere, its short retries here.
+  JobId add(Queue<int>& q, int value, std::uint32_t max, Backoff b, std::uint32_t failed = 0) {
+    JobOptions o;
+    o.max_attempts = max;
+    o.backoff = b;
+    detail::Resumed r = after(failed);
+    r.retry_here = here;
+    const AddReceipt added = resume(q, value, o, r);
+    EXPECT_EQ(added.status, AddStatus::added);
+    return added.id;
+  }
+};
+
+TEST_F(RetryHere, ARetryDueWithinTheLimitRunsHereAfterItsBackoffWithItsCountersGoingOn) {
+  auto q = queue();
+  std::vector<std::uint32_t> attempts;
+  std::vector<Duration> at;
+  q.process({}, [&](Job<int>& j) {
+    attempts.push_back(j.attempt());
+    at.push_back(clock.now().time_since_epoch());
+    return j.attempt() < 4 ? Outcome::retry("partner down") : Outcome::done();
+  });
+  const JobId id = add(q, 1, 5, Backoff::fixed(500ms), 1);
+  engine.run_until_idle();
+  EXPECT_EQ(here->free_places(), 1) << "its first retry here took a place";
+  replay();
+  EXPECT_EQ(attempts, (std::vector<std::uint32_t>{2, 3, 4})) << "attempt 1 failed elsewhere";
+  ASSERT_EQ(at.size(), 3u);
+  EXPECT_EQ(at[1] - at[0], 500ms) << "the local queue's backoff, on its wheel";
+  EXPECT_EQ(at[2] - at[1], 500ms);
+  EXPECT_EQ(count(EventKind::forwarded), 0u);
+  EXPECT_EQ(count(EventKind::retry_due), 2u);
+  const QueueCounts c = q.counts();
+  EXPECT_EQ(c.completed, 1u);
+  EXPECT_EQ(c.retried, 2u);
+  EXPECT_EQ(c.forwarded, 0u);
+  EXPECT_EQ(q.state(id).status, JobStatus::completed) << "one job, one id, here to its end";
+  EXPECT_EQ(here->free_places(), 2) << "given back at its end";
+}
+
+TEST_F(RetryHere, AWaitLongerThanTheLimitIsForwardedWithoutTakingAPlace) {
+  auto q = queue();
+  int runs = 0;
+  q.process({}, [&](Job<int>&) {
+    ++runs;
+    return Outcome::retry("down");
+  });
+  (void)add(q, 1, 5, Backoff::fixed(1500ms));
+  replay();
+  EXPECT_EQ(runs, 1);
+  ASSERT_EQ(count(EventKind::forwarded), 1u);
+  EXPECT_EQ(first(EventKind::forwarded).delay, 1500ms);
+  EXPECT_EQ(here->free_places(), 2);
+}
+
+TEST_F(RetryHere, AWaitOfExactlyTheLimitRetriesHere) {
+  auto q = queue();
+  int runs = 0;
+  q.process({}, [&](Job<int>&) { return ++runs == 1 ? Outcome::retry("once") : Outcome::done(); });
+  (void)add(q, 1, 3, Backoff::fixed(1s));
+  replay();
+  EXPECT_EQ(runs, 2);
+  EXPECT_EQ(count(EventKind::forwarded), 0u);
+}
+
+TEST_F(RetryHere, ExponentialBackoffRetriesHereUntilItsWaitOutgrowsTheLimitThenForwards) {
+  auto q = queue();
+  q.process({}, [&](Job<int>&) { return Outcome::retry("down"); });
+  (void)add(q, 1, 10, Backoff::exponential(300ms));  // 300, 600, 1200 ms
+  replay();
+  EXPECT_EQ(count(EventKind::attempt_failed), 3u);
+  ASSERT_EQ(count(EventKind::forwarded), 1u);
+  EXPECT_EQ(first(EventKind::forwarded).attempt, 4u);
+  EXPECT_EQ(first(EventKind::forwarded).delay, 1200ms);
+  EXPECT_EQ(here->free_places(), 2) << "a forwarded job gives its place back";
+}
+
+TEST_F(RetryHere, WithEveryPlaceTakenTheNextShortRetryIsForwarded) {
+  auto q = queue();
+  q.process({}, [&](Job<int>& j) {
+    return j.attempt() == 1 ? Outcome::retry("first fails") : Outcome::done();
+  });
+  const JobId a = add(q, 1, 3, Backoff::fixed(100ms));
+  const JobId b = add(q, 2, 3, Backoff::fixed(100ms));
+  const JobId c = add(q, 3, 3, Backoff::fixed(100ms));
+  engine.run_until_idle();
+  EXPECT_EQ(here->free_places(), 0);
+  ASSERT_EQ(count(EventKind::forwarded), 1u);
+  EXPECT_EQ(first(EventKind::forwarded).job_id, c) << "the third found no place";
+  replay();
+  EXPECT_EQ(q.state(a).status, JobStatus::completed);
+  EXPECT_EQ(q.state(b).status, JobStatus::completed);
+  EXPECT_EQ(here->free_places(), 2);
+  // The places are free again: the next short retry stays.
+  (void)add(q, 4, 3, Backoff::fixed(100ms));
+  replay();
+  EXPECT_EQ(count(EventKind::forwarded), 1u);
+  EXPECT_EQ(q.counts().completed, 3u);
+}
+
+TEST_F(RetryHere, TheLastAttemptDeadLettersAndGivesItsPlaceBack) {
+  auto q = queue();
+  q.process({}, [&](Job<int>&) { return Outcome::retry("still down"); });
+  const JobId id = add(q, 7, 3, Backoff::fixed(10ms));
+  replay();
+  EXPECT_EQ(count(EventKind::forwarded), 0u);
+  ASSERT_EQ(count(EventKind::dead_lettered), 1u);
+  const auto entry = q.dlq().get(id);
+  ASSERT_TRUE(entry.has_value());
+  EXPECT_EQ(entry->failed_attempts, 3u);
+  EXPECT_EQ(entry->errors.size(), 3u);
+  EXPECT_EQ(here->free_places(), 2);
+}
+
+TEST_F(RetryHere, ACancelOfAJobWaitingOutItsRetryHereGivesItsPlaceBack) {
+  auto q = queue();
+  q.process({}, [&](Job<int>&) { return Outcome::retry("down"); });
+  const JobId id = add(q, 1, 5, Backoff::fixed(800ms));
+  engine.run_until_idle();
+  ASSERT_EQ(q.state(id).status, JobStatus::delayed);
+  EXPECT_EQ(here->free_places(), 1);
+  EXPECT_TRUE(q.cancel(id));
+  EXPECT_EQ(q.state(id).status, JobStatus::cancelled);
+  EXPECT_EQ(here->free_places(), 2);
+}
+
+TEST_F(RetryHere, ALapsedLeaseGoesBackToTheBrokerEvenWithinTheLimit) {
+  QueueOptions o;
+  o.visibility_timeout = 10s;
+  auto q = queue(o);
+  int runs = 0;
+  q.process({}, [&](Job<int>&) {
+    if (++runs == 1) return Outcome::retry("first fails");
+    clock.advance(11s);  // the retry here overruns its lease
+    return Outcome::done();
+  });
+  (void)add(q, 1, 5, Backoff::fixed(200ms));
+  replay();
+  EXPECT_EQ(runs, 2);
+  ASSERT_EQ(count(EventKind::forwarded), 1u);
+  EXPECT_EQ(first(EventKind::forwarded).delay, 0s) << "a lapse redelivers at once";
+  EXPECT_EQ(first(EventKind::forwarded).stalls, 1u);
+  EXPECT_EQ(here->free_places(), 2);
+}
+
+TEST_F(RetryHere, AJobResumedWithoutItForwardsEveryRetryAsBefore) {
+  auto q = queue();
+  q.process({}, [&](Job<int>&) { return Outcome::retry("down"); });
+  JobOptions o;
+  o.max_attempts = 3;
+  o.backoff = Backoff::fixed(10ms);
+  (void)resume(q, 1, o, after(0));
+  replay();
+  EXPECT_EQ(count(EventKind::forwarded), 1u);
+}
+
+}  // namespace
+}  // namespace rail
