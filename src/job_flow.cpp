@@ -446,7 +446,9 @@ void JobFlow::fail_attempt(std::uint32_t idx, std::string reason, FailKind kind,
   }
   s.extra->errors.back().next_delay_ns = delay.count();
   parts_.count(wc, kRetried);
-  if (s.marked(JobSlot::kForward) && !retry_here(s, delay)) [[unlikely]] {
+  // A lapse goes back to the broker even under count_as_attempt (its handler may still run).
+  if (s.marked(JobSlot::kForward) && (kind == FailKind::lapse || !retry_here(s, delay)))
+      [[unlikely]] {
     forward(idx, error, saturating_add(now, delay), now, wc);
     return;
   }

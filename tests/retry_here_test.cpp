@@ -2,7 +2,8 @@
 // rail::amqp::ConsumerOptions::retry_here_within sets up): a failed attempt whose wait is at most
 // `within` retries in the local queue, as a local job's does, while the consumer has a place
 // free; a longer wait, no free place, or a lapsed lease forwards the job to its broker. A job
-// takes its place at its first retry here and gives it back at its end, whatever the end.
+// takes its place at its first retry here and gives it back at its end, whatever the end (the
+// short path of a completion nobody observes, take_leftovers, a slot's next job alike).
 // Pinned under the manual clock, inline.
 #include <gtest/gtest.h>
 
@@ -181,6 +182,87 @@ TEST_F(RetryHere, AJobResumedWithoutItForwardsEveryRetryAsBefore) {
   replay();
   EXPECT_EQ(count(EventKind::forwarded), 1u);
 }
+
+TEST_F(RetryHere, UnderCountAsAttemptALapseGoesBackToTheBrokerToo) {
+  QueueOptions o;
+  o.visibility_timeout = 10s;
+  o.stall_policy = StallPolicy::count_as_attempt;
+  auto q = queue(o);
+  int runs = 0;
+  q.process({}, [&](Job<int>&) {
+    ++runs;
+    clock.advance(11s);  // its lease lapses: a failed attempt with no wait, its handler running
+    return Outcome::done();
+  });
+  (void)add(q, 1, 5, Backoff::fixed(200ms));
+  replay();
+  EXPECT_EQ(runs, 1) << "the lapse's next attempt ran here";
+  ASSERT_EQ(count(EventKind::forwarded), 1u);
+  EXPECT_EQ(first(EventKind::forwarded).attempt, 2u);
+  EXPECT_EQ(here->free_places(), 2);
+}
+
+TEST_F(RetryHere, TakeLeftoversGivesThePlaceOfAJobWaitingOutItsRetryBack) {
+  auto q = queue();
+  q.process({}, [&](Job<int>&) { return Outcome::retry("down"); });
+  (void)add(q, 1, 5, Backoff::fixed(800ms));
+  engine.run_until_idle();
+  ASSERT_EQ(here->free_places(), 1);
+  (void)engine.shutdown(Duration{0});
+  EXPECT_EQ(q.take_leftovers().size(), 1u);
+  EXPECT_EQ(here->free_places(), 2);
+}
+
+TEST_F(RetryHere, AJobResumedWithoutItIntoTheSlotOfOneThatHadItForwardsItsRetries) {
+  auto q = queue(QueueOptions{.capacity = 1});
+  q.process({}, [&](Job<int>& j) {
+    return j.attempt() < 2 ? Outcome::retry("first fails") : Outcome::done();
+  });
+  (void)add(q, 1, 3, Backoff::fixed(100ms));  // retries here in the only slot
+  replay();
+  ASSERT_EQ(q.counts().completed, 1u);
+  JobOptions o;
+  o.max_attempts = 3;
+  o.backoff = Backoff::fixed(100ms);
+  (void)resume(q, 2, o, after(0));  // the same slot, no RetryHere
+  replay();
+  EXPECT_EQ(count(EventKind::forwarded), 1u) << "it inherited the last job's RetryHere";
+  EXPECT_EQ(here->free_places(), 2);
+}
+
+// Without an observer or a waiter, a handler's success takes the short completion path
+// (JobEnds::complete), a single handler's and a batch's alike: it gives the place back too.
+class RetryHereUnobserved : public ::testing::TestWithParam<bool> {};
+
+TEST_P(RetryHereUnobserved, ACompletionNobodyObservesGivesThePlaceBack) {
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+  auto q = engine.declare_queue<int>("q", {});
+  const auto here = std::make_shared<detail::RetryHere>(1s, 2);
+  int runs = 0;
+  const auto outcome = [&]() { return ++runs == 1 ? Outcome::retry("once") : Outcome::done(); };
+  if (GetParam()) {
+    q.process_batch({}, {.max = 4}, [&](Batch<int>& batch) { batch.set(0, outcome()); });
+  } else {
+    q.process({}, [&](Job<int>&) { return outcome(); });
+  }
+  JobOptions o;
+  o.max_attempts = 3;
+  o.backoff = Backoff::fixed(100ms);
+  detail::Resumed r = after(0);
+  r.retry_here = here;
+  ASSERT_EQ(resume(q, 1, o, r).status, AddStatus::added);
+  engine.run_until_idle();
+  EXPECT_EQ(here->free_places(), 1);
+  clock.advance(100ms);
+  engine.run_until_idle();
+  EXPECT_EQ(runs, 2);
+  EXPECT_EQ(q.counts().completed, 1u);
+  EXPECT_EQ(here->free_places(), 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(HandlerAndBatch, RetryHereUnobserved, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "batch" : "handler"; });
 
 }  // namespace
 }  // namespace rail

@@ -79,7 +79,9 @@ struct ConsumerOptions {
   /// delay cascade. A retry here costs the broker nothing, where each cascade hop costs it about
   /// what a delivery does; but if this process dies meanwhile, the broker delivers the message
   /// again with the counters it carried, so the attempts made here since are not counted.
-  /// Lapsed leases always go back. 0: every retry goes back to the broker.
+  /// Lapsed leases always go back; a timed-out attempt's retry is a retry. The delivery stays
+  /// unacked meanwhile: keep the broker's consumer_timeout above a job's attempts times its
+  /// longest wait here plus its run time. 0: every retry goes back to the broker.
   Duration retry_here_within = std::chrono::seconds(1);
   /// At most this many deliveries hold a retry here at once (0: half the prefetch, at least
   /// one), so that retries waiting here never take the whole prefetch from fresh messages; a
