@@ -401,6 +401,10 @@ std::vector<std::uint64_t> Connection::wait_confirms(std::uint64_t upto, Duratio
     on_frame(&frame, "confirm its messages");
   }
   amqp_maybe_release_buffers(state_->conn);
+  return take_refused(upto);
+}
+
+std::vector<std::uint64_t> Connection::take_refused(std::uint64_t upto) {
   std::vector<std::uint64_t> out;
   auto mid =
       std::partition(nacked_.begin(), nacked_.end(), [upto](std::uint64_t n) { return n > upto; });
@@ -456,6 +460,14 @@ std::optional<Delivery> Connection::next(Duration timeout) {
 void Connection::ack(std::uint64_t tag) {
   if (const int rc = amqp_basic_ack(state_->conn, kChannel, tag, 0); rc != AMQP_STATUS_OK)
     fail("ack delivery " + std::to_string(tag), amqp_error_string2(rc));
+}
+
+int Connection::fd() const noexcept {
+  return amqp_get_sockfd(state_->conn);
+}
+
+bool Connection::buffered() const noexcept {
+  return amqp_frames_enqueued(state_->conn) != 0 || amqp_data_in_buffer(state_->conn) != 0;
 }
 
 void Connection::nack(std::uint64_t tag, bool requeue) {

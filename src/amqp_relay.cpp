@@ -2,19 +2,26 @@
 //
 // One I/O thread owns two connections (rabbitmq-c's are single-threaded): `in` consumes the
 // broker queue, `out` publishes retries and dead letters with confirms. Observers hand local
-// ends over through a locked inbox; the thread polls it between waits for deliveries (a few ms),
-// so an end is settled within one poll. A message is acked only after what replaces it (its
-// retry, its dead letter) was confirmed: a crash in between delivers it again.
+// ends over through a locked inbox and wake the thread (an eventfd) when it was empty; the
+// thread sleeps in poll(2) on that and both sockets. A message is acked only after what
+// replaces it (its retry, its dead letter) was confirmed: a crash in between delivers it
+// again. Those publishes are pipelined: each waits in `unconfirmed`, in publish order, until
+// the broker's confirm (read as it comes) lets its message be acked.
 // Heartbeats: rabbitmq-c sends them only from inside its calls, so the thread polls `out` every
 // turn (`in` is read every turn anyway).
 // Reconnects: a dead `out` is replaced alone (`in`'s tags stay valid); a dead `in` is replaced
 // with a new generation: the broker requeued its unacked deliveries, whose local jobs still
 // end: their settles find a stale generation and are skipped (the redelivery runs the job
 // again: at-least-once). A settle that fails stays in the inbox and is tried again.
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -58,6 +65,10 @@ struct Relay::State {
 
   std::mutex mu;              // guards inbox
   std::vector<Settle> inbox;  // local ends not settled yet
+  // Written by settle() when the inbox gets its first end, read (reset) by the I/O thread before
+  // it drains the inbox: no end waits for a poll timeout. -1 (no eventfd): the 5 ms polls find
+  // them.
+  int wake = -1;
   // release by ~Relay, acquire by the thread's loop: the flag publishes nothing else (the join
   // orders everything after it).
   std::atomic<bool> stop{false};
@@ -70,13 +81,26 @@ struct Relay::State {
   std::deque<amqp::Delivery> parked;  // delivered while the local queue had no room, in order
   std::chrono::steady_clock::time_point parked_tried{};
   bool local_closed = false;  // the local queue is shutting down: consume no more
-  // drain's pipelining: retries and dead letters published without waiting, up to this number.
+  // drain's pipelining: a retry or dead letter published without waiting: its number.
   bool pipelining = false;
   std::uint64_t pipelined_upto = 0;
-  bool careful = false;  // the last pipelined drain failed: settle one at a time
+  /// A published retry or dead letter whose confirm has not come yet, and the end it settles.
+  struct Unconfirmed {
+    std::uint64_t number;  // on `out`
+    Settle settle;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::deque<Unconfirmed> unconfirmed;  // in publish order (the broker confirms in order)
+  std::vector<std::uint64_t> refused;   // numbers on `out` the broker refused, not handled yet
+  bool careful = false;  // `out` died with publishes unconfirmed: settle one at a time
 
   State(BrokerOptions b, std::string q, BrokerQueueOptions o, std::uint16_t p, Bridged& br)
       : broker(std::move(b)), queue(std::move(q)), options(o), prefetch(p), bridged(br) {}
+  ~State() {
+    if (wake >= 0) ::close(wake);
+  }
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
 
   /// open_out(): the publishing connection, with the queue's broker objects declared.
   void open_out() {
@@ -109,6 +133,10 @@ struct Relay::State {
 
   void reconnect() {
     if (!out || !out->ok()) {
+      // Whatever was not confirmed is published again on the new connection (at-least-once):
+      // one at a time, in case one of them is what the broker closed the channel for.
+      careful = careful || !unconfirmed.empty();
+      requeue_unconfirmed();
       out.reset();
       open_out();
     }
@@ -128,14 +156,14 @@ struct Relay::State {
     while (!stop.load(std::memory_order_acquire)) {
       try {
         if (!out || !out->ok() || (!local_closed && (!in || !in->ok()))) reconnect();
-        out->poll();  // its heartbeats, while no retry or dead letter is published
+        wait_for_work();
+        out->poll();  // confirms, and its heartbeats while nothing is published
+        settle_confirmed();
         if (in) {
           retry_parked();
-          // What the broker delivered, a turn's worth at most, before the ends are settled
-          // (one confirm wait per turn for all their retries and dead letters).
+          // What the broker delivered, a turn's worth at most, before the ends are settled.
           for (int n = 0; n < kDeliveriesPerTurn && in; ++n) {
-            std::optional<amqp::Delivery> d =
-                in->next(n == 0 ? std::chrono::milliseconds(5) : std::chrono::milliseconds(0));
+            std::optional<amqp::Delivery> d = in->next(Duration{0});
             if (!d) break;
             try {
               if (!parked.empty() || !deliver(*d)) parked.push_back(std::move(*d));
@@ -145,8 +173,6 @@ struct Relay::State {
               throw;
             }
           }
-        } else {
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
         drain();
         backoff = std::chrono::milliseconds(50);
@@ -158,9 +184,89 @@ struct Relay::State {
       }
     }
     try {
-      drain();                         // the ends that came in: acked before the connections close
+      // The ends that came in, acked before the connections close once their publishes are
+      // confirmed.
+      drain();
+      if (!unconfirmed.empty()) {
+        const std::vector<std::uint64_t> no =
+            out->wait_confirms(unconfirmed.back().number, broker.confirm_timeout);
+        refused.insert(refused.end(), no.begin(), no.end());
+        settle_confirmed();
+      }
     } catch (const std::exception&) {  // unsettled: the broker redelivers them
     }
+  }
+
+  /// wait_for_work(): up to 5 ms in poll(2) until a socket has frames or an end came in.
+  void wait_for_work() {
+    if ((in && in->buffered()) || out->buffered()) return;
+    pollfd fds[3] = {{wake, POLLIN, 0}, {out->fd(), POLLIN, 0}, {in ? in->fd() : -1, POLLIN, 0}};
+    if (::poll(fds, 3, 5) > 0 && (fds[0].revents & POLLIN) != 0) {
+      std::uint64_t count;
+      (void)!::read(wake, &count, sizeof count);  // reset: drain() below takes every end
+    }
+  }
+
+  /// requeue_unconfirmed(): the ends whose publishes were not confirmed go back to the front of
+  /// the inbox, to be published again (their connection is going).
+  void requeue_unconfirmed() {
+    if (!unconfirmed.empty()) {
+      const std::lock_guard lock(mu);
+      std::vector<Settle> again;
+      again.reserve(unconfirmed.size() + inbox.size());
+      for (Unconfirmed& u : unconfirmed)
+        again.push_back(std::move(u.settle));
+      std::move(inbox.begin(), inbox.end(), std::back_inserter(again));
+      inbox.swap(again);
+    }
+    unconfirmed.clear();
+    refused.clear();  // the next connection numbers its publishes from 1
+  }
+
+  /// settle_confirmed(): acks the messages whose retries and dead letters the broker confirmed.
+  /// A refused one (a full queue) goes back to the inbox, and the throw makes the thread wait
+  /// before it publishes again; one unconfirmed past confirm_timeout drops the publishing
+  /// connection.
+  void settle_confirmed() {
+    if (unconfirmed.empty()) return;
+    const std::uint64_t upto = out->confirmed_upto();
+    const std::vector<std::uint64_t> no = out->take_refused(upto);
+    refused.insert(refused.end(), no.begin(), no.end());
+    std::vector<Settle> again;
+    while (!unconfirmed.empty() && unconfirmed.front().number <= upto) {
+      Unconfirmed u = std::move(unconfirmed.front());
+      unconfirmed.pop_front();
+      if (const auto r = std::find(refused.begin(), refused.end(), u.number); r != refused.end()) {
+        refused.erase(r);
+        again.push_back(std::move(u.settle));
+      } else {
+        ack(u.settle.local);
+      }
+    }
+    if (!again.empty()) {
+      const std::lock_guard lock(mu);
+      inbox.insert(inbox.begin(), std::make_move_iterator(again.begin()),
+                   std::make_move_iterator(again.end()));
+      throw Error(ErrorCode::capacity, "the broker refused a retry or dead letter of queue '" +
+                                           queue + "' (no queue took it, or it was full)");
+    }
+    if (!unconfirmed.empty() &&
+        std::chrono::steady_clock::now() - unconfirmed.front().at > broker.confirm_timeout) {
+      requeue_unconfirmed();
+      out.reset();  // replaced by the next turn
+      throw Error(ErrorCode::broker, "the broker confirmed no retry or dead letter of queue '" +
+                                         queue + "' within confirm_timeout");
+    }
+  }
+
+  /// ack(id): acks the message of local job id, settled; a message of a connection that is gone
+  /// is only forgotten (the broker delivers it again).
+  void ack(JobId id) {
+    const auto it = held.find(id);
+    if (it == held.end()) return;
+    const Held h = std::move(it->second);
+    held.erase(it);  // first: a failing ack leaves the connection dead, and the broker has it
+    if (h.generation == generation && in && in->ok()) in->ack(h.tag);
   }
 
   /// retry_parked(): every 20 ms, the parked deliveries into the local queue, in order, as far
@@ -237,68 +343,39 @@ struct Relay::State {
     return true;
   }
 
-  /// drain(): settles the local ends that came in; one that fails (and those after it) waits in
-  /// the inbox for the next turn.
+  /// drain(): settles the local ends that came in: a completion's message is acked now; a
+  /// retry's or dead letter's once its publish is confirmed (unconfirmed; careful: before the
+  /// next end). One that fails (and those after it) waits in the inbox for the next turn.
   void drain() {
     std::vector<Settle> ends;
     {
       const std::lock_guard lock(mu);
       ends.swap(inbox);
     }
-    const auto put_back = [&](std::size_t from) {
-      const std::lock_guard lock(mu);
-      inbox.insert(inbox.begin(), std::make_move_iterator(ends.begin() + static_cast<long>(from)),
-                   std::make_move_iterator(ends.end()));
-    };
-    if (ends.size() > 1 && !careful) {
-      // Pipelined: every retry and dead letter published, one wait for all their confirms, then
-      // the acks. A failure hands them all back and the next turn goes one at a time, to find
-      // the one that fails (those published meanwhile may be published twice: at-least-once).
-      std::vector<JobId> settled;
-      try {
-        pipelined_upto = 0;
-        for (const Settle& s : ends)
-          if (settle(s, true)) settled.push_back(s.local);
-        if (pipelined_upto != 0) confirmed(pipelined_upto);
-      } catch (...) {
-        pipelined_upto = 0;
-        careful = true;
-        put_back(0);
-        throw;
-      }
-      pipelined_upto = 0;
-      try {
-        for (const JobId id : settled) {
-          if (auto it = held.find(id); it != held.end()) {
-            in->ack(it->second.tag);
-            held.erase(it);
-          }
-        }
-      } catch (...) {
-        put_back(0);  // the acked ones are gone from `held`: their ends are no-ops then
-        throw;
-      }
-      return;
-    }
-    careful = false;
     for (std::size_t i = 0; i < ends.size(); ++i) {
       try {
-        if (settle(ends[i], false)) {
-          const auto it = held.find(ends[i].local);
-          in->ack(it->second.tag);
-          held.erase(it);
+        pipelined_upto = 0;
+        if (!settle(ends[i], !careful)) continue;
+        if (pipelined_upto == 0) {
+          ack(ends[i].local);
+        } else {
+          unconfirmed.push_back(
+              {pipelined_upto, std::move(ends[i]), std::chrono::steady_clock::now()});
         }
       } catch (...) {
-        put_back(i);
+        const std::lock_guard lock(mu);
+        inbox.insert(inbox.begin(), std::make_move_iterator(ends.begin() + static_cast<long>(i)),
+                     std::make_move_iterator(ends.end()));
         throw;
       }
     }
+    careful = false;
   }
 
   /// settle(s, pipelined): the message of local job s.local, by its end; true when it is to be
-  /// acked (its retry or dead letter published and, unless `pipelined`, confirmed: drain then
-  /// waits for them all). Its held record goes only once the message is acked, so a failure
-  /// leaves everything to try again.
+  /// acked (its retry or dead letter published and, unless `pipelined`, confirmed; pipelined:
+  /// its number is pipelined_upto). Its held record goes only once the message is acked, so a
+  /// failure leaves everything to try again.
   bool settle(const Settle& s, bool pipelined) {
     auto it = held.find(s.local);
     if (it == held.end()) return false;  // not a bridged job (a local add), or settled already
@@ -361,12 +438,17 @@ struct Relay::State {
     confirmed(n);
   }
 
-  /// confirmed(upto): waits for the confirms of every publish up to `upto`; throws
-  /// Error(capacity) if the broker refused one.
-  void confirmed(std::uint64_t upto) {
-    if (!out->wait_confirms(upto, broker.confirm_timeout).empty())
+  /// confirmed(n): waits for the confirm of publish n (and of every one before it: the refusals
+  /// of those stay in `refused` for settle_confirmed); throws Error(capacity) if the broker
+  /// refused n.
+  void confirmed(std::uint64_t n) {
+    const std::vector<std::uint64_t> no = out->wait_confirms(n, broker.confirm_timeout);
+    refused.insert(refused.end(), no.begin(), no.end());
+    if (const auto r = std::find(refused.begin(), refused.end(), n); r != refused.end()) {
+      refused.erase(r);
       throw Error(ErrorCode::capacity, "the broker refused a retry or dead letter of queue '" +
                                            queue + "' (no queue took it, or it was full)");
+    }
   }
 
   /// retry(m, s): message m again, as the local queue forwarded its job (s): its counters and
@@ -441,6 +523,7 @@ Relay::Relay(BrokerOptions broker, std::string queue, BrokerQueueOptions options
         std::make_shared<rail::detail::RetryHere>(consumer.retry_here_within, places);
   }
   state_->address = amqp::parse_url(state_->broker.url);
+  state_->wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // -1: polled every 5 ms instead
   // The first connection here, so that a broker that cannot be reached or a queue declared
   // otherwise is the constructor's error; later ones are the I/O thread's.
   state_->open_out();
@@ -463,6 +546,10 @@ void Relay::start() {
 void Relay::settle(Settle s) {
   const std::lock_guard lock(state_->mu);
   state_->inbox.push_back(std::move(s));
+  if (state_->inbox.size() == 1 && state_->wake >= 0) {
+    const std::uint64_t one = 1;
+    (void)!::write(state_->wake, &one, sizeof one);  // the I/O thread drains the inbox
+  }
 }
 
 }  // namespace rail::amqp::detail

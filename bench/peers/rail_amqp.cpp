@@ -159,6 +159,7 @@ int run(const Config& c) {
     out["backoff_ms"] = c.backoff_ms;
     out["forwarded"] = counts.forwarded;
     out["retry_here_ms"] = c.retry_here_ms;
+    out["retry_here_max"] = c.retry_here_max;
     out["late_ms"] = quantiles(late_ms);
   }
   std::printf("%s\n", out.dump().c_str());

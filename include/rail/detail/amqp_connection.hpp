@@ -130,6 +130,13 @@ class Connection {
   /// Throws Error(broker) on timeout (real time) or failure.
   std::vector<std::uint64_t> wait_confirms(std::uint64_t upto, Duration timeout);
 
+  /// confirmed_upto(): every message published up to this number is settled (acked, nacked or
+  /// returned) as far as the frames read so far tell (wait_confirms() or poll() read them).
+  [[nodiscard]] std::uint64_t confirmed_upto() const noexcept { return settled_; }
+  /// take_refused(upto): the settled numbers up to `upto` the broker refused (nacked, or
+  /// returned unroutable), reported once.
+  std::vector<std::uint64_t> take_refused(std::uint64_t upto);
+
   /// poll(): reads what the broker sent meanwhile without waiting (confirms, a close) and sends
   /// a heartbeat if one is due: rabbitmq-c sends them only from inside its calls, so an idle
   /// connection's owner calls this at least once per heartbeat interval, or the broker closes it.
@@ -141,6 +148,11 @@ class Connection {
   /// next(timeout): the next delivery, or nullopt when none came within timeout (real time).
   std::optional<Delivery> next(Duration timeout);
   void ack(std::uint64_t tag);
+  /// fd(): the socket, for the owner's poll(2) (-1 if it has none).
+  [[nodiscard]] int fd() const noexcept;
+  /// buffered(): frames or bytes already read from the socket and not taken yet: poll(2) on
+  /// fd() would not show them.
+  [[nodiscard]] bool buffered() const noexcept;
   /// nack(tag, requeue): requeue true returns it to the queue, false dead-letters it.
   void nack(std::uint64_t tag, bool requeue);
 
