@@ -6,6 +6,7 @@
 #include <sys/time.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -295,6 +296,13 @@ std::uint64_t Connection::publish(const std::string& exchange, const std::string
     p._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
     p.message_id = bytes(m.message_id);
   }
+  // Its confirm number, so that a basic.return names the publish it returns: the broker may
+  // send other publishes' acks between a return and the ack of the returned one.
+  const std::string number = confirms_ ? std::to_string(published_ + 1) : std::string();
+  if (confirms_) {
+    p._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
+    p.correlation_id = bytes(number);
+  }
   if (m.headers != nullptr) {
     p._flags |= AMQP_BASIC_HEADERS_FLAG;
     p.headers = headers.get();
@@ -307,15 +315,17 @@ std::uint64_t Connection::publish(const std::string& exchange, const std::string
 }
 
 void Connection::settle(std::uint64_t tag, bool multiple, bool nacked) {
+  // A returned publish is refused whatever its ack says (its number leaves `returned_` here).
+  const auto refused = [&](std::uint64_t n) { return returned_.erase(n) != 0 || nacked; };
   if (multiple) {
     for (std::uint64_t n = settled_ + 1; n <= tag; ++n) {
       auto it = settled_above_.find(n);
-      if (it == settled_above_.end() ? nacked : it->second) nacked_.push_back(n);
+      if (it == settled_above_.end() ? refused(n) : it->second) nacked_.push_back(n);
     }
     settled_above_.erase(settled_above_.begin(), settled_above_.upper_bound(tag));
     settled_ = std::max(settled_, tag);
   } else if (tag > settled_) {
-    settled_above_.emplace(tag, nacked);
+    settled_above_.emplace(tag, refused(tag));
   }
   for (auto it = settled_above_.begin(); it != settled_above_.end() && it->first == settled_ + 1;
        it = settled_above_.erase(it)) {
@@ -330,25 +340,27 @@ void Connection::on_frame(const void* f, std::string_view what) {
   switch (frame.payload.method.id) {
     case AMQP_BASIC_ACK_METHOD: {
       const auto* a = static_cast<const amqp_basic_ack_t*>(frame.payload.method.decoded);
-      // Unroutable: its basic.return came just before this ack (mandatory publishes).
-      settle(a->delivery_tag, a->multiple != 0, returned_);
-      returned_ = false;
+      settle(a->delivery_tag, a->multiple != 0, false);
       break;
     }
     case AMQP_BASIC_NACK_METHOD: {
       const auto* n = static_cast<const amqp_basic_nack_t*>(frame.payload.method.decoded);
       settle(n->delivery_tag, n->multiple != 0, true);
-      returned_ = false;
       break;
     }
     case AMQP_BASIC_RETURN_METHOD: {
-      // The message follows (a header and body frames): read it off, then count the ack that
-      // comes next as a refusal: no queue took it.
+      // The message follows (a header and body frames): its correlation id is its confirm
+      // number (publish() sets it), whose ack then counts as a refusal: no queue took it.
       amqp_message_t message;
       const amqp_rpc_reply_t r = amqp_read_message(state_->conn, kChannel, &message, 0);
       if (r.reply_type != AMQP_RESPONSE_NORMAL) fail(what, "the connection broke");
+      std::uint64_t number = 0;
+      if ((message.properties._flags & AMQP_BASIC_CORRELATION_ID_FLAG) != 0) {
+        const std::string id = text(message.properties.correlation_id);
+        std::from_chars(id.data(), id.data() + id.size(), number);
+      }
       amqp_destroy_message(&message);
-      returned_ = true;
+      if (number > settled_) returned_.insert(number);
       break;
     }
     case AMQP_BASIC_CANCEL_METHOD:

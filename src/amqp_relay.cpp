@@ -90,9 +90,14 @@ struct Relay::State {
     Settle settle;
     std::chrono::steady_clock::time_point at;
   };
-  std::deque<Unconfirmed> unconfirmed;  // in publish order (the broker confirms in order)
-  std::vector<std::uint64_t> refused;   // numbers on `out` the broker refused, not handled yet
+  // In publish order; the broker may confirm out of order, and an entry is settled once every
+  // number up to its own is (Connection::confirmed_upto).
+  std::deque<Unconfirmed> unconfirmed;
+  std::vector<std::uint64_t> refused;  // numbers on `out` the broker refused, not handled yet
   bool careful = false;  // `out` died with publishes unconfirmed: settle one at a time
+  // The broker refused a retry or dead letter and none of its publishes was confirmed since:
+  // the thread's backoff keeps growing between turns (to 1 s) rather than starting over.
+  bool refusing = false;
 
   State(BrokerOptions b, std::string q, BrokerQueueOptions o, std::uint16_t p, Bridged& br)
       : broker(std::move(b)), queue(std::move(q)), options(o), prefetch(p), bridged(br) {}
@@ -163,6 +168,8 @@ struct Relay::State {
           retry_parked();
           // What the broker delivered, a turn's worth at most, before the ends are settled.
           for (int n = 0; n < kDeliveriesPerTurn && in; ++n) {
+            // A zero timeout still checks the broker's heartbeats (rabbitmq-c 0.11: it means
+            // "now"; Debian 12 ships 0.11.0).
             std::optional<amqp::Delivery> d = in->next(Duration{0});
             if (!d) break;
             try {
@@ -175,7 +182,7 @@ struct Relay::State {
           }
         }
         drain();
-        backoff = std::chrono::milliseconds(50);
+        if (!refusing) backoff = std::chrono::milliseconds(50);
       } catch (const std::exception&) {
         // A broker failure marked its connection dead (reconnect() replaces it); a refused
         // publish (capacity) left its settle in the inbox: either way, try again after a wait.
@@ -183,17 +190,22 @@ struct Relay::State {
         backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
       }
     }
+    // The ends that came in, acked before the connections close once their publishes are
+    // confirmed; whatever stays unsettled, the broker delivers again. Not on a publishing
+    // connection that is gone or dead (a confirm timeout, a failed reconnect).
+    if (!out || !out->ok()) return;
     try {
-      // The ends that came in, acked before the connections close once their publishes are
-      // confirmed.
       drain();
-      if (!unconfirmed.empty()) {
+    } catch (const std::exception&) {
+    }
+    try {
+      if (!unconfirmed.empty() && out->ok()) {
         const std::vector<std::uint64_t> no =
             out->wait_confirms(unconfirmed.back().number, broker.confirm_timeout);
         refused.insert(refused.end(), no.begin(), no.end());
         settle_confirmed();
       }
-    } catch (const std::exception&) {  // unsettled: the broker redelivers them
+    } catch (const std::exception&) {
     }
   }
 
@@ -233,25 +245,37 @@ struct Relay::State {
     const std::vector<std::uint64_t> no = out->take_refused(upto);
     refused.insert(refused.end(), no.begin(), no.end());
     std::vector<Settle> again;
-    while (!unconfirmed.empty() && unconfirmed.front().number <= upto) {
-      Unconfirmed u = std::move(unconfirmed.front());
-      unconfirmed.pop_front();
-      if (const auto r = std::find(refused.begin(), refused.end(), u.number); r != refused.end()) {
-        refused.erase(r);
-        again.push_back(std::move(u.settle));
-      } else {
-        ack(u.settle.local);
-      }
-    }
-    if (!again.empty()) {
+    const auto hand_back = [&] {  // the refused ends, to be published again
       const std::lock_guard lock(mu);
       inbox.insert(inbox.begin(), std::make_move_iterator(again.begin()),
                    std::make_move_iterator(again.end()));
+    };
+    try {
+      while (!unconfirmed.empty() && unconfirmed.front().number <= upto) {
+        Unconfirmed u = std::move(unconfirmed.front());
+        unconfirmed.pop_front();
+        if (const auto r = std::find(refused.begin(), refused.end(), u.number);
+            r != refused.end()) {
+          refused.erase(r);
+          again.push_back(std::move(u.settle));
+        } else {
+          refusing = false;  // the broker takes publishes again
+          ack(u.settle.local);
+        }
+      }
+    } catch (...) {
+      hand_back();
+      throw;
+    }
+    if (!again.empty()) {
+      hand_back();
+      refusing = true;
       throw Error(ErrorCode::capacity, "the broker refused a retry or dead letter of queue '" +
                                            queue + "' (no queue took it, or it was full)");
     }
     if (!unconfirmed.empty() &&
         std::chrono::steady_clock::now() - unconfirmed.front().at > broker.confirm_timeout) {
+      careful = true;  // in case one of them is what keeps the broker from confirming
       requeue_unconfirmed();
       out.reset();  // replaced by the next turn
       throw Error(ErrorCode::broker, "the broker confirmed no retry or dead letter of queue '" +
@@ -354,6 +378,9 @@ struct Relay::State {
     }
     for (std::size_t i = 0; i < ends.size(); ++i) {
       try {
+        // A permanent refusal (careful mode) closed the channel: the rest waits for the next
+        // connection rather than for confirms that cannot come.
+        if (!out->ok()) throw Error(ErrorCode::broker, "the publishing connection closed");
         pipelined_upto = 0;
         if (!settle(ends[i], !careful)) continue;
         if (pipelined_upto == 0) {

@@ -126,6 +126,25 @@ TEST_F(AmqpConnection, APublishNoQueueTakesCountsAsRefused) {
   EXPECT_TRUE(c.ok());
 }
 
+// Pipelined: the returns come at once, the quorum queue's confirms later and coalesced (one ack
+// may settle several numbers): each return names its own publish, whatever ack comes next.
+TEST_F(AmqpConnection, PipelinedPublishesNoQueueTakesAreTheOnlyOnesRefused) {
+  amqp::Connection c = open("unroutable-pipelined");
+  c.declare_queue("exists", quorum());
+  c.enable_confirms();
+  std::vector<std::uint64_t> lost;
+  std::uint64_t last = 0;
+  for (int i = 0; i < 60; ++i) {
+    const bool routed = i % 3 != 1;
+    last = c.publish("", routed ? "exists" : "no-such-queue",
+                     {.body = "x", .type = {}, .message_id = {}});
+    if (!routed) lost.push_back(last);
+  }
+  EXPECT_EQ(c.wait_confirms(last, 30s), lost);
+  EXPECT_EQ(c.queue_depth("exists"), 40u);
+  EXPECT_TRUE(c.ok());
+}
+
 TEST_F(AmqpConnection, ANackWithoutRequeueDeadLettersThroughTheQueuesExchange) {
   amqp::Connection c = open("dlx");
   c.declare_exchange("test.dlx", "direct");

@@ -6,7 +6,9 @@ set(RAIL_HAVE_AMQP OFF)
 if(RAIL_BUILD_AMQP)
   find_package(PkgConfig QUIET)
   if(PkgConfig_FOUND)
-    pkg_check_modules(RABBITMQ_C QUIET IMPORTED_TARGET librabbitmq)
+    # 0.11 or later: its zero read timeout still checks the broker's heartbeats (the relay
+    # polls with one); Debian 12 ships 0.11.0.
+    pkg_check_modules(RABBITMQ_C QUIET IMPORTED_TARGET librabbitmq>=0.11)
   endif()
   if(RABBITMQ_C_FOUND)
     add_library(rail_amqp STATIC src/amqp_connection.cpp src/amqp_headers.cpp src/amqp_leader.cpp
@@ -19,6 +21,7 @@ if(RAIL_BUILD_AMQP)
     rail_set_target_options(rail_amqp)
     set(RAIL_HAVE_AMQP ON)
   else()
-    message(STATUS "rail: rail::amqp is not built (apt-get install -y librabbitmq-dev)")
+    message(STATUS "rail: rail::amqp is not built (needs rabbitmq-c 0.11 or later: "
+                   "apt-get install -y librabbitmq-dev)")
   endif()
 endif()

@@ -8,15 +8,18 @@
 // it, closed the channel or connection, or the socket broke throws Error(ErrorCode::broker) with
 // the broker's reply (`PRECONDITION_FAILED - inequivalent arg ...`) or the library's reason;
 // after that the connection is dead (ok() is false) and the caller opens a new one.
-// Confirms: after enable_confirms(), publish() numbers each message 1, 2, ... and
-// wait_confirms(n) reads the broker's basic.ack / basic.nack frames until every message up to n
-// is settled, returning the numbers it nacked (a full queue with overflow reject-publish).
+// Confirms: after enable_confirms(), publish() numbers each message 1, 2, ... (its correlation
+// id, so that a basic.return names it) and wait_confirms(n) reads the broker's basic.ack /
+// basic.nack frames until every message up to n is settled, returning the numbers it nacked (a
+// full queue with overflow reject-publish) or returned (unroutable). The broker may confirm
+// publishes out of order; confirmed_upto() counts only the unbroken run from 1.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -175,7 +178,7 @@ class Connection {
   std::uint64_t settled_ = 0;                    // every number up to this one is settled
   std::map<std::uint64_t, bool> settled_above_;  // settled numbers past settled_: nacked?
   std::vector<std::uint64_t> nacked_;            // nacks not reported yet
-  bool returned_ = false;                        // a basic.return awaits its ack
+  std::set<std::uint64_t> returned_;             // returned publishes whose ack has not come
   bool confirms_ = false;                        // enable_confirms() was called
 };
 
