@@ -229,9 +229,10 @@ void Connection::check_reply(std::string_view what) {
   if (auto why = failure(amqp_get_rpc_reply(state_->conn))) fail(what, why->text, why->reply);
 }
 
-void Connection::declare_exchange(const std::string& name, const std::string& type) {
-  amqp_exchange_declare(state_->conn, kChannel, bytes(name), bytes(type), 0, 1, 0, 0,
-                        amqp_empty_table);
+void Connection::declare_exchange(const std::string& name, const std::string& type,
+                                  const Fields& arguments) {
+  Table args(&arguments);
+  amqp_exchange_declare(state_->conn, kChannel, bytes(name), bytes(type), 0, 1, 0, 0, args.get());
   check_reply("declare exchange '" + name + "'");
 }
 

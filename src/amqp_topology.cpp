@@ -126,6 +126,21 @@ void check_queue_name(std::string_view queue) {
 
 void declare_queue(Connection& c, const QueueTopology& t) {
   check_queue_name(t.queue);
+  // Its partition count, kept where a declare that differs is refused: an exchange's
+  // alternate-exchange is the one argument RabbitMQ compares (the exchange routes nothing).
+  // Every process must agree, or a group's jobs would reach two partitions.
+  const std::string shape = "rail.partitions." + std::string(t.queue);
+  try {
+    c.declare_exchange(shape, "fanout",
+                       {{"alternate-exchange", "partitions=" + std::to_string(t.partitions)}});
+  } catch (const Refused& e) {
+    if (e.reply() != 406) throw;
+    throw Refused(406, "broker queue '" + std::string(t.queue) +
+                           "' is declared with another BrokerQueueOptions::partitions than " +
+                           std::to_string(t.partitions) +
+                           " (every process must declare the same; delete exchange '" + shape +
+                           "' with the queues to change it): " + e.what());
+  }
   const std::string jobs = jobs_queue(t.queue), dead = dlq_queue(t.queue);
   c.declare_exchange(std::string(kDeadLetters), "direct");
   c.declare_queue(dead, quorum());

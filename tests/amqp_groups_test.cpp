@@ -2,7 +2,8 @@
 // one process takes at a time; each group's jobs start one at a time in add order, their retries
 // holding the group in place, also when the process that took the partitions goes and another
 // takes them over (duplicates only among the jobs it had not settled). A group with a delay, or
-// on a queue without partitions, is refused by name.
+// on a queue without partitions, is refused by name; so is a process that declares the queue
+// with another partition count.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -157,6 +158,23 @@ TEST_F(AmqpGroups, AGroupWithADelayOrWithoutPartitionsIsRefusedByName) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_option);
     EXPECT_NE(std::string(e.what()).find("partitions"), std::string::npos) << e.what();
   }
+}
+
+// Every process must declare a queue with the same partitions: one that declares another count
+// is refused at once, naming the option, rather than sending a group's jobs to another partition.
+TEST_F(AmqpGroups, AProcessDeclaringAnotherPartitionCountIsRefusedNamingIt) {
+  amqp::Producer<std::string> eight(options(), "shaped", {.partitions = 8});
+  try {
+    amqp::Producer<std::string> four(options(), "shaped", {.partitions = 4});
+    ADD_FAILURE() << "a second partition count for the same queue was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::broker);
+    const std::string why = e.what();
+    EXPECT_NE(why.find("BrokerQueueOptions::partitions"), std::string::npos) << why;
+    EXPECT_NE(why.find("partitions=8"), std::string::npos) << "the broker's count: " << why;
+  }
+  amqp::Producer<std::string> again(options(), "shaped", {.partitions = 8});  // the same: fine
+  EXPECT_EQ(again.add("x", "y").status, AddStatus::added);
 }
 
 }  // namespace

@@ -63,6 +63,8 @@ struct BrokerQueueOptions {
   std::uint32_t delivery_limit = 20;
   /// FIFO groups' partition queues (JobOptions::group): each group's jobs go to one, by a hash
   /// of the group, and one process at a time takes a partition's jobs, in order. 0: no groups.
+  /// Every process must declare the same count: another one is refused (Error(broker)); the
+  /// broker keeps it in exchange rail.partitions.<queue>.
   std::uint32_t partitions = 8;
 };
 

@@ -108,7 +108,10 @@ class Connection {
   [[nodiscard]] bool ok() const noexcept { return ok_; }
 
   // --- topology (durable; a declaration that differs from the broker's throws) ---------------
-  void declare_exchange(const std::string& name, const std::string& type);
+  /// declare_exchange(name, type, arguments): RabbitMQ compares only `alternate-exchange` of
+  /// an existing exchange's arguments (a different value: Refused 406).
+  void declare_exchange(const std::string& name, const std::string& type,
+                        const Fields& arguments = {});
   /// declare_queue(name, arguments): the queue's ready message count.
   std::uint32_t declare_queue(const std::string& name, const Fields& arguments);
   /// queue_depth(name): its ready messages (a passive declare); throws if it does not exist.
