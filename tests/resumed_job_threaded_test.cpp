@@ -88,16 +88,19 @@ TEST(ResumedJobThreaded, LapsesRacingOutcomesEndEachResumedJobOnce) {
 }
 
 // Six workers (oversubscribed on 2 cores) fail attempts with short and long backoffs while
-// leases lapse and a canceller cancels recent jobs: 3 places are taken and given back
-// concurrently. A watcher checks that the free places never leave [0, 3]; at the end each job
-// ended once and every place is back.
+// leases lapse (every other job's lease is 5 ms, the others' 2 s) and a canceller cancels recent
+// jobs: 3 places are taken and given back concurrently. A watcher checks that the free places
+// never leave [0, 3]; at the end each job ended once and every place is back.
 TEST(ResumedJobThreaded, ShortRetriesHereNeverTakeMorePlacesThanThereAreAndGiveThemAllBack) {
   constexpr int kJobs = 1200, kPlaces = 3;
   test::EndCounter ends;
+  std::atomic<int> retries_here{0};  // a retry's backoff ended here (a forwarded job has none)
   Engine engine;
   engine.on_event(ends.observer());
+  engine.on_event([&](const Event& e) {
+    if (e.kind == EventKind::retry_due) retries_here.fetch_add(1);
+  });
   QueueOptions qo;
-  qo.visibility_timeout = 15ms;
   qo.max_stalls = 1000;
   auto q = engine.declare_queue<int>("q", qo);
   q.process({.concurrency = 6}, [&](Job<int>& j) {
@@ -137,6 +140,7 @@ TEST(ResumedJobThreaded, ShortRetriesHereNeverTakeMorePlacesThanThereAreAndGiveT
   o.backoff = Backoff::fixed(2ms);
   std::vector<JobId> ids;
   for (int i = 0; i < kJobs; ++i) {
+    o.visibility_timeout = i % 2 == 0 ? Duration{5ms} : Duration{2s};
     detail::Resumed r = after(1);
     r.retry_here = here;
     ids.push_back(resume_when_room(q, i, o, r));
@@ -153,7 +157,7 @@ TEST(ResumedJobThreaded, ShortRetriesHereNeverTakeMorePlacesThanThereAreAndGiveT
   EXPECT_EQ(c.added, static_cast<std::uint64_t>(kJobs));
   EXPECT_EQ(test::ended_jobs(c), c.added);
   EXPECT_EQ(c.waiting + c.delayed + c.active, 0u);
-  EXPECT_GT(c.started, c.added) << "no retry ran here (each job would start here once)";
+  EXPECT_GT(retries_here.load(), 0) << "no retry ran here";
   EXPECT_GT(c.forwarded, 0u);
   for (JobId id : ids)
     EXPECT_EQ(ends.of(id), 1) << "job " << id;
