@@ -40,7 +40,7 @@ SlotRare& FlowParts::rare(JobSlot& s) {
   return *r;
 }
 
-void FlowParts::leave_retry_here(JobSlot& s) noexcept {
+void FlowParts::drop_retry_here(JobSlot& s) noexcept {
   SlotRare* r = s.extra ? s.extra->rare.get() : nullptr;
   if (r == nullptr || !r->retry_here) return;
   if (r->holds_retry_place) r->retry_here->give_back();

@@ -116,8 +116,7 @@ JobEnds::Settled JobEnds::settle(JobSlot& s, EndKind kind, WorkerContext* wc, st
   // kept for after the job takes the id over instead (run_deferred).
   Settled settled;
   parts_.leave_children_wait(s);  // a parent cancelled, expired or failed while it waited
-  if (s.marked(JobSlot::kForward)) [[unlikely]]
-    parts_.leave_retry_here(s);  // its place for short retries here, if it took one
+  parts_.leave_retry_here(s);     // its place for short retries here, if it took one
   if (Lines::lined(s)) settled.closing = lines_.close(parts_.index_of(s));
   settled.kept = claims_.release_at_end(s, kind == EndKind::cancelled);
   if (note(s, kind, wc, now)) [[unlikely]]

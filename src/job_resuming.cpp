@@ -40,7 +40,7 @@ AddReceipt JobFlow::begin_resumed(std::string_view job_name, const JobOptions& o
   init_slot(idx, id, name_id, now, o);
   try {
     restore_counters(idx, r.failed_attempts, r.deliveries, r.stalls, r.errors);
-    parts_.leave_retry_here(slot(idx));  // nothing of the slot's last job carries over
+    parts_.drop_retry_here(slot(idx));  // nothing of the slot's last job carries over
     if (r.forward && r.retry_here) {
       SlotRare& rare = parts_.rare(slot(idx));
       rare.retry_here = r.retry_here;

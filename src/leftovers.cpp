@@ -58,8 +58,7 @@ bool Leftovers::take(const std::function<void(std::uint32_t, bool)>& take) {
           const bool held = delayed && s.marked(JobSlot::kHeld);
           parts_.stats.add(delayed && !held ? kFromDelayed : kFromReady);  // out of its gauge
           parts_.leave_children_wait(s);
-          if (s.marked(JobSlot::kForward)) [[unlikely]]
-            parts_.leave_retry_here(s);  // its place for short retries here, if it took one
+          parts_.leave_retry_here(s);  // its place for short retries here, if it took one
           take(i, delayed && !held);
           // Out of its group's line, if it was in one (the turn a holder hands on goes to a job
           // this pass takes too: every waiting job is taken).

@@ -113,9 +113,15 @@ struct FlowParts {
     if (s.marked(JobSlot::kWaitingChildren) && s.take_mark(JobSlot::kWaitingChildren)) [[unlikely]]
       parents_waiting.fetch_sub(1, std::memory_order_relaxed);
   }
-  /// leave_retry_here(s): the job in s, resumed from a broker, ends: it gives back the
-  /// RetryHere place it holds, if any, and forgets its RetryHere (resumed.hpp).
-  void leave_retry_here(JobSlot& s) noexcept;
+  /// leave_retry_here(s): the job in s ends: if it was resumed from a broker (kForward), it
+  /// gives back the RetryHere place it holds, if any, and forgets its RetryHere (resumed.hpp).
+  /// Every end calls it (JobEnds::settle and complete, take_leftovers).
+  void leave_retry_here(JobSlot& s) noexcept {
+    if (s.marked(JobSlot::kForward)) [[unlikely]]
+      drop_retry_here(s);
+  }
+  /// drop_retry_here(s): the same, whatever the marks (begin_resumed, before it sets its own).
+  void drop_retry_here(JobSlot& s) noexcept;
   /// ask_to_stop(idx, delivery): delivery `delivery` of slot idx was fenced or its job flagged
   /// cancelled: its handler's stop token is stopped (StopCells::request), after the wheel is
   /// released when this thread holds it (a stop_callback is user code).

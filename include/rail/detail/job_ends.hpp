@@ -143,8 +143,7 @@ class JobEnds {
                 std::optional<std::int64_t> end) {
     JobSlot& s = parts_.slot(idx);
     s.end_reason = DeadLetterReason::none;
-    if (s.marked(JobSlot::kForward)) [[unlikely]]
-      parts_.leave_retry_here(s);  // as settle() does for the other ends
+    parts_.leave_retry_here(s);  // as settle() does for the other ends
     if (note(s, EndKind::completed, &wc, end)) [[unlikely]] {
       Settled settled;
       if (Lines::lined(s)) settled.closing = lines_.close(idx);
