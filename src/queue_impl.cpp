@@ -142,7 +142,7 @@ BulkAddReceipt QueueImpl::add_bulk(std::string_view job_name, void* items, std::
     publish_ready(held, n);
   }
   published(expire_at(o, now));
-  warm_next_slot(n);
+  warm_next_slot();
   return {AddStatus::added, first, n};
 }
 

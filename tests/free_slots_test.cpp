@@ -1,7 +1,7 @@
 // FreeSlots (detail/free_slots.hpp): recycled slots before never-used ones (so resident memory
 // follows the jobs in flight), all-or-nothing bulk pops, and, under the seeded
 // DeterministicSchedule, that concurrent pops and pushes never hand one index to two holders nor
-// lose one.
+// lose one, and that free indices in a producer's stock are found by every other producer.
 #include "rail/detail/free_slots.hpp"
 
 #include <gtest/gtest.h>
@@ -42,40 +42,33 @@ TEST(FreeSlots, RecycledSlotsAreReusedBeforeNeverUsedOnesOnceWarm) {
     ASSERT_NE(order[i], order[i - 1]) << "a slot was reused at once, round " << i;
 }
 
-// next_hint guesses the index a producer's next pop returns, so that it can prefetch the slot:
-// right while the producer pops alone, and no guess after another thread popped in between
-// (prefetching another producer's slot for writing takes its lines away from it).
-TEST(FreeSlots, NextHintIsTheNextPopWhileTheCallerPopsAloneAndNoneAfterAnotherPopped) {
+// next_hint guesses the index a producer's next pop returns, so that it can prefetch the slot.
+// Once warm, a producer pops from its own stock, so the guess stays right whatever another
+// producer pops in between.
+TEST(FreeSlots, NextHintIsTheCallersNextPopEvenWhileAnotherProducerPops) {
   FreeSlots s(1024, 1 << 20);  // 1 MB slots: a warm set of 16, then recycled slots
   const std::size_t kWarm = s.warm();
   std::uint32_t guess = 0, idx = 0;
   std::vector<std::uint32_t> held;
   for (std::size_t i = 0; i < kWarm; ++i) {  // never-used ones first: the guess is the next
-    ASSERT_TRUE(s.next_hint(guess, 1));
+    ASSERT_TRUE(s.next_hint(guess));
     ASSERT_TRUE(s.try_pop(idx));
     EXPECT_EQ(guess, idx);
     held.push_back(idx);
   }
   for (auto i : held)
     s.push(i);
-  // Recycled: the first call learns where the ring's pops stand (its answer is a guess too).
-  ASSERT_TRUE(s.try_pop(idx));
-  s.push(idx);
-  (void)s.next_hint(guess, 1);
   for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(s.next_hint(guess)) << "pop " << i;
     ASSERT_TRUE(s.try_pop(idx));
+    EXPECT_EQ(guess, idx) << "pop " << i;
     s.push(idx);
-    ASSERT_TRUE(s.next_hint(guess, 1)) << "pop " << i;
-    ASSERT_TRUE(s.try_pop(idx));
-    EXPECT_EQ(guess, idx);
-    s.push(idx);
-    // Another thread pops one too: this thread's next call makes no guess.
-    std::thread([&] {
+    std::thread([&] {  // another producer (another stripe: another stock) pops and frees one
       std::uint32_t other = 0;
       ASSERT_TRUE(s.try_pop(other));
       s.push(other);
-    }).join();
-    EXPECT_FALSE(s.next_hint(guess, 1)) << "pop " << i;
+    })
+        .join();
   }
 }
 
@@ -170,7 +163,8 @@ TEST(FreeSlotsSchedule, ConcurrentPopsAndPushesNeverShareOrLoseAnIndex) {
 }
 
 // A worker frees every slot of a full queue through its batch and then flushes it, while two
-// adds pop: add p asks for want[p] slots (a bulk pop when more than one). Exactness: an add that
+// adds pop: add p asks for want[p] slots (a bulk pop when more than one; a single pop from stock
+// p, which restocks from the ring while the flush fills it). Exactness: an add that
 // answers "none" began when fewer slots were free than it asked for plus what the other add took
 // (a batched slot is free: the pop that finds nothing flushes the batches and looks again); no
 // index is held twice or lost. Over 10,000 seeds, the seed printed on failure.
@@ -190,7 +184,8 @@ void batched_frees_against_two_adds_stay_exact(std::uint32_t capacity,
       freed_at_start[p] = freed.load();
       const std::size_t n = want[static_cast<std::size_t>(p)];
       std::uint32_t* out = got[static_cast<std::size_t>(p)].data();
-      ok[p] = n == 1 ? slots.try_pop(*out) : slots.try_pop_bulk(out, n) == n;
+      ok[p] = n == 1 ? slots.try_pop(*out, static_cast<std::uint32_t>(p))
+                     : slots.try_pop_bulk(out, n) == n;
     };
     DeterministicSchedule sched(seed, seed % 2 ? SchedulePolicy::subset : SchedulePolicy::uniform);
     sched.run({[&] {
@@ -237,6 +232,102 @@ TEST(FreeSlotsSchedule, BatchedFreesAgainstTwoPoppersStayExact) {
 TEST(FreeSlotsSchedule, AFullBatchAndItsRestAgainstABulkAndASinglePopStayExact) {
   batched_frees_against_two_adds_stay_exact(BasicFreeSlots<DeterministicAtomic>::kBatch + 2,
                                             {3, 1});
+}
+
+// Producer 0's first pop stocks the ring's free indices (up to kStock) and takes one (with
+// `restock`, it then pops the rest and frees them into the ring: its stock is empty); then, at
+// once, producer 0 pops `a` more singly while producer 1 (another stock, or the same one) pops
+// `b` singly or as one bulk pop. Nobody frees, so the free count only falls: a single pop may
+// fail only once none is left, and a bulk pop only once fewer than `b` are left. So the indices
+// waiting in producer 0's stock are found by producer 1: a single pop takes one from it under
+// its flag, a bulk pop spills it into the ring. No index is handed out twice. Over 3,000
+// seeds, the seed printed on failure.
+void pops_find_another_producers_stock(std::uint32_t capacity, std::size_t a, std::size_t b,
+                                       bool bulk, std::uint32_t stock1, bool restock = false) {
+  using Slots = BasicFreeSlots<DeterministicAtomic>;
+  for (std::uint64_t seed = 0; seed < 3'000; ++seed) {
+    Slots slots(capacity, 64);  // a warm set of `capacity`: hand them all out fresh once
+    std::vector<std::uint32_t> all(capacity);
+    ASSERT_EQ(slots.try_pop_bulk(all.data(), capacity), capacity);
+    for (std::uint32_t i : all)
+      slots.push(i);
+    std::uint32_t first = 0;
+    ASSERT_TRUE(slots.try_pop(first, 0));
+    if (restock) {  // empty producer 0's stock into the ring: its next pop restocks
+      std::vector<std::uint32_t> rest(capacity - 1);
+      for (std::uint32_t& i : rest)
+        ASSERT_TRUE(slots.try_pop(i, 0));
+      for (std::uint32_t i : rest)
+        slots.push(i);
+    }
+    std::vector<std::uint32_t> got0, got1(b);
+    bool failed0 = false, ok1 = false;
+    std::size_t single1 = 0;
+    DeterministicSchedule sched(seed, seed % 2 ? SchedulePolicy::subset : SchedulePolicy::uniform);
+    sched.run({[&] {
+                 for (std::size_t k = 0; k < a; ++k) {
+                   std::uint32_t i = 0;
+                   if (slots.try_pop(i, 0)) {
+                     got0.push_back(i);
+                   } else {
+                     failed0 = true;
+                   }
+                 }
+               },
+               [&] {
+                 if (bulk) {
+                   ok1 = slots.try_pop_bulk(got1.data(), b) == b;
+                   return;
+                 }
+                 for (std::size_t k = 0; k < b; ++k)
+                   if (slots.try_pop(got1[single1], stock1)) ++single1;
+                 ok1 = single1 == b;
+               }});
+    const std::size_t taken1 = bulk ? (ok1 ? b : 0) : single1;
+    const std::size_t left = capacity - 1 - got0.size() - taken1;
+    if (failed0) {
+      ASSERT_EQ(left, 0u) << "a single pop failed with free slots; seed " << seed;
+    }
+    if (!ok1) {
+      ASSERT_LT(left, bulk ? b : 1) << "producer 1 failed with room left; seed " << seed;
+    }
+    std::vector<int> seen(capacity, 0);
+    ++seen[first];
+    for (std::uint32_t i : got0)
+      ++seen[i];
+    for (std::size_t k = 0; k < taken1; ++k)
+      ++seen[got1[k]];
+    std::vector<std::uint32_t> rest(capacity);
+    ASSERT_EQ(left == 0 ? 0 : slots.try_pop_bulk(rest.data(), left), left) << "lost; seed " << seed;
+    for (std::size_t i = 0; i < left; ++i)
+      ++seen[rest[i]];
+    for (std::uint32_t i = 0; i < capacity; ++i)
+      ASSERT_EQ(seen[i], 1) << "index " << i << "; seed " << seed;
+  }
+}
+
+// Four slots: after producer 0's first pop its stock holds the other three and the ring none.
+// Producer 1's pops fail at seed 0 if a pop that finds the ring empty does not look in the
+// other stocks.
+TEST(FreeSlotsSchedule, ASinglePopTakesFromAnotherProducersStockBeforeAnsweringFull) {
+  pops_find_another_producers_stock(4, 2, 2, false, 1);
+}
+
+// Producer 0's stock is empty and the ring holds the three free indices: its first pop moves
+// them into its stock (a restock racing producer 1's steal from that stock).
+TEST(FreeSlotsSchedule, ASinglePopWaitsOutAnotherProducersRestockBeforeAnsweringFull) {
+  pops_find_another_producers_stock(4, 2, 2, false, 1, true);
+}
+
+// Two threads on one stock: its flag, not ownership, keeps them apart.
+TEST(FreeSlotsSchedule, TwoProducersSharingAStockNeverShareAnIndex) {
+  pops_find_another_producers_stock(4, 2, 2, false, 0);
+}
+
+// kStock + 3 slots: the stock holds kStock - 1 after the first pop, the ring 3. A bulk pop of 5
+// against single pops: it must spill the stock to find its five.
+TEST(FreeSlotsSchedule, ABulkPopSpillsTheStocksBeforeAnsweringFull) {
+  pops_find_another_producers_stock(BasicFreeSlots<DeterministicAtomic>::kStock + 3, 6, 5, true, 1);
 }
 
 }  // namespace

@@ -107,7 +107,7 @@ JobFlow::Added JobFlow::add_with(std::string_view job_name, const JobOptions& o,
   published(expire_at(o, now));
   if (parent) [[unlikely]]
     parent->watch();
-  warm_next_slot(1);
+  warm_next_slot();
   return Added{What::added, {id, AddStatus::added}};
 }
 

@@ -20,10 +20,19 @@
 //
 // Algorithm: `recycled_` is an MPMC ring (mpmc_ring.hpp) with room for every index; `fresh_`
 // counts the indices handed out for the first time: [fresh_, capacity) were never used. A pop
-// takes fresh indices while fewer than `warm` were handed out, then from the ring, then from the
-// workers' batches (flushed into the ring), else fresh ones again (a CAS on `fresh_`): a slot
-// waiting in a partial batch must not send a pop to a never-used one, or a few jobs in flight
-// would walk through every slot.
+// takes fresh indices while fewer than `warm` were handed out, then from the caller's stock (see
+// Stocks), then from the ring, then from the workers' batches (flushed into the ring), else fresh
+// ones again (a CAS on `fresh_`): a slot waiting in a partial batch must not send a pop to a
+// never-used one, or a few jobs in flight would walk through every slot.
+// Stocks: a producer thread pops from a stock of its own (16 stocks of up to 13 indices per
+// queue, one cache line each; thread t uses stock own_stock(): its stripe mod 16), refilled from
+// the ring with one bulk pop when empty. So producers on different threads do not meet on the
+// ring's head once per job, only once per restock, and a producer knows its next index exactly
+// (next_hint) whoever else pops. A stock keeps its indices in the ring's order (oldest popped
+// first). Before it takes a never-used slot, a pop takes one from another stock (a bulk pop
+// spills them into the ring). Before it answers `full`, a pop holds every stock's flag at once
+// (Frozen: no index enters or leaves a stock meanwhile) while it takes from a stock (a bulk pop:
+// spills them all) and looks at the batches and the ring again. Bulk pops never fill a stock.
 // Batches: a worker thread frees into a batch of its own (push_batched: 16 batches of 14 per
 // queue, one cache line each, worker w uses batch w mod 16) that goes to the ring with one bulk
 // push when full, and whole (flush) when a dedicated worker idles or exits, or a pool worker ends
@@ -39,11 +48,14 @@
 // w + 16, or another queue's worker w cancelling this queue's jobs) and when producers flush: a
 // producer that finds the queue full reads all 16 batch lines and takes every partial batch on
 // each failed pop, so while a queue stays full the batches gain nothing and its producers
-// contend with its workers. A pop goes to never-used slots only after the ring and the batches
-// came up empty, so the touched set exceeds the most jobs in flight (or `warm`) by at most a
-// refill's 64.
-// Invariant: every index is in the ring, in a batch, held by one party, or at or above `fresh_`,
-// exactly once.
+// contend with its workers. A stock's flag is taken by its owner once per pop (uncontended
+// while one thread uses the stock: its own line, no other writer) and by other producers only
+// when the queue looks full. A pop goes to never-used slots only after the ring, the batches and
+// the stocks came up empty (the stocks by a look at their counts, which a restock in progress
+// can escape), so the touched set exceeds the most jobs in flight (or `warm`) by at most a
+// refill's 64 plus what the stocks hold (16 x 13).
+// Invariant: every index is in the ring, in a batch, in a stock, held by one party, or at or
+// above `fresh_`, exactly once.
 // Memory ordering: the ring's push (release) and pop (acquire) carry the previous holder's writes
 // to the slot. `fresh_` is relaxed: a never-used slot was written only by the queue's
 // constructor, which happens before any add (the queue is published to producers after it). A
@@ -51,6 +63,12 @@
 // writes before them from one holder to the next. Its count `n` is also read without the flag, as
 // a hint: the store of 0 after the bulk push that emptied it is a release and the hint's load an
 // acquire (see flush_batch); other counts are relaxed (a non-zero hint only leads to the flag).
+// A stock's flag works as a batch's. Its `n` is read without the flag only by next_hint, and its
+// `peek` (the index its next pop returns) only there: both relaxed, a guess that orders nothing.
+// The looks before `full` hold every stock's flag rather than trust a count: a producer's
+// restock (its bulk pop from the ring) is not ordered before anything the looker reads, so only
+// the flag shows the indices it moved. The looks before a never-used slot read the counts
+// relaxed, as hints (a miss costs one never-used slot, not exactness).
 // Threading: any thread pushes and pops. Atom is std::atomic in the engine and
 // DeterministicAtomic in tests/free_slots_test.cpp.
 #pragma once
@@ -63,6 +81,7 @@
 #include <thread>
 
 #include "rail/detail/mpmc_ring.hpp"
+#include "rail/detail/striped_counter.hpp"
 
 namespace rail::detail {
 
@@ -87,51 +106,55 @@ class BasicFreeSlots {
   static constexpr std::uint32_t kBatch = 14;
   static constexpr std::uint32_t kBatches = 16;
 
-  /// try_pop(out): a free index (recycled first once warm), or false when every slot is in use.
-  bool try_pop(std::uint32_t& out) noexcept {
-    if (try_pop_once(out)) return true;
-    // Always look again: another thread may have flushed the batches meanwhile (else `full`
-    // while a free index waits in the ring:
-    // ThreadedEngine.TwoAddsRacingForSlotsAnotherQueuesWorkerFreedBothGetOne pins it).
-    flush_all();
-    return try_pop_once(out);
+  /// Indices a stock holds, and stocks per queue (producer threads map onto them by stripe; two
+  /// sharing one share its flag).
+  static constexpr std::uint32_t kStock = 13;
+  static constexpr std::uint32_t kStocks = 16;
+  /// own_stock(): the calling thread's stock (its stripe, striped_counter.hpp).
+  [[nodiscard]] static std::uint32_t own_stock() noexcept {
+    return static_cast<std::uint32_t>(this_thread_stripe() % kStocks);
   }
 
-  /// next_hint(out, popped): the index the calling thread's next try_pop will probably return,
-  /// for it to prefetch that slot; `popped` is how many it popped since its previous call. Also
-  /// starts fetching the ring cell of the pop after that one, so that the next guess hits.
-  /// Recycled slots are guessed only while the caller looks like the only popper: with several
-  /// producers the next index goes to another one as often as not, and a prefetch for writing
-  /// would pull its lines away from the producer that fills them. So the guess is made only if
-  /// the ring's pop count moved by exactly `popped` since the caller's previous call (remembered
-  /// per thread, for the last 4 queues it added to). During the warm phase every producer guesses
-  /// the next never-used slot: a brief phase, a few MB of slots.
-  [[nodiscard]] bool next_hint(std::uint32_t& out, std::size_t popped) const noexcept {
-    if (const std::size_t f = touched(); f < warm_) {  // try_pop_once hands out a fresh one
+  /// try_pop(out): a free index (recycled first once warm), or false when every slot is in use.
+  bool try_pop(std::uint32_t& out) noexcept { return try_pop(out, own_stock()); }
+  /// try_pop(out, stock): try_pop as the owner of `stock` (tests pick it; the engine's is
+  /// own_stock()).
+  bool try_pop(std::uint32_t& out, std::uint32_t stock) noexcept {
+    if (touched() >= warm_ && take_stocked(stocks_[stock % kStocks], out)) [[likely]]
+      return true;
+    if (try_pop_once(out, false)) return true;
+    // Always look again: another thread may have flushed the batches meanwhile (else `full`
+    // while a free index waits in the ring:
+    // ThreadedEngine.TwoAddsRacingForSlotsAnotherQueuesWorkerFreedBothGetOne pins it), and
+    // other producers' stocks may hold free indices. With every stock's flag held no index
+    // enters or leaves a stock, so one look at the stocks, the batches and the ring sees every
+    // free index that stays free (looking one stock at a time, an index could move through the
+    // ring from a stock not yet looked at into one already passed).
+    const Frozen frozen(*this);
+    if (take_frozen(out)) return true;
+    flush_batches();
+    return try_pop_once(out, true);
+  }
+
+  /// next_hint(out): the index the calling thread's next try_pop will probably return, for it to
+  /// prefetch that slot. Exact while its stock holds one (unless a producer that found the queue
+  /// full takes it first); else the ring's next pop, which the next restock takes first unless
+  /// another producer pops before it. Also starts fetching the ring's next cell then. During the
+  /// warm phase every producer guesses the next never-used slot: a brief phase, a few MB of
+  /// slots.
+  [[nodiscard]] bool next_hint(std::uint32_t& out) const noexcept {
+    if (const std::size_t f = touched(); f < warm_) {  // try_pop hands out a fresh one
       out = static_cast<std::uint32_t>(f);
       return true;
     }
-    // Keyed by address, as a number: a queue rebuilt at a forgotten one's address costs at most
-    // one wrong guess.
-    struct Last {
-      std::uintptr_t ring = 0;
-      std::uint64_t pops = 0;
-    };
-    thread_local std::array<Last, 4> last_pops{};
-    thread_local std::uint32_t next_victim = 0;
-    const auto key = reinterpret_cast<std::uintptr_t>(this);
-    Last* last = nullptr;
-    for (Last& l : last_pops)
-      if (l.ring == key) last = &l;
-    const std::uint64_t pops = recycled_.pops();
-    if (last == nullptr) {  // a queue this thread did not add to lately: learn, do not guess
-      last_pops[next_victim++ % last_pops.size()] = {key, pops};
-      return false;
+    const Stock& s = stocks_[own_stock()];
+    // relaxed: a guess (see the header); a stock's owner wrote both.
+    if (s.n.load(std::memory_order_relaxed) > 0) {
+      out = s.peek.load(std::memory_order_relaxed);
+      return true;
     }
-    const bool alone = pops - last->pops == popped;
-    last->pops = pops;
-    if (!alone) return false;
-    recycled_.prefetch(pops + 1);
+    const std::uint64_t pops = recycled_.pops();
+    recycled_.prefetch(pops);
     return recycled_.peek(pops, out);
   }
 
@@ -155,13 +178,18 @@ class BasicFreeSlots {
   void flush(std::uint32_t worker) noexcept { flush_batch(batches_[worker % kBatches]); }
 
  private:
-  bool try_pop_once(std::uint32_t& out) noexcept {
+  /// try_pop_once(out, frozen): a pop from the ring, the batches or never-used slots; `frozen`:
+  /// the caller holds every stock's flag (Frozen) and has looked in them.
+  bool try_pop_once(std::uint32_t& out, bool frozen) noexcept {
     if (touched() < warm_ && take_fresh(&out, 1)) return true;
     if (recycled_.try_pop(out)) return true;
     // A full queue's producer retries here on every add: with no never-used slot left, skip the
     // refill's two read-modify-writes. Before touching never-used slots, take back the freed ones
-    // waiting in workers' batches: else a few jobs in flight would walk through every slot.
-    if (fresh_left() > 0 && (reclaim_batches(out) || refill(out))) return true;
+    // waiting in workers' batches and other producers' stocks: else a few jobs in flight would
+    // walk through every slot.
+    if (fresh_left() > 0 &&
+        (reclaim_batches(out) || (!frozen && take_any_stocked(out)) || refill(out)))
+      return true;
     // A false from the ring is a hint: a freeing worker may have claimed a cell and not yet
     // written it (later cells may be full), or a refill may hold fresh indices on their way into
     // the ring. Answering "none" then would make add() report `full` with room in the queue, so
@@ -176,14 +204,18 @@ class BasicFreeSlots {
  public:
   /// try_pop_bulk(out, n): all n indices, or none (returns 0) when fewer than n are free.
   std::size_t try_pop_bulk(std::uint32_t* out, std::size_t n) noexcept {
-    if (const std::size_t got = try_pop_bulk_once(out, n)) return got;
-    flush_all();
-    // A flush (ours, or another thread's that emptied the batches first) may still be writing
+    if (const std::size_t got = try_pop_bulk_once(out, n, false)) return got;
+    // Too few in the ring: take back every stock (holding their flags throughout, so that no
+    // producer restocks from what we spill: see try_pop) and every batch, and look again. A
+    // flush (ours, or another thread's that emptied the batches first) may still be writing
     // ring cells: while enough indices look free, wait them out as the single pop does (else
     // add_bulk can answer `full` right after wait_idle():
     // ThreadedEngine.ABulkAddAfterDrainFindsEverySlotTheWorkersFreed pins it).
+    const Frozen frozen(*this);
+    spill_frozen();
+    flush_batches();
     for (;;) {
-      if (const std::size_t got = try_pop_bulk_once(out, n)) return got;
+      if (const std::size_t got = try_pop_bulk_once(out, n, true)) return got;
       if (recycled_.size_approx() + fresh_left() < n &&
           refilling_.load(std::memory_order_acquire) == 0)
         return 0;
@@ -192,7 +224,8 @@ class BasicFreeSlots {
   }
 
  private:
-  std::size_t try_pop_bulk_once(std::uint32_t* out, std::size_t n) noexcept {
+  /// try_pop_bulk_once(out, n, frozen): one bulk look; `frozen` as for try_pop_once.
+  std::size_t try_pop_bulk_once(std::uint32_t* out, std::size_t n, bool frozen) noexcept {
     // An estimate: the pops below decide. With fewer than n free, popping some only to push them
     // back would churn the ring against the workers; a bulk add then answers `full` (unlike a
     // single pop, it does not wait out a push in flight).
@@ -204,7 +237,9 @@ class BasicFreeSlots {
       const std::size_t k = recycled_.try_pop_bulk(out + got, n - got);
       if (k == 0) {
         if (flushed) break;
-        flush_all();  // freed slots before never-used ones, as in try_pop_once
+        // Freed slots (batched or stocked) before never-used ones.
+        flush_batches();
+        if (!frozen) spill_stocks();
         flushed = true;
         continue;
       }
@@ -230,7 +265,7 @@ class BasicFreeSlots {
 
   /// reclaim_batches(out): the ring ran dry: flush the workers' batches into it and pop again.
   bool reclaim_batches(std::uint32_t& out) noexcept {
-    flush_all();
+    flush_batches();
     return recycled_.try_pop(out);
   }
 
@@ -271,15 +306,122 @@ class BasicFreeSlots {
     std::uint32_t idx[kBatch];
   };
   static_assert(sizeof(Batch) == 64, "a batch is one cache line");
+  struct alignas(64) Stock {
+    Atom<std::uint32_t> flag{0};  // 1 while a thread takes or moves the stock's indices
+    Atom<std::uint32_t> n{0};     // idx[0, n) are free, idx[n - 1] next; unlocked: next_hint's
+    Atom<std::uint32_t> peek{0};  // idx[n - 1] while n > 0, for next_hint
+    std::uint32_t idx[kStock];
+  };
+  static_assert(sizeof(Stock) == 64, "a stock is one cache line");
 
-  static void lock(Batch& b) noexcept {
+  template <class Locked>
+  static void lock(Locked& b) noexcept {
     // acquire: sees the indices the last holder wrote; release on unlock publishes ours.
     while (b.flag.exchange(1, std::memory_order_acquire) != 0)
       std::this_thread::yield();
   }
-  static void unlock(Batch& b) noexcept { b.flag.store(0, std::memory_order_release); }
-  /// flush_all(): every batch into the ring (a producer found nothing).
-  void flush_all() noexcept {
+  template <class Locked>
+  static void unlock(Locked& b) noexcept {
+    b.flag.store(0, std::memory_order_release);
+  }
+
+  /// take_stocked(s, out): the caller's stock's next index, restocking it from the ring first if
+  /// it is empty; false when the ring had none either.
+  bool take_stocked(Stock& s, std::uint32_t& out) noexcept {
+    lock(s);
+    // relaxed: under the flag, which orders them.
+    std::uint32_t n = s.n.load(std::memory_order_relaxed);
+    if (n == 0) {
+      n = static_cast<std::uint32_t>(recycled_.try_pop_bulk(s.idx, kStock));
+      std::reverse(s.idx, s.idx + n);  // the oldest last: popped first
+    }
+    const bool got = n > 0;
+    if (got) out = s.idx[--n];
+    settle(s, n);
+    unlock(s);
+    return got;
+  }
+  /// take_any_stocked(out): an index from the first stock that holds one, each looked at under
+  /// its flag in turn (not exact: see try_pop; it keeps never-used slots for when no stock holds
+  /// a free one).
+  bool take_any_stocked(std::uint32_t& out) noexcept {
+    for (Stock& s : stocks_) {
+      // A hint: a restock in progress is missed, which costs a never-used slot at most.
+      if (s.n.load(std::memory_order_relaxed) == 0) continue;
+      lock(s);
+      std::uint32_t n = s.n.load(std::memory_order_relaxed);  // relaxed: under the flag
+      const bool got = n > 0;
+      if (got) {
+        out = s.idx[--n];
+        settle(s, n);
+      }
+      unlock(s);
+      if (got) return true;
+    }
+    return false;
+  }
+  /// spill_stocks(): every stock's indices into the ring, one stock at a time.
+  void spill_stocks() noexcept {
+    for (Stock& s : stocks_) {
+      if (s.n.load(std::memory_order_relaxed) == 0) continue;  // a hint, as in take_any_stocked
+      lock(s);
+      (void)spill_held(s);
+      unlock(s);
+    }
+  }
+  /// settle(s, n): the caller holds s's flag and leaves idx[0, n) in it.
+  static void settle(Stock& s, std::uint32_t n) noexcept {
+    // relaxed: read unlocked only by next_hint, as a guess.
+    s.n.store(n, std::memory_order_relaxed);
+    if (n > 0) s.peek.store(s.idx[n - 1], std::memory_order_relaxed);
+  }
+
+  /// Frozen: holds every stock's flag, in index order, for its lifetime. Other code holds at
+  /// most one stock flag at a time and never waits for another while holding it, so the order
+  /// rules out deadlock. Used only where the queue looks full (a cold path).
+  class Frozen {
+   public:
+    explicit Frozen(BasicFreeSlots& f) noexcept : f_(f) {
+      for (Stock& s : f_.stocks_)
+        lock(s);
+    }
+    ~Frozen() {
+      for (Stock& s : f_.stocks_)
+        unlock(s);
+    }
+    Frozen(const Frozen&) = delete;
+    Frozen& operator=(const Frozen&) = delete;
+
+   private:
+    BasicFreeSlots& f_;
+  };
+  /// take_frozen(out): under Frozen, an index from the first stock that holds one.
+  bool take_frozen(std::uint32_t& out) noexcept {
+    for (Stock& s : stocks_) {
+      std::uint32_t n = s.n.load(std::memory_order_relaxed);  // relaxed: under the flag
+      if (n > 0) {
+        out = s.idx[--n];
+        settle(s, n);
+        return true;
+      }
+    }
+    return false;
+  }
+  /// spill_frozen(): under Frozen, every stock's indices into the ring.
+  void spill_frozen() noexcept {
+    for (Stock& s : stocks_)
+      spill_held(s);
+  }
+  /// spill_held(s): the caller holds s's flag: its indices go to the ring; true if it had any.
+  bool spill_held(Stock& s) noexcept {
+    const std::uint32_t n = s.n.load(std::memory_order_relaxed);  // relaxed: under the flag
+    if (n == 0) return false;
+    recycled_.push_held_bulk(s.idx, n);
+    settle(s, 0);
+    return true;
+  }
+  /// flush_batches(): every batch into the ring (a pop found the ring empty).
+  void flush_batches() noexcept {
     for (Batch& b : batches_)
       flush_batch(b);
   }
@@ -302,6 +444,7 @@ class BasicFreeSlots {
   const std::size_t capacity_;
   const std::size_t warm_;
   std::array<Batch, kBatches> batches_{};
+  std::array<Stock, kStocks> stocks_{};
   MpmcRing<std::uint32_t, Atom> recycled_;
   alignas(64) Atom<std::size_t> fresh_{0};
   Atom<std::uint32_t> refilling_{0};  // refills between claiming fresh indices and pushing them

@@ -375,13 +375,13 @@ class JobFlow : public QueueBase,
   void enter_lines(const std::uint32_t* idx, std::size_t n, const JobOptions& o);
   /// leave_filed(idx): see JobEnds::leave_filed (PayloadHooks::file_copy calls it).
   void leave_filed(std::uint32_t idx) { ends_.leave_filed(idx); }
-  /// warm_next_slot(added): an add of `added` jobs is done: warm the slot the next add will
-  /// probably take (FreeSlots::next_hint), so that its lines, last written on a worker's core,
-  /// arrive while the producer does other work instead of stalling its next add. A wrong guess
-  /// costs four line fetches.
-  void warm_next_slot(std::size_t added) const noexcept {
+  /// warm_next_slot(): an add is done: warm the slot the next add will probably take
+  /// (FreeSlots::next_hint), so that its lines, last written on a worker's core, arrive while the
+  /// producer does other work instead of stalling its next add. A wrong guess costs four line
+  /// fetches.
+  void warm_next_slot() const noexcept {
     std::uint32_t next;
-    if (free_.next_hint(next, added) && next < parts_.capacity) warm_slot(next);
+    if (free_.next_hint(next) && next < parts_.capacity) warm_slot(next);
   }
 
   /// init_slot(...): the holder fills a fresh job's fields (the payload is the caller's).
