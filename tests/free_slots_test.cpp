@@ -63,12 +63,10 @@ TEST(FreeSlots, NextHintIsTheCallersNextPopEvenWhileAnotherProducerPops) {
     ASSERT_TRUE(s.try_pop(idx));
     EXPECT_EQ(guess, idx) << "pop " << i;
     s.push(idx);
-    std::thread([&] {  // another producer (another stripe: another stock) pops and frees one
-      std::uint32_t other = 0;
-      ASSERT_TRUE(s.try_pop(other));
-      s.push(other);
-    })
-        .join();
+    // Another producer (another stock) pops one and frees it.
+    std::uint32_t other = 0;
+    ASSERT_TRUE(s.try_pop(other, (FreeSlots::own_stock() + 1) % FreeSlots::kStocks));
+    s.push(other);
   }
 }
 
@@ -109,6 +107,31 @@ TEST(FreeSlots, SlotsWaitingInWorkersBatchesAreReusedBeforeNeverUsedOnes) {
     free_all(held, 4);
   }
   EXPECT_EQ(s.touched(), kWarm) << "a bulk pop took never-used slots while freed ones waited";
+}
+
+// Each producer thread's first pop fills its stock; a thread that then stops adding leaves
+// its stock full. Those indices are free: a pop takes them before a never-used slot, and
+// spills the rest of such a stock into the ring for every producer.
+TEST(FreeSlots, StocksOfThreadsThatStoppedAddingAreUsedBeforeNeverUsedSlots) {
+  FreeSlots s(1 << 20, 1 << 20);  // a warm set of 16
+  const std::size_t kWarm = s.warm();
+  std::vector<std::uint32_t> held(kWarm);
+  ASSERT_EQ(s.try_pop_bulk(held.data(), kWarm), kWarm);
+  for (auto i : held)
+    s.push(i);
+  for (int t = 0; t < 8; ++t)  // each parks up to kStock - 1 in a stock of its own
+    std::thread([&] {
+      std::uint32_t i = 0;
+      ASSERT_TRUE(s.try_pop(i));
+      s.push(i);
+    }).join();
+  for (int round = 0; round < 10; ++round) {
+    for (auto& i : held)
+      ASSERT_TRUE(s.try_pop(i));
+    for (auto i : held)
+      s.push(i);
+  }
+  EXPECT_EQ(s.touched(), kWarm) << "a pop took a never-used slot while stocked ones waited";
 }
 
 TEST(FreeSlots, BulkPopIsAllOrNothing) {

@@ -29,16 +29,17 @@
 // the ring with one bulk pop when empty. So producers on different threads do not meet on the
 // ring's head once per job, only once per restock, and a producer knows its next index exactly
 // (next_hint) whoever else pops. A stock keeps its indices in the ring's order (oldest popped
-// first). Before it takes a never-used slot, a pop takes one from another stock (a bulk pop
-// spills them into the ring). Before it answers `full`, a pop holds every stock's flag at once
-// (Frozen: no index enters or leaves a stock meanwhile) while it takes from a stock (a bulk pop:
-// spills them all) and looks at the batches and the ring again. Bulk pops never fill a stock.
-// Batches: a worker thread frees into a batch of its own (push_batched: 16 batches of 14 per
-// queue, one cache line each, worker w uses batch w mod 16) that goes to the ring with one bulk
-// push when full, and whole (flush) when a dedicated worker idles or exits, or a pool worker ends
-// a turn on this queue in which it ran jobs. So the ring's tail and cells move between cores once
-// per batch instead of once per job. Slots a worker frees outside those points (a pool worker
-// that fires a timer as the wheel's owner, or cancels this queue's job from another queue's
+// first). Before it takes a never-used slot, a pop takes one from another stock and spills the
+// rest of that stock into the ring (a bulk pop spills them all), so that the stocks of threads
+// that stopped adding do not keep their indices out of use. Before it answers `full`, a pop holds
+// every stock's flag at once (Frozen: no index enters or leaves a stock meanwhile) while it takes
+// from a stock (a bulk pop: spills them all) and looks at the batches and the ring again. Bulk pops
+// never fill a stock. Batches: a worker thread frees into a batch of its own (push_batched: 16
+// batches of 14 per queue, one cache line each, worker w uses batch w mod 16) that goes to the ring
+// with one bulk push when full, and whole (flush) when a dedicated worker idles or exits, or a pool
+// worker ends a turn on this queue in which it ran jobs. So the ring's tail and cells move between
+// cores once per batch instead of once per job. Slots a worker frees outside those points (a pool
+// worker that fires a timer as the wheel's owner, or cancels this queue's job from another queue's
 // handler) stay in its batch until the next flush of it. A producer whose pop finds nothing
 // flushes every batch into the ring and always looks again before it answers `full` (another
 // producer may have flushed them first), so `full` stays exact: a batched slot is free.
@@ -343,7 +344,8 @@ class BasicFreeSlots {
   }
   /// take_any_stocked(out): an index from the first stock that holds one, each looked at under
   /// its flag in turn (not exact: see try_pop; it keeps never-used slots for when no stock holds
-  /// a free one).
+  /// a free one). The rest of that stock goes to the ring: a stock whose thread stopped adding
+  /// (or adds seldom) would otherwise keep its indices out of use, and every pop would come here.
   bool take_any_stocked(std::uint32_t& out) noexcept {
     for (Stock& s : stocks_) {
       // A hint: a restock in progress is missed, which costs a never-used slot at most.
@@ -354,6 +356,7 @@ class BasicFreeSlots {
       if (got) {
         out = s.idx[--n];
         settle(s, n);
+        (void)spill_held(s);
       }
       unlock(s);
       if (got) return true;
