@@ -34,7 +34,8 @@
 // that stopped adding do not keep their indices out of use. Before it answers `full`, a pop holds
 // every stock's flag at once (Frozen: no index enters or leaves a stock meanwhile) while it takes
 // from a stock (a bulk pop: spills them all) and looks at the batches and the ring again. Bulk pops
-// never fill a stock. Batches: a worker thread frees into a batch of its own (push_batched: 16
+// never fill a stock.
+// Batches: a worker thread frees into a batch of its own (push_batched: 16
 // batches of 14 per queue, one cache line each, worker w uses batch w mod 16) that goes to the ring
 // with one bulk push when full, and whole (flush) when a dedicated worker idles or exits, or a pool
 // worker ends a turn on this queue in which it ran jobs. So the ring's tail and cells move between
@@ -64,12 +65,13 @@
 // writes before them from one holder to the next. Its count `n` is also read without the flag, as
 // a hint: the store of 0 after the bulk push that emptied it is a release and the hint's load an
 // acquire (see flush_batch); other counts are relaxed (a non-zero hint only leads to the flag).
-// A stock's flag works as a batch's. Its `n` is read without the flag only by next_hint, and its
-// `peek` (the index its next pop returns) only there: both relaxed, a guess that orders nothing.
+// A stock's flag works as a batch's. Its `n` is read without the flag by next_hint and by the
+// looks before a never-used slot, and its `peek` (the index its next pop returns) only by
+// next_hint: all relaxed, guesses that order nothing (a stale count only leads to the flag).
 // The looks before `full` hold every stock's flag rather than trust a count: a producer's
 // restock (its bulk pop from the ring) is not ordered before anything the looker reads, so only
-// the flag shows the indices it moved. The looks before a never-used slot read the counts
-// relaxed, as hints (a miss costs one never-used slot, not exactness).
+// the flag shows the indices it moved. A look before a never-used slot that misses a stock's
+// indices costs one never-used slot, not exactness.
 // Threading: any thread pushes and pops. Atom is std::atomic in the engine and
 // DeterministicAtomic in tests/free_slots_test.cpp.
 #pragma once
