@@ -185,6 +185,20 @@ TEST(FreeSlotsSchedule, ConcurrentPopsAndPushesNeverShareOrLoseAnIndex) {
   }
 }
 
+// expect_the_rest_free_and_each_index_once(slots, left, seen, seed): the `left` indices nobody
+// took are all still free (one bulk pop takes them), and with them every index was seen exactly
+// once (`seen` counts those the test's threads took): none lost, none handed out twice.
+template <class Slots>
+void expect_the_rest_free_and_each_index_once(Slots& slots, std::size_t left,
+                                              std::vector<int>& seen, std::uint64_t seed) {
+  std::vector<std::uint32_t> rest(seen.size());
+  ASSERT_EQ(left == 0 ? 0 : slots.try_pop_bulk(rest.data(), left), left) << "lost; seed " << seed;
+  for (std::size_t i = 0; i < left; ++i)
+    ++seen[rest[i]];
+  for (std::size_t i = 0; i < seen.size(); ++i)
+    ASSERT_EQ(seen[i], 1) << "index " << i << "; seed " << seed;
+}
+
 // A worker frees every slot of a full queue through its batch and then flushes it, while two
 // adds pop: add p asks for want[p] slots (a bulk pop when more than one; a single pop from stock
 // p, which restocks from the ring while the flush fills it). Exactness: an add that
@@ -233,13 +247,8 @@ void batched_frees_against_two_adds_stay_exact(std::uint32_t capacity,
       for (std::uint32_t i : got[static_cast<std::size_t>(p)])
         ++seen[i];
     }
-    std::vector<std::uint32_t> rest(capacity);
-    const std::size_t left = capacity - taken;
-    ASSERT_EQ(left == 0 ? 0 : slots.try_pop_bulk(rest.data(), left), left) << "lost; seed " << seed;
-    for (std::size_t i = 0; i < left; ++i)
-      ++seen[rest[i]];
-    for (std::uint32_t i = 0; i < capacity; ++i)
-      ASSERT_EQ(seen[i], 1) << "index " << i << "; seed " << seed;
+    expect_the_rest_free_and_each_index_once(slots, capacity - taken, seen, seed);
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 
@@ -320,12 +329,8 @@ void pops_find_another_producers_stock(std::uint32_t capacity, std::size_t a, st
       ++seen[i];
     for (std::size_t k = 0; k < taken1; ++k)
       ++seen[got1[k]];
-    std::vector<std::uint32_t> rest(capacity);
-    ASSERT_EQ(left == 0 ? 0 : slots.try_pop_bulk(rest.data(), left), left) << "lost; seed " << seed;
-    for (std::size_t i = 0; i < left; ++i)
-      ++seen[rest[i]];
-    for (std::uint32_t i = 0; i < capacity; ++i)
-      ASSERT_EQ(seen[i], 1) << "index " << i << "; seed " << seed;
+    expect_the_rest_free_and_each_index_once(slots, left, seen, seed);
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 

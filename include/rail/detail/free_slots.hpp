@@ -332,15 +332,13 @@ class BasicFreeSlots {
   /// it is empty; false when the ring had none either.
   bool take_stocked(Stock& s, std::uint32_t& out) noexcept {
     lock(s);
-    // relaxed: under the flag, which orders them.
-    std::uint32_t n = s.n.load(std::memory_order_relaxed);
-    if (n == 0) {
-      n = static_cast<std::uint32_t>(recycled_.try_pop_bulk(s.idx, kStock));
+    // relaxed: under the flag, which orders it.
+    if (s.n.load(std::memory_order_relaxed) == 0) {
+      const auto n = static_cast<std::uint32_t>(recycled_.try_pop_bulk(s.idx, kStock));
       std::reverse(s.idx, s.idx + n);  // the oldest last: popped first
+      settle(s, n);
     }
-    const bool got = n > 0;
-    if (got) out = s.idx[--n];
-    settle(s, n);
+    const bool got = take_held(s, out);
     unlock(s);
     return got;
   }
@@ -353,13 +351,8 @@ class BasicFreeSlots {
       // A hint: a restock in progress is missed, which costs a never-used slot at most.
       if (s.n.load(std::memory_order_relaxed) == 0) continue;
       lock(s);
-      std::uint32_t n = s.n.load(std::memory_order_relaxed);  // relaxed: under the flag
-      const bool got = n > 0;
-      if (got) {
-        out = s.idx[--n];
-        settle(s, n);
-        (void)spill_held(s);
-      }
+      const bool got = take_held(s, out);
+      if (got) spill_held(s);
       unlock(s);
       if (got) return true;
     }
@@ -370,7 +363,7 @@ class BasicFreeSlots {
     for (Stock& s : stocks_) {
       if (s.n.load(std::memory_order_relaxed) == 0) continue;  // a hint, as in take_any_stocked
       lock(s);
-      (void)spill_held(s);
+      spill_held(s);
       unlock(s);
     }
   }
@@ -402,14 +395,8 @@ class BasicFreeSlots {
   };
   /// take_frozen(out): under Frozen, an index from the first stock that holds one.
   bool take_frozen(std::uint32_t& out) noexcept {
-    for (Stock& s : stocks_) {
-      std::uint32_t n = s.n.load(std::memory_order_relaxed);  // relaxed: under the flag
-      if (n > 0) {
-        out = s.idx[--n];
-        settle(s, n);
-        return true;
-      }
-    }
+    for (Stock& s : stocks_)
+      if (take_held(s, out)) return true;
     return false;
   }
   /// spill_frozen(): under Frozen, every stock's indices into the ring.
@@ -417,13 +404,20 @@ class BasicFreeSlots {
     for (Stock& s : stocks_)
       spill_held(s);
   }
-  /// spill_held(s): the caller holds s's flag: its indices go to the ring; true if it had any.
-  bool spill_held(Stock& s) noexcept {
-    const std::uint32_t n = s.n.load(std::memory_order_relaxed);  // relaxed: under the flag
+  /// take_held(s, out): the caller holds s's flag: its next index, or false when it is empty.
+  static bool take_held(Stock& s, std::uint32_t& out) noexcept {
+    std::uint32_t n = s.n.load(std::memory_order_relaxed);  // relaxed: under the flag
     if (n == 0) return false;
+    out = s.idx[--n];
+    settle(s, n);
+    return true;
+  }
+  /// spill_held(s): the caller holds s's flag: its indices go to the ring.
+  void spill_held(Stock& s) noexcept {
+    const std::uint32_t n = s.n.load(std::memory_order_relaxed);  // relaxed: under the flag
+    if (n == 0) return;
     recycled_.push_held_bulk(s.idx, n);
     settle(s, 0);
-    return true;
   }
   /// flush_batches(): every batch into the ring (a pop found the ring empty).
   void flush_batches() noexcept {
