@@ -93,21 +93,23 @@ FairnessReport run_fairness(Engine& engine, std::ostream* log) {
     if (q.add(step, Order{"customer-42", step}, c42).accepted()) ++r.added;
   say("small-shop and customer-42 added their orders");
   gate_open.store(true);
-  // The express order comes while the importer's jobs still wait.
+  // The express order comes while the importer's jobs still wait. It is added under the lock
+  // the workers count their starts under, so its count begins exactly at its add: only the jobs
+  // workers already hold can start before it.
+  JobOptions express;
+  express.priority = 1;
+  express.tenant = "express";
   while (true) {
     {
       const std::lock_guard lock(mu);
       if (starts >= 100) {
         express_from = starts;
+        if (q.add("order", Order{"express", "order"}, express).accepted()) ++r.added;
         break;
       }
     }
     std::this_thread::sleep_for(100us);
   }
-  JobOptions express;
-  express.priority = 1;
-  express.tenant = "express";
-  if (q.add("order", Order{"express", "order"}, express).accepted()) ++r.added;
   say("an express order is added");
   (void)q.wait_idle(60s);
   r.completed = q.counts().completed;
