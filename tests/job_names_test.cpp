@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rail/detail/name_table.hpp"
@@ -43,6 +45,30 @@ TEST(NameTableTest, AnswersOwnNameOnceFullAndKeepsEveryInternedIndex) {
     EXPECT_EQ(table.intern(name_of(i)), first[i]) << "an interned name keeps its index";
     EXPECT_EQ(table.name(first[i]), name_of(i));
   }
+}
+
+// Each thread remembers its last answer: it must answer for its own table and text only, also
+// for a table built where a destroyed one lived, and for a buffer the caller rewrote.
+TEST(NameTableTest, AThreadsLastNameAnswersOnlyForItsOwnTableAndText) {
+  std::optional<NameTable> a(std::in_place);
+  (void)a->intern("filler");
+  const std::uint16_t in_a = a->intern("charge");
+  NameTable b;
+  EXPECT_NE(b.intern("charge"), in_a) << "b's first name is its index 0, a's 'charge' is 1";
+  EXPECT_EQ(a->intern("charge"), in_a);
+  std::string buffer = "charge";
+  EXPECT_EQ(a->intern(buffer), in_a);
+  buffer = "refund";  // the same storage, other text
+  const std::uint16_t refund = a->intern(buffer);
+  EXPECT_NE(refund, in_a);
+  EXPECT_EQ(a->name(refund), "refund");
+  a.reset();
+  a.emplace();  // the same storage, a fresh table
+  EXPECT_EQ(a->intern("refund"), 0u) << "a fresh table's first name";
+  EXPECT_EQ(a->intern("charge"), 1u);
+  std::thread other([&] { EXPECT_EQ(a->intern("charge"), 1u); });
+  other.join();
+  EXPECT_EQ(a->intern("refund"), 0u);
 }
 
 TEST_F(Names, JobsWithMoreDistinctNamesThanTheTableRunUnderTheirOwnNames) {

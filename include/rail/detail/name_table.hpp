@@ -11,6 +11,10 @@
 // is a cold path (first sighting of a name only).
 // Memory ordering: the inserter constructs the std::string, then publishes its pointer with a
 // release store; readers' acquire load of the pointer makes the string's bytes visible.
+// The last name: each thread remembers the entry its last intern() answered, tagged with the
+// table's serial (unique per table for the process's life, so a tag never names a dead table's
+// entry). A thread that adds one kind of job in a row then compares the text once instead of
+// hashing it and probing. The entry was published to this thread by the load that found it.
 #pragma once
 
 #include <array>
@@ -44,11 +48,13 @@ class NameTable {
   /// intern(name) returns name's index, or kOwnName once kMaxNames distinct names are interned
   /// and name is not one of them (lock-free then: a full table takes no lock).
   std::uint16_t intern(std::string_view name) {
-    if (auto idx = find(name); idx >= 0) return static_cast<std::uint16_t>(idx);
+    Last& last = last_;
+    if (last.table == serial_ && last.entry->text == name) return last.entry->index;
+    if (const Entry* e = find(name)) return remember(e);
     // relaxed: a hint; a stale false only costs the lock below, which re-checks.
     if (full_.load(std::memory_order_relaxed)) return kOwnName;
     std::lock_guard lock(mu_);
-    if (auto idx = find(name); idx >= 0) return static_cast<std::uint16_t>(idx);
+    if (const Entry* e = find(name)) return remember(e);
     if (names_.size() >= kMaxNames) {
       full_.store(true, std::memory_order_relaxed);
       return kOwnName;
@@ -61,7 +67,7 @@ class NameTable {
       i = (i + 1) & (kSlots - 1);
     by_index_[entry->index].store(entry.get(), std::memory_order_release);
     slots_[i].store(entry.get(), std::memory_order_release);  // publishes entry's string
-    return entry->index;
+    return remember(entry.get());
   }
 
   /// name(index) is the interned string (index != kOwnName); valid for the table's lifetime.
@@ -76,15 +82,31 @@ class NameTable {
     std::uint16_t index;
   };
 
-  [[nodiscard]] int find(std::string_view name) const noexcept {
+  /// Last: the calling thread's last answer (see the header); table 0 is no table's serial.
+  struct Last {
+    std::uint64_t table;
+    const Entry* entry;
+  };
+
+  [[nodiscard]] const Entry* find(std::string_view name) const noexcept {
     std::size_t i = fnv1a(name) & (kSlots - 1);
     for (;;) {
       const Entry* e = slots_[i].load(std::memory_order_acquire);  // see file comment
-      if (e == nullptr) return -1;
-      if (e->text == name) return e->index;
+      if (e == nullptr || e->text == name) return e;
       i = (i + 1) & (kSlots - 1);
     }
   }
+  std::uint16_t remember(const Entry* e) noexcept {
+    last_ = Last{serial_, e};
+    return e->index;
+  }
+  static std::uint64_t next_serial() noexcept {
+    static std::atomic<std::uint64_t> serials{0};
+    return serials.fetch_add(1, std::memory_order_relaxed) + 1;  // relaxed: only uniqueness
+  }
+
+  static inline thread_local Last last_{0, nullptr};
+  const std::uint64_t serial_ = next_serial();
 
   std::array<std::atomic<const Entry*>, kSlots> slots_{};
   std::array<std::atomic<const Entry*>, kMaxNames> by_index_{};
