@@ -213,11 +213,11 @@ RedriveStatus JobFlow::begin_redrive(const DeadLetterInfo& of, bool reset_counte
 
 void JobFlow::end_redrive(std::uint32_t idx) noexcept {
   const std::int64_t now = core().now_ns();
-  parts_.stats.add(kAdded);
+  const bool ready = count_new(idx, Duration{0});
   parts_.stats.add(kRedriven);
   if (core().observed()) parts_.emit(EventKind::redriven, slot(idx), now);
   const std::int64_t expire = slot(idx).expires_at();  // ours until published
-  publish_new(idx, now, Duration{0});
+  publish_new(idx, now, Duration{0}, ready);
   published(expire);
 }
 

@@ -61,10 +61,10 @@ AddReceipt JobFlow::begin_resumed(std::string_view job_name, const JobOptions& o
 
 void JobFlow::end_resumed(std::uint32_t idx) noexcept {
   const std::int64_t now = core().now_ns();
-  parts_.stats.add(kAdded);
+  const bool ready = count_new(idx, Duration{0});
   if (core().observed()) note_added(slot(idx), Duration{0});
   const std::int64_t expire = slot(idx).expires_at();  // ours until published
-  publish_new(idx, now, Duration{0});
+  publish_new(idx, now, Duration{0}, ready);
   published(expire);
 }
 

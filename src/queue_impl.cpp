@@ -144,7 +144,7 @@ BulkAddReceipt QueueImpl::add_bulk(std::string_view job_name, void* items, std::
   stats().add(kAdded, n);
   if (o.delay.count() > 0) {
     for (std::size_t i = 0; i < n; ++i)
-      publish_new(held[i], now, o.delay);
+      publish_new(held[i], now, o.delay, false);
   } else {
     publish_ready(held, n);
   }

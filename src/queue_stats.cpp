@@ -41,7 +41,7 @@ QueueStats::Gauges QueueStats::gauges() const noexcept {
   g.from_ready = sum(kFromReady);
   g.from_delayed = sum(kFromDelayed);
   g.started = sum(kStarted);
-  g.to_ready = sum(kToReady);
+  g.to_ready = sum(kToReady) + sum(kAddedReady);
   g.to_delayed = sum(kToDelayed);
   return g;
 }
@@ -50,7 +50,7 @@ QueueCounts QueueStats::counts(bool paused) const noexcept {
   auto gauge = [](std::uint64_t in, std::uint64_t out) { return in > out ? in - out : 0; };
   const Gauges g = gauges();
   QueueCounts c;
-  c.added = sum(kAdded);
+  c.added = sum(kAdded) + sum(kAddedReady);
   c.completed = sum(kCompleted);
   c.failed_attempts = sum(kFailedAttempts);
   c.dead_lettered = sum(kDeadLettered);

@@ -100,10 +100,11 @@ JobFlow::Added JobFlow::add_with(std::string_view job_name, const JobOptions& o,
     }
   }
   fill(cell(idx));
-  parts_.stats.add(kAdded);
-  if (core().observed()) note_added(slot(idx), o.delay);
   // A parent is parked (due never) until its node releases it.
-  publish_new(idx, now, parent ? Duration::max() : o.delay);
+  const Duration delay = parent ? Duration::max() : o.delay;
+  const bool ready = count_new(idx, delay);
+  if (core().observed()) note_added(slot(idx), o.delay);
+  publish_new(idx, now, delay, ready);
   published(expire_at(o, now));
   if (parent) [[unlikely]]
     parent->watch();

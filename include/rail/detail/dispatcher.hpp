@@ -232,10 +232,10 @@ class Dispatcher {
            (share_ == 0 || serving_.load(std::memory_order_relaxed) < share_) && work_visible();
   }
 
-  /// push_ready(idx): a job may start now (counted into `waiting`, its wait starting now), and
-  /// a worker will look.
-  void push_ready(std::uint32_t idx) noexcept {
-    stats_.add(kToReady);
+  /// push_ready(idx, counted): a job may start now (counted into `waiting` unless the caller
+  /// counted it, its wait starting now), and a worker will look.
+  void push_ready(std::uint32_t idx, bool counted = false) noexcept {
+    if (!counted) stats_.add(kToReady);
     stamp_ready(idx);
     requeue(idx);
   }

@@ -52,6 +52,9 @@ enum Counter : std::size_t {
   kRetried,
   kRedriven,
   kRejected,
+  // kAddedReady: a job added straight into `waiting`, counted as both kAdded and kToReady with
+  // one locked add (the common add); counts() sums it into both.
+  kAddedReady,
   kToReady,
   kFromReady,
   kToDelayed,
