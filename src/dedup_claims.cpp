@@ -2,12 +2,30 @@
 #include "rail/detail/dedup_claims.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <utility>
 
 #include "rail/detail/deadline.hpp"
 #include "rail/error.hpp"
 
 namespace rail::detail {
+
+DedupClaims::Window::Window(std::size_t ids, std::size_t slots)
+    : set(room_for(ids, shards_for(ids)), shards_for(ids)),
+      gates(std::make_unique<std::atomic<std::uint64_t>[]>(slots)) {}
+
+std::size_t DedupClaims::shards_for(std::size_t ids) noexcept {
+  return std::clamp<std::size_t>(std::bit_floor(std::max<std::size_t>(ids / 256, 1)), 1, 64);
+}
+
+std::size_t DedupClaims::room_for(std::size_t ids, std::size_t shards) noexcept {
+  const std::size_t mean = ids / shards + (ids % shards != 0 ? 1 : 0);
+  if (shards == 1) return ids;
+  const double p = 1.0 / static_cast<double>(shards);
+  const double sd = std::sqrt(static_cast<double>(ids) * p * (1 - p));
+  return (mean + static_cast<std::size_t>(std::ceil(6 * sd)) + 8) * shards;
+}
 
 DedupSet& DedupClaims::window() {
   return window_

@@ -385,7 +385,7 @@ TEST_F(EngineInline, EngineCancelCancelsAJobInWhicheverQueueHoldsIt) {
 }
 
 TEST_F(EngineInline, DedupWindowAtItsLimitRefusesNewIdsWithDedupFull) {
-  // One live id per shard: among 65 ids two share one of the 64 shards, so some add is refused.
+  // A window of one id: the second live id is refused.
   auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = 80, .dedup_capacity = 1});
   JobOptions o;
   o.dedup.ttl = 1min;
@@ -403,7 +403,8 @@ TEST_F(EngineInline, DedupWindowAtItsLimitRefusesNewIdsWithDedupFull) {
       ++added;
     }
   }
-  ASSERT_FALSE(refused.empty()) << "65 ids fit a window of 64 one-id shards";
+  ASSERT_FALSE(refused.empty()) << "65 ids fit a window of one id";
+  EXPECT_EQ(added, 1u);
   // Nothing was created: no job, no event, no id, and the slot it took went back.
   EXPECT_EQ(q.counts().added, added);
   EXPECT_EQ(count(EventKind::added), added);
@@ -418,6 +419,39 @@ TEST_F(EngineInline, DedupWindowAtItsLimitRefusesNewIdsWithDedupFull) {
   clock.advance(1min);
   o.dedup.id = refused;
   EXPECT_EQ(q.add("a", 0, o).status, AddStatus::added);
+}
+
+// The window is sharded: sized exactly, its busiest shard would fill while the queue still had
+// room, and adds would answer dedup_full with fewer live ids than promised.
+TEST_F(EngineInline, AQueueFullOfJobsWithDedupIdsIsFullBeforeItsWindowIs) {
+  for (const std::uint32_t capacity : {100u, 4096u, 20000u}) {
+    auto q = engine.declare_queue<int>("ids-" + std::to_string(capacity),
+                                       QueueOptions{.capacity = capacity});
+    JobOptions o;
+    for (std::uint32_t i = 0; i < capacity; ++i) {
+      o.dedup.id = "order-" + std::to_string(i);
+      ASSERT_EQ(q.add("a", 0, o).status, AddStatus::added)
+          << "add " << i << " of " << capacity << " refused while the queue has room";
+    }
+    o.dedup.id = "one-more";
+    EXPECT_EQ(q.add("a", 0, o).status, AddStatus::full);
+  }
+  // An explicit window: its ids fit too, and one more finds it full (the jobs live on).
+  auto q =
+      engine.declare_queue<int>("window", QueueOptions{.capacity = 9000, .dedup_capacity = 3000});
+  JobOptions o;
+  for (std::uint32_t i = 0; i < 3000; ++i) {
+    o.dedup.id = "invoice-" + std::to_string(i);
+    ASSERT_EQ(q.add("a", 0, o).status, AddStatus::added) << "id " << i << " of 3000 refused";
+  }
+  std::uint32_t more = 0;
+  for (std::uint32_t i = 0; i < 6000; ++i) {
+    o.dedup.id = "extra-" + std::to_string(i);
+    if (q.add("a", 0, o).status != AddStatus::added) break;
+    ++more;
+  }
+  EXPECT_LT(more, 6000u) << "the window never filled";
+  EXPECT_LE(3000 + more, 3000u * 3 / 2) << "the headroom stays a fraction of the window";
 }
 
 TEST_F(EngineInline, WaitIdleOnAnInlineEngineIsWrongMode) {

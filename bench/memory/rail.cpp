@@ -179,9 +179,9 @@ void rail_bytes_per_waiting_job(benchmark::State& state, const std::string& name
       state.SkipWithError("rail add accepted no job");
       return;
     }
-    // With dedup ids the window (QueueOptions::dedup_capacity, by default the queue's capacity,
-    // split over 64 shards) can answer dedup_full before the queue is full: a shard fills first.
-    // The figures are then per job actually waiting; `filled_fraction` says how far it got.
+    // With dedup ids the window (QueueOptions::dedup_capacity, by default the queue's capacity)
+    // has room for every job; should an add still stop early (dedup_full), the figures are per
+    // job actually waiting, and `filled_fraction` says how far it got.
     state.counters["filled_fraction"] =
         static_cast<double>(waiting) / static_cast<double>(capacity);
     state.counters["stopped_by_dedup_full"] = stopped == rail::AddStatus::dedup_full ? 1 : 0;

@@ -202,7 +202,11 @@ struct QueueOptions {
   Duration block_timeout = std::chrono::seconds(1);  // for OnFull::block (real time)
   JobOptions defaults{};                             // used by add() calls that pass no JobOptions
   CustomBackoff custom_backoff{};                    // used by Backoff::custom()
-  std::optional<std::uint32_t> dedup_capacity{};  // max live dedup ids; unset: max(capacity, 4096)
+  /// Live dedup ids the window has room for (an id lives while its job does, or for its ttl);
+  /// past them an add answers `dedup_full`. Unset: max(capacity, 4096), so that a queue full of
+  /// jobs with ids never runs out of ids first. The window is sharded and sized so that this
+  /// many ids fit whichever shards they hash to, which lets it hold somewhat more.
+  std::optional<std::uint32_t> dedup_capacity{};
   DlqOptions dlq{};
   /// Lease length of each delivery (SQS visibility timeout, BullMQ lockDuration; both default
   /// to 30 s). A handler still running when it lapses has stalled: its job is delivered again,

@@ -140,13 +140,24 @@ class DedupClaims {
     (void)window_.get()->set.set_pinned(s.extra->dedup_key, s.id.load(std::memory_order_relaxed),
                                         pinned);
   }
+  /// shards_for(ids): the window's shards: 64, fewer for a small window (256 ids a shard or
+  /// more), so that the headroom below stays a small share of it.
+  static std::size_t shards_for(std::size_t ids) noexcept;
+  /// room_for(ids, shards): the DedupSet capacity at which `ids` live ids fit however their
+  /// hashes spread. A shard holds at most capacity / shards ids and answers `full` on its own,
+  /// while its share of `ids` uniformly hashed ids is binomial (mean ids / shards, standard
+  /// deviation sd): sized exactly, the busiest shard fills with a few percent of the window
+  /// still free (207 of 4096 adds refused). Each shard gets room for its mean + 6 sd + 8, which
+  /// a shard exceeds with odds below 1e-9, so `dedup_full` means the window holds `ids` ids.
+  /// Ids chosen to collide in one shard can still fill it (dedup_set.hpp: Hash).
+  static std::size_t room_for(std::size_t ids, std::size_t shards) noexcept;
   static constexpr std::uint64_t open(JobId id) noexcept { return id << 1; }
   static constexpr std::uint64_t kept(JobId id) noexcept { return id << 1 | 1; }
 
-  /// Window: the DedupSet and one keep gate per slot, built together.
+  /// Window: the DedupSet and one keep gate per slot, built together. Its set holds `ids` live
+  /// ids, whichever shards their hashes pick (room_for).
   struct Window {
-    Window(std::size_t ids, std::size_t slots)
-        : set(ids), gates(std::make_unique<std::atomic<std::uint64_t>[]>(slots)) {}
+    Window(std::size_t ids, std::size_t slots);
     DedupSet set;
     std::unique_ptr<std::atomic<std::uint64_t>[]> gates;
   };
