@@ -92,8 +92,7 @@ const std::string& JobFlow::log_failure(JobSlot& s, std::uint32_t attempt, std::
         "nothing would complete the job");
   if (d.leased) LeaseTracker::release(*d.job.record_);
   // A permit of the queue's own downstream: this worker takes the next job at once (next_job).
-  if (d.permit)
-    return_permit(d.gate->gate(), out, parts_.core.now_ns(), d.own_gate ? d.gate : nullptr);
+  if (d.permit) return_permit(d.gate->gate(), out, end_now(wc), d.own_gate ? d.gate : nullptr);
   finish(d.job.idx_, d.job.token_, std::move(out), wc, d.job.started_at_, d.job.deliveries_);
   // After finish() returned the slot to the free list (final_end): once counts() shows the
   // attempt ended (wait_idle() returns), the slot is free for the next add.
@@ -336,9 +335,12 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
   // handler returned (a few hundred ns). A second one before that reads the clock for both. Only
   // on the TSC clock: a manual clock a test advances after wait_idle() would time the advance.
   const bool timed = parts_.timed();
-  const bool unstamped =
-      plain_done && timed && wc.latency != nullptr && !wc.unstamped && wc.wall_is_engine_clock;
-  const std::int64_t now = plain_done && (!timed || unstamped) ? 0 : parts_.core.now_ns();
+  // A batch's closes share the reading taken when its handler returned (closing_ns).
+  const bool batched = wc.closing_ns != INT64_MIN;
+  const bool unstamped = plain_done && timed && wc.latency != nullptr && !wc.unstamped &&
+                         wc.wall_is_engine_clock && !batched;
+  const bool reads = !plain_done || (timed && !unstamped);  // else no time is needed now
+  const std::int64_t now = batched ? wc.closing_ns : reads ? parts_.core.now_ns() : 0;
   if (timed && !unstamped) {
     parts_.stamp_end(wc, now);
     parts_.record(&wc, Latency::run, now - started.time_since_epoch().count());

@@ -82,7 +82,8 @@ void QueueImpl::hold(OpenDelivery&& d, const void* payload, WorkerContext& wc) {
   // would keep the next jobs out of the batch it waits to fill). The clock is read only where
   // the worker may linger.
   if (batch_linger_ns_ != INT64_MIN) {
-    const std::int64_t now = steady_ns();
+    // This delivery's start, read by deliver on steady_ns()'s timeline moments ago.
+    const std::int64_t now = wc.last_wall_ns;
     // Read after the grant: only the add writes it, and the delivery's pin keeps the slot from
     // being reused meanwhile.
     // The delivery's deadline: its lease, or its attempt's timeout if sooner.
@@ -117,6 +118,8 @@ void QueueImpl::run_batch(WorkerBatch& b, WorkerContext& wc) {
   }
   // In the order the worker took them, as a handler's returns would come. Each is closed even if
   // an earlier close threw (finish: no memory for a DLQ entry); the first throw goes on after.
+  // Each ends when the handler returned: one clock reading for the batch.
+  const ScopedValue<std::int64_t> closing(wc.closing_ns, core().now_ns());
   std::exception_ptr thrown;
   for (std::size_t i = 0; i < n; ++i) {
     try {

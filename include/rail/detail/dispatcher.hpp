@@ -94,9 +94,12 @@ struct alignas(64) WorkerContext {  // its own lines: written on every job by it
   std::int64_t unstamped_add = 0;
   std::int64_t last_start_ns = 0;  // engine clock: poll_timers' idea of now
   std::int64_t last_wall_ns = 0;   // steady_ns(): the batch-size heuristic's
-  bool holds_permit = false;       // next_job took a PermitSource permit for the job it returned
-  bool fast = false;        // the last delivery started within fast_handler_ns of the one before
-  bool holds_duty = false;  // kept its WakeTarget's duty through the jobs it runs (spin_for_job)
+  /// closing_ns: while a batch's deliveries close (QueueImpl::run_batch), the engine clock's
+  /// reading when its handler returned, at which each of them ends; INT64_MIN otherwise.
+  std::int64_t closing_ns = INT64_MIN;
+  bool holds_permit = false;  // next_job took a PermitSource permit for the job it returned
+  bool fast = false;          // the last delivery started within fast_handler_ns of the one before
+  bool holds_duty = false;    // kept its WakeTarget's duty through the jobs it runs (spin_for_job)
   std::int64_t fast_handler_ns = 0;  // threaded: set_fast_handler_threshold's (inline: unused)
   /// The engine clock is TscClock, whose readings are steady_ns()'s: a delivery's start time
   /// serves as last_wall_ns without a second reading. Any other clock (manual, SteadyClock, a

@@ -484,6 +484,10 @@ class JobFlow : public QueueBase,
   bool deliver(std::uint32_t idx, WorkerContext& wc) final;
   /// close_now(d, out, wc): close_delivery's body (job_flow.cpp only: inlined into deliver).
   inline void close_now(OpenDelivery& d, Outcome&& out, WorkerContext& wc);
+  /// end_now(wc): the time a delivery closing on wc ends: its batch's (closing_ns), else now.
+  [[nodiscard]] std::int64_t end_now(const WorkerContext& wc) const noexcept {
+    return wc.closing_ns != INT64_MIN ? wc.closing_ns : parts_.core.now_ns();
+  }
   void flush_freed(std::uint32_t w) noexcept final { free_.flush(w); }
   void timer_fired(std::uint32_t idx, std::int64_t now) noexcept final;
   void timer_reclaim(std::uint32_t idx) noexcept final { ends_.reclaim_cancelled(idx); }
