@@ -11,6 +11,7 @@
 #include "rail/detail/flow_node.hpp"
 #include "rail/detail/job_flow.hpp"
 #include "rail/detail/poll_until.hpp"
+#include "rail/detail/scoped_value.hpp"
 #include "rail/error.hpp"
 
 namespace rail::detail {
@@ -215,7 +216,10 @@ void JobFlow::end_redrive(std::uint32_t idx) noexcept {
   const std::int64_t now = core().now_ns();
   const bool ready = count_new(idx, Duration{0});
   parts_.stats.add(kRedriven);
-  if (core().observed()) parts_.emit(EventKind::redriven, slot(idx), now);
+  if (core().observed()) {
+    const ScopedValue<const QueueBase*> adding(current_add(), this);  // see current_add()
+    parts_.emit(EventKind::redriven, slot(idx), now);
+  }
   const std::int64_t expire = slot(idx).expires_at();  // ours until published
   publish_new(idx, now, Duration{0}, ready);
   published(expire);
@@ -272,6 +276,7 @@ void JobFlow::note_added(const JobSlot& s, Duration delay) const noexcept {
   Event e = parts_.event(EventKind::added, s, s.added_ns);
   e.attempt = 0;
   e.delay = delay;
+  const ScopedValue<const QueueBase*> adding(current_add(), this);  // see current_add()
   parts_.core.emit(e);
 }
 

@@ -102,6 +102,9 @@ const std::string& JobFlow::log_failure(JobSlot& s, std::uint32_t attempt, std::
 bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   JobSlot& s = slot(idx);
   const ScopedValue<const QueueBase*> delivering(current_delivery(), this);
+  // A delivery nested in a batch's closes (run_until_idle from an end's observer, inline) ends
+  // at its own time, not the batch's.
+  const ScopedValue<std::int64_t> own_time(wc.closing_ns, INT64_MIN);
   // The permit of the queue's own downstream that the worker took for this job (PermitSource);
   // every way out of here either keeps it for the handler or gives it back.
   bool carried = std::exchange(wc.holds_permit, false);

@@ -52,12 +52,14 @@ bool JobFlow::wait_idle(Duration timeout) {
     throw Error(ErrorCode::wrong_mode, "wait_idle() on queue '" + parts_.name +
                                            "' waits for worker threads; an inline engine has "
                                            "none (use Engine::run_until_idle)");
-  if (current_delivery() == this || parts_.core.in_timer_context())
+  if (current_delivery() == this || current_add() == this || parts_.core.in_timer_context())
     throw Error(ErrorCode::would_deadlock,
                 "wait_idle() on queue '" + parts_.name +
-                    "' was called from one of its own handlers or from a callback of the timer "
-                    "(an observer of retry_due/stalled, a DLQ alert), which would wait for "
-                    "itself; wait from outside handlers and callbacks");
+                    "' was called from one of its own handlers, from an observer of its own "
+                    "added or redriven event (the job is published when the observer returns) or "
+                    "from a callback of the timer (an observer of retry_due/stalled, a DLQ "
+                    "alert), which would wait for itself; wait from outside handlers and "
+                    "callbacks");
   // Cold path: poll with a growing sleep. An idle queue stays idle only if nobody adds.
   const auto deadline = steady_deadline(timeout);  // Duration::max(): no timeout
   std::optional<PoolWait> checked;                 // taken when first about to block

@@ -237,6 +237,33 @@ TEST_F(Batches, AnEndsObserverThatRunsUntilIdleDoesNotJoinTheBatchBeingClosed) {
   }
 }
 
+// A delivery nested in a batch's closes (an end's observer runs the engine) ends at its own
+// time, never at the batch's, which came before its start.
+TEST_F(Batches, ADeliveryNestedInABatchsClosesEndsAtItsOwnTime) {
+  auto q = engine.declare_queue<int>("q", {});
+  const TimePoint t0 = clock.now();
+  JobId late = 0;
+  engine.on_event([&](const Event& e) {
+    if (e.kind != EventKind::completed || late != 0) return;
+    clock.advance(1h);
+    late = q.add("late", 9).id;
+    (void)engine.run_until_idle();  // delivers `late`, refused: no nesting into the batch
+  });
+  q.process_batch({}, {.max = 2}, [](Batch<int>&) {});
+  (void)q.add("j", 1);
+  (void)q.add("j", 2);
+  engine.run_until_idle();
+  ASSERT_NE(late, 0u);
+  for (const Event& e : of(EventKind::completed))
+    EXPECT_EQ(e.at, t0) << "the batch's jobs end when its handler returned: job " << e.job_id;
+  const auto started = of(EventKind::started, late);
+  const auto ended = of(EventKind::dead_lettered, late);
+  ASSERT_EQ(started.size(), 1u);
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(started[0].at, t0 + 1h);
+  EXPECT_EQ(ended[0].at, t0 + 1h) << "the nested delivery ended at the batch's time";
+}
+
 /// CountingClock: steady time that counts its readings.
 struct CountingClock final : Clock {
   mutable std::atomic<int> reads{0};

@@ -434,6 +434,32 @@ TEST(Lifecycle, WaitIdleFromAnObserverOnAWorkerThrowsWouldDeadlock) {
   EXPECT_EQ(code.load(), static_cast<int>(ErrorCode::would_deadlock));
 }
 
+// An `added` event's observers run before the job is published: a wait from one of them
+// would wait for itself (plain), or answer idle with the job in flight (delayed).
+TEST(Lifecycle, WaitIdleFromAnObserverOfTheQueuesOwnAddThrowsWouldDeadlock) {
+  test::Watchdog watchdog(60s, "WaitIdleFromAnObserverOfTheQueuesOwnAddThrowsWouldDeadlock");
+  Engine engine;
+  auto q = engine.declare_queue<int>("q", {});
+  std::vector<int> codes;  // the observer runs on this thread (the producer's)
+  engine.on_event([&](const Event& e) {
+    if (e.kind != EventKind::added) return;
+    try {
+      (void)q.wait_idle(1h);
+      codes.push_back(0);
+    } catch (const Error& err) {
+      codes.push_back(static_cast<int>(err.code()));
+    }
+  });
+  q.process({}, [](Job<int>&) {});
+  (void)q.add("a", 1);
+  JobOptions later;
+  later.delay = 1h;
+  (void)q.add("b", 2, later);
+  const int deadlock = static_cast<int>(ErrorCode::would_deadlock);
+  EXPECT_EQ(codes, (std::vector<int>{deadlock, deadlock}));
+  EXPECT_TRUE(q.wait_idle(0s) == false) << "the delayed job is still in flight";
+}
+
 // Shutdown against workers between popping a ready job and starting it: every job is either
 // run or handed back by take_leftovers, never both, and none that shutdown reported as not
 // started runs.

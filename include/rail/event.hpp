@@ -6,7 +6,8 @@
 // worker for `started`/`completed`, the timer thread for `retry_due`...), never with an engine
 // lock held, so an observer may call back into the engine (state, cancel, next_timer_in,
 // on_event, remove_observer; a call that would wait for the calling thread itself, such as
-// wait_idle() from a handler or a timer event, throws Error(would_deadlock)). Stages found while
+// wait_idle() from a handler, from the queue's own `added` event (the job is published when its
+// observers return) or from a timer event, throws Error(would_deadlock)). Stages found while
 // timers fire (`retry_due`, `stalled` and the failure or dead-lettering of a lapsed delivery)
 // are delivered right after the timer releases the wheel: a worker may already have started
 // (even finished) the job by then, so such an event can arrive after later events of the same

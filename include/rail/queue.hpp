@@ -268,10 +268,10 @@ class Queue {
   /// observers (a lapse raises them on the timer thread); returns false if `timeout` (real time)
   /// passed first, or once shutdown() stopped the workers and no handler runs while jobs are left
   /// (they never start: take_leftovers() hands them back), also to a wait_idle() that was already
-  /// waiting when shutdown() began. Throws Error(would_deadlock) from the queue's own handlers and
-  /// timer callbacks, and from a shared-pool worker whose wait without a timeout would leave the
-  /// pool no free worker. Threaded engines only (Error(wrong_mode) inline: use
-  /// Engine::run_until_idle).
+  /// waiting when shutdown() began. Throws Error(would_deadlock) from the queue's own handlers,
+  /// observers of its own added/redriven events and timer callbacks, and from a shared-pool worker
+  /// whose wait without a timeout would leave the pool no free worker. Threaded engines only
+  /// (Error(wrong_mode) inline: use Engine::run_until_idle).
   bool wait_idle(Duration timeout = Duration::max()) { return impl_->wait_idle(timeout); }
 
   /// cancel(id) removes a waiting or delayed job (its dedup id is released; event `cancelled`),

@@ -118,6 +118,13 @@ inline const QueueBase*& current_delivery() noexcept {
   thread_local const QueueBase* queue = nullptr;
   return queue;
 }
+/// current_add(): the queue whose new job this thread holds while the observers of its `added`
+/// (or `redriven`) event run: the job is published when they return, so a wait for the queue
+/// from one of them would wait for itself.
+inline const QueueBase*& current_add() noexcept {
+  thread_local const QueueBase* queue = nullptr;
+  return queue;
+}
 
 class EngineCore {
  public:
