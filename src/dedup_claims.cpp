@@ -11,8 +11,8 @@
 
 namespace rail::detail {
 
-DedupClaims::Window::Window(std::size_t ids, std::size_t slots)
-    : set(room_for(ids, shards_for(ids)), shards_for(ids)),
+DedupClaims::Window::Window(std::size_t ids, std::size_t shards, std::size_t slots)
+    : set(room_for(ids, shards), shards),
       gates(std::make_unique<std::atomic<std::uint64_t>[]>(slots)) {}
 
 std::size_t DedupClaims::shards_for(std::size_t ids) noexcept {
@@ -20,8 +20,8 @@ std::size_t DedupClaims::shards_for(std::size_t ids) noexcept {
 }
 
 std::size_t DedupClaims::room_for(std::size_t ids, std::size_t shards) noexcept {
+  if (shards == 1) return ids;  // no spread to make room for
   const std::size_t mean = ids / shards + (ids % shards != 0 ? 1 : 0);
-  if (shards == 1) return ids;
   const double p = 1.0 / static_cast<double>(shards);
   const double sd = std::sqrt(static_cast<double>(ids) * p * (1 - p));
   return (mean + static_cast<std::size_t>(std::ceil(6 * sd)) + 8) * shards;

@@ -457,7 +457,7 @@ TEST(Lifecycle, WaitIdleFromAnObserverOfTheQueuesOwnAddThrowsWouldDeadlock) {
   (void)q.add("b", 2, later);
   const int deadlock = static_cast<int>(ErrorCode::would_deadlock);
   EXPECT_EQ(codes, (std::vector<int>{deadlock, deadlock}));
-  EXPECT_TRUE(q.wait_idle(0s) == false) << "the delayed job is still in flight";
+  EXPECT_FALSE(q.wait_idle(0s)) << "the delayed job is still in flight";
 }
 
 // Shutdown against workers between popping a ready job and starting it: every job is either

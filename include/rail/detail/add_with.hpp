@@ -1,8 +1,8 @@
-// JobFlow::init_slot and add_with's body: the add sequence that every single add inlines (admit,
-// take a slot, claim the dedup id, fill, count, publish), and the two adds of a job that lived
-// before: a redrive's (redrive_with) and one resumed from a broker (add_resumed). Their contracts
-// are at their declarations in job_flow.hpp, which includes this file at its end; nothing else
-// includes it.
+// JobFlow::init_slot, count_new, publish_new and add_with's body: the add sequence that every
+// single add inlines (admit, take a slot, claim the dedup id, fill, count, publish), and the two
+// adds of a job that lived before: a redrive's (redrive_with) and one resumed from a broker
+// (add_resumed). Their contracts are at their declarations in job_flow.hpp, which includes this
+// file at its end; nothing else includes it.
 #pragma once
 
 #include "rail/detail/flow_node.hpp"
@@ -39,6 +39,31 @@ inline void JobFlow::init_slot(std::uint32_t idx, std::uint64_t id, std::uint16_
   if (s.extra) {
     s.extra->errors.clear();
     if (s.extra->rare) s.extra->rare->parent.reset();  // the slot's last parent's children
+  }
+}
+
+inline bool JobFlow::count_new(std::uint32_t idx, Duration delay) noexcept {
+  const bool ready = delay.count() <= 0 && !Lines::lined(slot(idx));
+  parts_.stats.add(ready ? kAddedReady : kAdded);
+  return ready;
+}
+
+inline void JobFlow::publish_new(std::uint32_t idx, std::int64_t now, Duration delay,
+                                 bool ready) noexcept {
+  JobSlot& s = slot(idx);
+  if (ready) {
+    s.ctl.publish(SlotState::waiting);
+    dispatch_.push_ready(idx, true);
+  } else if (delay.count() > 0) {
+    s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);  // see publish()
+    parts_.stats.add(kToDelayed);  // before a cancel can take it out: see counts()
+    s.ctl.publish(SlotState::delayed);
+    timers_.submit(idx);
+  } else {
+    RAIL_INVARIANT(Lines::lined(s),
+                   "publish_new: a job due now outside any line was not "
+                   "counted into waiting (count_new)");
+    join_lines(idx, true);
   }
 }
 

@@ -157,7 +157,8 @@ class DedupClaims {
   /// Window: the DedupSet and one keep gate per slot, built together. Its set holds `ids` live
   /// ids, whichever shards their hashes pick (room_for).
   struct Window {
-    Window(std::size_t ids, std::size_t slots);
+    Window(std::size_t ids, std::size_t slots) : Window(ids, shards_for(ids), slots) {}
+    Window(std::size_t ids, std::size_t shards, std::size_t slots);
     DedupSet set;
     std::unique_ptr<std::atomic<std::uint64_t>[]> gates;
   };

@@ -396,30 +396,11 @@ class JobFlow : public QueueBase,
   /// count_new(idx, delay): counts the fresh job in slot idx as added, before its event and its
   /// publish_new(idx, now, delay, ready) with the same delay (its lines entered). One count when
   /// it goes straight into `waiting` (ready: true), which counts that move too.
-  [[nodiscard]] bool count_new(std::uint32_t idx, Duration delay) noexcept {
-    const bool ready = delay.count() <= 0 && !Lines::lined(slot(idx));
-    parts_.stats.add(ready ? kAddedReady : kAdded);
-    return ready;
-  }
+  [[nodiscard]] bool count_new(std::uint32_t idx, Duration delay) noexcept;  // add_with.hpp
   /// publish_new(idx, now, delay, ready): a filled slot enters the waiting or delayed state;
   /// ready is count_new's answer (the move into `waiting` is counted).
-  void publish_new(std::uint32_t idx, std::int64_t now, Duration delay, bool ready) noexcept {
-    JobSlot& s = slot(idx);
-    if (ready) {
-      s.ctl.publish(SlotState::waiting);
-      dispatch_.push_ready(idx, true);
-    } else if (delay.count() > 0) {
-      s.due_ns.store(saturating_add(now, delay), std::memory_order_relaxed);  // see publish()
-      parts_.stats.add(kToDelayed);  // before a cancel can take it out: see counts()
-      s.ctl.publish(SlotState::delayed);
-      timers_.submit(idx);
-    } else {
-      RAIL_INVARIANT(Lines::lined(s),
-                     "publish_new: a job due now outside any line was not "
-                     "counted into waiting (count_new)");
-      join_lines(idx, true);
-    }
-  }
+  void publish_new(std::uint32_t idx, std::int64_t now, Duration delay,
+                   bool ready) noexcept;  // add_with.hpp
   /// join_lines(idx, publish): the job in slot idx, in a group or a tenant's line, is due: it
   /// joins its lines (Lines::join, which publishes it when `publish`), counted waiting from then
   /// on, and is made ready once it holds its turns.
