@@ -169,7 +169,8 @@ std::uint32_t Dispatcher::serve_turn(std::uint32_t w, PoolDuty& duty) noexcept {
   bool more = true;
   while (ran < kTurn && (more = next_job(w, wc, idx))) {
     ++ran;
-    if (!pool_runner_->deliver(idx, wc) || !duty.held) continue;
+    // A job held in a batch ran no handler (fresh_ns kept): nothing ran long.
+    if (!pool_runner_->deliver(idx, wc) || !duty.held || wc.fresh_ns != INT64_MIN) continue;
     // One clock read per job while the worker holds the pool's duty, as in run().
     if (ran_long(wc, steady_ns())) {
       wc.holds_duty = false;
@@ -374,7 +375,7 @@ std::uint64_t Dispatcher::jobs_started() const noexcept {
 /// to skip their wake-ups, and the next may be as slow. One clock read per job, only while the
 /// worker holds the duty (a wake-up saved per push pays for it).
 void Dispatcher::run(JobRunner& runner, std::uint32_t idx, WorkerContext& wc) {
-  if (!runner.deliver(idx, wc) || !wc.holds_duty) return;
+  if (!runner.deliver(idx, wc) || !wc.holds_duty || wc.fresh_ns != INT64_MIN) return;
   if (ran_long(wc, steady_ns())) give_up_duty(wc);
 }
 
@@ -476,6 +477,10 @@ bool Dispatcher::work_queued() const noexcept {
 /// the ready ring, else stolen from another worker's stash. False when there is none, or the
 /// queue is paused (stashed jobs then wait with the rest: nothing new starts while paused).
 bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept {
+  // The last delivery's reading serves the next job only if it comes from the same pop: the
+  // stash (WorkerContext::fresh_ns). Cleared first: every other way out, a pause or stop
+  // included (time passes before the next look), drops it.
+  const std::int64_t fresh = std::exchange(wc.fresh_ns, INT64_MIN);
   // After stop nothing new starts: shutdown may already have reported a ready job as not started
   // and handed its payload back (take_leftovers).
   if (stop_.load(std::memory_order_acquire)) return false;
@@ -501,7 +506,10 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
         return true;
     }
   }
-  if (wc.stash->take(idx)) return true;
+  if (wc.stash->take(idx)) {
+    wc.fresh_ns = fresh;
+    return true;
+  }
   // A batch boundary: fire any timer that came due (backoffs, delays, lease sweeps) if the timer
   // thread has not.
   core_.poll_timers(wc.last_start_ns);

@@ -113,7 +113,10 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   // A cancel that wins meanwhile may read the count one high in its event; it is put back.
   // Never before the add: the producer's clock reading may lead ours by the CPUs' counter skew
   // (TscClock: tens of ns), and a job would seem to start before it was added.
-  const std::int64_t now = std::max(parts_.core.now_ns(), s.added_ns);
+  // A held job's successor from the same pop reuses its reading (WorkerContext::fresh_ns).
+  const bool reused = wc.fresh_ns != INT64_MIN;
+  const std::int64_t read = reused ? std::exchange(wc.fresh_ns, INT64_MIN) : parts_.core.now_ns();
+  const std::int64_t now = std::max(read, s.added_ns);
   parts_.stamp_end(wc, now);  // the job this worker completed before, if its end waits for a time
   const std::uint16_t delivered = s.delivered();
   const std::int64_t expire = s.started();  // before the first delivery: JobSlot::expires_at
@@ -184,7 +187,7 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   // Start to start: the previous handler's run plus this worker's overhead. Real time even
   // under a manual clock (whose time stands still between advances), on steady_ns()'s timeline
   // whatever the engine clock (see WorkerContext::wall_is_engine_clock).
-  const std::int64_t wall = wc.wall_is_engine_clock ? now : steady_ns();
+  const std::int64_t wall = wc.wall_is_engine_clock ? now : reused ? wc.last_wall_ns : steady_ns();
   wc.fast = wall - wc.last_wall_ns < wc.fast_handler_ns;
   wc.last_wall_ns = wall;
   wc.last_start_ns = now;
@@ -243,6 +246,9 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
   }
   open.leased = leased;
   if (held) {
+    // No user code runs before the next job of this pop unless the batch fills (run_batch then
+    // drops the reading); an observer might advance a clock between two starts.
+    if (wc.stash != nullptr && !wc.stash->empty() && !parts_.core.observed()) wc.fresh_ns = read;
     hold(std::move(open), cell(idx), wc);
     return true;
   }

@@ -103,6 +103,7 @@ void QueueImpl::run_batch(WorkerBatch& b, WorkerContext& wc) {
   // Running until every delivery is closed: an end's observer or waiter (called by finish) may
   // run_until_idle, and a delivery it makes must not join this batch (refuse_nested).
   const ScopedValue<bool> running(b.running, true);
+  wc.fresh_ns = INT64_MIN;  // the handler runs: the next start reads the clock again
   const std::size_t n = b.entries.size();
   for (std::size_t i = 0; i < n; ++i) {
     b.outcomes[i] = Outcome::done();
@@ -129,6 +130,7 @@ void QueueImpl::run_batch(WorkerBatch& b, WorkerContext& wc) {
     }
   }
   b.entries.clear();
+  wc.fresh_ns = INT64_MIN;  // a delivery nested in the closes may have left its own
   if (thrown) std::rethrow_exception(thrown);
 }
 

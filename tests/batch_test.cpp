@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "rail/detail/dispatcher.hpp"
 #include "rail/rail.hpp"
 #include "support/inline_engine.hpp"
 #include "support/watchdog.hpp"
@@ -299,6 +301,54 @@ TEST(BatchesClock, ABatchsJobsEndAtOneReadingTakenWhenItsHandlerReturned) {
     EXPECT_GE(end, returned) << "and not before the handler returned";
   }
   EXPECT_LT(clock.reads.load() - reads_at_return, 16) << "a reading per job to close the batch";
+}
+
+/// ThreadCountingClock: steady time that counts its readings on each thread.
+struct ThreadCountingClock final : Clock {
+  mutable std::mutex mu;
+  mutable std::map<std::thread::id, int> reads;
+  [[nodiscard]] TimePoint now() const noexcept override {
+    {
+      std::lock_guard lock(mu);
+      ++reads[std::this_thread::get_id()];
+    }
+    return SteadyClock{}.now();
+  }
+  int reads_here() const {
+    std::lock_guard lock(mu);
+    return reads[std::this_thread::get_id()];
+  }
+};
+
+// The jobs a worker pops together start at one clock reading while they go into its batch: no
+// handler or observer runs between their starts, so a reading per job (a tenth of a batch job's
+// time on a VM's TSC) would tell nothing new.
+TEST(BatchesClock, TheJobsOfOnePopStartAtOneReadingWhileTheBatchFills) {
+  const test::Watchdog watchdog(120s, "TheJobsOfOnePopStartAtOneReadingWhileTheBatchFills");
+  // Every handler fast: the worker pops whole stashes from its second look on.
+  const std::int64_t threshold = detail::set_fast_handler_threshold(INT64_MAX);
+  ThreadCountingClock clock;
+  {
+    Engine engine{EngineOptions{.clock = &clock}};
+    auto q = engine.declare_queue<int>("q", {});
+    constexpr int kJobs = 64;
+    for (int i = 0; i < kJobs; ++i)
+      (void)q.add("j", i);
+    std::atomic<int> worker_reads{-1};
+    std::atomic<std::size_t> size{0};
+    q.process_batch({.concurrency = 1}, {.max = kJobs, .linger = 1h}, [&](Batch<int>& batch) {
+      if (worker_reads.load() >= 0) return;
+      size = batch.size();
+      worker_reads = clock.reads_here();  // the worker's readings while it filled the batch
+    });
+    ASSERT_TRUE(q.wait_idle());
+    ASSERT_EQ(size.load(), std::size_t{kJobs}) << "one batch of every job";
+    // A reading per pop (the stash holds 16: pops of 1, then of 16, five in all); a reading per
+    // start makes 64 and more.
+    EXPECT_LE(worker_reads.load(), 16) << "a reading per job while filling";
+    EXPECT_EQ(q.counts().completed, std::uint64_t{kJobs});
+  }
+  (void)detail::set_fast_handler_threshold(threshold);
 }
 
 /// wait_until_held(q): every job added to q so far has left `waiting`: a lingering worker holds

@@ -97,6 +97,14 @@ struct alignas(64) WorkerContext {  // its own lines: written on every job by it
   /// closing_ns: while a batch's deliveries close (QueueImpl::run_batch), the engine clock's
   /// reading when its handler returned, at which each of them ends; INT64_MIN otherwise.
   std::int64_t closing_ns = INT64_MIN;
+  /// fresh_ns: the engine clock's reading of this worker's last delivery while it still serves as
+  /// the start of the next job from the same pop: that delivery was held in a batch (no handler
+  /// ran), no observer listened, and the next job comes from the worker's own stash, the rest of
+  /// the pop the reading followed (next_job). INT64_MIN otherwise. Every job of a pop was added
+  /// before the pop, so the reading is never before its add; a later job of the pop starts at
+  /// most the pop's delivery time early (microseconds), which moves its lease's end earlier,
+  /// never later.
+  std::int64_t fresh_ns = INT64_MIN;
   bool holds_permit = false;  // next_job took a PermitSource permit for the job it returned
   bool fast = false;          // the last delivery started within fast_handler_ns of the one before
   bool holds_duty = false;    // kept its WakeTarget's duty through the jobs it runs (spin_for_job)
