@@ -14,7 +14,9 @@
 // is described in the Robin Hood notes that followed it), so there are no tombstones: memory and
 // probe lengths depend only on the entries stored now, never on how many expired ids passed
 // through. Expired entries are reclaimed lazily when a try_claim's probe meets them, when a full
-// shard is swept before answering `full`, and by sweep().
+// shard is swept before answering `full`, and by sweep(). A shard probes only as much of its
+// table as its entries need (DedupTable, dedup_table.hpp): a claim grows it before the load would
+// pass 1/2, a release or a sweep shrinks it below 1/8, each by an in-place rehash.
 //
 // Why a sharded lock and not lock-free. A check-and-insert of a variable-length key has two
 // lock-free options, and neither is acceptable here:
@@ -53,26 +55,22 @@
 //   | count       entries stored  |   +--->| uint32   free_slots[cap]    free key-slot stack |
 //   | free_top    free stack top  |   |    | char     keys[cap][max_key] one slot per key    |
 //   | min_expiry  <= each expiry  |   |    +-------------------------------------------------+
-//   | table, free_slots, keys ----+---+
+//   | table (probed size), free_slots, keys
 //   +-----------------------------+
-//
-//   struct Entry {            // 32 bytes; key_slot == kEmptySlot marks an empty table slot
-//     uint64 owner;           // id returned by make_owner
-//     int64  expires_at_ns;   // live iff expires_at_ns > now_ns
-//     uint32 hash;            // hash_bytes(key)'s low half: the home slot (bits 32.. pick the
-//                             // shard, the same for every entry of a shard, so not stored)
-//     uint32 value;           // caller's payload (the engine stores a slot index)
-//     uint32 key_slot;        // index into keys[]
-//     uint32 key_len;         // bytes used in that key slot; bit 31: pinned (live whatever
-//                             // its expiry)
-//   };
 // clang-format on
 //
+// An Entry (DedupEntry, dedup_table.hpp) is 32 bytes: owner, expires_at_ns, the low half of the
+// key's hash (its home; bits 32.. pick the shard, the same for all its entries, so not stored),
+// value, key_slot and key_len (bit 31: pinned, live whatever its expiry).
+//
 // Sizes: cap = ceil(capacity / shards) keys per shard, and table_size = max(8, bit_ceil(2 * cap)),
-// so load <= 1/2 and a minimum table is five whole cache lines. Per shard that is
-// table_size * 32 + cap * (4 + max_key_bytes) bytes. With capacity 100'000, 64 shards and 256-byte
-// keys, the total is about 8.4 MB of tables plus 25.6 MB of key slots. `full` is per shard: with
-// skewed keys one shard can fill before capacity() keys are live in total.
+// so load <= 1/2 when the shard is full. Per shard that is table_size * 32 + cap * (4 +
+// max_key_bytes) bytes. With capacity 100'000, 64 shards and 256-byte keys, the total is about
+// 8.4 MB of tables plus 25.6 MB of key slots. A shard probes only the first slots of its table,
+// as many as its live keys need (DedupTable: from 8 up, load between 1/8 and 1/2), so a window
+// holding few ids works in a few kilobytes of it; the key slots are reused last-in first-out.
+// `full` is per shard: with skewed keys one shard can fill before capacity() keys are live in
+// total.
 //
 // Hash: hash_bytes (hash_bytes.hpp), not keyed. If clients can choose dedup ids adversarially,
 // they can aim every id at one shard. They cannot cause false merges, because keys are compared
@@ -95,6 +93,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "rail/detail/dedup_table.hpp"
 #include "rail/detail/hash_bytes.hpp"
 #include "rail/detail/spin_lock.hpp"
 #include "rail/error.hpp"
@@ -196,13 +195,15 @@ class DedupSet {
   friend struct DedupSetTestPeer;  // tests force hash collisions and check the table invariants
 
   static constexpr std::size_t kCacheLine = 64;
-  static constexpr std::uint32_t kEmptySlot = std::numeric_limits<std::uint32_t>::max();
+  using Entry = DedupEntry;
+  static constexpr std::uint32_t kEmptySlot = DedupTable::kEmptySlot;
+  static constexpr std::uint32_t kPinnedBit = DedupTable::kPinnedBit;
   // Bit budget: the shard index comes from hash bits 32..47 and the home slot from bits 0..30, so
   // the two never overlap. That caps shards at 2^16 and a shard's table at 2^31 slots.
   static constexpr std::size_t kMaxShards = std::size_t{1} << 16;
   static constexpr std::size_t kMaxShardCapacity = std::size_t{1} << 30;
   static constexpr std::size_t kMaxKeyBytes = std::size_t{1} << 16;
-  static constexpr std::size_t kMinTableSize = 8;
+  static constexpr std::size_t kMinTableSize = DedupTable::kMinSize;
   using HashFn = std::uint64_t (*)(std::string_view) noexcept;
 
   // The shards' lock (spin_lock.hpp). The table code that uses it is plain sequential code
@@ -210,18 +211,6 @@ class DedupSet {
   template <template <class> class Atom = std::atomic>
   using SpinLock = detail::SpinLock<Atom>;
 
-  static constexpr std::uint32_t kPinnedBit = std::uint32_t{1} << 31;  // in key_len
-  struct Entry {
-    std::uint64_t owner;
-    std::int64_t expires_at_ns;
-    std::uint32_t hash;  // low half of hash_of(key): see hash_lo()
-    std::uint32_t value;
-    std::uint32_t key_slot;  // kEmptySlot: this table slot is empty
-    std::uint32_t key_len;
-  };
-  static_assert(std::is_trivially_copyable_v<Entry>,
-                "backward shift moves entries by assignment; Entry must stay a plain record");
-  static_assert(sizeof(Entry) == 32, "Entry layout is documented at the top of this file");
   static_assert(kMinTableSize * sizeof(Entry) % kCacheLine == 0,
                 "every table size (a power of two >= kMinTableSize) must be whole cache lines, so "
                 "no two shards' tables share a line");
@@ -236,15 +225,13 @@ class DedupSet {
     // it, nothing can have expired, so the O(table) sweep is skipped. Otherwise every claim to a
     // shard that is full of live keys would rescan the whole shard.
     std::int64_t min_expiry = kNoExpiry;
-    Entry* table = nullptr;
+    DedupTable table;  // its probed size follows count (dedup_table.hpp)
     std::uint32_t* free_slots = nullptr;
     char* keys = nullptr;
   };
   static_assert(alignof(Shard) == kCacheLine && sizeof(Shard) % kCacheLine == 0,
                 "each shard's lock and header must own whole cache lines, so that threads working "
                 "on neighbouring shards do not false-share");
-  static_assert(std::is_trivially_destructible_v<Entry>,
-                "the region is freed without running Entry destructors");
 
   using Guard = SpinGuard;
 
@@ -266,8 +253,6 @@ class DedupSet {
   static std::uint32_t hash_lo(std::uint64_t hash) noexcept {
     return static_cast<std::uint32_t>(hash);
   }
-  std::size_t home(std::uint64_t hash) const noexcept { return hash & table_mask_; }
-  std::size_t next(std::size_t i) const noexcept { return (i + 1) & table_mask_; }
   char* key_bytes(const Shard& s, std::uint32_t slot) const noexcept {
     return s.keys + std::size_t{slot} * max_key_bytes_;
   }
@@ -283,7 +268,7 @@ class DedupSet {
     // Hash first: it rejects almost every other key in the chain without touching key bytes. Then
     // length and bytes, so that equal hashes never merge different keys. The empty() test avoids
     // passing memcmp a null data() (UB even when the length is 0).
-    return e.hash == hash_lo(hash) && (e.key_len & ~kPinnedBit) == key.size() &&
+    return e.hash == hash_lo(hash) && DedupTable::length(e) == key.size() &&
            (key.empty() || std::memcmp(key_bytes(s, e.key_slot), key.data(), key.size()) == 0);
   }
 
@@ -297,14 +282,14 @@ class DedupSet {
   // or npos (release_claim: owners are unique, so the owner names the entry).
   std::size_t locate_owned(const Shard& s, std::uint64_t hash, std::size_t len,
                            std::uint64_t owner) const noexcept {
-    for (std::size_t i = home(hash);; i = next(i)) {
+    for (std::size_t i = s.table.home(hash_lo(hash));; i = s.table.next(i)) {
       const Entry& e = s.table[i];
       if (e.key_slot == kEmptySlot) return npos;  // terminates: load <= 1/2
-      if (e.owner == owner && e.hash == hash_lo(hash) && (e.key_len & ~kPinnedBit) == len) return i;
+      if (e.owner == owner && e.hash == hash_lo(hash) && DedupTable::length(e) == len) return i;
     }
   }
   std::size_t locate(const Shard& s, std::uint64_t hash, std::string_view key) const noexcept {
-    for (std::size_t i = home(hash);; i = next(i)) {
+    for (std::size_t i = s.table.home(hash_lo(hash));; i = s.table.next(i)) {
       const Entry& e = s.table[i];
       // Terminates: load <= 1/2, so an empty slot exists.
       if (e.key_slot == kEmptySlot) return npos;
@@ -312,26 +297,17 @@ class DedupSet {
     }
   }
 
-  // erase_at: removes the entry at `i` by backward shift (Algorithm R). Walk the cluster after
-  // the hole. An entry at j whose home is not cyclically inside (hole, j] may legally sit in the
-  // hole, so move it there and continue with the hole at j. The walk stops at the first empty
-  // slot, and the hole left at that point becomes empty. Afterwards every entry is again reachable
-  // from its home without crossing an empty slot, with no tombstone left behind. Entries only move
-  // to slots at or (cyclically) after i within the same cluster, which sweep_locked relies on.
+  // erase_at: removes the entry at `i` (DedupTable::erase: backward shift, no tombstone) and
+  // gives its key slot back. It never resizes, so indices stay valid in the caller's loop; the
+  // public operations shrink the table once they are done (shrink).
   void erase_at(Shard& s, std::size_t i) noexcept {
-    s.free_slots[s.free_top++] = s.table[i].key_slot;
-    std::size_t hole = i;
-    for (std::size_t j = next(i); s.table[j].key_slot != kEmptySlot; j = next(j)) {
-      const std::size_t dist_home = (j - home(s.table[j].hash)) & table_mask_;
-      const std::size_t dist_hole = (j - hole) & table_mask_;
-      if (dist_home >= dist_hole) {
-        s.table[hole] = s.table[j];
-        hole = j;
-      }
-    }
-    s.table[hole].key_slot = kEmptySlot;
+    s.free_slots[s.free_top++] = s.table.erase(i);
     // relaxed: we hold the lock, so no other writer exists; size() only wants a snapshot.
     s.count.store(s.count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  }
+  // shrink: after erases, the table halves while its load is below 1/8 (DedupTable).
+  static void shrink(Shard& s) noexcept {
+    s.table.shrink_for(s.count.load(std::memory_order_relaxed));  // relaxed: under the lock
   }
 
   // sweep_locked: removes every entry of `s` with expires_at_ns <= now_ns and recomputes
@@ -348,8 +324,8 @@ class DedupSet {
       ++start;
     std::size_t removed = 0;
     std::int64_t min_expiry = kNoExpiry;
-    std::size_t i = next(start);
-    for (std::size_t visited = 1; visited <= table_mask_;) {
+    std::size_t i = s.table.next(start);
+    for (std::size_t visited = 1; visited < s.table.size();) {
       const Entry& e = s.table[i];
       if (e.key_slot != kEmptySlot && expired(e, now_ns)) {
         erase_at(s, i);
@@ -357,7 +333,7 @@ class DedupSet {
         continue;  // slot i now holds a shifted successor or is empty: examine it again
       }
       if (e.key_slot != kEmptySlot) min_expiry = std::min(min_expiry, e.expires_at_ns);
-      i = next(i);
+      i = s.table.next(i);
       ++visited;
     }
     s.min_expiry = min_expiry;
@@ -370,7 +346,6 @@ class DedupSet {
   std::unique_ptr<std::byte, AlignedDelete> storage_;
   std::size_t shard_mask_ = 0;
   std::size_t shard_capacity_ = 0;
-  std::size_t table_mask_ = 0;
   std::size_t max_key_bytes_ = 0;
   HashFn test_hash_ = nullptr;  // null in production; DedupSetTestPeer sets it before any use
 };
@@ -419,16 +394,16 @@ inline DedupSet::DedupSet(std::size_t capacity, std::size_t shards, std::size_t 
   shards_ = std::make_unique<Shard[]>(shards);
   shard_mask_ = shards - 1;
   shard_capacity_ = per_shard;
-  table_mask_ = table_size - 1;
   max_key_bytes_ = max_key_bytes;
 
   for (std::size_t s = 0; s < shards; ++s) {
     std::byte* base = storage_.get() + s * region;
     Shard& shard = shards_[s];
-    shard.table = reinterpret_cast<Entry*>(base);
+    auto* const table = reinterpret_cast<Entry*>(base);
     for (std::size_t i = 0; i < table_size; ++i) {
-      new (&shard.table[i]) Entry{0, 0, 0, 0, kEmptySlot, 0};
+      new (&table[i]) Entry{0, 0, 0, 0, kEmptySlot, 0};
     }
+    shard.table.attach(table, table_size);
     shard.free_slots = reinterpret_cast<std::uint32_t*>(base + table_bytes);
     for (std::size_t i = 0; i < per_shard; ++i) {
       // Pop order 0, 1, 2, ...: the first keys use the first key slots, which keeps a lightly
@@ -462,7 +437,7 @@ DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
   // stale ids never lengthen later probes. An erase can shift a later entry of this chain into
   // slot i, so slot i is examined again. When the loop ends, i is an empty slot where the key may
   // go.
-  std::size_t i = home(hash);
+  std::size_t i = s.table.home(hash_lo(hash));
   for (;;) {
     Entry& e = s.table[i];
     if (e.key_slot == kEmptySlot) break;
@@ -480,7 +455,7 @@ DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
       continue;
     }
     if (matches(s, e, hash, key)) return {Claim::Result::duplicate, e.owner, e.value};
-    i = next(i);
+    i = s.table.next(i);
   }
 
   // relaxed: we hold the lock, which orders every write to count.
@@ -494,9 +469,12 @@ DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
     }
     // The sweep moved entries. The key is still absent (it was not live before the sweep), so the
     // end of its chain is the first empty slot from its home.
-    for (i = home(hash); s.table[i].key_slot != kEmptySlot; i = next(i)) {
-    }
+    i = s.table.first_empty(hash_lo(hash));
   }
+  // Room at load <= 1/2 for one more: a grow rehashes, and the key's place moves with it.
+  const std::size_t size = s.table.size();
+  s.table.grow_for(s.count.load(std::memory_order_relaxed) + 1);  // relaxed: under the lock
+  if (s.table.size() != size) i = s.table.first_empty(hash_lo(hash));
 
   const auto [owner, value] = std::forward<MakeOwner>(make_owner)();
   const std::uint32_t slot = s.free_slots[--s.free_top];  // count < cap, so the stack is non-empty
@@ -517,6 +495,7 @@ inline bool DedupSet::release(std::string_view key, std::uint64_t owner) noexcep
   const std::size_t i = locate(s, hash, key);
   if (i == npos || s.table[i].owner != owner) return false;
   erase_at(s, i);
+  shrink(s);
   return true;
 }
 
@@ -528,6 +507,7 @@ inline bool DedupSet::release_claim(std::string_view key, std::uint64_t owner) n
   const std::size_t i = locate_owned(s, hash, key.size(), owner);
   if (i == npos) return false;
   erase_at(s, i);
+  shrink(s);
   return true;
 }
 
@@ -581,6 +561,7 @@ inline std::size_t DedupSet::sweep(std::int64_t now_ns) noexcept {
     Shard& s = shards_[k];
     const Guard guard(s.lock);
     removed += sweep_locked(s, now_ns);
+    shrink(s);
   }
   return removed;
 }
