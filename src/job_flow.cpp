@@ -331,13 +331,12 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
     claims_.unpin(s);
   // We hold the slot in `finishing`. A plain completion needs the time only for an event or a
   // record: skip the clock read (~50 ns on a VM) when nobody observes or waits. Only complete()
-  // may go without it: it reads the clock itself if a waiter came meanwhile, where end_job
-  // (a job with a dedup id) would stamp a late waiter's record or event with 0
+  // may go without it: it reads the clock itself if a waiter came meanwhile, where end() would
+  // stamp a late waiter's record or event with 0
   // (ResultsThreaded.AWaiterThatCameDuringADedupJobsEndGetsItsEndTime pins it).
   const bool cancelled = (ctl::flags(c) & ctl::kCancelRequested) != 0;
   const bool plain_done = out.kind() == Outcome::Kind::done && !cancelled &&
-                          !parts_.core.observed() && !ends_.tracker().wanted() &&
-                          s.dedup == DedupHold::none;
+                          !parts_.core.observed() && !ends_.tracker().wanted();
   // With histograms, a plain completion on a worker of the queue's own takes its end's time from
   // the worker's next reading (its next start, or its going idle: stamp_end), so that a job
   // costs one reading, not two: its run time then includes the worker's own work after the

@@ -12,7 +12,7 @@
 // move-only payload's entry waits for that handler).
 //
 // Entry points: end() (every end but the fast one), complete() (finish()'s common end: nobody
-// observes, no dedup id), record() + ended() (cancel's end, whose slot the canceller frees),
+// observes), record() + ended() (cancel's end, whose slot the canceller frees),
 // final_end() (the last pin went), reclaim_cancelled() and leave_filed().
 // Preconditions: the caller holds the slot in `finishing` (or took it from waiting/delayed by a
 // cancel): nothing else writes the slot's fields meanwhile (job_slot.hpp).
@@ -136,18 +136,24 @@ class JobEnds {
            WorkerContext* wc, std::string_view why = {}, std::shared_ptr<const void> result = {});
 
   /// complete(idx, wc, result, end): finish()'s common end, kept short and inline: a job done
-  /// with nobody observing and no dedup id (no event, no kept add; a record only if a waiter
-  /// came since finish() looked). end: the end's time, read only for a queue with histograms
-  /// (else 0); nullopt: the worker stamps it later (FlowParts::stamp_end).
+  /// with nobody observing (no event; its dedup id let go as settle() does; a record only if a
+  /// waiter came since finish() looked, the kept add run only if one was kept). end: the end's
+  /// time, read only for a queue with histograms (else 0); nullopt: the worker stamps it later
+  /// (FlowParts::stamp_end).
   void complete(std::uint32_t idx, WorkerContext& wc, std::shared_ptr<const void>&& result,
                 std::optional<std::int64_t> end) {
     JobSlot& s = parts_.slot(idx);
     s.end_reason = DeadLetterReason::none;
     parts_.leave_retry_here(s);  // as settle() does for the other ends
-    if (note(s, EndKind::completed, &wc, end)) [[unlikely]] {
+    // Its dedup id goes (or stays for its ttl), unless an add was kept for after it.
+    const bool kept = claims_.release_at_end(s, false);
+    const bool wanted = note(s, EndKind::completed, &wc, end);
+    if (wanted || kept) [[unlikely]] {
       Settled settled;
+      settled.kept = kept;
       if (Lines::lined(s)) settled.closing = lines_.close(idx);
-      settled.end = record_of(s, EndKind::completed, parts_.core.now_ns(), {}, std::move(result));
+      if (wanted)
+        settled.end = record_of(s, EndKind::completed, parts_.core.now_ns(), {}, std::move(result));
       leave(idx, EndKind::completed, std::move(settled));
       return;
     }
