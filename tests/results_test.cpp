@@ -545,6 +545,46 @@ TEST(ResultsThreaded, ACompletedJobsResultIsDestroyedBeforeWaitIdleReturns) {
   EXPECT_EQ(DrainWitness::after_drain.load(), 0) << "wait_idle() returned before the result died";
 }
 
+// Review of 651fbbb (helper-36): complete() took the general leave() for a job with an add kept
+// for after it, and left its result in deliver()'s Outcome, alive while the kept add ran (and,
+// threaded, while another worker ran that add's job and wait_idle() returned). The result dies
+// before the job's end goes on to its kept add, as end() has it.
+struct KeptAddWitness {
+  static inline const Queue<int, KeptAddWitness>* queue = nullptr;
+  static inline std::vector<std::uint64_t> added_when_destroyed;
+  bool live = true;
+  KeptAddWitness() = default;
+  KeptAddWitness(KeptAddWitness&& o) noexcept { o.live = false; }
+  KeptAddWitness& operator=(KeptAddWitness&&) = delete;
+  ~KeptAddWitness() {
+    if (live) added_when_destroyed.push_back(queue->counts().added);
+  }
+};
+
+TEST(ResultsKeptAdd, ACompletedJobsResultDiesBeforeTheAddKeptForAfterItIsMade) {
+  Engine engine{EngineOptions{.mode = Mode::inlined}};
+  QueueOptions qo;
+  qo.keep_ended.keep_completed = 0;  // nobody wants a record: complete()'s own path
+  auto q = engine.declare_queue<int, KeptAddWitness>("q", qo);
+  KeptAddWitness::queue = &q;
+  KeptAddWitness::added_when_destroyed.clear();
+  JobOptions o;
+  o.dedup.id = "user-7";
+  o.dedup.keep_last_if_active = true;
+  q.process({}, [&](Job<int>& j) -> Result<KeptAddWitness> {
+    if (j.data() == 1) {
+      EXPECT_EQ(q.add("sync", 2, o).status, AddStatus::kept);
+    }
+    return KeptAddWitness{};
+  });
+  ASSERT_EQ(q.add("sync", 1, o).status, AddStatus::added);
+  engine.run_until_idle();
+  EXPECT_EQ(q.counts().completed, 2u);
+  EXPECT_EQ(KeptAddWitness::added_when_destroyed, (std::vector<std::uint64_t>{1, 2}))
+      << "job 1's result outlived the start of its kept add (added 2 when it died)";
+  KeptAddWitness::queue = nullptr;
+}
+
 // --- Review of 172ca6d (results and waiting): cases that fail on it -------------------------
 
 // A handle from add_tracked on a job that shutdown left unstarted and take_leftovers() took:

@@ -152,8 +152,11 @@ class JobEnds {
       Settled settled;
       settled.kept = kept;
       if (Lines::lined(s)) settled.closing = lines_.close(idx);
-      if (wanted)
+      if (wanted) {
         settled.end = record_of(s, EndKind::completed, parts_.core.now_ns(), {}, std::move(result));
+      } else {
+        result.reset();  // as below: it dies before the job ends and its kept add runs
+      }
       leave(idx, EndKind::completed, std::move(settled));
       return;
     }
@@ -161,7 +164,7 @@ class JobEnds {
     // record. The result goes now, as end()'s does: before the slot ends and the attempt counts
     // as ended (wait_idle() may return then), not with deliver()'s Outcome afterwards (else a
     // result holding a file outlives wait_idle():
-    // ResultsThreaded.ACompletedJobsResultIsDestroyedBeforeDrainReturns).
+    // ResultsThreaded.ACompletedJobsResultIsDestroyedBeforeWaitIdleReturns).
     result.reset();
     s.end_kind = EndKind::completed;
     // Nobody observes or waits: nothing to report first, the turns go on now.
