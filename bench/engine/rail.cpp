@@ -41,6 +41,10 @@
 //   add:busy, add:busy-shared
 //                  add (own pool) and add:shared with a CPU-bound thread per core running
 //                  throughout (BackgroundLoad): against moodycamel's fn:busy
+//   add:inline, add+dedup:inline, add+events:inline (p:1/w:0)
+//                  an inline engine (Mode::inlined): one thread adds 16 jobs and runs them
+//                  (run_until_idle), and again. No hand-off between cores, so the VM's phases
+//                  barely move it: a feature's own cost, against add:inline
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -83,11 +87,15 @@ struct RailCase {
   int workers;
   std::size_t batch;  // 0: single add()
   Feature feature;
-  int queues = 1;       // jobs spread round robin over this many queues
-  bool shared = false;  // the engine's shared pool of `workers` threads; else per queue:
-                        // `workers` threads (1 queue) or 1 thread each (several)
-  bool busy = false;    // a BackgroundLoad runs throughout
+  int queues = 1;        // jobs spread round robin over this many queues
+  bool shared = false;   // the engine's shared pool of `workers` threads; else per queue:
+                         // `workers` threads (1 queue) or 1 thread each (several)
+  bool busy = false;     // a BackgroundLoad runs throughout
+  bool inlined = false;  // Mode::inlined, no workers: the producer runs its jobs every kBurst adds
 };
+
+/// kBurst: an inline case's adds between two run_until_idle() calls.
+constexpr std::uint64_t kBurst = 16;
 
 /// DedupIds: preformatted ids, so the benchmark does not charge string formatting to rail. Two
 /// sets alternate between iterations: a job's id is released when the job ends, a few instructions
@@ -177,7 +185,13 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
   if (c.busy) load.emplace();
   const auto workers = static_cast<std::uint32_t>(c.workers);
   auto events = std::make_unique<EventTally>();  // before the engine: it outlives the observer
-  rail::Engine engine({.workers = workers});
+  rail::EngineOptions eo;
+  if (c.inlined) {
+    eo.mode = rail::Mode::inlined;  // no pool: workers stays unset
+  } else {
+    eo.workers = workers;
+  }
+  rail::Engine engine(eo);
   rail::QueueOptions qo;
   qo.capacity = cfg.capacity;
   // A producer that outruns the workers waits for room inside add() (OnFull::block), as a
@@ -211,7 +225,8 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
   AddStats stats;
   if (c.feature == Feature::events)
     engine.on_event([tally = events.get()](const rail::Event&) { tally->count(); });
-  const rail::WorkerOptions wo = c.shared        ? rail::WorkerOptions::shared()
+  const rail::WorkerOptions wo = c.inlined       ? rail::WorkerOptions{}
+                                 : c.shared      ? rail::WorkerOptions::shared()
                                  : c.queues == 1 ? rail::WorkerOptions{.concurrency = workers}
                                                  : rail::WorkerOptions{.concurrency = 1};
   for (auto& q : queues) {
@@ -272,6 +287,8 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
         if (!tenants.empty()) o.tenant.assign(tenants[i % tenants.size()]);
         if (c.feature == Feature::priority) o.priority = static_cast<std::uint8_t>(i % 4);
         add_one(queues[i % queues.size()], o, i, latch, stats);
+        if (c.inlined && ((i - begin) % kBurst == kBurst - 1 || i + 1 == end))
+          engine.run_until_idle();
       }
       return;
     }
@@ -375,6 +392,11 @@ void register_rail_extras() {
   add(case_name("rail", "add:20q-own1", 1, 20), {1, 20, 0, Feature::none, 20, false});
   add(case_name("rail", "add:busy", 1, 2), {1, 2, 0, Feature::none, 1, false, true});
   add(case_name("rail", "add:busy-shared", 1, 2), {1, 2, 0, Feature::none, 1, true, true});
+  add(case_name("rail", "add:inline", 1, 0), {1, 0, 0, Feature::none, 1, false, false, true});
+  add(case_name("rail", "add+dedup:inline", 1, 0),
+      {1, 0, 0, Feature::dedup, 1, false, false, true});
+  add(case_name("rail", "add+events:inline", 1, 0),
+      {1, 0, 0, Feature::events, 1, false, false, true});
 }
 
 }  // namespace bench
