@@ -130,7 +130,6 @@ void QueueImpl::run_batch(WorkerBatch& b, WorkerContext& wc) {
     }
   }
   b.entries.clear();
-  wc.fresh_ns = INT64_MIN;  // a delivery nested in the closes may have left its own
   if (thrown) std::rethrow_exception(thrown);
 }
 

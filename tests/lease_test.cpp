@@ -285,5 +285,40 @@ TEST_F(Lease, BadVisibilityIsRejected) {
   EXPECT_THROW((void)q.add("a", 1, JobOptions{.max_attempts = 70000}), Error);
 }
 
+// A job with a dedup id ends on complete()'s fast path only where nobody observes (no fixture
+// observer here). Its lapsed first delivery returns late: that stale finish must leave the id
+// with the job, which is delivered again, and only the redelivery's completion lets it go.
+TEST(LeaseDedup, ALapsedDeliverysLateReturnKeepsTheIdAndTheRedeliveryReleasesIt) {
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::inlined}};
+  QueueOptions qo;
+  qo.visibility_timeout = 2s;
+  auto q = engine.declare_queue<int>("q", qo);
+  JobOptions o;
+  o.dedup.id = "k";
+  o.max_attempts = 3;
+  std::vector<AddStatus> inside;  // the same id added from each delivery's handler
+  q.process({}, [&](Job<int>& j) {
+    if (j.data() != 1) return Outcome::done();
+    if (j.deliveries() == 1) {
+      while (!j.cancelled())  // overrun the lease: it lapses, the job goes back to waiting
+        clock.advance(10ms);
+    }
+    inside.push_back(q.add("a", 2, o).status);
+    return Outcome::done();  // the first is late and ignored; the second completes the job
+  });
+  const AddReceipt first = q.add("a", 1, o);
+  ASSERT_EQ(first.status, AddStatus::added);
+  engine.run_until_idle();
+  EXPECT_EQ(inside, (std::vector<AddStatus>{AddStatus::duplicate, AddStatus::duplicate}))
+      << "the id left the job while it was still to be delivered again";
+  const QueueCounts c = q.counts();
+  EXPECT_EQ(c.late_outcomes, 1u);
+  EXPECT_EQ(c.completed, 1u);
+  EXPECT_EQ(q.add("a", 3, o).status, AddStatus::added) << "the completion kept the id";
+  engine.run_until_idle();
+  EXPECT_EQ(q.counts().completed, 2u);
+}
+
 }  // namespace
 }  // namespace rail
