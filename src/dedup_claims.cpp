@@ -11,9 +11,21 @@
 
 namespace rail::detail {
 
-DedupClaims::Window::Window(std::size_t ids, std::size_t shards, std::size_t slots)
+DedupClaims::Window::Window(std::size_t ids, std::size_t shards, const FlowParts& parts)
     : set(room_for(ids, shards), shards),
-      gates(std::make_unique<std::atomic<std::uint64_t>[]>(slots)) {}
+      gates(std::make_unique<std::atomic<std::uint64_t>[]>(parts.capacity)) {
+  set.watch_with(&running, &parts);  // before LazyOwned publishes the window
+}
+
+bool DedupClaims::running(const void* parts, std::uint64_t owner, std::uint32_t idx) noexcept {
+  const auto& p = *static_cast<const FlowParts*>(parts);
+  if (idx >= p.capacity) return false;
+  const JobSlot& s = p.slot(idx);
+  // The word first (acquire), then the id: a word that shows another job active in the slot
+  // was published after that job's id was written, so the id read then is not `owner`'s.
+  return ctl::state(s.ctl.load()) == SlotState::active &&
+         s.id.load(std::memory_order_relaxed) == owner;
+}
 
 std::size_t DedupClaims::shards_for(std::size_t ids) noexcept {
   return std::clamp<std::size_t>(std::bit_floor(std::max<std::size_t>(ids / 256, 1)), 1, 64);
@@ -34,7 +46,7 @@ DedupSet& DedupClaims::window() {
         // outlive their jobs (a small queue's window would otherwise fill at once).
         const std::size_t ids =
             parts_.options.dedup_capacity.value_or(std::max<std::uint32_t>(parts_.capacity, 4096));
-        return std::make_unique<Window>(ids, parts_.capacity);
+        return std::make_unique<Window>(ids, parts_);
       })
       .set;
 }
@@ -47,7 +59,7 @@ DedupSet::Claim DedupClaims::claim(std::uint32_t idx, const JobOptions& o, std::
       [&]() noexcept {
         return std::pair<std::uint64_t, std::uint32_t>{parts_.core.next_ids(1), idx};
       },
-      successor_of);
+      successor_of, o.dedup.keep_last_if_active && o.dedup.ttl.has_value());
 }
 
 std::optional<DedupSet::Claim> DedupClaims::live_claim(const JobOptions& o, std::int64_t now) {

@@ -82,8 +82,6 @@ void JobFlow::lapse(std::uint64_t lease, std::int64_t deadline, std::int64_t now
   if (!l.won) return;  // the handler's outcome won
   // Its handler runs on (`active` counts it until it returns, a zombie meanwhile): ask it to stop.
   parts_.ask_to_stop(idx, lease_token(lease));
-  if (s.dedup == DedupHold::ttl_unless_active) [[unlikely]]
-    claims_.unpin(s);
   const Duration elapsed{now - s.started()};
   // The deadline that passed was the timeout's (a sweep may come late: not the time it ran).
   if (s.timeout_ns != kNever && deadline >= saturating_add(s.started(), Duration{s.timeout_ns})) {

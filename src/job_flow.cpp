@@ -176,10 +176,6 @@ bool JobFlow::deliver(std::uint32_t idx, WorkerContext& wc) {
       skip = true;
     }
   }
-  // keep_last_if_active: the id stays held while the job runs, past its ttl: from before its
-  // started event until it leaves the delivery (finish, lapse).
-  if (s.dedup == DedupHold::ttl_unless_active && !skip) [[unlikely]]
-    claims_.pin(s);
   // Into `active` before out of `waiting`: see counts().
   parts_.count(&wc, kStarted);
   parts_.count(&wc, kFromReady);
@@ -327,8 +323,6 @@ bool JobFlow::finish(std::uint32_t idx, std::uint32_t token, Outcome&& out, Work
     return false;
   }
   const std::uint64_t c = f.word;
-  if (s.dedup == DedupHold::ttl_unless_active) [[unlikely]]
-    claims_.unpin(s);
   // We hold the slot in `finishing`. A plain completion needs the time only for an event or a
   // record: skip the clock read (~50 ns on a VM) when nobody observes or waits. Only complete()
   // may go without it: it reads the clock itself if a waiter came meanwhile, where end() would

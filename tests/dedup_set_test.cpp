@@ -364,27 +364,84 @@ TEST(DedupSet, ASuccessorTakesOverItsPredecessorsClaimInPlaceAndNobodyElses) {
   EXPECT_EQ(Peer::check_invariants(set), "");
 }
 
-TEST(DedupSet, APinnedClaimStaysLivePastItsExpiryUntilUnpinned) {
+// The liveness hook of the watched tests: owner `alive` (0: nobody) is alive, and the hook
+// counts its calls.
+struct Liveness {
+  std::uint64_t alive = 0;
+  int calls = 0;
+  static bool of(const void* ctx, std::uint64_t owner, std::uint32_t) noexcept {
+    auto* const self = static_cast<Liveness*>(const_cast<void*>(ctx));
+    ++self->calls;
+    return owner == self->alive;
+  }
+};
+
+TEST(DedupSet, AWatchedClaimStaysLivePastItsExpiryWhileItsOwnerIsAlive) {
   DedupSet set(64);
+  Liveness live;
+  set.watch_with(&Liveness::of, &live);
   CountingOwner make;
-  const auto a = set.try_claim("running", 0, 100, make);
+  const auto a = set.try_claim("running", 0, 100, make, 0, true);
   ASSERT_EQ(a.result, Result::inserted);
-  EXPECT_FALSE(set.set_pinned("running", a.owner + 1, true)) << "only the owner may pin";
-  ASSERT_TRUE(set.set_pinned("running", a.owner, true));
+  EXPECT_EQ(set.try_claim("running", 50, 900, make).result, Result::duplicate);
+  EXPECT_EQ(live.calls, 0) << "a claim within its expiry asks nobody";
+  live.alive = a.owner;
   EXPECT_EQ(set.try_claim("running", 500, 900, make).result, Result::duplicate);
   EXPECT_EQ(set.find("running", 500)->first, a.owner);
-  EXPECT_EQ(set.sweep(500), 0u) << "a pinned claim is never swept";
+  EXPECT_EQ(set.sweep(500), 0u) << "an alive owner's claim is never swept";
   EXPECT_TRUE(set.set_expiry("running", a.owner, 700));  // the window still moves
-  ASSERT_TRUE(set.set_pinned("running", a.owner, false));
+  live.alive = 0;
   EXPECT_EQ(set.try_claim("running", 699, 900, make).result, Result::duplicate);
+  EXPECT_FALSE(set.find("running", 700).has_value()) << "no longer alive: it expires";
   const auto b = set.try_claim("running", 700, 900, make);
-  EXPECT_EQ(b.result, Result::inserted) << "unpinned, it expires at its expiry";
-  // A successor takes a pinned claim over unpinned.
-  ASSERT_TRUE(set.set_pinned("running", b.owner, true));
-  const auto c = set.try_claim("running", 800, 850, make, b.owner);
-  ASSERT_EQ(c.result, Result::inserted);
-  EXPECT_FALSE(set.find("running", 850).has_value());
+  EXPECT_EQ(b.result, Result::inserted) << "no longer alive, it expires at its expiry";
+  // Unwatched, an alive owner does not hold its claim.
+  live.alive = b.owner;
+  EXPECT_EQ(set.sweep(900), 1u);
+  // A successor's claim carries its own mark: taken over unwatched, it expires while its
+  // predecessor's owner would count as alive; taken over watched, it lives while its own does.
+  const auto c = set.try_claim("next", 0, 100, make, 0, true);
+  live.alive = c.owner;
+  const auto d = set.try_claim("next", 50, 100, make, c.owner);
+  ASSERT_EQ(d.result, Result::inserted);
+  EXPECT_FALSE(set.find("next", 100).has_value());
+  const auto e = set.try_claim("next", 200, 300, make, 0, true);
+  ASSERT_EQ(e.result, Result::inserted);
+  live.alive = e.owner;
+  const auto f = set.try_claim("next", 250, 300, make, e.owner, true);
+  ASSERT_EQ(f.result, Result::inserted);
+  EXPECT_FALSE(set.find("next", 300).has_value()) << "the predecessor's liveness is not its";
+  live.alive = f.owner;
+  EXPECT_EQ(set.find("next", 300)->first, f.owner);
   EXPECT_EQ(Peer::check_invariants(set), "");
+}
+
+// A watched claim's owner that stays alive keeps its key through a full shard's sweep and
+// through the in-place resizes that other keys cause, and expires with them once it is not.
+TEST(DedupSet, AWatchedClaimSurvivesSweepsAndResizesOnlyWhileItsOwnerIsAlive) {
+  DedupSet set(64, 1);
+  Liveness live;
+  set.watch_with(&Liveness::of, &live);
+  CountingOwner make;
+  const auto held = set.try_claim("held", 0, 10, make, 0, true);
+  live.alive = held.owner;
+  KeyBuf key;
+  for (int round = 0; round < 3; ++round) {
+    for (int k = 0; k < 63; ++k)  // fills the shard: 64 with "held"
+      ASSERT_EQ(set.try_claim(key.make("k", k), 100 * round, 100 * round + 50, make).result,
+                Result::inserted);
+    EXPECT_EQ(set.try_claim("one-more", 100 * round + 10, 200, make).result, Result::full);
+    ASSERT_EQ(set.try_claim("one-more", 100 * round + 60, 100 * round + 70, make).result,
+              Result::inserted)
+        << "the lapsed keys make room; the alive one stays";
+    (void)set.sweep(100 * round + 99);  // what the claim's probe and sweep left of them
+    EXPECT_EQ(set.size(), 1u) << "round " << round;
+    EXPECT_EQ(set.find("held", 100 * round + 99)->first, held.owner);
+    EXPECT_EQ(Peer::check_invariants(set), "");
+  }
+  live.alive = 0;
+  EXPECT_EQ(set.sweep(1000), 1u);
+  EXPECT_EQ(set.size(), 0u);
 }
 
 TEST(DedupSet, SetExpiryExtendsWindow) {

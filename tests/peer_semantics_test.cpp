@@ -880,6 +880,48 @@ TEST(PeerKeepLast, TheNewestAddIsNeverLostWhileWorkersRunTheKeptJob) {
   }
 }
 
+// keep_last_if_active with a ttl that lapsed while the job waited: once state() reports the job
+// active, a duplicate add is kept for after it, never made a second job beside it. The id must be
+// held from the moment the job turns active: a hold taken a little later (after activation) left
+// a gap in which such an add found the lapsed id and made a job that ran next to the first.
+TEST(PeerKeepLast, AnAddMadeOnceItsJobIsActiveIsKeptThoughTheTtlLapsedWhileItWaited) {
+#ifdef RAIL_SANITIZED
+  constexpr int kRounds = 300;
+#else
+  constexpr int kRounds = 3'000;
+#endif
+  const test::Watchdog dog(std::chrono::seconds(240), "AnAddMadeOnceItsJobIsActiveIsKept...");
+  ManualClock clock;
+  Engine engine{EngineOptions{.clock = &clock, .mode = Mode::threaded}};
+  // Few slots: state() scans them all, and the faster it answers, the nearer the add comes to
+  // the activation.
+  auto q = engine.declare_queue<int>(
+      "syncs", QueueOptions{.capacity = 4, .visibility_timeout = Duration::max()});
+  std::atomic<int> release{-1};
+  q.process({}, [&](Job<int>& j) {
+    if (j.data() % 2 == 0) return;  // the duplicates kept for after the first
+    while (release.load() != j.data())
+      std::this_thread::yield();
+  });
+  int added_beside = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    JobOptions o = with_dedup("user-" + std::to_string(round), 1min);
+    o.dedup.keep_last_if_active = true;
+    const AddReceipt first = q.add("sync", 2 * round + 1, o);
+    ASSERT_EQ(first.status, AddStatus::added) << "round " << round;
+    clock.advance(2min);  // the window lapses while the job waits, or as it starts
+    while (q.state(first.id).status != JobStatus::active) {
+    }
+    const AddReceipt dup = q.add("sync", 2 * round + 2, o);
+    if (dup.status == AddStatus::added) ++added_beside;
+    EXPECT_NE(dup.status, AddStatus::duplicate) << "round " << round;
+    release.store(2 * round + 1);
+    ASSERT_TRUE(q.wait_idle(30s)) << "round " << round;
+  }
+  EXPECT_EQ(added_beside, 0) << "of " << kRounds << " adds made while their id's job was active";
+  engine.shutdown(1s);
+}
+
 // review6: a job waiting out a retry's backoff is kept-for and then left over at shutdown.
 TEST_F(PeerSemantics, AKeptAddIsNotLostWhenItsJobIsLeftOverAtShutdown) {
   auto q = engine.declare_queue<int>("syncs", QueueOptions{});

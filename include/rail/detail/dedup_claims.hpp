@@ -19,6 +19,15 @@
 // whose job let the id go first could run after a newer add's job
 // (PeerKeepLast.TheNewestAddIsNeverLostWhileWorkersRunTheKeptJob pins it).
 //
+// A keep_last_if_active id is held while its job runs, past its ttl (BullMQ: no second job while
+// one is active): its claim is watched, and the window's liveness hook (running) reads the slot
+// its entry names: the id stays live while that slot is `active` with the entry's owner in it.
+// The hook reads the same word whose CAS activates the job, so there is no moment between the
+// job's activation and its hold: an add that comes after the CAS, by the word's modification
+// order, finds the id live and is kept; one before it makes a job beside a job that was still
+// waiting, as any add after a lapsed ttl does
+// (PeerKeepLast.AnAddMadeOnceItsJobIsActiveIsKeptThoughTheTtlLapsedWhileItWaited pins it).
+//
 // Memory ordering: the window is published by LazyOwned (release/acquire); the DedupSet orders
 // its own entries (dedup_set.hpp). A gate's open store is the holder's, relaxed: it travels with
 // the job's publication (a ring push or a ctl release). The adder's CAS and the holder's exchange
@@ -84,7 +93,6 @@ class DedupClaims {
   bool release_at_end(const JobSlot& s, bool cancelled) noexcept {
     if (s.dedup == DedupHold::none) return false;
     const JobId id = s.id.load(std::memory_order_relaxed);
-    if (s.dedup == DedupHold::ttl_unless_active) unpin(s);  // a kept add holds it by its expiry
     // acq_rel: one total order with an adder's CAS (keep_while_active).
     if (gate(parts_.index_of(s)).exchange(0, std::memory_order_acq_rel) == kept(id)) return true;
     if ((s.dedup != DedupHold::with_ttl && s.dedup != DedupHold::ttl_unless_active) || cancelled)
@@ -92,14 +100,6 @@ class DedupClaims {
       (void)window_.get()->set.release_claim(s.extra->dedup_key, id);
     return false;
   }
-
-  /// pin(s) / unpin(s): the job in s (DedupHold::ttl_unless_active, held by the caller) starts
-  /// a delivery / leaves it (finish, lapse, end). While it runs its id does not lapse with its
-  /// ttl (BullMQ's keepLastIfActive: no second job while one is active): DedupSet::set_pinned.
-  /// Its expiry goes on meanwhile (an extend still moves it) and counts again once unpinned.
-  /// Both are idempotent, and neither touches an id that is another job's by then.
-  void pin(const JobSlot& s) noexcept { set_pinned(s, true); }
-  void unpin(const JobSlot& s) noexcept { set_pinned(s, false); }
 
   /// keep_while_active(idx, owner, key, keep, undo): under the caller's lock on its kept adds,
   /// keeps an add for after job `owner` if it is running in slot idx and no end closed its gate:
@@ -135,11 +135,10 @@ class DedupClaims {
   }
 
  private:
-  void set_pinned(const JobSlot& s, bool pinned) noexcept {
-    // Built: s claimed its id through the window.
-    (void)window_.get()->set.set_pinned(s.extra->dedup_key, s.id.load(std::memory_order_relaxed),
-                                        pinned);
-  }
+  /// running(parts, owner, idx): the window's liveness hook (DedupSet::Alive): job `owner` is
+  /// active in slot idx, its handler running. Its expiry goes on meanwhile (an extend still
+  /// moves it) and counts again once the job leaves `active` (finish, lapse, a refused start).
+  static bool running(const void* parts, std::uint64_t owner, std::uint32_t idx) noexcept;
   /// shards_for(ids): the window's shards: 64, fewer for a small window (256 ids a shard or
   /// more), so that the headroom below stays a small share of it.
   static std::size_t shards_for(std::size_t ids) noexcept;
@@ -157,8 +156,8 @@ class DedupClaims {
   /// Window: the DedupSet and one keep gate per slot, built together. Its set holds `ids` live
   /// ids, whichever shards their hashes pick (room_for).
   struct Window {
-    Window(std::size_t ids, std::size_t slots) : Window(ids, shards_for(ids), slots) {}
-    Window(std::size_t ids, std::size_t shards, std::size_t slots);
+    Window(std::size_t ids, const FlowParts& parts) : Window(ids, shards_for(ids), parts) {}
+    Window(std::size_t ids, std::size_t shards, const FlowParts& parts);
     DedupSet set;
     std::unique_ptr<std::atomic<std::uint64_t>[]> gates;
   };

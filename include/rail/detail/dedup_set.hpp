@@ -5,8 +5,9 @@
 //
 // Guarantee: for any key, at most one live owner at a time. A try_claim of a live key never
 // inserts, and after expiry or release the next try_claim inserts. "Live" means present with
-// expires_at_ns > now_ns, or pinned (set_pinned: its owner runs, whatever the expiry). An entry
-// that is neither is expired, and every operation that takes a clock treats it as absent.
+// expires_at_ns > now_ns, or watched and alive: a claim made watched stays live past its expiry
+// for as long as the set's liveness hook (watch_with) says its owner is alive. An entry that is
+// neither is expired, and every operation that takes a clock treats it as absent.
 //
 // Algorithm: S shards, chosen by the key's 64-bit hash. Each shard is an open-addressing table with
 // linear probing under a test-and-test-and-set spin lock. Deletion is by backward shift (Knuth,
@@ -61,7 +62,7 @@
 //
 // An Entry (DedupEntry, dedup_table.hpp) is 32 bytes: owner, expires_at_ns, the low half of the
 // key's hash (its home; bits 32.. pick the shard, the same for all its entries, so not stored),
-// value, key_slot and key_len (bit 31: pinned, live whatever its expiry).
+// value, key_slot and key_len (bit 31: watched, live past its expiry while its owner is alive).
 //
 // Sizes: cap = ceil(capacity / shards) keys per shard, and table_size = max(8, bit_ceil(2 * cap)),
 // so load <= 1/2 when the shard is full. Per shard that is table_size * 32 + cap * (4 +
@@ -136,11 +137,12 @@ class DedupSet {
   ///
   /// `successor_of`, when nonzero, names an owner whose entry for `key` (live or expired) is
   /// handed over in place: make_owner() is called and the entry takes its owner, value and
-  /// expires_at_ns, with no moment at which the key is free for anyone else.
+  /// expires_at_ns, with no moment at which the key is free for anyone else. `watched`: the new
+  /// claim stays live past expires_at_ns while the liveness hook says its owner is alive.
   template <class MakeOwner>
   [[nodiscard]] Claim try_claim(std::string_view key, std::int64_t now_ns,
                                 std::int64_t expires_at_ns, MakeOwner&& make_owner,
-                                std::uint64_t successor_of = 0) noexcept;
+                                std::uint64_t successor_of = 0, bool watched = false) noexcept;
 
   /// release(key, owner) removes `key` only if its stored owner is `owner`, so a finishing job
   /// releases its own id and never a newer job's claim. It returns whether an entry was removed.
@@ -161,13 +163,18 @@ class DedupSet {
   /// the owner's own expired entry that no claim has replaced yet. A claim by anyone else replaces
   /// the entry with a new owner, so no other owner's claim is ever overridden.
   bool set_expiry(std::string_view key, std::uint64_t owner, std::int64_t expires_at_ns) noexcept;
-  /// swap_expiry(key, owner, desired, expected): set_expiry to `desired`, only while the expiry
-  /// is `expected` (when given); the expiry it had, or nullopt when nothing changed.
-  /// set_pinned(key, owner, pinned): marks `owner`'s entry for `key` live whatever its expiry
-  /// (pinned), or clears the mark; its expiry is kept and set_expiry still changes it. Returns
-  /// whether the entry was found. A pinned entry is never swept or reclaimed, so the caller
-  /// clears the mark (or releases the key) when the reason to hold it ends.
-  bool set_pinned(std::string_view key, std::uint64_t owner, bool pinned) noexcept;
+
+  /// Alive: the liveness hook, alive(ctx, owner, value): whether a watched entry's owner still
+  /// holds it past its expiry. It runs under the shard lock, so it must be noexcept and cheap,
+  /// and must not call back into this set. It may read shared state: the answer counts as of
+  /// the moment it reads it, and the lock orders everything else the operation does around it.
+  using Alive = bool (*)(const void* ctx, std::uint64_t owner, std::uint32_t value) noexcept;
+  /// watch_with(alive, ctx): installs the liveness hook. Call it before the set is shared with
+  /// other threads, and before any watched claim; without it a watched entry expires as any.
+  void watch_with(Alive alive, const void* ctx) noexcept {
+    alive_ = alive;
+    alive_ctx_ = ctx;
+  }
 
   /// set_value(key, owner, value) replaces the value stored with `key` if `owner` owns it (a
   /// redriven job that kept its claim lives in another slot now). Returns whether it was found.
@@ -197,7 +204,7 @@ class DedupSet {
   static constexpr std::size_t kCacheLine = 64;
   using Entry = DedupEntry;
   static constexpr std::uint32_t kEmptySlot = DedupTable::kEmptySlot;
-  static constexpr std::uint32_t kPinnedBit = DedupTable::kPinnedBit;
+  static constexpr std::uint32_t kWatchedBit = DedupTable::kWatchedBit;
   // Bit budget: the shard index comes from hash bits 32..47 and the home slot from bits 0..30, so
   // the two never overlap. That caps shards at 2^16 and a shard's table at 2^31 slots.
   static constexpr std::size_t kMaxShards = std::size_t{1} << 16;
@@ -257,10 +264,13 @@ class DedupSet {
     return s.keys + std::size_t{slot} * max_key_bytes_;
   }
 
-  // expired: neither pinned nor live at now_ns. A pinned entry's expiry still counts in a
-  // shard's min_expiry, so while one is pinned past it a full shard's claims sweep it in vain.
-  static bool expired(const Entry& e, std::int64_t now_ns) noexcept {
-    return (e.key_len & kPinnedBit) == 0 && e.expires_at_ns <= now_ns;
+  // expired: past its expiry at now_ns, and not a watched entry whose owner is alive. A watched
+  // entry's expiry still counts in a shard's min_expiry, so while its owner stays alive past it
+  // a full shard's claims sweep it in vain.
+  bool expired(const Entry& e, std::int64_t now_ns) const noexcept {
+    if (e.expires_at_ns > now_ns) return false;
+    return (e.key_len & kWatchedBit) == 0 || alive_ == nullptr ||
+           !alive_(alive_ctx_, e.owner, e.value);
   }
 
   bool matches(const Shard& s, const Entry& e, std::uint64_t hash,
@@ -348,6 +358,8 @@ class DedupSet {
   std::size_t shard_capacity_ = 0;
   std::size_t max_key_bytes_ = 0;
   HashFn test_hash_ = nullptr;  // null in production; DedupSetTestPeer sets it before any use
+  Alive alive_ = nullptr;       // watch_with, before the set is shared
+  const void* alive_ctx_ = nullptr;
 };
 
 inline DedupSet::DedupSet(std::size_t capacity, std::size_t shards, std::size_t max_key_bytes) {
@@ -420,7 +432,7 @@ inline DedupSet::DedupSet(std::size_t capacity, std::size_t shards, std::size_t 
 template <class MakeOwner>
 DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
                                     std::int64_t expires_at_ns, MakeOwner&& make_owner,
-                                    std::uint64_t successor_of) noexcept {
+                                    std::uint64_t successor_of, bool watched) noexcept {
   // Exactly this type, not one that converts to it: a 64-bit value would be narrowed silently.
   static_assert(
       std::is_nothrow_invocable_v<MakeOwner&&> &&
@@ -446,7 +458,7 @@ DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
       e.owner = owner;
       e.value = value;
       e.expires_at_ns = expires_at_ns;
-      e.key_len &= ~kPinnedBit;  // the new owner's claim starts unpinned
+      e.key_len = DedupTable::length(e) | (watched ? kWatchedBit : 0);  // the new claim's mark
       s.min_expiry = std::min(s.min_expiry, expires_at_ns);
       return {Claim::Result::inserted, owner, value};
     }
@@ -479,8 +491,8 @@ DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
   const auto [owner, value] = std::forward<MakeOwner>(make_owner)();
   const std::uint32_t slot = s.free_slots[--s.free_top];  // count < cap, so the stack is non-empty
   if (!key.empty()) std::memcpy(key_bytes(s, slot), key.data(), key.size());
-  s.table[i] = Entry{owner, expires_at_ns, hash_lo(hash),
-                     value, slot,          static_cast<std::uint32_t>(key.size())};
+  const auto key_len = static_cast<std::uint32_t>(key.size()) | (watched ? kWatchedBit : 0);
+  s.table[i] = Entry{owner, expires_at_ns, hash_lo(hash), value, slot, key_len};
   s.min_expiry = std::min(s.min_expiry, expires_at_ns);
   // relaxed: the lock orders every write to count.
   s.count.store(s.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -528,12 +540,6 @@ inline bool DedupSet::set_expiry(std::string_view key, std::uint64_t owner,
   return update_owned(key, owner, [&](Shard& s, Entry& e) noexcept {
     e.expires_at_ns = expires_at_ns;
     s.min_expiry = std::min(s.min_expiry, expires_at_ns);  // keep it a lower bound when shortening
-  });
-}
-
-inline bool DedupSet::set_pinned(std::string_view key, std::uint64_t owner, bool pinned) noexcept {
-  return update_owned(key, owner, [&](Shard&, Entry& e) noexcept {
-    e.key_len = pinned ? e.key_len | kPinnedBit : e.key_len & ~kPinnedBit;
   });
 }
 

@@ -43,11 +43,11 @@ namespace rail::detail {
 /// DedupEntry: 32 bytes; key_slot == DedupTable::kEmptySlot marks an empty table slot.
 struct DedupEntry {
   std::uint64_t owner;         // id returned by make_owner
-  std::int64_t expires_at_ns;  // live iff expires_at_ns > now_ns (or pinned)
+  std::int64_t expires_at_ns;  // live iff expires_at_ns > now_ns (or watched and alive)
   std::uint32_t hash;          // the key's hash_bytes, low half: the home slot
   std::uint32_t value;         // the caller's payload (the engine stores a slot index)
   std::uint32_t key_slot;      // index into the shard's key slots
-  std::uint32_t key_len;       // bytes used in that key slot; bit 31: pinned; bit 30: moving
+  std::uint32_t key_len;       // bytes used in that key slot; bit 31: watched; bit 30: moving
 };
 static_assert(std::is_trivially_copyable_v<DedupEntry>,
               "backward shift and resize move entries by assignment; keep it a plain record");
@@ -60,9 +60,9 @@ class DedupTable {
  public:
   using Entry = DedupEntry;
   static constexpr std::uint32_t kEmptySlot = std::numeric_limits<std::uint32_t>::max();
-  static constexpr std::uint32_t kPinnedBit = std::uint32_t{1} << 31;  // in key_len
-  static constexpr std::uint32_t kMovingBit = std::uint32_t{1} << 30;  // in key_len, resize only
-  static constexpr std::uint32_t kLengthBits = kPinnedBit - 1 - kMovingBit;
+  static constexpr std::uint32_t kWatchedBit = std::uint32_t{1} << 31;  // in key_len
+  static constexpr std::uint32_t kMovingBit = std::uint32_t{1} << 30;   // in key_len, resize only
+  static constexpr std::uint32_t kLengthBits = kWatchedBit - 1 - kMovingBit;
   /// The smallest size: four cache lines of entries.
   static constexpr std::size_t kMinSize = 8;
 

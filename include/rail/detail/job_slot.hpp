@@ -89,7 +89,7 @@ struct SlotExtra {
 // keep up take each job as it lands, and each hand-off costs the producer the ring cell's line.
 /// DedupHold: whether a job holds a dedup id, and whether for a ttl window (released by the ttl,
 /// not by the job's end, unless cancelled); ttl_unless_active: a ttl window held past its end
-/// while the job runs (keep_last_if_active: DedupClaims::pin).
+/// while the job runs (keep_last_if_active: DedupClaims::running).
 enum class DedupHold : std::uint8_t { none, until_end, with_ttl, ttl_unless_active };
 
 struct alignas(64) JobSlot {
