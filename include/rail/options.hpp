@@ -59,7 +59,9 @@ struct DedupOptions {
   /// with no moment in between at which another add could take it, so the jobs of one id run
   /// in the order of their adds. While the job runs its id is held even past its ttl (BullMQ:
   /// no parallel execution when the ttl expires while the job is active); the ttl counts again
-  /// once it stops running.
+  /// once it stops running. "Runs" starts when a worker takes the job for a start, as state()
+  /// reports it active: an add at that moment is kept even if the start then does not happen
+  /// (its downstream refuses it, it expired unstarted, or shutdown puts it back).
   bool keep_last_if_active = false;
   /// ttl_from_due: the window starts when the job is due (the add plus its delay) instead of at
   /// the add, so it covers the delay: asynq's Unique(ttl) with ProcessIn(d) holds the key for

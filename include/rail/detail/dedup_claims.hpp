@@ -136,8 +136,11 @@ class DedupClaims {
 
  private:
   /// running(parts, owner, idx): the window's liveness hook (DedupSet::Alive): job `owner` is
-  /// active in slot idx, its handler running. Its expiry goes on meanwhile (an extend still
-  /// moves it) and counts again once the job leaves `active` (finish, lapse, a refused start).
+  /// active in slot idx: taken for a start, its handler about to run or running (a start its
+  /// downstream then refuses, or that deliver() drops unstarted or puts back at shutdown, counts
+  /// until it leaves `active`: options.hpp says so). Its expiry goes on meanwhile (an extend
+  /// still moves it) and counts again once the job leaves `active` (finish, lapse, a refused
+  /// start).
   static bool running(const void* parts, std::uint64_t owner, std::uint32_t idx) noexcept;
   /// shards_for(ids): the window's shards: 64, fewer for a small window (256 ids a shard or
   /// more), so that the headroom below stays a small share of it.
