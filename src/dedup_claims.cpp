@@ -59,7 +59,7 @@ DedupSet::Claim DedupClaims::claim(std::uint32_t idx, const JobOptions& o, std::
       [&]() noexcept {
         return std::pair<std::uint64_t, std::uint32_t>{parts_.core.next_ids(1), idx};
       },
-      successor_of, o.dedup.keep_last_if_active && o.dedup.ttl.has_value());
+      successor_of, hold_for(o) == DedupHold::ttl_unless_active);  // watched: see running
 }
 
 std::optional<DedupSet::Claim> DedupClaims::live_claim(const JobOptions& o, std::int64_t now) {
@@ -71,9 +71,7 @@ std::optional<DedupSet::Claim> DedupClaims::live_claim(const JobOptions& o, std:
 void DedupClaims::hold(std::uint32_t idx, const JobOptions& o) {
   JobSlot& s = parts_.slot(idx);
   parts_.extra(s).dedup_key = o.dedup.id;
-  s.dedup = !o.dedup.ttl                  ? DedupHold::until_end
-            : o.dedup.keep_last_if_active ? DedupHold::ttl_unless_active
-                                          : DedupHold::with_ttl;
+  s.dedup = hold_for(o);
   // relaxed: the holder's store, published with the job (publish's release).
   gate(idx).store(open(s.id.load(std::memory_order_relaxed)), std::memory_order_relaxed);
 }

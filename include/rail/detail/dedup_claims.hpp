@@ -142,6 +142,11 @@ class DedupClaims {
   /// still moves it) and counts again once the job leaves `active` (finish, lapse, a refused
   /// start).
   static bool running(const void* parts, std::uint64_t owner, std::uint32_t idx) noexcept;
+  /// hold_for(o): how a job added with options o holds its id (JobSlot::dedup).
+  static DedupHold hold_for(const JobOptions& o) noexcept {
+    if (!o.dedup.ttl) return DedupHold::until_end;
+    return o.dedup.keep_last_if_active ? DedupHold::ttl_unless_active : DedupHold::with_ttl;
+  }
   /// shards_for(ids): the window's shards: 64, fewer for a small window (256 ids a shard or
   /// more), so that the headroom below stays a small share of it.
   static std::size_t shards_for(std::size_t ids) noexcept;
