@@ -45,6 +45,10 @@
 //                  an inline engine (Mode::inlined): one thread adds 16 jobs and runs them
 //                  (run_until_idle), and again. No hand-off between cores, so the VM's phases
 //                  barely move it: a feature's own cost, against add:inline
+//   add_bulk:64+batch:64:inline (p:1/w:0)
+//                  the same engine: one thread adds 64 jobs with add_bulk and runs them
+//                  (run_until_idle) through process_batch: the batch path's own CPU per job,
+//                  without the cross-core misses of the threaded row
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -311,6 +315,7 @@ void rail_throughput(benchmark::State& state, const std::string& name, RailCase 
         }
         std::this_thread::yield();
       }
+      if (c.inlined) engine.run_until_idle();
     }
   };
   timed_batches(
@@ -397,6 +402,8 @@ void register_rail_extras() {
       {1, 0, 0, Feature::dedup, 1, false, false, true});
   add(case_name("rail", "add+events:inline", 1, 0),
       {1, 0, 0, Feature::events, 1, false, false, true});
+  add(case_name("rail", "add_bulk:64+batch:64:inline", 1, 0),
+      {1, 0, 64, Feature::batch64, 1, false, false, true});
 }
 
 }  // namespace bench
