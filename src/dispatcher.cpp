@@ -61,14 +61,18 @@ Dispatcher::~Dispatcher() {
 
 void Dispatcher::make_contexts(std::uint32_t workers, LeaseTracker& leases, std::uint64_t seed) {
   stashes_ = std::make_unique<WorkerStash[]>(workers);
-  const bool wall_is_engine_clock = dynamic_cast<TscClock*>(&core_.clock()) != nullptr;
+  const bool wall = wall_is_engine_clock();
   const std::int64_t fast_ns = g_fast_handler_ns.load(std::memory_order_relaxed);
   for (std::uint32_t w = 0; w < workers; ++w) {
     contexts_.push_back(std::make_unique<WorkerContext>(leases.record(w), SplitMix64(seed ^ w),
                                                         &stashes_[w], nullptr));
-    contexts_.back()->wall_is_engine_clock = wall_is_engine_clock;
+    contexts_.back()->wall_is_engine_clock = wall;
     contexts_.back()->fast_handler_ns = fast_ns;
   }
+}
+
+bool Dispatcher::wall_is_engine_clock() const noexcept {
+  return dynamic_cast<TscClock*>(&core_.clock()) != nullptr;
 }
 
 void Dispatcher::start(JobRunner& runner, std::uint32_t workers, LeaseTracker& leases,
@@ -214,8 +218,12 @@ void Dispatcher::push_ready_bulk(const std::uint32_t* idx, std::size_t n) noexce
 
 std::size_t Dispatcher::run_inline(JobRunner& runner, LeaseTracker& leases, std::uint64_t seed,
                                    std::size_t max) {
-  if (!inline_context_)
+  if (!inline_context_) {
     inline_context_.emplace(leases.record(0), SplitMix64(seed), nullptr, nullptr);
+    // Nothing inline reads the start-to-start time (batch sizes, linger and the duty are the
+    // threaded workers'), so a start's own reading serves for it, as on a worker.
+    inline_context_->wall_is_engine_clock = wall_is_engine_clock();
+  }
   std::size_t ran = 0;
   std::uint32_t idx;
   // Checked before every job: a handler may pause the queue or shut the engine down, and after
@@ -508,6 +516,8 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   }
   if (wc.stash->take(idx)) {
     wc.fresh_ns = fresh;
+    std::uint32_t ahead;
+    if (wc.stash->peek(kPrefetchAhead - 1, ahead)) prefetch_job(ahead, true);
     return true;
   }
   // A batch boundary: fire any timer that came due (backoffs, delays, lease sweeps) if the timer
@@ -524,14 +534,15 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   }
   if (paused_after_pop()) [[unlikely]]
     return hold_back(&wc, w, batch.data(), n);
-  // The slots were written on the producer's core: start every miss of the batch now, so they
-  // overlap instead of stalling one delivery each. The first line only: fetching the second too
-  // (for the stashed jobs of a full batch) trades as one line for the delivery fields would
-  // (job_slot.hpp): faster bulk adds, slower single adds.
-  for (std::size_t i = 0; i < n; ++i) {
-    prefetch_for_write(&slots_[batch[i]]);
-    prefetch_for_read(payload_ + batch[i] * payload_stride_);
-  }
+  // The slots were written on the producer's core: start the misses of the batch's first jobs
+  // now, so they overlap instead of stalling one delivery each, and each take from the stash
+  // starts those of the job kPrefetchAhead places behind it: a rolling window, since the core
+  // tracks only so many misses at once (a whole batch's would be partly dropped). The first
+  // take's peek reaches batch[kPrefetchAhead + 1] when we keep batch[0] and stash the rest, so
+  // the pop covers one more. A pop of one job (workers keeping up with single adds) fetches only
+  // the slot's first line: the second costs that hand-off more than it saves.
+  for (std::size_t i = 0; i < std::min<std::size_t>(n, kPrefetchAhead + 1); ++i)
+    prefetch_job(batch[i], n > 1);
   // Work we leave behind is announced, so that sleepers join in: one wake-up per stashed job
   // (each woken worker steals one) and one more if the ring still holds jobs; every worker that
   // finds work does the same, so the wake-ups chain as far as the work goes. Pushes made while a

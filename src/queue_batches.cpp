@@ -16,6 +16,7 @@
 
 #include "rail/detail/assert.hpp"
 #include "rail/detail/handler_failure.hpp"
+#include "rail/detail/prefetch.hpp"
 #include "rail/detail/queue_impl.hpp"
 #include "rail/detail/scoped_value.hpp"
 #include "rail/detail/validation.hpp"
@@ -99,6 +100,11 @@ void QueueImpl::hold(OpenDelivery&& d, const void* payload, WorkerContext& wc) {
   if (b.entries.size() >= batch_max_) run_batch(b, wc);
 }
 
+namespace {
+/// How many closes ahead run_batch fetches a held job's slot header.
+constexpr std::size_t kCloseAhead = 4;
+}  // namespace
+
 void QueueImpl::run_batch(WorkerBatch& b, WorkerContext& wc) {
   // Running until every delivery is closed: an end's observer or waiter (called by finish) may
   // run_until_idle, and a delivery it makes must not join this batch (refuse_nested).
@@ -121,8 +127,20 @@ void QueueImpl::run_batch(WorkerBatch& b, WorkerContext& wc) {
   // an earlier close threw (finish: no memory for a DLQ entry); the first throw goes on after.
   // Each ends when the handler returned: one clock reading for the batch.
   const ScopedValue<std::int64_t> closing(wc.closing_ns, core().now_ns());
+  // The batch's slots left this core's first-level cache while the rest of it was delivered and
+  // its handler ran: the first kCloseAhead slot headers are fetched now, and each close fetches
+  // the one kCloseAhead behind it.
+  const auto fetch = [&](std::size_t i) noexcept {
+    static_assert(sizeof(JobSlot) == 128, "a slot header is two 64-byte lines");
+    const auto* header = reinterpret_cast<const char*>(&slot(b.entries[i].open.job.idx_));
+    prefetch_for_write(header);
+    prefetch_for_write(header + 64);
+  };
+  for (std::size_t i = 0; i < std::min(n, kCloseAhead); ++i)
+    fetch(i);
   std::exception_ptr thrown;
   for (std::size_t i = 0; i < n; ++i) {
+    if (i + kCloseAhead < n) fetch(i + kCloseAhead);
     try {
       close_delivery(b.entries[i].open, std::move(b.outcomes[i]), wc);
     } catch (...) {

@@ -1,6 +1,7 @@
 // WorkerStash: the owner's batches and the thieves' steals hand out every index exactly once,
-// oldest first, and an empty stash says so. The concurrent tests oversubscribe the two cores
-// (an owner and several thieves) and repeat with random batch sizes, so interleavings vary.
+// oldest first, and an empty stash says so; a peek names a queued index without taking it. The
+// concurrent tests oversubscribe the two cores (an owner and several thieves) and repeat with
+// random batch sizes, so interleavings vary.
 #include "rail/detail/worker_stash.hpp"
 
 #include <gtest/gtest.h>
@@ -43,6 +44,29 @@ TEST(WorkerStash, RefillsWrapAroundTheCells) {
     }
     EXPECT_FALSE(s.take(out));
   }
+}
+
+TEST(WorkerStash, PeekNamesTheIndexKPlacesBehindTheOldestWithoutTakingIt) {
+  WorkerStash s;
+  std::uint32_t out = 0;
+  EXPECT_FALSE(s.peek(0, out));
+  // Start the batch off cell 0, so the peeks wrap around the cells.
+  const std::uint32_t first[WorkerStash::kCapacity - 2] = {};
+  s.fill(first, WorkerStash::kCapacity - 2);
+  while (s.take(out)) {
+  }
+  const std::uint32_t batch[] = {11, 12, 13, 14, 15};
+  s.fill(batch, 5);
+  for (std::uint32_t k = 0; k < 5; ++k) {
+    ASSERT_TRUE(s.peek(k, out)) << k;
+    EXPECT_EQ(out, batch[k]);
+  }
+  EXPECT_FALSE(s.peek(5, out));
+  ASSERT_TRUE(s.take(out));
+  EXPECT_EQ(out, 11u);  // peeking took nothing
+  ASSERT_TRUE(s.peek(3, out));
+  EXPECT_EQ(out, 15u);
+  EXPECT_FALSE(s.peek(4, out));
 }
 
 TEST(WorkerStash, FullBatchOfCapacityFits) {

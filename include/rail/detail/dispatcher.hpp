@@ -12,7 +12,8 @@
 // Batches: a worker takes up to WorkerStash::kCapacity ready jobs with one bulk pop while its
 // handlers are fast, and one at a time once a handler was slow (kFastHandlerNs start to start),
 // so slow jobs are handed out one by one, in order, to whichever worker is free. Either way an
-// idle worker steals from a busy worker's stash before it waits (worker_stash.hpp).
+// idle worker steals from a busy worker's stash before it waits (worker_stash.hpp). The worker
+// prefetches a batch's slots and payloads kPrefetchAhead jobs ahead of its deliveries.
 // Idle workers: they sleep and are woken by WakeTarget's protocol (wake_target.hpp): one of them
 // at a time holds the duty and spins for up to kSpinNs (spin_for_job); producers skip the
 // wake-up while it is held (wake_for_ready).
@@ -66,6 +67,7 @@
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/mpmc_ring.hpp"
 #include "rail/detail/pause_barrier.hpp"
+#include "rail/detail/prefetch.hpp"
 #include "rail/detail/queue_stats.hpp"
 #include "rail/detail/ready_lanes.hpp"
 #include "rail/detail/ready_levels.hpp"
@@ -405,6 +407,20 @@ class Dispatcher {
 
   void worker_loop(JobRunner& runner, std::uint32_t w, WorkerContext& wc);
   void make_contexts(std::uint32_t workers, LeaseTracker& leases, std::uint64_t seed);
+  /// wall_is_engine_clock(): the engine clock reads steady_ns()'s timeline (WorkerContext).
+  [[nodiscard]] bool wall_is_engine_clock() const noexcept;
+  /// kPrefetchAhead: how many jobs ahead of its next delivery a worker fetches the lines of.
+  static constexpr std::uint32_t kPrefetchAhead = 4;
+  /// prefetch_job(idx, whole): starts fetching the lines a delivery of the job in slot idx reads
+  /// and writes: its slot header's first line (and the second if `whole`) and its payload's first
+  /// line. idx is any slot index (a peeked one may be stale: a wasted fetch at worst).
+  void prefetch_job(std::uint32_t idx, bool whole) const noexcept {
+    static_assert(sizeof(JobSlot) == 128, "a slot header is two 64-byte lines");
+    const auto* s = reinterpret_cast<const char*>(&slots_[idx]);
+    prefetch_for_write(s);
+    if (whole) prefetch_for_write(s + 64);
+    prefetch_for_read(payload_ + idx * payload_stride_);
+  }
   bool next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;
   [[nodiscard]] bool work_queued() const noexcept;
   /// Ring entries of a queue that takes permits (PermitSource) mark a job that names another

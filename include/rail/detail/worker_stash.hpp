@@ -3,9 +3,9 @@
 //
 // Why it exists: a job handed from a producer to a worker crosses cores several times (its ready
 // ring cell, the ring's head, its slot). Popping a batch with one CAS amortizes the ring's part
-// over the batch and lets the worker prefetch every slot of it at once. A private batch would
-// make jobs wait behind a slow handler while other workers sit idle; stealing removes that: an
-// idle worker takes the oldest index of a busy worker's stash before it sleeps.
+// over the batch and lets the worker prefetch its slots a few jobs ahead (peek). A private batch
+// would make jobs wait behind a slow handler while other workers sit idle; stealing removes that:
+// an idle worker takes the oldest index of a busy worker's stash before it sleeps.
 //
 // Algorithm: a bounded array of kCapacity cells and one 64-bit word `range_` = tail:32 | head:32
 // (positions; cell = position mod kCapacity). The owner fills only an empty stash: it writes the
@@ -25,8 +25,9 @@
 // acq_rel so that, chained through range_, each taker's read of its cell happens before a later
 // fill() overwrites it (the owner's next fill follows its own acquire load that saw the range
 // empty). The cells are atomics only because a losing thief may read a cell the owner is
-// rewriting; such a read is discarded by the failed CAS.
-// Threading: fill() by the owning worker only; take() by any thread.
+// rewriting (such a read is discarded by the failed CAS), and because peek() reads them
+// unsynchronised: the index it names is a prefetch hint, which may be taken or stale by then.
+// Threading: fill() by the owning worker only; take(), peek() and empty() by any thread.
 #pragma once
 
 #include <array>
@@ -74,6 +75,20 @@ class alignas(64) BasicWorkerStash {
         return true;
       }
     }
+  }
+
+  /// peek(k, out): a hint for prefetching: the index k places after the oldest, if the stash
+  /// held one when looked at. It may be taken (or stolen) by the time the caller uses it, and
+  /// from a thread other than the owner the cell may show an older fill's index: only a
+  /// prefetch may act on it. Every value a cell holds is an index some fill stored, or 0.
+  bool peek(std::uint32_t k, std::uint32_t& out) const noexcept {
+    // Relaxed: a hint; the cell read is atomic, so a concurrent fill is no data race.
+    const std::uint64_t r = range_.load(std::memory_order_relaxed);
+    const auto head = static_cast<std::uint32_t>(r);
+    const auto tail = static_cast<std::uint32_t>(r >> 32);
+    if (tail - head <= k) return false;
+    out = cells_[(head + k) % kCapacity].load(std::memory_order_relaxed);
+    return true;
   }
 
   /// empty(): a hint for thieves scanning stashes; false may be stale by the time they act.
