@@ -16,7 +16,6 @@
 
 #include "rail/detail/assert.hpp"
 #include "rail/detail/handler_failure.hpp"
-#include "rail/detail/prefetch.hpp"
 #include "rail/detail/queue_impl.hpp"
 #include "rail/detail/scoped_value.hpp"
 #include "rail/detail/validation.hpp"
@@ -131,10 +130,7 @@ void QueueImpl::run_batch(WorkerBatch& b, WorkerContext& wc) {
   // its handler ran: the first kCloseAhead slot headers are fetched now, and each close fetches
   // the one kCloseAhead behind it.
   const auto fetch = [&](std::size_t i) noexcept {
-    static_assert(sizeof(JobSlot) == 128, "a slot header is two 64-byte lines");
-    const auto* header = reinterpret_cast<const char*>(&slot(b.entries[i].open.job.idx_));
-    prefetch_for_write(header);
-    prefetch_for_write(header + 64);
+    prefetch_slot(slot(b.entries[i].open.job.idx_));
   };
   for (std::size_t i = 0; i < std::min(n, kCloseAhead); ++i)
     fetch(i);

@@ -67,7 +67,6 @@
 #include "rail/detail/lease_tracker.hpp"
 #include "rail/detail/mpmc_ring.hpp"
 #include "rail/detail/pause_barrier.hpp"
-#include "rail/detail/prefetch.hpp"
 #include "rail/detail/queue_stats.hpp"
 #include "rail/detail/ready_lanes.hpp"
 #include "rail/detail/ready_levels.hpp"
@@ -415,10 +414,7 @@ class Dispatcher {
   /// and writes: its slot header's first line (and the second if `whole`) and its payload's first
   /// line. idx is any slot index (a peeked one may be stale: a wasted fetch at worst).
   void prefetch_job(std::uint32_t idx, bool whole) const noexcept {
-    static_assert(sizeof(JobSlot) == 128, "a slot header is two 64-byte lines");
-    const auto* s = reinterpret_cast<const char*>(&slots_[idx]);
-    prefetch_for_write(s);
-    if (whole) prefetch_for_write(s + 64);
+    prefetch_slot(slots_[idx], whole ? kSlotLines : 1);
     prefetch_for_read(payload_ + idx * payload_stride_);
   }
   bool next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx) noexcept;

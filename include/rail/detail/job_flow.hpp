@@ -534,9 +534,7 @@ class JobFlow : public QueueBase,
   /// warm_slot(idx): starts fetching, for writing, slot idx (every line) and its payload cell's
   /// first line (prefetch.hpp).
   void warm_slot(std::uint32_t idx) const noexcept {
-    const auto* s = reinterpret_cast<const char*>(&slot(idx));
-    for (std::size_t line = 0; line < sizeof(JobSlot); line += kRingCacheLine)
-      prefetch_for_write(s + line);
+    prefetch_slot(slot(idx));
     prefetch_for_write(cell(idx));
   }
 

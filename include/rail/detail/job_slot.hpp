@@ -21,6 +21,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "rail/backoff.hpp"
+#include "rail/detail/prefetch.hpp"
 #include "rail/detail/slot_table.hpp"
 #include "rail/detail/timing_wheel.hpp"
 #include "rail/event.hpp"
@@ -226,5 +228,15 @@ static_assert(sizeof(SlotExtra) <= 64, "see SlotExtra::own_name");
 static_assert(sizeof(JobSlot) <= 128,
               "a job's engine overhead must stay within two cache lines (bench target: <= 128 B)");
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+
+/// kSlotLines: the cache lines of a slot header (alignas(64), so whole lines).
+inline constexpr std::size_t kSlotLines = sizeof(JobSlot) / 64;
+/// prefetch_slot(s, lines): starts fetching, for writing, the first `lines` lines of slot header
+/// s (prefetch.hpp): the thread that takes a job next writes its header.
+inline void prefetch_slot(const JobSlot& s, std::size_t lines = kSlotLines) noexcept {
+  const auto* p = reinterpret_cast<const char*>(&s);
+  for (std::size_t line = 0; line < lines && line < kSlotLines; ++line)
+    prefetch_for_write(p + line * 64);
+}
 
 }  // namespace rail::detail
