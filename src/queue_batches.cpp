@@ -95,7 +95,7 @@ void QueueImpl::hold(OpenDelivery&& d, const void* payload, WorkerContext& wc) {
       b.linger_end = std::min(b.linger_end, saturating_add(now, Duration{lease_ns / 2}));
     if (d.permit) b.linger_end = INT64_MIN;
   }
-  b.entries.emplace_back(std::move(d), payload);  // in place: an entry is a few hundred bytes
+  b.entries.push_back(BatchEntry{std::move(d), payload});
   if (b.entries.size() >= batch_max_) run_batch(b, wc);
 }
 
