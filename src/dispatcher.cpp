@@ -575,24 +575,6 @@ bool Dispatcher::next_job(std::uint32_t w, WorkerContext& wc, std::uint32_t& idx
   return true;
 }
 
-/// hold_back(wc, w, idx, n): worker w (wc) or the inline runner (null) popped n ready jobs and then
-/// saw the queue paused: none starts. A worker keeps them in its stash, in order (it is empty:
-/// its own take() failed before it popped, and only its owner fills a stash; n <= kCapacity) and
-/// acknowledges the pause; the inline runner puts them back into the ring (behind what was pushed
-/// meanwhile: the only place inline mode reorders). Returns false, next_job's "no job".
-bool Dispatcher::hold_back(WorkerContext* wc, std::uint32_t w, const std::uint32_t* idx,
-                           std::size_t n) noexcept {
-  if (wc) {
-    wc->stash->fill(idx, static_cast<std::uint32_t>(n));
-  } else {
-    put_back_entries(idx, n);
-  }
-  // release, after the fill or push: see held_back().
-  held_back_.fetch_add(1, std::memory_order_release);
-  if (wc && may_acknowledge(w)) pause_.acknowledge(wc->pause);
-  return false;
-}
-
 /// steal(w, wc, idx): takes the oldest job of another worker's stash, trying each once.
 bool Dispatcher::steal(std::uint32_t w, const WorkerContext& wc, std::uint32_t& idx) noexcept {
   const std::size_t n = workers();

@@ -1,5 +1,6 @@
 // Dispatcher's pause: pause() and resume() with their events, and pause_and_wait(), which waits
-// until every worker has acknowledged the pause between jobs or is parked (pause_barrier.hpp).
+// until every worker has acknowledged the pause between jobs or is parked (pause_barrier.hpp),
+// and hold_back(), where a worker that popped jobs as the pause came keeps them unstarted.
 // See include/rail/detail/dispatcher.hpp.
 #include <algorithm>
 #include <string>
@@ -57,6 +58,24 @@ bool Dispatcher::workers_acknowledged(std::uint64_t epoch) const noexcept {
   // worker runs a job yet, and each will see the pause before its first one.
   if (!contexts_ready_.load(std::memory_order_acquire)) return true;
   return PauseBarrier::acknowledged(epoch, contexts_);
+}
+
+/// hold_back(wc, w, idx, n): worker w (wc) or the inline runner (null) popped n ready jobs and then
+/// saw the queue paused: none starts. A worker keeps them in its stash, in order (it is empty:
+/// its own take() failed before it popped, and only its owner fills a stash; n <= kCapacity) and
+/// acknowledges the pause; the inline runner puts them back into the ring (behind what was pushed
+/// meanwhile: the only place inline mode reorders). Returns false, next_job's "no job".
+bool Dispatcher::hold_back(WorkerContext* wc, std::uint32_t w, const std::uint32_t* idx,
+                           std::size_t n) noexcept {
+  if (wc) {
+    wc->stash->fill(idx, static_cast<std::uint32_t>(n));
+  } else {
+    put_back_entries(idx, n);
+  }
+  // release, after the fill or push: see held_back().
+  held_back_.fetch_add(1, std::memory_order_release);
+  if (wc && may_acknowledge(w)) pause_.acknowledge(wc->pause);
+  return false;
 }
 
 }  // namespace rail::detail
