@@ -75,10 +75,12 @@ std::shared_ptr<FlowNode> FlowNode::make(JobFlow& parent, const std::vector<Depe
   std::vector<Edge> edges(after.size());
   // Children named by id: one pass over each queue's slots finds them all, whatever their
   // number; then each child's waiter is registered, and each is looked at again where it was.
-  // EndTracker's hand-off: the waiter is registered before the look, and an end enters the
-  // history before it asks for waiters, so an end this look does not find in the history will
-  // reach the waiter. A child live in its slot, or between states there with no end in the
-  // history, waits for its end; any other is resolved from what its queue remembers.
+  // EndTracker's hand-off: the waiter is registered (and fenced) before the look, and an end
+  // marks itself decided in its slot and enters the history before it asks for waiters
+  // (JobEnds::note), so an end that did not see the waiter shows in the look: decided in its
+  // slot, or gone from it and in the history (which may have lost it since: a lossy table). A
+  // child live in its slot, or moving out of it with its end not decided, waits for its end;
+  // any other is resolved from what its slot and its queue remember.
   std::unordered_set<JobId> unplaced;
   for (const Dependency& d : after)
     if (!d.watch) unplaced.insert(d.id);
@@ -128,11 +130,15 @@ std::shared_ptr<FlowNode> FlowNode::make(JobFlow& parent, const std::vector<Depe
     if (!e.waiter || e.waiter->sure()) continue;
     JobFlow& q = *e.queue;
     const std::uint32_t slot = where.at(e.id).second;
+    EndKind kind = EndKind::none;
     const JobQueries::Place at =
-        slot == JobQueries::kEnded ? JobQueries::Place::gone : q.queries().place(slot, e.id);
-    if (at == JobQueries::Place::live) continue;
-    const EndRecord end = q.queries().ended_end(e.id);
-    if (end.status == JobStatus::unknown && at == JobQueries::Place::moving) continue;
+        slot == JobQueries::kEnded ? JobQueries::Place::gone : q.queries().place(slot, e.id, &kind);
+    if (at == JobQueries::Place::live || at == JobQueries::Place::moving) continue;
+    EndRecord end = q.queries().ended_end(e.id);
+    if (end.status == JobStatus::unknown && at == JobQueries::Place::decided) {
+      end.status = status_of(kind);  // the history lost it already; its slot has not
+      end.error.clear();
+    }
     e.forgotten = end.status == JobStatus::unknown;
     // Taken from the tracker unless its end, on its way, took it (then that end resolves it).
     if (auto taken = q.end_tracker().take(e.id)) (void)taken->resolve(end);

@@ -46,7 +46,7 @@ void JobEnds::hand_turns(Lines::Closing c) noexcept {
 
 void JobEnds::leave(std::uint32_t idx, EndKind kind, Settled&& settled) {
   JobSlot& s = parts_.slot(idx);
-  s.end_kind = kind;
+  RAIL_INVARIANT(s.ended_as() == kind, "a job leaves its slot as its end noted it");
   const JobId id = s.id.load(std::memory_order_relaxed);
   if (s.ctl.end()) final_end(idx);  // else the last stale handler to return frees it
   ended(id, std::move(settled));
@@ -73,7 +73,6 @@ void JobEnds::dead_lettered(std::uint32_t idx, std::int64_t now, WorkerContext* 
   // The copy is made while the slot is ours; file_copy leaves the slot before it files the
   // entry and raises the event, so that observers find the job ended (else an observer's
   // cancel() spins on a slot this thread still holds in `finishing`).
-  s.end_kind = EndKind::dead_lettered;
   if (ctl::pins(s.ctl.load()) > 0 && payloads_.file_copy(idx, pending)) {
     ended(id, std::move(settled));
     return;

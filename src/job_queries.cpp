@@ -144,12 +144,16 @@ std::vector<JobQueries::Known> JobQueries::take_known(std::unordered_set<JobId>&
   return out;
 }
 
-JobQueries::Place JobQueries::place(std::uint32_t slot, JobId id) const noexcept {
+JobQueries::Place JobQueries::place(std::uint32_t slot, JobId id, EndKind* kind) const noexcept {
   const JobSlot& s = parts_.slot(slot);
-  // The word, then the id again: a slot reused meanwhile holds another job. `ended`: only stale
-  // handlers hold it; its end is complete (in the history).
+  // The word, the end's kind, then the id: a slot reused meanwhile holds another job, and a kind
+  // written for a later job of the slot (its reset, or its own end) comes with that job's id
+  // (ended_as acquires what end_as released after the id). With the id still ours, the word is
+  // ours too for a caller that saw the job in this slot before a fence (FlowNode::make).
   const SlotState st = ctl::state(s.ctl.load());
+  const EndKind k = s.ended_as();
   if (s.id.load(std::memory_order_relaxed) != id) return Place::gone;
+  if (kind) *kind = k;
   switch (st) {
     case SlotState::waiting:
     case SlotState::delayed:
@@ -158,8 +162,10 @@ JobQueries::Place JobQueries::place(std::uint32_t slot, JobId id) const noexcept
       return Place::live;
     case SlotState::finishing:
     case SlotState::cancelled:
-      return Place::moving;
-    default:
+      return k == EndKind::none ? Place::moving : Place::decided;
+    case SlotState::ended:  // only stale handlers hold it
+      return k == EndKind::none ? Place::gone : Place::decided;
+    default:  // free: a reset kind, or the last one's, is not this job's to go by
       return Place::gone;
   }
 }

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "rail/detail/queue_stats.hpp"
 #include "rail/rail.hpp"
 #include "support/inline_engine.hpp"
 
@@ -112,6 +113,50 @@ TEST_F(Flows, ChildrenThatEndedBeforeTheParentWasAddedReleaseItAtOnce) {
   ASSERT_TRUE(seen[0].result<int>()) << "through its handle: the result however early it ended";
   EXPECT_EQ(*seen[0].result<int>(), 2);
   EXPECT_TRUE(seen[1].end.completed()) << "by id: its history knows how it ended";
+}
+
+TEST_F(Flows, AParentAddedAsItsChildEndsIsReleasedThoughTheChildsHistoryEntryWasOverwritten) {
+  // The parent is added by the observer of its child's end (a completion on the worker, then a
+  // cancel): the child is still moving out of its slot, its end decided, and by then another
+  // job's end has taken the child's entry in the queue's history (a table of
+  // history_entries(capacity) entries, indexed by id). The slot still says how the child ended.
+  constexpr std::uint32_t kCapacity = 64;
+  auto q = engine.declare_queue<int>("q", QueueOptions{.capacity = kCapacity});
+  q.process({}, [](Job<int>&) { return Outcome::done(); });
+  auto parents = engine.declare_queue<int>("parents", QueueOptions{});
+  std::vector<ChildEnd> seen;
+  parents.process({}, [&](Job<int>& j) {
+    seen = j.children();
+    return Outcome::done();
+  });
+  const std::uint64_t entries = detail::QueueStats::history_entries(kCapacity);
+  EventKind ending = EventKind::completed;
+  JobId child = 0, overwriter = 0, parent = 0;
+  engine.on_event([&](const Event& e) {
+    if (e.kind != ending || e.job_id != child || parent != 0) return;
+    // This thread's ids rise one by one: end fresh jobs until one takes the child's entry.
+    for (std::uint64_t n = 0; n < 4 * entries && overwriter == 0; ++n) {
+      const JobId id = q.add("filler", 0).id;
+      EXPECT_TRUE(q.cancel(id));
+      if (id % entries == child % entries) overwriter = id;
+    }
+    parent = parents.add("parent", 0, after({{child, ChildFailure::ignore}})).id;
+  });
+  for (const EventKind end : {EventKind::completed, EventKind::cancelled}) {
+    ending = end;
+    overwriter = parent = 0;
+    child = q.add("child", 0).id;
+    if (end == EventKind::cancelled) {
+      EXPECT_TRUE(q.cancel(child));
+    }
+    engine.run_until_idle();
+    ASSERT_NE(overwriter, 0u) << "no job took the child's history entry";
+    ASSERT_NE(parent, 0u);
+    EXPECT_EQ(parents.state(parent).status, JobStatus::completed) << parents.explain(parent).text;
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].end.status,
+              end == EventKind::completed ? JobStatus::completed : JobStatus::cancelled);
+  }
 }
 
 TEST_F(Flows, AFailedChildDeadLettersItsParentUnstartedWithDependencyFailedNamingTheChild) {

@@ -24,7 +24,7 @@ inline void JobFlow::init_slot(std::uint32_t idx, std::uint64_t id, std::uint16_
   s.stalls.store(0, std::memory_order_relaxed);
   s.max_attempts = static_cast<std::uint16_t>(o.max_attempts);
   s.visibility_ns = o.visibility_timeout.value_or(parts_.options.visibility_timeout).count();
-  s.end_kind = EndKind::none;
+  s.end_as(EndKind::none);  // after the id: see JobSlot::end_kind
   s.end_reason = DeadLetterReason::none;
   s.dedup = DedupHold::none;
   s.marks.store(0, std::memory_order_relaxed);

@@ -117,8 +117,9 @@ class EndTracker {
   /// wanted(): someone waits or the queue retains ends: the flow builds a record for record().
   /// The flow reads it after a light fence that follows the job's history entry; watch() raises
   /// it before the heavy fence that precedes its caller's read of the history: either the end
-  /// is recorded, or the watcher finds the job ended in the history (Dekker, with the cost on
-  /// the waiter's side: asymmetric_fence.hpp).
+  /// is recorded, or the watcher finds the job ended in its slot (JobSlot::end_kind, while the
+  /// job is still there) or in the history (Dekker, with the cost on the waiter's side:
+  /// asymmetric_fence.hpp).
   [[nodiscard]] bool wanted() const noexcept {
     return wanted_.load(std::memory_order_relaxed) != 0;
   }

@@ -17,8 +17,9 @@
 // Preconditions: the caller holds the slot in `finishing` (or took it from waiting/delayed by a
 // cancel): nothing else writes the slot's fields meanwhile (job_slot.hpp).
 // Memory ordering: the slot's end goes through SlotControl::end (slot_table.hpp), which decides
-// who frees it; the history entry comes before the light fence that makes EndTracker::wanted()
-// safe against a waiter registering by id (end_tracker.hpp).
+// who frees it; the end's kind in its slot (JobSlot::end_kind) and its history entry come before
+// the light fence that makes EndTracker::wanted() safe against a waiter registering by id
+// (end_tracker.hpp).
 #pragma once
 
 #include <cstdint>
@@ -166,7 +167,6 @@ class JobEnds {
     // result holding a file outlives wait_idle():
     // ResultsThreaded.ACompletedJobsResultIsDestroyedBeforeWaitIdleReturns).
     result.reset();
-    s.end_kind = EndKind::completed;
     // Nobody observes or waits: nothing to report first, the turns go on now.
     const Turns turns = Lines::lined(s) ? lines_.leave(idx) : Turns{};
     if (s.ctl.end()) final_end(idx);
@@ -199,7 +199,7 @@ class JobEnds {
   /// final_end(idx, event): the job in slot idx has ended and its last pin went: its payload
   /// goes (retire).
   void final_end(std::uint32_t idx, const Event* event = nullptr) {
-    payloads_.retire(idx, parts_.slot(idx).end_kind == EndKind::dead_lettered, event);
+    payloads_.retire(idx, parts_.slot(idx).ended_as() == EndKind::dead_lettered, event);
   }
   /// reclaim_cancelled(idx): cancel recorded the job's end; the caller holds the index: the
   /// slot is freed now, or by the last stale handler or canceller still pinning it. A job the
@@ -210,7 +210,7 @@ class JobEnds {
       end_unstarted(idx, DeadLetterReason::expired);
       return;
     }
-    s.end_kind = EndKind::cancelled;
+    s.end_as(EndKind::cancelled);
     if (s.ctl.end()) final_end(idx);
   }
   /// end_unstarted(idx, reason): the holder of the index of a job taken unstarted by
@@ -223,7 +223,7 @@ class JobEnds {
   /// observers of the event find it ended (state(), cancel()). The last stale handler to return
   /// only destroys the payload (EndKind::filed).
   void leave_filed(std::uint32_t idx) {
-    parts_.slot(idx).end_kind = EndKind::filed;
+    parts_.slot(idx).end_as(EndKind::filed);
     if (parts_.slot(idx).ctl.end()) final_end(idx);  // the stale handler returned meanwhile
   }
 
@@ -241,40 +241,24 @@ class JobEnds {
   Settled settle(JobSlot& s, EndKind kind, WorkerContext* wc, std::int64_t now,
                  std::string_view why = {}, std::shared_ptr<const void> result = {});
   /// note(s, kind, wc, end): counts the job's end (and its end-to-end time, when `end` has
-  /// one) and enters it in the history; true when its waiters or retained ends want a record of
-  /// it (asked after the entry: see EndTracker).
-  bool note(const JobSlot& s, EndKind kind, WorkerContext* wc,
-            std::optional<std::int64_t> end) noexcept {
+  /// one), marks it decided in its slot (JobSlot::end_kind) and enters it in the history; true
+  /// when its waiters or retained ends want a record of it (asked after both: see EndTracker).
+  bool note(JobSlot& s, EndKind kind, WorkerContext* wc, std::optional<std::int64_t> end) noexcept {
+    RAIL_INVARIANT(kind != EndKind::none && kind != EndKind::filed,
+                   "a job ends as completed, dead-lettered, cancelled, discarded or forwarded");
     const JobId id = s.id.load(std::memory_order_relaxed);
     if (parts_.timed() && end) parts_.record(wc, Latency::end_to_end, *end - s.added_ns);
-    switch (kind) {
-      case EndKind::completed:
-        parts_.count(wc, kCompleted);
-        parts_.stats.remember(id, JobStatus::completed);
-        break;
-      case EndKind::dead_lettered:
-        parts_.count(wc, kDeadLettered);
-        parts_.stats.remember(id, JobStatus::dead_lettered);
-        break;
-      case EndKind::cancelled:
-        parts_.count(wc, kCancelled);
-        parts_.stats.remember(id, JobStatus::cancelled);
-        break;
-      case EndKind::discarded:
-        parts_.count(wc, kDiscarded);
-        parts_.stats.remember(id, JobStatus::discarded);
-        break;
-      case EndKind::forwarded:
-        parts_.count(wc, kForwarded);
-        parts_.stats.remember(id, JobStatus::forwarded);
-        break;
-      case EndKind::none:
-      case EndKind::filed:
-        RAIL_INVARIANT(false,
-                       "a job ends as completed, dead-lettered, cancelled, discarded or forwarded");
-    }
-    // After the history entry: a waiter by id registered too late for this check finds the job
-    // ended there (see EndTracker::wanted; the waiter's side pays for the fence).
+    parts_.count(wc, kind == EndKind::completed       ? kCompleted
+                     : kind == EndKind::dead_lettered ? kDeadLettered
+                     : kind == EndKind::cancelled     ? kCancelled
+                     : kind == EndKind::discarded     ? kDiscarded
+                                                      : kForwarded);
+    // Both before the fence: a waiter by id registered too late for the check below finds the
+    // end in the slot while the job is still there (the history is a lossy table: a later end
+    // may overwrite the entry before the waiter reads it), or in the history once it left (see
+    // EndTracker::wanted and JobQueries::place; the waiter's side pays for the fence).
+    s.end_as(kind);
+    parts_.stats.remember(id, status_of(kind));
     light_fence();
     return tracker_.wanted();
   }

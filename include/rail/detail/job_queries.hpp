@@ -69,10 +69,13 @@ class JobQueries {
   /// ended in its history or DLQ): one pass over the slots for any number of ids.
   std::vector<Known> take_known(std::unordered_set<JobId>& ids) const;
   /// Place: where job `id` stands in slot `slot` (place()): `live` (waiting, delayed, running,
-  /// updating), `moving` (finishing or cancelled: a retry, or an end being recorded, which may
-  /// already be in the history), or `gone` (the slot no longer holds it: its end is complete).
-  enum class Place : std::uint8_t { live, moving, gone };
-  [[nodiscard]] Place place(std::uint32_t slot, JobId id) const noexcept;
+  /// updating), `moving` (finishing or cancelled with its end not decided: a retry, or an end
+  /// not noted yet), `decided` (its end noted, as `*kind` says: JobSlot::end_kind; the history
+  /// has it unless a later end overwrote its entry), or `gone` (the slot no longer holds it: its
+  /// end is complete). A caller that registered a waiter for the job and fenced since
+  /// (EndTracker::watch) can trust `moving`: the end, when it comes, sees that waiter.
+  enum class Place : std::uint8_t { live, moving, decided, gone };
+  [[nodiscard]] Place place(std::uint32_t slot, JobId id, EndKind* kind = nullptr) const noexcept;
   /// ended_end(id): the end of job `id`, which is not live here: retained, else what its DLQ
   /// entry or its history says; status unknown (with why) if the history forgot it.
   [[nodiscard]] EndRecord ended_end(JobId id) const;

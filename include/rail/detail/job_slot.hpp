@@ -33,6 +33,7 @@
 #include "rail/detail/slot_table.hpp"
 #include "rail/detail/timing_wheel.hpp"
 #include "rail/event.hpp"
+#include "rail/job_state.hpp"
 
 namespace rail::detail {
 
@@ -48,6 +49,26 @@ enum class EndKind : std::uint8_t {
   discarded,
   forwarded,  // a resumed job's next attempt went back to its broker (JobSlot::kForward)
 };
+
+/// status_of(k): the status a job that ended as k reports (filed: dead-lettered).
+constexpr JobStatus status_of(EndKind k) noexcept {
+  switch (k) {
+    case EndKind::completed:
+      return JobStatus::completed;
+    case EndKind::dead_lettered:
+    case EndKind::filed:
+      return JobStatus::dead_lettered;
+    case EndKind::cancelled:
+      return JobStatus::cancelled;
+    case EndKind::discarded:
+      return JobStatus::discarded;
+    case EndKind::forwarded:
+      return JobStatus::forwarded;
+    case EndKind::none:
+      break;
+  }
+  return JobStatus::unknown;
+}
 
 /// AttemptRecord: one failed attempt, kept until the job ends (the DLQ keeps them all).
 struct AttemptRecord {
@@ -126,7 +147,14 @@ struct alignas(64) JobSlot {
   static constexpr unsigned kPriorityShift = 4;  // 16 links (GateLink::kMaxLinks), 16 levels
   std::atomic<std::uint8_t> link{0};
   DedupHold dedup = DedupHold::none;  // the dedup id the job holds (its key in extra)
-  EndKind end_kind = EndKind::none;
+  // How the job ended: `none` until its end is decided (JobEnds::note sets it before the
+  // history entry), kept until the slot's next job is filled in (init_slot resets it after
+  // storing the new id). Written by whoever ends the job (its holder; for a cancelled job the
+  // canceller and the index's holder, both `cancelled`); read by JobQueries::place, which needs
+  // no lossy history to tell a job moving out of its slot that decided its end from one that
+  // has not. release stores, acquire loads: a reader that sees a value sees the id of the job
+  // that wrote it.
+  std::atomic<EndKind> end_kind{EndKind::none};
   DeadLetterReason end_reason = DeadLetterReason::none;
   // Marks, each set or cleared by one read-modify-write: the thread that holds the index
   // writes them, but a canceller also clears kGrouped while a gate's wake or the wheel's owner
@@ -210,6 +238,12 @@ struct alignas(64) JobSlot {
     const std::int64_t at = started_ns.load(std::memory_order_acquire);
     return delivered() == 0 ? at : std::numeric_limits<std::int64_t>::max();
   }
+
+  /// ended_as() / end_as(k): end_kind, read and written as its comment says.
+  [[nodiscard]] EndKind ended_as() const noexcept {
+    return end_kind.load(std::memory_order_acquire);
+  }
+  void end_as(EndKind k) noexcept { end_kind.store(k, std::memory_order_release); }
 
   [[nodiscard]] Backoff backoff() const noexcept {
     return Backoff{static_cast<BackoffKind>(backoff_bits >> 4), Duration{backoff_delay_ns},
