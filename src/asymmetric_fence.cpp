@@ -2,8 +2,13 @@
 // membarriers once, and the heavy side (a membarrier, or a full fence where none is offered).
 #include "rail/detail/asymmetric_fence.hpp"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
 #if defined(__linux__)
 #include <linux/membarrier.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -45,9 +50,23 @@ void heavy_fence() noexcept {
 #if defined(__linux__) && defined(__NR_membarrier)
   // acquire: pairs with the registration's release store.
   if (g_membarrier_expedited.load(std::memory_order_acquire)) {
-    // A failure after a successful registration is not documented for this command; fall back
-    // to the full fence rather than leave the handshake unfenced.
-    if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
+    // The light sides have fenced only the compiler since the registration: a full fence here
+    // alone would leave the handshake unfenced, so the barrier must happen. A kernel may fail it
+    // for a moment (ENOMEM while it builds the CPU mask; EINTR, EAGAIN): try again. Any other
+    // failure is undocumented after a successful registration, and no answer is safe.
+    for (;;) {
+      if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
+      const int err = errno;
+      if (err != ENOMEM && err != EINTR && err != EAGAIN) {
+        std::fprintf(stderr,
+                     "rail: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed after a "
+                     "successful registration (errno %d): the asymmetric fence cannot be "
+                     "kept; aborting\n",
+                     err);
+        std::abort();
+      }
+      sched_yield();
+    }
   }
 #endif
   std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -311,6 +312,56 @@ TEST(ObserversThreaded, ARemovedObserverIsNeverCalledAfterRemoveReturnsWhileWork
   }
 }
 
+// Readers in cells of their own and in shared cells at once (a list with 4 owned cells and 10
+// walking threads: the lowest indices own one, the others share), while a writer adds and removes
+// observers and frees each one's state the moment remove returns: no walk calls an observer whose
+// remove returned, and every walk in progress is waited for.
+TEST(ObserversThreaded, WalksInOwnedAndSharedCellsNeverCallAnObserverWhoseRemoveReturned) {
+  test::Watchdog watchdog(300s, "WalksInOwnedAndSharedCellsNeverCallAnObserverWhoseRemoveReturned");
+#ifdef RAIL_SANITIZED
+  constexpr int kChurn = 150;
+#else
+  constexpr int kChurn = 1000;
+#endif
+  struct State {
+    std::atomic<bool> alive{true};
+  };
+  using Fn = std::function<void()>;
+  constexpr std::uint32_t kOwned = 4;
+  detail::BasicObserverList<Fn, std::atomic, kOwned> list;
+  std::atomic<std::uint64_t> violations{0}, calls{0};
+  std::atomic<bool> stop{false};
+  std::atomic<int> owning{0}, sharing{0};
+  std::vector<std::thread> walkers;
+  for (int t = 0; t < 10; ++t)
+    walkers.emplace_back([&] {
+      (detail::this_thread_index() < kOwned ? owning : sharing).fetch_add(1);
+      while (!stop.load(std::memory_order_relaxed))
+        list.for_each([](const Fn& fn) { fn(); });
+    });
+  std::mt19937 rng(7);
+  for (int i = 0; i < kChurn; ++i) {
+    auto state = std::make_unique<State>();
+    State* s = state.get();
+    const std::uint64_t id = list.add([s, &violations, &calls] {
+      if (!s->alive.load(std::memory_order_relaxed)) violations.fetch_add(1);
+      if (calls.fetch_add(1, std::memory_order_relaxed) % 8 == 0) std::this_thread::yield();
+      if (!s->alive.load(std::memory_order_relaxed)) violations.fetch_add(1);
+    });
+    if (rng() % 2) std::this_thread::yield();
+    if (!list.remove(id)) violations.fetch_add(1);
+    s->alive.store(false, std::memory_order_relaxed);
+    state.reset();  // freed: a call still in progress would read it (ASan), or see it dead
+  }
+  stop.store(true);
+  for (auto& t : walkers)
+    t.join();
+  EXPECT_EQ(violations.load(), 0u);
+  EXPECT_GT(calls.load(), 0u);
+  EXPECT_GT(owning.load(), 0) << "no walker counted in a cell of its own";
+  EXPECT_GT(sharing.load(), 0) << "no walker counted in a shared cell";
+}
+
 // --- the kernel under the DeterministicSchedule
 // -----------------------------------------------------
 
@@ -345,7 +396,11 @@ struct DetProbe {
   int index;
 };
 
-using DetList = detail::BasicObserverList<DetProbe, test::DeterministicAtomic>;
+/// DetList<Owned>: the list under the schedule. Owned 64: each schedule thread counts in a cell
+/// of its own (plain stores, the step's heavy fence); Owned 0: every thread in the shared,
+/// striped cells (locked read-modify-writes), as threads past the engine's 64 do.
+template <std::size_t Owned>
+using DetList = detail::BasicObserverList<DetProbe, test::DeterministicAtomic, Owned>;
 
 // Seeded schedules per test: fewer under a sanitizer, whose runtime makes each one slower.
 #ifdef RAIL_SANITIZED
@@ -354,10 +409,11 @@ constexpr std::uint64_t kSeeds = 300;
 constexpr std::uint64_t kSeeds = 3000;
 #endif
 
-TEST(ObserverListSchedule, NoCallIsInProgressOrStartsOnceRemoveReturned) {
+template <std::size_t Owned>
+void no_call_once_remove_returned() {
   for (std::uint64_t seed = 0; seed < kSeeds; ++seed) {
     Model m;
-    DetList list;
+    DetList<Owned> list;
     const std::uint64_t first = list.add(DetProbe(&m, 0));
     test::DeterministicSchedule sched(
         seed, seed % 2 ? test::SchedulePolicy::subset : test::SchedulePolicy::uniform);
@@ -383,13 +439,22 @@ TEST(ObserverListSchedule, NoCallIsInProgressOrStartsOnceRemoveReturned) {
   }
 }
 
+TEST(ObserverListSchedule, NoCallIsInProgressOrStartsOnceRemoveReturned) {
+  no_call_once_remove_returned<64>();
+}
+
+TEST(ObserverListSchedule, NoCallIsInProgressOrStartsOnceRemoveReturnedWhenReadersShareCells) {
+  no_call_once_remove_returned<0>();
+}
+
 // The same, with the writer removing from inside a walk (it must not wait for itself) while
 // another reader walks: the removed observer's callable outlives that reader's call.
-TEST(ObserverListSchedule, ARemoveInsideAWalkNeverFreesWhatAnotherWalkIsCalling) {
+template <std::size_t Owned>
+void remove_inside_a_walk() {
   for (std::uint64_t seed = 0; seed < kSeeds; ++seed) {
     Model m;
     {
-      DetList list;
+      DetList<Owned> list;
       const std::uint64_t a = list.add(DetProbe(&m, 0));
       (void)list.add(DetProbe(&m, 1));
       test::DeterministicSchedule sched(seed, test::SchedulePolicy::uniform);
@@ -414,6 +479,14 @@ TEST(ObserverListSchedule, ARemoveInsideAWalkNeverFreesWhatAnotherWalkIsCalling)
     }
     ASSERT_EQ(m.alive[0].load(), 0) << "seed " << seed;  // freed by then, or by the destructor
   }
+}
+
+TEST(ObserverListSchedule, ARemoveInsideAWalkNeverFreesWhatAnotherWalkIsCalling) {
+  remove_inside_a_walk<64>();
+}
+
+TEST(ObserverListSchedule, ARemoveInsideAWalkNeverFreesWhatAnotherWalkIsCallingInSharedCells) {
+  remove_inside_a_walk<0>();
 }
 
 }  // namespace

@@ -21,6 +21,9 @@
 // after the registration, and the heavy side, which reads it with acquire on a thread that was
 // handed the queue after its construction, reads true too. A heavy side that reads true while
 // a light side read false is harmless: membarrier is also a full fence for its caller.
+// Once registered, the light sides rely on every heavy fence being a membarrier: heavy_fence()
+// retries one the kernel fails for a moment (ENOMEM, EINTR, EAGAIN) and aborts, saying why, on
+// any other failure rather than go on unfenced.
 #pragma once
 
 #include <atomic>

@@ -80,10 +80,14 @@ class EventBus {
   /// delivering(): this thread is walking a deferred batch (an observer or callback runs).
   [[nodiscard]] static bool delivering() noexcept { return thread_buffer().in_use; }
 
-  /// prepare_thread(): builds this thread's delivery buffer. It is a thread_local with a
-  /// destructor, and glibc allocates to register that destructor on a thread's first use of
-  /// it: a worker calls this first, keeping that allocation out of its steady state.
-  static void prepare_thread() noexcept { (void)thread_buffer(); }
+  /// prepare_thread(): builds this thread's delivery buffer and claims its thread index (the
+  /// observers' reader cell). Each is a thread_local with a destructor, and glibc allocates to
+  /// register that destructor on a thread's first use of it: a worker calls this first, keeping
+  /// those allocations out of its steady state.
+  static void prepare_thread() noexcept {
+    (void)thread_buffer();
+    (void)this_thread_index();
+  }
 
  private:
   /// Deferred: an event with copies of the views that may not outlive the lock, or a callback.

@@ -16,51 +16,79 @@
 // a new immutable Snapshot (the live observers' Node pointers, in add order) and publish it with
 // one exchange of current_. What it replaced is retired and freed after a grace period, once
 // every reader that might have loaded it has left. A reader brackets its walk with an increment
-// and a decrement of its thread's stripe of the reader count of one of two phases (readers_[s]
-// .count[phase]). A grace-period step waits for the count of the phase readers are *not*
+// and a decrement of its thread's cell of the reader count of one of two phases
+// (cell.count[phase]). A grace-period step waits for the count of the phase readers are *not*
 // entering to be zero, then flips the phase, so new readers never hold up the count a step
 // waits for; two consecutive steps have checked both counts, so any reader that entered before
 // the retirement has left by then. remove() also flags its node first, so a walk that loaded
 // the old snapshot skips it from then on (on this thread: the rest of the current event).
+// Reader counts: a thread with an index below Owned (this_thread_index(): unique among live
+// threads) counts in a cell of its own, owned_[index], with plain stores (one writer) and a
+// light fence; any other thread counts in one of kStripes shared cells, chosen by its stripe,
+// with locked read-modify-writes. A locked instruction waits for the store buffer to drain, and
+// an event's walk follows the stores that built the event: two of them per event cost more than
+// the rest of the walk. The step pays instead, with a heavy fence (asymmetric_fence.hpp).
 // Alternatives not taken: std::atomic<std::shared_ptr> (and std::atomic_load of a shared_ptr)
 // is a lock in libstdc++ (a spin bit in the pointer; a mutex pool for atomic_load) and makes
-// every emitter write one shared reference count; hazard pointers need a per-thread record
-// registered (allocated) on a thread's first event and a scan per retirement, for the same
-// reader cost as two counter RMWs on the reader's own line.
+// every emitter write one shared reference count; hazard pointers need a record per thread and
+// a scan per retirement, and a publication per walk with the same fence.
 //
 // Invariants:
 //   I1  current_ is null (no observer) or a non-empty Snapshot whose nodes are all allocated.
 //   I2  A snapshot or node is freed only once two steps completed after it was unlisted
 //       (Retired::after + 2 <= steps_), or by the destructor.
-//   I3  Each stripe's count of a phase is the number of readers inside that entered it there
+//   I3  Each cell's count of a phase is the number of readers inside that entered it there
 //       (>= 0: a reader's increment precedes its decrement in the counter's modification order).
+//       An owned cell has one writer, the live thread holding its index; every walk leaves the
+//       counts it raised as they were, and the index passes from an exited thread to the next
+//       through the allocator's mutex (happens-before), so the next holder inherits zeros.
 //
 // Memory-ordering contract:
 //   - add() builds the Node and Snapshot, then current_.exchange (seq_cst; its release half
 //     publishes them to the reader's seq_cst load of current_).
-//   - Reader: count.fetch_add(seq_cst), then current_.load(seq_cst). Writer: current_.exchange
-//     (seq_cst), then, in every later step (under mu_, so strongly happening after it), the
-//     stripes' count loads (seq_cst). A reader that loaded the old snapshot read a value before
-//     the exchange, so its load, and its increment sequenced before it, precede the exchange in
-//     the single total order S, hence precede the step's loads: a load after a seq_cst write
-//     in S cannot read a value older than that write ([atomics.order], coherence-ordered
-//     before), so the step sees the reader's increment until it reads its decrement.
-//   - Reader exit: fetch_sub(release). The step's seq_cst load reads it, or a later RMW of its
-//     release sequence: the reader's last use of the snapshot happens before the free.
+//   - Reader in a shared cell: count.fetch_add(seq_cst), then current_.load(seq_cst). Writer:
+//     current_.exchange (seq_cst), then, in every later step (under mu_, so strongly happening
+//     after it), a heavy fence and the cells' count loads (seq_cst). A reader that loaded the
+//     old snapshot read a value before the exchange, so its load, and its increment sequenced
+//     before it, precede the exchange in the single total order S, hence precede the step's
+//     loads: a load after a seq_cst write in S cannot read a value older than that write
+//     ([atomics.order], coherence-ordered before), so the step sees the reader's increment
+//     until it reads its decrement.
+//   - Reader in an owned cell: count.store(relaxed), light_fence(), current_.load(seq_cst);
+//     the step's heavy_fence() comes between the exchange and its count loads. The heavy fence
+//     acts as a seq_cst fence on the reader's side too (asymmetric_fence.hpp), so this is the
+//     store-buffering pattern with a seq_cst fence on each side: either the step's load reads
+//     the reader's increment, or the reader's load of current_ reads the exchange (or later)
+//     and never sees the old snapshot.
+//   - Reader exit: fetch_sub(release) in a shared cell, store(release) in an owned one. A step
+//     passes only on reading zero in every cell, and only a reader's exit (or the initial
+//     value) writes zero, so the step's seq_cst load read that exit or a later RMW of its
+//     release sequence (shared cells): the reader's last use of the snapshot happens before the
+//     free.
+//   - One heavy fence per publication: the first step after a publish (or after a flag store
+//     of remove's no-memory path) fences before its deciding loads, and every later step's
+//     loads follow that fence too (under mu_). A step that reads a non-zero count in a first,
+//     unfenced look fails without fencing: failing is always safe.
 //   - Node::removed: store seq_cst (before the grace period of the remove that waits) and load
-//     seq_cst in the walk. A walk that reads false after the store did not precede it in S, so
-//     its increment preceded the step's loads (as above): the wait covers that call. On x86 a
-//     seq_cst load is a plain load.
+//     seq_cst in the walk. A walk that reads false after the store did not precede it in S (a
+//     shared cell), or read it across the fences (an owned cell), so its increment is seen by
+//     the step's loads (as above): the wait covers that call. On x86 a seq_cst load is a plain
+//     load.
 //   - phase_: relaxed both ways. It only steers readers to a count, which decides how soon a
 //     step can pass, never whether freeing is safe (the argument above holds whatever phase a
 //     reader used).
 //
 // Threading: for_each from any thread, concurrently and re-entrantly (an observer may emit,
-// add, remove). add/remove from any thread; a remove outside observers must not be called while
-// holding a lock an observer may wait for (it waits for the calls in progress). remove() never
-// waits holding mu_, so a writer inside an observer is never stuck behind a waiting remove.
-// Shutdown: the destructor requires no walk in progress (the engine joins its threads first).
-// Atom is std::atomic in the engine and DeterministicAtomic in tests/observer_list_test.cpp.
+// add, remove); a walk ends on the thread it began on (an observer must not resume on another
+// thread, as a migrated fiber would: its exit would write a cell another thread owns). A
+// thread's first walk claims its thread index (a mutex and, in glibc, one allocation: the engine
+// claims it when a worker starts, EventBus::prepare_thread). add/remove from any thread; a remove
+// outside observers must not be called while holding a lock an observer may wait for (it waits for
+// the calls in progress). remove() never waits holding mu_, so a writer inside an observer is never
+// stuck behind a waiting remove. Shutdown: the destructor requires no walk in progress (the engine
+// joins its threads first). Atom is std::atomic in the engine and DeterministicAtomic in
+// tests/observers_test.cpp; Owned is 64 in the engine (threads beyond it share the striped cells),
+// smaller in tests that make threads share.
 #pragma once
 
 #include <algorithm>
@@ -76,18 +104,21 @@
 #include <utility>
 #include <vector>
 
+#include "rail/detail/asymmetric_fence.hpp"
 #include "rail/detail/striped_counter.hpp"
+#include "rail/detail/thread_index.hpp"
 
 namespace rail::detail {
 
-template <class Fn, template <class> class Atom = std::atomic>
+template <class Fn, template <class> class Atom = std::atomic, std::size_t Owned = 64>
 class BasicObserverList {
  public:
-  /// Reader stripes: a thread's enter and exit touch only its stripe's line.
+  /// Shared reader cells, for threads without an owned one: a thread's enter and exit touch only
+  /// its stripe's line.
   static constexpr std::size_t kStripes = 16;
   static_assert((kStripes & (kStripes - 1)) == 0, "kStripes must be a power of two");
 
-  BasicObserverList() = default;
+  BasicObserverList() noexcept { init_asymmetric_fence(); }  // before any walk's light fence
   BasicObserverList(const BasicObserverList&) = delete;
   BasicObserverList& operator=(const BasicObserverList&) = delete;
 
@@ -115,18 +146,33 @@ class BasicObserverList {
   template <class F>
   void for_each(F&& f) const noexcept {
     if (!any()) return;
-    Stripe& stripe = stripes_[this_thread_stripe() & (kStripes - 1)];
+    const std::uint32_t thread = this_thread_index();
+    const bool owned = thread < Owned;
+    Cell& cell = owned ? owned_[thread] : shared_[this_thread_stripe() & (kStripes - 1)];
     const unsigned phase = phase_.load(std::memory_order_relaxed) & 1u;  // see the contract
-    // seq_cst, with the load below: see the contract (the grace period sees this reader).
-    stripe.count[phase].fetch_add(1, std::memory_order_seq_cst);
+    Atom<std::uint32_t>& count = cell.count[phase];
+    if (owned) {
+      // relaxed: this thread is the cell's one writer; light_fence() keeps the store before
+      // the load of current_ below, and the step's heavy fence does the rest (see the contract).
+      count.store(count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      light_fence();
+    } else {
+      // seq_cst, with the load below: see the contract (the grace period sees this reader).
+      count.fetch_add(1, std::memory_order_seq_cst);
+    }
     struct Leave {
       Atom<std::uint32_t>& count;
+      bool owned;
       ~Leave() {
         --walk_depth();
         // release: our last read of the snapshot happens before the step that reads this.
-        count.fetch_sub(1, std::memory_order_release);
+        if (owned) {
+          count.store(count.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+        } else {
+          count.fetch_sub(1, std::memory_order_release);
+        }
       }
-    } leave{stripe.count[phase]};
+    } leave{count, owned};
     ++walk_depth();
     const Snapshot* s = current_.load(std::memory_order_seq_cst);
     if (s == nullptr) return;
@@ -180,6 +226,7 @@ class BasicObserverList {
       Node* const node = *it;
       // seq_cst: see the contract; from here on no walk starts a call of it.
       node->removed.store(true, std::memory_order_seq_cst);
+      fenced_ = false;  // the next step fences after this store (kept if nothing is published)
       try {
         std::unique_ptr<Snapshot> next;
         if (old->nodes.size() > 1) {
@@ -261,7 +308,7 @@ class BasicObserverList {
       delete node;
     }
   };
-  struct alignas(64) Stripe {  // its own line: written by its threads on every event
+  struct alignas(64) Cell {  // its own line: written by its threads on every event
     Atom<std::uint32_t> count[2] = {};
   };
 
@@ -270,6 +317,7 @@ class BasicObserverList {
   void publish(const Snapshot* next, const Snapshot* old, const Node* keep = nullptr) noexcept {
     // seq_cst: see the contract (publication, and the grace period's starting point).
     current_.exchange(next, std::memory_order_seq_cst);
+    fenced_ = false;  // the next step fences after this exchange
     if (old == nullptr) return;
     retired_.emplace_back(steps_, old, nullptr);
     // A flagged node is never copied into a new snapshot, so each is retired exactly once: by
@@ -283,8 +331,22 @@ class BasicObserverList {
   /// not entering is zero (else false: readers are still inside).
   bool try_step() noexcept {
     const unsigned phase = phase_.load(std::memory_order_relaxed) & 1u;  // writers hold mu_
-    for (Stripe& s : stripes_)
-      if (s.count[phase ^ 1u].load(std::memory_order_seq_cst) != 0) return false;
+    const auto inside = [&](const Cell& c) {
+      return c.count[phase ^ 1u].load(std::memory_order_seq_cst) != 0;
+    };
+    const auto any_inside = [&] {
+      return std::any_of(owned_.begin(), owned_.end(), inside) ||
+             std::any_of(shared_.begin(), shared_.end(), inside);
+    };
+    if (!fenced_) {
+      // Readers still inside: the step fails either way, without the fence's cost.
+      if (any_inside()) return false;
+      // Between the publication and the deciding loads: the owned cells' readers fence only
+      // lightly (see the contract).
+      heavy_fence();
+      fenced_ = true;
+    }
+    if (any_inside()) return false;
     phase_.store(phase ^ 1u, std::memory_order_relaxed);  // steering only: see the contract
     ++steps_;
     return true;
@@ -326,10 +388,12 @@ class BasicObserverList {
   }
 
   Atom<const Snapshot*> current_{nullptr};
-  mutable std::array<Stripe, kStripes> stripes_{};
+  mutable std::array<Cell, Owned> owned_{};      // owned_[i]: the thread holding index i
+  mutable std::array<Cell, kStripes> shared_{};  // the other threads', by stripe
   Atom<unsigned> phase_{0};
   mutable std::mutex mu_;
   std::uint64_t steps_ = 0;       // completed grace-period steps; under mu_
+  bool fenced_ = true;            // a heavy fence followed the last publication; under mu_
   std::uint64_t next_id_ = 1;     // under mu_
   std::vector<Retired> retired_;  // under mu_
 };
