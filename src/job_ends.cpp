@@ -129,30 +129,25 @@ EndRecord JobEnds::record_of(const JobSlot& s, EndKind kind, std::int64_t now, s
   end.id = s.id.load(std::memory_order_relaxed);
   end.ended_at = TimePoint{Duration{now}};
   end.attempt = s.attempts();
+  end.status = status_of(kind);  // note() admits none of the kinds that are no end
   switch (kind) {
     case EndKind::completed:
-      end.status = JobStatus::completed;
       end.result = std::move(result);
       end.attempt += 1;  // the one that succeeded
       break;
     case EndKind::dead_lettered:
-      end.status = JobStatus::dead_lettered;
       end.reason = s.end_reason;
       end.errors = attempt_errors(s);
       if (!end.errors.empty()) end.error = end.errors.back().message;
       break;
-    case EndKind::cancelled:
-      end.status = JobStatus::cancelled;
-      break;
     case EndKind::discarded:
-      end.status = JobStatus::discarded;
       end.error = why;
       end.attempt += 1;  // the one that discarded it
       break;
     case EndKind::forwarded:
-      end.status = JobStatus::forwarded;
       end.error = why;
       break;
+    case EndKind::cancelled:
     case EndKind::none:
     case EndKind::filed:
       break;
