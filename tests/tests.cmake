@@ -54,6 +54,7 @@ rail_add_test(downstream_gate)
 rail_add_test(downstream_order CONCURRENCY)
 rail_add_test(asymmetric_fence CONCURRENCY)
 rail_add_test(thread_index CONCURRENCY)
+rail_add_test(striped_counter CONCURRENCY)
 rail_add_test(dlq_journal)
 rail_add_test(dlq_journal_crash LABEL crash)
 # rail-dlq on the orders demo's journal (issue 12's acceptance check); built by rail_tests.
