@@ -1,9 +1,11 @@
 // this_thread_index() (detail/thread_index.hpp): live threads hold distinct indices, stable for
 // their life; an exited thread's index goes back and the lowest free one is handed out next; a
-// thread_local destructor that asks after the thread's clean-up gets kNoThreadIndex.
+// thread_local destructor still holds its thread's index, and a pthread key's destructor that
+// runs after the index was freed gets none.
 #include "rail/detail/thread_index.hpp"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -73,8 +75,8 @@ TEST(ThreadIndex, AnExitedThreadsIndexIsFreedAndTheLowestFreeOneGoesNext) {
   EXPECT_EQ(live_thread_indices(), before);
 }
 
-/// AskAtExit: a thread_local built before the thread's first this_thread_index(), so destroyed
-/// after the index was freed, asks again from its destructor.
+/// AskAtExit: a thread_local that asks from its destructor. C++ thread_local destructors run
+/// before the pthread keys' destructors (glibc), so the thread still holds its index then.
 struct AskAtExit {
   std::atomic<std::uint32_t>* seen = nullptr;
   ~AskAtExit() {
@@ -82,18 +84,42 @@ struct AskAtExit {
   }
 };
 
-TEST(ThreadIndex, AThreadLocalDestructorAfterTheThreadsCleanUpGetsNoIndex) {
+TEST(ThreadIndex, AThreadLocalDestructorStillHoldsTheThreadsIndex) {
   const std::uint32_t before = live_thread_indices();
   std::atomic<std::uint32_t> seen{0};
   std::uint32_t held = kNoThreadIndex;
   std::thread([&] {
-    thread_local AskAtExit ask;  // constructed first, destroyed last
+    thread_local AskAtExit ask;
     ask.seen = &seen;
     held = this_thread_index();
   }).join();
   EXPECT_NE(held, kNoThreadIndex);
-  EXPECT_EQ(seen.load(), kNoThreadIndex);  // not the freed index, which another thread may hold
+  EXPECT_EQ(seen.load(), held);
   EXPECT_EQ(live_thread_indices(), before);
+}
+
+/// A key created after the allocator's (which exists once any thread asked) has its destructor
+/// run after the allocator's frees the index (glibc runs keys' destructors in key order): asking
+/// from it gets no index, and claims none anew.
+std::atomic<std::uint32_t> g_seen_after_release{0};
+void ask_after_release(void*) {
+  g_seen_after_release.store(this_thread_index());
+}
+
+TEST(ThreadIndex, AKeyDestructorAfterTheIndexWasFreedGetsNoIndex) {
+  (void)this_thread_index();  // the allocator and its key exist from here on
+  pthread_key_t later;
+  ASSERT_EQ(pthread_key_create(&later, &ask_after_release), 0);
+  const std::uint32_t before = live_thread_indices();
+  std::uint32_t held = kNoThreadIndex;
+  std::thread([&] {
+    held = this_thread_index();
+    ASSERT_EQ(pthread_setspecific(later, &held), 0);
+  }).join();
+  EXPECT_NE(held, kNoThreadIndex);
+  EXPECT_EQ(g_seen_after_release.load(), kNoThreadIndex);
+  EXPECT_EQ(live_thread_indices(), before);
+  pthread_key_delete(later);
 }
 
 }  // namespace

@@ -81,9 +81,10 @@ class EventBus {
   [[nodiscard]] static bool delivering() noexcept { return thread_buffer().in_use; }
 
   /// prepare_thread(): builds this thread's delivery buffer and claims its thread index (the
-  /// observers' reader cell). Each is a thread_local with a destructor, and glibc allocates to
-  /// register that destructor on a thread's first use of it: a worker calls this first, keeping
-  /// those allocations out of its steady state.
+  /// observers' reader cell). The buffer is a thread_local with a destructor, and glibc
+  /// allocates to register that destructor on a thread's first use of it; the index's first
+  /// claim takes a process-wide mutex. A worker calls this first, keeping both out of its
+  /// steady state.
   static void prepare_thread() noexcept {
     (void)thread_buffer();
     (void)this_thread_index();

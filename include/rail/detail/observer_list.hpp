@@ -81,7 +81,7 @@
 // Threading: for_each from any thread, concurrently and re-entrantly (an observer may emit,
 // add, remove); a walk ends on the thread it began on (an observer must not resume on another
 // thread, as a migrated fiber would: its exit would write a cell another thread owns). A
-// thread's first walk claims its thread index (a mutex and, in glibc, one allocation: the engine
+// thread's first walk claims its thread index (a process-wide mutex, no allocation: the engine
 // claims it when a worker starts, EventBus::prepare_thread). add/remove from any thread; a remove
 // outside observers must not be called while holding a lock an observer may wait for (it waits for
 // the calls in progress). remove() never waits holding mu_, so a writer inside an observer is never

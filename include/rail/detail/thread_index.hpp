@@ -4,13 +4,15 @@
 //
 // Contract: while a thread lives, its index never changes and no other live thread holds it.
 // When the thread exits, its index is freed and may go to a thread that asks later (the lowest
-// free index first, so indices stay dense). kNoThreadIndex when kMaxThreadIndices live threads
-// hold one already, or when asked after the thread's exit clean-up freed its index (a
-// thread_local destructor that runs later): the caller then uses a cell shared with other
+// free index first, so indices stay dense). It is freed by a pthread key's destructor, which
+// glibc runs after the thread's C++ thread_local destructors: those still hold it. kNoThreadIndex
+// when kMaxThreadIndices live threads hold one already, or when asked after the index was freed
+// (another key's destructor that runs later): the caller then uses a cell shared with other
 // threads. A user of an index must leave its cell as it found it before the thread exits (every
 // cell a reader increments, it decrements before returning), since the next holder inherits it.
-// Cost: the first call on a thread takes a process-wide mutex (cold); every later call reads one
-// constant-initialised thread_local.
+// Cost: the first call on a thread takes a process-wide mutex and allocates nothing (glibc keeps
+// a thread's values of the process's first 32 keys in the thread itself); every later call reads
+// one constant-initialised thread_local.
 // Fork: the child keeps the forking thread's index and frees every other (pthread_atfork).
 // Threading: any thread, also during static initialisation and thread exit; not from a signal
 // handler (the first call takes a mutex).
@@ -33,7 +35,7 @@ inline std::uint32_t& slot() noexcept {
   return index;
 }
 /// claim(): the calling thread's first call: takes the lowest free index (or kNoThreadIndex),
-/// stores it in slot() and arranges for its release at thread exit (thread_index.cpp).
+/// stores it in slot() and sets the key that frees it at thread exit (thread_index.cpp).
 std::uint32_t claim() noexcept;
 }  // namespace thread_index_detail
 
