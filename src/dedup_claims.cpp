@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "rail/detail/deadline.hpp"
+#include "rail/detail/prefetch.hpp"
 #include "rail/error.hpp"
 
 namespace rail::detail {
@@ -14,13 +15,22 @@ namespace rail::detail {
 DedupClaims::Window::Window(std::size_t ids, std::size_t shards, const FlowParts& parts)
     : set(room_for(ids, shards), shards),
       gates(std::make_unique<std::atomic<std::uint64_t>[]>(parts.capacity)) {
-  set.watch_with(&running, &parts);  // before LazyOwned publishes the window
+  set.watch_with(&alive, &parts);  // before LazyOwned publishes the window
 }
 
-bool DedupClaims::running(const void* parts, std::uint64_t owner, std::uint32_t idx) noexcept {
+bool DedupClaims::alive(const void* parts, std::uint64_t owner, std::uint32_t idx,
+                        DedupSet::Tie tie) noexcept {
   const auto& p = *static_cast<const FlowParts*>(parts);
   if (idx >= p.capacity) return false;
   const JobSlot& s = p.slot(idx);
+  if (tie == DedupSet::Tie::owner) {
+    // end_kind first (acquire), then the id: an end_kind of `none` stored for a later job of
+    // the slot (init_slot, or a claim's make_owner) was stored after that job's id, so the id
+    // read then is not `owner`'s. An end once decided is never undone for the same job, so a
+    // job found gone stays gone (DedupSet::Alive), but for a redrive into the same slot, which
+    // reclaim() settles.
+    return s.ended_as() == EndKind::none && s.id.load(std::memory_order_relaxed) == owner;
+  }
   // The word first (acquire), then the id: a word that shows another job active in the slot
   // was published after that job's id was written, so the id read then is not `owner`'s.
   return ctl::state(s.ctl.load()) == SlotState::active &&
@@ -54,12 +64,23 @@ DedupSet& DedupClaims::window() {
 DedupSet::Claim DedupClaims::claim(std::uint32_t idx, const JobOptions& o, std::int64_t now,
                                    JobId successor_of) {
   const std::int64_t expires = window_end(o, now);
-  return window().try_claim(
+  JobSlot& s = parts_.slot(idx);
+  DedupSet& ids = window();
+  // hold() writes these next, so the claim's work overlaps their fetch.
+  if (s.extra != nullptr) prefetch_for_write(s.extra);
+  prefetch_for_write(&gate(idx));
+  return ids.try_claim(
       o.dedup.id, now, expires,
       [&]() noexcept {
-        return std::pair<std::uint64_t, std::uint32_t>{parts_.core.next_ids(1), idx};
+        const JobId id = parts_.core.next_ids(1);
+        // Before the claim is seen (the shard lock's release): a claim tied to its job is live
+        // only while alive() finds the job in its slot, not ended. The slot is ours (not
+        // published), and init_slot stores the same again.
+        s.id.store(id, std::memory_order_relaxed);
+        s.end_as(EndKind::none);  // after the id: see alive()
+        return std::pair<std::uint64_t, std::uint32_t>{id, idx};
       },
-      successor_of, hold_for(o) == DedupHold::ttl_unless_active);  // watched: see running
+      successor_of, tie_for(hold_for(o)));
 }
 
 std::optional<DedupSet::Claim> DedupClaims::live_claim(const JobOptions& o, std::int64_t now) {
@@ -84,14 +105,20 @@ void DedupClaims::reclaim(std::uint32_t idx, JobId id, const std::string& key, s
   bool ttl;
   if (auto live = ids.find(key, now)) {
     if (live->first != id) return;  // another job's now: duplicates merge into that one
-    // Kept after the first run (a ttl): it expires on its own; it points at this slot now, so a
-    // debounce of the redriven job finds it.
+    // Kept after the first run (a ttl): it expires on its own. Or tied to the job's first run,
+    // and this slot was its slot then: the redrive made it look alive again, and it is the
+    // redriven job's until its end now. Either way it points at this slot now, so a debounce
+    // of the redriven job finds it.
+    ttl = ids.tie_of(key, id) != DedupSet::Tie::owner;
     if (!ids.set_value(key, id, idx)) return;  // expired and reclaimed in between
-    ttl = true;
   } else {
-    const auto claimed = ids.try_claim(key, now, DedupSet::kNoExpiry, [&]() noexcept {
-      return std::pair<std::uint64_t, std::uint32_t>{id, idx};
-    });
+    const auto claimed = ids.try_claim(
+        key, now, DedupSet::kNoExpiry,
+        [&]() noexcept {
+          return std::pair<std::uint64_t, std::uint32_t>{id, idx};
+        },
+        0,
+        tie_for(DedupHold::until_end));  // init_slot made it alive
     if (claimed.result != DedupSet::Claim::Result::inserted) return;
     ttl = false;
   }

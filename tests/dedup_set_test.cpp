@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "rail/error.hpp"
+#include "support/dedup_set_peer.hpp"
 #include "support/watchdog.hpp"
 
 // g++ defines __SANITIZE_*__; clang answers __has_feature instead.
@@ -90,85 +91,6 @@ std::atomic<std::uint64_t> g_allocations{0};
 
 namespace rail::detail {
 
-// White-box access, declared a friend by DedupSet. It can force hash collisions and check the table
-// invariants that backward-shift deletion must preserve.
-struct DedupSetTestPeer {
-  using HashFn = DedupSet::HashFn;
-  using Lock = DedupSet::SpinLock<>;
-
-  // set_hash must be called before the set is shared with other threads.
-  static void set_hash(DedupSet& set, HashFn fn) { set.test_hash_ = fn; }
-  static std::size_t shard_of(const DedupSet& set, std::string_view key) {
-    return set.shard_index(set.hash_of(key));
-  }
-  static std::size_t shard_capacity(const DedupSet& set) { return set.shard_capacity_; }
-  // probed_size / storage_size: shard k's probed table size and its storage (DedupTable).
-  static std::size_t probed_size(const DedupSet& set, std::size_t k) {
-    const DedupSet::Guard guard(set.shards_[k].lock);
-    return set.shards_[k].table.size();
-  }
-  static std::size_t storage_size(const DedupSet& set, std::size_t k) {
-    return set.shards_[k].table.capacity();
-  }
-
-  // check_invariants returns "" or a description of the first broken invariant. It takes each
-  // shard lock in turn, so it is safe to call while other threads operate.
-  static std::string check_invariants(const DedupSet& set) {
-    for (std::size_t k = 0; k <= set.shard_mask_; ++k) {
-      DedupSet::Shard& s = set.shards_[k];
-      const DedupSet::Guard guard(s.lock);
-      const std::string where = "shard " + std::to_string(k) + ": ";
-      const DedupTable& t = s.table;
-      const std::size_t table_size = t.size();
-      // I1: a power of two within the storage; nothing stored past the probed size.
-      if (!std::has_single_bit(table_size) || table_size < DedupTable::kMinSize ||
-          table_size > t.capacity()) {
-        return where + "probed size " + std::to_string(table_size) + " is not a power of two in [" +
-               std::to_string(DedupTable::kMinSize) + ", " + std::to_string(t.capacity()) + "]";
-      }
-      for (std::size_t i = table_size; i < t.capacity(); ++i)
-        if (!t.empty(i)) return where + "an entry past the probed size, at " + std::to_string(i);
-      const std::size_t stored = s.count.load(std::memory_order_relaxed);
-      // I3: load <= 1/2 (the 1/8 floor is a policy, pinned by its own test: a claim's probe
-      // reclaims expired entries without shrinking).
-      if (stored * 2 > table_size) return where + "load above 1/2";
-      std::size_t occupied = 0;
-      std::set<std::uint32_t> used_slots;
-      std::set<std::string> keys;
-      for (std::size_t i = 0; i < table_size; ++i) {
-        const DedupSet::Entry& e = s.table[i];
-        if (e.key_slot == DedupSet::kEmptySlot) continue;
-        ++occupied;
-        if ((e.key_len & DedupTable::kMovingBit) != 0) return where + "an entry left moving";
-        const std::string key(set.key_bytes(s, e.key_slot), DedupTable::length(e));
-        if (DedupSet::hash_lo(set.hash_of(key)) != e.hash) {
-          return where + "stored hash does not match key bytes";
-        }
-        if (set.shard_index(set.hash_of(key)) != k) return where + "entry in the wrong shard";
-        if (e.key_slot >= set.shard_capacity_) return where + "key slot out of range";
-        if (!used_slots.insert(e.key_slot).second) return where + "key slot used twice";
-        if (!keys.insert(key).second) return where + "key stored twice: " + key;
-        if (e.expires_at_ns < s.min_expiry) return where + "min_expiry is not a lower bound";
-        // The probe invariant: no empty slot between the entry's home and the entry.
-        for (std::size_t p = t.home(e.hash); p != i; p = t.next(p)) {
-          if (s.table[p].key_slot == DedupSet::kEmptySlot) {
-            return where + "entry at " + std::to_string(i) + " unreachable from its home " +
-                   std::to_string(t.home(e.hash)) + " (empty slot at " + std::to_string(p) + ")";
-          }
-        }
-      }
-      if (occupied != s.count.load(std::memory_order_relaxed)) return where + "count is wrong";
-      if (occupied > set.shard_capacity_) return where + "more entries than capacity";
-      if (s.free_top + occupied != set.shard_capacity_) return where + "free stack size is wrong";
-      for (std::uint32_t f = 0; f < s.free_top; ++f) {
-        if (used_slots.count(s.free_slots[f]) != 0) return where + "a used key slot is free";
-        if (s.free_slots[f] >= set.shard_capacity_) return where + "free slot out of range";
-      }
-    }
-    return "";
-  }
-};
-
 namespace {
 
 using Result = DedupSet::Claim::Result;
@@ -197,6 +119,15 @@ struct CountingOwner {
 constexpr std::chrono::seconds kDeadline{kTsan ? 300 : 60};
 
 // Forms "<prefix><n>" in a fixed buffer, so loops that must not allocate can make distinct keys.
+// thread_prefix(t): "t<t>-", built by appends (GCC 12 warns a false -Wrestrict on `"t" + ...`
+// once the test's lambdas inline it).
+std::string thread_prefix(int t) {
+  std::string prefix = "t";
+  prefix += std::to_string(t);
+  prefix += '-';
+  return prefix;
+}
+
 struct KeyBuf {
   std::array<char, 32> bytes{};
   std::string_view make(std::string_view prefix, std::uint64_t n) {
@@ -369,7 +300,7 @@ TEST(DedupSet, ASuccessorTakesOverItsPredecessorsClaimInPlaceAndNobodyElses) {
 struct Liveness {
   std::uint64_t alive = 0;
   int calls = 0;
-  static bool of(const void* ctx, std::uint64_t owner, std::uint32_t) noexcept {
+  static bool of(const void* ctx, std::uint64_t owner, std::uint32_t, DedupSet::Tie) noexcept {
     auto* const self = static_cast<Liveness*>(const_cast<void*>(ctx));
     ++self->calls;
     return owner == self->alive;
@@ -381,7 +312,7 @@ TEST(DedupSet, AWatchedClaimStaysLivePastItsExpiryWhileItsOwnerIsAlive) {
   Liveness live;
   set.watch_with(&Liveness::of, &live);
   CountingOwner make;
-  const auto a = set.try_claim("running", 0, 100, make, 0, true);
+  const auto a = set.try_claim("running", 0, 100, make, 0, DedupSet::Tie::past_expiry);
   ASSERT_EQ(a.result, Result::inserted);
   EXPECT_EQ(set.try_claim("running", 50, 900, make).result, Result::duplicate);
   EXPECT_EQ(live.calls, 0) << "a claim within its expiry asks nobody";
@@ -400,15 +331,15 @@ TEST(DedupSet, AWatchedClaimStaysLivePastItsExpiryWhileItsOwnerIsAlive) {
   EXPECT_EQ(set.sweep(900), 1u);
   // A successor's claim carries its own mark: taken over unwatched, it expires while its
   // predecessor's owner would count as alive; taken over watched, it lives while its own does.
-  const auto c = set.try_claim("next", 0, 100, make, 0, true);
+  const auto c = set.try_claim("next", 0, 100, make, 0, DedupSet::Tie::past_expiry);
   live.alive = c.owner;
   const auto d = set.try_claim("next", 50, 100, make, c.owner);
   ASSERT_EQ(d.result, Result::inserted);
   EXPECT_FALSE(set.find("next", 100).has_value());
-  const auto e = set.try_claim("next", 200, 300, make, 0, true);
+  const auto e = set.try_claim("next", 200, 300, make, 0, DedupSet::Tie::past_expiry);
   ASSERT_EQ(e.result, Result::inserted);
   live.alive = e.owner;
-  const auto f = set.try_claim("next", 250, 300, make, e.owner, true);
+  const auto f = set.try_claim("next", 250, 300, make, e.owner, DedupSet::Tie::past_expiry);
   ASSERT_EQ(f.result, Result::inserted);
   EXPECT_FALSE(set.find("next", 300).has_value()) << "the predecessor's liveness is not its";
   live.alive = f.owner;
@@ -423,7 +354,7 @@ TEST(DedupSet, AWatchedClaimSurvivesSweepsAndResizesOnlyWhileItsOwnerIsAlive) {
   Liveness live;
   set.watch_with(&Liveness::of, &live);
   CountingOwner make;
-  const auto held = set.try_claim("held", 0, 10, make, 0, true);
+  const auto held = set.try_claim("held", 0, 10, make, 0, DedupSet::Tie::past_expiry);
   live.alive = held.owner;
   KeyBuf key;
   for (int round = 0; round < 3; ++round) {
@@ -1052,7 +983,7 @@ TEST(DedupSet, ConcurrentDistinctKeysAllInserted) {
   };
   run([&](int t) {
     KeyBuf buf;
-    const std::string prefix = "t" + std::to_string(t) + "-";
+    const std::string prefix = thread_prefix(t);
     for (int i = 0; i < per_thread; ++i) {
       const auto c = set.try_claim(buf.make(prefix, i), 0, DedupSet::kNoExpiry, [&]() noexcept {
         // relaxed: only uniqueness matters; the shard lock orders the stored result.
@@ -1069,7 +1000,7 @@ TEST(DedupSet, ConcurrentDistinctKeysAllInserted) {
   std::unordered_set<std::uint64_t> unique_owners;
   KeyBuf buf;
   for (int t = 0; t < kThreads; ++t) {
-    const std::string prefix = "t" + std::to_string(t) + "-";
+    const std::string prefix = thread_prefix(t);
     for (int i = 0; i < per_thread; ++i) {
       const auto found = set.find(buf.make(prefix, i), 0);
       ASSERT_TRUE(found.has_value()) << prefix << i;
@@ -1080,7 +1011,7 @@ TEST(DedupSet, ConcurrentDistinctKeysAllInserted) {
   }
   run([&](int t) {
     KeyBuf local;
-    const std::string prefix = "t" + std::to_string(t) + "-";
+    const std::string prefix = thread_prefix(t);
     for (int i = 0; i < per_thread; ++i) {
       if (!set.release(local.make(prefix, i), owners[t][i])) {
         failures.fetch_add(1, std::memory_order_relaxed);

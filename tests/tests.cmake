@@ -13,6 +13,8 @@ rail_add_test(backoff)
 rail_add_test(options)
 rail_add_test(cron)
 rail_add_test(dedup_set CONCURRENCY)
+rail_add_test(dedup_tie)
+rail_add_test(dedup_until_end CONCURRENCY)
 rail_add_test(timing_wheel)
 rail_add_test(engine_stress CONCURRENCY)
 # Replaces the global operator new, which the sanitizer runtimes define themselves.

@@ -7,6 +7,13 @@
 // job takes the id over from it in place, so no newer add can make a job that the kept add would
 // then follow.
 //
+// An id held until its job's end (no ttl) is a claim tied to the job (DedupSet::Tie::owner): it
+// is live while the window's liveness hook (alive) finds the job in the slot its entry names
+// with no end decided (JobSlot::end_kind). So the job's end lets the id go by the store that
+// decides it (JobEnds::note), and the worker that ends a job never touches the window: the next
+// claim that meets the entry reclaims it. The claim stores the job's id and a `none` end in its
+// slot under the shard lock, before any other claim can see the entry.
+//
 // The keep gate of a slot whose job holds an id is one atomic word, a hand-off between adds that
 // keep a newer add for after the running job and the job's end:
 //   open(id)  the job may still get a kept add   (set by the holder when the job claims)
@@ -20,7 +27,7 @@
 // (PeerKeepLast.TheNewestAddIsNeverLostWhileWorkersRunTheKeptJob pins it).
 //
 // A keep_last_if_active id is held while its job runs, past its ttl (BullMQ: no second job while
-// one is active): its claim is watched, and the window's liveness hook (running) reads the slot
+// one is active): its claim is watched (Tie::past_expiry), and the liveness hook reads the slot
 // its entry names: the id stays live while that slot is `active` with the entry's owner in it.
 // The hook reads the same word whose CAS activates the job, so there is no moment between the
 // job's activation and its hold: an add that comes after the CAS, by the word's modification
@@ -86,17 +93,25 @@ class DedupClaims {
   /// Error(invalid_option) when the id is too long; nullopt for a duplicate of a live job.
   static std::optional<AddReceipt> refusal(const DedupSet::Claim& claim, const JobOptions& o);
 
-  /// release_at_end(s, cancelled): the job in s (held by the caller) is ending: closes its keep
-  /// gate and lets its id go, unless a ttl keeps merging adds of a job that ran (a cancelled job
-  /// never ran: its id is free again at once, as BullMQ removes a cancelled job's key). True
-  /// when an add was kept for after it: the id stays held for that add (run_deferred).
+  /// release_at_end(s, cancelled): the job in s (held by the caller) is ending, its end not yet
+  /// decided (JobEnds::note decides it next): closes its keep gate. An id held until the end
+  /// goes when the end is decided (it is tied to the job); a ttl keeps merging adds of a job
+  /// that ran, but a cancelled job never ran: its id is free again at once, as BullMQ removes a
+  /// cancelled job's key. True when an add was kept for after it: the id stays held for that
+  /// add (run_deferred).
   bool release_at_end(const JobSlot& s, bool cancelled) noexcept {
     if (s.dedup == DedupHold::none) return false;
     const JobId id = s.id.load(std::memory_order_relaxed);
     // acq_rel: one total order with an adder's CAS (keep_while_active).
-    if (gate(parts_.index_of(s)).exchange(0, std::memory_order_acq_rel) == kept(id)) return true;
-    if ((s.dedup != DedupHold::with_ttl && s.dedup != DedupHold::ttl_unless_active) || cancelled)
-      // Built: s claimed through it. Owners are job ids, unique: release_claim is exact.
+    if (gate(parts_.index_of(s)).exchange(0, std::memory_order_acq_rel) == kept(id)) {
+      // The job is alive (no end decided yet), so its id is: untied, it outlives the end for
+      // the kept add, which takes it over. Built: s claimed through it.
+      if (s.dedup == DedupHold::until_end)
+        (void)window_.get()->set.set_tie(s.extra->dedup_key, id, DedupSet::Tie::none);
+      return true;
+    }
+    if (cancelled && s.dedup != DedupHold::until_end)
+      // Owners are job ids, unique: release_claim is exact.
       (void)window_.get()->set.release_claim(s.extra->dedup_key, id);
     return false;
   }
@@ -135,17 +150,24 @@ class DedupClaims {
   }
 
  private:
-  /// running(parts, owner, idx): the window's liveness hook (DedupSet::Alive): job `owner` is
-  /// active in slot idx: taken for a start, its handler about to run or running (a start its
-  /// downstream then refuses, or that deliver() drops unstarted or puts back at shutdown, counts
-  /// until it leaves `active`: options.hpp says so). Its expiry goes on meanwhile (an extend
-  /// still moves it) and counts again once the job leaves `active` (finish, lapse, a refused
-  /// start).
-  static bool running(const void* parts, std::uint64_t owner, std::uint32_t idx) noexcept;
+  /// alive(parts, owner, idx, tie): the window's liveness hook (DedupSet::Alive). Tie::owner:
+  /// job `owner` is in slot idx with no end decided. Tie::past_expiry: job `owner` is active in
+  /// slot idx: taken for a start, its handler about to run or running (a start its downstream
+  /// then refuses, or that deliver() drops unstarted or puts back at shutdown, counts until it
+  /// leaves `active`: options.hpp says so); its expiry goes on meanwhile (an extend still moves
+  /// it) and counts again once the job leaves `active` (finish, lapse, a refused start).
+  static bool alive(const void* parts, std::uint64_t owner, std::uint32_t idx,
+                    DedupSet::Tie tie) noexcept;
   /// hold_for(o): how a job added with options o holds its id (JobSlot::dedup).
   static DedupHold hold_for(const JobOptions& o) noexcept {
     if (!o.dedup.ttl) return DedupHold::until_end;
     return o.dedup.keep_last_if_active ? DedupHold::ttl_unless_active : DedupHold::with_ttl;
+  }
+  /// tie_for(hold): the window claim's tie for a job that holds its id so.
+  static DedupSet::Tie tie_for(DedupHold hold) noexcept {
+    return hold == DedupHold::until_end           ? DedupSet::Tie::owner
+           : hold == DedupHold::ttl_unless_active ? DedupSet::Tie::past_expiry
+                                                  : DedupSet::Tie::none;
   }
   /// shards_for(ids): the window's shards: 64, fewer for a small window (256 ids a shard or
   /// more), so that the headroom below stays a small share of it.

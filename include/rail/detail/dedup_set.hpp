@@ -4,20 +4,27 @@
 // existing job; the id is released when that job completes, or kept until its TTL runs out.
 //
 // Guarantee: for any key, at most one live owner at a time. A try_claim of a live key never
-// inserts, and after expiry or release the next try_claim inserts. "Live" means present with
-// expires_at_ns > now_ns, or watched and alive: a claim made watched stays live past its expiry
-// for as long as the set's liveness hook (watch_with) says its owner is alive. An entry that is
-// neither is expired, and every operation that takes a clock treats it as absent.
+// inserts, and after expiry or release the next try_claim inserts. "Live" depends on the claim's
+// tie to its owner, which the set's liveness hook (watch_with) answers for:
+//   Tie::none         present with expires_at_ns > now_ns;
+//   Tie::past_expiry  that, or its owner is alive: it stays live past its expiry meanwhile;
+//   Tie::owner        that, and its owner is alive: it goes when its owner does, with no
+//                     release (a job's end lets its id go without touching the set).
+// An entry that is not live is expired, and every operation that takes a clock treats it as
+// absent; the next claim whose probe or sweep meets it reclaims it.
 //
 // Algorithm: S shards, chosen by the key's 64-bit hash. Each shard is an open-addressing table with
 // linear probing under a test-and-test-and-set spin lock. Deletion is by backward shift (Knuth,
 // TAOCP vol. 3, 6.4 Algorithm R; it is also the usual deletion for Celis's Robin Hood hashing and
 // is described in the Robin Hood notes that followed it), so there are no tombstones: memory and
 // probe lengths depend only on the entries stored now, never on how many expired ids passed
-// through. Expired entries are reclaimed lazily when a try_claim's probe meets them, when a full
-// shard is swept before answering `full`, and by sweep(). A shard probes only as much of its
-// table as its entries need (DedupTable, dedup_table.hpp): a claim grows it before the load would
-// pass 1/2, a release or a sweep shrinks it below 1/8, each by an in-place rehash.
+// through. Expired entries are reclaimed lazily when a try_claim's probe meets them, when a
+// claim would grow or fill a shard (it sweeps the shard first), and by sweep(). A shard probes
+// only as much of its table as its entries need (DedupTable, dedup_table.hpp): a claim grows it
+// before the load would pass 1/2, a release or a sweep() shrinks it below 1/8, each by an
+// in-place rehash. The sweep before a grow runs only when an entry may have expired (min_expiry;
+// an owner-tied entry may go at any moment), and a grow follows it only while the load stays
+// above 3/8, so such sweeps are at least size/8 claims apart: expired ids never grow a table.
 //
 // Why a sharded lock and not lock-free. A check-and-insert of a variable-length key has two
 // lock-free options, and neither is acceptable here:
@@ -32,9 +39,9 @@
 // when their keys land in the same shard, on about 1/64 of operations for uniformly hashed keys.
 //
 // Threading contract: every member function may be called from any thread at the same time as any
-// other. make_owner runs under the shard lock. It must be noexcept and cheap, and it must not call
-// back into this set (the lock is not re-entrant; doing so deadlocks). Holding the lock while
-// make_owner runs is what makes owner ids follow claim order for a key.
+// other. make_owner and the liveness hook run under the shard lock. It must be noexcept and cheap,
+// and it must not call back into this set (the lock is not re-entrant; doing so deadlocks). Holding
+// the lock while make_owner runs is what makes owner ids follow claim order for a key.
 //
 // Memory-ordering contract: each shard lock's acquire (exchange) pairs with the previous holder's
 // release (store), so every write to a shard's entries, key bytes, free stack and min_expiry
@@ -62,7 +69,7 @@
 //
 // An Entry (DedupEntry, dedup_table.hpp) is 32 bytes: owner, expires_at_ns, the low half of the
 // key's hash (its home; bits 32.. pick the shard, the same for all its entries, so not stored),
-// value, key_slot and key_len (bit 31: watched, live past its expiry while its owner is alive).
+// value, key_slot and key_len (its high bits mark the claim's tie: DedupTable's marks).
 //
 // Sizes: cap = ceil(capacity / shards) keys per shard, and table_size = max(8, bit_ceil(2 * cap)),
 // so load <= 1/2 when the shard is full. Per shard that is table_size * 32 + cap * (4 +
@@ -94,6 +101,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "rail/detail/assert.hpp"
 #include "rail/detail/dedup_table.hpp"
 #include "rail/detail/hash_bytes.hpp"
 #include "rail/detail/spin_lock.hpp"
@@ -118,6 +126,9 @@ class DedupSet {
   DedupSet(const DedupSet&) = delete;
   DedupSet& operator=(const DedupSet&) = delete;
 
+  /// Tie: how a claim's liveness follows its owner, as the liveness hook tells (see the top).
+  enum class Tie : std::uint8_t { none, past_expiry, owner };
+
   struct Claim {
     enum class Result : std::uint8_t { inserted, duplicate, full, key_too_long };
     Result result;
@@ -137,12 +148,13 @@ class DedupSet {
   ///
   /// `successor_of`, when nonzero, names an owner whose entry for `key` (live or expired) is
   /// handed over in place: make_owner() is called and the entry takes its owner, value and
-  /// expires_at_ns, with no moment at which the key is free for anyone else. `watched`: the new
-  /// claim stays live past expires_at_ns while the liveness hook says its owner is alive.
+  /// expires_at_ns, with no moment at which the key is free for anyone else. `tie`: the new
+  /// claim's (see the top). A claim tied to its owner is live from the moment make_owner()
+  /// returns, so by then the hook must answer that its owner is alive.
   template <class MakeOwner>
   [[nodiscard]] Claim try_claim(std::string_view key, std::int64_t now_ns,
                                 std::int64_t expires_at_ns, MakeOwner&& make_owner,
-                                std::uint64_t successor_of = 0, bool watched = false) noexcept;
+                                std::uint64_t successor_of = 0, Tie tie = Tie::none) noexcept;
 
   /// release(key, owner) removes `key` only if its stored owner is `owner`, so a finishing job
   /// releases its own id and never a newer job's claim. It returns whether an entry was removed.
@@ -164,17 +176,28 @@ class DedupSet {
   /// the entry with a new owner, so no other owner's claim is ever overridden.
   bool set_expiry(std::string_view key, std::uint64_t owner, std::int64_t expires_at_ns) noexcept;
 
-  /// Alive: the liveness hook, alive(ctx, owner, value): whether a watched entry's owner still
-  /// holds it past its expiry. It runs under the shard lock, so it must be noexcept and cheap,
-  /// and must not call back into this set. It may read shared state: the answer counts as of
-  /// the moment it reads it, and the lock orders everything else the operation does around it.
-  using Alive = bool (*)(const void* ctx, std::uint64_t owner, std::uint32_t value) noexcept;
+  /// Alive: the liveness hook, alive(ctx, owner, value, tie): whether the owner of an entry with
+  /// that tie (past_expiry or owner) is alive. It runs under the shard lock, so it must be
+  /// noexcept and cheap, and must not call back into this set. It may read shared state: the
+  /// answer counts as of the moment it reads it, and the lock orders everything else the
+  /// operation does around it. An owner tied claim whose owner it once found gone must stay
+  /// gone (the entry may be reclaimed at any later moment).
+  using Alive = bool (*)(const void* ctx, std::uint64_t owner, std::uint32_t value,
+                         Tie tie) noexcept;
   /// watch_with(alive, ctx): installs the liveness hook. Call it before the set is shared with
-  /// other threads, and before any watched claim; without it a watched entry expires as any.
+  /// other threads, and before any tied claim; without it every claim lives by its expiry.
   void watch_with(Alive alive, const void* ctx) noexcept {
     alive_ = alive;
     alive_ctx_ = ctx;
   }
+
+  /// set_tie(key, owner, tie): the entry for `key`, if `owner` owns it, takes `tie` (a job that
+  /// held its id until its end keeps it for the add kept for after it: Tie::none). Returns
+  /// whether it was found. It takes no clock: an owner-tied entry whose owner went may still be
+  /// stored, and is then made live again; a caller unties only an owner it knows is alive.
+  bool set_tie(std::string_view key, std::uint64_t owner, Tie tie) noexcept;
+  /// tie_of(key, owner): the tie of the entry for `key`, if `owner` owns it (live or not).
+  [[nodiscard]] std::optional<Tie> tie_of(std::string_view key, std::uint64_t owner) const noexcept;
 
   /// set_value(key, owner, value) replaces the value stored with `key` if `owner` owns it (a
   /// redriven job that kept its claim lives in another slot now). Returns whether it was found.
@@ -205,6 +228,10 @@ class DedupSet {
   using Entry = DedupEntry;
   static constexpr std::uint32_t kEmptySlot = DedupTable::kEmptySlot;
   static constexpr std::uint32_t kWatchedBit = DedupTable::kWatchedBit;
+  static constexpr std::uint32_t kBoundBit = DedupTable::kBoundBit;
+  static constexpr std::uint32_t kGoneBit = DedupTable::kGoneBit;
+  // kMayGo: the min_expiry of a shard holding an owner-tied entry: it may go at any moment.
+  static constexpr std::int64_t kMayGo = std::numeric_limits<std::int64_t>::min();
   // Bit budget: the shard index comes from hash bits 32..47 and the home slot from bits 0..30, so
   // the two never overlap. That caps shards at 2^16 and a shard's table at 2^31 slots.
   static constexpr std::size_t kMaxShards = std::size_t{1} << 16;
@@ -228,9 +255,10 @@ class DedupSet {
     // read it without the lock (relaxed, a snapshot).
     std::atomic<std::uint32_t> count{0};
     std::uint32_t free_top = 0;  // free_slots[0, free_top) are the unused key slots
-    // A lower bound on every stored expires_at_ns. When a full shard gets a claim at now_ns below
-    // it, nothing can have expired, so the O(table) sweep is skipped. Otherwise every claim to a
-    // shard that is full of live keys would rescan the whole shard.
+    // A lower bound on every stored expires_at_ns (kMayGo while an owner-tied entry is stored).
+    // When a claim at now_ns below it would fill or grow the shard, nothing can have expired,
+    // so the O(table) sweep is skipped. Otherwise every claim to a shard that is full of live
+    // keys would rescan the whole shard.
     std::int64_t min_expiry = kNoExpiry;
     DedupTable table;  // its probed size follows count (dedup_table.hpp)
     std::uint32_t* free_slots = nullptr;
@@ -264,13 +292,31 @@ class DedupSet {
     return s.keys + std::size_t{slot} * max_key_bytes_;
   }
 
-  // expired: past its expiry at now_ns, and not a watched entry whose owner is alive. A watched
-  // entry's expiry still counts in a shard's min_expiry, so while its owner stays alive past it
-  // a full shard's claims sweep it in vain.
+  // expired: not live at now_ns (see the top). A watched entry's expiry still counts in a
+  // shard's min_expiry, and an owner-tied entry counts as kMayGo, so while such owners stay
+  // alive a full shard's claims sweep them in vain.
   bool expired(const Entry& e, std::int64_t now_ns) const noexcept {
+    if ((e.key_len & kBoundBit) != 0) return e.expires_at_ns <= now_ns || !alive(e, Tie::owner);
     if (e.expires_at_ns > now_ns) return false;
-    return (e.key_len & kWatchedBit) == 0 || alive_ == nullptr ||
-           !alive_(alive_ctx_, e.owner, e.value);
+    return (e.key_len & kWatchedBit) == 0 || !alive(e, Tie::past_expiry);
+  }
+  bool alive(const Entry& e, Tie tie) const noexcept {
+    return alive_ != nullptr && alive_(alive_ctx_, e.owner, e.value, tie);
+  }
+  static std::uint32_t marks_of(Tie tie) noexcept {
+    return tie == Tie::past_expiry ? kWatchedBit : tie == Tie::owner ? kBoundBit : 0;
+  }
+  // check_born_alive(e): a claim just made, if tied to its owner, finds its owner alive (see
+  // try_claim); else the next claim of its key would take it at once, and two owners would hold
+  // the key.
+  void check_born_alive(const Entry& e) const noexcept {
+    RAIL_INVARIANT((e.key_len & kBoundBit) == 0 || alive_ == nullptr || alive(e, Tie::owner),
+                   "DedupSet::try_claim: the liveness hook does not find the owner that "
+                   "make_owner returned alive; an owner-tied claim must be live when made");
+  }
+  // lowest_expiry: what entry e contributes to its shard's min_expiry.
+  static std::int64_t lowest_expiry(const Entry& e) noexcept {
+    return (e.key_len & kBoundBit) != 0 ? kMayGo : e.expires_at_ns;
   }
 
   bool matches(const Shard& s, const Entry& e, std::uint64_t hash,
@@ -284,8 +330,8 @@ class DedupSet {
 
   // locate: index of `key`'s entry in `s` (live or expired), or npos. At most one entry per key
   // exists, because try_claim inserts only after its probe found no entry for the key.
-  /// update_owned(key, owner, update): calls update(shard, entry) under the shard lock if `owner`
-  /// owns `key`; returns whether it did.
+  /// update_owned(key, owner, update): calls update(shard, index of the entry) under the shard
+  /// lock if `owner` owns `key`; returns whether it did.
   template <class Update>
   bool update_owned(std::string_view key, std::uint64_t owner, Update update) noexcept;
   // locate_owned: index of the entry of `owner` in the chain of `hash` for a key of `len` bytes,
@@ -320,14 +366,25 @@ class DedupSet {
     s.table.shrink_for(s.count.load(std::memory_order_relaxed));  // relaxed: under the lock
   }
 
-  // sweep_locked: removes every entry of `s` with expires_at_ns <= now_ns and recomputes
-  // min_expiry exactly. It starts just past an empty slot and walks one full turn, so no cluster
-  // straddles the starting point. A backward shift at i then moves entries only into slots >= i
-  // that the walk has not passed, and slot i is examined again.
+  // sweep_locked: removes every expired entry of `s` (see expired) and recomputes min_expiry
+  // exactly. First it asks the hook about every owner-tied entry and marks those whose owners
+  // went (kGoneBit): the asks are independent of each other, so the processor overlaps their
+  // reads of the owners' state, where one at a time they would wait for each in turn. Then it
+  // starts just past an empty slot and walks one full turn, so no cluster straddles the
+  // starting point. A backward shift at i then moves entries only into slots >= i that the walk
+  // has not passed, and slot i is examined again. Every marked entry is removed, so no mark
+  // outlives the sweep.
   std::size_t sweep_locked(Shard& s, std::int64_t now_ns) noexcept {
     if (s.count.load(std::memory_order_relaxed) == 0) {  // relaxed: we hold the lock
       s.min_expiry = kNoExpiry;
       return 0;
+    }
+    if (s.min_expiry == kMayGo) {  // owner-tied entries are stored
+      for (std::size_t k = 0; k < s.table.size(); ++k) {
+        Entry& e = s.table[k];
+        if (e.key_slot != kEmptySlot && (e.key_len & kBoundBit) != 0 && !alive(e, Tie::owner))
+          e.key_len |= kGoneBit;
+      }
     }
     std::size_t start = 0;  // an empty slot; one exists because load <= 1/2
     while (s.table[start].key_slot != kEmptySlot)
@@ -337,12 +394,15 @@ class DedupSet {
     std::size_t i = s.table.next(start);
     for (std::size_t visited = 1; visited < s.table.size();) {
       const Entry& e = s.table[i];
-      if (e.key_slot != kEmptySlot && expired(e, now_ns)) {
+      // A bound entry not marked gone was alive a moment ago: only its expiry can end it now.
+      if (e.key_slot != kEmptySlot &&
+          ((e.key_len & kGoneBit) != 0 ||
+           ((e.key_len & kBoundBit) != 0 ? e.expires_at_ns <= now_ns : expired(e, now_ns)))) {
         erase_at(s, i);
         ++removed;
         continue;  // slot i now holds a shifted successor or is empty: examine it again
       }
-      if (e.key_slot != kEmptySlot) min_expiry = std::min(min_expiry, e.expires_at_ns);
+      if (e.key_slot != kEmptySlot) min_expiry = std::min(min_expiry, lowest_expiry(e));
       i = s.table.next(i);
       ++visited;
     }
@@ -362,77 +422,10 @@ class DedupSet {
   const void* alive_ctx_ = nullptr;
 };
 
-inline DedupSet::DedupSet(std::size_t capacity, std::size_t shards, std::size_t max_key_bytes) {
-  if (capacity == 0) {
-    throw Error(ErrorCode::invalid_option, "DedupSet capacity is 0; expected 1 or more keys");
-  }
-  if (shards == 0 || !std::has_single_bit(shards) || shards > kMaxShards) {
-    throw Error(ErrorCode::invalid_option, "DedupSet shards is " + std::to_string(shards) +
-                                               "; expected a power of two from 1 to " +
-                                               std::to_string(kMaxShards));
-  }
-  if (max_key_bytes == 0 || max_key_bytes > kMaxKeyBytes) {
-    throw Error(ErrorCode::invalid_option, "DedupSet max_key_bytes is " +
-                                               std::to_string(max_key_bytes) + "; expected 1 to " +
-                                               std::to_string(kMaxKeyBytes));
-  }
-  const std::size_t per_shard = capacity / shards + (capacity % shards != 0 ? 1 : 0);
-  if (per_shard > kMaxShardCapacity) {
-    throw Error(ErrorCode::invalid_option,
-                "DedupSet capacity is " + std::to_string(capacity) + " over " +
-                    std::to_string(shards) + " shards, " + std::to_string(per_shard) +
-                    " keys per shard; expected at most " + std::to_string(kMaxShardCapacity) +
-                    " per shard (use more shards)");
-  }
-  const std::size_t table_size = std::max(kMinTableSize, std::bit_ceil(2 * per_shard));
-  // Region: table, then free stack (4-byte aligned after a 256-byte multiple), then key slots,
-  // rounded up to a cache line so that the next shard's table starts on its own line.
-  const std::size_t table_bytes = table_size * sizeof(Entry);
-  const std::size_t free_bytes = per_shard * sizeof(std::uint32_t);
-  const std::size_t key_bytes = per_shard * max_key_bytes;  // <= 2^46: per_shard, key limits
-  const std::size_t region =
-      (table_bytes + free_bytes + key_bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
-  if (region > std::numeric_limits<std::size_t>::max() / shards) {
-    throw Error(ErrorCode::invalid_option, "DedupSet capacity " + std::to_string(capacity) +
-                                               " with max_key_bytes " +
-                                               std::to_string(max_key_bytes) +
-                                               " needs more bytes than size_t can count; "
-                                               "expected a smaller capacity or key limit");
-  }
-
-  const std::size_t total_bytes = region * shards;
-  storage_.reset(
-      static_cast<std::byte*>(::operator new (total_bytes, std::align_val_t{kCacheLine})));
-  shards_ = std::make_unique<Shard[]>(shards);
-  shard_mask_ = shards - 1;
-  shard_capacity_ = per_shard;
-  max_key_bytes_ = max_key_bytes;
-
-  for (std::size_t s = 0; s < shards; ++s) {
-    std::byte* base = storage_.get() + s * region;
-    Shard& shard = shards_[s];
-    auto* const table = reinterpret_cast<Entry*>(base);
-    for (std::size_t i = 0; i < table_size; ++i) {
-      new (&table[i]) Entry{0, 0, 0, 0, kEmptySlot, 0};
-    }
-    shard.table.attach(table, table_size);
-    shard.free_slots = reinterpret_cast<std::uint32_t*>(base + table_bytes);
-    for (std::size_t i = 0; i < per_shard; ++i) {
-      // Pop order 0, 1, 2, ...: the first keys use the first key slots, which keeps a lightly
-      // loaded shard's key bytes on few pages.
-      new (&shard.free_slots[i]) std::uint32_t(static_cast<std::uint32_t>(per_shard - 1 - i));
-    }
-    shard.free_top = static_cast<std::uint32_t>(per_shard);
-    shard.keys = reinterpret_cast<char*>(base + table_bytes + free_bytes);
-  }
-  // The shards are published to other threads by however the caller shares `this`, e.g. a thread
-  // start or a release store of a pointer. No operation can run before the constructor returns.
-}
-
 template <class MakeOwner>
 DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
                                     std::int64_t expires_at_ns, MakeOwner&& make_owner,
-                                    std::uint64_t successor_of, bool watched) noexcept {
+                                    std::uint64_t successor_of, Tie tie) noexcept {
   // Exactly this type, not one that converts to it: a 64-bit value would be narrowed silently.
   static_assert(
       std::is_nothrow_invocable_v<MakeOwner&&> &&
@@ -446,9 +439,11 @@ DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
   const Guard guard(s.lock);
 
   // Probe the chain from the key's home. Expired entries are removed as they are met, so
-  // stale ids never lengthen later probes. An erase can shift a later entry of this chain into
-  // slot i, so slot i is examined again. When the loop ends, i is an empty slot where the key may
-  // go.
+  // stale ids never lengthen later probes: the key's own entry whatever its tie, another key's
+  // unless it is tied to its owner (asking the hook reads the owner's state, likely another
+  // core's line: sweeps ask for all of a shard's at once). An erase can shift a later entry of
+  // this chain into slot i, so slot i is examined again. When the loop ends, i is an empty slot
+  // where the key may go.
   std::size_t i = s.table.home(hash_lo(hash));
   for (;;) {
     Entry& e = s.table[i];
@@ -458,15 +453,17 @@ DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
       e.owner = owner;
       e.value = value;
       e.expires_at_ns = expires_at_ns;
-      e.key_len = DedupTable::length(e) | (watched ? kWatchedBit : 0);  // the new claim's mark
-      s.min_expiry = std::min(s.min_expiry, expires_at_ns);
+      e.key_len = DedupTable::length(e) | marks_of(tie);  // the new claim's tie
+      s.min_expiry = std::min(s.min_expiry, lowest_expiry(e));
+      check_born_alive(e);
       return {Claim::Result::inserted, owner, value};
     }
-    if (expired(e, now_ns)) {
+    const bool same = matches(s, e, hash, key);
+    if ((same || (e.key_len & kBoundBit) == 0) && expired(e, now_ns)) {
       erase_at(s, i);
       continue;
     }
-    if (matches(s, e, hash, key)) return {Claim::Result::duplicate, e.owner, e.value};
+    if (same) return {Claim::Result::duplicate, e.owner, e.value};
     i = s.table.next(i);
   }
 
@@ -483,44 +480,27 @@ DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
     // end of its chain is the first empty slot from its home.
     i = s.table.first_empty(hash_lo(hash));
   }
-  // Room at load <= 1/2 for one more: a grow rehashes, and the key's place moves with it.
+  // Room at load <= 1/2 for one more: a grow rehashes, and the key's place moves with it. Before
+  // a grow, the expired entries go (see the top), as before `full`.
   const std::size_t size = s.table.size();
-  s.table.grow_for(s.count.load(std::memory_order_relaxed) + 1);  // relaxed: under the lock
-  if (s.table.size() != size) i = s.table.first_empty(hash_lo(hash));
+  std::size_t eighths = 4;
+  // relaxed: the lock orders every write to count.
+  if (!s.table.fits(s.count.load(std::memory_order_relaxed) + 1) && now_ns >= s.min_expiry &&
+      sweep_locked(s, now_ns) != 0)
+    eighths = 3;
+  s.table.grow_for(s.count.load(std::memory_order_relaxed) + 1, eighths);
+  if (s.table.size() != size || eighths == 3) i = s.table.first_empty(hash_lo(hash));
 
   const auto [owner, value] = std::forward<MakeOwner>(make_owner)();
   const std::uint32_t slot = s.free_slots[--s.free_top];  // count < cap, so the stack is non-empty
   if (!key.empty()) std::memcpy(key_bytes(s, slot), key.data(), key.size());
-  const auto key_len = static_cast<std::uint32_t>(key.size()) | (watched ? kWatchedBit : 0);
+  const auto key_len = static_cast<std::uint32_t>(key.size()) | marks_of(tie);
   s.table[i] = Entry{owner, expires_at_ns, hash_lo(hash), value, slot, key_len};
-  s.min_expiry = std::min(s.min_expiry, expires_at_ns);
+  s.min_expiry = std::min(s.min_expiry, lowest_expiry(s.table[i]));
+  check_born_alive(s.table[i]);
   // relaxed: the lock orders every write to count.
   s.count.store(s.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   return {Claim::Result::inserted, owner, value};
-}
-
-inline bool DedupSet::release(std::string_view key, std::uint64_t owner) noexcept {
-  if (key.size() > max_key_bytes_) return false;
-  const std::uint64_t hash = hash_of(key);
-  Shard& s = shard_for(hash);
-  const Guard guard(s.lock);
-  const std::size_t i = locate(s, hash, key);
-  if (i == npos || s.table[i].owner != owner) return false;
-  erase_at(s, i);
-  shrink(s);
-  return true;
-}
-
-inline bool DedupSet::release_claim(std::string_view key, std::uint64_t owner) noexcept {
-  if (key.size() > max_key_bytes_) return false;
-  const std::uint64_t hash = hash_of(key);
-  Shard& s = shard_for(hash);
-  const Guard guard(s.lock);
-  const std::size_t i = locate_owned(s, hash, key.size(), owner);
-  if (i == npos) return false;
-  erase_at(s, i);
-  shrink(s);
-  return true;
 }
 
 template <class Update>
@@ -531,54 +511,8 @@ bool DedupSet::update_owned(std::string_view key, std::uint64_t owner, Update up
   const Guard guard(s.lock);
   const std::size_t i = locate(s, hash, key);
   if (i == npos || s.table[i].owner != owner) return false;
-  update(s, s.table[i]);
+  update(s, i);
   return true;
-}
-
-inline bool DedupSet::set_expiry(std::string_view key, std::uint64_t owner,
-                                 std::int64_t expires_at_ns) noexcept {
-  return update_owned(key, owner, [&](Shard& s, Entry& e) noexcept {
-    e.expires_at_ns = expires_at_ns;
-    s.min_expiry = std::min(s.min_expiry, expires_at_ns);  // keep it a lower bound when shortening
-  });
-}
-
-inline bool DedupSet::set_value(std::string_view key, std::uint64_t owner,
-                                std::uint32_t value) noexcept {
-  return update_owned(key, owner, [&](Shard&, Entry& e) noexcept { e.value = value; });
-}
-
-inline std::optional<std::pair<std::uint64_t, std::uint32_t>> DedupSet::find(
-    std::string_view key, std::int64_t now_ns) const noexcept {
-  if (key.size() > max_key_bytes_) return std::nullopt;
-  const std::uint64_t hash = hash_of(key);
-  // shards_ is a pointer member, so a const method still reaches the lock. That is the intent:
-  // find reads only, but it must exclude writers.
-  Shard& s = shard_for(hash);
-  const Guard guard(s.lock);
-  const std::size_t i = locate(s, hash, key);
-  if (i == npos || expired(s.table[i], now_ns)) return std::nullopt;
-  return std::pair{s.table[i].owner, s.table[i].value};
-}
-
-inline std::size_t DedupSet::sweep(std::int64_t now_ns) noexcept {
-  std::size_t removed = 0;
-  for (std::size_t k = 0; k <= shard_mask_; ++k) {
-    Shard& s = shards_[k];
-    const Guard guard(s.lock);
-    removed += sweep_locked(s, now_ns);
-    shrink(s);
-  }
-  return removed;
-}
-
-inline std::size_t DedupSet::size() const noexcept {
-  std::size_t total = 0;
-  for (std::size_t k = 0; k <= shard_mask_; ++k) {
-    // relaxed: a diagnostic snapshot; it publishes and consumes nothing.
-    total += shards_[k].count.load(std::memory_order_relaxed);
-  }
-  return total;
 }
 
 }  // namespace rail::detail

@@ -29,7 +29,7 @@
 //       within the first size() slots.
 //   I3  The caller keeps count <= size() / 2 (grow_for before each insert), so a probe always meets
 //       an empty slot and ends.
-//   I4  Outside resize no entry carries kMovingBit.
+//   I4  Outside resize no entry carries kMovingBit (nor, outside DedupSet's sweep, kGoneBit).
 #pragma once
 
 #include <cstddef>
@@ -47,7 +47,7 @@ struct DedupEntry {
   std::uint32_t hash;          // the key's hash_bytes, low half: the home slot
   std::uint32_t value;         // the caller's payload (the engine stores a slot index)
   std::uint32_t key_slot;      // index into the shard's key slots
-  std::uint32_t key_len;       // bytes used in that key slot; bit 31: watched; bit 30: moving
+  std::uint32_t key_len;       // bytes used in that key slot; bits 29-31: marks (DedupTable)
 };
 static_assert(std::is_trivially_copyable_v<DedupEntry>,
               "backward shift and resize move entries by assignment; keep it a plain record");
@@ -60,9 +60,14 @@ class DedupTable {
  public:
   using Entry = DedupEntry;
   static constexpr std::uint32_t kEmptySlot = std::numeric_limits<std::uint32_t>::max();
-  static constexpr std::uint32_t kWatchedBit = std::uint32_t{1} << 31;  // in key_len
-  static constexpr std::uint32_t kMovingBit = std::uint32_t{1} << 30;   // in key_len, resize only
-  static constexpr std::uint32_t kLengthBits = kWatchedBit - 1 - kMovingBit;
+  // Marks in key_len: watched (live past its expiry while its owner is alive), bound (live only
+  // while its owner is alive), moving (during a resize only), gone (a bound entry whose owner a
+  // sweep found gone, during that sweep only). Keys are at most 2^16 bytes.
+  static constexpr std::uint32_t kWatchedBit = std::uint32_t{1} << 31;
+  static constexpr std::uint32_t kMovingBit = std::uint32_t{1} << 30;
+  static constexpr std::uint32_t kBoundBit = std::uint32_t{1} << 29;
+  static constexpr std::uint32_t kGoneBit = std::uint32_t{1} << 28;
+  static constexpr std::uint32_t kLengthBits = kGoneBit - 1;
   /// The smallest size: four cache lines of entries.
   static constexpr std::size_t kMinSize = 8;
 
@@ -114,11 +119,16 @@ class DedupTable {
     return key_slot;
   }
 
-  /// grow_for(count): before an insert that makes `count` entries: doubles the size while the
-  /// load would pass 1/2 (I3; the caller never holds more than capacity() / 2).
-  void grow_for(std::size_t count) noexcept {
+  /// fits(count): whether `count` entries keep the load at or below 1/2 at the current size.
+  [[nodiscard]] bool fits(std::size_t count) const noexcept { return count * 2 <= size(); }
+
+  /// grow_for(count, eighths): before an insert that makes `count` entries: doubles the size
+  /// while the load would pass eighths/8 (at most 1/2, I3; the caller never holds more than
+  /// capacity() / 2). A caller that has just swept the table asks for 3/8, so that the next
+  /// sweep is at least size/8 inserts away.
+  void grow_for(std::size_t count, std::size_t eighths = 4) noexcept {
     std::size_t size = this->size();
-    while (count * 2 > size && size < capacity_)
+    while (count * 8 > size * eighths && size < capacity_)
       size *= 2;
     if (size != this->size()) resize(size);
   }
