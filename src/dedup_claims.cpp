@@ -65,9 +65,16 @@ DedupSet::Claim DedupClaims::claim(std::uint32_t idx, const JobOptions& o, std::
                                    JobId successor_of) {
   const std::int64_t expires = window_end(o, now);
   JobSlot& s = parts_.slot(idx);
+  // hold() copies the id into the slot's extra record once the claim is made: its allocations
+  // come now, so that nothing after the claim throws (a claim made must be held or let go). A
+  // warm record with a short id needs none: it is only fetched, so the claim overlaps the fetch
+  // (as the keep gate's, which hold() writes too).
+  if (s.extra == nullptr || o.dedup.id.size() > std::string().capacity()) {  // folds to a constant
+    parts_.extra(s).dedup_key.reserve(o.dedup.id.size());
+  } else {
+    prefetch_for_write(s.extra);
+  }
   DedupSet& ids = window();
-  // hold() writes these next, so the claim's work overlaps their fetch.
-  if (s.extra != nullptr) prefetch_for_write(s.extra);
   prefetch_for_write(&gate(idx));
   return ids.try_claim(
       o.dedup.id, now, expires,
@@ -89,9 +96,9 @@ std::optional<DedupSet::Claim> DedupClaims::live_claim(const JobOptions& o, std:
   return DedupSet::Claim{DedupSet::Claim::Result::duplicate, live->first, live->second};
 }
 
-void DedupClaims::hold(std::uint32_t idx, const JobOptions& o) {
+void DedupClaims::hold(std::uint32_t idx, const JobOptions& o) noexcept {
   JobSlot& s = parts_.slot(idx);
-  parts_.extra(s).dedup_key = o.dedup.id;
+  s.extra->dedup_key = o.dedup.id;  // claim() made the record and its room: no allocation
   s.dedup = hold_for(o);
   // relaxed: the holder's store, published with the job (publish's release).
   gate(idx).store(open(s.id.load(std::memory_order_relaxed)), std::memory_order_relaxed);

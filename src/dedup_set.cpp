@@ -98,11 +98,13 @@ bool DedupSet::set_expiry(std::string_view key, std::uint64_t owner,
   });
 }
 
-bool DedupSet::set_tie(std::string_view key, std::uint64_t owner, Tie tie) noexcept {
+bool DedupSet::hold_for_successor(std::string_view key, std::uint64_t owner) noexcept {
+  // min_expiry stays a lower bound: the entry's expiry only grows, and it no longer counts kMayGo
+  // (the bound is recomputed exactly by the next sweep).
   return update_owned(key, owner, [&](Shard& s, std::size_t i) noexcept {
     Entry& e = s.table[i];
-    e.key_len = DedupTable::length(e) | marks_of(tie);
-    s.min_expiry = std::min(s.min_expiry, lowest_expiry(e));
+    e.expires_at_ns = kNoExpiry;
+    e.key_len = DedupTable::length(e) | marks_of(Tie::none);
   });
 }
 

@@ -206,6 +206,10 @@ RedriveStatus JobFlow::begin_redrive(const DeadLetterInfo& of, bool reset_counte
     // watched.
     if (const auto batches = core().batches_if_any()) batches->redriven(of.id, end_tracker());
   } catch (...) {
+    // The slot holds no job: its id goes first, so that no dedup claim of this job is found
+    // alive in it (one reclaim() made, or its first life's, which init_slot made look alive
+    // again if the job had this slot then: DedupClaims::alive).
+    slot(idx).id.store(0, std::memory_order_relaxed);
     give_back(idx);
     throw;
   }

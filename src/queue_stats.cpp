@@ -86,7 +86,8 @@ std::optional<std::uint64_t> QueueStats::idle_mark() const noexcept {
 }
 
 std::optional<JobStatus> QueueStats::recall(JobId id) const noexcept {
-  const std::uint32_t h = history_[index(id)].load(std::memory_order_relaxed);
+  // acquire: see remember().
+  const std::uint32_t h = history_[index(id)].load(std::memory_order_acquire);
   if (h != 0 && (h >> 4) == check(id)) return static_cast<JobStatus>(h & 0xF);
   return std::nullopt;
 }

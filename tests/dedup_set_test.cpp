@@ -65,25 +65,7 @@
 // supply their own operator new, so the replacement is compiled only outside them (the test then
 // checks the size bound alone).
 #if !RAIL_TEST_TSAN && !RAIL_TEST_ASAN
-namespace {
-std::atomic<std::uint64_t> g_allocations{0};
-}  // namespace
-
-// noinline on all three: when g++ 12 inlines them, it sees malloc on one side and a sized
-// operator delete on the other, and it warns -Wmismatched-new-delete, although these replacements
-// are matched by construction.
-[[gnu::noinline]] void* operator new(std::size_t n) {
-  // relaxed: a statistics counter, read after the measured loop on the same thread.
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-[[gnu::noinline]] void operator delete(void* p) noexcept {
-  std::free(p);
-}
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
+#include "support/replaced_new.hpp"
 #define RAIL_TEST_COUNTS_ALLOCATIONS 1
 #else
 #define RAIL_TEST_COUNTS_ALLOCATIONS 0
@@ -586,7 +568,7 @@ TEST(DedupSet, ExpiredEntriesReclaimedSoMemoryDoesNotGrow) {
   std::uint64_t wrong_after_sweep = 0;
 
 #if RAIL_TEST_COUNTS_ALLOCATIONS
-  const std::uint64_t allocations_before = g_allocations.load(std::memory_order_relaxed);
+  const std::uint64_t allocations_before = rail::test::allocations();
 #endif
   for (std::uint64_t i = 0; i < kIds; ++i) {
     const auto now = static_cast<std::int64_t>(i);
@@ -600,7 +582,7 @@ TEST(DedupSet, ExpiredEntriesReclaimedSoMemoryDoesNotGrow) {
     }
   }
 #if RAIL_TEST_COUNTS_ALLOCATIONS
-  EXPECT_EQ(g_allocations.load(std::memory_order_relaxed) - allocations_before, 0U)
+  EXPECT_EQ(rail::test::allocations() - allocations_before, 0U)
       << "try_claim, sweep or size allocated in steady state";
 #endif
   EXPECT_EQ(not_inserted, 0U) << "a distinct id was refused: expired entries were not reclaimed";

@@ -54,20 +54,39 @@ struct CountingOwnerNotAlive {
 
 constexpr std::int64_t kNever = DedupSet::kNoExpiry;
 
-// TiedClaims: a window of 64 ids whose hook asks `owners`, and claims made by `make`.
-struct TiedClaims : ::testing::Test {
-  DedupSet set{64};
-  Owners owners;
-  LiveOwner make{owners};
-  TiedClaims() { set.watch_with(&Owners::of, &owners); }
-};
-
 // key_of(prefix, n): "<prefix><n>", by appends (GCC 12 warns a false -Wrestrict on `"k" + ...`).
 std::string key_of(std::string_view prefix, std::uint64_t n) {
   std::string key(prefix);
   key += std::to_string(n);
   return key;
 }
+
+// TiedWindow: a window of `ids` ids over `shards` shards whose hook asks `owners`, and claims
+// made by `make`.
+struct TiedWindow {
+  DedupSet set;
+  Owners owners;
+  LiveOwner make{owners};
+  explicit TiedWindow(std::size_t ids, std::size_t shards = 64) : set(ids, shards) {
+    set.watch_with(&Owners::of, &owners);
+  }
+  /// fill(prefix, n): claims ids prefix0 .. prefix<n-1>, tied to live owners; how many it made.
+  int fill(std::string_view prefix, int n) {
+    int made = 0;
+    for (int i = 0; i < n; ++i)
+      made += set.try_claim(key_of(prefix, i), 0, kNever, make, 0, Tie::owner).result ==
+              Result::inserted;
+    return made;
+  }
+};
+
+// TiedClaims: the tests of one small window.
+struct TiedClaims : ::testing::Test {
+  TiedWindow window{64};
+  DedupSet& set = window.set;
+  Owners& owners = window.owners;
+  LiveOwner& make = window.make;
+};
 
 TEST_F(TiedClaims, AnOwnerTiedClaimIsLiveWhileItsOwnerIsAndGoesWithItWithoutARelease) {
   const auto a = set.try_claim("order-1", 0, kNever, make, 0, Tie::owner);
@@ -95,20 +114,21 @@ TEST_F(TiedClaims, AnOwnerTiedClaimStillEndsAtItsExpiry) {
       << "live needs both: its owner alive and its expiry ahead";
 }
 
-TEST_F(TiedClaims, SetTieUntiesAClaimSoItOutlivesItsOwner) {
-  const auto a = set.try_claim("sync", 0, kNever, make, 0, Tie::owner);
+TEST_F(TiedClaims, AClaimHeldForASuccessorOutlivesItsOwnerAndItsExpiryUntilTakenOver) {
+  const auto a = set.try_claim("sync", 0, 100, make, 0, Tie::owner);
   ASSERT_EQ(a.result, Result::inserted);
-  EXPECT_FALSE(set.set_tie("sync", a.owner + 1, Tie::none)) << "only its owner's claim";
-  ASSERT_TRUE(set.set_tie("sync", a.owner, Tie::none));  // held for an add kept after the job
+  EXPECT_FALSE(set.hold_for_successor("sync", a.owner + 1)) << "only its owner's claim";
+  ASSERT_TRUE(set.hold_for_successor("sync", a.owner));  // an add was kept for after the job
   EXPECT_EQ(set.tie_of("sync", a.owner), Tie::none);
   owners.alive.erase(a.owner);
-  EXPECT_EQ(set.try_claim("sync", 50, kNever, make).result, Result::duplicate);
-  EXPECT_EQ(set.sweep(50), 0u);
-  const auto next = set.try_claim("sync", 60, kNever, make, a.owner, Tie::owner);
+  EXPECT_EQ(set.try_claim("sync", 500, kNever, make).result, Result::duplicate)
+      << "past its owner's end and its expiry";
+  EXPECT_EQ(set.sweep(500), 0u);
+  const auto next = set.try_claim("sync", 600, kNever, make, a.owner, Tie::owner);
   ASSERT_EQ(next.result, Result::inserted) << "the successor takes it over in place";
   EXPECT_EQ(set.tie_of("sync", next.owner), Tie::owner);
   owners.alive.erase(next.owner);
-  EXPECT_EQ(set.sweep(70), 1u);
+  EXPECT_EQ(set.sweep(700), 1u);
   EXPECT_EQ(Peer::check_invariants(set), "");
 }
 
@@ -143,10 +163,8 @@ TEST(DedupTie, AProbeAsksAboutAnotherKeysTiedEntryOnlyInASweep) {
 // bounded number of times (a sweep comes only after size/8 claims or more).
 TEST(DedupTie, ClaimsWhoseOwnersWentNeverGrowTheTable) {
   for (const std::size_t live : {1u, 5u, 40u}) {
-    DedupSet set(4096, 1);
-    Owners owners;
-    set.watch_with(&Owners::of, &owners);
-    LiveOwner make{owners};
+    TiedWindow window(4096, 1);
+    auto& [set, owners, make] = window;
     std::deque<std::uint64_t> running;
     constexpr int kClaims = 20'000;
     for (int i = 0; i < kClaims; ++i) {
@@ -168,14 +186,30 @@ TEST(DedupTie, ClaimsWhoseOwnersWentNeverGrowTheTable) {
   }
 }
 
+// A burst grows the table; once its owners went, claims that reuse a few keys (each reclaims its
+// own key's entry, so the count never grows again) still sweep it every `size` claims and
+// shrink it back.
+TEST(DedupTie, ABurstsTableShrinksBackOnceItsOwnersWentThoughLaterClaimsReuseTheirKeys) {
+  TiedWindow window(4096, 1);
+  auto& [set, owners, make] = window;
+  ASSERT_EQ(window.fill("burst-", 1500), 1500);
+  const std::size_t grown = Peer::probed_size(set, 0);
+  EXPECT_GE(grown, 4096u);
+  owners.alive.clear();  // the burst's jobs ended
+  for (int i = 0; i < 2 * 4096; ++i) {
+    const auto c = set.try_claim(key_of("k", i % 4), i, kNever, make, 0, Tie::owner);
+    ASSERT_EQ(c.result, Result::inserted) << i;
+    owners.alive.erase(c.owner);  // each job ends at once
+  }
+  EXPECT_LE(Peer::probed_size(set, 0), 16u) << "grown to " << grown;
+  EXPECT_LE(set.size(), 8u);
+  EXPECT_EQ(Peer::check_invariants(set), "");
+}
+
 TEST(DedupTie, AFullShardOfLiveTiedClaimsAnswersFullAndTakesAGoneOnesPlace) {
-  DedupSet set(8, 1);
-  Owners owners;
-  set.watch_with(&Owners::of, &owners);
-  LiveOwner make{owners};
-  for (int i = 0; i < 8; ++i)
-    ASSERT_EQ(set.try_claim(key_of("k", i), 0, kNever, make, 0, Tie::owner).result,
-              Result::inserted);
+  TiedWindow window(8, 1);
+  auto& [set, owners, make] = window;
+  ASSERT_EQ(window.fill("k", 8), 8);
   EXPECT_EQ(set.try_claim("k8", 0, kNever, make, 0, Tie::owner).result, Result::full);
   owners.alive.erase(3);  // k2's owner
   EXPECT_EQ(set.try_claim("k8", 0, kNever, make, 0, Tie::owner).result, Result::inserted);

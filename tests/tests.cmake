@@ -19,6 +19,7 @@ rail_add_test(timing_wheel)
 rail_add_test(engine_stress CONCURRENCY)
 # Replaces the global operator new, which the sanitizer runtimes define themselves.
 if(RAIL_SANITIZER STREQUAL "")
+  rail_add_test(redrive_failure)
   rail_add_test(allocation)
   # Routes this binary's calls of mimalloc's allocation API through counting wrappers; the list
   # matches the wrappers in allocation_test.cpp.

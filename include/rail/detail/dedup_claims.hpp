@@ -83,8 +83,9 @@ class DedupClaims {
     const std::int64_t from = o.dedup.ttl_from_due ? saturating_add(now, o.delay) : now;
     return saturating_add(from, *o.dedup.ttl);
   }
-  /// hold(idx, o): slot idx's new job (filled, not yet published) now holds o.dedup.id.
-  void hold(std::uint32_t idx, const JobOptions& o);
+  /// hold(idx, o): slot idx's new job (filled, not yet published) now holds o.dedup.id, claimed
+  /// by claim(idx, o, ...), which made the allocations this needs.
+  void hold(std::uint32_t idx, const JobOptions& o) noexcept;
   /// reclaim(idx, id, key, now): a redriven job `id` in slot idx holds id `key` again: still its
   /// own (a ttl from its first run), or free and claimed now (until it ends). Held by another job
   /// since: this one runs without it. May throw (bad_alloc) before any change.
@@ -103,13 +104,8 @@ class DedupClaims {
     if (s.dedup == DedupHold::none) return false;
     const JobId id = s.id.load(std::memory_order_relaxed);
     // acq_rel: one total order with an adder's CAS (keep_while_active).
-    if (gate(parts_.index_of(s)).exchange(0, std::memory_order_acq_rel) == kept(id)) {
-      // The job is alive (no end decided yet), so its id is: untied, it outlives the end for
-      // the kept add, which takes it over. Built: s claimed through it.
-      if (s.dedup == DedupHold::until_end)
-        (void)window_.get()->set.set_tie(s.extra->dedup_key, id, DedupSet::Tie::none);
-      return true;
-    }
+    // kept: keep_while_active held the id for the kept add, which takes it over.
+    if (gate(parts_.index_of(s)).exchange(0, std::memory_order_acq_rel) == kept(id)) return true;
     if (cancelled && s.dedup != DedupHold::until_end)
       // Owners are job ids, unique: release_claim is exact.
       (void)window_.get()->set.release_claim(s.extra->dedup_key, id);
@@ -119,9 +115,11 @@ class DedupClaims {
   /// keep_while_active(idx, owner, key, keep, undo): under the caller's lock on its kept adds,
   /// keeps an add for after job `owner` if it is running in slot idx and no end closed its gate:
   /// calls keep() (which records the add), then moves the gate from open to kept, and holds id
-  /// `key` for the job past its ttl (until the kept add takes it over): else a newer add could
-  /// make a job, once the ttl lapsed, that the older kept add would follow. False: nothing kept
-  /// (keep() undone by `undo`).
+  /// `key` past the job's ttl and past its end, until the kept add takes it over
+  /// (DedupSet::hold_for_successor): else a newer add could make a job, once the ttl lapsed or
+  /// the job's end let a tied id go, that the older kept add would follow. The gate moved first,
+  /// so the job's end hands the id over (release_at_end sees kept). False: nothing kept (keep()
+  /// undone by `undo`).
   template <class Keep, class Undo>
   bool keep_while_active(std::uint32_t idx, JobId owner, std::string_view key, Keep&& keep,
                          Undo&& undo) {
@@ -138,10 +136,11 @@ class DedupClaims {
       undo();
       return false;
     }
-    if (window().set_expiry(key, owner, DedupSet::kNoExpiry)) return true;
-    // The ttl lapsed and another add took the id since the caller's claim: that add is newer
-    // than the job, so this one merges into it instead. Reopen the gate unless the job's end
-    // closed it meanwhile (then run_deferred finds nothing kept: the id is not the job's).
+    if (window().hold_for_successor(key, owner)) return true;
+    // The ttl lapsed, or the job's end let its tied id go, and another add took the id since
+    // the caller's claim: that add is newer than the job, so this one merges into it instead.
+    // Reopen the gate unless the job's end closed it meanwhile (then run_deferred finds nothing
+    // kept: the id is not the job's).
     undo();
     expected = kept(owner);
     (void)gate(idx).compare_exchange_strong(expected, open(owner), std::memory_order_acq_rel,

@@ -19,12 +19,13 @@
 // is described in the Robin Hood notes that followed it), so there are no tombstones: memory and
 // probe lengths depend only on the entries stored now, never on how many expired ids passed
 // through. Expired entries are reclaimed lazily when a try_claim's probe meets them, when a
-// claim would grow or fill a shard (it sweeps the shard first), and by sweep(). A shard probes
-// only as much of its table as its entries need (DedupTable, dedup_table.hpp): a claim grows it
-// before the load would pass 1/2, a release or a sweep() shrinks it below 1/8, each by an
-// in-place rehash. The sweep before a grow runs only when an entry may have expired (min_expiry;
-// an owner-tied entry may go at any moment), and a grow follows it only while the load stays
-// above 3/8, so such sweeps are at least size/8 claims apart: expired ids never grow a table.
+// claim would grow or fill a shard or is its size-th claim since the last sweep (it sweeps
+// the shard first), and by sweep(). A shard probes only as much of its table as its entries
+// need (DedupTable, dedup_table.hpp): a claim grows it before the load would pass 1/2; a release
+// or a sweep shrinks it below 1/8; each by an in-place rehash. A claim sweeps only when an
+// entry may have expired (min_expiry; an owner-tied entry may go at any moment), and a grow
+// follows a sweep only while the load stays above 3/8, so sweeps are at least size/8 claims
+// apart: expired ids never grow a table, and a burst's table shrinks back once its ids went.
 //
 // Why a sharded lock and not lock-free. A check-and-insert of a variable-length key has two
 // lock-free options, and neither is acceptable here:
@@ -191,11 +192,13 @@ class DedupSet {
     alive_ctx_ = ctx;
   }
 
-  /// set_tie(key, owner, tie): the entry for `key`, if `owner` owns it, takes `tie` (a job that
-  /// held its id until its end keeps it for the add kept for after it: Tie::none). Returns
-  /// whether it was found. It takes no clock: an owner-tied entry whose owner went may still be
-  /// stored, and is then made live again; a caller unties only an owner it knows is alive.
-  bool set_tie(std::string_view key, std::uint64_t owner, Tie tie) noexcept;
+  /// hold_for_successor(key, owner): the entry for `key`, if `owner` owns it, never expires and
+  /// is tied to nothing (Tie::none), however it was held: it outlives its owner until a
+  /// successor takes it over (try_claim's successor_of) or it is released. Returns whether it
+  /// was found. It takes no clock: an entry whose owner went, or whose expiry passed, that is
+  /// still stored is made live again, so a caller holds only for an owner whose successor will
+  /// come (the engine: an add kept for after its job, whose end will hand the id over).
+  bool hold_for_successor(std::string_view key, std::uint64_t owner) noexcept;
   /// tie_of(key, owner): the tie of the entry for `key`, if `owner` owns it (live or not).
   [[nodiscard]] std::optional<Tie> tie_of(std::string_view key, std::uint64_t owner) const noexcept;
 
@@ -254,7 +257,8 @@ class DedupSet {
     // Written only under `lock`, as a plain load + store; it is atomic only so that size() can
     // read it without the lock (relaxed, a snapshot).
     std::atomic<std::uint32_t> count{0};
-    std::uint32_t free_top = 0;  // free_slots[0, free_top) are the unused key slots
+    std::uint32_t free_top = 0;     // free_slots[0, free_top) are the unused key slots
+    std::uint32_t since_sweep = 0;  // claims that inserted since the last sweep
     // A lower bound on every stored expires_at_ns (kMayGo while an owner-tied entry is stored).
     // When a claim at now_ns below it would fill or grow the shard, nothing can have expired,
     // so the O(table) sweep is skipped. Otherwise every claim to a shard that is full of live
@@ -375,6 +379,7 @@ class DedupSet {
   // has not passed, and slot i is examined again. Every marked entry is removed, so no mark
   // outlives the sweep.
   std::size_t sweep_locked(Shard& s, std::int64_t now_ns) noexcept {
+    s.since_sweep = 0;
     if (s.count.load(std::memory_order_relaxed) == 0) {  // relaxed: we hold the lock
       s.min_expiry = kNoExpiry;
       return 0;
@@ -481,13 +486,18 @@ DedupSet::Claim DedupSet::try_claim(std::string_view key, std::int64_t now_ns,
     i = s.table.first_empty(hash_lo(hash));
   }
   // Room at load <= 1/2 for one more: a grow rehashes, and the key's place moves with it. Before
-  // a grow, the expired entries go (see the top), as before `full`.
+  // a grow, as before `full`, and once every `size` claims, the expired entries go (see the
+  // top), and a sweep that leaves the load below 1/8 shrinks the table: claims that reuse their
+  // own keys never grow it, so after a burst only these sweeps shrink it back.
   const std::size_t size = s.table.size();
   std::size_t eighths = 4;
   // relaxed: the lock orders every write to count.
-  if (!s.table.fits(s.count.load(std::memory_order_relaxed) + 1) && now_ns >= s.min_expiry &&
-      sweep_locked(s, now_ns) != 0)
+  const bool grows = !s.table.fits(s.count.load(std::memory_order_relaxed) + 1);
+  if ((grows || ++s.since_sweep >= size) && now_ns >= s.min_expiry &&
+      sweep_locked(s, now_ns) != 0) {
+    shrink(s);
     eighths = 3;
+  }
   s.table.grow_for(s.count.load(std::memory_order_relaxed) + 1, eighths);
   if (s.table.size() != size || eighths == 3) i = s.table.first_empty(hash_lo(hash));
 

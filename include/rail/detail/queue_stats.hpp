@@ -97,9 +97,11 @@ class QueueStats {
 
   /// remember(id, status): job `id` ended with `status`.
   void remember(JobId id, JobStatus status) noexcept {
-    // relaxed: a hint for a cold-path reader; it orders nothing.
+    // release: a reader that finds the end here (recall's acquire) also finds it decided in the
+    // job's slot (JobSlot::end_kind, stored before this), so an add it makes next finds the
+    // job's dedup id let go (dedup_claims.hpp).
     history_[index(id)].store((check(id) << 4) | static_cast<std::uint32_t>(status),
-                              std::memory_order_relaxed);
+                              std::memory_order_release);
   }
   /// recall(id): how job `id` ended, if the history still knows.
   [[nodiscard]] std::optional<JobStatus> recall(JobId id) const noexcept;
