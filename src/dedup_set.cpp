@@ -99,13 +99,10 @@ bool DedupSet::set_expiry(std::string_view key, std::uint64_t owner,
 }
 
 bool DedupSet::hold_for_successor(std::string_view key, std::uint64_t owner) noexcept {
-  // min_expiry stays a lower bound: the entry's expiry only grows, and it no longer counts kMayGo
-  // (the bound is recomputed exactly by the next sweep).
-  return update_owned(key, owner, [&](Shard& s, std::size_t i) noexcept {
-    Entry& e = s.table[i];
-    e.expires_at_ns = kNoExpiry;
-    e.key_len = DedupTable::length(e) | marks_of(Tie::none);
-  });
+  // min_expiry needs no change: the entry's expiry stays as it was (a held entry is never
+  // expired; its expiry counts only as a bound that may let a sweep run in vain).
+  return update_owned(key, owner,
+                      [&](Shard& s, std::size_t i) noexcept { s.table[i].key_len |= kHeldBit; });
 }
 
 std::optional<DedupSet::Tie> DedupSet::tie_of(std::string_view key,

@@ -744,6 +744,36 @@ TEST_F(PeerSemantics, KeepLastIfActiveHoldsTheIdWhileTheJobRunsPastItsTtl) {
       << "a run that outlived its ttl lets the id go when it ends";
 }
 
+TEST_F(PeerSemantics, AnAddKeptForAfterTheJobKeepsItsPlaceWhenALaterDuplicateExtendsTheWindow) {
+  // Review: holding the id for the kept add dropped the job's watch, so a duplicate's extend set
+  // an expiry again: once it lapsed, a third add made a job beside the running one, and the
+  // kept add merged into it instead of running.
+  for (const std::optional<Duration> ttl :
+       std::vector<std::optional<Duration>>{std::optional<Duration>(200ms), std::nullopt}) {
+    auto q = engine.declare_queue<int>(ttl ? "syncs-ttl" : "syncs", QueueOptions{});
+    JobOptions keep = with_dedup("user-7", ttl);
+    keep.dedup.keep_last_if_active = true;
+    JobOptions extend = with_dedup("user-7", 200ms);
+    extend.dedup.extend = true;
+    std::vector<int> ran;
+    std::vector<AddStatus> during;
+    q.process({}, [&](Job<int>& j) {
+      ran.push_back(j.data());
+      if (j.data() != 1) return;
+      during.push_back(q.add("sync", 2, keep).status);
+      during.push_back(q.add("sync", 5, extend).status);
+      clock.advance(300ms);  // past the extended window, with job 1 still running
+      during.push_back(q.add("sync", 3, with_dedup("user-7", 200ms)).status);
+    });
+    ASSERT_EQ(q.add("sync", 1, keep).status, AddStatus::added);
+    replay();
+    EXPECT_EQ(during,
+              (std::vector<AddStatus>{AddStatus::kept, AddStatus::duplicate, AddStatus::duplicate}))
+        << (ttl ? "ttl" : "no ttl");
+    EXPECT_EQ(ran, (std::vector<int>{1, 2})) << (ttl ? "ttl" : "no ttl");
+  }
+}
+
 TEST_F(PeerSemantics, AKeptAddTakesOverAnIdTheEndedJobHeldForItsTtl) {
   auto q = engine.declare_queue<int>("syncs", QueueOptions{});
   JobOptions o = with_dedup("user-7", 1h);

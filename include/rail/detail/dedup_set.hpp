@@ -192,12 +192,13 @@ class DedupSet {
     alive_ctx_ = ctx;
   }
 
-  /// hold_for_successor(key, owner): the entry for `key`, if `owner` owns it, never expires and
-  /// is tied to nothing (Tie::none), however it was held: it outlives its owner until a
-  /// successor takes it over (try_claim's successor_of) or it is released. Returns whether it
-  /// was found. It takes no clock: an entry whose owner went, or whose expiry passed, that is
-  /// still stored is made live again, so a caller holds only for an owner whose successor will
-  /// come (the engine: an add kept for after its job, whose end will hand the id over).
+  /// hold_for_successor(key, owner): the entry for `key`, if `owner` owns it, is held: live
+  /// whatever its expiry (a later set_expiry moves the expiry, not the hold) and its tie, so it
+  /// outlives its owner until a successor takes it over (try_claim's successor_of, whose claim
+  /// carries its own marks) or it is released. Returns whether it was found. It takes no clock:
+  /// an entry whose owner went, or whose expiry passed, that is still stored is made live again,
+  /// so a caller holds only for an owner whose successor will come (the engine: an add kept for
+  /// after its job, whose end will hand the id over).
   bool hold_for_successor(std::string_view key, std::uint64_t owner) noexcept;
   /// tie_of(key, owner): the tie of the entry for `key`, if `owner` owns it (live or not).
   [[nodiscard]] std::optional<Tie> tie_of(std::string_view key, std::uint64_t owner) const noexcept;
@@ -233,6 +234,7 @@ class DedupSet {
   static constexpr std::uint32_t kWatchedBit = DedupTable::kWatchedBit;
   static constexpr std::uint32_t kBoundBit = DedupTable::kBoundBit;
   static constexpr std::uint32_t kGoneBit = DedupTable::kGoneBit;
+  static constexpr std::uint32_t kHeldBit = DedupTable::kHeldBit;
   // kMayGo: the min_expiry of a shard holding an owner-tied entry: it may go at any moment.
   static constexpr std::int64_t kMayGo = std::numeric_limits<std::int64_t>::min();
   // Bit budget: the shard index comes from hash bits 32..47 and the home slot from bits 0..30, so
@@ -268,9 +270,9 @@ class DedupSet {
     std::uint32_t* free_slots = nullptr;
     char* keys = nullptr;
   };
-  static_assert(alignof(Shard) == kCacheLine && sizeof(Shard) % kCacheLine == 0,
-                "each shard's lock and header must own whole cache lines, so that threads working "
-                "on neighbouring shards do not false-share");
+  static_assert(alignof(Shard) == kCacheLine && sizeof(Shard) == kCacheLine,
+                "each shard's lock and header must own exactly one cache line, so that threads "
+                "working on neighbouring shards do not false-share and the headers stay compact");
 
   using Guard = SpinGuard;
 
@@ -300,6 +302,7 @@ class DedupSet {
   // shard's min_expiry, and an owner-tied entry counts as kMayGo, so while such owners stay
   // alive a full shard's claims sweep them in vain.
   bool expired(const Entry& e, std::int64_t now_ns) const noexcept {
+    if ((e.key_len & kHeldBit) != 0) return false;  // hold_for_successor
     if ((e.key_len & kBoundBit) != 0) return e.expires_at_ns <= now_ns || !alive(e, Tie::owner);
     if (e.expires_at_ns > now_ns) return false;
     return (e.key_len & kWatchedBit) == 0 || !alive(e, Tie::past_expiry);
@@ -387,7 +390,8 @@ class DedupSet {
     if (s.min_expiry == kMayGo) {  // owner-tied entries are stored
       for (std::size_t k = 0; k < s.table.size(); ++k) {
         Entry& e = s.table[k];
-        if (e.key_slot != kEmptySlot && (e.key_len & kBoundBit) != 0 && !alive(e, Tie::owner))
+        if (e.key_slot != kEmptySlot && (e.key_len & (kBoundBit | kHeldBit)) == kBoundBit &&
+            !alive(e, Tie::owner))
           e.key_len |= kGoneBit;
       }
     }
@@ -399,10 +403,12 @@ class DedupSet {
     std::size_t i = s.table.next(start);
     for (std::size_t visited = 1; visited < s.table.size();) {
       const Entry& e = s.table[i];
-      // A bound entry not marked gone was alive a moment ago: only its expiry can end it now.
+      // A bound entry not marked gone was alive a moment ago: only its expiry can end it now
+      // (unless it is held: see expired).
       if (e.key_slot != kEmptySlot &&
           ((e.key_len & kGoneBit) != 0 ||
-           ((e.key_len & kBoundBit) != 0 ? e.expires_at_ns <= now_ns : expired(e, now_ns)))) {
+           ((e.key_len & (kBoundBit | kHeldBit)) == kBoundBit ? e.expires_at_ns <= now_ns
+                                                              : expired(e, now_ns)))) {
         erase_at(s, i);
         ++removed;
         continue;  // slot i now holds a shifted successor or is empty: examine it again

@@ -62,12 +62,14 @@ class DedupTable {
   static constexpr std::uint32_t kEmptySlot = std::numeric_limits<std::uint32_t>::max();
   // Marks in key_len: watched (live past its expiry while its owner is alive), bound (live only
   // while its owner is alive), moving (during a resize only), gone (a bound entry whose owner a
-  // sweep found gone, during that sweep only). Keys are at most 2^16 bytes.
+  // sweep found gone, during that sweep only), held (live whatever its expiry and its owner,
+  // until a successor takes it over). Keys are at most 2^16 bytes.
   static constexpr std::uint32_t kWatchedBit = std::uint32_t{1} << 31;
   static constexpr std::uint32_t kMovingBit = std::uint32_t{1} << 30;
   static constexpr std::uint32_t kBoundBit = std::uint32_t{1} << 29;
   static constexpr std::uint32_t kGoneBit = std::uint32_t{1} << 28;
-  static constexpr std::uint32_t kLengthBits = kGoneBit - 1;
+  static constexpr std::uint32_t kHeldBit = std::uint32_t{1} << 27;
+  static constexpr std::uint32_t kLengthBits = kHeldBit - 1;
   /// The smallest size: four cache lines of entries.
   static constexpr std::size_t kMinSize = 8;
 
