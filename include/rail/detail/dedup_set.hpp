@@ -10,8 +10,10 @@
 //   Tie::past_expiry  that, or its owner is alive: it stays live past its expiry meanwhile;
 //   Tie::owner        that, and its owner is alive: it goes when its owner does, with no
 //                     release (a job's end lets its id go without touching the set).
-// An entry that is not live is expired, and every operation that takes a clock treats it as
-// absent; the next claim whose probe or sweep meets it reclaims it.
+// A claim held for a successor (hold_for_successor) is live whatever its tie and expiry, until
+// the successor takes it over or it is released. An entry that is not live is expired, and every
+// operation that takes a clock treats it as absent; the next claim whose probe or sweep meets it
+// reclaims it.
 //
 // Algorithm: S shards, chosen by the key's 64-bit hash. Each shard is an open-addressing table with
 // linear probing under a test-and-test-and-set spin lock. Deletion is by backward shift (Knuth,
