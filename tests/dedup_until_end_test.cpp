@@ -14,6 +14,7 @@
 
 #include "rail/rail.hpp"
 #include "support/inline_engine.hpp"
+#include "support/sanitized.hpp"
 #include "support/watchdog.hpp"
 
 namespace rail {
